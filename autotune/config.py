@@ -1,0 +1,118 @@
+"""Hydra config schemas and the one function that turns a composed config into specs.
+
+The schemas for ``model/`` and ``cluster/`` are derived from the spec dataclasses themselves
+(same field names, types and defaults, but mutable so that command-line overrides apply), so a
+misspelt key fails at compose time ("Key 'layerz' is not in struct") and a field added to a
+spec is configurable at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+from omegaconf import DictConfig
+from omegaconf import OmegaConf
+
+from simulators import ClusterSpec
+from simulators import DeviceSpec
+from simulators import LinkSpec
+from simulators import ModelSpec
+from simulators import SpecError
+from simulators import TrainSpec
+
+__all__ = ["register_schemas", "to_specs"]
+
+
+def _schema_of(spec: type, name: str, extra: dict[str, Any] | None = None) -> type:
+    """A mutable dataclass with the fields of ``spec`` (nested specs become nested schemas)."""
+    hints = typing.get_type_hints(spec)
+    rows: list[tuple[str, Any, Any]] = []
+    for f in dataclasses.fields(spec):
+        kind = hints[f.name]
+        if dataclasses.is_dataclass(kind):
+            nested = _schema_of(kind, f"{kind.__name__}Schema")
+            rows.append((f.name, nested, field(default_factory=nested)))
+        elif f.default is not dataclasses.MISSING:
+            rows.append((f.name, kind, field(default=f.default)))
+        else:
+            rows.append((f.name, kind, field(default=MISSING)))
+    for key, (kind, default) in (extra or {}).items():
+        rows.append((key, kind, field(default_factory=lambda d=default: d)))
+    return dataclasses.make_dataclass(name, rows)
+
+
+@dataclass
+class RecipeSchema:
+    """A model's usual training job: the defaults of ``train.seq_len`` / ``global_batch_size``."""
+
+    seq_len: int = 4096
+    global_batch_size: int = 512
+
+
+ModelSchema = _schema_of(ModelSpec, "ModelSchema", {"recipe": (RecipeSchema, RecipeSchema())})
+ClusterSchema = _schema_of(ClusterSpec, "ClusterSchema")
+
+
+@dataclass
+class TrainSchema:
+    seq_len: int = MISSING  # tokens per sequence
+    global_batch_size: int = MISSING  # sequences per optimizer step
+    precision: str = "bf16"  # bf16, fp16 or fp32
+    optimizer: str = "adam"
+
+
+@dataclass
+class ParallelSchema:
+    """Fixed layout values; ``None`` leaves the dimension to the search (or its default)."""
+
+    dp: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    vpp: int | None = None
+    micro_batch: int | None = None
+    recompute: str | None = None
+    recompute_layers: int | None = None
+    sequence_parallel: bool | None = None
+    distributed_optimizer: bool | None = None
+
+
+def register_schemas() -> None:
+    """Register the group schemas that the yaml files name in their defaults lists."""
+    store = ConfigStore.instance()
+    store.store(group="model", name="schema", node=ModelSchema)
+    store.store(group="cluster", name="schema", node=ClusterSchema)
+    store.store(group="train", name="schema", node=TrainSchema)
+    store.store(name="parallel_schema", node=ParallelSchema)
+
+
+def _plain(node: DictConfig, drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    values = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(values, dict)
+    return {k: v for k, v in values.items() if k not in drop}
+
+
+def to_specs(cfg: DictConfig) -> tuple[ModelSpec, ClusterSpec, TrainSpec]:
+    """Build the three specs from a composed config (``model``, ``cluster``, ``train``)."""
+    try:
+        model = ModelSpec(**_plain(cfg.model, drop=("recipe",)))
+        cluster_values = _plain(cfg.cluster)
+        cluster = ClusterSpec(
+            **{
+                **cluster_values,
+                "device": DeviceSpec(**cluster_values["device"]),
+                "intra_node": LinkSpec(**cluster_values["intra_node"]),
+                "inter_node": LinkSpec(**cluster_values["inter_node"]),
+            }
+        )
+        train = TrainSpec(**_plain(cfg.train))
+    except TypeError as exc:  # a wrong type that slipped past the schema
+        raise SpecError(f"invalid config: {exc}") from None
+    return model, cluster, train

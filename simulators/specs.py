@@ -1,0 +1,412 @@
+"""The job a simulator prices: model architecture, cluster and training settings.
+
+All three are frozen values. Derived quantities (parameter counts, FLOPs per token) are
+properties computed from the fields, following Megatron-LM's own accounting
+(``megatron/training/training.py::num_floating_point_operations`` and
+``theoretical_memory_usage.py``; shared/reference/specs.md sections 2 and 3.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulators._checks import require_choice
+from simulators._checks import require_non_negative
+from simulators._checks import require_positive
+from simulators.errors import SpecError
+
+__all__ = ["ClusterSpec", "DeviceSpec", "LinkSpec", "ModelSpec", "TrainSpec"]
+
+ACTIVATIONS = ("swiglu", "gelu")
+ATTENTIONS = ("gqa", "mla")
+PRECISIONS = ("bf16", "fp16", "fp32")
+OPTIMIZERS = ("adam",)
+TOPOLOGIES = ("switch", "full_mesh")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer: dense, GQA/MHA, MoE or MLA.
+
+    ``ffn_hidden_size`` is the dense MLP width (used by every layer of a dense model and by the
+    ``first_dense_layers`` of an MoE model). MoE layers have ``num_experts`` routed experts of
+    width ``expert_ffn_hidden_size`` (top ``moe_top_k`` per token) plus shared experts whose
+    summed width is ``shared_expert_ffn_hidden_size``. MLA (DeepSeek) attention uses the
+    ``*_lora_rank`` and ``qk_*_head_dim`` / ``v_head_dim`` fields instead of ``head_dim``.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    activation: str = "swiglu"
+    norm: str = "rmsnorm"
+    qkv_bias: bool = False
+    tied_embeddings: bool = False
+    num_experts: int = 0
+    moe_top_k: int = 0
+    expert_ffn_hidden_size: int = 0
+    shared_expert_ffn_hidden_size: int = 0
+    first_dense_layers: int = 0
+    attention: str = "gqa"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        owner = f"model {self.name!r}"
+        require_positive(
+            owner,
+            num_layers=self.num_layers,
+            hidden_size=self.hidden_size,
+            num_attention_heads=self.num_attention_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            vocab_size=self.vocab_size,
+        )
+        require_non_negative(
+            owner,
+            ffn_hidden_size=self.ffn_hidden_size,
+            num_experts=self.num_experts,
+            moe_top_k=self.moe_top_k,
+            expert_ffn_hidden_size=self.expert_ffn_hidden_size,
+            shared_expert_ffn_hidden_size=self.shared_expert_ffn_hidden_size,
+            first_dense_layers=self.first_dense_layers,
+            q_lora_rank=self.q_lora_rank,
+            kv_lora_rank=self.kv_lora_rank,
+        )
+        require_choice(owner, "activation", self.activation, ACTIVATIONS)
+        require_choice(owner, "attention", self.attention, ATTENTIONS)
+        require_choice(owner, "norm", self.norm, ("rmsnorm", "layernorm"))
+        if self.num_attention_heads % self.num_kv_heads:
+            raise SpecError(
+                f"{owner}: num_kv_heads={self.num_kv_heads} must divide "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        if self.is_moe:
+            require_positive(
+                owner, moe_top_k=self.moe_top_k, expert_ffn_hidden_size=self.expert_ffn_hidden_size
+            )
+            if self.moe_top_k > self.num_experts:
+                raise SpecError(
+                    f"{owner}: moe_top_k={self.moe_top_k} exceeds num_experts={self.num_experts}"
+                )
+            if self.first_dense_layers > self.num_layers:
+                raise SpecError(f"{owner}: first_dense_layers exceeds num_layers")
+        else:
+            require_positive(owner, ffn_hidden_size=self.ffn_hidden_size)
+        if self.attention == "mla":
+            require_positive(
+                owner,
+                kv_lora_rank=self.kv_lora_rank,
+                qk_nope_head_dim=self.qk_nope_head_dim,
+                qk_rope_head_dim=self.qk_rope_head_dim,
+                v_head_dim=self.v_head_dim,
+            )
+
+    # ---- shape -------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices per MLP: 3 for SwiGLU (gate, up, down), 2 for GeLU."""
+        return 3 if self.activation == "swiglu" else 2
+
+    @property
+    def q_width(self) -> int:
+        """Width of all query heads together (a*d; a*(nope+rope) for MLA)."""
+        if self.attention == "mla":
+            return self.num_attention_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of K plus V for all KV heads (2*g*d; for MLA the up-projected K and V)."""
+        if self.attention == "mla":
+            a = self.num_attention_heads
+            return a * (self.qk_nope_head_dim + self.qk_rope_head_dim) + a * self.v_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    @property
+    def attn_out_width(self) -> int:
+        """Width of the attention output fed to the output projection (a*d; a*v for MLA)."""
+        if self.attention == "mla":
+            return self.num_attention_heads * self.v_head_dim
+        return self.num_attention_heads * self.head_dim
+
+    # ---- parameters ----------------------------------------------------------------------
+    @property
+    def attention_params(self) -> int:
+        """Parameters of one attention block (projections, biases, MLA norms)."""
+        h, a = self.hidden_size, self.num_attention_heads
+        if self.attention == "mla":
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            if self.q_lora_rank:
+                q = self.q_lora_rank * (h + a * qk + 1)
+            else:
+                q = h * a * qk
+            kv = self.kv_lora_rank * (h + a * (self.qk_nope_head_dim + self.v_head_dim) + 1)
+            kv += h * self.qk_rope_head_dim
+            return q + kv + a * self.v_head_dim * h
+        qkv_out = self.q_width + self.kv_width
+        params = h * qkv_out + self.attn_out_width * h
+        if self.qkv_bias:
+            params += qkv_out
+        return params
+
+    def mlp_params(self, ffn_hidden_size: int) -> int:
+        """Parameters of one MLP of the given width (biases for the GeLU/GPT family)."""
+        params = self.mlp_matrices * self.hidden_size * ffn_hidden_size
+        if self.activation == "gelu":
+            params += ffn_hidden_size + self.hidden_size
+        return params
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        """Two norms per layer (LayerNorm has a bias too)."""
+        return 2 * self.hidden_size * (2 if self.norm == "layernorm" else 1)
+
+    @property
+    def dense_layer_params(self) -> int:
+        return self.attention_params + self.mlp_params(self.ffn_hidden_size) + (
+            self.norm_params_per_layer
+        )
+
+    @property
+    def expert_params_per_layer(self) -> int:
+        """Routed-expert parameters of one MoE layer (sharded by EP)."""
+        return self.num_experts * self.mlp_params(self.expert_ffn_hidden_size)
+
+    @property
+    def moe_layer_non_expert_params(self) -> int:
+        """Attention, norms, router and shared experts of one MoE layer (sharded by TP)."""
+        shared = (
+            self.mlp_params(self.shared_expert_ffn_hidden_size)
+            if self.shared_expert_ffn_hidden_size
+            else 0
+        )
+        router = self.hidden_size * self.num_experts
+        return self.attention_params + self.norm_params_per_layer + shared + router
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def output_params(self) -> int:
+        """The output head (0 when tied to the embedding)."""
+        return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        """Total parameters, as model cards count them."""
+        layers = self.num_dense_layers * self.dense_layer_params
+        layers += self.num_moe_layers * (
+            self.moe_layer_non_expert_params + self.expert_params_per_layer
+        )
+        final_norm = self.hidden_size * (2 if self.norm == "layernorm" else 1)
+        return layers + self.embedding_params + self.output_params + final_norm
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters that one token touches (routed experts: top-k of them)."""
+        if not self.is_moe:
+            return self.num_params
+        inactive = (self.num_experts - self.moe_top_k) * self.mlp_params(
+            self.expert_ffn_hidden_size
+        )
+        return self.num_params - self.num_moe_layers * inactive
+
+    # ---- FLOPs ---------------------------------------------------------------------------
+    def attention_flops_per_token(self, seq_len: int) -> float:
+        """Forward FLOPs of one attention block per token: projections + causal core.
+
+        Core attention (QK^T and softmax.V) costs 2*2*s*width per token without a mask; the
+        causal mask halves it (Megatron ``num_floating_point_operations``).
+        """
+        h = self.hidden_size
+        if self.attention == "mla":
+            a = self.num_attention_heads
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.q_lora_rank * a * qk
+            else:
+                q = h * a * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+            kv += self.kv_lora_rank * a * (self.qk_nope_head_dim + self.v_head_dim)
+            proj = q + kv + a * self.v_head_dim * h
+        else:
+            proj = h * (self.q_width + self.kv_width + self.attn_out_width)
+        return 2.0 * proj + self.core_attention_flops_per_token(seq_len)
+
+    def core_attention_flops_per_token(self, seq_len: int) -> float:
+        """Forward FLOPs of causal core attention per token (QK^T + PV, halved by the mask)."""
+        return 2.0 * seq_len * (self.q_width + self.attn_out_width) / 2.0
+
+    def mlp_flops_per_token(self, ffn_hidden_size: int) -> float:
+        return 2.0 * self.mlp_matrices * self.hidden_size * ffn_hidden_size
+
+    @property
+    def moe_mlp_flops_per_token(self) -> float:
+        """Forward FLOPs of one MoE MLP per token: top-k routed + shared experts + router."""
+        flops = self.moe_top_k * self.mlp_flops_per_token(self.expert_ffn_hidden_size)
+        if self.shared_expert_ffn_hidden_size:
+            flops += self.mlp_flops_per_token(self.shared_expert_ffn_hidden_size)
+        return flops + 2.0 * self.hidden_size * self.num_experts
+
+    def forward_flops_per_token(self, seq_len: int) -> float:
+        """Model forward FLOPs per token (causal attention, logits included)."""
+        attention = self.num_layers * self.attention_flops_per_token(seq_len)
+        mlp = self.num_dense_layers * self.mlp_flops_per_token(self.ffn_hidden_size)
+        mlp += self.num_moe_layers * self.moe_mlp_flops_per_token
+        logits = 2.0 * self.hidden_size * self.vocab_size
+        return attention + mlp + logits
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Model training FLOPs per token: 3x forward (fwd, dgrad, wgrad), no recompute.
+
+        This is the numerator of MFU, as Megatron-LM counts it.
+        """
+        return 3.0 * self.forward_flops_per_token(seq_len)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceSpec:
+    """One accelerator: dense peak matrix throughput, achievable fraction, HBM."""
+
+    name: str
+    bf16_tflops: float
+    fp16_tflops: float
+    fp32_tflops: float
+    memory_gib: float
+    memory_gbps: float
+    matmul_efficiency: float
+    memory_efficiency: float
+
+    def __post_init__(self) -> None:
+        require_positive(
+            f"device {self.name!r}",
+            fp16_tflops=self.fp16_tflops,
+            fp32_tflops=self.fp32_tflops,
+            memory_gib=self.memory_gib,
+            memory_gbps=self.memory_gbps,
+            matmul_efficiency=self.matmul_efficiency,
+            memory_efficiency=self.memory_efficiency,
+        )
+        require_non_negative(f"device {self.name!r}", bf16_tflops=self.bf16_tflops)
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak matrix FLOP/s for the training precision (V100 has no bf16: fp16)."""
+        tflops = {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp32": self.fp32_tflops}[
+            precision
+        ]
+        return (tflops or self.fp16_tflops) * 1e12
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkSpec:
+    """One level of the network, per device and per direction.
+
+    ``bandwidth_gbps`` is what one device can send at once on this level (GB/s, one
+    direction). On a ``full_mesh`` (Ascend HCCS) each peer has its own link of
+    ``peer_link_gbps``, so a group of n devices in the node uses only n-1 links;
+    ``mesh_size`` devices form one mesh (4 on the older Ascend 910 node, whose two meshes talk
+    through ``cross_mesh_gbps`` of PCIe). ``efficiency`` is the achievable fraction (busbw /
+    link bandwidth) of the collective library.
+    """
+
+    bandwidth_gbps: float
+    latency_us: float
+    efficiency: float
+    topology: str = "switch"
+    peer_link_gbps: float = 0.0
+    mesh_size: int = 0
+    cross_mesh_gbps: float = 0.0
+
+    def __post_init__(self) -> None:
+        require_positive(
+            "link", bandwidth_gbps=self.bandwidth_gbps, efficiency=self.efficiency
+        )
+        require_non_negative(
+            "link",
+            latency_us=self.latency_us,
+            peer_link_gbps=self.peer_link_gbps,
+            mesh_size=self.mesh_size,
+            cross_mesh_gbps=self.cross_mesh_gbps,
+        )
+        require_choice("link", "topology", self.topology, TOPOLOGIES)
+        if self.topology == "full_mesh":
+            require_positive("full-mesh link", peer_link_gbps=self.peer_link_gbps)
+
+    def group_bandwidth_gbps(self, members: int) -> float:
+        """Achievable per-device bandwidth (GB/s) when ``members`` devices of a node talk.
+
+        A switch gives every device its full bandwidth; a full mesh gives a group of n only
+        its n-1 direct links (specs.md 1.5: model TP=2 or 4 on 910B with (n-1)*28 GB/s).
+        """
+        if self.topology == "switch" or members <= 1:
+            return self.bandwidth_gbps * self.efficiency
+        mesh = self.mesh_size or members
+        peers = min(members, mesh) - 1
+        bandwidth = min(peers * self.peer_link_gbps, self.bandwidth_gbps)
+        if members > mesh and self.cross_mesh_gbps:
+            bandwidth = min(bandwidth, self.cross_mesh_gbps * members / (members - mesh))
+        return bandwidth * self.efficiency
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    """Nodes of identical devices: an intra-node link level and an inter-node one."""
+
+    name: str
+    device: DeviceSpec
+    devices_per_node: int
+    num_nodes: int
+    intra_node: LinkSpec
+    inter_node: LinkSpec
+
+    def __post_init__(self) -> None:
+        require_positive(
+            f"cluster {self.name!r}",
+            devices_per_node=self.devices_per_node,
+            num_nodes=self.num_nodes,
+        )
+
+    @property
+    def num_devices(self) -> int:
+        return self.devices_per_node * self.num_nodes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainSpec:
+    """One training step: sequence length, global batch (sequences), precision, optimizer."""
+
+    seq_len: int
+    global_batch_size: int
+    precision: str = "bf16"
+    optimizer: str = "adam"
+
+    def __post_init__(self) -> None:
+        require_positive("train", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
+        require_choice("train", "precision", self.precision, PRECISIONS)
+        require_choice("train", "optimizer", self.optimizer, OPTIMIZERS)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch_size

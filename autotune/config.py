@@ -26,7 +26,7 @@ from simulators import ModelSpec
 from simulators import SpecError
 from simulators import TrainSpec
 
-__all__ = ["register_schemas", "to_specs"]
+__all__ = ["fixed_layout_values", "register_schemas", "to_specs"]
 
 
 def _schema_of(spec: type, name: str, extra: dict[str, Any] | None = None) -> type:
@@ -84,13 +84,58 @@ class ParallelSchema:
     distributed_optimizer: bool | None = None
 
 
+@dataclass
+class SearchSchema:
+    """The Optuna search; ``conf/search/default.yaml`` documents each field."""
+
+    sampler: str = "tpe"
+    n_trials: int = 200
+    seed: int = 0
+    top_k: int = 5
+    storage: str | None = None
+    study_name: str | None = None
+    max_tp: int = 8
+    max_cp: int = 8
+    max_vpp: int = 4
+    micro_batch: list[int] = field(default_factory=lambda: [1, 2, 4])
+    recompute: list[str] = field(default_factory=lambda: ["none", "selective", "full"])
+    distributed_optimizer: list[bool] = field(default_factory=lambda: [True, False])
+    exhaustive_limit: int = 200000
+
+
+@dataclass
+class TrackingSchema:
+    enabled: bool = True  # record in MLflow
+    uri: str = "sqlite:///mlruns/mlflow.db"  # MLflow tracking URI
+
+
+@dataclass
+class AutotuneSchema:
+    """The root of ``conf/config.yaml`` (search) and ``conf/simulate.yaml`` (one layout)."""
+
+    model: Any = MISSING
+    cluster: Any = MISSING
+    train: Any = MISSING
+    simulator: dict[str, Any] = MISSING
+    search: SearchSchema = field(default_factory=SearchSchema)
+    parallel: ParallelSchema = field(default_factory=ParallelSchema)
+    tracking: TrackingSchema = field(default_factory=TrackingSchema)
+    output: str = "table"  # table or json
+    trace: str | None = None  # simulate: write a Chrome trace here (hierarchical simulator)
+
+
 def register_schemas() -> None:
-    """Register the group schemas that the yaml files name in their defaults lists."""
+    """Register the schemas that the yaml files name in their defaults lists."""
     store = ConfigStore.instance()
     store.store(group="model", name="schema", node=ModelSchema)
     store.store(group="cluster", name="schema", node=ClusterSchema)
     store.store(group="train", name="schema", node=TrainSchema)
-    store.store(name="parallel_schema", node=ParallelSchema)
+    store.store(name="autotune_schema", node=AutotuneSchema)
+
+
+def fixed_layout_values(cfg: DictConfig) -> dict[str, Any]:
+    """The ``parallel.*`` values the user set (the others are left to the search)."""
+    return {k: v for k, v in _plain(cfg.parallel).items() if v is not None}
 
 
 def _plain(node: DictConfig, drop: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -67,25 +67,20 @@ class Layout:
     def resolve(cls, world_size: int, **given: object) -> Layout:
         """Build a layout from the degrees given; dp fills the rest of the world.
 
-        ``sequence_parallel`` defaults to ``tp > 1`` as Megatron recommends. Raises
-        LayoutError when tp*pp*cp does not divide the world size.
+        ``sequence_parallel`` defaults to ``tp > 1`` as Megatron recommends. When tp*pp*cp
+        does not divide the world size, dp is rounded down and :meth:`violations` reports the
+        broken world-size rule with the others.
         """
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(given) - known)
         if unknown:
             raise LayoutError(
-                f"unknown layout field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+                f"unknown layout field(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(sorted(known))}"
             )
         values = {k: v for k, v in given.items() if v is not None}
         tp, pp, cp = (int(values.get(k, 1)) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]
-        if "dp" not in values:
-            model_parallel = tp * pp * cp
-            if model_parallel < 1 or world_size % model_parallel:
-                raise LayoutError(
-                    f"tp({tp}) * pp({pp}) * cp({cp}) = {model_parallel} does not divide the "
-                    f"world size {world_size}"
-                )
-            values["dp"] = world_size // model_parallel
+        values.setdefault("dp", max(1, world_size // max(1, tp * pp * cp)))
         values.setdefault("sequence_parallel", tp > 1)
         return cls(**values)  # type: ignore[arg-type]
 
@@ -153,7 +148,9 @@ class Layout:
 Rule = Callable[[Layout, ModelSpec, ClusterSpec, TrainSpec], list[str]]
 
 
-def _world_size(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+def _world_size(
+    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
+) -> list[str]:
     """world = DP * TP * PP * CP (megatron/core/parallel_state.py initialize_model_parallel)."""
     if lay.world_size != cluster.num_devices:
         return [

@@ -25,9 +25,7 @@ def make_simulator(name: str, constants: Mapping[str, Any] | None = None) -> Sim
     Every simulator class offers ``from_config(constants: Mapping[str, Any])``.
     """
     if name not in _CLASSES:
-        raise UserError(
-            f"unknown simulator {name!r}; available: {', '.join(SIMULATOR_NAMES)}"
-        )
+        raise UserError(f"unknown simulator {name!r}; available: {', '.join(SIMULATOR_NAMES)}")
     module_name, class_name = _CLASSES[name].split(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls.from_config(dict(constants or {}))

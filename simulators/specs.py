@@ -184,8 +184,10 @@ class ModelSpec:
 
     @property
     def dense_layer_params(self) -> int:
-        return self.attention_params + self.mlp_params(self.ffn_hidden_size) + (
-            self.norm_params_per_layer
+        return (
+            self.attention_params
+            + self.mlp_params(self.ffn_hidden_size)
+            + (self.norm_params_per_layer)
         )
 
     @property
@@ -340,9 +342,7 @@ class LinkSpec:
     cross_mesh_gbps: float = 0.0
 
     def __post_init__(self) -> None:
-        require_positive(
-            "link", bandwidth_gbps=self.bandwidth_gbps, efficiency=self.efficiency
-        )
+        require_positive("link", bandwidth_gbps=self.bandwidth_gbps, efficiency=self.efficiency)
         require_non_negative(
             "link",
             latency_us=self.latency_us,

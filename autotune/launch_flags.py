@@ -1,0 +1,56 @@
+"""Command-line flags that launch a layout in Megatron-LM and in MindSpeed-LLM."""
+
+from __future__ import annotations
+
+from simulators import Layout
+from simulators import ModelSpec
+from simulators import TrainSpec
+
+__all__ = ["megatron_flags", "mindspeed_flags"]
+
+
+def megatron_flags(model: ModelSpec, train: TrainSpec, layout: Layout) -> list[str]:
+    """Megatron-LM ``pretrain_gpt.py`` flags (megatron/training/arguments.py)."""
+    flags = [
+        f"--tensor-model-parallel-size {layout.tp}",
+        f"--pipeline-model-parallel-size {layout.pp}",
+        f"--context-parallel-size {layout.cp}",
+    ]
+    if model.is_moe:
+        flags.append(f"--expert-model-parallel-size {layout.ep}")
+    if layout.vpp > 1:
+        per_chunk = model.num_layers // (layout.pp * layout.vpp)
+        flags.append(f"--num-layers-per-virtual-pipeline-stage {per_chunk}")
+    flags += [
+        f"--micro-batch-size {layout.micro_batch}",
+        f"--global-batch-size {train.global_batch_size}",
+        f"--seq-length {train.seq_len}",
+        f"--{train.precision}" if train.precision != "fp32" else "",
+    ]
+    if layout.sequence_parallel:
+        flags.append("--sequence-parallel")
+    if layout.distributed_optimizer:
+        flags.append("--use-distributed-optimizer")
+    if layout.recompute == "selective":
+        flags.append("--recompute-granularity selective")
+    elif layout.recompute == "full":
+        per_stage = model.num_layers // (layout.pp * layout.vpp)
+        layers = layout.recompute_layers or per_stage
+        method = "uniform" if layout.recompute_layers is None else "block"
+        flags += [
+            "--recompute-granularity full",
+            f"--recompute-method {method}",
+            f"--recompute-num-layers {1 if method == 'uniform' else layers}",
+        ]
+    flags.append("--overlap-grad-reduce")  # the simulators assume it (overlap_grad_reduce)
+    return [f for f in flags if f]
+
+
+def mindspeed_flags(model: ModelSpec, train: TrainSpec, layout: Layout) -> list[str]:
+    """MindSpeed-LLM flags: Megatron's plus the Ascend options its example scripts use."""
+    flags = ["--use-mcore-models", "--use-flash-attn", *megatron_flags(model, train, layout)]
+    if layout.cp > 1:
+        flags.append("--context-parallel-algo megatron_cp_algo")
+    if model.is_moe:
+        flags += ["--moe-grouped-gemm", "--moe-token-dispatcher-type alltoall"]
+    return flags

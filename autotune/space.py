@@ -1,0 +1,112 @@
+"""The layout search space: every layout the rules allow for a model, cluster and batch."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simulators import ClusterSpec
+from simulators import Layout
+from simulators import LayoutError
+from simulators import ModelSpec
+from simulators import TrainSpec
+
+__all__ = ["SEARCHED", "SearchSpace", "build_space"]
+
+# Layout fields the search chooses (dp follows from the others; SP is on whenever tp > 1).
+SEARCHED = ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "recompute", "distributed_optimizer")
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSpace:
+    """The valid layouts and, per searched field, the values that occur in them."""
+
+    layouts: tuple[Layout, ...]
+    choices: Mapping[str, tuple[Any, ...]]
+
+    @property
+    def size(self) -> int:
+        return len(self.layouts)
+
+    def layout_for(self, values: Mapping[str, Any], world_size: int) -> Layout:
+        """The layout of one point of the grid (may break rules: check ``violations``)."""
+        return Layout.resolve(world_size, **dict(values))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _candidates(
+    model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
+) -> dict[str, list[Any]]:
+    world = cluster.num_devices
+    world_divisors = _divisors(world)
+    return {
+        "tp": [d for d in world_divisors if d <= search["max_tp"]],
+        "pp": [d for d in world_divisors if model.num_layers % d == 0],
+        "cp": [d for d in world_divisors if d <= search["max_cp"]],
+        "ep": [d for d in world_divisors if model.is_moe and model.num_experts % d == 0] or [1],
+        "vpp": list(range(1, search["max_vpp"] + 1)),
+        "micro_batch": sorted({int(b) for b in search["micro_batch"]}),
+        "recompute": list(dict.fromkeys(search["recompute"])),
+        "distributed_optimizer": list(dict.fromkeys(bool(x) for x in search["distributed_optimizer"])),
+    }
+
+
+def build_space(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+    search: Mapping[str, Any],
+    fixed: Mapping[str, Any],
+) -> SearchSpace:
+    """Enumerate every valid layout; ``fixed`` pins fields (``parallel.*`` overrides).
+
+    Raises LayoutError when no layout is valid, quoting the rules the pinned values break.
+    """
+    candidates = _candidates(model, cluster, search)
+    for name, value in fixed.items():
+        if name in candidates:
+            candidates[name] = [value]
+    extra = {k: v for k, v in fixed.items() if k not in candidates}
+    world = cluster.num_devices
+    valid: list[Layout] = []
+    for combo in itertools.product(*(candidates[name] for name in SEARCHED)):
+        values = dict(zip(SEARCHED, combo, strict=True))
+        tp, pp, cp = values["tp"], values["pp"], values["cp"]
+        if world % (tp * pp * cp) or ("dp" in extra and extra["dp"] * tp * pp * cp != world):
+            continue
+        layout = Layout.resolve(world, **values, **extra)
+        if not layout.violations(model, cluster, train):
+            valid.append(layout)
+    if not valid:
+        raise LayoutError(_explain_empty(model, cluster, train, fixed))
+    choices = {
+        name: tuple(v for v in candidates[name] if any(getattr(x, name) == v for x in valid))
+        for name in SEARCHED
+    }
+    return SearchSpace(layouts=tuple(valid), choices=choices)
+
+
+def _explain_empty(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, fixed: Mapping[str, Any]
+) -> str:
+    """Why nothing is valid: the rules the pinned values break on their own."""
+    head = f"no valid layout for {model.name} on {cluster.num_devices} devices of {cluster.name}"
+    try:
+        probe = Layout.resolve(cluster.num_devices, **dict(fixed))
+    except LayoutError as exc:
+        return f"{head}: {exc}"
+    broken = probe.violations(model, cluster, train)
+    pinned = ", ".join(f"{k}={v}" for k, v in fixed.items()) or "nothing pinned"
+    if broken:
+        return f"{head} ({pinned}):\n  - " + "\n  - ".join(broken)
+    return f"{head} ({pinned}); widen the search (search.max_tp, search.micro_batch, ...)"
+
+
+def describe_choices(choices: Mapping[str, Sequence[Any]]) -> str:
+    return ", ".join(f"{k}={list(v)}" for k, v in choices.items())

@@ -1,0 +1,528 @@
+"""The closed-form simulator: roofline operators, alpha-beta collectives, pipeline formulas.
+
+Per micro-batch and pipeline stage it adds up the time of every layer's GEMMs (roofline),
+flash attention, memory-bound elementwise work and kernel launches, plus the exposed tensor,
+context and expert parallel communication. The pipeline runs ``m`` micro-batches at the pace
+of the slowest stage plus a fill-and-drain bubble divided by the virtual stages
+(Narayanan et al. 2021, specs.md 3.4). Data-parallel gradient reduction hides behind the
+last micro-batch's backward. Memory is weights, gradients and optimizer states (sharded by
+DP or expert-DP with the distributed optimizer, specs.md 3.2) plus the activations of the
+micro-batches the schedule holds in flight (Korthikanti et al. 2022 with flash attention,
+specs.md 3.3), checked on every pipeline rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from simulators._checks import require_positive
+from simulators.collectives import GroupPlacement
+from simulators.collectives import all_gather_time_s
+from simulators.collectives import all_reduce_time_s
+from simulators.collectives import all_to_all_time_s
+from simulators.collectives import p2p_time_s
+from simulators.collectives import place_group
+from simulators.collectives import reduce_scatter_time_s
+from simulators.errors import SpecError
+from simulators.layout import Layout
+from simulators.prediction import Prediction
+from simulators.specs import ClusterSpec
+from simulators.specs import DeviceSpec
+from simulators.specs import ModelSpec
+from simulators.specs import TrainSpec
+
+__all__ = ["AnalyticalConstants", "AnalyticalSimulator"]
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnalyticalConstants:
+    """The simulator's own constants; ``conf/simulator/analytical.yaml`` gives their sources."""
+
+    attention_efficiency: float = 0.55
+    attention_backward_factor: float = 2.5
+    kernels_per_layer_forward: int = 16
+    kernel_overhead_us: float = 4.0
+    tp_comm_overlap: bool = False
+    cp_comm_overlap: bool = True
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = False
+    bytes_per_param: Mapping[str, Mapping[str, float]] = field(
+        default_factory=lambda: {
+            "bf16": {"weight": 2, "grad": 4, "optimizer": 12},
+            "fp16": {"weight": 2, "grad": 2, "optimizer": 16},
+            "fp32": {"weight": 4, "grad": 4, "optimizer": 8},
+        }
+    )
+    optimizer_step_bytes_per_param: float = 30.0
+    logits_bytes_per_element: float = 6.0
+    reserved_memory_gib: float = 4.0
+
+    def __post_init__(self) -> None:
+        require_positive(
+            "analytical simulator",
+            attention_efficiency=self.attention_efficiency,
+            attention_backward_factor=self.attention_backward_factor,
+        )
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> AnalyticalConstants:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(values) - known - {"name"})
+        if unknown:
+            raise SpecError(
+                f"unknown analytical simulator constant(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(sorted(known))}"
+            )
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerCost:
+    """One layer, one micro-batch, one device: seconds and saved-activation bytes."""
+
+    forward_s: float  # compute of the forward pass
+    backward_s: float  # compute of the backward pass
+    core_attention_s: float  # forward flash attention (what selective recompute repeats)
+    tp_forward_s: float  # exposed TP collectives of one forward
+    tp_backward_s: float
+    ep_forward_s: float  # expert all-to-alls of one forward
+    ep_backward_s: float
+    cp_s: float  # exposed context-parallel exchange, forward + backward
+    activation_bytes: float  # saved for backward without recompute
+    input_bytes: float  # the layer input, all that full recompute keeps
+
+
+class AnalyticalSimulator:
+    """Closed-form step time and memory; microseconds per layout.
+
+    Example:
+        >>> from simulators.analytical import AnalyticalSimulator
+        >>> AnalyticalSimulator().name
+        'analytical'
+    """
+
+    name = "analytical"
+
+    def __init__(self, constants: AnalyticalConstants | None = None) -> None:
+        self.constants = constants or AnalyticalConstants()
+
+    @classmethod
+    def from_config(cls, constants: Mapping[str, Any]) -> AnalyticalSimulator:
+        return cls(AnalyticalConstants.from_mapping(constants))
+
+    def simulate(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        return _simulate(model, cluster, train, layout, self.constants)
+
+
+# ---- operators ---------------------------------------------------------------------------
+
+
+def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str) -> float:
+    """Roofline time of an (m x k) @ (k x n) GEMM: compute- or memory-bound."""
+    flops = 2.0 * m * k * n
+    nbytes = _dtype_bytes(precision) * (m * k + k * n + m * n)
+    compute = flops / (device.peak_flops(precision) * device.matmul_efficiency)
+    memory = nbytes / (device.memory_gbps * 1e9 * device.memory_efficiency)
+    return max(compute, memory)
+
+
+def _dtype_bytes(precision: str) -> int:
+    return 4 if precision == "fp32" else 2
+
+
+def _kv_local_width(model: ModelSpec, tp: int) -> float:
+    """K+V width held by one TP rank (KV heads are replicated when tp > num_kv_heads)."""
+    if model.attention == "mla":
+        return model.kv_width / tp
+    return model.kv_width / min(tp, model.num_kv_heads)
+
+
+def _attention_gemms(model: ModelSpec, tokens: float, tp: int) -> list[tuple[float, float, float]]:
+    """(m, k, n) of the attention projections of one layer on one TP rank."""
+    h = model.hidden_size
+    out = (tokens, model.attn_out_width / tp, h)
+    if model.attention == "gqa":
+        return [(tokens, h, model.q_width / tp + _kv_local_width(model, tp)), out]
+    a = model.num_attention_heads
+    gemms = [
+        (tokens, h, model.kv_lora_rank + model.qk_rope_head_dim),
+        (tokens, model.kv_lora_rank, a * (model.qk_nope_head_dim + model.v_head_dim) / tp),
+        out,
+    ]
+    if model.q_lora_rank:
+        gemms += [(tokens, h, model.q_lora_rank), (tokens, model.q_lora_rank, model.q_width / tp)]
+    else:
+        gemms.append((tokens, h, model.q_width / tp))
+    return gemms
+
+
+def _mlp_gemms(
+    model: ModelSpec, tokens: float, width: float, tp: int, count: float = 1.0
+) -> list[tuple[float, float, float, float]]:
+    """(m, k, n, count) of one MLP: the fused gate/up (or fc1) GEMM and the down GEMM."""
+    h = model.hidden_size
+    return [
+        (tokens, h, (model.mlp_matrices - 1) * width / tp, count),
+        (tokens, width / tp, h, count),
+    ]
+
+
+def _layer_gemms(
+    model: ModelSpec, moe: bool, tokens: float, layout: Layout
+) -> list[tuple[float, float, float, float]]:
+    tp = layout.tp
+    gemms = [(m, k, n, 1.0) for m, k, n in _attention_gemms(model, tokens, tp)]
+    if not moe:
+        return gemms + _mlp_gemms(model, tokens, model.ffn_hidden_size, tp)
+    local_experts = model.num_experts / layout.ep
+    tokens_per_expert = model.moe_top_k * tokens / local_experts
+    gemms.append((tokens, model.hidden_size, model.num_experts, 1.0))  # router
+    gemms += _mlp_gemms(model, tokens_per_expert, model.expert_ffn_hidden_size, tp, local_experts)
+    if model.shared_expert_ffn_hidden_size:
+        gemms += _mlp_gemms(model, tokens, model.shared_expert_ffn_hidden_size, tp)
+    return gemms
+
+
+def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, act: int) -> float:
+    """HBM traffic of one layer's forward memory-bound kernels, per token on one device.
+
+    Two norms (read + write h) and two residual adds (read 2h, write h), rotary embedding on
+    Q and K, the MLP activation (SwiGLU reads gate and up, writes their product), and for MoE
+    the permutation of the top-k token copies before and after the experts.
+    """
+    tp = layout.tp
+    seq_shard = tp if layout.sequence_parallel else 1
+    h = model.hidden_size
+    norms_residuals = act * (2 * 2 * h + 2 * 3 * h) / seq_shard
+    rope = 2 * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
+    per_f = act * (3 if model.activation == "swiglu" else 2)
+    if not moe:
+        return norms_residuals + rope + per_f * model.ffn_hidden_size / tp
+    k = model.moe_top_k
+    mlp = k * per_f * model.expert_ffn_hidden_size / tp + per_f * (
+        model.shared_expert_ffn_hidden_size / tp
+    )
+    permute = 2 * 2 * k * act * h
+    return norms_residuals + rope + mlp + permute
+
+
+def _activation_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, act: int) -> float:
+    """Bytes one layer saves for backward per token, with flash attention (specs.md 3.3).
+
+    Norm inputs and outputs (4 tensors of h, split by TP only with SP), Q/K/V and the attention
+    output plus fp32 log-sum-exp per head, MLA latents, and the MLP's gate, up and activation
+    outputs (SwiGLU) or fc1 and GeLU outputs; an MoE layer keeps the dispatched top-k token
+    copies, their expert activations and fp32 router probabilities.
+    """
+    tp = layout.tp
+    seq_shard = tp if layout.sequence_parallel else 1
+    h = model.hidden_size
+    norms = 4 * act * h / seq_shard
+    attention = act * (model.q_width / tp + _kv_local_width(model, tp) + model.attn_out_width / tp)
+    lse = 0.0 if layout.recompute == "selective" else 4 * model.num_attention_heads / tp
+    if model.attention == "mla":
+        attention += act * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+    per_f = act * (3 if model.activation == "swiglu" else 2)
+    if not moe:
+        mlp = per_f * model.ffn_hidden_size / tp
+    else:
+        k = model.moe_top_k
+        mlp = k * (act * h + per_f * model.expert_ffn_hidden_size / tp) + 4 * model.num_experts
+        mlp += per_f * model.shared_expert_ffn_hidden_size / tp
+    return norms + attention + lse + mlp
+
+
+# ---- one layer -----------------------------------------------------------------------------
+
+
+def _layer_cost(
+    model: ModelSpec,
+    moe: bool,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+    layout: Layout,
+    c: AnalyticalConstants,
+) -> _LayerCost:
+    device = cluster.device
+    precision = train.precision
+    act = _dtype_bytes(precision)
+    tokens = layout.micro_batch * train.seq_len / layout.cp
+    gemm_s = sum(
+        count * gemm_time_s(m, k, n, device, precision)
+        for m, k, n, count in _layer_gemms(model, moe, tokens, layout)
+    )
+    core_flops = tokens * model.core_attention_flops_per_token(train.seq_len) / layout.tp
+    core_s = core_flops / (device.peak_flops(precision) * c.attention_efficiency)
+    elementwise_s = (
+        tokens
+        * _elementwise_bytes_per_token(model, moe, layout, act)
+        / (device.memory_gbps * 1e9 * device.memory_efficiency)
+    )
+    launch_s = c.kernels_per_layer_forward * c.kernel_overhead_us * 1e-6
+    forward_s = gemm_s + core_s + elementwise_s + launch_s
+    backward_s = 2 * (gemm_s + elementwise_s + launch_s) + c.attention_backward_factor * core_s
+
+    # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
+    tp_group = place_group(layout.tp, 1, cluster.devices_per_node)
+    tp_one = all_reduce_time_s(tokens * model.hidden_size * act, tp_group, cluster)
+    tp_exposed = 0.0 if c.tp_comm_overlap else 2 * tp_one
+
+    # Expert parallel: dispatch and combine all-to-alls of the top-k token copies.
+    ep_exposed = 0.0
+    if moe and layout.ep > 1:
+        ep_group = place_group(layout.ep, layout.tp, cluster.devices_per_node)
+        seq_shard = layout.tp if layout.sequence_parallel else 1
+        send = model.moe_top_k * tokens / seq_shard * model.hidden_size * act
+        ep_exposed = 2 * all_to_all_time_s(send, ep_group, cluster)
+
+    # Context parallel: the ring passes K and V (forward) and K, V, dK, dV (backward).
+    cp_s = 0.0
+    if layout.cp > 1:
+        cp_group = place_group(layout.cp, layout.tp, cluster.devices_per_node)
+        kv_bytes = tokens * _kv_local_width(model, layout.tp) * act
+        ring_s = all_gather_time_s(layout.cp * kv_bytes, cp_group, cluster)
+        hidden_fwd = core_s if c.cp_comm_overlap else 0.0
+        hidden_bwd = c.attention_backward_factor * core_s if c.cp_comm_overlap else 0.0
+        cp_s = max(0.0, ring_s - hidden_fwd) + max(0.0, 2 * ring_s - hidden_bwd)
+
+    seq_shard = layout.tp if layout.sequence_parallel else 1
+    return _LayerCost(
+        forward_s=forward_s,
+        backward_s=backward_s,
+        core_attention_s=core_s,
+        tp_forward_s=tp_exposed,
+        tp_backward_s=tp_exposed,
+        ep_forward_s=ep_exposed,
+        ep_backward_s=ep_exposed,
+        cp_s=cp_s,
+        activation_bytes=tokens * _activation_bytes_per_token(model, moe, layout, act),
+        input_bytes=tokens * model.hidden_size * act / seq_shard,
+    )
+
+
+# ---- stages, pipeline, data parallelism, memory ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """One pipeline rank: per-micro-batch times (s), parameters and activation bytes."""
+
+    compute_s: float
+    recompute_s: float
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    pp_s: float
+    last_backward_s: float  # backward of the last micro-batch (what DP reduction hides behind)
+    dense_params: float  # parameters sharded by TP (reduced over DP x CP)
+    expert_params: float  # routed-expert parameters (reduced over expert-DP)
+    activation_bytes: float  # saved per micro-batch on this rank, after recompute
+    working_bytes: float  # transient: one layer's activations during its backward, logits
+
+    @property
+    def per_microbatch_s(self) -> float:
+        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
+
+
+def _stages(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+    layout: Layout,
+    c: AnalyticalConstants,
+) -> list[_Stage]:
+    dense = _layer_cost(model, False, cluster, train, layout, c)
+    moe = _layer_cost(model, True, cluster, train, layout, c) if model.is_moe else dense
+    per_stage = layout.layers_per_stage(model)
+    recomputed = layout.recomputed_layers_per_stage(model)
+    act = _dtype_bytes(train.precision)
+    tokens = layout.micro_batch * train.seq_len / layout.cp
+    seq_shard = layout.tp if layout.sequence_parallel else 1
+    boundary_bytes = tokens * model.hidden_size * act / seq_shard
+    same_node = layout.world_size // layout.pp < cluster.devices_per_node
+    p2p_s = 2 * layout.vpp * p2p_time_s(boundary_bytes, same_node, cluster) if layout.pp > 1 else 0
+    logits_s = 3 * gemm_time_s(
+        tokens, model.hidden_size, model.vocab_size / layout.tp, cluster.device, train.precision
+    )
+    logits_bytes = tokens * model.vocab_size / layout.tp * c.logits_bytes_per_element
+    logits_s += (
+        2 * logits_bytes / (cluster.device.memory_gbps * 1e9 * cluster.device.memory_efficiency)
+    )
+    stage_list = []
+    for rank in range(layout.pp):
+        first_layer = rank * per_stage
+        n_dense = per_stage
+        if model.is_moe:
+            n_dense = min(max(model.first_dense_layers - first_layer, 0), per_stage)
+        n_moe = per_stage - n_dense
+        share = recomputed / per_stage
+
+        def total(attr: str, n_dense: int = n_dense, n_moe: int = n_moe) -> float:
+            return n_dense * getattr(dense, attr) + n_moe * getattr(moe, attr)
+
+        if layout.recompute == "full":
+            recompute_s = share * (
+                total("forward_s") + total("tp_forward_s") + total("ep_forward_s")
+            )
+        elif layout.recompute == "selective":
+            recompute_s = total("core_attention_s")
+        else:
+            recompute_s = 0.0
+        last = rank == layout.pp - 1
+        dense_params = (
+            n_dense * model.dense_layer_params + n_moe * model.moe_layer_non_expert_params
+        ) / layout.tp
+        if rank == 0:
+            dense_params += model.embedding_params / layout.tp
+        if last and (model.output_params or layout.pp > 1):
+            dense_params += model.vocab_size * model.hidden_size / layout.tp
+        saved = (1 - share) * total("activation_bytes") + share * total("input_bytes")
+        working = max(dense.activation_bytes, moe.activation_bytes) + (logits_bytes if last else 0)
+        stage_list.append(
+            _Stage(
+                compute_s=total("forward_s") + total("backward_s") + (logits_s if last else 0.0),
+                recompute_s=recompute_s,
+                tp_s=total("tp_forward_s")
+                + total("tp_backward_s")
+                + (share * total("tp_forward_s") if layout.recompute == "full" else 0.0),
+                cp_s=total("cp_s"),
+                ep_s=total("ep_forward_s")
+                + total("ep_backward_s")
+                + (share * total("ep_forward_s") if layout.recompute == "full" else 0.0),
+                pp_s=p2p_s,
+                last_backward_s=total("backward_s") / layout.vpp,
+                dense_params=dense_params,
+                expert_params=n_moe * model.expert_params_per_layer / (layout.ep * layout.tp),
+                activation_bytes=saved,
+                working_bytes=working,
+            )
+        )
+    return stage_list
+
+
+def _in_flight_microbatches(layout: Layout, microbatches: int, rank: int) -> float:
+    """Micro-batches whose activations pipeline rank ``rank`` holds at its peak.
+
+    1F1B: stage i holds p - i (at most m). Interleaved: the first stage holds
+    p * (1 + (p-1)/(p*v)) (Megatron theoretical_memory_usage.py, specs.md 3.3).
+    """
+    held = min(microbatches, layout.pp - rank)
+    if layout.vpp > 1:
+        held *= 1 + (layout.pp - 1) / (layout.pp * layout.vpp)
+    return held
+
+
+def _dp_times_s(
+    stage: _Stage, cluster: ClusterSpec, layout: Layout, c: AnalyticalConstants, prec: str
+) -> tuple[float, float]:
+    """(exposed gradient/parameter communication, optimizer step) of one pipeline rank."""
+    sizes = c.bytes_per_param[prec]
+    dense_group = place_group(layout.dp * layout.cp, layout.tp, cluster.devices_per_node)
+    expert_group = place_group(layout.expert_dp, layout.tp * layout.ep, cluster.devices_per_node)
+    reduce_s = gather_s = 0.0
+    for params, group in ((stage.dense_params, dense_group), (stage.expert_params, expert_group)):
+        if group.size == 1 or params == 0:
+            continue
+        if layout.distributed_optimizer:
+            reduce_s += reduce_scatter_time_s(params * sizes["grad"], group, cluster)
+            gather_s += all_gather_time_s(params * sizes["weight"], group, cluster)
+        else:
+            reduce_s += all_reduce_time_s(params * sizes["grad"], group, cluster)
+    exposed = max(0.0, reduce_s - stage.last_backward_s) if c.overlap_grad_reduce else reduce_s
+    exposed += 0.0 if c.overlap_param_gather else gather_s
+    local = stage.dense_params / _shards(dense_group, layout) + stage.expert_params / _shards(
+        expert_group, layout
+    )
+    device = cluster.device
+    optimizer_s = (
+        local
+        * c.optimizer_step_bytes_per_param
+        / (device.memory_gbps * 1e9 * device.memory_efficiency)
+    )
+    return exposed, optimizer_s
+
+
+def _shards(group: GroupPlacement, layout: Layout) -> int:
+    """How many ways the distributed optimizer splits the states of a group's parameters."""
+    return group.size if layout.distributed_optimizer else 1
+
+
+def _memory_bytes(
+    stage: _Stage,
+    rank: int,
+    microbatches: int,
+    cluster: ClusterSpec,
+    layout: Layout,
+    c: AnalyticalConstants,
+    prec: str,
+) -> dict[str, float]:
+    sizes = c.bytes_per_param[prec]
+    dense_shards = layout.dp * layout.cp if layout.distributed_optimizer else 1
+    expert_shards = layout.expert_dp if layout.distributed_optimizer else 1
+    params = stage.dense_params + stage.expert_params
+    return {
+        "weights": params * sizes["weight"],
+        "gradients": params * sizes["grad"],
+        "optimizer": sizes["optimizer"]
+        * (stage.dense_params / dense_shards + stage.expert_params / expert_shards),
+        "activations": stage.activation_bytes
+        * _in_flight_microbatches(layout, microbatches, rank),
+        "working": stage.working_bytes,
+        "reserved": c.reserved_memory_gib * GIB,
+    }
+
+
+def _simulate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+    layout: Layout,
+    c: AnalyticalConstants,
+) -> Prediction:
+    stages = _stages(model, cluster, train, layout, c)
+    m = layout.num_microbatches(train)
+    slowest = max(stages, key=lambda s: s.per_microbatch_s)
+    bubble_s = (sum(s.per_microbatch_s for s in stages) - slowest.per_microbatch_s) / layout.vpp
+    dp_s, optimizer_s = max(
+        (_dp_times_s(s, cluster, layout, c, train.precision) for s in stages), key=sum
+    )
+    breakdown = {
+        "compute": m * slowest.compute_s,
+        "recompute": m * slowest.recompute_s,
+        "tp_comm": m * slowest.tp_s,
+        "cp_comm": m * slowest.cp_s,
+        "ep_comm": m * slowest.ep_s,
+        "pp_comm": m * slowest.pp_s,
+        "dp_comm": dp_s,
+        "bubble": bubble_s,
+        "optimizer": optimizer_s,
+    }
+    step_s = sum(breakdown.values())
+    memories = [
+        _memory_bytes(s, rank, m, cluster, layout, c, train.precision)
+        for rank, s in enumerate(stages)
+    ]
+    worst = max(memories, key=lambda mem: sum(mem.values()))
+    world = layout.world_size
+    tokens_per_s = train.tokens_per_step / step_s
+    model_flops = model.flops_per_token(train.seq_len) * train.tokens_per_step
+    return Prediction(
+        step_time_s=step_s,
+        memory_gib=sum(worst.values()) / GIB,
+        memory_capacity_gib=cluster.device.memory_gib,
+        breakdown=breakdown,
+        memory_breakdown_gib={k: v / GIB for k, v in worst.items()},
+        tokens_per_s_per_device=tokens_per_s / world,
+        mfu=model_flops / (step_s * world * cluster.device.peak_flops(train.precision)),
+        detail={
+            "stage_time_s": [s.per_microbatch_s for s in stages],
+            "stage_memory_gib": [sum(mem.values()) / GIB for mem in memories],
+        },
+    )

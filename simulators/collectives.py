@@ -1,0 +1,121 @@
+"""Alpha-beta cost of collectives on a two-level (intra-node, inter-node) topology.
+
+Groups are placed as Megatron-LM places them: ranks are numbered node by node, and a group of
+``size`` ranks takes every ``stride``-th rank (TP stride 1, CP stride tp, DP stride tp*cp, PP
+stride world/pp; the expert grid puts EP at stride tp). Multi-node collectives are
+hierarchical, as NCCL and HCCL run them (specs.md 3.6): reduce-scatter inside the node, the
+node-level collective on 1/g of the data across nodes (all g NICs busy), all-gather inside the
+node. Each level used adds its ``latency_us`` once: a fixed cost per collective call (launch and
+synchronisation, msmodeling's ``comm_op_cost_s``), not per ring step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulators.specs import ClusterSpec
+
+__all__ = [
+    "GroupPlacement",
+    "all_gather_time_s",
+    "all_reduce_time_s",
+    "all_to_all_time_s",
+    "p2p_time_s",
+    "place_group",
+    "reduce_scatter_time_s",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPlacement:
+    """How a communication group of ``size`` ranks spreads over nodes."""
+
+    size: int
+    per_node: int  # members that share one node
+    nodes: int  # nodes the group spans
+
+    @property
+    def intra(self) -> bool:
+        return self.nodes == 1
+
+
+def place_group(size: int, stride: int, devices_per_node: int) -> GroupPlacement:
+    """Members per node of a group of ``size`` ranks taken every ``stride`` ranks."""
+    if size <= 1:
+        return GroupPlacement(1, 1, 1)
+    per_node = max(1, min(size, devices_per_node // stride)) if stride < devices_per_node else 1
+    return GroupPlacement(size, per_node, size // per_node)
+
+
+def _gbps(value: float) -> float:
+    return value * 1e9
+
+
+def _level_times_s(
+    nbytes: float, group: GroupPlacement, cluster: ClusterSpec, factor: float
+) -> float:
+    """Bandwidth + latency time of a reduce-scatter/all-gather-like pass (factor 1) or an
+    all-reduce (factor 2) of ``nbytes`` over the group, hierarchically."""
+    time = 0.0
+    if group.per_node > 1:
+        n = group.per_node
+        bw = _gbps(cluster.intra_node.group_bandwidth_gbps(n))
+        time += factor * (n - 1) / n * nbytes / bw + cluster.intra_node.latency_us * 1e-6
+    if group.nodes > 1:
+        k = group.nodes
+        link = cluster.inter_node
+        bw = _gbps(link.bandwidth_gbps * link.efficiency)
+        time += factor * (k - 1) / k * (nbytes / group.per_node) / bw + link.latency_us * 1e-6
+    return time
+
+
+def all_reduce_time_s(nbytes: float, group: GroupPlacement, cluster: ClusterSpec) -> float:
+    """Ring/mesh all-reduce of a buffer of ``nbytes``: 2(n-1)/n * S / B per level."""
+    return _level_times_s(nbytes, group, cluster, 2.0) if group.size > 1 else 0.0
+
+
+def reduce_scatter_time_s(nbytes: float, group: GroupPlacement, cluster: ClusterSpec) -> float:
+    """Reduce-scatter of a full buffer of ``nbytes``: (n-1)/n * S / B per level."""
+    return _level_times_s(nbytes, group, cluster, 1.0) if group.size > 1 else 0.0
+
+
+def all_gather_time_s(nbytes: float, group: GroupPlacement, cluster: ClusterSpec) -> float:
+    """All-gather into a full buffer of ``nbytes``: (n-1)/n * S / B per level."""
+    return reduce_scatter_time_s(nbytes, group, cluster)
+
+
+def all_to_all_time_s(send_bytes: float, group: GroupPlacement, cluster: ClusterSpec) -> float:
+    """All-to-all where each rank sends ``send_bytes`` spread evenly over the group.
+
+    The share for peers in the node goes over the intra-node links, the share for other nodes
+    over this device's NIC; the two run at once, so the slower one sets the time.
+    """
+    if group.size <= 1:
+        return 0.0
+    n = group.size
+    intra_peers = group.per_node - 1
+    inter_peers = n - group.per_node
+    time = 0.0
+    latency = 0.0
+    if intra_peers:
+        bw = _gbps(cluster.intra_node.group_bandwidth_gbps(group.per_node))
+        time = send_bytes * intra_peers / n / bw
+        latency = cluster.intra_node.latency_us
+    if inter_peers:
+        link = cluster.inter_node
+        time = max(
+            time, send_bytes * inter_peers / n / _gbps(link.bandwidth_gbps * link.efficiency)
+        )
+        latency = max(latency, link.latency_us)
+    return time + latency * 1e-6
+
+
+def p2p_time_s(nbytes: float, same_node: bool, cluster: ClusterSpec) -> float:
+    """One point-to-point transfer between two ranks (pipeline send/receive)."""
+    if same_node:
+        link = cluster.intra_node
+        bw = _gbps(link.group_bandwidth_gbps(2))
+    else:
+        link = cluster.inter_node
+        bw = _gbps(link.bandwidth_gbps * link.efficiency)
+    return nbytes / bw + link.latency_us * 1e-6

@@ -144,8 +144,21 @@ def _plain(node: DictConfig, drop: tuple[str, ...] = ()) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k not in drop}
 
 
+def _reject_unknown(group: str, values: dict[str, Any], spec: type) -> None:
+    """``+model.layerz=3`` passes compose (``+`` adds keys); refuse it with the allowed keys."""
+    allowed = {f.name for f in dataclasses.fields(spec)}
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise SpecError(
+            f"unknown {group} field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+
+
 def to_specs(cfg: DictConfig) -> tuple[ModelSpec, ClusterSpec, TrainSpec]:
     """Build the three specs from a composed config (``model``, ``cluster``, ``train``)."""
+    _reject_unknown("model", _plain(cfg.model, drop=("recipe",)), ModelSpec)
+    _reject_unknown("cluster", _plain(cfg.cluster), ClusterSpec)
+    _reject_unknown("train", _plain(cfg.train), TrainSpec)
     try:
         model = ModelSpec(**_plain(cfg.model, drop=("recipe",)))
         cluster_values = _plain(cfg.cluster)

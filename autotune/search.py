@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 
@@ -77,39 +75,20 @@ class SearchResult:
 
 
 def _objective(
-    space: SearchSpace,
-    evaluate: Evaluator,
-    fixed: Mapping[str, Any],
-    multi_objective: bool,
+    space: SearchSpace, evaluate: Evaluator, multi_objective: bool
 ) -> Callable[[optuna.Trial], float | tuple[float, float]]:
-    valid = set(space.layouts)
-    world = evaluate.cluster.num_devices
-    worst = [0.0]
-
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
         values = {name: trial.suggest_categorical(name, space.choices[name]) for name in SEARCHED}
-        layout = space.layout_for({**fixed, **values}, world) if _product_ok(values, world) else None
-        if layout is None or layout not in valid:
-            # Broken rules: infeasible for the sampler, valued as the worst seen so far.
-            trial.set_constraint("rules", 1.0)
-            trial.set_constraint("memory_gib", 0.0)
-            trial.set_user_attr("valid", False)
-            penalty = worst[0] or 1.0
-            return (penalty, penalty) if multi_objective else penalty
+        layout = space.nearest(values)
         prediction = evaluate(layout)
-        worst[0] = max(worst[0], prediction.step_time_s)
-        trial.set_constraint("rules", 0.0)
+        trial.set_user_attr("layout", layout.describe())
+        # Feasible when <= 0: layouts that do not fit in memory are infeasible, not zero.
         trial.set_constraint("memory_gib", prediction.memory_gib - prediction.memory_capacity_gib)
-        trial.set_user_attr("valid", True)
         if multi_objective:
             return prediction.step_time_s, prediction.memory_gib
         return prediction.step_time_s
 
     return objective
-
-
-def _product_ok(values: Mapping[str, Any], world: int) -> bool:
-    return world % (values["tp"] * values["pp"] * values["cp"]) == 0
 
 
 def run_search(
@@ -119,7 +98,6 @@ def run_search(
     sampler: str,
     n_trials: int,
     seed: int,
-    fixed: Mapping[str, Any],
     storage: str | None,
     study_name: str,
     progress: Callable[[int, int, optuna.Study], None] | None = None,
@@ -130,6 +108,7 @@ def run_search(
     if n_trials < 1:
         raise UserError(f"search.n_trials={n_trials} must be >= 1")
     multi = sampler == "nsga2"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress is ours, every tenth
     study = optuna.create_study(
         study_name=study_name,
         storage=storage,
@@ -141,18 +120,16 @@ def run_search(
         n_trials = 1
         for values in space.choices.values():
             n_trials *= len(values)
-    objective = _objective(space, evaluate, fixed, multi)
+    objective = _objective(space, evaluate, multi)
     callbacks = [lambda st, tr: progress(tr.number + 1, n_trials, st)] if progress else []
     started = time.perf_counter()
     study.optimize(objective, n_trials=n_trials, callbacks=callbacks)
     elapsed = time.perf_counter() - started
-    # Every valid trial of the study, earlier sessions of a resumed study included.
-    world = evaluate.cluster.num_devices
+    # Every trial of the study, earlier sessions of a resumed study included.
     evaluated = tuple(
         (trial.number, layout, evaluate(layout))
         for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if trial.user_attrs.get("valid")
-        for layout in (space.layout_for({**fixed, **trial.params}, world),)
+        for layout in (space.nearest(trial.params),)
     )
     return SearchResult(study=study, evaluated=evaluated, elapsed_s=elapsed)
 

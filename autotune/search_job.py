@@ -46,8 +46,9 @@ def _progress(every: int) -> Any:
         if done % every and done != total:
             return
         feasible = [
-            t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("valid")
-            and all(c <= 0 for c in t.constraints.values())
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("valid") and all(c <= 0 for c in t.constraints.values())
         ]
         best = min((t.values[0] for t in feasible), default=None)
         shown = f"{best:.3f} s" if best is not None else "none fits yet"
@@ -61,9 +62,7 @@ def run_search_job(cfg: DictConfig) -> None:
     model, cluster, train, simulator = load_job(cfg)
     search = cfg.search
     if search.sampler not in SAMPLERS:
-        raise UserError(
-            f"unknown sampler {search.sampler!r}; available: {', '.join(SAMPLERS)}"
-        )
+        raise UserError(f"unknown sampler {search.sampler!r}; available: {', '.join(SAMPLERS)}")
     fixed = fixed_layout_values(cfg)
     space = build_space(model, cluster, train, search, fixed)
     evaluate = Evaluator(simulator, model, cluster, train)
@@ -83,7 +82,6 @@ def run_search_job(cfg: DictConfig) -> None:
             sampler=search.sampler,
             n_trials=search.n_trials,
             seed=search.seed,
-            fixed=fixed,
             storage=search.storage,
             study_name=study_name,
             progress=_progress(max(1, search.n_trials // 10)),
@@ -117,7 +115,7 @@ def run_search_job(cfg: DictConfig) -> None:
             run.metrics({**summary, "n_valid_layouts": space.size, "search_s": result.elapsed_s})
             run.text("config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
             run.table("trials.csv", trials)
-            run.table("top_k.csv", pd.DataFrame([layout_row(l, p) for l, p in top]))
+            run.table("top_k.csv", pd.DataFrame([layout_row(lay, pred) for lay, pred in top]))
             run.text("launch_flags.txt", launch_text(model, train, best_layout))
             for name, figure in search_figures(result.study, trials).items():
                 run.figure(name, figure)
@@ -128,8 +126,17 @@ def run_search_job(cfg: DictConfig) -> None:
     if cfg.output == "json":
         emit_json(
             _json_payload(
-                best_layout, best, top, world, result, elapsed, run.run_id if run else None,
-                exhaustive, evaluate.simulations, model, train,
+                best_layout,
+                best,
+                top,
+                world,
+                result,
+                elapsed,
+                run.run_id if run else None,
+                exhaustive,
+                evaluate.simulations,
+                model,
+                train,
             )
         )
         return
@@ -141,7 +148,7 @@ def _param_columns() -> tuple[str, ...]:
 
 
 def _trials_frame(result: SearchResult) -> pd.DataFrame:
-    rows = [{"trial": n, **layout_row(l, p)} for n, l, p in result.evaluated]
+    rows = [{"trial": n, **layout_row(lay, pred)} for n, lay, pred in result.evaluated]
     return pd.DataFrame(rows)
 
 
@@ -159,8 +166,18 @@ def _summary(best: Prediction, exhaustive: tuple[Layout, Prediction] | None) -> 
 
 
 def _layout_json(layout: Layout) -> dict[str, Any]:
-    keys = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "recompute",
-            "sequence_parallel", "distributed_optimizer")
+    keys = (
+        "dp",
+        "tp",
+        "pp",
+        "cp",
+        "ep",
+        "vpp",
+        "micro_batch",
+        "recompute",
+        "sequence_parallel",
+        "distributed_optimizer",
+    )
     return {k: getattr(layout, k) for k in keys}
 
 
@@ -185,7 +202,10 @@ def _json_payload(
         "n_simulations": simulations,
         "elapsed_s": elapsed,
         "mlflow_run_id": run_id,
-        "top_k": [{"layout": _layout_json(l), "prediction": _prediction_json(p)} for l, p in top],
+        "top_k": [
+            {"layout": _layout_json(lay), "prediction": _prediction_json(pred)}
+            for lay, pred in top
+        ],
         "launch_flags": {
             "megatron": megatron_flags(model, train, best_layout),
             "mindspeed": mindspeed_flags(model, train, best_layout),

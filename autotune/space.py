@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from simulators import ClusterSpec
 from simulators import Layout
@@ -18,22 +19,38 @@ __all__ = ["SEARCHED", "SearchSpace", "build_space"]
 
 # Layout fields the search chooses (dp follows from the others; SP is on whenever tp > 1).
 SEARCHED = ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "recompute", "distributed_optimizer")
+_MODES = [SEARCHED.index("recompute"), SEARCHED.index("distributed_optimizer")]
+
+
+# Changing a mode (recompute, optimizer sharding) counts as this many steps along a degree's
+# list of choices when a proposed point is moved to the nearest valid layout.
+_MODE_STEP = 10
 
 
 @dataclass(frozen=True, slots=True)
 class SearchSpace:
-    """The valid layouts and, per searched field, the values that occur in them."""
+    """The valid layouts and, per searched field, the values that occur in them.
+
+    A sampler proposes one value per field from ``choices``; most combinations of them break
+    a rule (tp * pp * cp must divide the world, ...). :meth:`nearest` maps every proposal to
+    the closest valid layout (itself, when valid), so every trial is a real layout and the
+    samplers see a function defined on the whole grid.
+    """
 
     layouts: tuple[Layout, ...]
     choices: Mapping[str, tuple[Any, ...]]
+    _positions: np.ndarray  # (layouts, fields): index of each layout's value in its choices
 
     @property
     def size(self) -> int:
         return len(self.layouts)
 
-    def layout_for(self, values: Mapping[str, Any], world_size: int) -> Layout:
-        """The layout of one point of the grid (may break rules: check ``violations``)."""
-        return Layout.resolve(world_size, **dict(values))
+    def nearest(self, values: Mapping[str, Any]) -> Layout:
+        """The valid layout closest to a proposal (weighted steps along each choice list)."""
+        point = np.array([self.choices[name].index(values[name]) for name in SEARCHED])
+        steps = np.abs(self._positions - point)
+        steps[:, _MODES] = np.minimum(steps[:, _MODES], 1) * _MODE_STEP
+        return self.layouts[int(np.argmin(steps.sum(axis=1)))]
 
 
 def _divisors(n: int) -> list[int]:
@@ -53,7 +70,9 @@ def _candidates(
         "vpp": list(range(1, search["max_vpp"] + 1)),
         "micro_batch": sorted({int(b) for b in search["micro_batch"]}),
         "recompute": list(dict.fromkeys(search["recompute"])),
-        "distributed_optimizer": list(dict.fromkeys(bool(x) for x in search["distributed_optimizer"])),
+        "distributed_optimizer": list(
+            dict.fromkeys(bool(x) for x in search["distributed_optimizer"])
+        ),
     }
 
 
@@ -89,7 +108,10 @@ def build_space(
         name: tuple(v for v in candidates[name] if any(getattr(x, name) == v for x in valid))
         for name in SEARCHED
     }
-    return SearchSpace(layouts=tuple(valid), choices=choices)
+    positions = np.array(
+        [[choices[name].index(getattr(lay, name)) for name in SEARCHED] for lay in valid]
+    )
+    return SearchSpace(layouts=tuple(valid), choices=choices, _positions=positions)
 
 
 def _explain_empty(
@@ -106,7 +128,3 @@ def _explain_empty(
     if broken:
         return f"{head} ({pinned}):\n  - " + "\n  - ".join(broken)
     return f"{head} ({pinned}); widen the search (search.max_tp, search.micro_batch, ...)"
-
-
-def describe_choices(choices: Mapping[str, Sequence[Any]]) -> str:
-    return ", ".join(f"{k}={list(v)}" for k, v in choices.items())

@@ -101,8 +101,10 @@ def child_runs(parent: _Run, rows: list[dict[str, Any]], param_keys: tuple[str, 
             run_name=f"trial-{row['trial']}",
             tags={"mlflow.parentRunId": parent.run_id},
         )
-        params = [Param(k, json.dumps(row[k]) if isinstance(row[k], bool) else str(row[k]))
-                  for k in param_keys]
+        params = [
+            Param(k, json.dumps(row[k]) if isinstance(row[k], bool) else str(row[k]))
+            for k in param_keys
+        ]
         metrics = [
             Metric(k, float(v), now, 0)
             for k, v in row.items()

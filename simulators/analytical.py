@@ -13,6 +13,7 @@ specs.md 3.3), checked on every pipeline rank.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -110,6 +111,9 @@ class AnalyticalSimulator:
 
     def __init__(self, constants: AnalyticalConstants | None = None) -> None:
         self.constants = constants or AnalyticalConstants()
+        # A layer's cost depends on few layout fields: layouts that differ only in dp, pp, vpp
+        # or optimizer sharding share it. The cache never changes an answer.
+        self._layers: dict[tuple[object, ...], _LayerCost] = {}
 
     @classmethod
     def from_config(cls, constants: Mapping[str, Any]) -> AnalyticalSimulator:
@@ -118,7 +122,29 @@ class AnalyticalSimulator:
     def simulate(
         self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
     ) -> Prediction:
-        return _simulate(model, cluster, train, layout, self.constants)
+        return _simulate(model, cluster, train, layout, self.constants, self._layer_cost)
+
+    def _layer_cost(
+        self, model: ModelSpec, moe: bool, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> _LayerCost:
+        key = (
+            model,
+            moe,
+            cluster,
+            train,
+            layout.tp,
+            layout.cp,
+            layout.ep,
+            layout.micro_batch,
+            layout.sequence_parallel,
+            layout.recompute,
+        )
+        cost = self._layers.get(key)
+        if cost is None:
+            cost = self._layers[key] = _layer_cost(
+                model, moe, cluster, train, layout, self.constants
+            )
+        return cost
 
 
 # ---- operators ---------------------------------------------------------------------------
@@ -331,15 +357,19 @@ class _Stage:
         return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
 
 
+_LayerCostFn = Callable[[ModelSpec, bool, ClusterSpec, TrainSpec, Layout], _LayerCost]
+
+
 def _stages(
     model: ModelSpec,
     cluster: ClusterSpec,
     train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
+    layer_cost: _LayerCostFn,
 ) -> list[_Stage]:
-    dense = _layer_cost(model, False, cluster, train, layout, c)
-    moe = _layer_cost(model, True, cluster, train, layout, c) if model.is_moe else dense
+    dense = layer_cost(model, False, cluster, train, layout)
+    moe = layer_cost(model, True, cluster, train, layout) if model.is_moe else dense
     per_stage = layout.layers_per_stage(model)
     recomputed = layout.recomputed_layers_per_stage(model)
     act = _dtype_bytes(train.precision)
@@ -355,14 +385,19 @@ def _stages(
     logits_s += (
         2 * logits_bytes / (cluster.device.memory_gbps * 1e9 * cluster.device.memory_efficiency)
     )
+    share = recomputed / per_stage
+    built: dict[tuple[int, bool, bool], _Stage] = {}  # most pipeline ranks are alike
     stage_list = []
     for rank in range(layout.pp):
-        first_layer = rank * per_stage
         n_dense = per_stage
         if model.is_moe:
-            n_dense = min(max(model.first_dense_layers - first_layer, 0), per_stage)
+            n_dense = min(max(model.first_dense_layers - rank * per_stage, 0), per_stage)
         n_moe = per_stage - n_dense
-        share = recomputed / per_stage
+        last = rank == layout.pp - 1
+        key = (n_dense, rank == 0, last)
+        if key in built:
+            stage_list.append(built[key])
+            continue
 
         def total(attr: str, n_dense: int = n_dense, n_moe: int = n_moe) -> float:
             return n_dense * getattr(dense, attr) + n_moe * getattr(moe, attr)
@@ -375,35 +410,35 @@ def _stages(
             recompute_s = total("core_attention_s")
         else:
             recompute_s = 0.0
-        last = rank == layout.pp - 1
         dense_params = (
             n_dense * model.dense_layer_params + n_moe * model.moe_layer_non_expert_params
         ) / layout.tp
         if rank == 0:
             dense_params += model.embedding_params / layout.tp
-        if last and (model.output_params or layout.pp > 1):
-            dense_params += model.vocab_size * model.hidden_size / layout.tp
+        if last:
+            dense_params += model.hidden_size  # final norm (replicated; negligible)
+            if model.output_params or layout.pp > 1:  # a tied head is copied to the last stage
+                dense_params += model.vocab_size * model.hidden_size / layout.tp
         saved = (1 - share) * total("activation_bytes") + share * total("input_bytes")
         working = max(dense.activation_bytes, moe.activation_bytes) + (logits_bytes if last else 0)
-        stage_list.append(
-            _Stage(
-                compute_s=total("forward_s") + total("backward_s") + (logits_s if last else 0.0),
-                recompute_s=recompute_s,
-                tp_s=total("tp_forward_s")
-                + total("tp_backward_s")
-                + (share * total("tp_forward_s") if layout.recompute == "full" else 0.0),
-                cp_s=total("cp_s"),
-                ep_s=total("ep_forward_s")
-                + total("ep_backward_s")
-                + (share * total("ep_forward_s") if layout.recompute == "full" else 0.0),
-                pp_s=p2p_s,
-                last_backward_s=total("backward_s") / layout.vpp,
-                dense_params=dense_params,
-                expert_params=n_moe * model.expert_params_per_layer / (layout.ep * layout.tp),
-                activation_bytes=saved,
-                working_bytes=working,
-            )
+        built[key] = _Stage(
+            compute_s=total("forward_s") + total("backward_s") + (logits_s if last else 0.0),
+            recompute_s=recompute_s,
+            tp_s=total("tp_forward_s")
+            + total("tp_backward_s")
+            + (share * total("tp_forward_s") if layout.recompute == "full" else 0.0),
+            cp_s=total("cp_s"),
+            ep_s=total("ep_forward_s")
+            + total("ep_backward_s")
+            + (share * total("ep_forward_s") if layout.recompute == "full" else 0.0),
+            pp_s=p2p_s,
+            last_backward_s=total("backward_s") / layout.vpp,
+            dense_params=dense_params,
+            expert_params=n_moe * model.expert_params_per_layer / (layout.ep * layout.tp),
+            activation_bytes=saved,
+            working_bytes=working,
         )
+        stage_list.append(built[key])
     return stage_list
 
 
@@ -485,13 +520,14 @@ def _simulate(
     train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
+    layer_cost: _LayerCostFn,
 ) -> Prediction:
-    stages = _stages(model, cluster, train, layout, c)
+    stages = _stages(model, cluster, train, layout, c, layer_cost)
     m = layout.num_microbatches(train)
     slowest = max(stages, key=lambda s: s.per_microbatch_s)
     bubble_s = (sum(s.per_microbatch_s for s in stages) - slowest.per_microbatch_s) / layout.vpp
     dp_s, optimizer_s = max(
-        (_dp_times_s(s, cluster, layout, c, train.precision) for s in stages), key=sum
+        (_dp_times_s(s, cluster, layout, c, train.precision) for s in set(stages)), key=sum
     )
     breakdown = {
         "compute": m * slowest.compute_s,

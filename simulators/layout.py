@@ -189,7 +189,7 @@ def _virtual_pipeline(
     found = []
     if lay.pp == 1:
         found.append(f"vpp={lay.vpp} needs pp > 1")
-    elif (model.num_layers // lay.pp) % lay.vpp or model.num_layers % lay.pp:
+    elif model.num_layers % lay.pp == 0 and (model.num_layers // lay.pp) % lay.vpp:
         found.append(
             f"vpp={lay.vpp} does not divide the {model.num_layers}/{lay.pp} layers per stage"
         )

@@ -99,6 +99,8 @@ class ModelSpec:
                 )
             if self.first_dense_layers > self.num_layers:
                 raise SpecError(f"{owner}: first_dense_layers exceeds num_layers")
+            if self.first_dense_layers:
+                require_positive(owner, ffn_hidden_size=self.ffn_hidden_size)
         else:
             require_positive(owner, ffn_hidden_size=self.ffn_hidden_size)
         if self.attention == "mla":

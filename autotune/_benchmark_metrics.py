@@ -1,0 +1,123 @@
+"""Scores of one ranking of one scenario's measured layouts, and their aggregates.
+
+A scenario is a set of measured layouts of one job. A ranker (simulator, baseline or peer)
+orders them; the pick is its first. Regret is the measured time of the pick over the best
+measured time, minus one. A layout that really ran out of memory has no time: picking it is a
+*false-feasible pick*, charged a fixed penalty regret.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "Summary",
+    "ape",
+    "expected_random_regret",
+    "feasibility_rates",
+    "layout_regrets",
+    "pick_order",
+    "rank_correlations",
+    "regret_at_k",
+    "summarize",
+]
+
+
+def layout_regrets(measured_s: np.ndarray, ok: np.ndarray, oom_penalty: float) -> np.ndarray:
+    """Regret of picking each layout: ``t / t_best - 1`` if it ran, ``oom_penalty`` if not.
+
+    Args:
+        measured_s: measured step times (NaN where the layout did not run).
+        ok: whether each layout ran (status ``ok``); the others ran out of memory.
+        oom_penalty: the regret charged for picking a layout that ran out of memory.
+    """
+    best = np.min(measured_s[ok])
+    return np.where(ok, measured_s / best - 1.0, oom_penalty)
+
+
+def pick_order(score: np.ndarray, fits: np.ndarray) -> np.ndarray:
+    """Indices from first pick to last: predicted to fit first, then by score; NaN last.
+
+    Ties keep the table's order (a stable sort), so a ranking is deterministic.
+    """
+    unknown = np.isnan(score)
+    keys = (np.where(unknown, 0.0, score), unknown, ~fits)  # lexsort: last key is primary
+    return np.lexsort(keys)
+
+
+def regret_at_k(regrets: np.ndarray, order: np.ndarray, k: int) -> float:
+    """Regret of the best of the first ``k`` picks."""
+    return float(np.min(regrets[order[:k]]))
+
+
+def expected_random_regret(regrets: np.ndarray, k: int) -> float:
+    """Exact expected regret@k of ``k`` layouts drawn uniformly without replacement.
+
+    With regrets sorted ascending, the i-th smallest (1-based) is the best of the draw with
+    probability C(n - i, k - 1) / C(n, k).
+    """
+    n = len(regrets)
+    k = min(k, n)
+    ordered = np.sort(regrets)
+    weights = np.array([comb(n - i, k - 1) for i in range(1, n + 1)], dtype=float) / comb(n, k)
+    return float(np.dot(weights, ordered))
+
+
+def ape(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """Absolute percentage error as a fraction: ``|p - m| / m``."""
+    return np.abs(predicted - measured) / measured
+
+
+def rank_correlations(predicted: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
+    """Kendall tau-b and Spearman rho; NaN below two points or for a constant input."""
+    keep = np.isfinite(predicted) & np.isfinite(measured)
+    predicted, measured = predicted[keep], measured[keep]
+    if len(predicted) < 2 or np.ptp(predicted) == 0 or np.ptp(measured) == 0:
+        return float("nan"), float("nan")
+    tau = stats.kendalltau(predicted, measured).statistic
+    if len(predicted) == 2:  # Spearman equals Kendall on two points; scipy wants three
+        return float(tau), float(tau)
+    return float(tau), float(stats.spearmanr(predicted, measured).statistic)
+
+
+def feasibility_rates(fits: np.ndarray, ok: np.ndarray) -> tuple[float, float]:
+    """False-feasible rate (oom layouts predicted to fit, over oom layouts) and false-infeasible
+    rate (layouts that ran but predicted not to fit, over layouts that ran); NaN without any."""
+    oom = ~ok
+    false_feasible = float(np.mean(fits[oom])) if oom.any() else float("nan")
+    false_infeasible = float(np.mean(~fits[ok])) if ok.any() else float("nan")
+    return false_feasible, false_infeasible
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Mean, median, worst (max) and a bootstrap 95% interval of the mean of finite values."""
+
+    n: int
+    mean: float
+    median: float
+    worst: float
+    ci_low: float
+    ci_high: float
+
+
+def summarize(values: np.ndarray, rng: np.random.Generator, samples: int) -> Summary:
+    """Summary of ``values`` (NaN dropped); the interval resamples values with replacement."""
+    values = values[np.isfinite(values)]
+    if len(values) == 0:
+        nan = float("nan")
+        return Summary(0, nan, nan, nan, nan, nan)
+    means = rng.choice(values, size=(samples, len(values)), replace=True).mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return Summary(
+        n=len(values),
+        mean=float(values.mean()),
+        median=float(np.median(values)),
+        worst=float(values.max()),
+        ci_low=float(low),
+        ci_high=float(high),
+    )

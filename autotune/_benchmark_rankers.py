@@ -1,0 +1,144 @@
+"""Rankers of measured layouts: simulators, the rule-of-thumb heuristic, and peer predictions.
+
+Each turns the rows of a measurement table into a :class:`Ranking`: a score per row (lower is
+picked first), the predicted step time and memory where it has them, and whether it thinks the
+layout fits in memory. The ``random`` baseline needs no ranking: it is scored exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulators import ClusterSpec
+from simulators import Layout
+from simulators import ModelSpec
+from simulators import Simulator
+from simulators import TrainSpec
+
+__all__ = ["HeuristicRule", "Ranking", "Specs", "heuristic_ranking", "peer_rankings", "simulate"]
+
+GIB = 1024**3
+Specs = tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]
+_RECOMPUTE_PREFERENCE = {"selective": 0, "none": 1, "full": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """One ranker's view of the table rows it covers (``rows``: positions in the table)."""
+
+    name: str
+    kind: str  # "simulator", "baseline" or "peer"
+    rows: np.ndarray
+    score: np.ndarray
+    predicted_s: np.ndarray
+    memory_gib: np.ndarray
+    fits: np.ndarray
+    seconds_per_layout: float = float("nan")
+    invalid: int = 0
+
+
+def simulate(simulator: Simulator, specs: Sequence[Specs]) -> Ranking:
+    """Predict every row; a layout that breaks a rule gets no prediction and ranks last."""
+    n = len(specs)
+    predicted, memory = np.full(n, np.nan), np.full(n, np.nan)
+    fits = np.zeros(n, dtype=bool)
+    invalid, elapsed = 0, 0.0
+    for i, (model, cluster, train, layout) in enumerate(specs):
+        if layout.violations(model, cluster, train):
+            invalid += 1
+            continue
+        start = time.perf_counter()
+        prediction = simulator.simulate(model, cluster, train, layout)
+        elapsed += time.perf_counter() - start
+        predicted[i], memory[i], fits[i] = (
+            prediction.step_time_s,
+            prediction.memory_gib,
+            prediction.fits,
+        )
+    timed = n - invalid
+    return Ranking(
+        name=simulator.name,
+        kind="simulator",
+        rows=np.arange(n),
+        score=predicted,
+        predicted_s=predicted,
+        memory_gib=memory,
+        fits=fits,
+        seconds_per_layout=elapsed / timed if timed else float("nan"),
+        invalid=invalid,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HeuristicRule:
+    """A practitioner's rule of thumb for picking a layout without a simulator.
+
+    Layouts whose weights, gradients and optimizer states (``bytes_per_param``, of which
+    ``optimizer_bytes_per_param`` are sharded by DP with the distributed optimizer; experts
+    sharded by EP) fill more than ``state_memory_fraction`` of a device rank last (they are
+    its "does not fit"). Then, in order: tensor parallelism inside a node, the least model
+    parallelism tp*pp*cp (the most data parallelism), tensor before pipeline before context
+    parallelism, the most expert parallelism, the smallest micro-batch, and selective before no
+    before full recompute.
+    """
+
+    state_memory_fraction: float
+    bytes_per_param: float
+    optimizer_bytes_per_param: float
+
+    def state_bytes(self, model: ModelSpec, layout: Layout) -> float:
+        """Weights, gradients and optimizer states per device, in bytes."""
+        experts = model.num_moe_layers * model.expert_params_per_layer
+        params = (model.num_params - experts) / (layout.tp * layout.pp)
+        params += experts / (layout.tp * layout.ep * layout.pp)
+        sharded = self.optimizer_bytes_per_param if layout.distributed_optimizer else 0.0
+        return params * (self.bytes_per_param - sharded + sharded / layout.dp)
+
+    def fits(self, model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> bool:
+        limit = self.state_memory_fraction * cluster.device.memory_gib * GIB
+        return self.state_bytes(model, layout) <= limit
+
+    def key(self, model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> tuple[int, ...]:
+        """Sort key of a layout: smaller is preferred."""
+        return (
+            int(not self.fits(model, cluster, layout)),
+            int(layout.tp > cluster.devices_per_node),
+            layout.tp * layout.pp * layout.cp,
+            layout.pp,
+            layout.cp,
+            -layout.ep,
+            layout.micro_batch,
+            _RECOMPUTE_PREFERENCE[layout.recompute],
+        )
+
+
+def heuristic_ranking(rule: HeuristicRule, specs: Sequence[Specs]) -> Ranking:
+    """Rank rows by the rule's key (scenarios are ranked separately, so a global rank works)."""
+    keys = [rule.key(model, cluster, layout) for model, cluster, _, layout in specs]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    score = np.empty(len(keys))
+    score[order] = np.arange(len(keys), dtype=float)
+    fits = np.array([rule.fits(m, c, lay) for m, c, _, lay in specs], dtype=bool)
+    nan = np.full(len(keys), np.nan)
+    return Ranking("heuristic", "baseline", np.arange(len(keys)), score, nan, nan.copy(), fits)
+
+
+def peer_rankings(table: pd.DataFrame) -> list[Ranking]:
+    """Another simulator's predictions carried in the file (``predictor``), on its rows only.
+
+    A peer states no memory prediction, so it is taken to predict that every layout fits.
+    """
+    rankings = []
+    has = table["predictor"].notna() & table["predicted_step_time_s"].notna()
+    for name in sorted(table.loc[has, "predictor"].unique()):
+        rows = np.flatnonzero(has & (table["predictor"] == name))
+        predicted = table["predicted_step_time_s"].to_numpy(dtype=float, na_value=np.nan)[rows]
+        nan = np.full(len(rows), np.nan)
+        fits = np.ones(len(rows), dtype=bool)
+        rankings.append(Ranking(str(name), "peer", rows, predicted, predicted, nan, fits))
+    return rankings

@@ -1,0 +1,330 @@
+"""Score every ranker on every scenario of a measurement table, then aggregate."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from autotune._benchmark_metrics import ape
+from autotune._benchmark_metrics import expected_random_regret
+from autotune._benchmark_metrics import feasibility_rates
+from autotune._benchmark_metrics import layout_regrets
+from autotune._benchmark_metrics import pick_order
+from autotune._benchmark_metrics import rank_correlations
+from autotune._benchmark_metrics import regret_at_k
+from autotune._benchmark_metrics import summarize
+from autotune._benchmark_rankers import Ranking
+
+__all__ = ["RANDOM", "BenchmarkResult", "ScoreSettings", "score"]
+
+RANDOM = "random"
+_NAN = float("nan")
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreSettings:
+    """How regret is charged and aggregated.
+
+    ``oom_penalty_regret`` is the regret of a pick that really ran out of memory; ``top_k`` is
+    the k of regret@k; the bootstrap interval of the mean uses ``bootstrap_samples`` resamples
+    of the scenarios drawn with ``seed``.
+    """
+
+    oom_penalty_regret: float
+    top_k: int
+    bootstrap_samples: int
+    seed: int
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkResult:
+    """Per-scenario scores, per-row predictions and per-ranker summaries (with ``by_source``)."""
+
+    scenarios: pd.DataFrame
+    rows: pd.DataFrame
+    summaries: dict[str, dict[str, Any]]
+
+
+def score(
+    table: pd.DataFrame,
+    labels: Sequence[str],
+    rankings: Sequence[Ranking],
+    settings: ScoreSettings,
+    with_random: bool,
+) -> BenchmarkResult:
+    """Score ``rankings`` (and the exact ``random`` baseline) on the scenarios of ``table``.
+
+    Args:
+        table: a loaded measurement table (``dataset.load_measurements``); ``source`` filled.
+        labels: a short description of each row's layout, shown as the pick.
+        rankings: what each simulator, baseline or peer thinks of the rows it covers.
+        settings: penalty, k and bootstrap settings.
+        with_random: whether to add the ``random`` baseline.
+    """
+    groups = table.groupby(["source", "scenario"], sort=False).indices
+    measured = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)
+    status = table["status"].to_numpy(dtype=str)
+    scenario_rows: list[dict[str, Any]] = []
+    row_frames: list[pd.DataFrame] = []
+    kinds: dict[str, str] = {}
+    if with_random:
+        kinds[RANDOM] = "baseline"
+        for (source, scenario), positions in groups.items():
+            measured_rows = positions[np.isin(status[positions], ("ok", "oom"))]
+            record = _random_record(measured_rows, measured, status, settings)
+            scenario_rows.append(
+                {
+                    "simulator": RANDOM,
+                    "source": source,
+                    "scenario": scenario,
+                    **_job(table, positions),
+                    **record,
+                }
+            )
+    for ranking in rankings:
+        kinds[ranking.name] = ranking.kind
+        local = np.full(len(table), -1)
+        local[ranking.rows] = np.arange(len(ranking.rows))
+        for (source, scenario), positions in groups.items():
+            covered = positions[
+                (local[positions] >= 0) & np.isin(status[positions], ("ok", "oom"))
+            ]
+            if len(covered) == 0:
+                continue
+            record = _ranked_record(covered, local[covered], ranking, table, labels, settings)
+            scenario_rows.append(
+                {
+                    "simulator": ranking.name,
+                    "source": source,
+                    "scenario": scenario,
+                    **_job(table, positions),
+                    **record,
+                }
+            )
+        row_frames.append(_row_frame(table, labels, ranking))
+    scenarios = pd.DataFrame(scenario_rows).rename(
+        columns={"regret_at_k": f"regret_at_{settings.top_k}"}
+    )
+    rows = pd.concat(row_frames, ignore_index=True) if row_frames else pd.DataFrame()
+    summaries = {
+        name: _summary(name, kind, scenarios, rows, settings) for name, kind in kinds.items()
+    }
+    for ranking in rankings:
+        summaries[ranking.name]["seconds_per_layout"] = ranking.seconds_per_layout
+        summaries[ranking.name]["n_invalid"] = ranking.invalid
+    return BenchmarkResult(scenarios=scenarios, rows=rows, summaries=summaries)
+
+
+def _job(table: pd.DataFrame, positions: np.ndarray) -> dict[str, Any]:
+    first = table.iloc[positions[0]]
+    return {
+        "model": first["model"],
+        "cluster": first["cluster"],
+        "num_devices": int(first["num_devices"]),
+    }
+
+
+def _random_record(
+    rows: np.ndarray, measured: np.ndarray, status: np.ndarray, settings: ScoreSettings
+) -> dict[str, Any]:
+    ok = status[rows] == "ok"
+    record = _empty_record(len(rows), int(ok.sum()))
+    if record["eligible"]:
+        regrets = layout_regrets(measured[rows], ok, settings.oom_penalty_regret)
+        record.update(
+            best_step_time_s=float(np.min(measured[rows][ok])),
+            pick="uniform draw",
+            regret_at_1=expected_random_regret(regrets, 1),
+            regret_at_k=expected_random_regret(regrets, settings.top_k),
+            oom_pick=float(np.mean(~ok)),
+        )
+    return record
+
+
+def _ranked_record(
+    rows: np.ndarray,
+    local: np.ndarray,
+    ranking: Ranking,
+    table: pd.DataFrame,
+    labels: Sequence[str],
+    settings: ScoreSettings,
+) -> dict[str, Any]:
+    measured = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)[rows]
+    memory = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)[rows]
+    ok = table["status"].to_numpy(dtype=str)[rows] == "ok"
+    predicted, fits = ranking.predicted_s[local], ranking.fits[local]
+    record = _empty_record(len(rows), int(ok.sum()))
+    if record["eligible"]:
+        regrets = layout_regrets(measured, ok, settings.oom_penalty_regret)
+        order = pick_order(ranking.score[local], fits)
+        record.update(
+            best_step_time_s=float(np.min(measured[ok])),
+            pick=labels[rows[order[0]]],
+            pick_step_time_s=float(measured[order[0]]),
+            regret_at_1=regret_at_k(regrets, order, 1),
+            regret_at_k=regret_at_k(regrets, order, settings.top_k),
+            oom_pick=float(not ok[order[0]]),
+        )
+    tau, rho = rank_correlations(predicted[ok], measured[ok])
+    errors = ape(predicted[ok], measured[ok])
+    errors = errors[np.isfinite(errors)]
+    memory_errors = ape(ranking.memory_gib[local], memory)
+    memory_errors = memory_errors[np.isfinite(memory_errors)]
+    record.update(
+        kendall_tau=tau,
+        spearman_rho=rho,
+        mape=float(errors.mean()) if len(errors) else _NAN,
+        max_ape=float(errors.max()) if len(errors) else _NAN,
+        memory_mape=float(memory_errors.mean()) if len(memory_errors) else _NAN,
+    )
+    return record
+
+
+def _empty_record(n_layouts: int, n_ok: int) -> dict[str, Any]:
+    return {
+        "n_layouts": n_layouts,
+        "n_ok": n_ok,
+        "n_oom": n_layouts - n_ok,
+        "eligible": n_layouts >= 2 and n_ok >= 1,
+        "best_step_time_s": _NAN,
+        "pick": "",
+        "pick_step_time_s": _NAN,
+        "regret_at_1": _NAN,
+        "regret_at_k": _NAN,
+        "oom_pick": _NAN,
+        "kendall_tau": _NAN,
+        "spearman_rho": _NAN,
+        "mape": _NAN,
+        "max_ape": _NAN,
+        "memory_mape": _NAN,
+    }
+
+
+def _row_frame(table: pd.DataFrame, labels: Sequence[str], ranking: Ranking) -> pd.DataFrame:
+    rows = ranking.rows
+    return pd.DataFrame(
+        {
+            "simulator": ranking.name,
+            "source": table["source"].to_numpy()[rows],
+            "scenario": table["scenario"].to_numpy()[rows],
+            "model": table["model"].to_numpy()[rows],
+            "cluster": table["cluster"].to_numpy()[rows],
+            "layout": np.asarray(labels, dtype=object)[rows],
+            "status": table["status"].to_numpy(dtype=str)[rows],
+            "step_time_s": table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)[rows],
+            "predicted_step_time_s": ranking.predicted_s,
+            "peak_memory_gib": table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)[
+                rows
+            ],
+            "predicted_memory_gib": ranking.memory_gib,
+            "predicted_fits": ranking.fits,
+        }
+    )
+
+
+def _summary(
+    name: str,
+    kind: str,
+    scenarios: pd.DataFrame,
+    rows: pd.DataFrame,
+    settings: ScoreSettings,
+) -> dict[str, Any]:
+    mine = scenarios[scenarios["simulator"] == name]
+    my_rows = rows[rows["simulator"] == name] if len(rows) else rows
+    summary = _figures(kind, mine, my_rows, settings)
+    summary["by_source"] = {
+        str(source): _figures(kind, group, _of_source(my_rows, source), settings)
+        for source, group in mine.groupby("source", sort=True)
+    }
+    return {"kind": kind, **summary}
+
+
+def _of_source(rows: pd.DataFrame, source: str) -> pd.DataFrame:
+    return rows[rows["source"] == source] if len(rows) else rows
+
+
+def _figures(
+    kind: str, scenarios: pd.DataFrame, rows: pd.DataFrame, settings: ScoreSettings
+) -> dict[str, Any]:
+    eligible = scenarios[scenarios["eligible"]]
+    rng = np.random.default_rng(settings.seed)
+    regret = summarize(
+        eligible["regret_at_1"].to_numpy(dtype=float), rng, settings.bootstrap_samples
+    )
+    regret_k = summarize(
+        eligible[f"regret_at_{settings.top_k}"].to_numpy(dtype=float),
+        rng,
+        settings.bootstrap_samples,
+    )
+    figures: dict[str, Any] = {
+        "n_scenarios": int(len(eligible)),
+        "regret_at_1_mean": regret.mean,
+        "regret_at_1_median": regret.median,
+        "regret_at_1_worst": regret.worst,
+        "regret_at_1_ci_low": regret.ci_low,
+        "regret_at_1_ci_high": regret.ci_high,
+        f"regret_at_{settings.top_k}_mean": regret_k.mean,
+        f"regret_at_{settings.top_k}_median": regret_k.median,
+        f"regret_at_{settings.top_k}_worst": regret_k.worst,
+        "false_feasible_pick_rate": _nanmean(eligible["oom_pick"]),
+        "kendall_tau_median": _nanmedian(eligible["kendall_tau"]),
+        "kendall_tau_mean": _nanmean(eligible["kendall_tau"]),
+        "spearman_rho_median": _nanmedian(eligible["spearman_rho"]),
+    }
+    figures.update(_row_figures(kind, rows))
+    return figures
+
+
+def _row_figures(kind: str, rows: pd.DataFrame) -> dict[str, Any]:
+    """Errors over every row with a prediction (singleton scenarios included)."""
+    empty = {
+        "n_rows": 0,
+        "mape": _NAN,
+        "max_ape": _NAN,
+        "memory_mape": _NAN,
+        "memory_max_ape": _NAN,
+        "false_feasible_rate": _NAN,
+        "false_infeasible_rate": _NAN,
+    }
+    if not len(rows):
+        return empty
+    ok = (rows["status"] == "ok").to_numpy()
+    errors = ape(
+        rows["predicted_step_time_s"].to_numpy(float), rows["step_time_s"].to_numpy(float)
+    )
+    time_errors = errors[ok & np.isfinite(errors)]
+    memory_errors = ape(
+        rows["predicted_memory_gib"].to_numpy(float), rows["peak_memory_gib"].to_numpy(float)
+    )
+    memory_errors = memory_errors[np.isfinite(memory_errors)]
+    measured = np.isin(rows["status"].to_numpy(dtype=str), ("ok", "oom"))
+    false_feasible, false_infeasible = (
+        feasibility_rates(rows["predicted_fits"].to_numpy(bool)[measured], ok[measured])
+        if kind != "peer"
+        else (_NAN, _NAN)
+    )
+    return {
+        "n_rows": int(len(time_errors)),
+        "mape": float(time_errors.mean()) if len(time_errors) else _NAN,
+        "max_ape": float(time_errors.max()) if len(time_errors) else _NAN,
+        "memory_mape": float(memory_errors.mean()) if len(memory_errors) else _NAN,
+        "memory_max_ape": float(memory_errors.max()) if len(memory_errors) else _NAN,
+        "false_feasible_rate": false_feasible,
+        "false_infeasible_rate": false_infeasible,
+    }
+
+
+def _nanmean(values: pd.Series) -> float:
+    finite = values.to_numpy(dtype=float)
+    finite = finite[np.isfinite(finite)]
+    return float(finite.mean()) if len(finite) else _NAN
+
+
+def _nanmedian(values: pd.Series) -> float:
+    finite = values.to_numpy(dtype=float)
+    finite = finite[np.isfinite(finite)]
+    return float(np.median(finite)) if len(finite) else _NAN

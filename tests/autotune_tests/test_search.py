@@ -1,0 +1,153 @@
+"""The layout space and the Optuna study, on the real catalog."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from omegaconf import DictConfig
+
+from autotune.cli import load_job
+from autotune.config import fixed_layout_values
+from autotune.search import SAMPLERS
+from autotune.search import Evaluator
+from autotune.search import exhaustive_best
+from autotune.search import run_search
+from autotune.space import build_space
+from simulators import LayoutError
+
+SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1")
+
+
+def _job(make_cfg: Callable[..., DictConfig], *overrides: str):  # noqa: ANN202
+    cfg = make_cfg(*SMALL, *overrides)
+    model, cluster, train, simulator = load_job(cfg)
+    fixed = fixed_layout_values(cfg)
+    space = build_space(model, cluster, train, cfg.search, fixed)
+    return cfg, space, Evaluator(simulator, model, cluster, train), fixed
+
+
+def test_space_holds_only_valid_layouts(make_cfg: Callable[..., DictConfig]) -> None:
+    cfg, space, evaluate, _ = _job(make_cfg)
+    assert space.size > 50
+    for layout in space.layouts:
+        assert not layout.violations(evaluate.model, evaluate.cluster, evaluate.train)
+        assert layout.world_size == 8
+    assert set(space.choices["tp"]) == {1, 2, 4, 8}
+
+
+def test_pinned_values_restrict_the_space(make_cfg: Callable[..., DictConfig]) -> None:
+    _, space, _, _ = _job(make_cfg, "parallel.tp=4", "parallel.recompute=full")
+    assert {lay.tp for lay in space.layouts} == {4}
+    assert {lay.recompute for lay in space.layouts} == {"full"}
+
+
+def test_impossible_pin_explains_itself(make_cfg: Callable[..., DictConfig]) -> None:
+    with pytest.raises(LayoutError, match="pp=7 does not divide num_layers=32"):
+        _job(make_cfg, "parallel.pp=7")
+
+
+def _search(space, evaluate, fixed, sampler: str, n: int, seed: int = 0):  # noqa: ANN001, ANN202
+    return run_search(
+        space,
+        evaluate,
+        sampler=sampler,
+        n_trials=n,
+        seed=seed,
+        storage=None,
+        study_name="t",
+    )
+
+
+def test_seeded_search_repeats_exactly(make_cfg: Callable[..., DictConfig]) -> None:
+    _, space, evaluate, fixed = _job(make_cfg)
+    first = _search(space, evaluate, fixed, "tpe", 30, seed=3)
+    second = _search(space, evaluate, fixed, "tpe", 30, seed=3)
+    assert [t.params for t in first.study.trials] == [t.params for t in second.study.trials]
+
+
+def test_every_proposal_maps_to_the_nearest_valid_layout(
+    make_cfg: Callable[..., DictConfig],
+) -> None:
+    _, space, _, _ = _job(make_cfg)
+    for layout in space.layouts[:50]:  # a valid point maps to itself
+        assert space.nearest({n: getattr(layout, n) for n in space.choices}) == layout
+    # tp8 * pp8 does not fit 8 devices: the nearest valid layout changes a degree, not a mode.
+    values = {
+        "tp": 8,
+        "pp": 8,
+        "cp": 1,
+        "ep": 1,
+        "vpp": 1,
+        "micro_batch": 1,
+        "recompute": "full",
+        "distributed_optimizer": True,
+    }
+    moved = space.nearest(values)
+    assert moved.tp * moved.pp == 8
+    assert (moved.recompute, moved.distributed_optimizer) == ("full", True)
+
+
+def test_grid_finds_the_exhaustive_optimum(make_cfg: Callable[..., DictConfig]) -> None:
+    _, space, evaluate, fixed = _job(make_cfg, "search.micro_batch=[1]", "parallel.cp=1")
+    result = _search(space, evaluate, fixed, "grid", 1)
+    best_layout, best = result.ranked()[0]
+    exhaustive = exhaustive_best(space, evaluate)
+    assert exhaustive is not None
+    assert best_layout == exhaustive[0]
+    assert {lay for _, lay, _ in result.evaluated} == set(space.layouts)
+
+
+def test_repeated_proposals_are_answered_from_the_cache(
+    make_cfg: Callable[..., DictConfig],
+) -> None:
+    _, space, evaluate, fixed = _job(make_cfg)
+    result = _search(space, evaluate, fixed, "random", 80)
+    distinct = {lay for _, lay, _ in result.evaluated}
+    assert evaluate.simulations == len(distinct) < len(result.evaluated) == 80
+
+
+def test_layouts_that_do_not_fit_are_infeasible_constraints(
+    make_cfg: Callable[..., DictConfig],
+) -> None:
+    # Llama-2-70B on one 8-NPU node: most layouts run out of memory.
+    cfg = make_cfg("model=llama2_70b", "cluster=ascend", "cluster.num_nodes=1")
+    model, cluster, train, simulator = load_job(cfg)
+    space = build_space(model, cluster, train, cfg.search, {})
+    evaluate = Evaluator(simulator, model, cluster, train)
+    result = _search(space, evaluate, {}, "tpe", 40)
+    for trial, (number, _, prediction) in zip(result.study.trials, result.evaluated, strict=True):
+        assert trial.number == number
+        assert (trial.constraints["memory_gib"] <= 0) == prediction.fits
+        assert trial.values[0] == prediction.step_time_s
+    fits = [p.fits for _, _, p in result.evaluated]
+    assert not all(fits)
+    ranked = result.ranked()
+    assert all(p.fits for _, p in ranked[: sum(fits)])
+
+
+@pytest.mark.parametrize("sampler", sorted(set(SAMPLERS) - {"grid"}))
+def test_every_sampler_runs_and_finds_a_fitting_layout(
+    make_cfg: Callable[..., DictConfig], sampler: str
+) -> None:
+    _, space, evaluate, fixed = _job(make_cfg)
+    n = 12 if sampler == "gp" else 40
+    result = _search(space, evaluate, fixed, sampler, n)
+    assert len(result.study.trials) == n
+    assert result.ranked()[0][1].fits
+
+
+def test_resumed_study_keeps_its_trials(make_cfg: Callable[..., DictConfig], tmp_path) -> None:  # noqa: ANN001
+    _, space, evaluate, fixed = _job(make_cfg)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    for _ in range(2):
+        result = run_search(
+            space,
+            evaluate,
+            sampler="tpe",
+            n_trials=10,
+            seed=0,
+            storage=storage,
+            study_name="resume",
+        )
+    assert len(result.study.trials) == 20

@@ -1,0 +1,271 @@
+"""The analytical simulator: hand-computed cases and invariants."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simulators import ClusterSpec
+from simulators import DeviceSpec
+from simulators import Layout
+from simulators import LinkSpec
+from simulators import ModelSpec
+from simulators import TrainSpec
+from simulators.analytical import AnalyticalConstants
+from simulators.analytical import AnalyticalSimulator
+from simulators.analytical import gemm_time_s
+from simulators.collectives import all_reduce_time_s
+from simulators.collectives import all_to_all_time_s
+from simulators.collectives import place_group
+
+GIB = 1024**3
+
+TINY = ModelSpec(
+    name="tiny",
+    num_layers=2,
+    hidden_size=64,
+    ffn_hidden_size=256,
+    num_attention_heads=4,
+    num_kv_heads=4,
+    head_dim=16,
+    vocab_size=1000,
+)
+DEVICE = DeviceSpec(
+    name="dev",
+    bf16_tflops=100.0,
+    fp16_tflops=100.0,
+    fp32_tflops=25.0,
+    memory_gib=80.0,
+    memory_gbps=2000.0,
+    matmul_efficiency=0.5,
+    memory_efficiency=0.8,
+)
+SWITCH = LinkSpec(bandwidth_gbps=100.0, latency_us=10.0, efficiency=0.8)
+NIC = LinkSpec(bandwidth_gbps=25.0, latency_us=20.0, efficiency=0.5)
+
+
+def cluster(nodes: int = 1, intra: LinkSpec = SWITCH) -> ClusterSpec:
+    return ClusterSpec(
+        name="test",
+        device=DEVICE,
+        devices_per_node=8,
+        num_nodes=nodes,
+        intra_node=intra,
+        inter_node=NIC,
+    )
+
+
+def test_gemm_roofline_compute_and_memory_bound() -> None:
+    big = gemm_time_s(8192, 8192, 8192, DEVICE, "bf16")
+    assert big == pytest.approx(2 * 8192**3 / (100e12 * 0.5))
+    # A 1-row GEMM reads the whole weight: memory-bound.
+    thin = gemm_time_s(1, 8192, 8192, DEVICE, "bf16")
+    assert thin == pytest.approx(2 * (8192 + 8192 * 8192 + 8192) / (2000e9 * 0.8))
+
+
+def test_memory_of_a_tiny_model_by_hand() -> None:
+    """Every memory term of a 2-layer model on one device, worked out by hand."""
+    train = TrainSpec(seq_len=32, global_batch_size=1)
+    layout = Layout(distributed_optimizer=False)
+    pred = AnalyticalSimulator().simulate(TINY, cluster(), train, layout)
+    # Parameters: attention 64*(64+2*64) + 64*64 = 16384; SwiGLU 3*64*256 = 49152; two
+    # RMSNorms 128 -> 65664 per layer; 2 layers + embedding 64000 + output 64000 + final norm 64.
+    params = 2 * 65664 + 64000 + 64000 + 64
+    assert TINY.num_params == params == 259392
+    mem = pred.memory_breakdown_gib
+    assert mem["weights"] * GIB == pytest.approx(2 * params)
+    assert mem["gradients"] * GIB == pytest.approx(4 * params)
+    assert mem["optimizer"] * GIB == pytest.approx(12 * params)
+    # Saved per token and layer: 4 norm tensors 4*2*64 = 512; Q, K, V and attention output
+    # 2*(64+128+64) = 512; fp32 log-sum-exp 4*4 = 16; SwiGLU gate, up, product 2*3*256 = 1536.
+    per_token_layer = 512 + 512 + 16 + 1536
+    assert mem["activations"] * GIB == pytest.approx(per_token_layer * 32 * 2)
+    # Working set: one layer's activations in backward, plus 6 B per logit on the last stage.
+    assert mem["working"] * GIB == pytest.approx(per_token_layer * 32 + 32 * 1000 * 6)
+    assert mem["reserved"] == pytest.approx(AnalyticalConstants().reserved_memory_gib)
+    assert pred.memory_gib == pytest.approx(sum(mem.values()))
+
+
+def test_distributed_optimizer_shards_states_by_dp() -> None:
+    train = TrainSpec(seq_len=32, global_batch_size=8)
+    sim = AnalyticalSimulator()
+    plain = sim.simulate(TINY, cluster(), train, Layout(dp=8, distributed_optimizer=False))
+    sharded = sim.simulate(TINY, cluster(), train, Layout(dp=8, distributed_optimizer=True))
+    assert sharded.memory_breakdown_gib["optimizer"] == pytest.approx(
+        plain.memory_breakdown_gib["optimizer"] / 8
+    )
+
+
+def test_all_reduce_alpha_beta_inside_a_switch_node() -> None:
+    group = place_group(8, 1, 8)
+    assert (group.per_node, group.nodes) == (8, 1)
+    nbytes = 1e9
+    expected = 2 * 7 / 8 * nbytes / (100e9 * 0.8) + 10e-6
+    assert all_reduce_time_s(nbytes, group, cluster()) == pytest.approx(expected)
+
+
+def test_all_reduce_across_nodes_is_hierarchical() -> None:
+    """Reduce-scatter in the node, 1/8 of the data across 2 nodes, all-gather in the node."""
+    group = place_group(16, 1, 8)
+    assert (group.per_node, group.nodes) == (8, 2)
+    nbytes = 1e9
+    intra = 2 * 7 / 8 * nbytes / (100e9 * 0.8) + 10e-6
+    inter = 2 * 1 / 2 * (nbytes / 8) / (25e9 * 0.5) + 20e-6
+    assert all_reduce_time_s(nbytes, group, cluster(2)) == pytest.approx(intra + inter)
+
+
+def test_full_mesh_group_uses_only_its_own_links() -> None:
+    """A TP group of 4 on the 910B full mesh has 3 links of 28 GB/s, not 196 GB/s."""
+    mesh = LinkSpec(
+        bandwidth_gbps=196.0,
+        latency_us=0.0,
+        efficiency=1.0,
+        topology="full_mesh",
+        peer_link_gbps=28.0,
+    )
+    assert mesh.group_bandwidth_gbps(4) == pytest.approx(84.0)
+    assert mesh.group_bandwidth_gbps(8) == pytest.approx(196.0)
+    assert mesh.group_bandwidth_gbps(2) == pytest.approx(28.0)
+
+
+def test_all_to_all_strided_group_spans_nodes() -> None:
+    """EP=4 at stride 4 on 8-device nodes: 2 members per node, 2 nodes."""
+    group = place_group(4, 4, 8)
+    assert (group.per_node, group.nodes) == (2, 2)
+    send = 4e8
+    intra = send * 1 / 4 / (100e9 * 0.8)
+    inter = send * 2 / 4 / (25e9 * 0.5)
+    assert all_to_all_time_s(send, group, cluster(2)) == pytest.approx(max(intra, inter) + 20e-6)
+
+
+LLAMA = ModelSpec(
+    name="llama-ish",
+    num_layers=16,
+    hidden_size=2048,
+    ffn_hidden_size=5632,
+    num_attention_heads=16,
+    num_kv_heads=4,
+    head_dim=128,
+    vocab_size=32000,
+)
+MOE = ModelSpec(
+    name="moe-ish",
+    num_layers=8,
+    hidden_size=1024,
+    ffn_hidden_size=4096,
+    num_attention_heads=8,
+    num_kv_heads=8,
+    head_dim=128,
+    vocab_size=32000,
+    num_experts=8,
+    moe_top_k=2,
+    expert_ffn_hidden_size=1408,
+    shared_expert_ffn_hidden_size=1408,
+    first_dense_layers=1,
+)
+TRAIN = TrainSpec(seq_len=4096, global_batch_size=64)
+
+
+@pytest.mark.parametrize("model", [LLAMA, MOE])
+def test_more_tp_never_raises_weight_memory(model: ModelSpec) -> None:
+    sim = AnalyticalSimulator()
+    weights = [
+        sim.simulate(model, cluster(2), TRAIN, Layout.resolve(16, tp=tp)).memory_breakdown_gib[
+            "weights"
+        ]
+        for tp in (1, 2, 4, 8)
+    ]
+    assert weights == sorted(weights, reverse=True)
+
+
+@pytest.mark.parametrize("model", [LLAMA, MOE])
+def test_more_recompute_never_raises_activation_memory(model: ModelSpec) -> None:
+    sim = AnalyticalSimulator()
+    layouts = [
+        Layout.resolve(16, tp=2, pp=2, recompute=rc) for rc in ("none", "selective", "full")
+    ]
+    acts = [
+        sim.simulate(model, cluster(2), TRAIN, lay).memory_breakdown_gib["activations"]
+        for lay in layouts
+    ]
+    assert acts[0] >= acts[1] >= acts[2]
+    assert acts[2] < acts[0] / 5
+
+
+def test_full_recompute_adds_one_forward() -> None:
+    """Recompute time of a full-recompute layout equals its forward compute (no comm)."""
+    train = TrainSpec(seq_len=2048, global_batch_size=8)
+    sim = AnalyticalSimulator()
+    full = sim.simulate(LLAMA, cluster(), train, Layout(dp=8, recompute="full"))
+    none = sim.simulate(LLAMA, cluster(), train, Layout(dp=8))
+    assert full.breakdown["compute"] == pytest.approx(none.breakdown["compute"])
+    # Forward is about a third of forward + backward (GEMMs: exactly 1 of 3).
+    ratio = full.breakdown["recompute"] / full.breakdown["compute"]
+    assert 0.25 < ratio < 0.4
+
+
+def test_bubble_shrinks_with_virtual_stages() -> None:
+    sim = AnalyticalSimulator()
+    plain = sim.simulate(LLAMA, cluster(2), TRAIN, Layout.resolve(16, tp=2, pp=4))
+    interleaved = sim.simulate(LLAMA, cluster(2), TRAIN, Layout.resolve(16, tp=2, pp=4, vpp=2))
+    stages = plain.detail["stage_time_s"]
+    assert plain.breakdown["bubble"] == pytest.approx(sum(stages) - max(stages))
+    # Interleaving divides the fill-and-drain by v (each chunk also sends v times the p2p).
+    chunks = interleaved.detail["stage_time_s"]
+    assert interleaved.breakdown["bubble"] == pytest.approx((sum(chunks) - max(chunks)) / 2)
+    assert interleaved.breakdown["bubble"] < 0.6 * plain.breakdown["bubble"]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"tp": 8},
+        {"tp": 2, "pp": 4, "vpp": 2},
+        {"tp": 2, "cp": 2, "recompute": "full"},
+        {"pp": 2, "distributed_optimizer": False},
+    ],
+)
+def test_breakdown_sums_to_step_time_and_mfu_is_a_fraction(kw: dict[str, object]) -> None:
+    pred = AnalyticalSimulator().simulate(LLAMA, cluster(2), TRAIN, Layout.resolve(16, **kw))
+    assert sum(pred.breakdown.values()) == pytest.approx(pred.step_time_s)
+    assert all(v >= 0 for v in pred.breakdown.values())
+    assert 0 < pred.mfu < 1
+    tokens = TRAIN.tokens_per_step / pred.step_time_s / 16
+    assert pred.tokens_per_s_per_device == pytest.approx(tokens)
+
+
+def test_moe_expert_parallel_shards_experts_and_adds_all_to_all() -> None:
+    sim = AnalyticalSimulator()
+    one = sim.simulate(MOE, cluster(2), TRAIN, Layout.resolve(16, tp=2, sequence_parallel=True))
+    four = sim.simulate(MOE, cluster(2), TRAIN, Layout.resolve(16, tp=2, ep=4))
+    assert one.breakdown["ep_comm"] == 0
+    assert four.breakdown["ep_comm"] > 0
+    assert four.memory_breakdown_gib["weights"] < one.memory_breakdown_gib["weights"]
+
+
+def test_tp_group_on_full_mesh_is_slower_than_on_a_switch() -> None:
+    mesh = LinkSpec(
+        bandwidth_gbps=100.0,
+        latency_us=10.0,
+        efficiency=0.8,
+        topology="full_mesh",
+        peer_link_gbps=100.0 / 7,
+    )
+    sim = AnalyticalSimulator()
+    lay = Layout.resolve(8, tp=2)
+    switch = sim.simulate(LLAMA, cluster(), TRAIN, lay).breakdown["tp_comm"]
+    meshed = sim.simulate(LLAMA, cluster(intra=mesh), TRAIN, lay).breakdown["tp_comm"]
+    assert math.isclose(meshed / switch, 7.0, rel_tol=0.05)
+
+
+def test_deterministic_and_from_config_rejects_unknown_constants() -> None:
+    sim = AnalyticalSimulator.from_config({"name": "analytical", "attention_efficiency": 0.5})
+    lay = Layout.resolve(16, tp=4, pp=2)
+    assert sim.simulate(LLAMA, cluster(2), TRAIN, lay) == sim.simulate(
+        LLAMA, cluster(2), TRAIN, lay
+    )
+    from simulators import SpecError
+
+    with pytest.raises(SpecError, match="attention_eficiency"):
+        AnalyticalSimulator.from_config({"attention_eficiency": 0.5})

@@ -1,0 +1,170 @@
+"""ModelSpec, DeviceSpec and LinkSpec on hand-computed cases (specs.md sections 1, 2, 3.1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulators import DeviceSpec
+from simulators import LinkSpec
+from simulators import ModelSpec
+from simulators import SpecError
+from simulators import TrainSpec
+from tests.simulators_tests._specs import model
+
+
+def test_llama2_7b_parameters_by_hand() -> None:
+    h, layers, f, vocab = 4096, 32, 11008, 32000
+    attention = 4 * h * h  # q, k, v, o: 32 heads x 128 = h each (MHA) -> 67,108,864
+    mlp = 3 * h * f  # SwiGLU gate, up, down -> 135,266,304
+    norms = 2 * h  # two RMSNorms -> 8,192
+    per_layer = attention + mlp + norms  # 202,383,360
+    total = layers * per_layer + 2 * vocab * h + h  # untied embedding + output, final norm
+    assert total == 6_738_415_616  # the Llama-2-7B model card count
+    spec = model("llama2_7b")
+    assert spec.dense_layer_params == per_layer
+    assert spec.num_params == total
+    assert spec.num_active_params == total
+
+
+def test_llama2_7b_flops_per_token_by_hand() -> None:
+    h, f, vocab, s, layers = 4096, 11008, 32000, 4096, 32
+    projections = 2 * h * (h + 2 * h + h)  # q, k+v, o -> 134,217,728
+    core = 2 * s * h  # QK^T and PV: 2 * 2*s*h, halved by the causal mask -> 33,554,432
+    mlp = 2 * 3 * h * f  # 270,532,608
+    forward = layers * (projections + core + mlp) + 2 * h * vocab  # 14,287,896,576
+    assert model("llama2_7b").flops_per_token(s) == 3 * forward  # 42,863,689,728
+
+
+# Megatron-style training FLOPs per token at s = 4096, causal (specs.md 3.1 [D]).
+FLOPS_PER_TOKEN_G = {
+    "llama2_7b": 42.9,
+    "llama2_70b": 428,
+    "llama3_8b": 48.2,
+    "qwen2_5_72b": 445,
+    "mixtral_8x7b": 79.7,
+    "deepseek_v3": 250,
+    "qwen3_235b_a22b": 148,
+    "gpt3_175b": 1076,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOPS_PER_TOKEN_G))
+def test_flops_per_token_match_specs(name: str) -> None:
+    flops = model(name).flops_per_token(4096)
+    assert flops / 1e9 == pytest.approx(FLOPS_PER_TOKEN_G[name], rel=0.005)
+
+
+def test_mixtral_8x7b_active_parameters() -> None:
+    spec = model("mixtral_8x7b")
+    assert spec.num_active_params / 1e9 == pytest.approx(12.9, rel=0.005)
+    assert spec.num_params / 1e9 == pytest.approx(46.7, rel=0.005)
+    # Each token skips 6 of the 8 experts in each of the 32 layers.
+    skipped = 32 * 6 * 3 * 4096 * 14336
+    assert spec.num_params - spec.num_active_params == skipped
+
+
+def test_deepseek_v3_mla_and_moe() -> None:
+    spec = model("deepseek_v3")
+    assert spec.num_params / 1e9 == pytest.approx(671.0, rel=0.005)
+    assert spec.num_active_params / 1e9 == pytest.approx(37.6, rel=0.005)
+    assert spec.num_moe_layers == 58
+    h, a, q_lora, kv_lora = 7168, 128, 1536, 512
+    q = q_lora * (h + a * (128 + 64) + 1)  # down, up, q norm
+    kv = kv_lora * (h + a * (128 + 128) + 1) + h * 64  # down, up, kv norm, shared rope key
+    assert spec.attention_params == q + kv + a * 128 * h
+
+
+def test_gpt3_layernorm_gelu_biases_and_tied_embedding() -> None:
+    spec = model("gpt3_175b")
+    h, f = 12288, 49152
+    assert spec.mlp_params(f) == 2 * h * f + f + h
+    assert spec.attention_params == 4 * h * h + 3 * h  # qkv bias
+    assert spec.norm_params_per_layer == 4 * h
+    assert spec.output_params == 0
+    assert spec.num_params / 1e9 == pytest.approx(174.6, rel=0.005)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"hidden_size": -4096}, "hidden_size=-4096 must be > 0"),
+        ({"activation": "relu"}, "activation='relu' is not one of swiglu, gelu"),
+        ({"num_kv_heads": 3}, "num_kv_heads=3 must divide num_attention_heads=32"),
+        ({"norm": "batchnorm"}, "norm='batchnorm'"),
+        ({"attention": "sliding"}, "attention='sliding'"),
+        ({"num_experts": 8, "moe_top_k": 0, "expert_ffn_hidden_size": 1}, "moe_top_k=0"),
+        ({"num_experts": 2, "moe_top_k": 4, "expert_ffn_hidden_size": 1}, "exceeds num_experts"),
+        ({"ffn_hidden_size": 0}, "ffn_hidden_size=0 must be > 0"),
+        ({"attention": "mla"}, "kv_lora_rank=0"),
+    ],
+)
+def test_model_spec_errors(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        model("llama2_7b", **changes)
+
+
+def test_spec_error_names_every_bad_field() -> None:
+    with pytest.raises(SpecError, match="num_layers=0, hidden_size=-1 must be > 0"):
+        model("llama2_7b", num_layers=0, hidden_size=-1)
+
+
+def test_device_without_bf16_uses_fp16_peak() -> None:
+    v100 = DeviceSpec(
+        name="V100",
+        bf16_tflops=0.0,
+        fp16_tflops=125.0,
+        fp32_tflops=15.7,
+        memory_gib=16.0,
+        memory_gbps=900.0,
+        matmul_efficiency=0.8,
+        memory_efficiency=0.85,
+    )
+    assert v100.peak_flops("bf16") == v100.peak_flops("fp16") == 125e12
+    assert v100.peak_flops("fp32") == 15.7e12
+
+
+def test_full_mesh_group_uses_only_its_links() -> None:
+    hccs = LinkSpec(
+        topology="full_mesh",
+        bandwidth_gbps=196.0,
+        peer_link_gbps=28.0,
+        latency_us=10.0,
+        efficiency=0.7,
+    )
+    assert hccs.group_bandwidth_gbps(2) == pytest.approx(28.0 * 0.7)  # specs.md 1.5: (n-1)*28
+    assert hccs.group_bandwidth_gbps(4) == pytest.approx(3 * 28.0 * 0.7)
+    assert hccs.group_bandwidth_gbps(8) == pytest.approx(196.0 * 0.7)
+    switch = LinkSpec(bandwidth_gbps=300.0, latency_us=5.0, efficiency=0.78)
+    assert switch.group_bandwidth_gbps(2) == switch.group_bandwidth_gbps(8) == 300.0 * 0.78
+
+
+def test_two_meshes_joined_by_pcie() -> None:
+    # Ascend 910 node: 2 meshes of 4, 30 GB/s per HCCS peer link, PCIe between the meshes.
+    link = LinkSpec(
+        topology="full_mesh",
+        bandwidth_gbps=90.0,
+        peer_link_gbps=30.0,
+        mesh_size=4,
+        cross_mesh_gbps=32.0,
+        latency_us=10.0,
+        efficiency=1.0,
+    )
+    assert link.group_bandwidth_gbps(4) == 90.0
+    assert link.group_bandwidth_gbps(8) == 64.0  # min(3 * 30, 32 * 8 / 4)
+
+
+def test_link_and_train_spec_errors() -> None:
+    with pytest.raises(SpecError, match="peer_link_gbps"):
+        LinkSpec(topology="full_mesh", bandwidth_gbps=196.0, latency_us=1.0, efficiency=0.7)
+    with pytest.raises(SpecError, match="topology='ring'"):
+        LinkSpec(topology="ring", bandwidth_gbps=1.0, latency_us=1.0, efficiency=0.7)
+    with pytest.raises(SpecError, match="precision='fp8'"):
+        TrainSpec(seq_len=4096, global_batch_size=8, precision="fp8")
+    assert TrainSpec(seq_len=4096, global_batch_size=256).tokens_per_step == 1_048_576
+
+
+def test_specs_are_frozen() -> None:
+    spec = model("llama2_7b")
+    with pytest.raises(AttributeError):
+        spec.num_layers = 1  # type: ignore[misc]
+    assert isinstance(spec, ModelSpec)

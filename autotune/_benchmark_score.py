@@ -22,6 +22,7 @@ from autotune._benchmark_rankers import Ranking
 __all__ = ["RANDOM", "BenchmarkResult", "ScoreSettings", "score"]
 
 RANDOM = "random"
+_KIND_ORDER = ("simulator", "peer", "baseline")  # the order of the tables
 _NAN = float("nan")
 
 
@@ -110,9 +111,8 @@ def score(
         columns={"regret_at_k": f"regret_at_{settings.top_k}"}
     )
     rows = pd.concat(row_frames, ignore_index=True) if row_frames else pd.DataFrame()
-    summaries = {
-        name: _summary(name, kind, scenarios, rows, settings) for name, kind in kinds.items()
-    }
+    order = sorted(kinds, key=lambda name: _KIND_ORDER.index(kinds[name]))
+    summaries = {name: _summary(name, kinds[name], scenarios, rows, settings) for name in order}
     for ranking in rankings:
         summaries[ranking.name]["seconds_per_layout"] = ranking.seconds_per_layout
         summaries[ranking.name]["n_invalid"] = ranking.invalid

@@ -50,7 +50,14 @@ from autotune._benchmark_score import score
 from simulators import UserError
 from simulators.registry import make_simulator
 
-__all__ = ["BenchmarkSchema", "load_data", "main", "register_benchmark_schema", "run_benchmark"]
+__all__ = [
+    "BenchmarkSchema",
+    "load_data",
+    "main",
+    "register_benchmark_schema",
+    "run",
+    "run_benchmark",
+]
 
 log = logging.getLogger("autotune.benchmark")
 BASELINES = (RANDOM, "heuristic")
@@ -157,7 +164,9 @@ def run_benchmark(cfg: DictConfig, simulators: Sequence[Any] | None = None) -> B
     baselines = _names(cfg.baselines) or []
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
-        raise UserError(f"unknown baseline(s) {', '.join(unknown)}; allowed: {', '.join(BASELINES)}")
+        raise UserError(
+            f"unknown baseline(s) {', '.join(unknown)}; allowed: {', '.join(BASELINES)}"
+        )
     if simulators is None:
         names = _names(cfg.simulators) or []
         simulators = [make_simulator(n, _simulator_constants(n)) for n in names]
@@ -166,12 +175,16 @@ def run_benchmark(cfg: DictConfig, simulators: Sequence[Any] | None = None) -> B
     table = _filter(table, "source", _names(cfg.source), "source")
     specs = [dataset.row_to_specs(row) for row in table.to_dict("records")]
     labels = [layout.describe() for *_, layout in specs]
-    log.info("%d measured rows, %d scenarios", len(table), table.groupby(["source", "scenario"]).ngroups)
+    log.info(
+        "%d measured rows, %d scenarios", len(table), table.groupby(["source", "scenario"]).ngroups
+    )
     rankings: list[Ranking] = []
     for simulator in simulators:
         start = time.perf_counter()
         rankings.append(simulate(simulator, specs))
-        log.info("%s: %d layouts in %.2f s", simulator.name, len(specs), time.perf_counter() - start)
+        log.info(
+            "%s: %d layouts in %.2f s", simulator.name, len(specs), time.perf_counter() - start
+        )
     if "heuristic" in baselines:
         rule = HeuristicRule(**OmegaConf.to_container(cfg.heuristic))  # type: ignore[arg-type]
         rankings.append(heuristic_ranking(rule, specs))
@@ -249,10 +262,13 @@ def _report(cfg: DictConfig, result: BenchmarkResult) -> None:
             OmegaConf.to_yaml(cfg),
             report_dir,
         )
-        log.info("MLflow run %s (%s, experiment %s)", run_id, cfg.tracking.uri, cfg.tracking.experiment)
+        log.info(
+            "MLflow run %s (%s, experiment %s)", run_id, cfg.tracking.uri, cfg.tracking.experiment
+        )
 
 
-def _run(cfg: DictConfig) -> None:
+def run(cfg: DictConfig) -> None:
+    """Run the benchmark of ``cfg`` and report it (console or JSON, files, MLflow)."""
     if cfg.output not in OUTPUTS:
         raise UserError(f"unknown output {cfg.output!r}; allowed: {', '.join(OUTPUTS)}")
     start = time.perf_counter()
@@ -269,7 +285,7 @@ def main(cfg: DictConfig) -> None:
     """Run the benchmark; a user error prints ``error: ...`` and exits with status 2."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     try:
-        _run(cfg)
+        run(cfg)
     except UserError as exc:
         if os.environ.get("AUTOTUNE_DEBUG") == "1":
             raise

@@ -101,6 +101,7 @@ class SearchSchema:
     recompute: list[str] = field(default_factory=lambda: ["none", "selective", "full"])
     distributed_optimizer: list[bool] = field(default_factory=lambda: [True, False])
     exhaustive_limit: int = 200000
+    polish: float = 0.1
 
 
 @dataclass

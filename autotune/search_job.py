@@ -84,6 +84,7 @@ def run_search_job(cfg: DictConfig) -> None:
             seed=search.seed,
             storage=search.storage,
             study_name=study_name,
+            polish_fraction=search.polish,
             progress=_progress(max(1, search.n_trials // 10)),
         )
         exhaustive = (

@@ -52,6 +52,17 @@ class SearchSpace:
         steps[:, _MODES] = np.minimum(steps[:, _MODES], 1) * _MODE_STEP
         return self.layouts[int(np.argmin(steps.sum(axis=1)))]
 
+    def neighbours(self, layout: Layout) -> list[Layout]:
+        """Valid layouts that differ from ``layout`` in one searched field (any other value)."""
+        found: dict[Layout, None] = {}
+        for name in SEARCHED:
+            for value in self.choices[name]:
+                if value != getattr(layout, name):
+                    values = {n: getattr(layout, n) for n in SEARCHED} | {name: value}
+                    found.setdefault(self.nearest(values))
+        found.pop(layout, None)
+        return list(found)
+
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]

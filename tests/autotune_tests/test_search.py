@@ -151,3 +151,21 @@ def test_resumed_study_keeps_its_trials(make_cfg: Callable[..., DictConfig], tmp
             study_name="resume",
         )
     assert len(result.study.trials) == 20
+
+
+def test_polish_spends_the_last_trials_on_neighbours_of_the_best(
+    make_cfg: Callable[..., DictConfig],
+) -> None:
+    _, space, evaluate, _ = _job(make_cfg)
+    result = run_search(
+        space, evaluate, sampler="random", n_trials=40, seed=1, storage=None, study_name="p",
+        polish_fraction=0.5,
+    )
+    trials = result.study.trials
+    assert len(trials) == 40
+    enqueued = [t for t in trials if "fixed_params" in t.system_attrs]
+    assert enqueued and min(t.number for t in enqueued) >= 20
+    first_half_best = min(t.values[0] for t in trials[:20] if t.constraints["memory_gib"] <= 0)
+    assert result.ranked()[0][1].step_time_s <= first_half_best
+    for layout in space.neighbours(result.ranked()[0][0]):
+        assert layout in set(space.layouts) and layout != result.ranked()[0][0]

@@ -1,0 +1,133 @@
+"""Speed and search quality of the autotuner (issue 2 targets).
+
+    python benchmarks/bench_autotune.py            # all three parts, ~3 minutes on 2 cores
+    python benchmarks/bench_autotune.py --quick    # fewer repeats and seeds
+
+1. Analytical simulator throughput: every valid layout of llama70b on the default Ascend
+   cluster, a fresh simulator per repeat (its per-layer cache starts cold), median of repeats.
+2. End-to-end wall time of `python -m autotune model=llama70b cluster=ascend` (defaults,
+   MLflow on), in a fresh folder (first run: MLflow creates its database) and again in the
+   same folder; median of repeats, imports included.
+3. Search quality: the gap between each sampler's best layout and the exhaustive optimum of
+   the same simulator, over seeds.
+Writes a Markdown table to benchmarks/results/autotune.md and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hydra import compose
+from hydra import initialize_config_dir
+
+from autotune.cli import load_job
+from autotune.config import register_schemas
+from autotune.search import Evaluator
+from autotune.search import exhaustive_best
+from autotune.search import run_search
+from autotune.space import build_space
+from simulators.analytical import AnalyticalSimulator
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _job(*overrides: str):  # noqa: ANN202
+    register_schemas()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    model, cluster, train, simulator = load_job(cfg)
+    return cfg, model, cluster, train, simulator
+
+
+def throughput(repeats: int) -> tuple[float, int]:
+    cfg, model, cluster, train, _ = _job()
+    space = build_space(model, cluster, train, cfg.search, {})
+    rates = []
+    for _ in range(repeats):
+        simulator = AnalyticalSimulator()
+        started = time.perf_counter()
+        for layout in space.layouts:
+            simulator.simulate(model, cluster, train, layout)
+        rates.append(space.size / (time.perf_counter() - started))
+    return statistics.median(rates), space.size
+
+
+def end_to_end(repeats: int) -> tuple[float, float]:
+    command = [sys.executable, "-m", "autotune", "model=llama70b", "cluster=ascend"]
+    first, warm = [], []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as folder:
+            for bucket in (first, warm):
+                started = time.perf_counter()
+                subprocess.run(
+                    command,
+                    cwd=folder,
+                    check=True,
+                    capture_output=True,
+                    env={"PYTHONPATH": str(REPO), "PATH": ""},
+                )
+                bucket.append(time.perf_counter() - started)
+    return statistics.median(first), statistics.median(warm)
+
+
+def search_gaps(sampler: str, seeds: range, n_trials: int) -> list[float]:
+    """Gap of the best layout found to the exhaustive optimum, per seed (default polish)."""
+    cfg, model, cluster, train, simulator = _job()
+    space = build_space(model, cluster, train, cfg.search, {})
+    evaluate = Evaluator(simulator, model, cluster, train)
+    optimum = exhaustive_best(space, evaluate)
+    assert optimum is not None
+    gaps = []
+    for seed in seeds:
+        result = run_search(
+            space,
+            evaluate,
+            sampler=sampler,
+            n_trials=n_trials,
+            seed=seed,
+            storage=None,
+            study_name=f"bench-{sampler}-{seed}",
+            polish_fraction=cfg.search.polish,
+        )
+        gaps.append(result.ranked()[0][1].step_time_s / optimum[1].step_time_s - 1)
+    return gaps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    repeats, seeds = (3, range(5)) if args.quick else (5, range(10))
+    rate, size = throughput(repeats)
+    first, warm = end_to_end(2 if args.quick else 3)
+    lines = [
+        "| measurement | value |",
+        "|---|---|",
+        f"| analytical simulator, layouts/s (llama70b/ascend, {size} layouts, median of "
+        f"{repeats}) | {rate:,.0f} |",
+        f"| `python -m autotune model=llama70b cluster=ascend`, fresh folder (s) | {first:.1f} |",
+        f"| the same, MLflow database already there (s) | {warm:.1f} |",
+    ]
+    for sampler, n_trials in (("tpe", 200), ("random", 200), ("gp", 60)):
+        gaps = search_gaps(sampler, seeds if sampler != "gp" else range(3), n_trials)
+        within = sum(g <= 0.02 for g in gaps)
+        lines.append(
+            f"| {sampler}, {n_trials} trials: gap to exhaustive optimum, mean / max over "
+            f"{len(gaps)} seeds (within 2%) | {100 * statistics.mean(gaps):.2f}% / "
+            f"{100 * max(gaps):.2f}% ({within}/{len(gaps)}) |"
+        )
+    table = "\n".join(lines)
+    out = REPO / "benchmarks" / "results" / "autotune.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

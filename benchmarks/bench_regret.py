@@ -1,0 +1,37 @@
+"""Time the regret benchmark over all shipped data (no MLflow, no report files).
+
+Usage: ``python benchmarks/bench_regret.py [simulators=[analytical]]`` (Hydra overrides).
+Prints the wall time of loading, simulating and scoring, and the time per simulated layout.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from hydra import compose
+from hydra import initialize_config_dir
+
+from autotune.benchmark import register_benchmark_schema
+from autotune.benchmark import run_benchmark
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def main(overrides: list[str]) -> None:
+    register_benchmark_schema()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="benchmark", overrides=["tracking.enabled=false", *overrides])
+    start = time.perf_counter()
+    result = run_benchmark(cfg)
+    elapsed = time.perf_counter() - start
+    print(f"benchmark (load + simulate + score): {elapsed:.2f} s")
+    for name, summary in result.summaries.items():
+        per_layout_us = summary.get("seconds_per_layout", float("nan")) * 1e6
+        scenarios = summary["n_scenarios"]
+        print(f"  {name:12s} {scenarios:4d} scenarios, {per_layout_us:8.1f} us/layout")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

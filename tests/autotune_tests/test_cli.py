@@ -1,0 +1,137 @@
+"""The command line as a user runs it: JSON output, the MLflow record, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1"]
+
+
+def run(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def mlflow_runs(uri: str, experiment: str):  # noqa: ANN201
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    return mlflow.search_runs(experiment_names=[experiment], output_format="list")
+
+
+@pytest.mark.slow
+def test_search_json_and_mlflow_record(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    proc = run(
+        "autotune",
+        *SMALL,
+        "search.n_trials=25",
+        "output=json",
+        f"tracking.uri={uri}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)  # exactly one JSON object on stdout
+    best = payload["best"]
+    assert best["dp"] * best["tp"] * best["pp"] * best["cp"] == payload["world_size"] == 8
+    prediction = payload["prediction"]
+    assert prediction["fits"] and prediction["memory_gib"] <= 64
+    assert sum(prediction["breakdown"].values()) == pytest.approx(prediction["step_time_s"])
+    assert payload["n_trials"] == 25
+    assert payload["exhaustive_best"]["gap"] >= 0
+    assert "--tensor-model-parallel-size" in " ".join(payload["launch_flags"]["megatron"])
+
+    runs = mlflow_runs(uri, "autotune")
+    parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
+    assert len(parent) == 1 and parent[0].info.run_id == payload["mlflow_run_id"]
+    assert parent[0].info.status == "FINISHED"
+    assert parent[0].data.params["model"] == "Llama-2-7B"
+    assert parent[0].data.params["sampler"] == "tpe"
+    assert parent[0].data.metrics["best_step_time_s"] == pytest.approx(prediction["step_time_s"])
+    assert len(children) == 25
+    import mlflow
+
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(parent[0].info.run_id)}
+    assert {"config.yaml", "trials.csv", "top_k.csv", "launch_flags.txt"} <= artifacts
+    assert {"optimization_history.html", "time_vs_memory.html"} <= artifacts
+
+
+@pytest.mark.slow
+def test_search_table_shows_layouts_breakdown_and_flags(tmp_path: Path) -> None:
+    proc = run("autotune", *SMALL, "search.n_trials=15", "tracking.enabled=false", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for text in (
+        "Top 5 layouts",
+        "tok/s/dev",
+        "MFU",
+        "Time breakdown",
+        "bubble",
+        "Megatron-LM:",
+        "MindSpeed-LLM:",
+        "--use-mcore-models",
+        "Exhaustive optimum",
+    ):
+        assert text in out
+    assert "trial" in proc.stderr  # progress goes to stderr
+
+
+def test_simulate_one_layout_as_json(tmp_path: Path) -> None:
+    proc = run(
+        "autotune.simulate",
+        *SMALL,
+        "parallel.tp=2",
+        "parallel.pp=2",
+        "output=json",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    assert payload["layout"]["dp"] == 2 and payload["layout"]["sequence_parallel"] is True
+    assert payload["prediction"]["step_time_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "message"),
+    [
+        ("autotune.simulate", ["parallel.tp=3", "parallel.pp=7"], "pp=7 does not divide"),
+        ("autotune", ["cluster.num_nodes=0"], "num_nodes=0 must be > 0"),
+        ("autotune", ["train.global_batch_size=-4"], "global_batch_size=-4 must be > 0"),
+        ("autotune", ["parallel.pp=7"], "pp=7 does not divide num_layers=32"),
+        ("autotune", ["search.sampler=cmaes"], "available: tpe, gp, random, nsga2, grid"),
+        ("autotune", ["+model.layerz=3"], "unknown model field(s) layerz"),
+        ("autotune", ["output=xml"], "allowed: table, json"),
+    ],
+)
+def test_bad_input_is_one_clear_message(
+    tmp_path: Path, module: str, args: list[str], message: str
+) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = run(module, *SMALL, *args, f"tracking.uri={uri}", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ")
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()  # no run was started, none left RUNNING
+
+
+def test_unknown_model_lists_the_catalog(tmp_path: Path) -> None:
+    proc = run("autotune", "model=nope", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "Could not find 'model/nope'" in proc.stderr
+    assert "llama2_70b" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,35 @@
+"""Measured ground truth: the schema-v1 measurement table, its loader and the shipped data.
+
+Example:
+    >>> import dataset
+    >>> table = dataset.load_public(["korthikanti"])
+    >>> model, cluster, train, layout = dataset.row_to_specs(table.iloc[0])
+    >>> layout.tp
+    8
+"""
+
+from __future__ import annotations
+
+from dataset._clusters import CONF_DIR
+from dataset._clusters import cluster_names
+from dataset._loader import load_measurements
+from dataset._public import DATA_DIR
+from dataset._public import load_public
+from dataset._public import public_sources
+from dataset._schema import COLUMNS
+from dataset._schema import SCHEMA_VERSION
+from dataset._schema import STATUSES
+from dataset._specs import row_to_specs
+
+__all__ = [
+    "COLUMNS",
+    "CONF_DIR",
+    "DATA_DIR",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "cluster_names",
+    "load_measurements",
+    "load_public",
+    "public_sources",
+    "row_to_specs",
+]

@@ -1,0 +1,27 @@
+"""Importers of the public ground truth (``shared/groundtruth``) into schema v1.
+
+Each importer module reads one raw file (``RAW_FILE``) and returns its schema-v1 table
+(``convert``), shipped as ``dataset/data/<SOURCE>.csv``. What each parses and assumes is in its
+docstring and in ``dataset/data/NOTICE.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pandas as pd
+
+from dataset.importers import dlperf
+from dataset.importers import korthikanti
+from dataset.importers import mindspeed
+from dataset.importers import simumax
+from dataset.importers import vtrain
+
+__all__ = ["IMPORTERS", "Importer"]
+
+Importer = Callable[[Path], pd.DataFrame]
+_MODULES: tuple[ModuleType, ...] = (vtrain, simumax, korthikanti, dlperf, mindspeed)
+# source name -> (raw file name in shared/groundtruth, converter)
+IMPORTERS: dict[str, tuple[str, Importer]] = {m.SOURCE: (m.RAW_FILE, m.convert) for m in _MODULES}

@@ -1,0 +1,81 @@
+"""Shared steps of the importers: read the long raw format, one record per configuration."""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from dataset._schema import COLUMNS
+
+__all__ = ["Config", "configs", "knobs", "leading_int", "metric", "order_columns", "provenance"]
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """One measured configuration of a raw file: its first metric row and all its metrics."""
+
+    row: dict[str, str]
+    metrics: dict[str, float]
+    units: dict[str, str]
+
+
+def configs(path: Path) -> Iterator[Config]:
+    """The configurations of a raw ground-truth file (rows joined by ``config_id``), in order."""
+    groups: dict[str, list[dict[str, str]]] = {}
+    with path.open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            groups.setdefault(row["config_id"], []).append(row)
+    for rows in groups.values():
+        metrics = {r["metric_name"]: float(r["metric_value"]) for r in rows}
+        units = {r["metric_name"]: r["unit"] for r in rows}
+        yield Config(row=rows[0], metrics=metrics, units=units)
+
+
+def metric(config: Config, name: str, unit: str) -> float:
+    """The value of metric ``name``, checked to be in ``unit``."""
+    if config.units[name] != unit:
+        raise ValueError(
+            f"config {config.row['config_id']}: {name} in {config.units[name]!r}, "
+            f"expected {unit!r}"
+        )
+    return config.metrics[name]
+
+
+def knobs(text: str) -> dict[str, str]:
+    """``a=1;b=x;flag`` -> ``{"a": "1", "b": "x", "flag": ""}`` (the raw files' free text)."""
+    found: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        key, _, value = part.partition("=")
+        found[key.strip()] = value.strip()
+    return found
+
+
+def leading_int(text: str) -> int:
+    """The integer a free-text cell starts with (``"4 (num-layers-...=5)"`` -> 4)."""
+    match = re.match(r"\s*(\d+)", text)
+    if not match:
+        raise ValueError(f"no leading integer in {text!r}")
+    return int(match.group(1))
+
+
+def provenance(config: Config, source: str) -> dict[str, str]:
+    """The provenance columns: short source name, the raw reference and configuration id."""
+    row = config.row
+    return {
+        "source": source,
+        "source_ref": f"{row['source_ref']} [config_id {row['config_id']}]",
+        "license": row["license"],
+    }
+
+
+def order_columns(records: list[dict[str, object]]) -> pd.DataFrame:
+    """A table of ``records`` with the schema columns first, in schema order, then extras."""
+    table = pd.DataFrame.from_records(records)
+    schema = [c.name for c in COLUMNS if c.name in table.columns]
+    extra = [c for c in table.columns if c not in schema]
+    return table[schema + extra]

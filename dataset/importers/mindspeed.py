@@ -1,0 +1,122 @@
+"""MindSpeed-LLM README performance table (2024-10): one measured run per model on 910B.
+
+Only the ``throughput_npu`` rows (Atlas 900 A2, 910B) with status ``ok`` are measurements of a
+known layout. Skipped, and listed in NOTICE.md: the ``throughput_reference`` rows (the README's
+reference column, platform not stated), rows marked ``config_mismatch`` / ``config_unknown``,
+and models whose architecture is not in the verified catalog (specs.md section 2).
+
+Parsed: ``vpp`` cells such as ``4 (num-layers-per-virtual-pipeline-stage=5)`` (the number of
+model chunks), ``recompute`` cells (``full/uniform/num_layers=1`` is full recompute of every
+layer; ``none+swap-attention`` is no recompute, the attention swap to host not being modelled),
+``use-distributed-optimizer`` in ``notes``. Step time = global batch * sequence length /
+(tokens/s/device * devices). Each row is its own scenario: useful for error, not for regret.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dataset.importers._catalog import ARCHITECTURES
+from dataset.importers._common import configs
+from dataset.importers._common import leading_int
+from dataset.importers._common import metric
+from dataset.importers._common import order_columns
+from dataset.importers._common import provenance
+
+__all__ = ["MODELS", "RAW_FILE", "SOURCE", "convert", "skipped"]
+
+SOURCE = "mindspeed"
+RAW_FILE = "mindspeed_llm_npu_readme_2024-10.csv"
+_MEASURED = "throughput_npu"
+# README model name -> catalog name (specs.md section 2; Llama-3.1-8B/70B and Qwen2.5-7B share
+# the shape of Llama-3-8B/70B and Qwen2-7B there).
+MODELS = {
+    "LLaMA2 7B": "Llama-2-7B",
+    "LLaMA2 13B": "Llama-2-13B",
+    "LLaMA2 70B": "Llama-2-70B",
+    "LLaMA3 8B": "Llama-3-8B",
+    "LLaMA3.1 8B": "Llama-3-8B",
+    "LLaMA3 70B": "Llama-3-70B",
+    "LLaMA3.1 70B": "Llama-3-70B",
+    "Qwen2 7B": "Qwen2-7B",
+    "Qwen2.5 7B": "Qwen2-7B",
+    "Qwen2.5 14B": "Qwen2.5-14B",
+    "Qwen2.5 32B": "Qwen2.5-32B",
+    "Qwen2 72B": "Qwen2-72B",
+    "Baichuan2 7B": "Baichuan2-7B",
+    "Baichuan2 13B": "Baichuan2-13B",
+    "ChatGLM3 6B": "ChatGLM3-6B",
+    "GLM4 9B": "GLM-4-9B",
+    "InternLM2 20B": "InternLM2-20B",
+    "Mixtral 8x7B": "Mixtral-8x7B",
+    "Mixtral 8x22B": "Mixtral-8x22B",
+    "GPT3 175B": "GPT-3-175B",
+    "DeepSeek-V2-Lite 16B": "DeepSeek-V2-Lite",
+}
+_RECOMPUTE = {
+    "none": "none",
+    "none+swap-attention": "none",
+    "full/uniform/num_layers=1": "full",
+}
+
+
+def skipped(path: Path) -> list[tuple[str, str]]:
+    """``(model, reason)`` of every measured 910B row that :func:`convert` leaves out."""
+    found = []
+    for config in configs(path):
+        reason = _skip_reason(config.row, set(config.metrics))
+        if reason and _MEASURED in config.metrics:
+            found.append((config.row["model"], reason))
+    return found
+
+
+def _skip_reason(row: dict[str, str], metrics: set[str]) -> str:
+    if _MEASURED not in metrics:
+        return "no 910B measurement"
+    if row["status"] != "ok":
+        return f"status {row['status']} (layout of the run not known)"
+    if row["model"] not in MODELS:
+        return "architecture not in the verified catalog (specs.md section 2)"
+    return ""
+
+
+def convert(path: Path) -> pd.DataFrame:
+    """Schema-v1 rows of the README table's 910B measurements of catalog models."""
+    records = []
+    for config in configs(path):
+        row = config.row
+        if _skip_reason(row, set(config.metrics)):
+            continue
+        tokens_per_s = metric(config, _MEASURED, "tokens/s/device")
+        devices, seq, batch = (
+            int(row["num_devices"]),
+            int(row["seq_len"]),
+            int(row["global_batch"]),
+        )
+        tp = int(row["tp"])
+        records.append(
+            {
+                "scenario": row["sweep_group"],
+                "model": row["model"],
+                **ARCHITECTURES[MODELS[row["model"]]],
+                "cluster": "ascend",
+                "num_devices": devices,
+                "seq_len": seq,
+                "global_batch_size": batch,
+                **{k: int(row[k]) for k in ("dp", "tp", "pp", "cp", "ep")},
+                "vpp": leading_int(row["vpp"]),
+                "micro_batch": int(row["micro_batch"]),
+                "recompute": _RECOMPUTE[row["recompute"]],
+                "sequence_parallel": row["seq_parallel"] == "yes" and tp > 1,
+                "distributed_optimizer": "use-distributed-optimizer" in row["notes"],
+                "precision": row["precision"],
+                "status": "ok",
+                "step_time_s": batch * seq / (tokens_per_s * devices),
+                "tokens_per_s_per_device": tokens_per_s,
+                **provenance(config, SOURCE),
+                "notes": row["notes"],
+            }
+        )
+    return order_columns(records)

@@ -1,0 +1,214 @@
+"""The benchmark on a hand-made table with test-only simulators, and from the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hydra import compose
+from hydra import initialize_config_dir
+from omegaconf import DictConfig
+
+from autotune._benchmark_report import json_payload
+from autotune._benchmark_report import write_report
+from autotune.benchmark import register_benchmark_schema
+from autotune.benchmark import run as benchmark_run
+from autotune.benchmark import run_benchmark
+from simulators import ClusterSpec
+from simulators import Layout
+from simulators import ModelSpec
+from simulators import Prediction
+from simulators import TrainSpec
+from simulators import UserError
+from tests.dataset_tests._tables import write
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class LinearSimulator:
+    """Test-only: step time 1 + slope * tp; a tp of ``too_big_tp`` is predicted not to fit."""
+
+    name: str = "linear"
+    slope: float = 0.1
+    too_big_tp: int = 8
+
+    def simulate(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        time = 1.0 + self.slope * layout.tp
+        memory = 90.0 if layout.tp == self.too_big_tp else 10.0
+        return Prediction(
+            step_time_s=time,
+            memory_gib=memory,
+            memory_capacity_gib=80.0,
+            breakdown={"compute": time},
+            memory_breakdown_gib={},
+            tokens_per_s_per_device=1.0,
+            mfu=0.5,
+        )
+
+
+def _table(tmp_path: Path) -> Path:
+    """Scenario s1: four layouts, the tp=8 one ran out of memory; s2: a single layout."""
+    return write(
+        tmp_path / "runs.csv",
+        {"dp": 8, "tp": 1, "step_time_s": 1.0, "predictor": "peer", "predicted_step_time_s": 1.1},
+        {"dp": 4, "tp": 2, "step_time_s": 1.2, "predictor": "peer", "predicted_step_time_s": 1.3},
+        {"dp": 2, "tp": 4, "step_time_s": 1.5, "predictor": "peer", "predicted_step_time_s": 1.6},
+        {
+            "dp": 1,
+            "tp": 8,
+            "status": "oom",
+            "step_time_s": None,
+            "predictor": "peer",
+            "predicted_step_time_s": 0.9,
+        },
+        {"scenario": "s2", "dp": 8, "tp": 1, "step_time_s": 2.0},
+    )
+
+
+def _cfg(*overrides: str) -> DictConfig:
+    register_benchmark_schema()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name="benchmark", overrides=["tracking.enabled=false", *overrides])
+
+
+def test_known_answers_on_a_hand_made_table(tmp_path: Path) -> None:
+    cfg = _cfg(f"data={_table(tmp_path)}")
+    result = run_benchmark(
+        cfg, simulators=[LinearSimulator(), LinearSimulator("reverse", -0.1, 0)]
+    )
+    s = result.summaries
+    assert set(s) == {"random", "linear", "reverse", "heuristic", "peer"}
+    # linear ranks by measured order and knows tp=8 does not fit: regret 0, tau 1
+    assert s["linear"]["regret_at_1_mean"] == 0.0 and s["linear"]["kendall_tau_median"] == 1.0
+    assert (
+        s["linear"]["false_feasible_rate"] == 0.0 and s["linear"]["false_feasible_pick_rate"] == 0
+    )
+    assert s["linear"]["n_scenarios"] == 1 and s["linear"]["n_rows"] == 4  # s2 counts for MAPE
+    # reverse picks the tp=8 layout, which ran out of memory: the penalty regret 1.0
+    assert s["reverse"]["regret_at_1_mean"] == 1.0
+    assert s["reverse"]["false_feasible_pick_rate"] == 1.0
+    assert s["reverse"]["false_feasible_rate"] == 1.0
+    assert s["reverse"]["regret_at_3_mean"] == pytest.approx(0.2)
+    assert s["reverse"]["kendall_tau_median"] == -1.0
+    # random: the exact expectation over regrets 0, 0.2, 0.5 and 1.0 (the oom penalty)
+    assert s["random"]["regret_at_1_mean"] == pytest.approx(0.425)
+    # heuristic: most data parallelism first
+    assert s["heuristic"]["regret_at_1_mean"] == 0.0
+    # the peer is scored on its rows only; it predicts no memory, so it picks the oom layout
+    assert s["peer"]["kind"] == "peer" and s["peer"]["regret_at_1_mean"] == 1.0
+    assert s["peer"]["mape"] == pytest.approx((0.1 / 1.0 + 0.1 / 1.2 + 0.1 / 1.5) / 3)
+    assert s["peer"]["false_feasible_rate"] is None or s["peer"]["false_feasible_rate"] != 0
+    row = result.scenarios.query("simulator == 'linear' and scenario == 's1'").iloc[0]
+    assert row["pick"].startswith("dp8 tp1") and row["regret_at_3"] == 0.0
+
+
+def test_report_files_and_json_shape(tmp_path: Path) -> None:
+    cfg = _cfg(f"data={_table(tmp_path)}")
+    result = run_benchmark(cfg, simulators=[LinearSimulator()])
+    written = write_report(result, tmp_path / "report", {"top_k": 3}, {"regret@1": "defined"})
+    names = {p.name for p in written}
+    assert {
+        "benchmark.md",
+        "scenarios.csv",
+        "predictions.csv",
+        "plots.html",
+        "predicted_vs_measured.png",
+        "regret_per_simulator.png",
+    } <= names
+    assert "| linear | simulator | 1 |" in (tmp_path / "report" / "benchmark.md").read_text()
+    payload = json.loads(json.dumps(json_payload(result, {"top_k": 3}), allow_nan=False))
+    assert set(payload) >= {"simulators", "scenarios"}
+    linear = payload["simulators"]["linear"]
+    for key in (
+        "regret_at_1_mean",
+        "regret_at_1_median",
+        "regret_at_3_mean",
+        "kendall_tau_median",
+        "mape",
+        "false_feasible_rate",
+        "n_scenarios",
+        "by_source",
+    ):
+        assert key in linear
+    assert {r["scenario"] for r in payload["scenarios"]} == {"s1", "s2"}
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.benchmark", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_command_line_json(tmp_path: Path) -> None:
+    proc = _run("data=korthikanti", "output=json", "tracking.enabled=false", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)  # exactly one JSON object on stdout
+    analytical = payload["simulators"]["analytical"]
+    assert (analytical["n_scenarios"], analytical["n_rows"]) == (4, 8)
+    assert len([r for r in payload["scenarios"] if r["simulator"] == "analytical"]) == 4
+
+
+@pytest.mark.slow  # MLflow's first sqlite migration alone takes several seconds
+def test_command_line_json_and_mlflow_run(tmp_path: Path) -> None:
+    db = tmp_path / "mlruns" / "mlflow.db"
+    proc = _run("data=simumax", "output=json", f"tracking.uri=sqlite:///{db}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)  # exactly one JSON object on stdout
+    assert set(payload["simulators"]) == {"analytical", "random", "heuristic", "simumax"}
+    assert payload["simulators"]["simumax"]["n_scenarios"] == 13
+    assert payload["simulators"]["analytical"]["n_rows"] == 43
+    assert (tmp_path / "benchmark_report" / "benchmark.md").is_file()
+    with sqlite3.connect(db) as connection:
+        statuses = [s for (s,) in connection.execute("SELECT status FROM runs")]
+    assert statuses == ["FINISHED"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["data=nowhere"], "unknown data 'nowhere'; expected public, one of dlperf, "),
+        (
+            ["data=korthikanti", "hardware=b300"],
+            "hardware 'b300' not in the data; available: a100",
+        ),
+        (["data=korthikanti", "source=[x]"], "source 'x' not in the data; available: korthikanti"),
+        (["baselines=[oracle]"], "unknown baseline(s) oracle; allowed: random, heuristic"),
+        (["output=yaml"], "unknown output 'yaml'; allowed: table, json"),
+    ],
+)
+def test_user_errors_name_what_is_allowed(overrides: list[str], expected: str) -> None:
+    with pytest.raises(UserError) as caught:
+        benchmark_run(_cfg("simulators=[]", *overrides))
+    assert str(caught.value).startswith(expected)
+
+
+def test_unknown_simulator_exits_2_without_a_run(tmp_path: Path) -> None:
+    db = tmp_path / "mlruns" / "mlflow.db"
+    proc = _run("simulators=[nope]", f"tracking.uri=sqlite:///{db}", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: unknown simulator 'nope'; available: analytical")
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert not db.exists()
+
+
+def test_malformed_file_lists_its_problems(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.csv", {"tp": "x"}, {"step_time_s": -1})
+    proc = _run(f"data={path}", "tracking.enabled=false", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "line 2, column tp" in proc.stderr and "line 3, column step_time_s" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -3,24 +3,18 @@ report folder as artifacts."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autotune.tracking import TrackingConfig
+from autotune.tracking import tracked_run
+
 __all__ = ["log_benchmark_run"]
 
 _UNSAFE = re.compile(r"[^0-9A-Za-z_\-. /]")
-
-
-def _sqlite_folder(uri: str) -> None:
-    """Create the folder of a relative or absolute ``sqlite:///path`` database."""
-    prefix = "sqlite:///"
-    if uri.startswith(prefix):
-        Path(uri[len(prefix) :]).parent.mkdir(parents=True, exist_ok=True)
 
 
 def _metrics(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
@@ -44,15 +38,11 @@ def log_benchmark_run(
     report_dir: Path,
 ) -> str:
     """Log the run and return its id; a failure inside marks the run FAILED, never RUNNING."""
-    import mlflow
-
-    _sqlite_folder(uri)
-    with contextlib.redirect_stdout(sys.stderr):  # stdout is reserved for output=json
-        mlflow.set_tracking_uri(uri)
-        mlflow.set_experiment(experiment)
-        with mlflow.start_run(run_name="benchmark") as run:
-            mlflow.log_params({k: str(v) for k, v in params.items()})
-            mlflow.log_metrics(_metrics(summaries))
-            mlflow.log_text(config_yaml, "config.yaml")
-            mlflow.log_artifacts(str(report_dir), artifact_path="report")
-        return str(run.info.run_id)
+    config = TrackingConfig(enabled=True, uri=uri, experiment=experiment)
+    with tracked_run(config, run_name="benchmark") as run:
+        assert run is not None
+        run.params(params)
+        run.metrics(_metrics(summaries))
+        run.text("config.yaml", config_yaml)
+        run.folder(report_dir, "report")
+        return run.run_id

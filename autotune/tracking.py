@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -53,6 +54,9 @@ class _Run:
     def figure(self, name: str, figure: Any) -> None:
         self._mlflow.log_figure(figure, name)
 
+    def folder(self, path: Path, artifact_path: str) -> None:
+        self._mlflow.log_artifacts(str(path), artifact_path=artifact_path)
+
 
 @contextlib.contextmanager
 def tracked_run(
@@ -60,7 +64,8 @@ def tracked_run(
 ) -> Iterator[_Run | None]:
     """A parent MLflow run (``None`` when tracking is off).
 
-    An exception inside the block ends the run as FAILED, never leaving it RUNNING.
+    An exception inside the block ends the run as FAILED, never leaving it RUNNING. MLflow's
+    own prints go to stderr: stdout is kept for ``output=json``.
     """
     if not config.enabled:
         yield None
@@ -70,10 +75,11 @@ def tracked_run(
     import mlflow
 
     _ensure_sqlite_folder(config.uri)
-    mlflow.set_tracking_uri(config.uri)
-    mlflow.set_experiment(config.experiment)
-    with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as run:
-        yield _Run(mlflow, run.info.run_id)
+    with contextlib.redirect_stdout(sys.stderr):
+        mlflow.set_tracking_uri(config.uri)
+        mlflow.set_experiment(config.experiment)
+        with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as run:
+            yield _Run(mlflow, run.info.run_id)
 
 
 def _ensure_sqlite_folder(uri: str) -> None:

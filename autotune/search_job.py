@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,7 +42,9 @@ __all__ = ["run_search_job"]
 log = logging.getLogger("autotune")
 
 
-def _progress(every: int) -> Any:
+def _progress(every: int) -> Callable[[int, int, optuna.Study], None]:
+    """Log the best feasible step time every ``every`` trials (stderr)."""
+
     def report(done: int, total: int, study: optuna.Study) -> None:
         if done % every and done != total:
             return

@@ -1,0 +1,119 @@
+"""Speed and sanity of the hierarchical simulator (issue 4 targets).
+
+    python benchmarks/bench_hierarchical.py            # ~1-3 minutes on 2 cores
+    python benchmarks/bench_hierarchical.py --quick    # fewer layouts
+
+1. Time per layout for llama70b on 1024 Ascend NPUs (cluster.num_nodes=128), over layouts of
+   the search space: a cold pass (compiles each new layer shape on the meta device) and a
+   warm pass (graphs cached), median / 95th percentile / max per layout. Target: warm <= 50 ms.
+2. Sanity: hierarchical next to analytical for a few llama70b layouts on 64 NPUs.
+Writes a Markdown table to benchmarks/results/hierarchical.md and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from hydra import compose
+from hydra import initialize_config_dir
+
+from autotune.cli import load_job
+from autotune.config import register_schemas
+from autotune.space import build_space
+from simulators import Layout
+from simulators import Prediction
+
+REPO = Path(__file__).resolve().parents[1]
+SANITY = (
+    dict(tp=8, pp=4, micro_batch=1, recompute="none"),
+    dict(tp=8, pp=8, vpp=2, micro_batch=1, recompute="none"),
+    dict(tp=4, pp=8, micro_batch=1, recompute="full"),
+)
+
+
+def _job(*overrides: str):  # noqa: ANN202
+    register_schemas()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    return cfg, *load_job(cfg)
+
+
+def speed(limit: int) -> tuple[int, list[float], list[float]]:
+    """Seconds per layout, cold and warm, over up to ``limit`` layouts spread over the space."""
+    cfg, model, cluster, train, simulator = _job("cluster.num_nodes=128", "simulator=hierarchical")
+    layouts = build_space(model, cluster, train, cfg.search, {}).layouts
+    chosen = layouts[:: max(1, len(layouts) // limit)][:limit]
+    passes: list[list[float]] = [[], []]
+    for times in passes:
+        for layout in chosen:
+            started = time.perf_counter()
+            simulator.simulate(model, cluster, train, layout)
+            times.append(time.perf_counter() - started)
+    return len(layouts), passes[0], passes[1]
+
+
+def sanity() -> list[tuple[Layout, Prediction, Prediction]]:
+    """(layout, analytical, hierarchical) for the SANITY layouts of llama70b on 64 NPUs."""
+    _, model, cluster, train, analytical = _job()
+    *_, hierarchical = _job("simulator=hierarchical")
+    rows = []
+    for given in SANITY:
+        layout = Layout.resolve(cluster.num_devices, **given)
+        layout.check(model, cluster, train)
+        rows.append(
+            (
+                layout,
+                analytical.simulate(model, cluster, train, layout),
+                hierarchical.simulate(model, cluster, train, layout),
+            )
+        )
+    return rows
+
+
+def _ms(values: list[float]) -> str:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return f"{statistics.median(ordered) * 1e3:.1f} / {p95 * 1e3:.1f} / {ordered[-1] * 1e3:.1f}"
+
+
+def _top(prediction: Prediction) -> str:
+    parts = sorted(prediction.breakdown.items(), key=lambda kv: -kv[1])[:4]
+    return ", ".join(f"{k} {v:.1f}" for k, v in parts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    size, cold, warm = speed(20 if args.quick else 100)
+    lines = [
+        "## Time per layout: llama70b, 1024 Ascend 910B2 (median / p95 / max, ms)",
+        "",
+        "| pass | layouts | time per layout |",
+        "|---|---|---|",
+        f"| cold (compiles new shapes) | {len(cold)} of {size} | {_ms(cold)} |",
+        f"| warm (graphs cached) | {len(warm)} of {size} | {_ms(warm)} |",
+        "",
+        "## Sanity: llama70b on 64 Ascend 910B2, GBS 512, seq 8192",
+        "",
+        "| layout | analytical s | hierarchical s | analytical GiB | hierarchical GiB "
+        "| hierarchical top terms (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for layout, ana, hier in sanity():
+        lines.append(
+            f"| {layout.describe()} | {ana.step_time_s:.1f} | {hier.step_time_s:.1f} "
+            f"| {ana.memory_gib:.1f} | {hier.memory_gib:.1f} | {_top(hier)} |"
+        )
+    text = "\n".join(lines) + "\n"
+    out = REPO / "benchmarks" / "results" / "hierarchical.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

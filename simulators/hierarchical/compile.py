@@ -1,0 +1,63 @@
+"""Compile: run a layer's forward and backward on the meta device into a LayerGraph.
+
+No weights, no arithmetic: the meta device only propagates shapes, while the
+:class:`~simulators.hierarchical.record.Recorder` writes down every ATen operator and
+collective. Graphs are cached by :class:`~simulators.hierarchical.graph.LayerShape`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from simulators.hierarchical.graph import LayerGraph
+from simulators.hierarchical.graph import LayerShape
+from simulators.hierarchical.modules import DTYPES
+from simulators.hierarchical.modules import build_module
+from simulators.hierarchical.record import Recorder
+
+__all__ = ["compile_layer", "trace_layer"]
+
+
+@functools.cache
+def compile_layer(shape: LayerShape) -> LayerGraph:
+    """Record one layer (one micro-batch, one rank): forward, backward, saved activations."""
+    return trace_layer(shape, Recorder())
+
+
+def trace_layer(shape: LayerShape, recorder: Recorder) -> LayerGraph:
+    """Run the layer of ``shape`` forward and backward under ``recorder`` (not cached)."""
+    module = build_module(shape)
+    if shape.kind == "embedding":
+        layer_input = torch.empty(shape.micro_batch, shape.seq_q, dtype=torch.long, device="meta")
+    else:
+        layer_input = torch.empty(
+            shape.micro_batch,
+            shape.tokens // shape.micro_batch,
+            shape.hidden,
+            dtype=DTYPES[shape.dtype],
+            device="meta",
+            requires_grad=True,
+        )
+    constants = [*module.parameters(), *module.buffers()]
+    with recorder, recorder.saving(exclude=constants):
+        out = module(layer_input)
+    forward = tuple(recorder.ops)
+    grad = None if out.dim() == 0 else torch.empty_like(out)
+    recorder.ops.clear()
+    with recorder:
+        out.backward(grad)
+    backward = tuple(recorder.ops)
+    experts = getattr(getattr(module, "mlp", None), "experts", None)
+    expert_params = sum(p.numel() for p in experts.parameters()) if experts is not None else 0
+    return LayerGraph(
+        shape=shape,
+        forward=forward,
+        backward=backward,
+        saved_bytes=recorder.saved_bytes(selective=False),
+        selective_saved_bytes=recorder.saved_bytes(selective=True),
+        input_bytes=float(layer_input.numel() * layer_input.element_size()),
+        params=sum(p.numel() for p in module.parameters()) - expert_params,
+        expert_params=expert_params,
+    )

@@ -1,0 +1,75 @@
+"""Tunable constants of the hierarchical simulator (values: conf/simulator/hierarchical.yaml)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import fields
+from typing import Any
+
+from simulators.errors import SpecError
+from simulators.hierarchical.cost import Efficiencies
+from simulators.hierarchical.inter_stage import SCHEDULES
+
+__all__ = ["HierarchicalConstants", "StateBytes"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateBytes:
+    """Bytes per parameter of weights, gradients and optimizer states (specs.md 3.2)."""
+
+    param: float
+    grad: float
+    optimizer: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HierarchicalConstants:
+    """Settings of :class:`~simulators.hierarchical.HierarchicalSimulator` (units in names).
+
+    ``schedule``: ``1f1b`` or ``gpipe`` (interleaved whenever ``vpp > 1``); ``op_costs``: a
+    profiled table (CSV) or ``None`` for the roofline; ``efficiency``: per-class overrides;
+    the overlap switches follow Megatron's flags; buckets hold
+    ``max(bucket_params_min, bucket_params_per_dp * dp)`` gradients; ``state_bytes`` by
+    precision; ``optimizer_bytes_per_param`` is the HBM traffic of one Adam update.
+    """
+
+    schedule: str
+    op_costs: str | None
+    efficiency: Efficiencies
+    tp_comm_overlap: bool
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    grad_reduce_bytes: float
+    bucket_params_min: int
+    bucket_params_per_dp: int
+    state_bytes: Mapping[str, StateBytes]
+    optimizer_bytes_per_param: float
+
+    def __post_init__(self) -> None:
+        if self.schedule not in ("1f1b", "gpipe"):
+            allowed = ", ".join(s for s in SCHEDULES if s != "interleaved")
+            raise SpecError(
+                f"simulator.schedule={self.schedule!r} is not one of {allowed} "
+                "(interleaved 1F1B is used whenever vpp > 1)"
+            )
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> HierarchicalConstants:
+        """Build from the yaml mapping; unknown or missing keys raise SpecError."""
+        known = {f.name for f in fields(cls)}
+        unknown, missing = sorted(set(values) - known), sorted(known - set(values))
+        if unknown or missing:
+            raise SpecError(
+                "simulator hierarchical: "
+                + (f"unknown key(s) {', '.join(unknown)}; " if unknown else "")
+                + (f"missing key(s) {', '.join(missing)}; " if missing else "")
+                + f"expected {', '.join(sorted(known))}"
+            )
+        given = dict(values)
+        given["efficiency"] = Efficiencies(**dict(values["efficiency"]))
+        given["state_bytes"] = {
+            precision: StateBytes(**dict(sizes))
+            for precision, sizes in values["state_bytes"].items()
+        }
+        return cls(**given)

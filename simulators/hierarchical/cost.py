@@ -1,0 +1,191 @@
+"""Cost: seconds for each recorded operator and each collective.
+
+:class:`RooflineCost` prices a compute op as the slower of its FLOPs at the class's achievable
+throughput and its bytes at the achievable HBM bandwidth; :class:`ProfiledCost` looks the op up
+in a table measured by ``python -m autotune.profile`` and falls back to the roofline.
+:class:`CommCost` prices collectives with the alpha-beta ring models of specs.md 3.6 on the
+two-level topology (hierarchical across nodes), placing groups in Megatron's rank order.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from simulators.errors import DataFileError
+from simulators.hierarchical.graph import Op
+from simulators.layout import Layout
+from simulators.specs import ClusterSpec
+from simulators.specs import DeviceSpec
+from simulators.specs import LinkSpec
+
+__all__ = [
+    "COST_TABLE_COLUMNS",
+    "CommCost",
+    "Efficiencies",
+    "ProfiledCost",
+    "RooflineCost",
+    "load_cost_table",
+]
+
+COST_TABLE_COLUMNS = ("op", "shapes", "dtype", "device", "time_us")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Efficiencies:
+    """Achievable fractions of peak per operator class; ``None`` takes the cluster's figure."""
+
+    matmul: float | None = None
+    attention: float | None = None
+    memory: float | None = None
+    comm: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RooflineCost:
+    """Roofline time of a compute op: max(FLOPs / achieved FLOP/s, bytes / achieved GB/s)."""
+
+    device: DeviceSpec
+    precision: str
+    efficiency: Efficiencies
+
+    def op_time_s(self, op: Op) -> float:
+        fraction = self.efficiency.matmul or self.device.matmul_efficiency
+        if op.category == "attention":
+            fraction = self.efficiency.attention or fraction
+        flops_per_s = self.device.peak_flops(self.precision) * fraction
+        memory = self.efficiency.memory or self.device.memory_efficiency
+        bytes_per_s = self.device.memory_gbps * 1e9 * memory
+        return max(op.flops / flops_per_s, op.bytes / bytes_per_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfiledCost:
+    """Measured op times (seconds by ``(op, shapes, dtype)``), roofline for the rest."""
+
+    table: dict[tuple[str, str, str], float]
+    fallback: RooflineCost
+
+    def op_time_s(self, op: Op) -> float:
+        measured = self.table.get((op.name, op.signature, op.dtype))
+        return self.fallback.op_time_s(op) if measured is None else measured
+
+    def covers(self, op: Op) -> bool:
+        return (op.name, op.signature, op.dtype) in self.table
+
+
+@functools.lru_cache(maxsize=8)
+def load_cost_table(path: str) -> dict[tuple[str, str, str], float]:
+    """Read a profiled table (CSV with :data:`COST_TABLE_COLUMNS`) into seconds per op.
+
+    Raises:
+        DataFileError: the file is missing, lacks a column, mixes devices or has a bad time.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise DataFileError(f"op cost table {path}: no such file")
+    with file.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in COST_TABLE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise DataFileError(
+                f"op cost table {path}: missing column(s) {', '.join(missing)}; "
+                f"expected {', '.join(COST_TABLE_COLUMNS)}"
+            )
+        rows = list(reader)
+    problems, table = [], {}
+    for number, row in enumerate(rows, start=2):
+        try:
+            time_us = float(row["time_us"])
+        except ValueError:
+            time_us = -1.0
+        if not time_us >= 0:
+            problems.append(f"row {number}, column time_us: {row['time_us']!r} is not a time >= 0")
+        table[(row["op"], row["shapes"], row["dtype"])] = time_us * 1e-6
+    devices = sorted({row["device"] for row in rows})
+    if len(devices) > 1:
+        problems.append(f"column device: one device per table, found {', '.join(devices)}")
+    if problems:
+        raise DataFileError(f"op cost table {path}:\n  - " + "\n  - ".join(problems))
+    return table
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommCost:
+    """Collective times for the parallel groups of one layout on one cluster.
+
+    Megatron's rank order puts TP fastest, then CP, DP, PP (expert grid: TP, EP, expert-DP,
+    PP), so a group is ``size`` ranks ``stride`` apart; ``devices_per_node // stride`` of them
+    share a node. ``efficiency`` replaces the links' own efficiency when given.
+    """
+
+    cluster: ClusterSpec
+    layout: Layout
+    efficiency: float | None = None
+
+    def group(self, name: str) -> tuple[int, int]:
+        """(size, stride) of a group: tp, cp, ep, dp (dense grads: DP x CP), edp, pp."""
+        lay = self.layout
+        groups = {
+            "tp": (lay.tp, 1),
+            "cp": (lay.cp, lay.tp),
+            "ep": (lay.ep, lay.tp),
+            "dp": (lay.dp * lay.cp, lay.tp),
+            "edp": (lay.expert_dp, lay.tp * lay.ep),
+            "pp": (lay.pp, lay.world_size // lay.pp),
+        }
+        return groups[name]
+
+    def time_s(self, kind: str, nbytes: float, group: str) -> float:
+        """Seconds for collective ``kind`` moving ``nbytes`` (specs.md 3.6 buffer sizes)."""
+        size, stride = self.group(group)
+        if size == 1 or nbytes <= 0:
+            return 0.0
+        if kind == "ring_send_recv":
+            return self._ring_s(nbytes, size, stride)
+        per_node = max(1, min(size, self.cluster.devices_per_node // stride))
+        nodes = math.ceil(size / per_node)
+        alpha1, beta1 = self._level(self.cluster.intra_node, per_node)
+        alpha2, beta2 = self._level(self.cluster.inter_node, nodes)
+        g, k = per_node, nodes
+        if kind == "all_reduce":
+            return 2 * ((g - 1) * alpha1 + (g - 1) / g * nbytes * beta1) + 2 * (
+                (k - 1) * alpha2 + (k - 1) / k * nbytes / g * beta2
+            )
+        if kind in ("all_gather", "reduce_scatter"):
+            return (
+                (g - 1) * alpha1
+                + (g - 1) / g * nbytes * beta1
+                + ((k - 1) * alpha2 + (k - 1) / k * nbytes / g * beta2)
+            )
+        if kind == "all_to_all":
+            intra = (g - 1) / size * nbytes * beta1
+            inter = (size - g) / size * nbytes * beta2
+            return (g - 1) * alpha1 + (size - g) * alpha2 + max(intra, inter)
+        raise ValueError(f"unknown collective {kind!r}")
+
+    def p2p_s(self, nbytes: float, src: int, dst: int, group: str) -> float:
+        """One send between members ``src`` and ``dst`` of ``group`` (same node or not)."""
+        _, stride = self.group(group)
+        per_node = self.cluster.devices_per_node
+        same_node = src * stride // per_node == dst * stride // per_node
+        link = self.cluster.intra_node if same_node else self.cluster.inter_node
+        alpha, beta = self._level(link, 2)
+        return alpha + nbytes * beta
+
+    def _ring_s(self, nbytes: float, size: int, stride: int) -> float:
+        """CP ring: size-1 neighbour steps; the slowest hop (inter-node if any) paces it."""
+        spans_nodes = size * stride > self.cluster.devices_per_node
+        link = self.cluster.inter_node if spans_nodes else self.cluster.intra_node
+        alpha, beta = self._level(link, 2)
+        return (size - 1) * alpha + nbytes * beta
+
+    def _level(self, link: LinkSpec, members: int) -> tuple[float, float]:
+        """(latency s, seconds per byte) of one link level for a group of ``members``."""
+        bandwidth = link.group_bandwidth_gbps(members)
+        if self.efficiency is not None:
+            bandwidth = bandwidth / link.efficiency * self.efficiency
+        return link.latency_us * 1e-6, 1.0 / (bandwidth * 1e9)

@@ -1,0 +1,195 @@
+"""The operator graph of one layer at per-rank shapes (plain data, no torch).
+
+A :class:`LayerShape` says what one rank computes for one layer and one micro-batch; the
+compile stage turns it into a :class:`LayerGraph` of :class:`Op` records (forward, backward)
+with FLOPs and bytes, which the cost and timeline stages price without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from dataclasses import replace
+
+from simulators.layout import Layout
+from simulators.specs import ModelSpec
+from simulators.specs import TrainSpec
+
+__all__ = [
+    "COMM_CATEGORY",
+    "COMPUTE_CATEGORIES",
+    "LayerGraph",
+    "LayerShape",
+    "Op",
+    "layer_shapes",
+]
+
+# Operator classes, each priced with its own efficiency (conf/simulator/hierarchical.yaml).
+COMPUTE_CATEGORIES = ("matmul", "attention", "memory")
+COMM_CATEGORY = "comm"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Op:
+    """One recorded operator, or one collective of a parallel group.
+
+    Compute ops carry FLOPs as executed (``flops``, e.g. the score recompute inside a fused
+    attention backward) and as Megatron counts them (``model_flops``), plus the bytes read and
+    written. A collective (``category == "comm"``) names its ``group`` (``tp``, ``cp``, ``ep``)
+    and ``bytes`` is its buffer as specs.md 3.6 defines it (all-reduce, reduce-scatter and
+    all-gather: the full buffer; all-to-all: the send buffer; ring: what one rank passes on in
+    all steps together). ``overlap`` marks a collective that runs beside the next compute op.
+    ``signature`` keys the profiled cost table: tensor shapes and the literal arguments.
+    """
+
+    name: str
+    category: str
+    region: str
+    flops: float = 0.0
+    model_flops: float = 0.0
+    bytes: float = 0.0
+    dtype: str = ""
+    signature: str = ""
+    group: str = ""
+    overlap: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerShape:
+    """What one rank computes for one layer kind and one micro-batch (hashable cache key).
+
+    ``tokens`` is the micro-batch's sequence share of this rank before any gather
+    (``b * s / cp``, divided by ``sp`` with sequence parallelism); ``seq_q`` is this rank's
+    query length ``s / cp`` (the CP ring brings keys and values of all ``s``). Heads, FFN
+    widths and the vocabulary are already divided by TP; ``local_experts`` by EP.
+    ``expert_tokens`` is the number of token copies each local expert receives (balanced
+    top-k routing).
+    """
+
+    kind: str
+    micro_batch: int
+    seq_q: int
+    sp: int
+    tp: int
+    cp: int
+    ep: int
+    hidden: int
+    dtype: str = "bf16"
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    qkv_bias: bool = False
+    norm: str = "rmsnorm"
+    activation: str = "swiglu"
+    ffn: int = 0
+    attention: str = "gqa"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    num_experts: int = 0
+    top_k: int = 0
+    local_experts: int = 0
+    expert_ffn: int = 0
+    expert_tokens: int = 0
+    shared_ffn: int = 0
+    vocab: int = 0
+
+    @property
+    def tokens(self) -> int:
+        """Tokens this rank holds at the layer boundary (sequence-parallel share)."""
+        return self.micro_batch * self.seq_q // self.sp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerGraph:
+    """Recorded operators of one layer for one micro-batch on one rank.
+
+    ``saved_bytes`` are the activations autograd keeps from forward to backward (unique
+    storages, weights excluded); ``selective_saved_bytes`` the same when core attention is
+    recomputed; ``input_bytes`` the layer input that full recompute keeps. ``params`` and
+    ``expert_params`` count this rank's weights (routed experts apart, for expert-DP).
+    """
+
+    shape: LayerShape
+    forward: tuple[Op, ...]
+    backward: tuple[Op, ...]
+    saved_bytes: float
+    selective_saved_bytes: float
+    input_bytes: float
+    params: int
+    expert_params: int
+
+    @property
+    def core_forward(self) -> tuple[Op, ...]:
+        """Forward ops of core attention: what selective recompute repeats."""
+        return tuple(op for op in self.forward if op.region == "core")
+
+    def model_flops(self) -> float:
+        """Forward plus backward FLOPs as Megatron counts them (no recompute)."""
+        return sum(op.model_flops for op in self.forward + self.backward)
+
+
+def layer_shapes(model: ModelSpec, layout: Layout, train: TrainSpec) -> dict[str, LayerShape]:
+    """Per-rank shapes of every layer kind of ``model`` under ``layout``.
+
+    Keys: ``embedding``, ``head``, and ``dense`` and/or ``moe`` for the decoder layers.
+    TP divides heads (KV heads replicate when TP exceeds them), FFN widths and the vocabulary;
+    SP and CP divide the sequence; EP divides the routed experts.
+    """
+    tp, cp = layout.tp, layout.cp
+    seq_q = train.seq_len // cp
+    base = LayerShape(
+        kind="dense",
+        micro_batch=layout.micro_batch,
+        seq_q=seq_q,
+        sp=tp if layout.sequence_parallel else 1,
+        tp=tp,
+        cp=cp,
+        ep=layout.ep,
+        hidden=model.hidden_size,
+        dtype=train.precision,
+        heads=model.num_attention_heads // tp,
+        kv_heads=(
+            model.num_attention_heads // tp
+            if model.attention == "mla"
+            else max(1, model.num_kv_heads // tp)
+        ),
+        head_dim=model.head_dim,
+        qkv_bias=model.qkv_bias,
+        norm=model.norm,
+        activation=model.activation,
+        ffn=model.ffn_hidden_size // tp,
+        attention=model.attention,
+        q_lora_rank=model.q_lora_rank,
+        kv_lora_rank=model.kv_lora_rank,
+        qk_nope_head_dim=model.qk_nope_head_dim,
+        qk_rope_head_dim=model.qk_rope_head_dim,
+        v_head_dim=model.v_head_dim,
+    )
+    shapes = {
+        "embedding": _only(base, kind="embedding", vocab=math.ceil(model.vocab_size / tp)),
+        "head": _only(base, kind="head", vocab=math.ceil(model.vocab_size / tp)),
+    }
+    if model.num_dense_layers:
+        shapes["dense"] = base
+    if model.num_moe_layers:
+        local = model.num_experts // layout.ep
+        copies = model.moe_top_k * layout.micro_batch * seq_q
+        shapes["moe"] = _only(
+            base,
+            kind="moe",
+            ffn=0,
+            num_experts=model.num_experts,
+            top_k=model.moe_top_k,
+            local_experts=local,
+            expert_ffn=model.expert_ffn_hidden_size // tp,
+            expert_tokens=math.ceil(copies / local),
+            shared_ffn=model.shared_expert_ffn_hidden_size // tp,
+        )
+    return shapes
+
+
+def _only(base: LayerShape, **changes: object) -> LayerShape:
+    return replace(base, **changes)  # type: ignore[arg-type]

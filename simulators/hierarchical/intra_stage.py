@@ -1,0 +1,152 @@
+"""Intra-stage: the time of one model chunk for one micro-batch, forward and backward.
+
+Within a phase, ops run on a compute stream and collectives on communication streams.
+TP all-reduce / all-gather / reduce-scatter and EP all-to-all block the compute stream (they
+feed the next op) unless TP overlap is configured, in which case TP traffic hides behind
+the phase's GEMMs; the CP ring exchange runs beside core attention (Megatron
+``context_parallel.md``). Backward is preceded by the recomputed forward when recompute applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+
+from simulators.hierarchical.cost import CommCost
+from simulators.hierarchical.cost import ProfiledCost
+from simulators.hierarchical.cost import RooflineCost
+from simulators.hierarchical.graph import COMM_CATEGORY
+from simulators.hierarchical.graph import COMPUTE_CATEGORIES
+from simulators.hierarchical.graph import LayerGraph
+from simulators.hierarchical.graph import Op
+
+__all__ = ["PARTS", "Block", "ChunkPlan", "StageCoster", "phase"]
+
+PARTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Block:
+    """One forward or backward of one chunk for one micro-batch.
+
+    ``parts`` splits ``duration_s`` into compute, recompute and exposed TP/CP/EP
+    communication (seconds); ``categories`` is compute time by operator class.
+    """
+
+    duration_s: float
+    parts: Mapping[str, float]
+    categories: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChunkPlan:
+    """The layers of one virtual pipeline stage and what each recomputes.
+
+    ``recompute`` per layer: ``none``, ``selective`` (core attention) or ``full``.
+    """
+
+    layers: tuple[LayerGraph, ...]
+    recompute: tuple[str, ...]
+    embedding: LayerGraph | None = None
+    head: LayerGraph | None = None
+
+    def activation_bytes(self) -> float:
+        """Bytes kept from this chunk's forward until its backward, per micro-batch."""
+        total = sum(
+            g.input_bytes
+            if mode == "full"
+            else g.selective_saved_bytes
+            if mode == "selective"
+            else g.saved_bytes
+            for g, mode in zip(self.layers, self.recompute, strict=True)
+        )
+        return total + sum(g.saved_bytes for g in (self.embedding, self.head) if g is not None)
+
+    def transient_bytes(self) -> float:
+        """Extra bytes while a fully recomputed layer runs its backward (its activations)."""
+        return max(
+            (
+                g.saved_bytes - g.input_bytes
+                for g, mode in zip(self.layers, self.recompute, strict=True)
+                if mode == "full"
+            ),
+            default=0.0,
+        )
+
+
+def phase(
+    ops: Sequence[Op], cost: RooflineCost | ProfiledCost, comm: CommCost, tp_overlap: bool
+) -> Block:
+    """Time of an op sequence on compute + communication streams (see module docstring)."""
+    categories = dict.fromkeys(COMPUTE_CATEGORIES, 0.0)
+    blocking: dict[str, float] = {}
+    hidden: dict[str, float] = {}
+    core = 0.0
+    for op in ops:
+        if op.category == COMM_CATEGORY:
+            seconds = comm.time_s(op.name, op.bytes, op.group)
+            overlapped = op.overlap or (op.group == "tp" and tp_overlap)
+            target = hidden if overlapped else blocking
+            target[op.group] = target.get(op.group, 0.0) + seconds
+        else:
+            seconds = cost.op_time_s(op)
+            categories[op.category] += seconds
+            if op.region == "core":
+                core += seconds
+    cover = {"cp": core, "tp": categories["matmul"]}
+    parts = dict.fromkeys(PARTS, 0.0)
+    parts["compute"] = sum(categories.values())
+    for group in ("tp", "cp", "ep"):
+        exposed = blocking.get(group, 0.0)
+        exposed += max(0.0, hidden.get(group, 0.0) - cover.get(group, 0.0))
+        parts[f"{group}_comm"] = exposed
+    return Block(duration_s=sum(parts.values()), parts=parts, categories=categories)
+
+
+@dataclass(slots=True)
+class StageCoster:
+    """Prices chunks; each layer graph's phases are timed once and reused across chunks."""
+
+    cost: RooflineCost | ProfiledCost
+    comm: CommCost
+    tp_overlap: bool
+    memo: dict[tuple[int, str], Block] = field(default_factory=dict)
+
+    def graph_phase(self, graph: LayerGraph, which: str) -> Block:
+        """``forward``, ``backward`` or ``core`` (core-attention forward) of one graph."""
+        key = (id(graph), which)
+        if key not in self.memo:
+            ops = graph.core_forward if which == "core" else getattr(graph, which)
+            self.memo[key] = phase(ops, self.cost, self.comm, self.tp_overlap)
+        return self.memo[key]
+
+    def chunk_blocks(self, plan: ChunkPlan) -> tuple[Block, Block]:
+        """(forward, backward) of a chunk; backward includes the recomputed forward."""
+        ends = tuple(g for g in (plan.embedding, plan.head) if g is not None)
+        graphs = (*plan.layers, *ends)
+        forward = _sum(self.graph_phase(g, "forward") for g in graphs)
+        backward = _sum(self.graph_phase(g, "backward") for g in graphs)
+        recomputed = _sum(
+            self.graph_phase(g, "forward" if mode == "full" else "core")
+            for g, mode in zip(plan.layers, plan.recompute, strict=True)
+            if mode != "none"
+        )
+        parts = dict(backward.parts)
+        parts["recompute"] += recomputed.duration_s
+        categories = {k: v + recomputed.categories[k] for k, v in backward.categories.items()}
+        backward = Block(duration_s=sum(parts.values()), parts=parts, categories=categories)
+        return forward, backward
+
+
+def _sum(blocks: Iterable[Block]) -> Block:
+    parts = dict.fromkeys(PARTS, 0.0)
+    categories = dict.fromkeys(COMPUTE_CATEGORIES, 0.0)
+    for block in blocks:
+        for key, value in block.parts.items():
+            parts[key] += value
+        for key, value in block.categories.items():
+            categories[key] += value
+    return Block(duration_s=sum(parts.values()), parts=parts, categories=categories)

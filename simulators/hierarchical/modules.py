@@ -1,0 +1,255 @@
+"""Reference layer modules at per-rank shapes (Megatron-style TP, SP, CP and EP).
+
+Each module is built from a :class:`~simulators.hierarchical.graph.LayerShape` on the meta
+device. Tensors are ``[batch, tokens, hidden]``; TP collectives sit where Megatron puts them
+(``gather``/``scatter`` with sequence parallelism, ``copy_to_region``/``reduce`` without), so
+the recorded graph holds them in order.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from simulators.hierarchical.graph import LayerShape
+from simulators.hierarchical.record import all_to_all
+from simulators.hierarchical.record import copy_to_region
+from simulators.hierarchical.record import core_attention
+from simulators.hierarchical.record import gather
+from simulators.hierarchical.record import reduce
+from simulators.hierarchical.record import scatter
+
+__all__ = ["DTYPES", "build_module"]
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm as one fused kernel: recorded as a bias-free ``native_layer_norm``.
+
+    The composite ``rms_norm`` decomposes into fp32 elementwise ops on the meta device, while
+    Megatron and MindSpeed run a fused kernel that reads x once and keeps x and 1/rms.
+    """
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight)
+
+
+def _norm(shape: LayerShape, width: int) -> nn.Module:
+    if shape.norm == "layernorm":
+        return nn.LayerNorm(width)
+    return RMSNorm(width)
+
+
+def _enter(x: torch.Tensor, shape: LayerShape) -> torch.Tensor:
+    """Into a TP region: all-gather the sequence (SP) or mark the input for a backward AR."""
+    if shape.sp > 1:
+        return gather(x, "tp", shape.tp)
+    return copy_to_region(x, "tp", shape.tp)
+
+
+def _leave(x: torch.Tensor, shape: LayerShape) -> torch.Tensor:
+    """Out of a TP region: reduce-scatter (SP) or all-reduce the partial sums."""
+    if shape.sp > 1:
+        return scatter(x, "tp", shape.tp)
+    return reduce(x, "tp", shape.tp)
+
+
+def _rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding as its elementwise ops (x*cos + rotate(x)*sin)."""
+    return x * table + x * table
+
+
+class Attention(nn.Module):
+    """GQA/MHA self-attention with a fused QKV projection, heads split by TP."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        d, heads, groups = shape.head_dim, shape.heads, shape.kv_heads
+        self.qkv = nn.Linear(shape.hidden, (heads + 2 * groups) * d, bias=shape.qkv_bias)
+        self.out = nn.Linear(heads * d, shape.hidden, bias=False)
+        self.register_buffer("table", torch.empty(shape.seq_q, 1, d), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.shape
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).split(
+            [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
+        )
+        q = _rope(q.view(b, n, s.heads, s.head_dim), self.table)
+        k = _rope(k.view(b, n, s.kv_heads, s.head_dim), self.table).transpose(1, 2)
+        v = v.view(b, n, s.kv_heads, s.head_dim).transpose(1, 2)
+        return self.out(core_attention(q, k, v, s.cp))
+
+
+class MLAttention(nn.Module):
+    """DeepSeek multi-head latent attention; TP splits the heads, down-projections replicate."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        h, heads = shape.hidden, shape.heads
+        qk = shape.qk_nope_head_dim + shape.qk_rope_head_dim
+        if shape.q_lora_rank:
+            self.q = nn.Sequential(
+                nn.Linear(h, shape.q_lora_rank, bias=False),
+                RMSNorm(shape.q_lora_rank),
+                nn.Linear(shape.q_lora_rank, heads * qk, bias=False),
+            )
+        else:
+            self.q = nn.Linear(h, heads * qk, bias=False)
+        self.kv_down = nn.Linear(h, shape.kv_lora_rank + shape.qk_rope_head_dim, bias=False)
+        self.kv_norm = RMSNorm(shape.kv_lora_rank)
+        self.kv_up = nn.Linear(
+            shape.kv_lora_rank, heads * (shape.qk_nope_head_dim + shape.v_head_dim), bias=False
+        )
+        self.out = nn.Linear(heads * shape.v_head_dim, h, bias=False)
+        self.register_buffer("table", torch.empty(shape.seq_q, 1, qk), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.shape
+        b, n, _ = x.shape
+        qk = s.qk_nope_head_dim + s.qk_rope_head_dim
+        q = _rope(self.q(x).view(b, n, s.heads, qk), self.table)
+        latent, k_rope = self.kv_down(x).split([s.kv_lora_rank, s.qk_rope_head_dim], dim=-1)
+        kv = self.kv_up(self.kv_norm(latent)).view(
+            b, n, s.heads, s.qk_nope_head_dim + s.v_head_dim
+        )
+        k_nope, v = kv.split([s.qk_nope_head_dim, s.v_head_dim], dim=-1)
+        k_rope = _rope(
+            k_rope.view(b, n, 1, s.qk_rope_head_dim), self.table[..., : s.qk_rope_head_dim]
+        )
+        k = torch.cat([k_nope, k_rope.expand(b, n, s.heads, s.qk_rope_head_dim)], dim=-1)
+        return self.out(core_attention(q, k.transpose(1, 2), v.transpose(1, 2), s.cp))
+
+
+class MLP(nn.Module):
+    """Dense MLP: fused gate+up and SwiGLU, or GeLU with biases; width split by TP."""
+
+    def __init__(self, shape: LayerShape, width: int) -> None:
+        super().__init__()
+        self.swiglu = shape.activation == "swiglu"
+        bias = not self.swiglu
+        self.fc1 = nn.Linear(shape.hidden, width * (2 if self.swiglu else 1), bias=bias)
+        self.fc2 = nn.Linear(width, shape.hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(_activate(self.fc1(x), self.swiglu))
+
+
+def _activate(x: torch.Tensor, swiglu: bool) -> torch.Tensor:
+    if swiglu:
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return F.gelu(x)
+
+
+class Experts(nn.Module):
+    """This rank's routed experts as one grouped GEMM (bmm over local experts)."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.swiglu = shape.activation == "swiglu"
+        e, h, f = shape.local_experts, shape.hidden, shape.expert_ffn
+        self.w1 = nn.Parameter(torch.empty(e, h, f * (2 if self.swiglu else 1)))
+        self.w2 = nn.Parameter(torch.empty(e, f, h))
+        self.b1 = None if self.swiglu else nn.Parameter(torch.empty(e, 1, f))
+        self.b2 = None if self.swiglu else nn.Parameter(torch.empty(e, 1, h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.b1 is None or self.b2 is None:
+            return torch.bmm(_activate(torch.bmm(x, self.w1), True), self.w2)
+        hidden = _activate(torch.baddbmm(self.b1, x, self.w1), False)
+        return torch.baddbmm(self.b2, hidden, self.w2)
+
+
+class MoE(nn.Module):
+    """Router, top-k dispatch by EP all-to-all, local experts, combine; shared experts."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.router = nn.Linear(shape.hidden, shape.num_experts, bias=False)
+        self.experts = Experts(shape)
+        self.shared = MLP(shape, shape.shared_ffn) if shape.shared_ffn else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.shape
+        b, n, h = x.shape
+        tokens = x.reshape(b * n, h)
+        probs, index = torch.topk(torch.softmax(self.router(tokens), dim=-1), s.top_k, dim=-1)
+        routed = tokens.index_select(0, index.flatten()).unsqueeze(0)
+        routed = all_to_all(routed, "ep", s.ep)
+        routed = _enter(routed, s)
+        copies = routed.shape[1]
+        padded = s.local_experts * s.expert_tokens
+        if padded > copies:
+            routed = F.pad(routed, (0, 0, 0, padded - copies))
+        out = self.experts(routed.view(s.local_experts, s.expert_tokens, h))
+        out = _leave(out.view(1, padded, h)[:, :copies], s)
+        out = all_to_all(out, "ep", s.ep).view(b * n, s.top_k, h)
+        combined = (out * probs.unsqueeze(-1).to(out.dtype)).sum(dim=1).view(b, n, h)
+        if self.shared is not None:
+            combined = combined + _leave(self.shared(_enter(x, s)), s)
+        return combined
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm decoder layer: attention and a dense MLP or an MoE block."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.norm1 = _norm(shape, shape.hidden)
+        self.norm2 = _norm(shape, shape.hidden)
+        self.attention = MLAttention(shape) if shape.attention == "mla" else Attention(shape)
+        self.mlp: nn.Module = MoE(shape) if shape.kind == "moe" else MLP(shape, shape.ffn)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.shape
+        x = x + _leave(self.attention(_enter(self.norm1(x), s)), s)
+        if s.kind == "moe":
+            return x + self.mlp(self.norm2(x))
+        return x + _leave(self.mlp(_enter(self.norm2(x), s)), s)
+
+
+class Embedding(nn.Module):
+    """Vocabulary-parallel embedding: local rows, then AR (or RS with SP) over TP."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.weight = nn.Parameter(torch.empty(shape.vocab, shape.hidden))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return _leave(F.embedding(ids, self.weight), self.shape)
+
+
+class Head(nn.Module):
+    """Final norm, vocabulary-parallel output projection and fp32 cross-entropy loss."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.norm = _norm(shape, shape.hidden)
+        self.output = nn.Linear(shape.hidden, shape.vocab, bias=False)
+        targets = torch.empty(shape.micro_batch * shape.seq_q, dtype=torch.long)
+        self.register_buffer("targets", targets, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.output(_enter(self.norm(x), self.shape)).float()
+        return F.cross_entropy(logits.flatten(0, 1), self.targets)
+
+
+def build_module(shape: LayerShape) -> nn.Module:
+    """The module for ``shape.kind`` (``dense``, ``moe``, ``embedding``, ``head``) on meta."""
+    kinds = {"dense": DecoderLayer, "moe": DecoderLayer, "embedding": Embedding, "head": Head}
+    with torch.device("meta"):
+        module = kinds[shape.kind](shape)
+    return module.to(DTYPES[shape.dtype])

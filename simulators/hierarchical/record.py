@@ -1,0 +1,361 @@
+"""Record ATen operators and collectives of a meta-device forward and backward.
+
+:class:`Recorder` is a ``TorchDispatchMode``: every ATen call is priced by shape (FLOPs from
+``torch.utils.flop_counter``'s registered formulas, bytes from the tensors it reads and writes)
+and appended as an :class:`~simulators.hierarchical.graph.Op`. Collectives do not exist on
+the meta device; the autograd functions here stand for them, record a ``comm`` op in forward
+and its mirror in backward, and hand back tensors of the right shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import bmm_flop
+from torch.utils.flop_counter import flop_registry
+
+from simulators.hierarchical.graph import COMM_CATEGORY
+from simulators.hierarchical.graph import Op
+
+__all__ = [
+    "Recorder",
+    "all_to_all",
+    "copy_to_region",
+    "core_attention",
+    "gather",
+    "reduce",
+    "scatter",
+]
+
+_aten = torch.ops.aten
+_ATTENTION = {
+    _aten._scaled_dot_product_efficient_attention,
+    _aten._scaled_dot_product_efficient_attention_backward,
+}
+_MATMUL = {_aten.mm, _aten.addmm, _aten.bmm, _aten.baddbmm, _aten.matmul, _aten.linear}
+# Allocations and metadata: no kernel runs for them.
+_FREE = {
+    _aten.empty,
+    _aten.empty_like,
+    _aten.empty_strided,
+    _aten.new_empty,
+    _aten.new_empty_strided,
+    _aten.detach,
+    _aten.lift_fresh,
+    _aten._unsafe_view,
+}
+_ACTIVE: list[Recorder] = []
+
+
+class Recorder(TorchDispatchMode):
+    """Collect the operators of everything run inside ``with recorder:``.
+
+    ``region`` tags forward ops by part of the layer (``core`` marks core attention, which
+    selective recompute repeats); ``paused()`` hides layout shuffles that a fused kernel would
+    not perform. Saved activations are tracked through :meth:`saving`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[Op] = []
+        self.region = ""
+        self.paused_depth = 0
+        self.saved: dict[int, tuple[float, set[str]]] = {}
+        self.excluded: set[int] = set()
+        self.core_inputs: set[int] = set()
+        self.regathered: dict[int, float] = {}
+
+    def __enter__(self) -> Recorder:
+        _ACTIVE.append(self)
+        return super().__enter__()  # type: ignore[no-any-return]
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        _ACTIVE.pop()
+
+    @contextlib.contextmanager
+    def tagged(self, region: str) -> Iterator[None]:
+        previous, self.region = self.region, region
+        try:
+            yield
+        finally:
+            self.region = previous
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        self.paused_depth += 1
+        try:
+            yield
+        finally:
+            self.paused_depth -= 1
+
+    @contextlib.contextmanager
+    def saving(self, exclude: list[torch.Tensor]) -> Iterator[None]:
+        """Track tensors autograd saves for backward; ``exclude`` (weights) is not counted."""
+        self.excluded = {_storage(t) for t in exclude}
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            key = _storage(tensor)
+            if key not in self.excluded:
+                size = self.regathered.get(key, float(tensor.untyped_storage().nbytes()))
+                size, regions = self.saved.setdefault(key, (size, set()))
+                regions.add(self.region)
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            yield
+
+    def saved_bytes(self, selective: bool) -> float:
+        """Unique saved bytes; with ``selective``, without what only core attention keeps."""
+        return sum(
+            size
+            for key, (size, regions) in self.saved.items()
+            if not (selective and regions == {"core"} and key not in self.core_inputs)
+        )
+
+    def comm(self, name: str, group: str, nbytes: float, overlap: bool = False) -> None:
+        self.ops.append(
+            Op(
+                name=name,
+                category=COMM_CATEGORY,
+                region=self.region,
+                bytes=nbytes,
+                group=group,
+                overlap=overlap,
+            )
+        )
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = func._overloadpacket
+        if self.paused_depth or func.is_view or packet in _FREE:
+            return out
+        op = _op(func, args, kwargs, out, self.region)
+        self.ops.append(op)
+        self.observe(op, func, args, kwargs)
+        return out
+
+    def observe(self, op: Op, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Called for each recorded ATen op with its meta arguments (the profiler times it)."""
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    return int(tensor.untyped_storage()._cdata)
+
+
+def _op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, region: str) -> Op:
+    packet = func._overloadpacket
+    tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+    nbytes = sum(t.numel() * t.element_size() for t in tensors + outputs)
+    flops = model_flops = 0.0
+    if packet in flop_registry:
+        flops = model_flops = float(flop_registry[packet](*args, **kwargs, out_val=out))
+    if packet in _ATTENTION:
+        named = _named_args(func, args, kwargs)
+        if named.get("is_causal"):
+            flops = model_flops = flops / 2  # the causal mask skips half the score matrix
+        if packet is _aten._scaled_dot_product_efficient_attention_backward:
+            # The fused backward recomputes Q.K^T; Megatron's model FLOPs do not count it.
+            q, k = named["query"], named["key"]
+            b, h, sq, d = q.shape
+            rescore = bmm_flop((b * h, sq, d), (b * h, d, k.shape[2]))
+            model_flops -= rescore / (2 if named.get("is_causal") else 1)
+    category = "matmul" if packet in _MATMUL else "attention" if packet in _ATTENTION else "memory"
+    dtype = str(tensors[0].dtype).removeprefix("torch.") if tensors else ""
+    return Op(
+        name=str(func),
+        category=category,
+        region=region,
+        flops=flops,
+        model_flops=model_flops,
+        bytes=float(nbytes),
+        dtype=dtype,
+        signature=_signature(args, kwargs),
+    )
+
+
+def _named_args(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    named = {arg.name: value for arg, value in zip(func._schema.arguments, args, strict=False)}
+    return {**named, **kwargs}
+
+
+def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """Shapes and literal arguments, e.g. ``[8,4096]bfloat16;[4096,1024]bfloat16;dim=-1``."""
+
+    def one(value: Any) -> str:
+        if isinstance(value, torch.Tensor):
+            return f"[{','.join(map(str, value.shape))}]{str(value.dtype).removeprefix('torch.')}"
+        if isinstance(value, (list, tuple)):
+            return "(" + ",".join(one(v) for v in value) + ")"
+        return repr(value)
+
+    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in sorted(kwargs.items())]
+    return ";".join(parts)
+
+
+def _recorder() -> Recorder:
+    return _ACTIVE[-1]
+
+
+def _new(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    with _recorder().paused():
+        return like.new_empty(shape)
+
+
+def _nbytes(tensor: torch.Tensor) -> float:
+    return float(tensor.numel() * tensor.element_size())
+
+
+class _Collective(torch.autograd.Function):
+    """A TP/EP collective along dim 1 (tokens); backward records its mirror image."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, names: tuple[str, str], group: str, factor: float
+    ) -> torch.Tensor:
+        ctx.names, ctx.group, ctx.shape = names, group, tuple(x.shape)
+        shape = (x.shape[0], int(x.shape[1] * factor), *x.shape[2:])
+        out = _new(x, shape)
+        ctx.nbytes = max(_nbytes(x), _nbytes(out))
+        if names[0] == "all_gather":
+            # Megatron keeps the local shard and gathers again in backward (SP memory).
+            _recorder().regathered[_storage(out)] = _nbytes(x)
+        if names[0] != "none":
+            _recorder().comm(names[0], group, ctx.nbytes)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        if ctx.names[1] != "none":
+            _recorder().comm(ctx.names[1], ctx.group, ctx.nbytes)
+        return _new(grad, ctx.shape), None, None, None
+
+
+def gather(x: torch.Tensor, group: str, size: int) -> torch.Tensor:
+    """All-gather tokens over ``group`` (``size`` ranks); backward reduce-scatters."""
+    if size == 1:
+        return x
+    return _Collective.apply(x, ("all_gather", "reduce_scatter"), group, size)  # type: ignore[no-any-return]
+
+
+def scatter(x: torch.Tensor, group: str, size: int) -> torch.Tensor:
+    """Reduce-scatter tokens over ``group``; backward all-gathers."""
+    if size == 1:
+        return x
+    return _Collective.apply(x, ("reduce_scatter", "all_gather"), group, 1 / size)  # type: ignore[no-any-return]
+
+
+def reduce(x: torch.Tensor, group: str, size: int) -> torch.Tensor:
+    """All-reduce partial sums over ``group`` (TP without SP); backward is free (identity)."""
+    if size == 1:
+        return x
+    return _Collective.apply(x, ("all_reduce", "none"), group, 1)  # type: ignore[no-any-return]
+
+
+def copy_to_region(x: torch.Tensor, group: str, size: int) -> torch.Tensor:
+    """Identity in forward, all-reduce of the input gradient in backward (TP without SP)."""
+    if size == 1:
+        return x
+    return _Collective.apply(x, ("none", "all_reduce"), group, 1)  # type: ignore[no-any-return]
+
+
+def all_to_all(x: torch.Tensor, group: str, size: int) -> torch.Tensor:
+    """EP token exchange of the routed copies (balanced: as many in as out); backward mirrors."""
+    if size == 1:
+        return x
+    return _Collective.apply(x, ("all_to_all", "all_to_all"), group, 1)  # type: ignore[no-any-return]
+
+
+class _Ring(torch.autograd.Function):
+    """CP ring exchange of a K or V chunk: c-1 steps overlapping attention (specs.md 3.5)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, size: int) -> torch.Tensor:  # type: ignore[override]
+        ctx.shape, ctx.nbytes = tuple(x.shape), _nbytes(x) * (size - 1)
+        _recorder().comm("ring_send_recv", "cp", ctx.nbytes, overlap=True)
+        return _new(x, (*x.shape[:2], x.shape[2] * size, x.shape[3]))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        # KV and dKV circulate in backward: about twice the forward volume (specs.md 3.5).
+        _recorder().comm("ring_send_recv", "cp", 2 * ctx.nbytes, overlap=True)
+        return _new(grad, ctx.shape), None
+
+
+def cp_ring(x: torch.Tensor, size: int) -> torch.Tensor:
+    """Bring the full-sequence K or V (``[b, g, s/c, d]`` -> ``[b, g, s, d]``) by CP ring."""
+    if size == 1:
+        return x
+    return _Ring.apply(x, size)  # type: ignore[no-any-return]
+
+
+class _CoreAttention(torch.autograd.Function):
+    """One fused causal attention kernel (forward and backward), as flash kernels run it.
+
+    GQA: the query heads of one KV group are stacked along the query axis, so the fused op
+    sees ``g`` heads of ``rep * s_q`` queries (same FLOPs and bytes, no K/V copies).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        b, sq, heads, d = q.shape
+        groups = k.shape[1]
+        with _recorder().paused():
+            folded = q.reshape(b, sq, groups, heads // groups, d).permute(0, 2, 3, 1, 4)
+            folded = folded.reshape(b, groups, heads // groups * sq, d)
+        out, lse, seed, offset = _aten._scaled_dot_product_efficient_attention(
+            folded, k, v, None, True, 0.0, True
+        )
+        ctx.save_for_backward(folded, k, v, out, lse, seed, offset)
+        ctx.q_shape = tuple(q.shape)
+        with _recorder().paused():
+            return (
+                out.reshape(b, groups, heads // groups, sq, -1)
+                .permute(0, 3, 1, 2, 4)
+                .reshape(b, sq, heads * v.shape[-1])
+            )
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        folded, k, v, out, lse, seed, offset = ctx.saved_tensors
+        with _recorder().paused():
+            grad_out = grad.new_empty(out.shape)
+        dq, dk, dv, _ = _aten._scaled_dot_product_efficient_attention_backward(
+            grad_out,
+            folded,
+            k,
+            v,
+            None,
+            out,
+            lse,
+            seed,
+            offset,
+            0.0,
+            [True, True, True, False],
+            True,
+        )
+        return _new(grad, ctx.q_shape), dk, dv
+
+
+def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: int) -> torch.Tensor:
+    """Causal attention of this rank's queries against the whole sequence (CP ring for K, V).
+
+    ``q [b, s_q, heads, d]`` and ``k, v [b, groups, s_kv / cp, d]`` give ``[b, s_q, heads*d_v]``.
+    """
+    recorder = _recorder()
+    recorder.core_inputs |= {_storage(q), _storage(k), _storage(v)}
+    with recorder.tagged("core"):
+        return _CoreAttention.apply(q, cp_ring(k, cp), cp_ring(v, cp))  # type: ignore[no-any-return]

@@ -1,0 +1,254 @@
+"""HierarchicalSimulator: compile -> cost -> intra-stage -> inter-stage -> prediction."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from typing import ClassVar
+
+from simulators.hierarchical.constants import HierarchicalConstants
+from simulators.hierarchical.cost import CommCost
+from simulators.hierarchical.cost import ProfiledCost
+from simulators.hierarchical.cost import RooflineCost
+from simulators.hierarchical.cost import load_cost_table
+from simulators.hierarchical.graph import COMPUTE_CATEGORIES
+from simulators.hierarchical.graph import LayerGraph
+from simulators.hierarchical.graph import layer_shapes
+from simulators.hierarchical.inter_stage import PipelineRun
+from simulators.hierarchical.inter_stage import Timeline
+from simulators.hierarchical.inter_stage import bucket_count
+from simulators.hierarchical.inter_stage import grad_sync
+from simulators.hierarchical.inter_stage import run_pipeline
+from simulators.hierarchical.intra_stage import PARTS
+from simulators.hierarchical.intra_stage import Block
+from simulators.hierarchical.intra_stage import ChunkPlan
+from simulators.hierarchical.intra_stage import StageCoster
+from simulators.hierarchical.trace import write_chrome_trace
+from simulators.layout import Layout
+from simulators.prediction import BREAKDOWN_KEYS
+from simulators.prediction import Prediction
+from simulators.specs import ClusterSpec
+from simulators.specs import ModelSpec
+from simulators.specs import TrainSpec
+
+__all__ = ["HierarchicalSimulator"]
+
+_GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class HierarchicalSimulator:
+    """The ParallelSim / LM-SimBench pipeline as a :class:`~simulators.Simulator`.
+
+    Layers are compiled on the meta device into operator graphs (torch is imported on the
+    first ``simulate``), priced per operator (roofline or a profiled table), timed per chunk
+    with compute and communication streams, and run through the pipeline schedule for every
+    pipeline rank. Step time is the slowest rank's; ``detail`` holds per-rank times
+    (``rank_time_s``) and memory (``rank_memory_gib``), compute time by operator class for the
+    slowest rank (``op_category_time_s``) and the timeline (``timeline``, see
+    :func:`simulators.hierarchical.trace.write_chrome_trace`).
+    """
+
+    constants: HierarchicalConstants
+    name: ClassVar[str] = "hierarchical"
+
+    @classmethod
+    def from_config(cls, constants: Mapping[str, Any]) -> HierarchicalSimulator:
+        """Build from ``conf/simulator/hierarchical.yaml`` (without its ``name`` key)."""
+        return cls(HierarchicalConstants.from_mapping(constants))
+
+    def simulate(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        from simulators.hierarchical.compile import compile_layer  # torch loads here
+
+        consts = self.constants
+        graphs = {kind: compile_layer(s) for kind, s in layer_shapes(model, layout, train).items()}
+        roofline = RooflineCost(
+            device=cluster.device, precision=train.precision, efficiency=consts.efficiency
+        )
+        cost: RooflineCost | ProfiledCost = roofline
+        if consts.op_costs:
+            cost = ProfiledCost(table=load_cost_table(consts.op_costs), fallback=roofline)
+        comm = CommCost(cluster=cluster, layout=layout, efficiency=consts.efficiency.comm)
+        coster = StageCoster(cost=cost, comm=comm, tp_overlap=consts.tp_comm_overlap)
+        plans = _plans(model, layout, graphs)
+        blocks = [coster.chunk_blocks(plan) for plan in plans]
+        p, v, m = layout.pp, layout.vpp, layout.num_microbatches(train)
+        p2p_bytes = graphs["head"].input_bytes
+        run = run_pipeline(
+            "interleaved" if v > 1 else consts.schedule,
+            p,
+            m,
+            v,
+            forward_s=[f.duration_s for f, _ in blocks],
+            backward_s=[b.duration_s for _, b in blocks],
+            p2p_s=[comm.p2p_s(p2p_bytes, k % p, (k + 1) % p, "pp") for k in range(p * v - 1)],
+            activation_bytes=[plan.activation_bytes() for plan in plans],
+            transient_bytes=[plan.transient_bytes() for plan in plans],
+        )
+        ranks = [
+            self._rank(r, plans[r::p], blocks[r::p], run, m, cluster, train, layout, comm)
+            for r in range(p)
+        ]
+        slowest = max(range(p), key=lambda r: ranks[r][0])
+        step_s, breakdown, categories, _ = ranks[slowest]
+        memories = [rank[3] for rank in ranks]
+        worst = max(memories, key=lambda mem: sum(mem.values()))
+        world = layout.world_size
+        tokens = train.tokens_per_step
+        detail: dict[str, object] = {
+            "schedule": "interleaved" if v > 1 else consts.schedule,
+            "rank_time_s": [rank[0] for rank in ranks],
+            "rank_memory_gib": [sum(mem.values()) for mem in memories],
+            "op_category_time_s": categories,
+            "timeline": Timeline(tuple(run.timeline), chunked=v > 1),
+        }
+        if isinstance(cost, ProfiledCost):
+            ops = [op for g in graphs.values() for op in g.forward + g.backward if op.dtype]
+            detail["profiled_op_fraction"] = sum(map(cost.covers, ops)) / len(ops)
+        return Prediction(
+            step_time_s=step_s,
+            memory_gib=sum(worst.values()),
+            memory_capacity_gib=cluster.device.memory_gib,
+            breakdown=breakdown,
+            memory_breakdown_gib=worst,
+            tokens_per_s_per_device=tokens / step_s / world,
+            mfu=model.flops_per_token(train.seq_len)
+            * tokens
+            / (step_s * world * cluster.device.peak_flops(train.precision)),
+            detail=detail,
+        )
+
+    def write_trace(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        train: TrainSpec,
+        layout: Layout,
+        path: str | Path,
+    ) -> Path:
+        """Simulate the layout and write its timeline as a Chrome trace (Perfetto)."""
+        return write_chrome_trace(self.simulate(model, cluster, train, layout), path)
+
+    def _rank(
+        self,
+        rank: int,
+        plans: list[ChunkPlan],
+        blocks: list[tuple[Block, Block]],
+        run: PipelineRun,
+        m: int,
+        cluster: ClusterSpec,
+        train: TrainSpec,
+        layout: Layout,
+        comm: CommCost,
+    ) -> tuple[float, dict[str, float], dict[str, float], dict[str, float]]:
+        """Step time, breakdown, op classes and memory (GiB) of one rank; DP spans to the run."""
+        consts = self.constants
+        states = consts.state_bytes[train.precision]
+        dense = [_params(plan, expert=False) for plan in plans]
+        experts = [_params(plan, expert=True) for plan in plans]
+        bucket = max(consts.bucket_params_min, consts.bucket_params_per_dp * layout.dp * layout.cp)
+        kind = "reduce_scatter" if layout.distributed_optimizer else "all_reduce"
+        buckets = [
+            _buckets(d, bucket, kind, "dp", consts.grad_reduce_bytes, comm)
+            + _buckets(e, bucket, kind, "edp", consts.grad_reduce_bytes, comm)
+            for d, e in zip(dense, experts, strict=True)
+        ]
+        finish = run.finish_s[rank]
+        synced = grad_sync(
+            rank,
+            run.last_backward[rank],
+            buckets,
+            finish,
+            consts.overlap_grad_reduce,
+            run.timeline,
+        )
+        dense_shard = layout.dp * layout.cp if layout.distributed_optimizer else 1
+        expert_shard = layout.expert_dp if layout.distributed_optimizer else 1
+        updated = sum(dense) / dense_shard + sum(experts) / expert_shard
+        device = cluster.device
+        optimizer_s = (
+            updated
+            * consts.optimizer_bytes_per_param
+            / (device.memory_gbps * 1e9 * device.memory_efficiency)
+        )
+        gather_s = 0.0
+        if layout.distributed_optimizer and not consts.overlap_param_gather:
+            gather_s = comm.time_s("all_gather", sum(dense) * states.param, "dp") + comm.time_s(
+                "all_gather", sum(experts) * states.param, "edp"
+            )
+        breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+        categories = dict.fromkeys(COMPUTE_CATEGORIES, 0.0)
+        for forward, backward in blocks:
+            for block in (forward, backward):
+                for key in PARTS:
+                    breakdown[key] += m * block.parts[key]
+                for key in COMPUTE_CATEGORIES:
+                    categories[key] += m * block.categories[key]
+        breakdown["bubble"] = run.bubble_s[rank]
+        breakdown["pp_comm"] = run.pp_comm_s[rank]
+        breakdown["dp_comm"] = synced - finish + gather_s
+        breakdown["optimizer"] = optimizer_s
+        step_s = synced + optimizer_s + gather_s
+        params = sum(dense) + sum(experts)
+        memory = {
+            "weights": params * states.param / _GIB,
+            "gradients": params * states.grad / _GIB,
+            "optimizer": (sum(dense) / dense_shard + sum(experts) / expert_shard)
+            * states.optimizer
+            / _GIB,
+            "activations": run.peak_activation_bytes[rank] / _GIB,
+        }
+        return step_s, breakdown, categories, memory
+
+
+def _plans(model: ModelSpec, layout: Layout, graphs: Mapping[str, LayerGraph]) -> list[ChunkPlan]:
+    """The chunk of every virtual stage (index ``chunk * pp + rank``), Megatron's assignment."""
+    stages = layout.pp * layout.vpp
+    per_chunk = model.num_layers // stages
+    recomputed = math.ceil(layout.recomputed_layers_per_stage(model) / layout.vpp)
+    plans = []
+    for vs in range(stages):
+        first = vs * per_chunk
+        layers = tuple(
+            graphs["dense" if i < model.num_dense_layers else "moe"]
+            for i in range(first, first + per_chunk)
+        )
+        modes = tuple(
+            "full"
+            if i < recomputed
+            else "selective"
+            if layout.recompute == "selective"
+            else "none"
+            for i in range(per_chunk)
+        )
+        plans.append(
+            ChunkPlan(
+                layers=layers,
+                recompute=modes,
+                embedding=graphs["embedding"] if vs == 0 else None,
+                head=graphs["head"] if vs == stages - 1 else None,
+            )
+        )
+    return plans
+
+
+def _params(plan: ChunkPlan, expert: bool) -> int:
+    if expert:
+        return sum(g.expert_params for g in plan.layers)
+    ends = sum(g.params for g in (plan.embedding, plan.head) if g is not None)
+    return sum(g.params for g in plan.layers) + ends
+
+
+def _buckets(
+    params: int, bucket: int, kind: str, group: str, grad_bytes: float, comm: CommCost
+) -> list[float]:
+    """Reduction time of each gradient bucket of ``params`` parameters."""
+    if not params:
+        return []
+    count = bucket_count(params, bucket)
+    return [comm.time_s(kind, params / count * grad_bytes, group)] * count

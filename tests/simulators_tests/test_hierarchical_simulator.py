@@ -1,0 +1,157 @@
+"""The hierarchical simulator end to end: breakdown, memory, recompute, trace, profiled costs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from simulators import BREAKDOWN_KEYS
+from simulators import Layout
+from simulators import ModelSpec
+from simulators import SpecError
+from simulators import TrainSpec
+from simulators.hierarchical import HierarchicalSimulator
+from simulators.hierarchical.cost import CommCost
+from simulators.hierarchical.cost import RooflineCost
+from simulators.hierarchical.graph import layer_shapes
+from simulators.hierarchical.intra_stage import phase
+from simulators.registry import make_simulator
+from tests.simulators_tests._specs import ascend
+
+compile_mod = pytest.importorskip("simulators.hierarchical.compile")
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "simulator" / "hierarchical.yaml"
+MODEL = ModelSpec(
+    name="tiny-llama",
+    num_layers=8,
+    hidden_size=512,
+    ffn_hidden_size=1376,
+    num_attention_heads=8,
+    num_kv_heads=4,
+    head_dim=64,
+    vocab_size=2048,
+)
+CLUSTER = ascend(2)
+TRAIN = TrainSpec(seq_len=1024, global_batch_size=32)
+
+
+def constants(**changes: Any) -> dict[str, Any]:
+    values = OmegaConf.to_container(OmegaConf.load(CONF))
+    assert isinstance(values, dict)
+    values.pop("name")
+    return {**values, **changes}
+
+
+SIM = HierarchicalSimulator.from_config(constants())
+
+
+def simulate(sim: HierarchicalSimulator = SIM, **layout: Any):  # noqa: ANN201
+    lay = Layout.resolve(CLUSTER.num_devices, **layout)
+    assert lay.violations(MODEL, CLUSTER, TRAIN) == []
+    return sim.simulate(MODEL, CLUSTER, TRAIN, lay)
+
+
+def test_registry_builds_it_from_the_yaml() -> None:
+    sim = make_simulator("hierarchical", constants())
+    assert isinstance(sim, HierarchicalSimulator) and sim.name == "hierarchical"
+
+
+def test_unknown_or_bad_constants_are_user_errors() -> None:
+    with pytest.raises(SpecError, match="unknown key"):
+        HierarchicalSimulator.from_config(constants(schedul="1f1b"))
+    with pytest.raises(SpecError, match="schedule"):
+        HierarchicalSimulator.from_config(constants(schedule="zigzag"))
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(tp=2, pp=2),
+        dict(tp=4, pp=2, vpp=2, recompute="full"),
+        dict(tp=2, pp=4, cp=2, recompute="selective"),
+        dict(pp=2, distributed_optimizer=False, micro_batch=2),
+    ],
+)
+def test_breakdown_sums_to_step_time(layout: dict[str, Any]) -> None:
+    prediction = simulate(**layout)
+    assert set(prediction.breakdown) == set(BREAKDOWN_KEYS)
+    assert sum(prediction.breakdown.values()) == pytest.approx(prediction.step_time_s)
+    assert all(value >= 0 for value in prediction.breakdown.values())
+    assert sum(prediction.memory_breakdown_gib.values()) == pytest.approx(prediction.memory_gib)
+    assert max(prediction.detail["rank_time_s"]) == pytest.approx(prediction.step_time_s)
+    assert 0 < prediction.mfu < 1
+
+
+def test_deterministic() -> None:
+    assert simulate(tp=2, pp=2).as_dict() == simulate(tp=2, pp=2).as_dict()
+
+
+def test_more_tp_never_raises_weight_memory() -> None:
+    weights = [simulate(tp=tp, pp=2).memory_breakdown_gib["weights"] for tp in (1, 2, 4, 8)]
+    assert weights == sorted(weights, reverse=True)
+
+
+def test_full_recompute_adds_exactly_one_forward() -> None:
+    plain, full = simulate(tp=2, pp=2), simulate(tp=2, pp=2, recompute="full")
+    assert full.breakdown["recompute"] > 0 == plain.breakdown["recompute"]
+    assert full.memory_breakdown_gib["activations"] < plain.memory_breakdown_gib["activations"]
+    # the recomputed time is the layers' forward time (compute and TP comm) per micro-batch
+    lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
+    graph = compile_mod.compile_layer(layer_shapes(MODEL, lay, TRAIN)["dense"])
+    roofline = RooflineCost(
+        device=CLUSTER.device, precision="bf16", efficiency=SIM.constants.efficiency
+    )
+    forward = phase(graph.forward, roofline, CommCost(cluster=CLUSTER, layout=lay), False)
+    per_stage = MODEL.num_layers // 2 * lay.num_microbatches(TRAIN)
+    assert full.breakdown["recompute"] == pytest.approx(per_stage * forward.duration_s)
+
+
+def test_selective_recompute_repeats_only_core_attention() -> None:
+    plain, selective = simulate(tp=2, pp=2), simulate(tp=2, pp=2, recompute="selective")
+    core = selective.breakdown["recompute"]
+    assert 0 < core < 0.2 * plain.breakdown["compute"]
+
+
+def test_vpp_shrinks_the_bubble_and_gpipe_holds_more_activations() -> None:
+    one, two = simulate(tp=2, pp=4), simulate(tp=2, pp=4, vpp=2)
+    assert two.breakdown["bubble"] < one.breakdown["bubble"]
+    assert two.detail["schedule"] == "interleaved"
+    gpipe = HierarchicalSimulator.from_config(constants(schedule="gpipe"))
+    assert (
+        simulate(gpipe, tp=2, pp=4).memory_breakdown_gib["activations"]
+        > one.memory_breakdown_gib["activations"]
+    )
+
+
+def test_trace_is_valid_json_with_events_on_every_rank(tmp_path: Path) -> None:
+    lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=4, vpp=2)
+    path = SIM.write_trace(MODEL, CLUSTER, TRAIN, lay, tmp_path / "trace.json")
+    document = json.loads(path.read_text())
+    spans = [e for e in document["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} == set(range(4))
+    assert {e["cat"] for e in spans} == {"compute", "p2p", "dp"}
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    compute = [e for e in spans if e["cat"] == "compute" and e["pid"] == 0]
+    assert len(compute) == 2 * 2 * lay.num_microbatches(TRAIN)
+
+
+def test_profiled_table_replaces_roofline_times(tmp_path: Path) -> None:
+    lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
+    graph_ops = [
+        op
+        for shape in layer_shapes(MODEL, lay, TRAIN).values()
+        for op in compile_mod.compile_layer(shape).forward
+        if op.category == "matmul"
+    ]
+    table = tmp_path / "ops.csv"
+    rows = ["op,shapes,dtype,device,time_us"]
+    rows += [f'{op.name},"{op.signature}",{op.dtype},test,50000' for op in graph_ops]
+    table.write_text("\n".join(rows) + "\n")
+    profiled = HierarchicalSimulator.from_config(constants(op_costs=str(table)))
+    base, slow = simulate(tp=2, pp=2), simulate(profiled, tp=2, pp=2)
+    assert 0 < slow.detail["profiled_op_fraction"] < 1
+    assert slow.breakdown["compute"] > base.breakdown["compute"]

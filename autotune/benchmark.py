@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,6 +45,7 @@ from autotune._benchmark_score import RANDOM
 from autotune._benchmark_score import BenchmarkResult
 from autotune._benchmark_score import ScoreSettings
 from autotune._benchmark_score import score
+from autotune.cli import guarded
 from simulators import UserError
 from simulators.registry import make_simulator
 
@@ -281,16 +280,10 @@ register_benchmark_schema()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="benchmark")
+@guarded
 def main(cfg: DictConfig) -> None:
     """Run the benchmark; a user error prints ``error: ...`` and exits with status 2."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-    try:
-        run(cfg)
-    except UserError as exc:
-        if os.environ.get("AUTOTUNE_DEBUG") == "1":
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run(cfg)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from autotune.space import SEARCHED
 from autotune.space import build_space
 from autotune.tracking import child_runs
 from autotune.tracking import tracked_run
+from simulators import LAYOUT_FIELDS
 from simulators import Layout
 from simulators import Prediction
 from simulators import UserError
@@ -170,19 +171,7 @@ def _summary(best: Prediction, exhaustive: tuple[Layout, Prediction] | None) -> 
 
 
 def _layout_json(layout: Layout) -> dict[str, Any]:
-    keys = (
-        "dp",
-        "tp",
-        "pp",
-        "cp",
-        "ep",
-        "vpp",
-        "micro_batch",
-        "recompute",
-        "sequence_parallel",
-        "distributed_optimizer",
-    )
-    return {k: getattr(layout, k) for k in keys}
+    return {k: getattr(layout, k) for k in LAYOUT_FIELDS}
 
 
 def _json_payload(

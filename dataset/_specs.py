@@ -10,6 +10,7 @@ import pandas as pd
 
 from dataset._clusters import CONF_DIR
 from dataset._clusters import build_cluster
+from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
@@ -39,18 +40,6 @@ _MODEL_FIELDS = (
     "qk_nope_head_dim",
     "qk_rope_head_dim",
     "v_head_dim",
-)
-_LAYOUT_FIELDS = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "vpp",
-    "micro_batch",
-    "recompute",
-    "sequence_parallel",
-    "distributed_optimizer",
 )
 _OVERRIDES = ("devices_per_node", "device_memory_gib", "intra_node_gbps", "inter_node_gbps")
 
@@ -97,6 +86,6 @@ def row_to_specs(
         global_batch_size=int(row["global_batch_size"]),
         precision=str(_given(row, "precision") or "bf16"),
     )
-    layout_values = {k: _given(row, k) for k in _LAYOUT_FIELDS}
+    layout_values = {k: _given(row, k) for k in LAYOUT_FIELDS}
     layout = Layout(**{k: v for k, v in layout_values.items() if v is not None})
     return model, cluster, train, layout

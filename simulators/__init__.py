@@ -12,6 +12,7 @@ from simulators.errors import LayoutError
 from simulators.errors import SpecError
 from simulators.errors import UserError
 from simulators.layout import DEGREES
+from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import RECOMPUTE_MODES
 from simulators.layout import Layout
 from simulators.prediction import BREAKDOWN_KEYS
@@ -25,6 +26,7 @@ from simulators.specs import TrainSpec
 __all__ = [
     "BREAKDOWN_KEYS",
     "DEGREES",
+    "LAYOUT_FIELDS",
     "RECOMPUTE_MODES",
     "ClusterSpec",
     "DataFileError",

@@ -19,10 +19,18 @@ from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
 
-__all__ = ["DEGREES", "RECOMPUTE_MODES", "Layout"]
+__all__ = ["DEGREES", "LAYOUT_FIELDS", "RECOMPUTE_MODES", "Layout"]
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp")
+# The fields of a layout as the measurement table and the JSON output name them.
+LAYOUT_FIELDS = (
+    *DEGREES,
+    "micro_batch",
+    "recompute",
+    "sequence_parallel",
+    "distributed_optimizer",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

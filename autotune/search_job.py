@@ -51,8 +51,8 @@ def _progress(every: int) -> Callable[[int, int, optuna.Study], None]:
             return
         feasible = [
             t
-            for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("valid") and all(c <= 0 for c in t.constraints.values())
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if all(c <= 0 for c in t.constraints.values())
         ]
         best = min((t.values[0] for t in feasible), default=None)
         shown = f"{best:.3f} s" if best is not None else "none fits yet"

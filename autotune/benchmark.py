@@ -46,8 +46,8 @@ from autotune._benchmark_score import BenchmarkResult
 from autotune._benchmark_score import ScoreSettings
 from autotune._benchmark_score import score
 from autotune.cli import guarded
+from autotune.config import simulator_from_conf
 from simulators import UserError
-from simulators.registry import make_simulator
 
 __all__ = [
     "BenchmarkSchema",
@@ -143,15 +143,6 @@ def _filter(table: pd.DataFrame, column: str, wanted: list[str] | None, what: st
     return table[table[column].isin(wanted)].reset_index(drop=True)
 
 
-def _simulator_constants(name: str) -> dict[str, Any]:
-    path = dataset.CONF_DIR / "simulator" / f"{name}.yaml"
-    if not path.is_file():
-        return {}
-    values = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    assert isinstance(values, dict)
-    return {k: v for k, v in values.items() if k not in ("defaults", "name", "_target_")}
-
-
 def run_benchmark(cfg: DictConfig, simulators: Sequence[Any] | None = None) -> BenchmarkResult:
     """Load the data, rank it with every simulator, baseline and peer, and score the rankings.
 
@@ -168,7 +159,7 @@ def run_benchmark(cfg: DictConfig, simulators: Sequence[Any] | None = None) -> B
         )
     if simulators is None:
         names = _names(cfg.simulators) or []
-        simulators = [make_simulator(n, _simulator_constants(n)) for n in names]
+        simulators = [simulator_from_conf(n, dataset.CONF_DIR) for n in names]
     table = load_data(str(cfg.data))
     table = _filter(table, "cluster", _names(cfg.hardware), "hardware")
     table = _filter(table, "source", _names(cfg.source), "source")

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig
-from omegaconf import OmegaConf
 
+from autotune.config import plain_dict
 from autotune.config import to_specs
 from autotune.tracking import TrackingConfig
 from simulators import ClusterSpec
@@ -58,8 +58,7 @@ def guarded(main: Callable[[DictConfig], None]) -> Callable[[DictConfig], None]:
 def load_job(cfg: DictConfig) -> tuple[ModelSpec, ClusterSpec, TrainSpec, Simulator]:
     """The specs and the simulator named by the composed config."""
     model, cluster, train = to_specs(cfg)
-    constants = OmegaConf.to_container(cfg.simulator, resolve=True)
-    assert isinstance(constants, dict)
+    constants = plain_dict(cfg.simulator)
     name = str(constants.pop("name"))
     return model, cluster, train, make_simulator(name, constants)
 

@@ -12,6 +12,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass
 from dataclasses import field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -23,27 +24,37 @@ from simulators import ClusterSpec
 from simulators import DeviceSpec
 from simulators import LinkSpec
 from simulators import ModelSpec
+from simulators import Simulator
 from simulators import SpecError
 from simulators import TrainSpec
+from simulators.registry import make_simulator
 
-__all__ = ["fixed_layout_values", "register_schemas", "to_specs"]
+__all__ = [
+    "CONF_DIR",
+    "fixed_layout_values",
+    "plain_dict",
+    "register_schemas",
+    "simulator_from_conf",
+    "to_specs",
+]
 
 
-def _schema_of(spec: type, name: str, extra: dict[str, Any] | None = None) -> type:
-    """A mutable dataclass with the fields of ``spec`` (nested specs become nested schemas)."""
+def _schema_of(spec: type, name: str, extra: dict[str, type] | None = None) -> type:
+    """A mutable dataclass with the fields of ``spec`` (nested specs become nested schemas);
+    ``extra`` adds fields whose defaults are instances of the given dataclasses."""
     hints = typing.get_type_hints(spec)
     rows: list[tuple[str, Any, Any]] = []
     for f in dataclasses.fields(spec):
         kind = hints[f.name]
-        if dataclasses.is_dataclass(kind):
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
             nested = _schema_of(kind, f"{kind.__name__}Schema")
             rows.append((f.name, nested, field(default_factory=nested)))
         elif f.default is not dataclasses.MISSING:
             rows.append((f.name, kind, field(default=f.default)))
         else:
             rows.append((f.name, kind, field(default=MISSING)))
-    for key, (kind, default) in (extra or {}).items():
-        rows.append((key, kind, field(default_factory=lambda d=default: d)))
+    for key, kind in (extra or {}).items():
+        rows.append((key, kind, field(default_factory=kind)))
     return dataclasses.make_dataclass(name, rows)
 
 
@@ -55,7 +66,7 @@ class RecipeSchema:
     global_batch_size: int = 512
 
 
-ModelSchema = _schema_of(ModelSpec, "ModelSchema", {"recipe": (RecipeSchema, RecipeSchema())})
+ModelSchema = _schema_of(ModelSpec, "ModelSchema", {"recipe": RecipeSchema})
 ClusterSchema = _schema_of(ClusterSpec, "ClusterSchema")
 
 
@@ -134,15 +145,30 @@ def register_schemas() -> None:
     store.store(name="autotune_schema", node=AutotuneSchema)
 
 
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def simulator_from_conf(name: str, conf_dir: Path = CONF_DIR) -> Simulator:
+    """The simulator ``name`` with the constants of ``conf/simulator/<name>.yaml``.
+
+    Raises:
+        UserError: an unknown simulator name (the message lists the registered ones).
+    """
+    path = conf_dir / "simulator" / f"{name}.yaml"
+    constants = plain_dict(OmegaConf.load(path), drop=("name",)) if path.is_file() else {}
+    return make_simulator(name, constants)
+
+
 def fixed_layout_values(cfg: DictConfig) -> dict[str, Any]:
     """The ``parallel.*`` values the user set (the others are left to the search)."""
-    return {k: v for k, v in _plain(cfg.parallel).items() if v is not None}
+    return {k: v for k, v in plain_dict(cfg.parallel).items() if v is not None}
 
 
-def _plain(node: DictConfig, drop: tuple[str, ...] = ()) -> dict[str, Any]:
+def plain_dict(node: DictConfig, drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A resolved config node as a plain dict, without the keys in ``drop``."""
     values = OmegaConf.to_container(node, resolve=True)
     assert isinstance(values, dict)
-    return {k: v for k, v in values.items() if k not in drop}
+    return {str(k): v for k, v in values.items() if k not in drop}
 
 
 def _reject_unknown(group: str, values: dict[str, Any], spec: type) -> None:
@@ -157,12 +183,12 @@ def _reject_unknown(group: str, values: dict[str, Any], spec: type) -> None:
 
 def to_specs(cfg: DictConfig) -> tuple[ModelSpec, ClusterSpec, TrainSpec]:
     """Build the three specs from a composed config (``model``, ``cluster``, ``train``)."""
-    _reject_unknown("model", _plain(cfg.model, drop=("recipe",)), ModelSpec)
-    _reject_unknown("cluster", _plain(cfg.cluster), ClusterSpec)
-    _reject_unknown("train", _plain(cfg.train), TrainSpec)
+    _reject_unknown("model", plain_dict(cfg.model, drop=("recipe",)), ModelSpec)
+    _reject_unknown("cluster", plain_dict(cfg.cluster), ClusterSpec)
+    _reject_unknown("train", plain_dict(cfg.train), TrainSpec)
     try:
-        model = ModelSpec(**_plain(cfg.model, drop=("recipe",)))
-        cluster_values = _plain(cfg.cluster)
+        model = ModelSpec(**plain_dict(cfg.model, drop=("recipe",)))
+        cluster_values = plain_dict(cfg.cluster)
         cluster = ClusterSpec(
             **{
                 **cluster_values,
@@ -171,7 +197,7 @@ def to_specs(cfg: DictConfig) -> tuple[ModelSpec, ClusterSpec, TrainSpec]:
                 "inter_node": LinkSpec(**cluster_values["inter_node"]),
             }
         )
-        train = TrainSpec(**_plain(cfg.train))
+        train = TrainSpec(**plain_dict(cfg.train))
     except TypeError as exc:  # a wrong type that slipped past the schema
         raise SpecError(f"invalid config: {exc}") from None
     return model, cluster, train

@@ -13,22 +13,15 @@ import statistics
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 import dataset
-from simulators.registry import make_simulator
+from autotune.config import simulator_from_conf
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
     name = sys.argv[1] if len(sys.argv) > 1 else "analytical"
-    constants = OmegaConf.to_container(
-        OmegaConf.load(REPO / "conf" / "simulator" / f"{name}.yaml")
-    )
-    assert isinstance(constants, dict)
-    constants.pop("name", None)
-    simulator = make_simulator(name, constants)
+    simulator = simulator_from_conf(name)
     rows = [
         "| model | NPUs | layout | seq | measured tok/s/NPU | predicted | error |",
         "|---|---|---|---|---|---|---|",

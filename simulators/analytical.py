@@ -48,6 +48,17 @@ class AnalyticalConstants:
     attention_backward_factor: float = 2.5
     kernels_per_layer_forward: int = 16
     kernel_overhead_us: float = 4.0
+    host_ops_per_layer_forward: int = 33
+    host_op_overhead_us: float = 20.0
+    unfused_attention_bytes_per_score: Mapping[str, float] = field(
+        default_factory=lambda: {
+            "forward_gemm": 4,
+            "forward_elementwise": 9,
+            "backward_gemm": 8,
+            "backward_elementwise": 11,
+            "saved": 5,
+        }
+    )
     tp_comm_overlap: bool = False
     cp_comm_overlap: bool = True
     overlap_grad_reduce: bool = True
@@ -239,6 +250,35 @@ def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, ac
     return norms_residuals + rope + mlp + permute
 
 
+def _unfused_attention_s(
+    model: ModelSpec,
+    tokens: float,
+    train: TrainSpec,
+    layout: Layout,
+    device: DeviceSpec,
+    c: AnalyticalConstants,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of Megatron's unfused core attention on one TP rank.
+
+    The scores of every local head form a [s, s] matrix per sequence, written and read in HBM
+    (no causal skipping: the masked half is computed and stored too). The two batched GEMMs
+    (QK^T, PV; dQ, dK, dP, dV backward) are rooflines over their score traffic; the masked
+    softmax and the dropout are memory-bound passes over the scores (Korthikanti et al. 2022
+    Table 2: fp16 scores, softmax output and dropout output, 1-byte dropout mask).
+    """
+    heads = model.num_attention_heads / layout.tp
+    scores = tokens * heads * train.seq_len  # score elements of this micro-batch
+    flops = 2.0 * model.core_attention_flops_per_token(train.seq_len) * tokens / layout.tp
+    peak = device.peak_flops(train.precision) * device.matmul_efficiency
+    bandwidth = device.memory_gbps * 1e9 * device.memory_efficiency
+    b = c.unfused_attention_bytes_per_score
+    forward = max(flops / peak, scores * b["forward_gemm"] / bandwidth)
+    forward += scores * b["forward_elementwise"] / bandwidth
+    backward = max(2 * flops / peak, scores * b["backward_gemm"] / bandwidth)
+    backward += scores * b["backward_elementwise"] / bandwidth
+    return forward, backward
+
+
 def _activation_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, act: int) -> float:
     """Bytes one layer saves for backward per token, with flash attention (specs.md 3.3).
 
@@ -285,15 +325,23 @@ def _layer_cost(
         for m, k, n, count in _layer_gemms(model, moe, tokens, layout)
     )
     core_flops = tokens * model.core_attention_flops_per_token(train.seq_len) / layout.tp
-    core_s = core_flops / (device.peak_flops(precision) * c.attention_efficiency)
+    if device.flash_attention:
+        core_s = core_flops / (device.peak_flops(precision) * c.attention_efficiency)
+        core_backward_s = c.attention_backward_factor * core_s
+    else:
+        core_s, core_backward_s = _unfused_attention_s(model, tokens, train, layout, device, c)
     elementwise_s = (
         tokens
         * _elementwise_bytes_per_token(model, moe, layout, act)
         / (device.memory_gbps * 1e9 * device.memory_efficiency)
     )
     launch_s = c.kernels_per_layer_forward * c.kernel_overhead_us * 1e-6
-    forward_s = gemm_s + core_s + elementwise_s + launch_s
-    backward_s = 2 * (gemm_s + elementwise_s + launch_s) + c.attention_backward_factor * core_s
+    # Eager PyTorch issues every operator from one host thread; when the GPU work of a layer is
+    # shorter than the host's dispatch of its operators, the host sets the pace. The backward
+    # walks one autograd node per recorded forward operator.
+    host_s = c.host_ops_per_layer_forward * c.host_op_overhead_us * 1e-6
+    forward_s = max(gemm_s + core_s + elementwise_s + launch_s, host_s)
+    backward_s = max(2 * (gemm_s + elementwise_s + launch_s) + core_backward_s, host_s)
 
     # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
     tp_group = place_group(layout.tp, 1, cluster.devices_per_node)
@@ -319,6 +367,13 @@ def _layer_cost(
         cp_s = max(0.0, ring_s - hidden_fwd) + max(0.0, 2 * ring_s - hidden_bwd)
 
     seq_shard = layout.tp if layout.sequence_parallel else 1
+    activation_bytes = tokens * _activation_bytes_per_token(model, moe, layout, act)
+    if not device.flash_attention and layout.recompute != "selective":
+        # The unfused path keeps softmax output, dropout mask and dropout output: 5as/h per
+        # token-hidden in Korthikanti et al. 2022 Table 2 (specs.md 3.3).
+        heads = model.num_attention_heads / layout.tp
+        saved = c.unfused_attention_bytes_per_score["saved"]
+        activation_bytes += tokens * heads * train.seq_len * saved
     return _LayerCost(
         forward_s=forward_s,
         backward_s=backward_s,
@@ -328,7 +383,7 @@ def _layer_cost(
         ep_forward_s=ep_exposed,
         ep_backward_s=ep_exposed,
         cp_s=cp_s,
-        activation_bytes=tokens * _activation_bytes_per_token(model, moe, layout, act),
+        activation_bytes=activation_bytes,
         input_bytes=tokens * model.hidden_size * act / seq_shard,
     )
 
@@ -350,7 +405,7 @@ class _Stage:
     dense_params: float  # parameters sharded by TP (reduced over DP x CP)
     expert_params: float  # routed-expert parameters (reduced over expert-DP)
     activation_bytes: float  # saved per micro-batch on this rank, after recompute
-    working_bytes: float  # transient: one layer's activations during its backward, logits
+    working_bytes: float  # transient: one layer's activations in its backward, or the logits
 
     @property
     def per_microbatch_s(self) -> float:
@@ -420,7 +475,8 @@ def _stages(
             if model.output_params or layout.pp > 1:  # a tied head is copied to the last stage
                 dense_params += model.vocab_size * model.hidden_size / layout.tp
         saved = (1 - share) * total("activation_bytes") + share * total("input_bytes")
-        working = max(dense.activation_bytes, moe.activation_bytes) + (logits_bytes if last else 0)
+        # The logits live until the loss backward is done, before any layer's backward starts.
+        working = max(dense.activation_bytes, moe.activation_bytes, logits_bytes if last else 0)
         built[key] = _Stage(
             compute_s=total("forward_s") + total("backward_s") + (logits_s if last else 0.0),
             recompute_s=recompute_s,

@@ -302,6 +302,10 @@ class DeviceSpec:
     memory_gbps: float
     matmul_efficiency: float
     memory_efficiency: float
+    # Whether the training stack on this device runs fused (flash) attention; False for
+    # devices flash-attention does not support (V100) and for measured stacks that ran
+    # Megatron's unfused attention (baddbmm + masked softmax + dropout + bmm).
+    flash_attention: bool = True
 
     def __post_init__(self) -> None:
         require_positive(

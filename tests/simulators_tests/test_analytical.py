@@ -81,8 +81,9 @@ def test_memory_of_a_tiny_model_by_hand() -> None:
     # 2*(64+128+64) = 512; fp32 log-sum-exp 4*4 = 16; SwiGLU gate, up, product 2*3*256 = 1536.
     per_token_layer = 512 + 512 + 16 + 1536
     assert mem["activations"] * GIB == pytest.approx(per_token_layer * 32 * 2)
-    # Working set: one layer's activations in backward, plus 6 B per logit on the last stage.
-    assert mem["working"] * GIB == pytest.approx(per_token_layer * 32 + 32 * 1000 * 6)
+    # Working set: one layer's activations in its backward, or the logits (6 B each) during the
+    # loss backward, whichever is larger: here the logits, 32 * 1000 * 6 > 2576 * 32.
+    assert mem["working"] * GIB == pytest.approx(max(per_token_layer * 32, 32 * 1000 * 6))
     assert mem["reserved"] == pytest.approx(AnalyticalConstants().reserved_memory_gib)
     assert pred.memory_gib == pytest.approx(sum(mem.values()))
 
@@ -269,3 +270,62 @@ def test_deterministic_and_from_config_rejects_unknown_constants() -> None:
 
     with pytest.raises(SpecError, match="attention_eficiency"):
         AnalyticalSimulator.from_config({"attention_eficiency": 0.5})
+
+
+def test_host_dispatch_bounds_a_tiny_layer() -> None:
+    """Kernels of a 64-wide layer take nanoseconds: each pass costs ops x host overhead."""
+    c = AnalyticalConstants()
+    train = TrainSpec(seq_len=32, global_batch_size=1)
+    pred = AnalyticalSimulator(c).simulate(TINY, cluster(), train, Layout(recompute="none"))
+    host = 33 * 20e-6  # 33 eager ops per layer forward, 20 us each (analytical.yaml)
+    assert c.host_ops_per_layer_forward * c.host_op_overhead_us * 1e-6 == pytest.approx(host)
+    # Logits: forward + 2 backward GEMMs of 32 x 64 x 1000, plus 2 passes over 6 B per logit.
+    logits = 3 * gemm_time_s(32, 64, 1000, DEVICE, "bf16") + 2 * 32 * 1000 * 6 / (2000e9 * 0.8)
+    # Two layers, each a forward and a backward pass at the host's pace.
+    assert pred.breakdown["compute"] == pytest.approx(2 * 2 * host + logits)
+    # Without the host bound the same layers are far faster (the GPU work is sub-microsecond
+    # plus 16 launches of 4 us forward, twice that backward).
+    free = AnalyticalConstants(host_op_overhead_us=0.0)
+    fast = AnalyticalSimulator(free).simulate(TINY, cluster(), train, Layout(recompute="none"))
+    assert fast.breakdown["compute"] < pred.breakdown["compute"] / 2
+
+
+def test_unfused_attention_by_hand() -> None:
+    """Megatron's pre-flash attention: score-matrix traffic on a device without flash attention."""
+    from simulators.analytical import _unfused_attention_s
+
+    device = DeviceSpec(
+        name="old",
+        bf16_tflops=100.0,
+        fp16_tflops=100.0,
+        fp32_tflops=25.0,
+        memory_gib=80.0,
+        memory_gbps=2000.0,
+        matmul_efficiency=0.5,
+        memory_efficiency=0.8,
+        flash_attention=False,
+    )
+    train = TrainSpec(seq_len=32, global_batch_size=1)
+    forward, backward = _unfused_attention_s(
+        TINY, 32, train, Layout(), device, AnalyticalConstants()
+    )
+    # 4 heads x 32 queries x 32 keys = 4096 scores; HBM 2000 GB/s x 0.8 = 1.6e12 B/s.
+    # QK^T + PV, no causal skip: 2 * 2*32*(64+64)/2 FLOPs per token x 32 tokens = 262144 FLOPs
+    # at 100 TF x 0.5 = 5.24 ns, below their 4 B/score = 10.24 ns of traffic.
+    assert forward == pytest.approx(4 * 4096 / 1.6e12 + 9 * 4096 / 1.6e12)
+    assert backward == pytest.approx(8 * 4096 / 1.6e12 + 11 * 4096 / 1.6e12)
+    # Saved for backward: 5 B per score (softmax output, dropout mask and output), per token
+    # 4 heads x 32 keys x 5 = 640 B on top of the flash-attention tensors of the memory test.
+    old = ClusterSpec(
+        name="old",
+        device=device,
+        devices_per_node=8,
+        num_nodes=1,
+        intra_node=SWITCH,
+        inter_node=NIC,
+    )
+    layout = Layout(recompute="none", distributed_optimizer=False)
+    new_mem = AnalyticalSimulator().simulate(TINY, cluster(), train, layout).memory_breakdown_gib
+    old_mem = AnalyticalSimulator().simulate(TINY, old, train, layout).memory_breakdown_gib
+    extra = (old_mem["activations"] - new_mem["activations"]) * GIB
+    assert extra == pytest.approx(640 * 32 * 2)

@@ -76,6 +76,7 @@ class TrainSchema:
     global_batch_size: int = MISSING  # sequences per optimizer step
     precision: str = "bf16"  # bf16, fp16 or fp32
     optimizer: str = "adam"
+    flash_attention: bool = True  # fused attention kernels (Megatron --use-flash-attn)
 
 
 @dataclass

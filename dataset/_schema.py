@@ -146,6 +146,8 @@ _LAYOUT = (
     Column("sequence_parallel", _bool),  # default: tp > 1 (filled by the loader)
     Column("distributed_optimizer", _bool, default=True),
     Column("precision", _choice(PRECISIONS), default="bf16"),
+    # Not in DESIGN.md's v1 table: whether the stack ran fused (flash) attention.
+    Column("flash_attention", _bool, default=True),
 )
 
 _MEASUREMENT = (

@@ -85,6 +85,7 @@ def row_to_specs(
         seq_len=int(row["seq_len"]),
         global_batch_size=int(row["global_batch_size"]),
         precision=str(_given(row, "precision") or "bf16"),
+        flash_attention=bool(_given(row, "flash_attention") in (None, True)),
     )
     layout_values = {k: _given(row, k) for k in LAYOUT_FIELDS}
     layout = Layout(**{k: v for k, v in layout_values.items() if v is not None})

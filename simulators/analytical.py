@@ -325,7 +325,7 @@ def _layer_cost(
         for m, k, n, count in _layer_gemms(model, moe, tokens, layout)
     )
     core_flops = tokens * model.core_attention_flops_per_token(train.seq_len) / layout.tp
-    if device.flash_attention:
+    if train.uses_flash_attention(cluster):
         core_s = core_flops / (device.peak_flops(precision) * c.attention_efficiency)
         core_backward_s = c.attention_backward_factor * core_s
     else:
@@ -368,7 +368,7 @@ def _layer_cost(
 
     seq_shard = layout.tp if layout.sequence_parallel else 1
     activation_bytes = tokens * _activation_bytes_per_token(model, moe, layout, act)
-    if not device.flash_attention and layout.recompute != "selective":
+    if not train.uses_flash_attention(cluster) and layout.recompute != "selective":
         # The unfused path keeps softmax output, dropout mask and dropout output: 5as/h per
         # token-hidden in Korthikanti et al. 2022 Table 2 (specs.md 3.3).
         heads = model.num_attention_heads / layout.tp

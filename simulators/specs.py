@@ -302,10 +302,8 @@ class DeviceSpec:
     memory_gbps: float
     matmul_efficiency: float
     memory_efficiency: float
-    # Whether the training stack on this device runs fused (flash) attention; False for
-    # devices flash-attention does not support (V100) and for measured stacks that ran
-    # Megatron's unfused attention (baddbmm + masked softmax + dropout + bmm).
-    flash_attention: bool = True
+    # Whether fused (flash) attention kernels exist for this device (False on V100).
+    supports_flash_attention: bool = True
 
     def __post_init__(self) -> None:
         require_positive(
@@ -401,12 +399,22 @@ class ClusterSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainSpec:
-    """One training step: sequence length, global batch (sequences), precision, optimizer."""
+    """One training step: sequence length, global batch (sequences), precision, optimizer.
+
+    ``flash_attention`` says whether the training stack runs fused attention (Megatron
+    ``--use-flash-attn``, TransformerEngine); without it, Megatron's unfused path keeps the
+    [s, s] scores of every head in memory (baddbmm, masked softmax, dropout, bmm).
+    """
 
     seq_len: int
     global_batch_size: int
     precision: str = "bf16"
     optimizer: str = "adam"
+    flash_attention: bool = True
+
+    def uses_flash_attention(self, cluster: ClusterSpec) -> bool:
+        """Fused attention when the stack asks for it and the device has the kernels."""
+        return self.flash_attention and cluster.device.supports_flash_attention
 
     def __post_init__(self) -> None:
         require_positive("train", seq_len=self.seq_len, global_batch_size=self.global_batch_size)

@@ -92,6 +92,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "sequence_parallel": False,
                 "distributed_optimizer": False,
                 "precision": "fp16",
+                "flash_attention": False,  # see NOTICE.md: the stack predates flash attention
                 "status": row["status"],
                 "step_time_s": global_batch / metric(config, "throughput", "sequences/s"),
                 **provenance(config, SOURCE),

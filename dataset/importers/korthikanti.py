@@ -65,6 +65,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "sequence_parallel": sequence_parallel,
                 "distributed_optimizer": False,
                 "precision": "fp16",
+                "flash_attention": False,  # see NOTICE.md: the stack predates flash attention
                 "status": row["status"],
                 "step_time_s": metric(config, "iteration_time", "s"),
                 **provenance(config, SOURCE),

@@ -158,7 +158,13 @@ def test_polish_spends_the_last_trials_on_neighbours_of_the_best(
 ) -> None:
     _, space, evaluate, _ = _job(make_cfg)
     result = run_search(
-        space, evaluate, sampler="random", n_trials=40, seed=1, storage=None, study_name="p",
+        space,
+        evaluate,
+        sampler="random",
+        n_trials=40,
+        seed=1,
+        storage=None,
+        study_name="p",
         polish_fraction=0.5,
     )
     trials = result.study.trials

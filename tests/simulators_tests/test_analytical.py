@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -291,23 +292,12 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
 
 
 def test_unfused_attention_by_hand() -> None:
-    """Megatron's pre-flash attention: score-matrix traffic on a device without flash attention."""
+    """Megatron's pre-flash attention: score-matrix traffic when the stack runs no flash."""
     from simulators.analytical import _unfused_attention_s
 
-    device = DeviceSpec(
-        name="old",
-        bf16_tflops=100.0,
-        fp16_tflops=100.0,
-        fp32_tflops=25.0,
-        memory_gib=80.0,
-        memory_gbps=2000.0,
-        matmul_efficiency=0.5,
-        memory_efficiency=0.8,
-        flash_attention=False,
-    )
-    train = TrainSpec(seq_len=32, global_batch_size=1)
+    train = TrainSpec(seq_len=32, global_batch_size=1, flash_attention=False)
     forward, backward = _unfused_attention_s(
-        TINY, 32, train, Layout(), device, AnalyticalConstants()
+        TINY, 32, train, Layout(), DEVICE, AnalyticalConstants()
     )
     # 4 heads x 32 queries x 32 keys = 4096 scores; HBM 2000 GB/s x 0.8 = 1.6e12 B/s.
     # QK^T + PV, no causal skip: 2 * 2*32*(64+64)/2 FLOPs per token x 32 tokens = 262144 FLOPs
@@ -316,16 +306,40 @@ def test_unfused_attention_by_hand() -> None:
     assert backward == pytest.approx(8 * 4096 / 1.6e12 + 11 * 4096 / 1.6e12)
     # Saved for backward: 5 B per score (softmax output, dropout mask and output), per token
     # 4 heads x 32 keys x 5 = 640 B on top of the flash-attention tensors of the memory test.
+    layout = Layout(recompute="none", distributed_optimizer=False)
+    fused = TrainSpec(seq_len=32, global_batch_size=1)
+    new_mem = AnalyticalSimulator().simulate(TINY, cluster(), fused, layout).memory_breakdown_gib
+    old_mem = AnalyticalSimulator().simulate(TINY, cluster(), train, layout).memory_breakdown_gib
+    extra = (old_mem["activations"] - new_mem["activations"]) * GIB
+    assert extra == pytest.approx(640 * 32 * 2)
+
+
+def test_a_device_without_flash_kernels_runs_unfused_attention() -> None:
+    no_flash = DeviceSpec(
+        name="v100-like",
+        bf16_tflops=0.0,
+        fp16_tflops=100.0,
+        fp32_tflops=25.0,
+        memory_gib=80.0,
+        memory_gbps=2000.0,
+        matmul_efficiency=0.5,
+        memory_efficiency=0.8,
+        supports_flash_attention=False,
+    )
     old = ClusterSpec(
         name="old",
-        device=device,
+        device=no_flash,
         devices_per_node=8,
         num_nodes=1,
         intra_node=SWITCH,
         inter_node=NIC,
     )
-    layout = Layout(recompute="none", distributed_optimizer=False)
-    new_mem = AnalyticalSimulator().simulate(TINY, cluster(), train, layout).memory_breakdown_gib
-    old_mem = AnalyticalSimulator().simulate(TINY, old, train, layout).memory_breakdown_gib
-    extra = (old_mem["activations"] - new_mem["activations"]) * GIB
-    assert extra == pytest.approx(640 * 32 * 2)
+    new = dataclasses.replace(
+        old, device=dataclasses.replace(no_flash, supports_flash_attention=True)
+    )
+    train = TrainSpec(seq_len=2048, global_batch_size=8, precision="fp16")
+    assert train.uses_flash_attention(new) and not train.uses_flash_attention(old)
+    sim = AnalyticalSimulator()
+    slow = sim.simulate(LLAMA, old, train, Layout(dp=8)).memory_breakdown_gib["activations"]
+    fast = sim.simulate(LLAMA, new, train, Layout(dp=8)).memory_breakdown_gib["activations"]
+    assert slow > fast

@@ -32,6 +32,11 @@ class HierarchicalConstants:
     the overlap switches follow Megatron's flags; buckets hold
     ``max(bucket_params_min, bucket_params_per_dp * dp)`` gradients; ``state_bytes`` by
     precision; ``optimizer_bytes_per_param`` is the HBM traffic of one Adam update.
+    ``host_op_overhead_us`` is the CPU time eager PyTorch spends issuing one recorded operator
+    (a chunk's phase lasts at least its operators times this); ``unfused_attention_dropout``
+    records attention dropout on the unfused (pre-flash) path; ``logits_bytes_per_element``
+    sizes the last stage's logits working set; ``reserved_memory_gib`` is what the runtime holds
+    beyond tensors.
     """
 
     schedule: str
@@ -45,6 +50,10 @@ class HierarchicalConstants:
     bucket_params_per_dp: int
     state_bytes: Mapping[str, StateBytes]
     optimizer_bytes_per_param: float
+    host_op_overhead_us: float
+    unfused_attention_dropout: bool
+    logits_bytes_per_element: float
+    reserved_memory_gib: float
 
     def __post_init__(self) -> None:
         if self.schedule not in ("1f1b", "gpipe"):
@@ -53,6 +62,9 @@ class HierarchicalConstants:
                 f"simulator.schedule={self.schedule!r} is not one of {allowed} "
                 "(interleaved 1F1B is used whenever vpp > 1)"
             )
+        for key in ("host_op_overhead_us", "logits_bytes_per_element", "reserved_memory_gib"):
+            if not getattr(self, key) >= 0:
+                raise SpecError(f"simulator.{key}={getattr(self, key)!r} must be >= 0")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> HierarchicalConstants:

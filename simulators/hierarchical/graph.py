@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from dataclasses import replace
 
 from simulators.layout import Layout
+from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
 
@@ -63,7 +64,8 @@ class LayerShape:
     query length ``s / cp`` (the CP ring brings keys and values of all ``s``). Heads, FFN
     widths and the vocabulary are already divided by TP; ``local_experts`` by EP.
     ``expert_tokens`` is the number of token copies each local expert receives (balanced
-    top-k routing).
+    top-k routing). ``flash_attention`` picks the fused kernel or Megatron's unfused path
+    (which records ``attention_dropout`` when set).
     """
 
     kind: str
@@ -95,6 +97,8 @@ class LayerShape:
     expert_tokens: int = 0
     shared_ffn: int = 0
     vocab: int = 0
+    flash_attention: bool = True
+    attention_dropout: bool = False
 
     @property
     def tokens(self) -> int:
@@ -131,14 +135,25 @@ class LayerGraph:
         return sum(op.model_flops for op in self.forward + self.backward)
 
 
-def layer_shapes(model: ModelSpec, layout: Layout, train: TrainSpec) -> dict[str, LayerShape]:
+def layer_shapes(
+    model: ModelSpec,
+    layout: Layout,
+    train: TrainSpec,
+    cluster: ClusterSpec | None = None,
+    attention_dropout: bool = True,
+) -> dict[str, LayerShape]:
     """Per-rank shapes of every layer kind of ``model`` under ``layout``.
+
+    Attention is fused (flash) when ``train.uses_flash_attention(cluster)`` (without a cluster:
+    ``train.flash_attention``); otherwise Megatron's unfused path, with its attention dropout
+    when ``attention_dropout``.
 
     Keys: ``embedding``, ``head``, and ``dense`` and/or ``moe`` for the decoder layers.
     TP divides heads (KV heads replicate when TP exceeds them), FFN widths and the vocabulary;
     SP and CP divide the sequence; EP divides the routed experts.
     """
     tp, cp = layout.tp, layout.cp
+    flash = train.uses_flash_attention(cluster) if cluster else train.flash_attention
     seq_q = train.seq_len // cp
     base = LayerShape(
         kind="dense",
@@ -167,6 +182,8 @@ def layer_shapes(model: ModelSpec, layout: Layout, train: TrainSpec) -> dict[str
         qk_nope_head_dim=model.qk_nope_head_dim,
         qk_rope_head_dim=model.qk_rope_head_dim,
         v_head_dim=model.v_head_dim,
+        flash_attention=flash,
+        attention_dropout=attention_dropout and not flash,
     )
     shapes = {
         "embedding": _only(base, kind="embedding", vocab=math.ceil(model.vocab_size / tp)),

@@ -5,6 +5,11 @@ TP all-reduce / all-gather / reduce-scatter and EP all-to-all block the compute 
 feed the next op) unless TP overlap is configured, in which case TP traffic hides behind
 the phase's GEMMs; the CP ring exchange runs beside core attention (Megatron
 ``context_parallel.md``). Backward is preceded by the recomputed forward when recompute applies.
+
+Eager PyTorch issues every operator from one host thread, and the host runs ahead of the
+device only as far as the device is slower: a chunk's phase lasts
+``max(device time, recorded operators x host_op_s)``. The excess is compute-stream idle time,
+booked as ``compute``.
 """
 
 from __future__ import annotations
@@ -46,15 +51,20 @@ class ChunkPlan:
     """The layers of one virtual pipeline stage and what each recomputes.
 
     ``recompute`` per layer: ``none``, ``selective`` (core attention) or ``full``.
+    ``logits_bytes`` is the head's logits working set (0 without the head).
     """
 
     layers: tuple[LayerGraph, ...]
     recompute: tuple[str, ...]
     embedding: LayerGraph | None = None
     head: LayerGraph | None = None
+    logits_bytes: float = 0.0
 
     def activation_bytes(self) -> float:
-        """Bytes kept from this chunk's forward until its backward, per micro-batch."""
+        """Bytes kept from this chunk's forward until its backward, per micro-batch.
+
+        The head's logits are not here: they are part of :meth:`transient_bytes`.
+        """
         total = sum(
             g.input_bytes
             if mode == "full"
@@ -63,18 +73,17 @@ class ChunkPlan:
             else g.saved_bytes
             for g, mode in zip(self.layers, self.recompute, strict=True)
         )
-        return total + sum(g.saved_bytes for g in (self.embedding, self.head) if g is not None)
+        return total + (self.embedding.saved_bytes if self.embedding is not None else 0.0)
 
     def transient_bytes(self) -> float:
-        """Extra bytes while a fully recomputed layer runs its backward (its activations)."""
-        return max(
-            (
-                g.saved_bytes - g.input_bytes
-                for g, mode in zip(self.layers, self.recompute, strict=True)
-                if mode == "full"
-            ),
-            default=0.0,
-        )
+        """Working set on top of what is held during this chunk's backward.
+
+        One layer's whole activations during its backward (rematerialised under recompute, or
+        the activation gradients of the same size), or the head's logits, which are freed by
+        the loss backward before any layer's backward starts: the larger of the two (the same
+        terms as the analytical simulator's ``working`` memory).
+        """
+        return max([g.saved_bytes for g in self.layers] + [self.logits_bytes])
 
 
 def phase(
@@ -113,6 +122,7 @@ class StageCoster:
     cost: RooflineCost | ProfiledCost
     comm: CommCost
     tp_overlap: bool
+    host_op_s: float = 0.0
     memo: dict[tuple[int, str], Block] = field(default_factory=dict)
 
     def graph_phase(self, graph: LayerGraph, which: str) -> Block:
@@ -124,21 +134,41 @@ class StageCoster:
         return self.memo[key]
 
     def chunk_blocks(self, plan: ChunkPlan) -> tuple[Block, Block]:
-        """(forward, backward) of a chunk; backward includes the recomputed forward."""
+        """(forward, backward) of a chunk; backward includes the recomputed forward.
+
+        Each phase lasts at least its recorded operators times ``host_op_s`` (host dispatch).
+        """
         ends = tuple(g for g in (plan.embedding, plan.head) if g is not None)
         graphs = (*plan.layers, *ends)
         forward = _sum(self.graph_phase(g, "forward") for g in graphs)
         backward = _sum(self.graph_phase(g, "backward") for g in graphs)
-        recomputed = _sum(
-            self.graph_phase(g, "forward" if mode == "full" else "core")
+        redone = [
+            (g, "forward" if mode == "full" else "core")
             for g, mode in zip(plan.layers, plan.recompute, strict=True)
             if mode != "none"
-        )
+        ]
+        recomputed = _sum(self.graph_phase(g, which) for g, which in redone)
         parts = dict(backward.parts)
         parts["recompute"] += recomputed.duration_s
         categories = {k: v + recomputed.categories[k] for k, v in backward.categories.items()}
         backward = Block(duration_s=sum(parts.values()), parts=parts, categories=categories)
-        return forward, backward
+        forward_ops = sum(len(g.forward) for g in graphs)
+        backward_ops = sum(len(g.backward) for g in graphs) + sum(
+            len(g.forward if which == "forward" else g.core_forward) for g, which in redone
+        )
+        return (
+            _host_bound(forward, forward_ops * self.host_op_s),
+            _host_bound(backward, backward_ops * self.host_op_s),
+        )
+
+
+def _host_bound(block: Block, host_s: float) -> Block:
+    """``block`` lasting at least ``host_s``: the device idles, waiting for the host."""
+    if host_s <= block.duration_s:
+        return block
+    parts = dict(block.parts)
+    parts["compute"] += host_s - block.duration_s
+    return Block(duration_s=sum(parts.values()), parts=parts, categories=block.categories)
 
 
 def _sum(blocks: Iterable[Block]) -> Block:

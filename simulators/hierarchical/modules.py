@@ -19,6 +19,7 @@ from simulators.hierarchical.record import core_attention
 from simulators.hierarchical.record import gather
 from simulators.hierarchical.record import reduce
 from simulators.hierarchical.record import scatter
+from simulators.hierarchical.record import unfused_attention
 
 __all__ = ["DTYPES", "build_module"]
 
@@ -60,6 +61,13 @@ def _leave(x: torch.Tensor, shape: LayerShape) -> torch.Tensor:
     return reduce(x, "tp", shape.tp)
 
 
+def _core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: LayerShape) -> torch.Tensor:
+    """Core attention: one fused (flash) kernel, or Megatron's unfused path."""
+    if s.flash_attention:
+        return core_attention(q, k, v, s.cp)
+    return unfused_attention(q, k, v, s.cp, s.attention_dropout)
+
+
 def _rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Rotary embedding as its elementwise ops (x*cos + rotate(x)*sin)."""
     return x * table + x * table
@@ -85,7 +93,7 @@ class Attention(nn.Module):
         q = _rope(q.view(b, n, s.heads, s.head_dim), self.table)
         k = _rope(k.view(b, n, s.kv_heads, s.head_dim), self.table).transpose(1, 2)
         v = v.view(b, n, s.kv_heads, s.head_dim).transpose(1, 2)
-        return self.out(core_attention(q, k, v, s.cp))
+        return self.out(_core(q, k, v, s))
 
 
 class MLAttention(nn.Module):
@@ -126,7 +134,7 @@ class MLAttention(nn.Module):
             k_rope.view(b, n, 1, s.qk_rope_head_dim), self.table[..., : s.qk_rope_head_dim]
         )
         k = torch.cat([k_nope, k_rope.expand(b, n, s.heads, s.qk_rope_head_dim)], dim=-1)
-        return self.out(core_attention(q, k.transpose(1, 2), v.transpose(1, 2), s.cp))
+        return self.out(_core(q, k.transpose(1, 2), v.transpose(1, 2), s))
 
 
 class MLP(nn.Module):

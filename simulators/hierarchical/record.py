@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ __all__ = [
     "gather",
     "reduce",
     "scatter",
+    "unfused_attention",
 ]
 
 _aten = torch.ops.aten
@@ -69,6 +71,7 @@ class Recorder(TorchDispatchMode):
         self.excluded: set[int] = set()
         self.core_inputs: set[int] = set()
         self.regathered: dict[int, float] = {}
+        self.model_flop_scale = 1.0
 
     def __enter__(self) -> Recorder:
         _ACTIVE.append(self)
@@ -93,6 +96,15 @@ class Recorder(TorchDispatchMode):
             yield
         finally:
             self.paused_depth -= 1
+
+    @contextlib.contextmanager
+    def scaled_model_flops(self, factor: float) -> Iterator[None]:
+        """Count ``factor`` of the GEMM FLOPs run inside as model FLOPs (causal masking)."""
+        previous, self.model_flop_scale = self.model_flop_scale, factor
+        try:
+            yield
+        finally:
+            self.model_flop_scale = previous
 
     @contextlib.contextmanager
     def saving(self, exclude: list[torch.Tensor]) -> Iterator[None]:
@@ -143,6 +155,8 @@ class Recorder(TorchDispatchMode):
         if self.paused_depth or func.is_view or packet in _FREE:
             return out
         op = _op(func, args, kwargs, out, self.region)
+        if self.model_flop_scale != 1.0 and op.category == "matmul":
+            op = replace(op, model_flops=op.model_flops * self.model_flop_scale)
         self.ops.append(op)
         self.observe(op, func, args, kwargs)
         return out
@@ -359,3 +373,67 @@ def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: int) -
     recorder.core_inputs |= {_storage(q), _storage(k), _storage(v)}
     with recorder.tagged("core"):
         return _CoreAttention.apply(q, cp_ring(k, cp), cp_ring(v, cp))  # type: ignore[no-any-return]
+
+
+class _UnfusedAttention(torch.autograd.Function):
+    """Megatron's unfused core attention (pre-flash stacks), op by op on the meta device.
+
+    Megatron's ``CoreAttention`` (and vTrain's ``ShardedGptSelfAttention``) works on
+    ``[s, b * heads, d]`` views, so its batched GEMMs need no copies: ``baddbmm`` writes the
+    scaled scores ``Q K^T`` ``[b * heads, s_q, s_kv]`` to HBM, the fused scale-mask-softmax reads
+    and writes them once (``ScaledUpperTriangMaskedSoftmax``: scale, causal mask and softmax in
+    one kernel, recorded as one ``_softmax``), dropout writes its output and a 1-byte mask,
+    ``bmm`` multiplies by V, and the context is permuted back to ``[s, b, heads * d]`` with a
+    copy. The inner graph runs under autograd, so the backward ops (two GEMMs per GEMM, softmax
+    and dropout backward) and the saved tensors (softmax output, dropout mask and output: the
+    5as/h term of Korthikanti et al. 2022 Table 2) are the ones torch itself records. GQA
+    repeats K and V per query head first (Megatron's ``repeat_interleave``). The full s x s
+    product is computed (no causal skip); Megatron's model FLOPs count half of it, so the GEMMs'
+    ``model_flops`` are halved here while ``flops`` stay as executed.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: bool
+    ) -> torch.Tensor:
+        b, sq, heads, d = q.shape
+        groups, skv, dv = k.shape[1], k.shape[2], v.shape[-1]
+        recorder = _recorder()
+        with recorder.paused():  # Megatron's [s, b*np, hn] views: strided batches, no copies
+            q3 = q.new_empty(b * heads, sq, d).requires_grad_()
+            k3 = k.new_empty(b * groups, skv, d).requires_grad_()
+            v3 = v.new_empty(b * groups, skv, dv).requires_grad_()
+        recorder.core_inputs |= {_storage(q3), _storage(k3), _storage(v3)}
+        with torch.enable_grad(), recorder.scaled_model_flops(0.5):
+            keys, values = k3, v3
+            if heads != groups:
+                keys = k3.repeat_interleave(heads // groups, dim=0)
+                values = v3.repeat_interleave(heads // groups, dim=0)
+            scores = torch.bmm(q3, keys.transpose(1, 2))
+            probs = torch.softmax(scores, dim=-1)
+            if dropout:
+                probs = _aten.native_dropout(probs, 0.1, True)[0]
+            context = torch.bmm(probs, values)
+        ctx.graph = (context, q.shape, k.shape, v.shape)
+        with torch.no_grad():
+            return context.view(b, heads, sq, dv).permute(0, 2, 1, 3).reshape(b, sq, heads * dv)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        context, q_shape, k_shape, v_shape = ctx.graph
+        b, sq, heads, _ = q_shape
+        grad3 = grad.view(b, sq, heads, -1).permute(0, 2, 1, 3).reshape(context.shape)
+        with torch.enable_grad(), _recorder().scaled_model_flops(0.5):
+            torch.autograd.backward(context, grad3)
+        ctx.graph = None
+        return _new(grad, q_shape), _new(grad, k_shape), _new(grad, v_shape), None
+
+
+def unfused_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: int, dropout: bool
+) -> torch.Tensor:
+    """Unfused causal attention (Megatron without flash): same shapes as :func:`core_attention`."""
+    recorder = _recorder()
+    recorder.core_inputs |= {_storage(q), _storage(k), _storage(v)}
+    with recorder.tagged("core"):
+        return _UnfusedAttention.apply(q, cp_ring(k, cp), cp_ring(v, cp), dropout)  # type: ignore[no-any-return]

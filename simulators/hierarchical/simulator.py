@@ -66,7 +66,8 @@ class HierarchicalSimulator:
         from simulators.hierarchical.compile import compile_layer  # torch loads here
 
         consts = self.constants
-        graphs = {kind: compile_layer(s) for kind, s in layer_shapes(model, layout, train).items()}
+        shapes = layer_shapes(model, layout, train, cluster, consts.unfused_attention_dropout)
+        graphs = {kind: compile_layer(s) for kind, s in shapes.items()}
         roofline = RooflineCost(
             device=cluster.device, precision=train.precision, efficiency=consts.efficiency
         )
@@ -74,8 +75,16 @@ class HierarchicalSimulator:
         if consts.op_costs:
             cost = ProfiledCost(table=load_cost_table(consts.op_costs), fallback=roofline)
         comm = CommCost(cluster=cluster, layout=layout, efficiency=consts.efficiency.comm)
-        coster = StageCoster(cost=cost, comm=comm, tp_overlap=consts.tp_comm_overlap)
-        plans = _plans(model, layout, graphs)
+        coster = StageCoster(
+            cost=cost,
+            comm=comm,
+            tp_overlap=consts.tp_comm_overlap,
+            host_op_s=consts.host_op_overhead_us * 1e-6,
+        )
+        head = shapes["head"]
+        logits = head.micro_batch * head.seq_q * head.vocab * consts.logits_bytes_per_element
+        plans = _plans(model, layout, graphs, logits)
+        tied = model.tied_embeddings
         blocks = [coster.chunk_blocks(plan) for plan in plans]
         p, v, m = layout.pp, layout.vpp, layout.num_microbatches(train)
         p2p_bytes = graphs["head"].input_bytes
@@ -91,7 +100,7 @@ class HierarchicalSimulator:
             transient_bytes=[plan.transient_bytes() for plan in plans],
         )
         ranks = [
-            self._rank(r, plans[r::p], blocks[r::p], run, m, cluster, train, layout, comm)
+            self._rank(r, plans[r::p], blocks[r::p], run, m, cluster, train, layout, comm, tied)
             for r in range(p)
         ]
         slowest = max(range(p), key=lambda r: ranks[r][0])
@@ -145,12 +154,13 @@ class HierarchicalSimulator:
         train: TrainSpec,
         layout: Layout,
         comm: CommCost,
+        tied: bool,
     ) -> tuple[float, dict[str, float], dict[str, float], dict[str, float]]:
         """Step time, breakdown, op classes and memory (GiB) of one rank; DP spans to the run."""
         consts = self.constants
         states = consts.state_bytes[train.precision]
-        dense = [_params(plan, expert=False) for plan in plans]
-        experts = [_params(plan, expert=True) for plan in plans]
+        dense = [_params(plan, expert=False, tied=tied) for plan in plans]
+        experts = [_params(plan, expert=True, tied=tied) for plan in plans]
         bucket = max(consts.bucket_params_min, consts.bucket_params_per_dp * layout.dp * layout.cp)
         kind = "reduce_scatter" if layout.distributed_optimizer else "all_reduce"
         buckets = [
@@ -202,12 +212,18 @@ class HierarchicalSimulator:
             * states.optimizer
             / _GIB,
             "activations": run.peak_activation_bytes[rank] / _GIB,
+            "reserved": consts.reserved_memory_gib,
         }
         return step_s, breakdown, categories, memory
 
 
-def _plans(model: ModelSpec, layout: Layout, graphs: Mapping[str, LayerGraph]) -> list[ChunkPlan]:
-    """The chunk of every virtual stage (index ``chunk * pp + rank``), Megatron's assignment."""
+def _plans(
+    model: ModelSpec, layout: Layout, graphs: Mapping[str, LayerGraph], logits_bytes: float
+) -> list[ChunkPlan]:
+    """The chunk of every virtual stage (index ``chunk * pp + rank``), Megatron's assignment.
+
+    ``logits_bytes``: the head's logits working set (last virtual stage).
+    """
     stages = layout.pp * layout.vpp
     per_chunk = model.num_layers // stages
     recomputed = math.ceil(layout.recomputed_layers_per_stage(model) / layout.vpp)
@@ -232,15 +248,19 @@ def _plans(model: ModelSpec, layout: Layout, graphs: Mapping[str, LayerGraph]) -
                 recompute=modes,
                 embedding=graphs["embedding"] if vs == 0 else None,
                 head=graphs["head"] if vs == stages - 1 else None,
+                logits_bytes=logits_bytes if vs == stages - 1 else 0.0,
             )
         )
     return plans
 
 
-def _params(plan: ChunkPlan, expert: bool) -> int:
+def _params(plan: ChunkPlan, expert: bool, tied: bool) -> int:
+    """Weights of a chunk; a tied output layer in the embedding's chunk shares its weight."""
     if expert:
         return sum(g.expert_params for g in plan.layers)
     ends = sum(g.params for g in (plan.embedding, plan.head) if g is not None)
+    if tied and plan.embedding is not None and plan.head is not None:
+        ends -= plan.embedding.params  # the vocab x hidden/tp matrix, counted once
     return sum(g.params for g in plan.layers) + ends
 
 

@@ -160,3 +160,45 @@ def test_hierarchical_package_imports_without_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) is False
+
+
+UNFUSED = TrainSpec(seq_len=512, global_batch_size=8, flash_attention=False)
+
+
+def test_unfused_attention_records_the_score_matrices_and_saves_more() -> None:
+    layout = Layout(tp=2, dp=4)
+    flash = compile_mod.compile_layer(layer_shapes(TINY_GPT, layout, TRAIN)["dense"])
+    unfused = compile_mod.compile_layer(layer_shapes(TINY_GPT, layout, UNFUSED)["dense"])
+    heads, s = TINY_GPT.num_attention_heads // 2, TRAIN.seq_len
+    scores = heads * s * s  # one micro-batch: [heads, s, s] per rank
+    core = [op for op in unfused.forward if op.region == "core"]
+    names = [op.name.split(".")[1] for op in core]
+    assert names[:4] == ["bmm", "_softmax", "native_dropout", "bmm"]
+    softmax = next(op for op in core if "_softmax" in op.name)
+    assert softmax.bytes == 2 * 2 * scores  # reads and writes the bf16 s x s scores
+    dropout = next(op for op in core if "native_dropout" in op.name)
+    assert dropout.bytes == (2 + 2 + 1) * scores  # in, out and the 1-byte mask
+    # Korthikanti Table 2: softmax output (2), dropout mask (1) and output (2) per score
+    # flash instead keeps its output and the folded queries (bf16, s x heads x d each) and the
+    # fp32 log-sum-exp per head and query
+    flash_only = 2 * 2 * s * heads * TINY_GPT.head_dim + 4 * heads * s
+    assert unfused.saved_bytes - flash.saved_bytes + flash_only == pytest.approx(
+        5 * scores, rel=1e-4
+    )
+    # selective recompute drops the score tensors again
+    assert unfused.selective_saved_bytes < flash.saved_bytes
+    # the full s x s product is executed; Megatron's model FLOPs count the causal half
+    gemm = [op for op in core if "bmm" in op.name]
+    assert sum(op.flops for op in gemm) == pytest.approx(2 * 2 * scores * TINY_GPT.head_dim)
+    assert sum(op.model_flops for op in gemm) == pytest.approx(sum(op.flops for op in gemm) / 2)
+    assert not any(op.category == "attention" for op in unfused.forward + unfused.backward)
+
+
+@pytest.mark.parametrize(
+    ("model", "layout"),
+    [(TINY_GPT, Layout(tp=2, dp=4)), (TINY_LLAMA, Layout(dp=4, micro_batch=2))],
+    ids=["mha-tp", "gqa-mbs2"],
+)
+def test_unfused_graph_model_flops_match_model_spec(model: ModelSpec, layout: Layout) -> None:
+    expected = model.flops_per_token(UNFUSED.seq_len)
+    assert graph_flops_per_token(model, layout, UNFUSED) == pytest.approx(expected, rel=0.02)

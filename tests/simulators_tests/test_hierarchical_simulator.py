@@ -155,3 +155,56 @@ def test_profiled_table_replaces_roofline_times(tmp_path: Path) -> None:
     base, slow = simulate(tp=2, pp=2), simulate(profiled, tp=2, pp=2)
     assert 0 < slow.detail["profiled_op_fraction"] < 1
     assert slow.breakdown["compute"] > base.breakdown["compute"]
+
+
+def test_host_dispatch_bounds_a_tiny_layer() -> None:
+    """A layer of tiny kernels lasts its recorded ops x the per-op host overhead."""
+    tiny = ModelSpec(
+        name="micro",
+        num_layers=2,
+        hidden_size=64,
+        ffn_hidden_size=128,
+        num_attention_heads=2,
+        num_kv_heads=2,
+        head_dim=32,
+        vocab_size=128,
+    )
+    train = TrainSpec(seq_len=64, global_batch_size=64)
+    lay = Layout.resolve(CLUSTER.num_devices, pp=1)
+    assert lay.violations(tiny, CLUSTER, train) == [] and lay.num_microbatches(train) == 4
+    free = HierarchicalSimulator.from_config(constants(host_op_overhead_us=0.0))
+    bound = free.simulate(tiny, CLUSTER, train, lay).step_time_s
+    host = SIM.simulate(tiny, CLUSTER, train, lay)
+    graphs = [
+        compile_mod.compile_layer(s) for s in layer_shapes(tiny, lay, train, CLUSTER).values()
+    ]
+    counts = {g.shape.kind: len(g.forward) + len(g.backward) for g in graphs}
+    ops = counts["embedding"] + counts["head"] + tiny.num_layers * counts["dense"]
+    per_microbatch = ops * SIM.constants.host_op_overhead_us * 1e-6
+    compute = host.breakdown["compute"] + host.breakdown["tp_comm"]
+    assert host.step_time_s > 3 * bound
+    assert compute == pytest.approx(lay.num_microbatches(train) * per_microbatch)
+
+
+def test_memory_includes_the_reserve_and_the_logits_working_set() -> None:
+    plain = simulate(tp=2, pp=2)
+    assert plain.memory_breakdown_gib["reserved"] == SIM.constants.reserved_memory_gib
+    none = HierarchicalSimulator.from_config(constants(reserved_memory_gib=0.0))
+    assert plain.memory_gib - simulate(none, tp=2, pp=2).memory_gib == pytest.approx(4.0)
+    # pp=1: the held activations of one micro-batch plus max(one layer's, the logits)
+    lay = Layout.resolve(CLUSTER.num_devices, tp=8, pp=1)
+    layer = compile_mod.compile_layer(layer_shapes(MODEL, lay, TRAIN)["dense"]).saved_bytes
+    per_logit = TRAIN.seq_len * MODEL.vocab_size / 8
+    assert per_logit * SIM.constants.logits_bytes_per_element < layer < per_logit * 100
+    big = HierarchicalSimulator.from_config(constants(logits_bytes_per_element=100))
+    extra = simulate(big, tp=8, pp=1).memory_gib - simulate(tp=8, pp=1).memory_gib
+    assert extra == pytest.approx((per_logit * 100 - layer) / 2**30, rel=1e-6)
+
+
+def test_unfused_attention_is_slower_and_needs_more_memory() -> None:
+    lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
+    flash = SIM.simulate(MODEL, CLUSTER, TRAIN, lay)
+    unfused_train = TrainSpec(seq_len=1024, global_batch_size=32, flash_attention=False)
+    unfused = SIM.simulate(MODEL, CLUSTER, unfused_train, lay)
+    assert unfused.step_time_s > flash.step_time_s
+    assert unfused.memory_breakdown_gib["activations"] > flash.memory_breakdown_gib["activations"]

@@ -7,7 +7,7 @@ listed in dataset/data/NOTICE.md.
 
 from __future__ import annotations
 
-__all__ = ["ARCHITECTURES", "GPT_BLOCK"]
+__all__ = ["ARCHITECTURES", "GPT_BLOCK", "gpt_model"]
 
 # The GPT block of Megatron-LM (GPT-2/3 family): GeLU MLP of 4h, LayerNorm, biases, tied
 # embeddings (specs.md 2.1 row GPT-3 175B).
@@ -17,6 +17,19 @@ GPT_BLOCK: dict[str, object] = {
     "qkv_bias": True,
     "tied_embeddings": True,
 }
+
+
+def gpt_model(num_layers: int, hidden_size: int, heads: int, vocab_size: int) -> dict[str, object]:
+    """The architecture columns of a Megatron GPT model (MHA, FFN 4h, the GPT block)."""
+    return {
+        "num_layers": num_layers,
+        "hidden_size": hidden_size,
+        "ffn_hidden_size": 4 * hidden_size,
+        "num_attention_heads": heads,
+        "num_kv_heads": heads,
+        "vocab_size": vocab_size,
+        **GPT_BLOCK,
+    }
 
 
 def _dense(

@@ -12,7 +12,17 @@ import pandas as pd
 
 from dataset._schema import COLUMNS
 
-__all__ = ["Config", "configs", "knobs", "leading_int", "metric", "order_columns", "provenance"]
+__all__ = [
+    "EARLY_MEGATRON",
+    "Config",
+    "configs",
+    "job_columns",
+    "knobs",
+    "leading_int",
+    "metric",
+    "order_columns",
+    "provenance",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +32,26 @@ class Config:
     row: dict[str, str]
     metrics: dict[str, float]
     units: dict[str, str]
+
+
+# The training stack of 2021-22 Megatron-LM / Megatron-DeepSpeed runs: fp16 mixed precision,
+# no sequence parallelism, no distributed optimizer, Megatron's unfused attention.
+EARLY_MEGATRON: dict[str, object] = {
+    "sequence_parallel": False,
+    "distributed_optimizer": False,
+    "precision": "fp16",
+    "flash_attention": False,
+}
+
+
+def job_columns(row: dict[str, str]) -> dict[str, object]:
+    """The job and the parallel degrees of a raw ground-truth row."""
+    return {
+        "num_devices": int(row["num_devices"]),
+        "seq_len": int(row["seq_len"]),
+        "global_batch_size": int(row["global_batch"]),
+        **{k: int(row[k]) for k in ("dp", "tp", "pp", "cp", "ep", "vpp")},
+    }
 
 
 def configs(path: Path) -> Iterator[Config]:

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from dataset.importers._catalog import GPT_BLOCK
+from dataset.importers._catalog import gpt_model
+from dataset.importers._common import EARLY_MEGATRON
 from dataset.importers._common import configs
+from dataset.importers._common import job_columns
 from dataset.importers._common import knobs
 from dataset.importers._common import metric
 from dataset.importers._common import order_columns
@@ -73,26 +75,16 @@ def convert(path: Path) -> pd.DataFrame:
             {
                 "scenario": row["sweep_group"],
                 "model": row["model"],
-                "num_layers": int(shape["L"]),
-                "hidden_size": hidden,
-                "ffn_hidden_size": 4 * hidden,
-                "num_attention_heads": HEADS[hidden],
-                "num_kv_heads": HEADS[hidden],
-                "vocab_size": int(knobs(row["other_knobs"])["vocab"]),
-                **GPT_BLOCK,
+                **gpt_model(
+                    int(shape["L"]), hidden, HEADS[hidden], int(knobs(row["other_knobs"])["vocab"])
+                ),
                 "cluster": "v100",
                 "device_memory_gib": DEVICE_MEMORY_GIB,
                 "inter_node_gbps": INTER_NODE_GBPS,
-                "num_devices": int(row["num_devices"]),
-                "seq_len": int(row["seq_len"]),
-                "global_batch_size": global_batch,
-                **{k: int(row[k]) for k in ("dp", "tp", "pp", "cp", "ep", "vpp")},
+                **job_columns(row),
                 "micro_batch": MICRO_BATCH[case["case"]],
                 "recompute": "full",
-                "sequence_parallel": False,
-                "distributed_optimizer": False,
-                "precision": "fp16",
-                "flash_attention": False,  # see NOTICE.md: the stack predates flash attention
+                **EARLY_MEGATRON,
                 "status": row["status"],
                 "step_time_s": global_batch / metric(config, "throughput", "sequences/s"),
                 **provenance(config, SOURCE),

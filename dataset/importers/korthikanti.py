@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from dataset.importers._catalog import GPT_BLOCK
+from dataset.importers._catalog import gpt_model
+from dataset.importers._common import EARLY_MEGATRON
 from dataset.importers._common import configs
+from dataset.importers._common import job_columns
 from dataset.importers._common import metric
 from dataset.importers._common import order_columns
 from dataset.importers._common import provenance
@@ -48,24 +50,13 @@ def convert(path: Path) -> pd.DataFrame:
             {
                 "scenario": row["sweep_group"],
                 "model": row["model"],
-                "num_layers": int(shape["L"]),
-                "hidden_size": hidden,
-                "ffn_hidden_size": 4 * hidden,
-                "num_attention_heads": heads,
-                "num_kv_heads": heads,
-                "vocab_size": VOCAB_SIZE,
-                **GPT_BLOCK,
+                **gpt_model(int(shape["L"]), hidden, heads, VOCAB_SIZE),
                 "cluster": "a100",
-                "num_devices": int(row["num_devices"]),
-                "seq_len": int(row["seq_len"]),
-                "global_batch_size": int(row["global_batch"]),
-                **{k: int(row[k]) for k in ("dp", "tp", "pp", "cp", "ep", "vpp")},
+                **job_columns(row),
                 "micro_batch": int(row["micro_batch"]),
                 "recompute": recompute,
+                **EARLY_MEGATRON,
                 "sequence_parallel": sequence_parallel,
-                "distributed_optimizer": False,
-                "precision": "fp16",
-                "flash_attention": False,  # see NOTICE.md: the stack predates flash attention
                 "status": row["status"],
                 "step_time_s": metric(config, "iteration_time", "s"),
                 **provenance(config, SOURCE),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -31,6 +31,7 @@ from autotune.search import exhaustive_best
 from autotune.search import run_search
 from autotune.space import SEARCHED
 from autotune.space import build_space
+from autotune.tracking import TrackedRun
 from autotune.tracking import child_runs
 from autotune.tracking import tracked_run
 from simulators import LAYOUT_FIELDS
@@ -61,20 +62,45 @@ def _progress(every: int) -> Callable[[int, int, optuna.Study], None]:
     return report
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What a finished search found: its best layouts and the exhaustive optimum, if any."""
+
+    result: SearchResult
+    top: list[tuple[Layout, Prediction]]
+    exhaustive: tuple[Layout, Prediction] | None
+    simulations: int
+
+    @property
+    def best_layout(self) -> Layout:
+        return self.top[0][0]
+
+    @property
+    def best(self) -> Prediction:
+        return self.top[0][1]
+
+    @property
+    def gap(self) -> float | None:
+        """How much slower the search's best is than the exhaustive optimum (0.01 = 1%)."""
+        if self.exhaustive is None:
+            return None
+        return self.best.step_time_s / self.exhaustive[1].step_time_s - 1
+
+
 def run_search_job(cfg: DictConfig) -> None:
+    """Search, record in MLflow, and print the table (or the JSON object) of ``cfg``."""
     started = time.perf_counter()
     model, cluster, train, simulator = load_job(cfg)
     search = cfg.search
     if search.sampler not in SAMPLERS:
         raise UserError(f"unknown sampler {search.sampler!r}; available: {', '.join(SAMPLERS)}")
-    fixed = fixed_layout_values(cfg)
-    space = build_space(model, cluster, train, search, fixed)
+    space = build_space(model, cluster, train, search, fixed_layout_values(cfg))
     evaluate = Evaluator(simulator, model, cluster, train)
-    world = cluster.num_devices
     log.info(
         f"{model.name} on {cluster.name} ({cluster.num_nodes} x {cluster.devices_per_node} = "
-        f"{world} devices), seq {train.seq_len}, global batch {train.global_batch_size}: "
-        f"{space.size} valid layouts; {simulator.name} simulator, {search.sampler} sampler"
+        f"{cluster.num_devices} devices), seq {train.seq_len}, global batch "
+        f"{train.global_batch_size}: {space.size} valid layouts; {simulator.name} simulator, "
+        f"{search.sampler} sampler"
     )
     study_name = search.study_name or (
         f"{model.name}-{cluster.name}-{cluster.num_nodes}n-{simulator.name}-{search.sampler}"
@@ -91,83 +117,69 @@ def run_search_job(cfg: DictConfig) -> None:
             polish_fraction=search.polish,
             progress=_progress(max(1, search.n_trials // 10)),
         )
-        exhaustive = (
-            exhaustive_best(space, evaluate) if space.size <= search.exhaustive_limit else None
-        )
         ranked = result.ranked()
         if not ranked:
             raise UserError("the search evaluated no valid layout; raise search.n_trials")
-        top = ranked[: search.top_k]
-        best_layout, best = top[0]
-        trials = _trials_frame(result)
-        summary = _summary(best, exhaustive)
+        exhaustive = (
+            exhaustive_best(space, evaluate) if space.size <= search.exhaustive_limit else None
+        )
+        outcome = _Outcome(result, ranked[: search.top_k], exhaustive, evaluate.simulations)
         if run is not None:
-            run.params(
-                {
-                    "model": model.name,
-                    "cluster": cluster.name,
-                    "num_nodes": cluster.num_nodes,
-                    "world_size": world,
-                    "simulator": simulator.name,
-                    "sampler": search.sampler,
-                    "n_trials": search.n_trials,
-                    "seed": search.seed,
-                    "seq_len": train.seq_len,
-                    "global_batch_size": train.global_batch_size,
-                    "best_layout": best_layout.describe(),
-                }
-            )
-            run.metrics({**summary, "n_valid_layouts": space.size, "search_s": result.elapsed_s})
-            run.text("config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-            run.table("trials.csv", trials)
-            run.table("top_k.csv", pd.DataFrame([layout_row(lay, pred) for lay, pred in top]))
-            run.text("launch_flags.txt", launch_text(model, train, best_layout))
-            for name, figure in search_figures(result.study, trials).items():
-                run.figure(name, figure)
-            child_runs(run, trials.to_dict("records"), ("trial", *_param_columns()))
+            _record(run, cfg, evaluate, space.size, outcome)
     elapsed = time.perf_counter() - started
-    if not best.fits:
+    if not outcome.best.fits:
         log.warning("warning: no evaluated layout fits in memory; the table shows the closest")
     if cfg.output == "json":
-        emit_json(
-            _json_payload(
-                best_layout,
-                best,
-                top,
-                world,
-                result,
-                elapsed,
-                run.run_id if run else None,
-                exhaustive,
-                evaluate.simulations,
-                model,
-                train,
-            )
-        )
+        emit_json(_json_payload(outcome, evaluate, elapsed, run.run_id if run else None))
         return
-    _print_report(model, train, top, exhaustive, result, elapsed, run.run_id if run else None)
+    _print_report(outcome, evaluate, elapsed)
+    if run is not None:
+        print(f"\nMLflow run {run.run_id}: mlflow ui --backend-store-uri {cfg.tracking.uri}")
 
 
-def _param_columns() -> tuple[str, ...]:
-    return ("dp", *SEARCHED, "sequence_parallel")
-
-
-def _trials_frame(result: SearchResult) -> pd.DataFrame:
-    rows = [{"trial": n, **layout_row(lay, pred)} for n, lay, pred in result.evaluated]
-    return pd.DataFrame(rows)
-
-
-def _summary(best: Prediction, exhaustive: tuple[Layout, Prediction] | None) -> dict[str, float]:
-    summary = {
+def _record(
+    run: TrackedRun, cfg: DictConfig, job: Evaluator, n_valid: int, outcome: _Outcome
+) -> None:
+    """The parent run's params, metrics and artifacts, and one child run per trial."""
+    model, cluster, train = job.model, job.cluster, job.train
+    best_layout, best = outcome.best_layout, outcome.best
+    run.params(
+        {
+            "model": model.name,
+            "cluster": cluster.name,
+            "num_nodes": cluster.num_nodes,
+            "world_size": cluster.num_devices,
+            "simulator": job.simulator.name,
+            "sampler": cfg.search.sampler,
+            "n_trials": cfg.search.n_trials,
+            "seed": cfg.search.seed,
+            "seq_len": train.seq_len,
+            "global_batch_size": train.global_batch_size,
+            "best_layout": best_layout.describe(),
+        }
+    )
+    metrics = {
         "best_step_time_s": best.step_time_s,
         "best_tokens_per_s_per_device": best.tokens_per_s_per_device,
         "best_mfu": best.mfu,
         "best_memory_gib": best.memory_gib,
+        "n_valid_layouts": n_valid,
+        "search_s": outcome.result.elapsed_s,
     }
-    if exhaustive is not None:
-        summary["exhaustive_best_step_time_s"] = exhaustive[1].step_time_s
-        summary["gap_to_exhaustive"] = best.step_time_s / exhaustive[1].step_time_s - 1
-    return summary
+    if outcome.exhaustive is not None and outcome.gap is not None:
+        metrics["exhaustive_best_step_time_s"] = outcome.exhaustive[1].step_time_s
+        metrics["gap_to_exhaustive"] = outcome.gap
+    run.metrics(metrics)
+    trials = pd.DataFrame(
+        [{"trial": n, **layout_row(lay, pred)} for n, lay, pred in outcome.result.evaluated]
+    )
+    run.text("config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    run.table("trials.csv", trials)
+    run.table("top_k.csv", pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.top]))
+    run.text("launch_flags.txt", launch_text(model, train, best_layout))
+    for name, figure in search_figures(outcome.result.study, trials).items():
+        run.figure(name, figure)
+    child_runs(run, trials.to_dict("records"), ("trial", "dp", *SEARCHED, "sequence_parallel"))
 
 
 def _layout_json(layout: Layout) -> dict[str, Any]:
@@ -175,77 +187,47 @@ def _layout_json(layout: Layout) -> dict[str, Any]:
 
 
 def _json_payload(
-    best_layout: Layout,
-    best: Prediction,
-    top: Sequence[tuple[Layout, Prediction]],
-    world: int,
-    result: SearchResult,
-    elapsed: float,
-    run_id: str | None,
-    exhaustive: tuple[Layout, Prediction] | None,
-    simulations: int,
-    model: Any,
-    train: Any,
+    outcome: _Outcome, job: Evaluator, elapsed: float, run_id: str | None
 ) -> dict[str, Any]:
+    best_layout = outcome.best_layout
     payload: dict[str, Any] = {
         "best": _layout_json(best_layout),
-        "prediction": _prediction_json(best),
-        "world_size": world,
-        "n_trials": len(result.study.trials),
-        "n_simulations": simulations,
+        "prediction": outcome.best.as_dict(),
+        "world_size": job.cluster.num_devices,
+        "n_trials": len(outcome.result.study.trials),
+        "n_simulations": outcome.simulations,
         "elapsed_s": elapsed,
         "mlflow_run_id": run_id,
         "top_k": [
-            {"layout": _layout_json(lay), "prediction": _prediction_json(pred)}
-            for lay, pred in top
+            {"layout": _layout_json(lay), "prediction": pred.as_dict()}
+            for lay, pred in outcome.top
         ],
         "launch_flags": {
-            "megatron": megatron_flags(model, train, best_layout),
-            "mindspeed": mindspeed_flags(model, train, best_layout),
+            "megatron": megatron_flags(job.model, job.train, best_layout),
+            "mindspeed": mindspeed_flags(job.model, job.train, best_layout),
         },
     }
-    if exhaustive is not None:
+    if outcome.exhaustive is not None:
         payload["exhaustive_best"] = {
-            "layout": _layout_json(exhaustive[0]),
-            "prediction": _prediction_json(exhaustive[1]),
-            "gap": best.step_time_s / exhaustive[1].step_time_s - 1,
+            "layout": _layout_json(outcome.exhaustive[0]),
+            "prediction": outcome.exhaustive[1].as_dict(),
+            "gap": outcome.gap,
         }
     return payload
 
 
-def _prediction_json(p: Prediction) -> dict[str, Any]:
-    return {
-        "step_time_s": p.step_time_s,
-        "tokens_per_s_per_device": p.tokens_per_s_per_device,
-        "mfu": p.mfu,
-        "memory_gib": p.memory_gib,
-        "memory_capacity_gib": p.memory_capacity_gib,
-        "fits": p.fits,
-        "breakdown": dict(p.breakdown),
-    }
-
-
-def _print_report(
-    model: Any,
-    train: Any,
-    top: Sequence[tuple[Layout, Prediction]],
-    exhaustive: tuple[Layout, Prediction] | None,
-    result: SearchResult,
-    elapsed: float,
-    run_id: str | None,
-) -> None:
-    best_layout, best = top[0]
-    print(f"\nTop {len(top)} layouts ({len(result.study.trials)} trials, {elapsed:.1f} s):")
+def _print_report(outcome: _Outcome, job: Evaluator, elapsed: float) -> None:
+    top = outcome.top
+    trials = len(outcome.result.study.trials)
+    print(f"\nTop {len(top)} layouts ({trials} trials, {elapsed:.1f} s):")
     print(layout_table(top))
     print("\nTime breakdown per step (seconds):")
     print(breakdown_table(top))
-    if exhaustive is not None:
-        gap = best.step_time_s / exhaustive[1].step_time_s - 1
+    if outcome.exhaustive is not None and outcome.gap is not None:
+        optimum_layout, optimum = outcome.exhaustive
         print(
-            f"\nExhaustive optimum of the same simulator: {exhaustive[1].step_time_s:.3f} s "
-            f"({exhaustive[0].describe()}); the search's best is {100 * gap:.2f}% slower."
+            f"\nExhaustive optimum of the same simulator: {optimum.step_time_s:.3f} s "
+            f"({optimum_layout.describe()}); the search's best is {100 * outcome.gap:.2f}% slower."
         )
-    print(f"\nLaunch flags of the best layout ({best_layout.describe()}):")
-    print(launch_text(model, train, best_layout))
-    if run_id:
-        print(f"\nMLflow run {run_id}: mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db")
+    print(f"\nLaunch flags of the best layout ({outcome.best_layout.describe()}):")
+    print(launch_text(job.model, job.train, outcome.best_layout))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrackingConfig", "child_runs", "tracked_run"]
+__all__ = ["TrackedRun", "TrackingConfig", "child_runs", "tracked_run"]
 
 log = logging.getLogger("autotune")
 
@@ -29,7 +29,7 @@ class TrackingConfig:
     experiment: str
 
 
-class _Run:
+class TrackedRun:
     """A handle on the active parent run that writes params, metrics and artifacts."""
 
     def __init__(self, mlflow: Any, run_id: str) -> None:
@@ -59,9 +59,7 @@ class _Run:
 
 
 @contextlib.contextmanager
-def tracked_run(
-    config: TrackingConfig, run_name: str, tags: Mapping[str, str] | None = None
-) -> Iterator[_Run | None]:
+def tracked_run(config: TrackingConfig, run_name: str) -> Iterator[TrackedRun | None]:
     """A parent MLflow run (``None`` when tracking is off).
 
     An exception inside the block ends the run as FAILED, never leaving it RUNNING. MLflow's
@@ -78,8 +76,8 @@ def tracked_run(
     with contextlib.redirect_stdout(sys.stderr):
         mlflow.set_tracking_uri(config.uri)
         mlflow.set_experiment(config.experiment)
-        with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as run:
-            yield _Run(mlflow, run.info.run_id)
+        with mlflow.start_run(run_name=run_name) as run:
+            yield TrackedRun(mlflow, run.info.run_id)
 
 
 def _ensure_sqlite_folder(uri: str) -> None:
@@ -88,7 +86,9 @@ def _ensure_sqlite_folder(uri: str) -> None:
         Path(uri[len(prefix) :]).parent.mkdir(parents=True, exist_ok=True)
 
 
-def child_runs(parent: _Run, rows: list[dict[str, Any]], param_keys: tuple[str, ...]) -> None:
+def child_runs(
+    parent: TrackedRun, rows: list[dict[str, Any]], param_keys: tuple[str, ...]
+) -> None:
     """One child run per row: ``param_keys`` as params, numeric others as metrics.
 
     Each child is written with one ``log_batch`` call (~16 ms per child on sqlite, against

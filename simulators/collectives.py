@@ -34,10 +34,6 @@ class GroupPlacement:
     per_node: int  # members that share one node
     nodes: int  # nodes the group spans
 
-    @property
-    def intra(self) -> bool:
-        return self.nodes == 1
-
 
 def place_group(size: int, stride: int, devices_per_node: int) -> GroupPlacement:
     """Members per node of a group of ``size`` ranks taken every ``stride`` ranks."""

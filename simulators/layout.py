@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import fields
-from dataclasses import replace
 
 from simulators._checks import require_choice
 from simulators._checks import require_positive
@@ -91,10 +90,6 @@ class Layout:
         values.setdefault("dp", max(1, world_size // max(1, tp * pp * cp)))
         values.setdefault("sequence_parallel", tp > 1)
         return cls(**values)  # type: ignore[arg-type]
-
-    def with_(self, **changes: object) -> Layout:
-        """A copy with some fields changed."""
-        return replace(self, **changes)  # type: ignore[arg-type]
 
     # ---- derived -------------------------------------------------------------------------
     @property

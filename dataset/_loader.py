@@ -47,29 +47,34 @@ def load_measurements(path: str | Path, conf_dir: Path = CONF_DIR) -> pd.DataFra
         raw = _read_text_cells(path)
     except (ValueError, OSError, pd.errors.ParserError) as exc:
         raise DataFileError(f"{path}: cannot be read: {exc}") from None
+    if raw.empty:
+        raise DataFileError(f"{path}: no data rows")
     problems: list[str] = []
     missing = [c.name for c in COLUMNS if c.required and c.name not in raw.columns]
     if missing:
         problems.append(f"{path}: missing required column(s): {', '.join(missing)}")
-        raise DataFileError(_message(path, problems))
-    if raw.empty:
-        raise DataFileError(f"{path}: no data rows")
+    bad_rows: set[Any] = set()
     parsed = {
-        c.name: pd.Series(_parse_column(path, raw, c, problems), index=raw.index, dtype=c.dtype)
+        c.name: pd.Series(
+            _parse_column(path, raw, c, problems, bad_rows), index=raw.index, dtype=c.dtype
+        )
         for c in COLUMNS
     }
     table = pd.DataFrame(parsed)
     extra = [c for c in raw.columns if c not in parsed]
     table = pd.concat([table, raw[extra]], axis=1)
-    if not problems:
-        table["sequence_parallel"] = table["sequence_parallel"].fillna(table["tp"] > 1)
-        problems.extend(_row_problems(path, table, conf_dir))
+    table["sequence_parallel"] = table["sequence_parallel"].fillna(table["tp"] > 1)
+    if not missing:  # the rules across columns, on every row whose cells all parsed
+        problems.extend(_row_problems(path, table.drop(index=list(bad_rows)), conf_dir))
     if problems:
         raise DataFileError(_message(path, problems))
     return table.reset_index(drop=True)
 
 
-def _parse_column(path: Path, raw: pd.DataFrame, column: Any, problems: list[str]) -> list[Any]:
+def _parse_column(
+    path: Path, raw: pd.DataFrame, column: Any, problems: list[str], bad_rows: set[Any]
+) -> list[Any]:
+    """Parse one column; each cell that fails adds a problem and marks its row bad."""
     if column.name not in raw.columns:
         return [column.default] * len(raw)
     values: list[Any] = []
@@ -78,12 +83,14 @@ def _parse_column(path: Path, raw: pd.DataFrame, column: Any, problems: list[str
         if cell == "":
             if column.required:
                 problems.append(f"{_where(path, index, column.name)}: required, found empty")
+                bad_rows.add(index)
             values.append(column.default)
             continue
         try:
             values.append(column.parse(cell))
         except ValueError as exc:
             problems.append(f"{_where(path, index, column.name)}: expected {exc}, got {cell!r}")
+            bad_rows.add(index)
             values.append(column.default)
     return values
 

@@ -46,16 +46,24 @@ def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
     assert "bad.csv, line 6, column tp: expected an integer >= 1, got 'eight'" in message
     assert "line 6, column recompute: expected one of none, selective, full" in message
     assert "line 4, column step_time_s: expected a number > 0, got '-1.5'" in message
-    # cross-column rules are checked once every cell parses: fix the cells, see the rest
-    path = write(tmp_path / "bad2.csv", {"cluster": "nowhere"}, {"dp": 2}, {"step_time_s": None})
-    with pytest.raises(DataFileError) as caught:
-        dataset.load_measurements(path)
-    message = str(caught.value)
-    assert "3 problem(s)" in message
+    # the rules across columns run on every row whose own cells parse, in the same pass
+    assert "6 problem(s)" in message
     assert "line 2, column cluster: expected one of" in message and "'nowhere'" in message
     assert "a100" in message  # the allowed names are listed
     assert "line 3, column dp,tp,pp,cp" in message and "= 16" in message
-    assert "line 4, column step_time_s: required when status is ok" in message
+    assert "line 5, column step_time_s: required when status is ok" in message
+
+
+def test_missing_columns_and_bad_cells_are_listed_together(tmp_path: Path) -> None:
+    path = tmp_path / "both.csv"
+    rows = [{k: v for k, v in BASE.items() if k != "vocab_size"} for _ in range(2)]
+    rows[1]["step_time_s"] = -2
+    pd.DataFrame(rows).to_csv(path, index=False)
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    message = str(caught.value)
+    assert "missing required column(s): vocab_size" in message
+    assert "line 3, column step_time_s: expected a number > 0, got '-2.0'" in message
 
 
 def test_missing_architecture_columns(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ from simulators.hierarchical.graph import LayerGraph
 from simulators.hierarchical.graph import LayerShape
 from simulators.hierarchical.modules import DTYPES
 from simulators.hierarchical.modules import build_module
+from simulators.hierarchical.record import HostCounter
 from simulators.hierarchical.record import Recorder
+from simulators.hierarchical.record import autograd_nodes
 
 __all__ = ["compile_layer", "trace_layer"]
 
@@ -41,14 +43,17 @@ def trace_layer(shape: LayerShape, recorder: Recorder) -> LayerGraph:
             requires_grad=True,
         )
     constants = [*module.parameters(), *module.buffers()]
-    with recorder, recorder.saving(exclude=constants):
+    with recorder, HostCounter(recorder), recorder.saving(exclude=constants):
         out = module(layer_input)
     forward = tuple(recorder.ops)
+    host_forward, host_core = recorder.host_calls, recorder.host_core_calls
+    host_backward = autograd_nodes(out.grad_fn, {id(layer_input)}) + recorder.inner_nodes
     grad = None if out.dim() == 0 else torch.empty_like(out)
     recorder.ops.clear()
     with recorder:
         out.backward(grad)
     backward = tuple(recorder.ops)
+    host_backward += sum(op.category == "comm" for op in backward)  # torch.distributed calls
     experts = getattr(getattr(module, "mlp", None), "experts", None)
     expert_params = sum(p.numel() for p in experts.parameters()) if experts is not None else 0
     return LayerGraph(
@@ -60,4 +65,7 @@ def trace_layer(shape: LayerShape, recorder: Recorder) -> LayerGraph:
         input_bytes=float(layer_input.numel() * layer_input.element_size()),
         params=sum(p.numel() for p in module.parameters()) - expert_params,
         expert_params=expert_params,
+        host_forward=host_forward,
+        host_backward=host_backward,
+        host_core=host_core,
     )

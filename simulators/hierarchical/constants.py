@@ -32,11 +32,11 @@ class HierarchicalConstants:
     the overlap switches follow Megatron's flags; buckets hold
     ``max(bucket_params_min, bucket_params_per_dp * dp)`` gradients; ``state_bytes`` by
     precision; ``optimizer_bytes_per_param`` is the HBM traffic of one Adam update.
-    ``host_op_overhead_us`` is the CPU time eager PyTorch spends issuing one recorded operator
-    (a chunk's phase lasts at least its operators times this); ``unfused_attention_dropout``
-    records attention dropout on the unfused (pre-flash) path; ``logits_bytes_per_element``
-    sizes the last stage's logits working set; ``reserved_memory_gib`` is what the runtime holds
-    beyond tensors.
+    ``host_op_overhead_us`` is the CPU time eager PyTorch spends on one Python-level torch call
+    or autograd node (a chunk's phase lasts at least its host calls times this);
+    ``unfused_attention_dropout`` records attention dropout on the unfused (pre-flash) path;
+    ``logits_bytes_per_element`` sizes the last stage's logits working set;
+    ``reserved_memory_gib`` is what the runtime holds beyond tensors.
     """
 
     schedule: str

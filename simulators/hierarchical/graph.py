@@ -101,6 +101,15 @@ class LayerShape:
     attention_dropout: bool = False
 
     @property
+    def gpt(self) -> bool:
+        """GPT-2/3 family (LayerNorm and GeLU): learned positions, biases, hidden dropout.
+
+        ``ModelSpec`` has no position-embedding field; LayerNorm + GeLU is what tells Megatron's
+        GPT (vTrain, DLPerf, Korthikanti rows) from RoPE models (Llama, Qwen: RMSNorm + SwiGLU).
+        """
+        return self.norm == "layernorm" and self.activation == "gelu"
+
+    @property
     def tokens(self) -> int:
         """Tokens this rank holds at the layer boundary (sequence-parallel share)."""
         return self.micro_batch * self.seq_q // self.sp
@@ -114,6 +123,9 @@ class LayerGraph:
     storages, weights excluded); ``selective_saved_bytes`` the same when core attention is
     recomputed; ``input_bytes`` the layer input that full recompute keeps. ``params`` and
     ``expert_params`` count this rank's weights (routed experts apart, for expert-DP).
+    ``host_forward`` counts the Python-level torch calls of the forward (what the host issues
+    in eager mode), ``host_backward`` the autograd nodes its backward runs; ``host_core`` the
+    Python-level calls of core attention (what selective recompute issues again).
     """
 
     shape: LayerShape
@@ -124,6 +136,9 @@ class LayerGraph:
     input_bytes: float
     params: int
     expert_params: int
+    host_forward: int = 0
+    host_backward: int = 0
+    host_core: int = 0
 
     @property
     def core_forward(self) -> tuple[Op, ...]:

@@ -8,7 +8,8 @@ the phase's GEMMs; the CP ring exchange runs beside core attention (Megatron
 
 Eager PyTorch issues every operator from one host thread, and the host runs ahead of the
 device only as far as the device is slower: a chunk's phase lasts
-``max(device time, recorded operators x host_op_s)``. The excess is compute-stream idle time,
+``max(device time, host calls x host_op_s)`` (host calls: the Python-level torch calls of the
+forward, the autograd nodes of the backward). The excess is compute-stream idle time,
 booked as ``compute``.
 """
 
@@ -136,7 +137,8 @@ class StageCoster:
     def chunk_blocks(self, plan: ChunkPlan) -> tuple[Block, Block]:
         """(forward, backward) of a chunk; backward includes the recomputed forward.
 
-        Each phase lasts at least its recorded operators times ``host_op_s`` (host dispatch).
+        Each phase lasts at least its host calls times ``host_op_s`` (host dispatch): the
+        forward's Python-level torch calls, the backward's autograd nodes (see ``LayerGraph``).
         """
         ends = tuple(g for g in (plan.embedding, plan.head) if g is not None)
         graphs = (*plan.layers, *ends)
@@ -152,9 +154,9 @@ class StageCoster:
         parts["recompute"] += recomputed.duration_s
         categories = {k: v + recomputed.categories[k] for k, v in backward.categories.items()}
         backward = Block(duration_s=sum(parts.values()), parts=parts, categories=categories)
-        forward_ops = sum(len(g.forward) for g in graphs)
-        backward_ops = sum(len(g.backward) for g in graphs) + sum(
-            len(g.forward if which == "forward" else g.core_forward) for g, which in redone
+        forward_ops = sum(g.host_forward for g in graphs)
+        backward_ops = sum(g.host_backward for g in graphs) + sum(
+            g.host_forward if which == "forward" else g.host_core for g, which in redone
         )
         return (
             _host_bound(forward, forward_ops * self.host_op_s),

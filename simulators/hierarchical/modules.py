@@ -8,11 +8,14 @@ the recorded graph holds them in order.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from simulators.hierarchical.graph import LayerShape
+from simulators.hierarchical.record import _recorder
 from simulators.hierarchical.record import all_to_all
 from simulators.hierarchical.record import copy_to_region
 from simulators.hierarchical.record import core_attention
@@ -74,7 +77,11 @@ def _rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """GQA/MHA self-attention with a fused QKV projection, heads split by TP."""
+    """GQA/MHA self-attention with a fused QKV projection, heads split by TP.
+
+    RoPE models rotate Q and K; the GPT family (``shape.gpt``) has learned absolute position
+    embeddings instead (added once at the embedding, not per layer), so no rotary ops.
+    """
 
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
@@ -90,10 +97,12 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split(
             [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
         )
-        q = _rope(q.view(b, n, s.heads, s.head_dim), self.table)
-        k = _rope(k.view(b, n, s.kv_heads, s.head_dim), self.table).transpose(1, 2)
+        q = q.view(b, n, s.heads, s.head_dim)
+        k = k.view(b, n, s.kv_heads, s.head_dim)
+        if not s.gpt:
+            q, k = _rope(q, self.table), _rope(k, self.table)
         v = v.view(b, n, s.kv_heads, s.head_dim).transpose(1, 2)
-        return self.out(_core(q, k, v, s))
+        return self.out(_core(q, k.transpose(1, 2), v, s))
 
 
 class MLAttention(nn.Module):
@@ -138,24 +147,69 @@ class MLAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """Dense MLP: fused gate+up and SwiGLU, or GeLU with biases; width split by TP."""
+    """Dense MLP: fused gate+up and SwiGLU, or GeLU with biases; width split by TP.
+
+    The second projection's bias is not added here: Megatron's row-parallel linear returns it
+    (``skip_bias_add``) for the bias-dropout-add after the TP reduction (``DecoderLayer``).
+    """
 
     def __init__(self, shape: LayerShape, width: int) -> None:
         super().__init__()
         self.swiglu = shape.activation == "swiglu"
         bias = not self.swiglu
         self.fc1 = nn.Linear(shape.hidden, width * (2 if self.swiglu else 1), bias=bias)
-        self.fc2 = nn.Linear(width, shape.hidden, bias=bias)
+        self.fc2 = nn.Linear(width, shape.hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(_activate(self.fc1(x), self.swiglu))
 
 
-def _activate(x: torch.Tensor, swiglu: bool) -> torch.Tensor:
-    if swiglu:
+class _SwiGLU(torch.autograd.Function):
+    """Megatron's fused SwiGLU (``fused_bias_swiglu.SwiGLUFunction``; MindSpeed ``npu_swiglu``).
+
+    One kernel that saves only its input ``[gate, up]``: the backward recomputes silu(gate), so
+    silu's output is not kept (the composite ``F.silu(gate) * up`` would keep it as well).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        gate, up = x.chunk(2, dim=-1)
+        d_up = grad * F.silu(gate)
+        d_gate = torch.ops.aten.silu_backward(grad * up, gate)
+        return torch.cat([d_gate, d_up], dim=-1)
+
+
+def _activate(x: torch.Tensor, swiglu: bool) -> torch.Tensor:
+    if swiglu:
+        with _recorder().fused():
+            return _SwiGLU.apply(x)  # type: ignore[no-any-return]
     return F.gelu(x)
+
+
+def _bias_dropout_add(
+    x: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, dropout: bool
+) -> torch.Tensor:
+    """Megatron's ``bias_dropout_add``: residual + dropout(x + bias), one jit-fused call.
+
+    With hidden dropout (GPT family: Megatron's ``--hidden-dropout`` default 0.1) the 1-byte
+    mask is saved, the ``sbh`` dropout-mask term of Korthikanti et al. 2022 Table 2 (twice per
+    layer); without it, a plain residual add.
+    """
+    if bias is None and not dropout:
+        return residual + x
+    with _recorder().fused():
+        if bias is not None:
+            x = x + bias
+        if dropout:
+            x = torch.ops.aten.native_dropout(x, 0.1, True)[0]
+        return residual + x
 
 
 class Experts(nn.Module):
@@ -218,13 +272,21 @@ class DecoderLayer(nn.Module):
         self.norm2 = _norm(shape, shape.hidden)
         self.attention = MLAttention(shape) if shape.attention == "mla" else Attention(shape)
         self.mlp: nn.Module = MoE(shape) if shape.kind == "moe" else MLP(shape, shape.ffn)
+        # GPT family: Megatron's add_bias_linear (default on) gives both row-parallel
+        # projections a bias, added after the TP reduction in bias-dropout-add.
+        self.out_bias = nn.Parameter(torch.empty(shape.hidden)) if shape.gpt else None
+        self.fc2_bias = (
+            nn.Parameter(torch.empty(shape.hidden)) if shape.gpt and shape.kind != "moe" else None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.shape
-        x = x + _leave(self.attention(_enter(self.norm1(x), s)), s)
+        attn = _leave(self.attention(_enter(self.norm1(x), s)), s)
+        x = _bias_dropout_add(attn, self.out_bias, x, s.gpt)
         if s.kind == "moe":
             return x + self.mlp(self.norm2(x))
-        return x + _leave(self.mlp(_enter(self.norm2(x), s)), s)
+        mlp = _leave(self.mlp(_enter(self.norm2(x), s)), s)
+        return _bias_dropout_add(mlp, self.fc2_bias, x, s.gpt)
 
 
 class Embedding(nn.Module):

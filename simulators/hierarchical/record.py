@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import bmm_flop
@@ -51,6 +52,23 @@ _FREE = {
     _aten.lift_fresh,
     _aten._unsafe_view,
 }
+# Python-level calls that never reach the dispatcher: tensor metadata, attribute access and
+# grad-mode switches (what the host counter skips).
+_METADATA = {
+    "__get__",
+    "__set__",
+    "size",
+    "dim",
+    "numel",
+    "element_size",
+    "stride",
+    "is_contiguous",
+    "is_floating_point",
+    "untyped_storage",
+    "requires_grad_",
+    "_set_grad_enabled",
+    "backward",
+}
 _ACTIVE: list[Recorder] = []
 
 
@@ -72,6 +90,10 @@ class Recorder(TorchDispatchMode):
         self.core_inputs: set[int] = set()
         self.regathered: dict[int, float] = {}
         self.model_flop_scale = 1.0
+        self.host_calls = 0
+        self.host_core_calls = 0
+        self.fused_depth = 0
+        self.inner_nodes = 0
 
     def __enter__(self) -> Recorder:
         _ACTIVE.append(self)
@@ -96,6 +118,23 @@ class Recorder(TorchDispatchMode):
             yield
         finally:
             self.paused_depth -= 1
+
+    def host_call(self, calls: int = 1) -> None:
+        """Count ``calls`` Python-level torch calls issued by the host (eager dispatch)."""
+        if not self.paused_depth and not self.fused_depth:
+            self.host_calls += calls
+            if self.region == "core":
+                self.host_core_calls += calls
+
+    @contextlib.contextmanager
+    def fused(self) -> Iterator[None]:
+        """One Python call (a jit-fused function or one custom kernel) whatever runs inside."""
+        self.host_call()
+        self.fused_depth += 1
+        try:
+            yield
+        finally:
+            self.fused_depth -= 1
 
     @contextlib.contextmanager
     def scaled_model_flops(self, factor: float) -> Iterator[None]:
@@ -131,6 +170,7 @@ class Recorder(TorchDispatchMode):
         )
 
     def comm(self, name: str, group: str, nbytes: float, overlap: bool = False) -> None:
+        self.host_call()  # the torch.distributed call
         self.ops.append(
             Op(
                 name=name,
@@ -163,6 +203,55 @@ class Recorder(TorchDispatchMode):
 
     def observe(self, op: Op, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Called for each recorded ATen op with its meta arguments (the profiler times it)."""
+
+
+class HostCounter(TorchFunctionMode):
+    """Count the Python-level torch calls of a forward (``TorchFunctionMode``).
+
+    Eager PyTorch spends its CPU time per Python-level call (argument parsing, autograd
+    recording, dispatch, launch), not per ATen kernel: ``F.linear`` is one call even though it
+    dispatches ``t``, ``addmm`` and views. The mode is off inside its own handler, so only
+    top-level calls are seen; metadata queries and calls made while the recorder is paused
+    (stand-in tensors) are not counted.
+    """
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if getattr(func, "__name__", "") not in _METADATA:
+            self.recorder.host_call()
+        return func(*args, **(kwargs or {}))
+
+
+def autograd_nodes(root: Any, leaves: set[int]) -> int:
+    """Autograd nodes reachable from ``root``: what the engine runs in backward.
+
+    ``leaves`` (``id`` of leaf tensors) are the layer's inputs: their gradient flows on to the
+    previous layer, so their ``AccumulateGrad`` is not run here. Weights' ``AccumulateGrad``
+    is counted (Megatron accumulates into ``main_grad`` per weight).
+    """
+    seen: set[int] = set()
+    stack = [root]
+    count = 0
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)
+        if variable is not None and id(variable) in leaves:
+            continue
+        count += 1
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return count
 
 
 def _storage(tensor: torch.Tensor) -> int:
@@ -241,6 +330,7 @@ class _Collective(torch.autograd.Function):
         ctx: Any, x: torch.Tensor, names: tuple[str, str], group: str, factor: float
     ) -> torch.Tensor:
         ctx.names, ctx.group, ctx.shape = names, group, tuple(x.shape)
+        _recorder().host_call()  # Megatron's autograd.Function .apply
         shape = (x.shape[0], int(x.shape[1] * factor), *x.shape[2:])
         out = _new(x, shape)
         ctx.nbytes = max(_nbytes(x), _nbytes(out))
@@ -299,6 +389,7 @@ class _Ring(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, size: int) -> torch.Tensor:  # type: ignore[override]
         ctx.shape, ctx.nbytes = tuple(x.shape), _nbytes(x) * (size - 1)
+        _recorder().host_call()
         _recorder().comm("ring_send_recv", "cp", ctx.nbytes, overlap=True)
         return _new(x, (*x.shape[:2], x.shape[2] * size, x.shape[3]))
 
@@ -330,17 +421,21 @@ class _CoreAttention(torch.autograd.Function):
         with _recorder().paused():
             folded = q.reshape(b, sq, groups, heads // groups, d).permute(0, 2, 3, 1, 4)
             folded = folded.reshape(b, groups, heads // groups * sq, d)
+            # The kernel takes contiguous K and V (TE's flash path: `.contiguous()` of the
+            # sbhd inputs; MindSpeed's npu_fusion_attention: [s, b, h] reshapes), so it keeps
+            # V's own copy, not the fused QKV projection output V is a view of.
+            k, v = k.contiguous(), v.contiguous()
         out, lse, seed, offset = _aten._scaled_dot_product_efficient_attention(
             folded, k, v, None, True, 0.0, True
         )
         ctx.save_for_backward(folded, k, v, out, lse, seed, offset)
         ctx.q_shape = tuple(q.shape)
+        # Flash kernels write the output in the layout the projection reads ([b, s, heads, d]
+        # or sbhd): a view of the saved output, no second copy. The meta device carries no
+        # values, so the folded GQA order needs no un-permute here.
+        width = heads * v.shape[-1]
         with _recorder().paused():
-            return (
-                out.reshape(b, groups, heads // groups, sq, -1)
-                .permute(0, 3, 1, 2, 4)
-                .reshape(b, sq, heads * v.shape[-1])
-            )
+            return out.as_strided((b, sq, width), (sq * width, width, 1))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
@@ -414,6 +509,7 @@ class _UnfusedAttention(torch.autograd.Function):
             if dropout:
                 probs = _aten.native_dropout(probs, 0.1, True)[0]
             context = torch.bmm(probs, values)
+        recorder.inner_nodes += autograd_nodes(context.grad_fn, {id(q3), id(k3), id(v3)})
         ctx.graph = (context, q.shape, k.shape, v.shape)
         with torch.no_grad():
             return context.view(b, heads, sq, dv).permute(0, 2, 1, 3).reshape(b, sq, heads * dv)

@@ -202,3 +202,48 @@ def test_unfused_attention_records_the_score_matrices_and_saves_more() -> None:
 def test_unfused_graph_model_flops_match_model_spec(model: ModelSpec, layout: Layout) -> None:
     expected = model.flops_per_token(UNFUSED.seq_len)
     assert graph_flops_per_token(model, layout, UNFUSED) == pytest.approx(expected, rel=0.02)
+
+
+def test_gpt_layer_host_calls_by_hand() -> None:
+    """Python-level calls of Megatron's GPT layer (unfused attention), counted by hand.
+
+    Before core attention: layer_norm, qkv linear, split, 3 views, transpose of K and of V (8).
+    Core (unfused): transpose K, bmm, softmax, dropout, bmm, view, permute, reshape (8).
+    After: out linear, bias-dropout-add (one jit-fused call), layer_norm, fc1 linear, gelu,
+    fc2 linear, bias-dropout-add (7). TP adds 4 region autograd Functions and 2 all-reduces.
+    """
+    for tp, forward in ((1, 23), (2, 29)):
+        shape = layer_shapes(TINY_GPT, Layout(tp=tp), UNFUSED)["dense"]
+        graph = compile_mod.compile_layer(shape)
+        assert (graph.host_forward, graph.host_core) == (forward, 8)
+        assert graph.host_backward > graph.host_forward  # autograd nodes incl. weight grads
+
+
+def test_gpt_layer_has_no_rope_and_two_hidden_dropouts() -> None:
+    """GPT (LayerNorm + GeLU): no rotary muls; 3 dropouts (attention + 2 hidden), and the two
+    hidden-dropout masks add 2 sbh bytes to the saved activations (Korthikanti Table 2)."""
+    shape = layer_shapes(TINY_GPT, Layout(), UNFUSED)["dense"]
+    assert shape.gpt
+    names = [op.name for op in compile_mod.compile_layer(shape).forward]
+    assert "aten.mul.Tensor" not in names
+    assert names.count("aten.native_dropout.default") == 3
+    llama = layer_shapes(TINY_LLAMA, Layout(), TRAIN)["dense"]
+    assert not llama.gpt
+    assert "aten.mul.Tensor" in [op.name for op in compile_mod.compile_layer(llama).forward]
+
+
+def test_flash_swiglu_layer_saved_bytes_by_hand() -> None:
+    """Saved bytes of a flash SwiGLU layer (tp 1, bf16), storages deduplicated.
+
+    Per token: norm inputs 2 x 2h and fp32 stats 2 x 2 x 4; qkv and fc1 inputs (norm outputs)
+    2 x 2h; flash keeps q 2h, contiguous k and v 2 x 2 g d, its output 2h (a view the out
+    projection reads) and an fp32 LSE per head (4 heads); fused SwiGLU keeps its input 2 x 2f;
+    fc2 input 2f; the RNG seed and offset. silu's output and the whole QKV output are not kept.
+    """
+    shape = layer_shapes(TINY_LLAMA, Layout(), TRAIN)["dense"]
+    h, f, d = 256, 688, 32
+    g, heads = 2, 8
+    per_token = 2 * h * 6 + 2 * 2 * 4 + 2 * 2 * g * d + 4 * heads + 2 * 2 * f + 2 * f
+    tokens = shape.micro_batch * shape.seq_q
+    seed_offset = 2 * 8  # the kernel's int64 RNG seed and offset
+    assert compile_mod.compile_layer(shape).saved_bytes == tokens * per_token + seed_offset

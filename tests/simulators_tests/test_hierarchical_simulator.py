@@ -158,7 +158,7 @@ def test_profiled_table_replaces_roofline_times(tmp_path: Path) -> None:
 
 
 def test_host_dispatch_bounds_a_tiny_layer() -> None:
-    """A layer of tiny kernels lasts its recorded ops x the per-op host overhead."""
+    """A layer of tiny kernels lasts its host calls x the per-call host overhead."""
     tiny = ModelSpec(
         name="micro",
         num_layers=2,
@@ -178,7 +178,7 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     graphs = [
         compile_mod.compile_layer(s) for s in layer_shapes(tiny, lay, train, CLUSTER).values()
     ]
-    counts = {g.shape.kind: len(g.forward) + len(g.backward) for g in graphs}
+    counts = {g.shape.kind: g.host_forward + g.host_backward for g in graphs}
     ops = counts["embedding"] + counts["head"] + tiny.num_layers * counts["dense"]
     per_microbatch = ops * SIM.constants.host_op_overhead_us * 1e-6
     compute = host.breakdown["compute"] + host.breakdown["tp_comm"]

@@ -429,10 +429,19 @@ def _stages(
     recomputed = layout.recomputed_layers_per_stage(model)
     act = _dtype_bytes(train.precision)
     tokens = layout.micro_batch * train.seq_len / layout.cp
-    seq_shard = layout.tp if layout.sequence_parallel else 1
-    boundary_bytes = tokens * model.hidden_size * act / seq_shard
+    # Scatter/gather across the TP group (Narayanan et al. 2021 sec. 4.1, specs.md 3.5; DeepSpeed
+    # PipelineEngine `is_pipe_partitioned = is_model_parallel`): each TP rank sends only its 1/t
+    # slice of the boundary activation (with SP the tensor is already 1/t), and without SP the
+    # receiver all-gathers the full tensor over its TP group, inside the node.
+    boundary_bytes = tokens * model.hidden_size * act / layout.tp
     same_node = layout.world_size // layout.pp < cluster.devices_per_node
-    p2p_s = 2 * layout.vpp * p2p_time_s(boundary_bytes, same_node, cluster) if layout.pp > 1 else 0
+    p2p_s = 0.0
+    if layout.pp > 1:
+        p2p_s = p2p_time_s(boundary_bytes, same_node, cluster)
+        if layout.tp > 1 and not layout.sequence_parallel:
+            tp_group = place_group(layout.tp, 1, cluster.devices_per_node)
+            p2p_s += all_gather_time_s(boundary_bytes * layout.tp, tp_group, cluster)
+        p2p_s *= 2 * layout.vpp
     logits_s = 3 * gemm_time_s(
         tokens, model.hidden_size, model.vocab_size / layout.tp, cluster.device, train.precision
     )

@@ -25,8 +25,8 @@ class OpTimer(Recorder):
         self.device_name = (
             torch.cuda.get_device_name()
             if device == "cuda"
-            else torch.npu.get_device_name()
-            if device == "npu"  # type: ignore[attr-defined]
+            else torch.npu.get_device_name()  # type: ignore[attr-defined]
+            if device == "npu"
             else "cpu"
         )
         module = getattr(torch, device, None)

@@ -27,6 +27,7 @@ from simulators import ModelSpec
 from simulators import Simulator
 from simulators import SpecError
 from simulators import TrainSpec
+from simulators import UserError
 from simulators.registry import make_simulator
 
 __all__ = [
@@ -156,7 +157,10 @@ def simulator_from_conf(name: str, conf_dir: Path = CONF_DIR) -> Simulator:
         UserError: an unknown simulator name (the message lists the registered ones).
     """
     path = conf_dir / "simulator" / f"{name}.yaml"
-    constants = plain_dict(OmegaConf.load(path), drop=("name",)) if path.is_file() else {}
+    node = OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
+    if not isinstance(node, DictConfig):
+        raise UserError(f"{path}: expected a mapping of constants")
+    constants = plain_dict(node, drop=("name",))
     return make_simulator(name, constants)
 
 

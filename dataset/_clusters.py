@@ -30,7 +30,7 @@ def _entry(path: Path) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise SpecError(f"{path}: expected a mapping")
     values.pop("defaults", None)
-    return values
+    return {str(k): v for k, v in values.items()}
 
 
 def build_cluster(

@@ -513,7 +513,7 @@ def _in_flight_microbatches(layout: Layout, microbatches: int, rank: int) -> flo
     1F1B: stage i holds p - i (at most m). Interleaved: the first stage holds
     p * (1 + (p-1)/(p*v)) (Megatron theoretical_memory_usage.py, specs.md 3.3).
     """
-    held = min(microbatches, layout.pp - rank)
+    held: float = min(microbatches, layout.pp - rank)
     if layout.vpp > 1:
         held *= 1 + (layout.pp - 1) / (layout.pp * layout.vpp)
     return held

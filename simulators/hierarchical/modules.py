@@ -89,6 +89,7 @@ class Attention(nn.Module):
         d, heads, groups = shape.head_dim, shape.heads, shape.kv_heads
         self.qkv = nn.Linear(shape.hidden, (heads + 2 * groups) * d, bias=shape.qkv_bias)
         self.out = nn.Linear(heads * d, shape.hidden, bias=False)
+        self.table: torch.Tensor
         self.register_buffer("table", torch.empty(shape.seq_q, 1, d), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -114,7 +115,7 @@ class MLAttention(nn.Module):
         h, heads = shape.hidden, shape.heads
         qk = shape.qk_nope_head_dim + shape.qk_rope_head_dim
         if shape.q_lora_rank:
-            self.q = nn.Sequential(
+            self.q: nn.Module = nn.Sequential(
                 nn.Linear(h, shape.q_lora_rank, bias=False),
                 RMSNorm(shape.q_lora_rank),
                 nn.Linear(shape.q_lora_rank, heads * qk, bias=False),
@@ -127,6 +128,7 @@ class MLAttention(nn.Module):
             shape.kv_lora_rank, heads * (shape.qk_nope_head_dim + shape.v_head_dim), bias=False
         )
         self.out = nn.Linear(heads * shape.v_head_dim, h, bias=False)
+        self.table: torch.Tensor
         self.register_buffer("table", torch.empty(shape.seq_q, 1, qk), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -310,6 +312,7 @@ class Head(nn.Module):
         self.norm = _norm(shape, shape.hidden)
         self.output = nn.Linear(shape.hidden, shape.vocab, bias=False)
         targets = torch.empty(shape.micro_batch * shape.seq_q, dtype=torch.long)
+        self.targets: torch.Tensor
         self.register_buffer("targets", targets, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -334,7 +334,8 @@ class LinkSpec:
     ``peer_link_gbps``, so a group of n devices in the node uses only n-1 links;
     ``mesh_size`` devices form one mesh (4 on the older Ascend 910 node, whose two meshes talk
     through ``cross_mesh_gbps`` of PCIe). ``efficiency`` is the achievable fraction (busbw /
-    link bandwidth) of the collective library.
+    link bandwidth) of the collective library; ``latency_us`` is the fixed cost of one
+    collective call on this level (launch and synchronisation), not a per-ring-step latency.
     """
 
     bandwidth_gbps: float

@@ -3,18 +3,24 @@
 :class:`RooflineCost` prices a compute op as the slower of its FLOPs at the class's achievable
 throughput and its bytes at the achievable HBM bandwidth; :class:`ProfiledCost` looks the op up
 in a table measured by ``python -m autotune.profile`` and falls back to the roofline.
-:class:`CommCost` prices collectives with the alpha-beta ring models of specs.md 3.6 on the
-two-level topology (hierarchical across nodes), placing groups in Megatron's rank order.
+:class:`CommCost` prices the collectives of one layout's groups, placed in Megatron's rank order,
+with the shared alpha-beta models of :mod:`simulators.collectives` (specs.md 3.6).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulators.collectives import all_gather_time_s
+from simulators.collectives import all_reduce_time_s
+from simulators.collectives import all_to_all_time_s
+from simulators.collectives import p2p_time_s
+from simulators.collectives import place_group
+from simulators.collectives import reduce_scatter_time_s
 from simulators.errors import DataFileError
 from simulators.hierarchical.graph import Op
 from simulators.layout import Layout
@@ -140,41 +146,28 @@ class CommCost:
         return groups[name]
 
     def time_s(self, kind: str, nbytes: float, group: str) -> float:
-        """Seconds for collective ``kind`` moving ``nbytes`` (specs.md 3.6 buffer sizes)."""
+        """Seconds for collective ``kind`` moving ``nbytes`` (specs.md 3.6 buffer sizes).
+
+        The collectives are those of :mod:`simulators.collectives`, shared with the analytical
+        simulator; only the CP ring's neighbour exchange is priced here.
+        """
         size, stride = self.group(group)
         if size == 1 or nbytes <= 0:
             return 0.0
         if kind == "ring_send_recv":
             return self._ring_s(nbytes, size, stride)
-        per_node = max(1, min(size, self.cluster.devices_per_node // stride))
-        nodes = math.ceil(size / per_node)
-        alpha1, beta1 = self._level(self.cluster.intra_node, per_node)
-        alpha2, beta2 = self._level(self.cluster.inter_node, nodes)
-        g, k = per_node, nodes
-        if kind == "all_reduce":
-            return 2 * ((g - 1) * alpha1 + (g - 1) / g * nbytes * beta1) + 2 * (
-                (k - 1) * alpha2 + (k - 1) / k * nbytes / g * beta2
-            )
-        if kind in ("all_gather", "reduce_scatter"):
-            return (
-                (g - 1) * alpha1
-                + (g - 1) / g * nbytes * beta1
-                + ((k - 1) * alpha2 + (k - 1) / k * nbytes / g * beta2)
-            )
-        if kind == "all_to_all":
-            intra = (g - 1) / size * nbytes * beta1
-            inter = (size - g) / size * nbytes * beta2
-            return (g - 1) * alpha1 + (size - g) * alpha2 + max(intra, inter)
-        raise ValueError(f"unknown collective {kind!r}")
+        if kind not in _COLLECTIVES:
+            raise ValueError(f"unknown collective {kind!r}")
+        cluster = _with_efficiency(self.cluster, self.efficiency)
+        placement = place_group(size, stride, cluster.devices_per_node)
+        return _COLLECTIVES[kind](nbytes, placement, cluster)
 
     def p2p_s(self, nbytes: float, src: int, dst: int, group: str) -> float:
         """One send between members ``src`` and ``dst`` of ``group`` (same node or not)."""
         _, stride = self.group(group)
         per_node = self.cluster.devices_per_node
         same_node = src * stride // per_node == dst * stride // per_node
-        link = self.cluster.intra_node if same_node else self.cluster.inter_node
-        alpha, beta = self._level(link, 2)
-        return alpha + nbytes * beta
+        return p2p_time_s(nbytes, same_node, _with_efficiency(self.cluster, self.efficiency))
 
     def _ring_s(self, nbytes: float, size: int, stride: int) -> float:
         """CP ring: size-1 neighbour steps; the slowest hop (inter-node if any) paces it."""
@@ -189,3 +182,23 @@ class CommCost:
         if self.efficiency is not None:
             bandwidth = bandwidth / link.efficiency * self.efficiency
         return link.latency_us * 1e-6, 1.0 / (bandwidth * 1e9)
+
+
+_COLLECTIVES = {
+    "all_reduce": all_reduce_time_s,
+    "all_gather": all_gather_time_s,
+    "reduce_scatter": reduce_scatter_time_s,
+    "all_to_all": all_to_all_time_s,
+}
+
+
+@functools.lru_cache(maxsize=64)
+def _with_efficiency(cluster: ClusterSpec, efficiency: float | None) -> ClusterSpec:
+    """The cluster with both link levels at ``efficiency`` (unchanged when None)."""
+    if efficiency is None:
+        return cluster
+    return dataclasses.replace(
+        cluster,
+        intra_node=dataclasses.replace(cluster.intra_node, efficiency=efficiency),
+        inter_node=dataclasses.replace(cluster.inter_node, efficiency=efficiency),
+    )

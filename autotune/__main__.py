@@ -2,25 +2,48 @@
 
 from __future__ import annotations
 
-import logging
+import sys
 
-import hydra
-from omegaconf import DictConfig
+from autotune.cli import Command
+from autotune.config import AutotuneConfig
+from autotune.search import run_search_job
 
-from autotune.cli import guarded
-from autotune.config import register_schemas
-from autotune.search_job import run_search_job
+COMMAND = Command(
+    module="autotune",
+    config_name="config",
+    schema=AutotuneConfig,
+    summary=(
+        "Search the parallel layouts (dp, tp, pp, cp, ep, vpp, micro-batch, recompute,\n"
+        "optimizer sharding) of a model on a cluster with a simulator as the objective; print\n"
+        "the best layouts, where their step time goes, and the flags that launch the best one.\n"
+        "Progress goes to stderr; the search is recorded in MLflow (tracking.*)."
+    ),
+    options=(
+        ("model", "a model of conf/model/"),
+        ("cluster", "a cluster of conf/cluster/"),
+        ("cluster.num_nodes", "nodes of the cluster"),
+        ("train.seq_len", "tokens per sequence"),
+        ("train.global_batch_size", "sequences per step"),
+        ("simulator", "analytical or hierarchical"),
+        ("search.sampler", "tpe, gp, random, nsga2 or grid"),
+        ("search.n_trials", "trials of the study"),
+        ("search.seed", "sampler seed"),
+        ("search.storage", "Optuna storage URL to resume or share a study"),
+        ("parallel.<field>", "pin a layout field, e.g. parallel.tp=8"),
+        ("output", "table or json"),
+        ("tracking.enabled", "record the search in MLflow"),
+        ("tracking.uri", "MLflow tracking URI"),
+    ),
+    examples=(
+        "python -m autotune model=llama70b cluster=ascend",
+        "python -m autotune model=mixtral_8x7b cluster=h100 cluster.num_nodes=16",
+        "python -m autotune model=llama3_8b cluster=a100 parallel.tp=8 output=json",
+    ),
+    run=run_search_job,
+)
 
-log = logging.getLogger("autotune")
-
-register_schemas()
-
-
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-@guarded
-def main(cfg: DictConfig) -> None:
-    run_search_job(cfg)
+main = COMMAND.main
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

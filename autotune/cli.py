@@ -1,72 +1,122 @@
-"""What every entry point shares: logging to stderr, one-line user errors, specs from config."""
+"""What every command shares: help, config composition, logging, one-line user errors.
+
+A command is a :class:`Command`: its name, the root config it composes, the schema it is typed
+into, a summary, its main options and examples (for ``--help``), and the function that runs
+it. :func:`run_command` parses ``key=value`` overrides the way Hydra does, composes and types
+the config once, and turns every user error (a bad override, an unknown model, an impossible
+layout) into one ``error: ...`` line on stderr with exit status 2; ``AUTOTUNE_DEBUG=1`` shows
+the traceback instead.
+"""
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
 import sys
 from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import OmegaConf
 
-from autotune.config import plain_dict
-from autotune.config import to_specs
-from autotune.tracking import TrackingConfig
-from simulators import ClusterSpec
-from simulators import ModelSpec
-from simulators import Simulator
-from simulators import TrainSpec
+import catalog
+from autotune.config import register_schemas
+from autotune.config import typed
 from simulators import UserError
-from simulators.registry import make_simulator
 
-__all__ = ["emit_json", "guarded", "load_job", "tracking_config"]
+__all__ = ["Command", "emit_json", "run_command"]
 
 log = logging.getLogger("autotune")
-OUTPUTS = ("table", "json")
+USER_ERROR = 2
 
 
-def guarded(main: Callable[[DictConfig], None]) -> Callable[[DictConfig], None]:
-    """Run a Hydra task: logs to stderr; a UserError prints ``error: ...`` and exits 2.
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One entry point: ``python -m <module> [key=value ...]``."""
 
-    ``AUTOTUNE_DEBUG=1`` re-raises it with its traceback. Other exceptions are bugs and keep
-    their traceback.
-    """
+    module: str
+    config_name: str
+    schema: type
+    summary: str
+    options: tuple[tuple[str, str], ...]  # (config key, what it means); defaults are read
+    examples: tuple[str, ...]
+    run: Callable[[Any], None]
 
-    @functools.wraps(main)
-    def wrapper(cfg: DictConfig) -> None:
-        logging.basicConfig(
-            level=logging.INFO, format="%(message)s", stream=sys.stderr, force=True
-        )
-        for noisy in ("optuna", "alembic", "mlflow"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-        try:
-            if cfg.get("output", "table") not in OUTPUTS:
-                raise UserError(f"output={cfg.output!r}; allowed: {', '.join(OUTPUTS)}")
-            main(cfg)
-        except UserError as exc:
-            if os.environ.get("AUTOTUNE_DEBUG") == "1":
-                raise
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
-
-    return wrapper
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """Run with ``argv`` (default: the process's arguments); the exit status."""
+        return run_command(self, argv)
 
 
-def load_job(cfg: DictConfig) -> tuple[ModelSpec, ClusterSpec, TrainSpec, Simulator]:
-    """The specs and the simulator named by the composed config."""
-    model, cluster, train = to_specs(cfg)
-    constants = plain_dict(cfg.simulator)
-    name = str(constants.pop("name"))
-    return model, cluster, train, make_simulator(name, constants)
+def run_command(command: Command, argv: Sequence[str] | None = None) -> int:
+    """Run ``command`` with ``argv`` (default: ``sys.argv[1:]``); the process exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    _setup_logging()
+    try:
+        register_schemas()
+        if any(a in ("-h", "--help") for a in args):
+            print(help_text(command))
+            return 0
+        show_config = "--cfg" in args
+        overrides = [a for a in args if a != "--cfg"]
+        flags = [a for a in overrides if a.startswith("-")]
+        if flags:
+            raise UserError(
+                f"unknown option {flags[0]!r}; options are key=value overrides, --cfg and "
+                f"--help (python -m {command.module} --help)"
+            )
+        cfg = catalog.compose(command.config_name, overrides)
+        if show_config:
+            print(OmegaConf.to_yaml(cfg), end="")
+            return 0
+        command.run(typed(cfg, command.schema))
+    except UserError as exc:
+        if os.environ.get("AUTOTUNE_DEBUG") == "1":
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return USER_ERROR
+    return 0
 
 
-def tracking_config(cfg: DictConfig, experiment: str) -> TrackingConfig:
-    return TrackingConfig(
-        enabled=bool(cfg.tracking.enabled), uri=str(cfg.tracking.uri), experiment=experiment
-    )
+def help_text(command: Command) -> str:
+    """``--help``: what the command does, its main options with their defaults, examples."""
+    cfg = catalog.compose(command.config_name)
+    choices = catalog.group_choices(command.config_name)
+    width = max(len(key) for key, _ in command.options) + 2
+    lines = [f"usage: python -m {command.module} [key=value ...] [--cfg] [--help]", ""]
+    lines += [command.summary, "", "Main options (default in brackets):"]
+    for key, meaning in command.options:
+        default = choices.get(key, OmegaConf.select(cfg, key, default=None))
+        if OmegaConf.is_config(default):
+            default = OmegaConf.to_container(default)
+        shown = "" if default is None else f" [{_plain(default)}]"
+        lines.append(f"  {key:<{width}}{meaning}{shown}")
+    lines += [
+        "",
+        "Any other key of the composed config can be set the same way; --cfg prints it.",
+        f"Models: {', '.join(catalog.options('model'))}",
+        f"Clusters: {', '.join(catalog.options('cluster'))}",
+        "",
+        "Examples:",
+        *(f"  {example}" for example in command.examples),
+    ]
+    return "\n".join(lines)
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ",".join(map(_plain, value)) + "]"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _setup_logging() -> None:
+    """Progress and notes on stderr, so stdout holds only the result (one JSON object)."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr, force=True)
+    for noisy in ("optuna", "alembic", "mlflow", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def emit_json(payload: dict[str, Any]) -> None:

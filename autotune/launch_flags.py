@@ -5,32 +5,29 @@ from __future__ import annotations
 from simulators import Layout
 from simulators import ModelSpec
 from simulators import TrainSpec
+from simulators.layout import LAYOUT_FIELDS
+from simulators.layout import field_info
 
 __all__ = ["megatron_flags", "mindspeed_flags"]
 
 
 def megatron_flags(model: ModelSpec, train: TrainSpec, layout: Layout) -> list[str]:
     """Megatron-LM ``pretrain_gpt.py`` flags (megatron/training/arguments.py)."""
-    flags = [
-        f"--tensor-model-parallel-size {layout.tp}",
-        f"--pipeline-model-parallel-size {layout.pp}",
-        f"--context-parallel-size {layout.cp}",
-    ]
-    if model.is_moe:
-        flags.append(f"--expert-model-parallel-size {layout.ep}")
+    flags = []
+    for name in LAYOUT_FIELDS:  # the one-to-one flags of the layout's field table
+        flag, value = field_info(name).flag, getattr(layout, name)
+        if flag and isinstance(value, bool):
+            flags.append(flag if value else "")
+        elif flag:
+            flags.append(f"{flag} {value}")
     if layout.vpp > 1:
         per_chunk = model.num_layers // (layout.pp * layout.vpp)
         flags.append(f"--num-layers-per-virtual-pipeline-stage {per_chunk}")
     flags += [
-        f"--micro-batch-size {layout.micro_batch}",
         f"--global-batch-size {train.global_batch_size}",
         f"--seq-length {train.seq_len}",
         f"--{train.precision}" if train.precision != "fp32" else "",
     ]
-    if layout.sequence_parallel:
-        flags.append("--sequence-parallel")
-    if layout.distributed_optimizer:
-        flags.append("--use-distributed-optimizer")
     if layout.recompute == "selective":
         flags.append("--recompute-granularity selective")
     elif layout.recompute == "full":

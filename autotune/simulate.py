@@ -1,7 +1,5 @@
 """``python -m autotune.simulate``: predict one layout, with the full breakdown.
 
-    python -m autotune.simulate model=llama70b cluster=ascend parallel.tp=8 parallel.pp=4
-
 Unset degrees are 1 and dp fills the rest of the world; a layout that breaks rules is
 refused with every broken rule listed.
 """
@@ -10,38 +8,30 @@ from __future__ import annotations
 
 import sys
 
-import hydra
-from omegaconf import DictConfig
-
+from autotune.cli import Command
 from autotune.cli import emit_json
-from autotune.cli import guarded
-from autotune.cli import load_job
+from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
-from autotune.config import register_schemas
 from autotune.report import breakdown_table
 from autotune.report import launch_text
 from autotune.report import layout_table
+from catalog import Job
+from catalog import job_from_config
 from simulators import BREAKDOWN_KEYS
-from simulators import ClusterSpec
 from simulators import Layout
-from simulators import ModelSpec
-from simulators import Simulator
-from simulators import TrainSpec
 from simulators import UserError
 
-register_schemas()
 
-
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-@guarded
-def main(cfg: DictConfig) -> None:
-    model, cluster, train, simulator = load_job(cfg)
-    layout = Layout.resolve(cluster.num_devices, **fixed_layout_values(cfg))
+def simulate_layout(config: AutotuneConfig) -> None:
+    """Predict the layout of ``config.parallel`` and print it (or its JSON object)."""
+    job = job_from_config(config)
+    model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
+    layout = Layout.resolve(cluster.num_devices, **fixed_layout_values(config.parallel))
     layout.check(model, cluster, train)
     prediction = simulator.simulate(model, cluster, train, layout)
-    if cfg.trace:
-        _write_trace(simulator, model, cluster, train, layout, str(cfg.trace))
-    if cfg.output == "json":
+    if config.trace:
+        _write_trace(job, layout, config.trace)
+    if config.output == "json":
         emit_json(
             {
                 "layout": layout.as_dict(),
@@ -70,24 +60,47 @@ def main(cfg: DictConfig) -> None:
     print("\n" + launch_text(model, train, layout))
 
 
-def _write_trace(
-    simulator: Simulator,
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    train: TrainSpec,
-    layout: Layout,
-    path: str,
-) -> None:
+def _write_trace(job: Job, layout: Layout, path: str) -> None:
     """Write the event timeline as a Chrome trace, if the simulator has one."""
-    write = getattr(simulator, "write_trace", None)
+    write = getattr(job.simulator, "write_trace", None)
     if write is None:
         raise UserError(
             f"trace= needs a simulator with an event timeline (simulator=hierarchical); "
-            f"{simulator.name} has none"
+            f"{job.simulator.name} has none"
         )
-    write(model, cluster, train, layout, path)
+    write(job.model, job.cluster, job.train, layout, path)
     print(f"trace written to {path} (open it in https://ui.perfetto.dev)", file=sys.stderr)
 
 
+COMMAND = Command(
+    module="autotune.simulate",
+    config_name="config",
+    schema=AutotuneConfig,
+    summary=(
+        "Predict the step time, memory and time breakdown of one layout. Unset degrees are 1\n"
+        "and dp fills the rest of the world; a layout that breaks a rule is refused with every\n"
+        "broken rule listed."
+    ),
+    options=(
+        ("model", "a model of conf/model/"),
+        ("cluster", "a cluster of conf/cluster/"),
+        ("cluster.num_nodes", "nodes of the cluster"),
+        ("simulator", "analytical or hierarchical"),
+        ("parallel.<field>", "a layout field, e.g. parallel.tp=8 parallel.pp=4"),
+        ("trace", "write a Chrome trace of the timeline (hierarchical)"),
+        ("output", "table or json"),
+    ),
+    examples=(
+        "python -m autotune.simulate model=llama70b cluster=ascend parallel.tp=8 parallel.pp=4",
+        "python -m autotune.simulate model=llama70b cluster=ascend parallel.tp=8 "
+        "simulator=hierarchical trace=trace.json",
+        "python -m autotune.simulate model=mixtral_8x7b cluster=h100 parallel.ep=8 output=json",
+    ),
+    run=simulate_layout,
+)
+
+main = COMMAND.main
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,22 +11,14 @@ import tempfile
 import time
 from collections.abc import Iterator
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrackedRun", "TrackingConfig", "child_runs", "tracked_run"]
+from autotune.config import TrackingConfig
+
+__all__ = ["TrackedRun", "child_runs", "tracked_run"]
 
 log = logging.getLogger("autotune")
-
-
-@dataclass(frozen=True, slots=True)
-class TrackingConfig:
-    """Where runs go: ``uri`` (default ``sqlite:///mlruns/mlflow.db``), ``experiment``."""
-
-    enabled: bool
-    uri: str
-    experiment: str
 
 
 class TrackedRun:
@@ -92,7 +84,7 @@ def child_runs(
     """One child run per row: ``param_keys`` as params, numeric others as metrics.
 
     Each child is written with one ``log_batch`` call (~16 ms per child on sqlite, against
-    ~47 ms for one call per value; libraries.md).
+    ~47 ms for one call per value; docs/libraries.md).
     """
     from mlflow import MlflowClient
     from mlflow.entities import Metric

@@ -23,26 +23,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from hydra import compose
-from hydra import initialize_config_dir
-
-from autotune.cli import load_job
-from autotune.config import register_schemas
+import catalog
+from autotune.config import AutotuneConfig
+from autotune.config import load_config
 from autotune.search import Evaluator
 from autotune.search import exhaustive_best
 from autotune.search import run_search
-from autotune.space import build_space
-from simulators.analytical import AnalyticalSimulator
+from autotune.search._space import build_space
+from catalog import job_from_config
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _job(*overrides: str):  # noqa: ANN202
-    register_schemas()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    model, cluster, train, simulator = load_job(cfg)
-    return cfg, model, cluster, train, simulator
+    cfg = load_config(AutotuneConfig, overrides)
+    job = job_from_config(cfg)
+    return cfg, job.model, job.cluster, job.train, job.simulator
 
 
 def throughput(repeats: int) -> tuple[float, int]:
@@ -50,7 +46,7 @@ def throughput(repeats: int) -> tuple[float, int]:
     space = build_space(model, cluster, train, cfg.search, {})
     rates = []
     for _ in range(repeats):
-        simulator = AnalyticalSimulator()
+        simulator = catalog.load_simulator("analytical")
         started = time.perf_counter()
         for layout in space.layouts:
             simulator.simulate(model, cluster, train, layout)

@@ -17,12 +17,10 @@ import statistics
 import time
 from pathlib import Path
 
-from hydra import compose
-from hydra import initialize_config_dir
-
-from autotune.cli import load_job
-from autotune.config import register_schemas
-from autotune.space import build_space
+from autotune.config import AutotuneConfig
+from autotune.config import load_config
+from autotune.search._space import build_space
+from catalog import job_from_config
 from simulators import Layout
 from simulators import Prediction
 
@@ -35,10 +33,9 @@ SANITY = (
 
 
 def _job(*overrides: str):  # noqa: ANN202
-    register_schemas()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return cfg, *load_job(cfg)
+    cfg = load_config(AutotuneConfig, overrides)
+    job = job_from_config(cfg)
+    return cfg, job.model, job.cluster, job.train, job.simulator
 
 
 def speed(limit: int) -> tuple[int, list[float], list[float]]:

@@ -13,15 +13,15 @@ import statistics
 import sys
 from pathlib import Path
 
+import catalog
 import dataset
-from autotune.config import simulator_from_conf
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
     name = sys.argv[1] if len(sys.argv) > 1 else "analytical"
-    simulator = simulator_from_conf(name)
+    simulator = catalog.load_simulator(name)
     rows = [
         "| model | NPUs | layout | seq | measured tok/s/NPU | predicted | error |",
         "|---|---|---|---|---|---|---|",

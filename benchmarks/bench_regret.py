@@ -8,21 +8,14 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-from hydra import compose
-from hydra import initialize_config_dir
-
-from autotune.benchmark import register_benchmark_schema
 from autotune.benchmark import run_benchmark
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
+from autotune.config import BenchmarkConfig
+from autotune.config import load_config
 
 
 def main(overrides: list[str]) -> None:
-    register_benchmark_schema()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="benchmark", overrides=["tracking.enabled=false", *overrides])
+    cfg = load_config(BenchmarkConfig, ["tracking.enabled=false", *overrides])
     start = time.perf_counter()
     result = run_benchmark(cfg)
     elapsed = time.perf_counter() - start

@@ -10,7 +10,6 @@ Example:
 
 from __future__ import annotations
 
-from dataset._clusters import CONF_DIR
 from dataset._clusters import cluster_names
 from dataset._loader import load_measurements
 from dataset._public import DATA_DIR
@@ -23,7 +22,6 @@ from dataset._specs import row_to_specs
 
 __all__ = [
     "COLUMNS",
-    "CONF_DIR",
     "DATA_DIR",
     "SCHEMA_VERSION",
     "STATUSES",

@@ -1,39 +1,21 @@
-"""Cluster entries of ``conf/cluster/*.yaml``, read without Hydra, with a row's overrides."""
+"""The cluster of a measurement row: a catalog cluster sized to the job, with its overrides."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-from pathlib import Path
-from typing import Any
+import dataclasses
 
-from omegaconf import OmegaConf
-
-from simulators.errors import SpecError
+import catalog
 from simulators.specs import ClusterSpec
-from simulators.specs import DeviceSpec
-from simulators.specs import LinkSpec
 
-__all__ = ["CONF_DIR", "build_cluster", "cluster_names"]
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+__all__ = ["cluster_names", "sized_cluster"]
 
 
-def cluster_names(conf_dir: Path = CONF_DIR) -> tuple[str, ...]:
-    """Names of the cluster entries (``conf/cluster/<name>.yaml``), sorted."""
-    return tuple(sorted(p.stem for p in (conf_dir / "cluster").glob("*.yaml")))
+def cluster_names() -> tuple[str, ...]:
+    """Names of the catalog clusters (``conf/cluster/<name>.yaml``), sorted."""
+    return catalog.options("cluster")
 
 
-@lru_cache(maxsize=64)
-def _entry(path: Path) -> dict[str, Any]:
-    node = OmegaConf.load(path)
-    values = OmegaConf.to_container(node, resolve=True)
-    if not isinstance(values, dict):
-        raise SpecError(f"{path}: expected a mapping")
-    values.pop("defaults", None)
-    return {str(k): v for k, v in values.items()}
-
-
-def build_cluster(
+def sized_cluster(
     name: str,
     num_devices: int,
     *,
@@ -41,38 +23,26 @@ def build_cluster(
     device_memory_gib: float | None = None,
     intra_node_gbps: float | None = None,
     inter_node_gbps: float | None = None,
-    conf_dir: Path = CONF_DIR,
 ) -> ClusterSpec:
-    """The cluster ``name`` sized to ``num_devices``, with a measurement's own overrides.
+    """The catalog cluster ``name`` sized to ``num_devices``, with a measurement's overrides.
 
     A job smaller than one node runs on one node of ``num_devices`` devices, so that the
     cluster has exactly the devices the layout uses.
+
+    Raises:
+        UserError: an unknown cluster name (the message lists the catalog's clusters).
     """
-    path = conf_dir / "cluster" / f"{name}.yaml"
-    if not path.is_file():
-        raise SpecError(
-            f"unknown cluster {name!r}; available: {', '.join(cluster_names(conf_dir))}"
+    overrides = [
+        f"cluster.{key}={value}"
+        for key, value in (
+            ("device.memory_gib", device_memory_gib),
+            ("intra_node.bandwidth_gbps", intra_node_gbps),
+            ("inter_node.bandwidth_gbps", inter_node_gbps),
         )
-    values = _entry(path)
-    device = dict(values["device"])
-    intra = dict(values["intra_node"])
-    inter = dict(values["inter_node"])
-    if device_memory_gib is not None:
-        device["memory_gib"] = device_memory_gib
-    if intra_node_gbps is not None:
-        intra["bandwidth_gbps"] = intra_node_gbps
-    if inter_node_gbps is not None:
-        inter["bandwidth_gbps"] = inter_node_gbps
-    per_node = devices_per_node or int(values["devices_per_node"])
-    per_node = min(per_node, num_devices)
-    try:
-        return ClusterSpec(
-            name=str(values["name"]),
-            device=DeviceSpec(**device),
-            devices_per_node=per_node,
-            num_nodes=-(-num_devices // per_node),
-            intra_node=LinkSpec(**intra),
-            inter_node=LinkSpec(**inter),
-        )
-    except TypeError as exc:
-        raise SpecError(f"cluster {name!r} ({path}): {exc}") from None
+        if value is not None
+    ]
+    base = catalog.load_cluster(name, overrides)
+    per_node = min(devices_per_node or base.devices_per_node, num_devices)
+    return dataclasses.replace(
+        base, devices_per_node=per_node, num_nodes=-(-num_devices // per_node)
+    )

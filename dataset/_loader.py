@@ -7,7 +7,6 @@ from typing import Any
 
 import pandas as pd
 
-from dataset._clusters import CONF_DIR
 from dataset._clusters import cluster_names
 from dataset._schema import COLUMNS
 from dataset._specs import row_to_specs
@@ -30,7 +29,7 @@ def _read_text_cells(path: Path) -> pd.DataFrame:
     raise DataFileError(f"{path}: expected a .csv or .parquet file, got {suffix or 'no suffix'!r}")
 
 
-def load_measurements(path: str | Path, conf_dir: Path = CONF_DIR) -> pd.DataFrame:
+def load_measurements(path: str | Path) -> pd.DataFrame:
     """Load and validate a measurement table in schema v1 (CSV or Parquet).
 
     Returns the table with every schema column present, parsed (ints, floats, bools) and with
@@ -65,7 +64,7 @@ def load_measurements(path: str | Path, conf_dir: Path = CONF_DIR) -> pd.DataFra
     table = pd.concat([table, raw[extra]], axis=1)
     table["sequence_parallel"] = table["sequence_parallel"].fillna(table["tp"] > 1)
     if not missing:  # the rules across columns, on every row whose cells all parsed
-        problems.extend(_row_problems(path, table.drop(index=list(bad_rows)), conf_dir))
+        problems.extend(_row_problems(path, table.drop(index=list(bad_rows))))
     if problems:
         raise DataFileError(_message(path, problems))
     return table.reset_index(drop=True)
@@ -95,32 +94,28 @@ def _parse_column(
     return values
 
 
-def _row_problems(path: Path, table: pd.DataFrame, conf_dir: Path) -> list[str]:
+def _row_problems(path: Path, table: pd.DataFrame) -> list[str]:
     """Rules across columns: known cluster, degrees times world size, a time for ok rows."""
     problems: list[str] = []
-    known = set(cluster_names(conf_dir))
+    known = set(cluster_names())
     for index, row in zip(table.index, table.to_dict("records"), strict=True):
+        if row["status"] == "ok" and pd.isna(row["step_time_s"]):
+            problems.append(
+                f"{_where(path, index, 'step_time_s')}: required when status is ok, found empty"
+            )
         if row["cluster"] not in known:
             problems.append(
                 f"{_where(path, index, 'cluster')}: expected one of {', '.join(sorted(known))} "
                 f"(conf/cluster/*.yaml), got {row['cluster']!r}"
             )
-        world = row["dp"] * row["tp"] * row["pp"] * row["cp"]
-        if world != row["num_devices"]:
-            problems.append(
-                f"{_where(path, index, 'dp,tp,pp,cp')}: expected dp*tp*pp*cp = num_devices "
-                f"({row['num_devices']}), got dp({row['dp']}) * tp({row['tp']}) * "
-                f"pp({row['pp']}) * cp({row['cp']}) = {world}"
-            )
-        if row["status"] == "ok" and pd.isna(row["step_time_s"]):
-            problems.append(
-                f"{_where(path, index, 'step_time_s')}: required when status is ok, found empty"
-            )
-        if row["cluster"] in known:
-            try:
-                row_to_specs(row, conf_dir)
-            except SpecError as exc:
-                problems.append(f"{_where(path, index, 'model/layout')}: {exc}")
+            continue
+        try:
+            *_, layout = row_to_specs(row)
+        except SpecError as exc:
+            problems.append(f"{_where(path, index, 'model/layout')}: {exc}")
+            continue
+        for problem in layout.world_size_problems(row["num_devices"], " (num_devices)"):
+            problems.append(f"{_where(path, index, 'dp,tp,pp,cp')}: {problem}")
     return problems
 
 

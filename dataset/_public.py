@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from dataset._clusters import CONF_DIR
 from dataset._loader import load_measurements
 from simulators.errors import UserError
 
@@ -21,9 +20,7 @@ def public_sources(data_dir: Path = DATA_DIR) -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in data_dir.glob("*.csv")))
 
 
-def load_public(
-    sources: Sequence[str] | None = None, data_dir: Path = DATA_DIR, conf_dir: Path = CONF_DIR
-) -> pd.DataFrame:
+def load_public(sources: Sequence[str] | None = None, data_dir: Path = DATA_DIR) -> pd.DataFrame:
     """Load the shipped measurements of ``sources`` (all of them when None), validated.
 
     Raises:
@@ -37,5 +34,5 @@ def load_public(
             f"unknown data source(s) {', '.join(map(repr, unknown))}; available: "
             f"public, {', '.join(available)}, or a path to a schema-v1 .csv/.parquet file"
         )
-    tables = [load_measurements(data_dir / f"{name}.csv", conf_dir) for name in chosen]
+    tables = [load_measurements(data_dir / f"{name}.csv") for name in chosen]
     return pd.concat(tables, ignore_index=True)

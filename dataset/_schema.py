@@ -1,4 +1,4 @@
-"""The measurement table, schema v1: one row per measured layout (see DESIGN.md).
+"""The measurement table, schema v1: one row per measured layout (see docs/architecture.md).
 
 Each column has a kind (how a cell is parsed), whether it is required, and its default. A cell
 parser returns the parsed value or raises ``ValueError`` with what was expected; the loader
@@ -7,11 +7,14 @@ collects those into one :class:`simulators.DataFileError`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from simulators.layout import RECOMPUTE_MODES
+from simulators.layout import LAYOUT_FIELDS
+from simulators.layout import Layout
+from simulators.layout import field_info
 from simulators.specs import ACTIVATIONS
 from simulators.specs import ATTENTIONS
 from simulators.specs import PRECISIONS
@@ -108,8 +111,8 @@ _ARCHITECTURE = (
     Column("first_dense_layers", _int(0), default=0),
 )
 
-# Not in DESIGN.md's v1 table, which cannot describe MLA attention or a GPT block; read when
-# present (defaults are ModelSpec's; head_dim defaults to hidden_size / num_attention_heads).
+# Beyond the required architecture columns: the rest of ModelSpec (MLA attention, the GPT block),
+# read when present (defaults are ModelSpec's; head_dim defaults to hidden / heads).
 _ARCHITECTURE_DETAIL = (
     Column("head_dim", _int(1)),
     Column("norm", _choice(("rmsnorm", "layernorm")), default="rmsnorm"),
@@ -134,19 +137,28 @@ _JOB = (
     Column("global_batch_size", _int(1), required=True),
 )
 
-_LAYOUT = (
-    Column("dp", _int(1), required=True),
-    Column("tp", _int(1), required=True),
-    Column("pp", _int(1), required=True),
-    Column("cp", _int(1), required=True),
-    Column("ep", _int(1), required=True),
-    Column("micro_batch", _int(1), required=True),
-    Column("recompute", _choice(RECOMPUTE_MODES), required=True),
-    Column("vpp", _int(1), default=1),
-    Column("sequence_parallel", _bool),  # default: tp > 1 (filled by the loader)
-    Column("distributed_optimizer", _bool, default=True),
+
+def _layout_column(name: str) -> Column:
+    """The column of one layout field, from the Layout's own field table."""
+    info = field_info(name)
+    kind = _FIELD_TYPES[name]
+    parse: Callable[[str], Any]
+    if info.choices:
+        parse = _choice(info.choices)
+    elif "bool" in kind:
+        parse = _bool
+    else:
+        parse = _int(1)
+    default = None if name == "sequence_parallel" else _LAYOUT_DEFAULTS[name]  # tp > 1
+    return Column(name, parse, required=info.required_column, default=default)
+
+
+_FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(Layout)}
+_LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Layout)}
+_LAYOUT = tuple(_layout_column(name) for name in LAYOUT_FIELDS)
+_TRAINING = (
     Column("precision", _choice(PRECISIONS), default="bf16"),
-    # Not in DESIGN.md's v1 table: whether the stack ran fused (flash) attention.
+    # Not in the v1 table of docs/architecture.md: whether the stack ran fused attention.
     Column("flash_attention", _bool, default=True),
 )
 
@@ -172,6 +184,7 @@ COLUMNS: tuple[Column, ...] = (
     *_ARCHITECTURE_DETAIL,
     *_JOB,
     *_LAYOUT,
+    *_TRAINING,
     *_MEASUREMENT,
     *_PROVENANCE,
 )

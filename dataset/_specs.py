@@ -2,45 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from dataset._clusters import CONF_DIR
-from dataset._clusters import build_cluster
+from dataset._clusters import sized_cluster
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
 
-__all__ = ["row_to_specs"]
+__all__ = ["MODEL_FIELDS", "row_to_specs"]
 
-_MODEL_FIELDS = (
-    "num_layers",
-    "hidden_size",
-    "ffn_hidden_size",
-    "num_attention_heads",
-    "num_kv_heads",
-    "vocab_size",
-    "activation",
-    "norm",
-    "qkv_bias",
-    "tied_embeddings",
-    "num_experts",
-    "moe_top_k",
-    "expert_ffn_hidden_size",
-    "shared_expert_ffn_hidden_size",
-    "first_dense_layers",
-    "attention",
-    "q_lora_rank",
-    "kv_lora_rank",
-    "qk_nope_head_dim",
-    "qk_rope_head_dim",
-    "v_head_dim",
-)
+# The architecture columns: every ModelSpec field but the display name (``model``).
+MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.name != "name")
 _OVERRIDES = ("devices_per_node", "device_memory_gib", "intra_node_gbps", "inter_node_gbps")
 
 
@@ -52,9 +30,7 @@ def _given(row: Mapping[str, Any], key: str) -> Any:
     return value.item() if hasattr(value, "item") else value  # numpy scalar -> Python
 
 
-def row_to_specs(
-    row: Mapping[str, Any], conf_dir: Path = CONF_DIR
-) -> tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]:
+def row_to_specs(row: Mapping[str, Any]) -> tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]:
     """The model, cluster, training step and layout of one row of a loaded measurement table.
 
     ``row`` is a row of :func:`dataset.load_measurements` (a mapping such as a pandas Series):
@@ -65,22 +41,14 @@ def row_to_specs(
     Raises:
         SpecError: a value that the specs refuse (unknown cluster, kv heads not dividing heads).
     """
-    model_values = {k: _given(row, k) for k in _MODEL_FIELDS}
+    model_values = {k: _given(row, k) for k in MODEL_FIELDS if k != "head_dim"}
     model_values = {k: v for k, v in model_values.items() if v is not None}
     head_dim = _given(row, "head_dim")
     if head_dim is None:
         head_dim = int(row["hidden_size"]) // int(row["num_attention_heads"])
     model = ModelSpec(name=str(row["model"]), head_dim=int(head_dim), **model_values)
     overrides = {k: _given(row, k) for k in _OVERRIDES}
-    cluster = build_cluster(
-        str(row["cluster"]),
-        int(row["num_devices"]),
-        devices_per_node=overrides["devices_per_node"],
-        device_memory_gib=overrides["device_memory_gib"],
-        intra_node_gbps=overrides["intra_node_gbps"],
-        inter_node_gbps=overrides["inter_node_gbps"],
-        conf_dir=conf_dir,
-    )
+    cluster = sized_cluster(str(row["cluster"]), int(row["num_devices"]), **overrides)
     train = TrainSpec(
         seq_len=int(row["seq_len"]),
         global_batch_size=int(row["global_batch_size"]),

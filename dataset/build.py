@@ -1,8 +1,8 @@
-"""Regenerate ``dataset/data/*.csv`` from the raw public ground truth.
+"""Regenerate ``dataset/data/*.csv`` from the raw published figures in ``dataset/raw/``.
 
 Usage::
 
-    python -m dataset.build [--groundtruth ../shared/groundtruth] [--out dataset/data]
+    python -m dataset.build [--raw dataset/raw] [--out dataset/data]
 
 Each converted table is validated by the loader before it is written, so a shipped file always
 loads.
@@ -20,18 +20,18 @@ from dataset._public import DATA_DIR
 from dataset.importers import IMPORTERS
 from simulators.errors import UserError
 
-__all__ = ["build", "main"]
+__all__ = ["RAW_DIR", "build", "main"]
 
-DEFAULT_GROUNDTRUTH = DATA_DIR.parent.parent.parent / "shared" / "groundtruth"
+RAW_DIR = DATA_DIR.parent / "raw"
 
 
-def build(groundtruth: Path, out: Path) -> dict[str, int]:
+def build(raw_dir: Path, out: Path) -> dict[str, int]:
     """Convert every raw file, validate it, write ``out/<source>.csv``; rows per source."""
     written = {}
     for source, (raw_file, convert) in IMPORTERS.items():
-        raw = groundtruth / raw_file
+        raw = raw_dir / raw_file
         if not raw.is_file():
-            raise UserError(f"raw file {raw} not found (expected in --groundtruth {groundtruth})")
+            raise UserError(f"raw file {raw} not found (expected in --raw {raw_dir})")
         table = convert(raw)
         with tempfile.TemporaryDirectory() as scratch:
             candidate = Path(scratch) / f"{source}.csv"
@@ -45,11 +45,11 @@ def build(groundtruth: Path, out: Path) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dataset.build", description=__doc__)
-    parser.add_argument("--groundtruth", type=Path, default=DEFAULT_GROUNDTRUTH)
+    parser.add_argument("--raw", type=Path, default=RAW_DIR)
     parser.add_argument("--out", type=Path, default=DATA_DIR)
     args = parser.parse_args(argv)
     try:
-        written = build(args.groundtruth, args.out)
+        written = build(args.raw, args.out)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

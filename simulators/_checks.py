@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Any
+from typing import TypeVar
 
 from simulators.errors import SpecError
+
+T = TypeVar("T")
 
 
 def require_positive(owner: str, **values: float) -> None:
@@ -26,3 +33,31 @@ def require_choice(owner: str, name: str, value: str, allowed: Iterable[str]) ->
     allowed = tuple(allowed)
     if value not in allowed:
         raise SpecError(f"{owner}: {name}={value!r} is not one of {', '.join(allowed)}")
+
+
+def constants_from_mapping(
+    cls: type[T],
+    values: Mapping[str, Any],
+    owner: str,
+    convert: Mapping[str, Callable[[Any], Any]] | None = None,
+) -> T:
+    """A simulator's constants dataclass from its yaml mapping (every key, no other).
+
+    ``convert`` turns nested mappings into their types (``{"efficiency": Efficiencies}``).
+
+    Raises:
+        SpecError: naming the unknown and the missing keys, and every allowed one.
+    """
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    given = {k: v for k, v in values.items() if k != "name"}
+    unknown, missing = sorted(set(given) - known), sorted(known - set(given))
+    if unknown or missing:
+        raise SpecError(
+            f"{owner}: "
+            + (f"unknown key(s) {', '.join(unknown)}; " if unknown else "")
+            + (f"missing key(s) {', '.join(missing)}; " if missing else "")
+            + f"expected {', '.join(sorted(known))}"
+        )
+    for key, make in (convert or {}).items():
+        given[key] = make(given[key])
+    return cls(**given)

@@ -4,11 +4,11 @@ Per micro-batch and pipeline stage it adds up the time of every layer's GEMMs (r
 flash attention, memory-bound elementwise work and kernel launches, plus the exposed tensor,
 context and expert parallel communication. The pipeline runs ``m`` micro-batches at the pace
 of the slowest stage plus a fill-and-drain bubble divided by the virtual stages
-(Narayanan et al. 2021, specs.md 3.4). Data-parallel gradient reduction hides behind the
+(Narayanan et al. 2021, docs/reference.md 3.4). Data-parallel gradient reduction hides behind the
 last micro-batch's backward. Memory is weights, gradients and optimizer states (sharded by
-DP or expert-DP with the distributed optimizer, specs.md 3.2) plus the activations of the
+DP or expert-DP with the distributed optimizer, docs/reference.md 3.2) plus the activations of the
 micro-batches the schedule holds in flight (Korthikanti et al. 2022 with flash attention,
-specs.md 3.3), checked on every pipeline rank.
+docs/reference.md 3.3), checked on every pipeline rank.
 """
 
 from __future__ import annotations
@@ -16,24 +16,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
-from dataclasses import field
 from typing import Any
 
+from simulators._checks import constants_from_mapping
 from simulators._checks import require_positive
-from simulators.collectives import GroupPlacement
 from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import p2p_time_s
-from simulators.collectives import place_group
 from simulators.collectives import reduce_scatter_time_s
-from simulators.errors import SpecError
 from simulators.layout import Layout
 from simulators.prediction import Prediction
 from simulators.specs import ClusterSpec
 from simulators.specs import DeviceSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
+from simulators.states import StateBytes
+from simulators.states import optimizer_step_s
+from simulators.states import state_bytes_by_precision
+from simulators.states import state_memory_bytes
 
 __all__ = ["AnalyticalConstants", "AnalyticalSimulator"]
 
@@ -44,35 +45,21 @@ GIB = 1024**3
 class AnalyticalConstants:
     """The simulator's own constants; ``conf/simulator/analytical.yaml`` gives their sources."""
 
-    attention_efficiency: float = 0.55
-    attention_backward_factor: float = 2.5
-    kernels_per_layer_forward: int = 16
-    kernel_overhead_us: float = 4.0
-    host_ops_per_layer_forward: int = 33
-    host_op_overhead_us: float = 20.0
-    unfused_attention_bytes_per_score: Mapping[str, float] = field(
-        default_factory=lambda: {
-            "forward_gemm": 4,
-            "forward_elementwise": 9,
-            "backward_gemm": 8,
-            "backward_elementwise": 11,
-            "saved": 5,
-        }
-    )
-    tp_comm_overlap: bool = False
-    cp_comm_overlap: bool = True
-    overlap_grad_reduce: bool = True
-    overlap_param_gather: bool = False
-    bytes_per_param: Mapping[str, Mapping[str, float]] = field(
-        default_factory=lambda: {
-            "bf16": {"weight": 2, "grad": 4, "optimizer": 12},
-            "fp16": {"weight": 2, "grad": 2, "optimizer": 16},
-            "fp32": {"weight": 4, "grad": 4, "optimizer": 8},
-        }
-    )
-    optimizer_step_bytes_per_param: float = 30.0
-    logits_bytes_per_element: float = 6.0
-    reserved_memory_gib: float = 4.0
+    attention_efficiency: float
+    attention_backward_factor: float
+    kernels_per_layer_forward: int
+    kernel_overhead_us: float
+    host_ops_per_layer_forward: int
+    host_op_overhead_us: float
+    unfused_attention_bytes_per_score: Mapping[str, float]
+    tp_comm_overlap: bool
+    cp_comm_overlap: bool
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    state_bytes_per_param: Mapping[str, StateBytes]
+    optimizer_traffic_bytes_per_param: float
+    logits_bytes_per_element: float
+    reserved_memory_gib: float
 
     def __post_init__(self) -> None:
         require_positive(
@@ -83,14 +70,13 @@ class AnalyticalConstants:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> AnalyticalConstants:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(values) - known - {"name"})
-        if unknown:
-            raise SpecError(
-                f"unknown analytical simulator constant(s) {', '.join(unknown)}; "
-                f"allowed: {', '.join(sorted(known))}"
-            )
-        return cls(**{k: v for k, v in values.items() if k in known})
+        """Build from ``conf/simulator/analytical.yaml``; unknown or missing keys raise."""
+        return constants_from_mapping(
+            cls,
+            values,
+            "simulator analytical",
+            {"state_bytes_per_param": state_bytes_by_precision},
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,17 +99,17 @@ class AnalyticalSimulator:
     """Closed-form step time and memory; microseconds per layout.
 
     Example:
-        >>> from simulators.analytical import AnalyticalSimulator
-        >>> AnalyticalSimulator().name
+        >>> import catalog
+        >>> catalog.load_simulator("analytical").name
         'analytical'
     """
 
     name = "analytical"
 
-    def __init__(self, constants: AnalyticalConstants | None = None) -> None:
-        self.constants = constants or AnalyticalConstants()
-        # A layer's cost depends on few layout fields: layouts that differ only in dp, pp, vpp
-        # or optimizer sharding share it. The cache never changes an answer.
+    def __init__(self, constants: AnalyticalConstants) -> None:
+        self.constants = constants
+        # A layer's cost depends on the layout fields marked ``layer_cost`` (Layout.layer_key):
+        # layouts that differ only in dp, pp, vpp or optimizer sharding share it.
         self._layers: dict[tuple[object, ...], _LayerCost] = {}
 
     @classmethod
@@ -138,18 +124,7 @@ class AnalyticalSimulator:
     def _layer_cost(
         self, model: ModelSpec, moe: bool, cluster: ClusterSpec, train: TrainSpec, layout: Layout
     ) -> _LayerCost:
-        key = (
-            model,
-            moe,
-            cluster,
-            train,
-            layout.tp,
-            layout.cp,
-            layout.ep,
-            layout.micro_batch,
-            layout.sequence_parallel,
-            layout.recompute,
-        )
+        key = (model, moe, cluster, train, layout.layer_key())
         cost = self._layers.get(key)
         if cost is None:
             cost = self._layers[key] = _layer_cost(
@@ -166,7 +141,7 @@ def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str
     flops = 2.0 * m * k * n
     nbytes = _dtype_bytes(precision) * (m * k + k * n + m * n)
     compute = flops / (device.peak_flops(precision) * device.matmul_efficiency)
-    memory = nbytes / (device.memory_gbps * 1e9 * device.memory_efficiency)
+    memory = nbytes / (device.achieved_memory_bytes_per_s)
     return max(compute, memory)
 
 
@@ -270,7 +245,7 @@ def _unfused_attention_s(
     scores = tokens * heads * train.seq_len  # score elements of this micro-batch
     flops = 2.0 * model.core_attention_flops_per_token(train.seq_len) * tokens / layout.tp
     peak = device.peak_flops(train.precision) * device.matmul_efficiency
-    bandwidth = device.memory_gbps * 1e9 * device.memory_efficiency
+    bandwidth = device.achieved_memory_bytes_per_s
     b = c.unfused_attention_bytes_per_score
     forward = max(flops / peak, scores * b["forward_gemm"] / bandwidth)
     forward += scores * b["forward_elementwise"] / bandwidth
@@ -280,7 +255,7 @@ def _unfused_attention_s(
 
 
 def _activation_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, act: int) -> float:
-    """Bytes one layer saves for backward per token, with flash attention (specs.md 3.3).
+    """Bytes one layer saves for backward per token, with flash attention (docs/reference.md 3.3).
 
     Norm inputs and outputs (4 tensors of h, split by TP only with SP), Q/K/V and the attention
     output plus fp32 log-sum-exp per head, MLA latents, and the MLP's gate, up and activation
@@ -333,7 +308,7 @@ def _layer_cost(
     elementwise_s = (
         tokens
         * _elementwise_bytes_per_token(model, moe, layout, act)
-        / (device.memory_gbps * 1e9 * device.memory_efficiency)
+        / (device.achieved_memory_bytes_per_s)
     )
     launch_s = c.kernels_per_layer_forward * c.kernel_overhead_us * 1e-6
     # Eager PyTorch issues every operator from one host thread; when the GPU work of a layer is
@@ -344,14 +319,14 @@ def _layer_cost(
     backward_s = max(2 * (gemm_s + elementwise_s + launch_s) + core_backward_s, host_s)
 
     # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
-    tp_group = place_group(layout.tp, 1, cluster.devices_per_node)
+    tp_group = layout.group("tp", cluster.devices_per_node)
     tp_one = all_reduce_time_s(tokens * model.hidden_size * act, tp_group, cluster)
     tp_exposed = 0.0 if c.tp_comm_overlap else 2 * tp_one
 
     # Expert parallel: dispatch and combine all-to-alls of the top-k token copies.
     ep_exposed = 0.0
     if moe and layout.ep > 1:
-        ep_group = place_group(layout.ep, layout.tp, cluster.devices_per_node)
+        ep_group = layout.group("ep", cluster.devices_per_node)
         seq_shard = layout.tp if layout.sequence_parallel else 1
         send = model.moe_top_k * tokens / seq_shard * model.hidden_size * act
         ep_exposed = 2 * all_to_all_time_s(send, ep_group, cluster)
@@ -359,7 +334,7 @@ def _layer_cost(
     # Context parallel: the ring passes K and V (forward) and K, V, dK, dV (backward).
     cp_s = 0.0
     if layout.cp > 1:
-        cp_group = place_group(layout.cp, layout.tp, cluster.devices_per_node)
+        cp_group = layout.group("cp", cluster.devices_per_node)
         kv_bytes = tokens * _kv_local_width(model, layout.tp) * act
         ring_s = all_gather_time_s(layout.cp * kv_bytes, cp_group, cluster)
         hidden_fwd = core_s if c.cp_comm_overlap else 0.0
@@ -370,7 +345,7 @@ def _layer_cost(
     activation_bytes = tokens * _activation_bytes_per_token(model, moe, layout, act)
     if not train.uses_flash_attention(cluster) and layout.recompute != "selective":
         # The unfused path keeps softmax output, dropout mask and dropout output: 5as/h per
-        # token-hidden in Korthikanti et al. 2022 Table 2 (specs.md 3.3).
+        # token-hidden in Korthikanti et al. 2022 Table 2 (docs/reference.md 3.3).
         heads = model.num_attention_heads / layout.tp
         saved = c.unfused_attention_bytes_per_score["saved"]
         activation_bytes += tokens * heads * train.seq_len * saved
@@ -429,26 +404,24 @@ def _stages(
     recomputed = layout.recomputed_layers_per_stage(model)
     act = _dtype_bytes(train.precision)
     tokens = layout.micro_batch * train.seq_len / layout.cp
-    # Scatter/gather across the TP group (Narayanan et al. 2021 sec. 4.1, specs.md 3.5; DeepSpeed
-    # PipelineEngine `is_pipe_partitioned = is_model_parallel`): each TP rank sends only its 1/t
-    # slice of the boundary activation (with SP the tensor is already 1/t), and without SP the
-    # receiver all-gathers the full tensor over its TP group, inside the node.
+    # Scatter/gather across the TP group (Narayanan et al. 2021 sec. 4.1, docs/reference.md 3.5;
+    # DeepSpeed PipelineEngine `is_pipe_partitioned = is_model_parallel`): each TP rank sends
+    # only its 1/t slice of the boundary activation (with SP the tensor is already 1/t), and
+    # without SP the receiver all-gathers the full tensor over its TP group, inside the node.
     boundary_bytes = tokens * model.hidden_size * act / layout.tp
-    same_node = layout.world_size // layout.pp < cluster.devices_per_node
+    same_node = layout.group("pp", cluster.devices_per_node).per_node > 1
     p2p_s = 0.0
     if layout.pp > 1:
         p2p_s = p2p_time_s(boundary_bytes, same_node, cluster)
         if layout.tp > 1 and not layout.sequence_parallel:
-            tp_group = place_group(layout.tp, 1, cluster.devices_per_node)
+            tp_group = layout.group("tp", cluster.devices_per_node)
             p2p_s += all_gather_time_s(boundary_bytes * layout.tp, tp_group, cluster)
         p2p_s *= 2 * layout.vpp
     logits_s = 3 * gemm_time_s(
         tokens, model.hidden_size, model.vocab_size / layout.tp, cluster.device, train.precision
     )
     logits_bytes = tokens * model.vocab_size / layout.tp * c.logits_bytes_per_element
-    logits_s += (
-        2 * logits_bytes / (cluster.device.memory_gbps * 1e9 * cluster.device.memory_efficiency)
-    )
+    logits_s += 2 * logits_bytes / cluster.device.achieved_memory_bytes_per_s
     share = recomputed / per_stage
     built: dict[tuple[int, bool, bool], _Stage] = {}  # most pipeline ranks are alike
     stage_list = []
@@ -511,7 +484,7 @@ def _in_flight_microbatches(layout: Layout, microbatches: int, rank: int) -> flo
     """Micro-batches whose activations pipeline rank ``rank`` holds at its peak.
 
     1F1B: stage i holds p - i (at most m). Interleaved: the first stage holds
-    p * (1 + (p-1)/(p*v)) (Megatron theoretical_memory_usage.py, specs.md 3.3).
+    p * (1 + (p-1)/(p*v)) (Megatron theoretical_memory_usage.py, docs/reference.md 3.3).
     """
     held: float = min(microbatches, layout.pp - rank)
     if layout.vpp > 1:
@@ -523,55 +496,43 @@ def _dp_times_s(
     stage: _Stage, cluster: ClusterSpec, layout: Layout, c: AnalyticalConstants, prec: str
 ) -> tuple[float, float]:
     """(exposed gradient/parameter communication, optimizer step) of one pipeline rank."""
-    sizes = c.bytes_per_param[prec]
-    dense_group = place_group(layout.dp * layout.cp, layout.tp, cluster.devices_per_node)
-    expert_group = place_group(layout.expert_dp, layout.tp * layout.ep, cluster.devices_per_node)
+    sizes = c.state_bytes_per_param[prec]
+    dense_group = layout.group("dp_cp", cluster.devices_per_node)
+    expert_group = layout.group("edp", cluster.devices_per_node)
     reduce_s = gather_s = 0.0
     for params, group in ((stage.dense_params, dense_group), (stage.expert_params, expert_group)):
         if group.size == 1 or params == 0:
             continue
         if layout.distributed_optimizer:
-            reduce_s += reduce_scatter_time_s(params * sizes["grad"], group, cluster)
-            gather_s += all_gather_time_s(params * sizes["weight"], group, cluster)
+            reduce_s += reduce_scatter_time_s(params * sizes.grad, group, cluster)
+            gather_s += all_gather_time_s(params * sizes.weight, group, cluster)
         else:
-            reduce_s += all_reduce_time_s(params * sizes["grad"], group, cluster)
+            reduce_s += all_reduce_time_s(params * sizes.grad, group, cluster)
     exposed = max(0.0, reduce_s - stage.last_backward_s) if c.overlap_grad_reduce else reduce_s
     exposed += 0.0 if c.overlap_param_gather else gather_s
-    local = stage.dense_params / _shards(dense_group, layout) + stage.expert_params / _shards(
-        expert_group, layout
-    )
-    device = cluster.device
-    optimizer_s = (
-        local
-        * c.optimizer_step_bytes_per_param
-        / (device.memory_gbps * 1e9 * device.memory_efficiency)
+    optimizer_s = optimizer_step_s(
+        stage.dense_params,
+        stage.expert_params,
+        layout,
+        c.optimizer_traffic_bytes_per_param,
+        cluster.device,
     )
     return exposed, optimizer_s
-
-
-def _shards(group: GroupPlacement, layout: Layout) -> int:
-    """How many ways the distributed optimizer splits the states of a group's parameters."""
-    return group.size if layout.distributed_optimizer else 1
 
 
 def _memory_bytes(
     stage: _Stage,
     rank: int,
     microbatches: int,
-    cluster: ClusterSpec,
     layout: Layout,
     c: AnalyticalConstants,
     prec: str,
 ) -> dict[str, float]:
-    sizes = c.bytes_per_param[prec]
-    dense_shards = layout.dp * layout.cp if layout.distributed_optimizer else 1
-    expert_shards = layout.expert_dp if layout.distributed_optimizer else 1
-    params = stage.dense_params + stage.expert_params
+    states = state_memory_bytes(
+        stage.dense_params, stage.expert_params, layout, c.state_bytes_per_param[prec]
+    )
     return {
-        "weights": params * sizes["weight"],
-        "gradients": params * sizes["grad"],
-        "optimizer": sizes["optimizer"]
-        * (stage.dense_params / dense_shards + stage.expert_params / expert_shards),
+        **states,
         "activations": stage.activation_bytes
         * _in_flight_microbatches(layout, microbatches, rank),
         "working": stage.working_bytes,
@@ -607,8 +568,7 @@ def _simulate(
     }
     step_s = sum(breakdown.values())
     memories = [
-        _memory_bytes(s, rank, m, cluster, layout, c, train.precision)
-        for rank, s in enumerate(stages)
+        _memory_bytes(s, rank, m, layout, c, train.precision) for rank, s in enumerate(stages)
     ]
     worst = max(memories, key=lambda mem: sum(mem.values()))
     world = layout.world_size

@@ -3,10 +3,10 @@
 Groups are placed as Megatron-LM places them: ranks are numbered node by node, and a group of
 ``size`` ranks takes every ``stride``-th rank (TP stride 1, CP stride tp, DP stride tp*cp, PP
 stride world/pp; the expert grid puts EP at stride tp). Multi-node collectives are
-hierarchical, as NCCL and HCCL run them (specs.md 3.6): reduce-scatter inside the node, the
-node-level collective on 1/g of the data across nodes (all g NICs busy), all-gather inside the
-node. Each level used adds its ``latency_us`` once: a fixed cost per collective call (launch and
-synchronisation, msmodeling's ``comm_op_cost_s``), not per ring step.
+hierarchical, as NCCL and HCCL run them (docs/reference.md 3.6): reduce-scatter inside the
+node, the node-level collective on 1/g of the data across nodes (all g NICs busy), all-gather
+inside the node. Each level used adds its ``latency_us`` once: a fixed cost per collective call
+(launch and synchronisation, msmodeling's ``comm_op_cost_s``), not per ring step.
 """
 
 from __future__ import annotations
@@ -28,19 +28,27 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class GroupPlacement:
-    """How a communication group of ``size`` ranks spreads over nodes."""
+    """How a communication group of ``size`` ranks, ``stride`` ranks apart, spreads over nodes."""
 
     size: int
+    stride: int  # rank distance between neighbouring members
     per_node: int  # members that share one node
     nodes: int  # nodes the group spans
+
+    def same_node(self, member_a: int, member_b: int, devices_per_node: int) -> bool:
+        """Whether two members (0-based positions in the group) share a node."""
+        return (
+            member_a * self.stride // devices_per_node
+            == member_b * self.stride // devices_per_node
+        )
 
 
 def place_group(size: int, stride: int, devices_per_node: int) -> GroupPlacement:
     """Members per node of a group of ``size`` ranks taken every ``stride`` ranks."""
     if size <= 1:
-        return GroupPlacement(1, 1, 1)
+        return GroupPlacement(1, stride, 1, 1)
     per_node = max(1, min(size, devices_per_node // stride)) if stride < devices_per_node else 1
-    return GroupPlacement(size, per_node, size // per_node)
+    return GroupPlacement(size, stride, per_node, size // per_node)
 
 
 def _gbps(value: float) -> float:

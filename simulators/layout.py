@@ -1,35 +1,129 @@
-"""The parallel layout of a training job and the rules it must obey.
+"""The parallel layout of a training job, the table of its dimensions, and its rules.
 
-Rules come from Megatron-LM and MindSpeed (shared/reference/specs.md section 3.7); each is a
-small function returning the sentences of what it finds broken, so
-:meth:`Layout.violations` reports every broken rule at once.
+:class:`Layout` owns its dimensions the way torchtitan's ``ParallelDims`` does: every field
+carries its metadata (what it means, whether it is a parallel degree, whether the search
+chooses it and from which candidates, whether it changes what one layer costs, its Megatron
+flag). The search space, the config schema, the measurement columns, the report columns, the
+JSON form and the simulators' cache keys are all derived from :data:`LAYOUT_FIELDS`; adding a
+dimension is one field here plus the simulators that price it (docs/architecture.md lists
+the files).
+
+Rules come from Megatron-LM and MindSpeed (docs/reference.md 3.7); each is a small function
+returning the sentences of what it finds broken, so :meth:`Layout.violations` reports every
+broken rule at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
-from dataclasses import fields
+from dataclasses import field
+from typing import Any
 
 from simulators._checks import require_choice
 from simulators._checks import require_positive
+from simulators.collectives import GroupPlacement
+from simulators.collectives import place_group
 from simulators.errors import LayoutError
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
 
-__all__ = ["DEGREES", "LAYOUT_FIELDS", "RECOMPUTE_MODES", "Layout"]
+__all__ = [
+    "DEGREES",
+    "GROUPS",
+    "LAYOUT_FIELDS",
+    "RECOMPUTE_MODES",
+    "SEARCHED",
+    "FieldInfo",
+    "Layout",
+    "divisors",
+    "field_info",
+]
 
 RECOMPUTE_MODES = ("none", "selective", "full")
-DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp")
-# The fields of a layout as the measurement table and the JSON output name them.
-LAYOUT_FIELDS = (
-    *DEGREES,
-    "micro_batch",
-    "recompute",
-    "sequence_parallel",
-    "distributed_optimizer",
-)
+
+# search settings (conf/search/*.yaml) -> the values a searched field may take for a job
+Candidates = Callable[[ModelSpec, ClusterSpec, Mapping[str, Any]], Sequence[Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FieldInfo:
+    """What the rest of the project needs to know about one layout field.
+
+    ``degree``: a parallel degree (an integer >= 1 that splits the world or the model).
+    ``searched``: the search chooses it, from ``candidates`` (dp follows from the others).
+    ``layer_cost``: it changes what one layer costs on one rank (a simulator cache key).
+    ``flag``: the Megatron-LM flag that sets it one-to-one (``""`` when the launcher derives
+    it from several fields). ``required_column``: a measurement table must give it (else the
+    field's default fills an empty cell); ``choices``: the values a text field allows.
+    """
+
+    doc: str
+    required_column: bool = False
+    choices: tuple[str, ...] = ()
+    degree: bool = False
+    searched: bool = False
+    layer_cost: bool = False
+    flag: str = ""
+    candidates: Candidates | None = None
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in ascending order (O(sqrt n), so a huge world stays fast)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
+def _world_divisors(limit_key: str | None = None) -> Candidates:
+    def candidates(model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]) -> list[int]:
+        found = divisors(cluster.num_devices)
+        return [d for d in found if limit_key is None or d <= search[limit_key]]
+
+    return candidates
+
+
+def _pipeline_candidates(
+    model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
+) -> list[int]:
+    return [d for d in divisors(cluster.num_devices) if model.num_layers % d == 0]
+
+
+def _expert_candidates(
+    model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
+) -> list[int]:
+    if not model.is_moe:
+        return [1]
+    return [d for d in divisors(cluster.num_devices) if model.num_experts % d == 0]
+
+
+def _up_to(limit_key: str) -> Candidates:
+    def candidates(model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]) -> list[int]:
+        return list(range(1, int(search[limit_key]) + 1))
+
+    return candidates
+
+
+def _listed(key: str, ordered: bool = False) -> Candidates:
+    def candidates(model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]) -> list[Any]:
+        values = list(dict.fromkeys(search[key]))
+        return sorted(values) if ordered else values
+
+    return candidates
+
+
+def _info(doc: str, **options: Any) -> dict[str, FieldInfo]:
+    return {"layout": FieldInfo(doc=doc, **options)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,55 +135,155 @@ class Layout:
     number of model chunks per pipeline rank (1: plain 1F1B). ``recompute_layers`` counts
     the layers per pipeline stage that full recompute checkpoints (Megatron's block method);
     ``None`` means all of them.
+
+    Example:
+        >>> lay = Layout.resolve(64, tp=8, pp=2)
+        >>> lay.describe()
+        'dp4 tp8 pp2 cp1 ep1 vpp1 mbs1 rc=none sp do'
+        >>> lay.group("dp_cp", devices_per_node=8)
+        GroupPlacement(size=4, stride=8, per_node=1, nodes=4)
     """
 
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    vpp: int = 1
-    micro_batch: int = 1
-    recompute: str = "none"
-    recompute_layers: int | None = None
-    sequence_parallel: bool = False
-    distributed_optimizer: bool = True
+    dp: int = field(
+        default=1,
+        metadata=_info(
+            "data parallel degree (follows from the others)", degree=True, required_column=True
+        ),
+    )
+    tp: int = field(
+        default=1,
+        metadata=_info(
+            "tensor parallel degree",
+            required_column=True,
+            degree=True,
+            searched=True,
+            layer_cost=True,
+            flag="--tensor-model-parallel-size",
+            candidates=_world_divisors("max_tp"),
+        ),
+    )
+    pp: int = field(
+        default=1,
+        metadata=_info(
+            "pipeline parallel degree (stages)",
+            required_column=True,
+            degree=True,
+            searched=True,
+            flag="--pipeline-model-parallel-size",
+            candidates=_pipeline_candidates,
+        ),
+    )
+    cp: int = field(
+        default=1,
+        metadata=_info(
+            "context parallel degree (splits the sequence)",
+            required_column=True,
+            degree=True,
+            searched=True,
+            layer_cost=True,
+            flag="--context-parallel-size",
+            candidates=_world_divisors("max_cp"),
+        ),
+    )
+    ep: int = field(
+        default=1,
+        metadata=_info(
+            "expert parallel degree (splits the routed experts)",
+            required_column=True,
+            degree=True,
+            searched=True,
+            layer_cost=True,
+            flag="--expert-model-parallel-size",
+            candidates=_expert_candidates,
+        ),
+    )
+    vpp: int = field(
+        default=1,
+        metadata=_info(
+            "model chunks per pipeline rank (interleaved 1F1B when > 1)",
+            degree=True,
+            searched=True,
+            candidates=_up_to("max_vpp"),
+        ),
+    )
+    micro_batch: int = field(
+        default=1,
+        metadata=_info(
+            "sequences per micro-batch",
+            required_column=True,
+            searched=True,
+            layer_cost=True,
+            flag="--micro-batch-size",
+            candidates=_listed("micro_batch", ordered=True),
+        ),
+    )
+    recompute: str = field(
+        default="none",
+        metadata=_info(
+            "activation recomputation: none, selective (core attention) or full",
+            required_column=True,
+            choices=RECOMPUTE_MODES,
+            searched=True,
+            layer_cost=True,
+            candidates=_listed("recompute"),
+        ),
+    )
+    recompute_layers: int | None = field(
+        default=None,
+        metadata=_info("layers per stage that full recompute checkpoints (None: all)"),
+    )
+    sequence_parallel: bool = field(
+        default=False,
+        metadata=_info(
+            "sequence parallelism inside the TP group (default: tp > 1)",
+            layer_cost=True,
+            flag="--sequence-parallel",
+        ),
+    )
+    distributed_optimizer: bool = field(
+        default=True,
+        metadata=_info(
+            "optimizer states sharded over data parallelism (ZeRO-1)",
+            searched=True,
+            flag="--use-distributed-optimizer",
+            candidates=_listed("distributed_optimizer"),
+        ),
+    )
 
     def __post_init__(self) -> None:
-        require_positive(
-            "layout",
-            dp=self.dp,
-            tp=self.tp,
-            pp=self.pp,
-            cp=self.cp,
-            ep=self.ep,
-            vpp=self.vpp,
-            micro_batch=self.micro_batch,
-        )
+        require_positive("layout", **{name: getattr(self, name) for name in DEGREES})
+        require_positive("layout", micro_batch=self.micro_batch)
         require_choice("layout", "recompute", self.recompute, RECOMPUTE_MODES)
         if self.recompute_layers is not None:
             require_positive("layout", recompute_layers=self.recompute_layers)
 
     @classmethod
     def resolve(cls, world_size: int, **given: object) -> Layout:
-        """Build a layout from the degrees given; dp fills the rest of the world.
+        """Build a layout from the fields given; dp fills the rest of the world.
 
-        ``sequence_parallel`` defaults to ``tp > 1`` as Megatron recommends. When tp*pp*cp
-        does not divide the world size, dp is rounded down and :meth:`violations` reports the
-        broken world-size rule with the others.
+        ``None`` values count as not given. ``sequence_parallel`` defaults to ``tp > 1`` as
+        Megatron recommends. When tp*pp*cp does not divide the world size, dp is rounded
+        down and :meth:`violations` reports the broken world-size rule with the others.
         """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(given) - known)
+        unknown = sorted(set(given) - set(LAYOUT_FIELDS))
         if unknown:
             raise LayoutError(
                 f"unknown layout field(s) {', '.join(unknown)}; "
-                f"allowed: {', '.join(sorted(known))}"
+                f"allowed: {', '.join(sorted(LAYOUT_FIELDS))}"
             )
         values = {k: v for k, v in given.items() if v is not None}
         tp, pp, cp = (int(values.get(k, 1)) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]
         values.setdefault("dp", max(1, world_size // max(1, tp * pp * cp)))
         values.setdefault("sequence_parallel", tp > 1)
         return cls(**values)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Layout:
+        """The inverse of :meth:`as_dict` (unknown keys are refused)."""
+        unknown = sorted(set(values) - set(LAYOUT_FIELDS))
+        if unknown:
+            raise LayoutError(f"unknown layout field(s) {', '.join(unknown)}")
+        return cls(**values)
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -117,8 +311,34 @@ class Layout:
             return per_stage
         return min(self.recompute_layers, per_stage)
 
-    def as_dict(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    def layer_key(self) -> tuple[object, ...]:
+        """The fields that change what one layer costs (a cache key for per-layer costs)."""
+        return tuple(getattr(self, name) for name in LAYER_COST_FIELDS)
+
+    def group(self, name: str, devices_per_node: int) -> GroupPlacement:
+        """Size and placement of a process group, in Megatron's rank order.
+
+        Ranks are numbered TP fastest, then CP, DP, PP (``order="tp-cp-ep-dp-pp"`` in
+        ``megatron/core/parallel_state.py``); the expert grid numbers TP, EP, expert-DP, PP.
+        Groups: ``tp``, ``cp``, ``dp``, ``dp_cp`` (dense gradients: DP x CP), ``ep``,
+        ``edp`` (expert data parallel) and ``pp``.
+        """
+        if name not in GROUPS:
+            raise ValueError(f"unknown process group {name!r}; known: {', '.join(GROUPS)}")
+        size, stride = {
+            "tp": (self.tp, 1),
+            "cp": (self.cp, self.tp),
+            "dp": (self.dp, self.tp * self.cp),
+            "dp_cp": (self.dp * self.cp, self.tp),
+            "ep": (self.ep, self.tp),
+            "edp": (self.expert_dp, self.tp * self.ep),
+            "pp": (self.pp, self.world_size // self.pp),
+        }[name]
+        return place_group(size, stride, devices_per_node)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field by name: the JSON form and the measurement table's layout columns."""
+        return {name: getattr(self, name) for name in LAYOUT_FIELDS}
 
     def describe(self) -> str:
         """A compact one-line form, e.g. ``dp4 tp8 pp2 cp1 ep1 vpp1 mbs1 rc=none sp do``."""
@@ -132,6 +352,15 @@ class Layout:
         return f"{degrees} mbs{self.micro_batch} rc={rc} {flags}".strip()
 
     # ---- rules ---------------------------------------------------------------------------
+    def world_size_problems(self, num_devices: int, where: str = "") -> list[str]:
+        """The world-size rule alone: dp * tp * pp * cp must equal the devices."""
+        if self.world_size == num_devices:
+            return []
+        return [
+            f"dp({self.dp}) * tp({self.tp}) * pp({self.pp}) * cp({self.cp}) = "
+            f"{self.world_size} != {num_devices} devices{where}"
+        ]
+
     def violations(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
         """Every rule of Megatron-LM / MindSpeed this layout breaks, one sentence each."""
         found: list[str] = []
@@ -148,6 +377,20 @@ class Layout:
             )
 
 
+def field_info(name: str) -> FieldInfo:
+    """The metadata of the layout field ``name``."""
+    info: FieldInfo = _FIELDS[name].metadata["layout"]
+    return info
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Layout)}
+# Every field, in order: the JSON form, the data columns, the report columns.
+LAYOUT_FIELDS: tuple[str, ...] = tuple(_FIELDS)
+DEGREES: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).degree)
+SEARCHED: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).searched)
+LAYER_COST_FIELDS: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).layer_cost)
+GROUPS = ("tp", "cp", "dp", "dp_cp", "ep", "edp", "pp")
+
 Rule = Callable[[Layout, ModelSpec, ClusterSpec, TrainSpec], list[str]]
 
 
@@ -155,12 +398,7 @@ def _world_size(
     lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
 ) -> list[str]:
     """world = DP * TP * PP * CP (megatron/core/parallel_state.py initialize_model_parallel)."""
-    if lay.world_size != cluster.num_devices:
-        return [
-            f"dp({lay.dp}) * tp({lay.tp}) * pp({lay.pp}) * cp({lay.cp}) = {lay.world_size} "
-            f"!= {cluster.num_devices} devices of cluster {cluster.name}"
-        ]
-    return []
+    return lay.world_size_problems(cluster.num_devices, f" of cluster {cluster.name}")
 
 
 def _heads(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:

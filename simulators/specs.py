@@ -3,7 +3,7 @@
 All three are frozen values. Derived quantities (parameter counts, FLOPs per token) are
 properties computed from the fields, following Megatron-LM's own accounting
 (``megatron/training/training.py::num_floating_point_operations`` and
-``theoretical_memory_usage.py``; shared/reference/specs.md sections 2 and 3.1).
+``theoretical_memory_usage.py``; docs/reference.md sections 2 and 3.1).
 """
 
 from __future__ import annotations
@@ -317,6 +317,11 @@ class DeviceSpec:
         )
         require_non_negative(f"device {self.name!r}", bf16_tflops=self.bf16_tflops)
 
+    @property
+    def achieved_memory_bytes_per_s(self) -> float:
+        """HBM bandwidth that memory-bound kernels reach (bytes/s)."""
+        return self.memory_gbps * 1e9 * self.memory_efficiency
+
     def peak_flops(self, precision: str) -> float:
         """Dense peak matrix FLOP/s for the training precision (V100 has no bf16: fp16)."""
         tflops = {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp32": self.fp32_tflops}[
@@ -363,7 +368,7 @@ class LinkSpec:
         """Achievable per-device bandwidth (GB/s) when ``members`` devices of a node talk.
 
         A switch gives every device its full bandwidth; a full mesh gives a group of n only
-        its n-1 direct links (specs.md 1.5: model TP=2 or 4 on 910B with (n-1)*28 GB/s).
+        its n-1 direct links (docs/reference.md 1.5: model TP=2 or 4 on 910B with (n-1)*28 GB/s).
         """
         if self.topology == "switch" or members <= 1:
             return self.bandwidth_gbps * self.efficiency

@@ -1,4 +1,4 @@
-"""Importers of the public ground truth (``shared/groundtruth``) into schema v1.
+"""Importers of the raw published figures (``dataset/raw/``) into schema v1.
 
 Each importer module reads one raw file (``RAW_FILE``) and returns its schema-v1 table
 (``convert``), shipped as ``dataset/data/<SOURCE>.csv``. What each parses and assumes is in its
@@ -23,5 +23,5 @@ __all__ = ["IMPORTERS", "Importer"]
 
 Importer = Callable[[Path], pd.DataFrame]
 _MODULES: tuple[ModuleType, ...] = (vtrain, simumax, korthikanti, dlperf, mindspeed)
-# source name -> (raw file name in shared/groundtruth, converter)
+# source name -> (raw file name in dataset/raw, converter)
 IMPORTERS: dict[str, tuple[str, Importer]] = {m.SOURCE: (m.RAW_FILE, m.convert) for m in _MODULES}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -10,11 +11,16 @@ from pathlib import Path
 
 import pandas as pd
 
+import catalog
 from dataset._schema import COLUMNS
+from dataset._specs import MODEL_FIELDS
 
 __all__ = [
     "EARLY_MEGATRON",
+    "GPT_BLOCK",
     "Config",
+    "catalog_architecture",
+    "gpt_model",
     "configs",
     "job_columns",
     "knobs",
@@ -42,6 +48,38 @@ EARLY_MEGATRON: dict[str, object] = {
     "precision": "fp16",
     "flash_attention": False,
 }
+
+
+# The GPT block of Megatron-LM (GPT-2/3 family): GeLU MLP of 4h, LayerNorm, biases, tied
+# embeddings (docs/reference.md 2.1 row GPT-3 175B).
+GPT_BLOCK: dict[str, object] = {
+    "activation": "gelu",
+    "norm": "layernorm",
+    "qkv_bias": True,
+    "tied_embeddings": True,
+}
+
+
+def gpt_model(num_layers: int, hidden_size: int, heads: int, vocab_size: int) -> dict[str, object]:
+    """The architecture columns of a Megatron GPT model (MHA, FFN 4h, the GPT block)."""
+    return {
+        "num_layers": num_layers,
+        "hidden_size": hidden_size,
+        "ffn_hidden_size": 4 * hidden_size,
+        "num_attention_heads": heads,
+        "num_kv_heads": heads,
+        "vocab_size": vocab_size,
+        **GPT_BLOCK,
+    }
+
+
+def catalog_architecture(name: str, **changes: object) -> dict[str, object]:
+    """The architecture columns of the catalog model ``conf/model/<name>.yaml``.
+
+    ``changes`` replaces fields (a layer-truncated proxy: ``num_layers=12``).
+    """
+    spec = dataclasses.replace(catalog.load_model(name), **changes)  # type: ignore[arg-type]
+    return {field: getattr(spec, field) for field in MODEL_FIELDS}
 
 
 def job_columns(row: dict[str, str]) -> dict[str, object]:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from dataset.importers._catalog import gpt_model
 from dataset.importers._common import EARLY_MEGATRON
 from dataset.importers._common import configs
+from dataset.importers._common import gpt_model
 from dataset.importers._common import job_columns
 from dataset.importers._common import knobs
 from dataset.importers._common import metric

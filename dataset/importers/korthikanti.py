@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from dataset.importers._catalog import gpt_model
 from dataset.importers._common import EARLY_MEGATRON
 from dataset.importers._common import configs
+from dataset.importers._common import gpt_model
 from dataset.importers._common import job_columns
 from dataset.importers._common import metric
 from dataset.importers._common import order_columns
@@ -26,7 +26,7 @@ __all__ = ["RAW_FILE", "SOURCE", "convert"]
 
 SOURCE = "korthikanti"
 RAW_FILE = "korthikanti_recompute_a100.csv"
-VOCAB_SIZE = 51200  # Megatron's padded GPT-2 vocabulary (specs.md 2.1)
+VOCAB_SIZE = 51200  # Megatron's padded GPT-2 vocabulary (docs/reference.md 2.1)
 _SHAPE = re.compile(r"\(h=(?P<h>\d+), L=(?P<L>\d+), heads=(?P<a>\d+)\)")
 _RECOMPUTE = {
     "full": ("full", False),

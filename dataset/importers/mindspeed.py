@@ -3,7 +3,7 @@
 Only the ``throughput_npu`` rows (Atlas 900 A2, 910B) with status ``ok`` are measurements of a
 known layout. Skipped, and listed in NOTICE.md: the ``throughput_reference`` rows (the README's
 reference column, platform not stated), rows marked ``config_mismatch`` / ``config_unknown``,
-and models whose architecture is not in the verified catalog (specs.md section 2).
+and models whose architecture is not in the catalog (``conf/model/``).
 
 Parsed: ``vpp`` cells such as ``4 (num-layers-per-virtual-pipeline-stage=5)`` (the number of
 model chunks), ``recompute`` cells (``full/uniform/num_layers=1`` is full recompute of every
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dataset.importers._catalog import ARCHITECTURES
+from dataset.importers._common import catalog_architecture
 from dataset.importers._common import configs
 from dataset.importers._common import leading_int
 from dataset.importers._common import metric
@@ -30,30 +30,30 @@ __all__ = ["MODELS", "RAW_FILE", "SOURCE", "convert", "skipped"]
 SOURCE = "mindspeed"
 RAW_FILE = "mindspeed_llm_npu_readme_2024-10.csv"
 _MEASURED = "throughput_npu"
-# README model name -> catalog name (specs.md section 2; Llama-3.1-8B/70B and Qwen2.5-7B share
-# the shape of Llama-3-8B/70B and Qwen2-7B there).
+# README model name -> catalog model (conf/model/; docs/reference.md 2: Llama-3.1-8B/70B have
+# the shape of Llama-3-8B/70B, Qwen2-7B/72B the shape of Qwen2.5-7B/72B).
 MODELS = {
-    "LLaMA2 7B": "Llama-2-7B",
-    "LLaMA2 13B": "Llama-2-13B",
-    "LLaMA2 70B": "Llama-2-70B",
-    "LLaMA3 8B": "Llama-3-8B",
-    "LLaMA3.1 8B": "Llama-3-8B",
-    "LLaMA3 70B": "Llama-3-70B",
-    "LLaMA3.1 70B": "Llama-3-70B",
-    "Qwen2 7B": "Qwen2-7B",
-    "Qwen2.5 7B": "Qwen2-7B",
-    "Qwen2.5 14B": "Qwen2.5-14B",
-    "Qwen2.5 32B": "Qwen2.5-32B",
-    "Qwen2 72B": "Qwen2-72B",
-    "Baichuan2 7B": "Baichuan2-7B",
-    "Baichuan2 13B": "Baichuan2-13B",
-    "ChatGLM3 6B": "ChatGLM3-6B",
-    "GLM4 9B": "GLM-4-9B",
-    "InternLM2 20B": "InternLM2-20B",
-    "Mixtral 8x7B": "Mixtral-8x7B",
-    "Mixtral 8x22B": "Mixtral-8x22B",
-    "GPT3 175B": "GPT-3-175B",
-    "DeepSeek-V2-Lite 16B": "DeepSeek-V2-Lite",
+    "LLaMA2 7B": "llama2_7b",
+    "LLaMA2 13B": "llama2_13b",
+    "LLaMA2 70B": "llama2_70b",
+    "LLaMA3 8B": "llama3_8b",
+    "LLaMA3.1 8B": "llama3_8b",
+    "LLaMA3 70B": "llama3_70b",
+    "LLaMA3.1 70B": "llama3_70b",
+    "Qwen2 7B": "qwen2_5_7b",
+    "Qwen2.5 7B": "qwen2_5_7b",
+    "Qwen2.5 14B": "qwen2_5_14b",
+    "Qwen2.5 32B": "qwen2_5_32b",
+    "Qwen2 72B": "qwen2_5_72b",
+    "Baichuan2 7B": "baichuan2_7b",
+    "Baichuan2 13B": "baichuan2_13b",
+    "ChatGLM3 6B": "chatglm3_6b",
+    "GLM4 9B": "glm4_9b",
+    "InternLM2 20B": "internlm2_20b",
+    "Mixtral 8x7B": "mixtral_8x7b",
+    "Mixtral 8x22B": "mixtral_8x22b",
+    "GPT3 175B": "gpt3_175b",
+    "DeepSeek-V2-Lite 16B": "deepseek_v2_lite",
 }
 _RECOMPUTE = {
     "none": "none",
@@ -78,7 +78,7 @@ def _skip_reason(row: dict[str, str], metrics: set[str]) -> str:
     if row["status"] != "ok":
         return f"status {row['status']} (layout of the run not known)"
     if row["model"] not in MODELS:
-        return "architecture not in the verified catalog (specs.md section 2)"
+        return "architecture not in the catalog (conf/model/)"
     return ""
 
 
@@ -100,7 +100,7 @@ def convert(path: Path) -> pd.DataFrame:
             {
                 "scenario": row["sweep_group"],
                 "model": row["model"],
-                **ARCHITECTURES[MODELS[row["model"]]],
+                **catalog_architecture(MODELS[row["model"]]),
                 "cluster": "ascend",
                 "num_devices": devices,
                 "seq_len": seq,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dataset.importers._catalog import ARCHITECTURES
+from dataset.importers._common import catalog_architecture
 from dataset.importers._common import configs
 from dataset.importers._common import knobs
 from dataset.importers._common import metric
@@ -28,10 +28,10 @@ __all__ = ["RAW_FILE", "SOURCE", "convert"]
 SOURCE = "simumax"
 RAW_FILE = "simumax_b200.csv"
 _MODELS = {
-    "llama3-70b": "Llama-3-70B",
-    "llama3-405b": "Llama-3.1-405B",
-    "deepseekv2": "DeepSeek-V2",
-    "deepseekv3": "DeepSeek-V3",
+    "llama3-70b": "llama3_70b",
+    "llama3-405b": "llama3_405b",
+    "deepseekv2": "deepseek_v2",
+    "deepseekv3": "deepseek_v3",
 }
 _TRUNCATED = re.compile(r"^(?P<name>\S+) \(truncated to (?P<layers>\d+) layers\)$")
 _PROXY_FIRST_DENSE_LAYERS = (
@@ -47,9 +47,9 @@ def convert(path: Path) -> pd.DataFrame:
         match = _TRUNCATED.match(row["model"])
         if not match or not row["recompute"].startswith("none"):
             raise ValueError(f"{path}: unexpected model or recompute in {row['config_id']}")
-        architecture = dict(ARCHITECTURES[_MODELS[match["name"]]])
-        architecture["num_layers"] = int(match["layers"])
-        if architecture.get("num_experts"):
+        layers = int(match["layers"])
+        architecture = catalog_architecture(_MODELS[match["name"]], num_layers=layers)
+        if architecture["num_experts"]:
             architecture["first_dense_layers"] = _PROXY_FIRST_DENSE_LAYERS
         tp = int(row["tp"])
         records.append(

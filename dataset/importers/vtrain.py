@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from dataset.importers._catalog import gpt_model
 from dataset.importers._common import EARLY_MEGATRON
 from dataset.importers._common import configs
+from dataset.importers._common import gpt_model
 from dataset.importers._common import job_columns
 from dataset.importers._common import knobs
 from dataset.importers._common import metric
@@ -25,7 +25,7 @@ __all__ = ["RAW_FILE", "SOURCE", "convert"]
 
 SOURCE = "vtrain"
 RAW_FILE = "vtrain_a100.csv"
-VOCAB_SIZE = 51200  # GPT-2's 50257 padded as Megatron does at TP=8 (specs.md 2.1)
+VOCAB_SIZE = 51200  # GPT-2's 50257 padded as Megatron does at TP=8 (docs/reference.md 2.1)
 
 
 def convert(path: Path) -> pd.DataFrame:

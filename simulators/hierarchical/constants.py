@@ -4,23 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from dataclasses import fields
 from typing import Any
 
+from simulators._checks import constants_from_mapping
 from simulators.errors import SpecError
 from simulators.hierarchical.cost import Efficiencies
 from simulators.hierarchical.inter_stage import SCHEDULES
+from simulators.states import StateBytes
+from simulators.states import state_bytes_by_precision
 
-__all__ = ["HierarchicalConstants", "StateBytes"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StateBytes:
-    """Bytes per parameter of weights, gradients and optimizer states (specs.md 3.2)."""
-
-    param: float
-    grad: float
-    optimizer: float
+__all__ = ["HierarchicalConstants"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,8 +23,8 @@ class HierarchicalConstants:
     ``schedule``: ``1f1b`` or ``gpipe`` (interleaved whenever ``vpp > 1``); ``op_costs``: a
     profiled table (CSV) or ``None`` for the roofline; ``efficiency``: per-class overrides;
     the overlap switches follow Megatron's flags; buckets hold
-    ``max(bucket_params_min, bucket_params_per_dp * dp)`` gradients; ``state_bytes`` by
-    precision; ``optimizer_bytes_per_param`` is the HBM traffic of one Adam update.
+    ``max(bucket_params_min, bucket_params_per_dp * dp)`` gradients; ``state_bytes_per_param``
+    by precision; ``optimizer_traffic_bytes_per_param`` is the HBM traffic of one Adam update.
     ``host_op_overhead_us`` is the CPU time eager PyTorch spends on one Python-level torch call
     or autograd node (a chunk's phase lasts at least its host calls times this);
     ``unfused_attention_dropout`` records attention dropout on the unfused (pre-flash) path;
@@ -48,8 +41,8 @@ class HierarchicalConstants:
     grad_reduce_bytes: float
     bucket_params_min: int
     bucket_params_per_dp: int
-    state_bytes: Mapping[str, StateBytes]
-    optimizer_bytes_per_param: float
+    state_bytes_per_param: Mapping[str, StateBytes]
+    optimizer_traffic_bytes_per_param: float
     host_op_overhead_us: float
     unfused_attention_dropout: bool
     logits_bytes_per_element: float
@@ -68,20 +61,13 @@ class HierarchicalConstants:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> HierarchicalConstants:
-        """Build from the yaml mapping; unknown or missing keys raise SpecError."""
-        known = {f.name for f in fields(cls)}
-        unknown, missing = sorted(set(values) - known), sorted(known - set(values))
-        if unknown or missing:
-            raise SpecError(
-                "simulator hierarchical: "
-                + (f"unknown key(s) {', '.join(unknown)}; " if unknown else "")
-                + (f"missing key(s) {', '.join(missing)}; " if missing else "")
-                + f"expected {', '.join(sorted(known))}"
-            )
-        given = dict(values)
-        given["efficiency"] = Efficiencies(**dict(values["efficiency"]))
-        given["state_bytes"] = {
-            precision: StateBytes(**dict(sizes))
-            for precision, sizes in values["state_bytes"].items()
-        }
-        return cls(**given)
+        """Build from ``conf/simulator/hierarchical.yaml``; unknown or missing keys raise."""
+        return constants_from_mapping(
+            cls,
+            values,
+            "simulator hierarchical",
+            {
+                "efficiency": lambda value: Efficiencies(**dict(value)),
+                "state_bytes_per_param": state_bytes_by_precision,
+            },
+        )

@@ -4,7 +4,7 @@
 throughput and its bytes at the achievable HBM bandwidth; :class:`ProfiledCost` looks the op up
 in a table measured by ``python -m autotune.profile`` and falls back to the roofline.
 :class:`CommCost` prices the collectives of one layout's groups, placed in Megatron's rank order,
-with the shared alpha-beta models of :mod:`simulators.collectives` (specs.md 3.6).
+with the shared alpha-beta models of :mod:`simulators.collectives` (docs/reference.md 3.6).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import p2p_time_s
-from simulators.collectives import place_group
 from simulators.collectives import reduce_scatter_time_s
 from simulators.errors import DataFileError
 from simulators.hierarchical.graph import Op
@@ -123,50 +122,34 @@ def load_cost_table(path: str) -> dict[tuple[str, str, str], float]:
 class CommCost:
     """Collective times for the parallel groups of one layout on one cluster.
 
-    Megatron's rank order puts TP fastest, then CP, DP, PP (expert grid: TP, EP, expert-DP,
-    PP), so a group is ``size`` ranks ``stride`` apart; ``devices_per_node // stride`` of them
-    share a node. ``efficiency`` replaces the links' own efficiency when given.
+    Groups are placed by :meth:`simulators.Layout.group` in Megatron's rank order;
+    ``efficiency`` replaces the links' own efficiency when given.
     """
 
     cluster: ClusterSpec
     layout: Layout
     efficiency: float | None = None
 
-    def group(self, name: str) -> tuple[int, int]:
-        """(size, stride) of a group: tp, cp, ep, dp (dense grads: DP x CP), edp, pp."""
-        lay = self.layout
-        groups = {
-            "tp": (lay.tp, 1),
-            "cp": (lay.cp, lay.tp),
-            "ep": (lay.ep, lay.tp),
-            "dp": (lay.dp * lay.cp, lay.tp),
-            "edp": (lay.expert_dp, lay.tp * lay.ep),
-            "pp": (lay.pp, lay.world_size // lay.pp),
-        }
-        return groups[name]
-
     def time_s(self, kind: str, nbytes: float, group: str) -> float:
-        """Seconds for collective ``kind`` moving ``nbytes`` (specs.md 3.6 buffer sizes).
+        """Seconds for collective ``kind`` moving ``nbytes`` (docs/reference.md 3.6 buffer sizes).
 
         The collectives are those of :mod:`simulators.collectives`, shared with the analytical
         simulator; only the CP ring's neighbour exchange is priced here.
         """
-        size, stride = self.group(group)
-        if size == 1 or nbytes <= 0:
+        placement = self.layout.group(group, self.cluster.devices_per_node)
+        if placement.size == 1 or nbytes <= 0:
             return 0.0
         if kind == "ring_send_recv":
-            return self._ring_s(nbytes, size, stride)
+            return self._ring_s(nbytes, placement.size, placement.stride)
         if kind not in _COLLECTIVES:
             raise ValueError(f"unknown collective {kind!r}")
         cluster = _with_efficiency(self.cluster, self.efficiency)
-        placement = place_group(size, stride, cluster.devices_per_node)
         return _COLLECTIVES[kind](nbytes, placement, cluster)
 
     def p2p_s(self, nbytes: float, src: int, dst: int, group: str) -> float:
         """One send between members ``src`` and ``dst`` of ``group`` (same node or not)."""
-        _, stride = self.group(group)
-        per_node = self.cluster.devices_per_node
-        same_node = src * stride // per_node == dst * stride // per_node
+        placement = self.layout.group(group, self.cluster.devices_per_node)
+        same_node = placement.same_node(src, dst, self.cluster.devices_per_node)
         return p2p_time_s(nbytes, same_node, _with_efficiency(self.cluster, self.efficiency))
 
     def _ring_s(self, nbytes: float, size: int, stride: int) -> float:

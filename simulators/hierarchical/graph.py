@@ -37,7 +37,7 @@ class Op:
     Compute ops carry FLOPs as executed (``flops``, e.g. the score recompute inside a fused
     attention backward) and as Megatron counts them (``model_flops``), plus the bytes read and
     written. A collective (``category == "comm"``) names its ``group`` (``tp``, ``cp``, ``ep``)
-    and ``bytes`` is its buffer as specs.md 3.6 defines it (all-reduce, reduce-scatter and
+    and ``bytes`` is its buffer as docs/reference.md 3.6 defines it (all-reduce, reduce-scatter and
     all-gather: the full buffer; all-to-all: the send buffer; ring: what one rank passes on in
     all steps together). ``overlap`` marks a collective that runs beside the next compute op.
     ``signature`` keys the profiled cost table: tensor shapes and the literal arguments.

@@ -384,7 +384,7 @@ def all_to_all(x: torch.Tensor, group: str, size: int) -> torch.Tensor:
 
 
 class _Ring(torch.autograd.Function):
-    """CP ring exchange of a K or V chunk: c-1 steps overlapping attention (specs.md 3.5)."""
+    """CP ring exchange of a K or V chunk: c-1 steps overlapping attention (reference.md 3.5)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, size: int) -> torch.Tensor:  # type: ignore[override]
@@ -395,7 +395,7 @@ class _Ring(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        # KV and dKV circulate in backward: about twice the forward volume (specs.md 3.5).
+        # KV and dKV circulate in backward: about twice the forward volume (docs/reference.md 3.5).
         _recorder().comm("ring_send_recv", "cp", 2 * ctx.nbytes, overlap=True)
         return _new(grad, ctx.shape), None
 

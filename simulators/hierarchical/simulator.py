@@ -33,6 +33,8 @@ from simulators.prediction import Prediction
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
+from simulators.states import optimizer_step_s
+from simulators.states import state_memory_bytes
 
 __all__ = ["HierarchicalSimulator"]
 
@@ -158,13 +160,13 @@ class HierarchicalSimulator:
     ) -> tuple[float, dict[str, float], dict[str, float], dict[str, float]]:
         """Step time, breakdown, op classes and memory (GiB) of one rank; DP spans to the run."""
         consts = self.constants
-        states = consts.state_bytes[train.precision]
+        states = consts.state_bytes_per_param[train.precision]
         dense = [_params(plan, expert=False, tied=tied) for plan in plans]
         experts = [_params(plan, expert=True, tied=tied) for plan in plans]
         bucket = max(consts.bucket_params_min, consts.bucket_params_per_dp * layout.dp * layout.cp)
         kind = "reduce_scatter" if layout.distributed_optimizer else "all_reduce"
         buckets = [
-            _buckets(d, bucket, kind, "dp", consts.grad_reduce_bytes, comm)
+            _buckets(d, bucket, kind, "dp_cp", consts.grad_reduce_bytes, comm)
             + _buckets(e, bucket, kind, "edp", consts.grad_reduce_bytes, comm)
             for d, e in zip(dense, experts, strict=True)
         ]
@@ -177,20 +179,18 @@ class HierarchicalSimulator:
             consts.overlap_grad_reduce,
             run.timeline,
         )
-        dense_shard = layout.dp * layout.cp if layout.distributed_optimizer else 1
-        expert_shard = layout.expert_dp if layout.distributed_optimizer else 1
-        updated = sum(dense) / dense_shard + sum(experts) / expert_shard
-        device = cluster.device
-        optimizer_s = (
-            updated
-            * consts.optimizer_bytes_per_param
-            / (device.memory_gbps * 1e9 * device.memory_efficiency)
+        optimizer_s = optimizer_step_s(
+            sum(dense),
+            sum(experts),
+            layout,
+            consts.optimizer_traffic_bytes_per_param,
+            cluster.device,
         )
         gather_s = 0.0
         if layout.distributed_optimizer and not consts.overlap_param_gather:
-            gather_s = comm.time_s("all_gather", sum(dense) * states.param, "dp") + comm.time_s(
-                "all_gather", sum(experts) * states.param, "edp"
-            )
+            gather_s = comm.time_s(
+                "all_gather", sum(dense) * states.weight, "dp_cp"
+            ) + comm.time_s("all_gather", sum(experts) * states.weight, "edp")
         breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         categories = dict.fromkeys(COMPUTE_CATEGORIES, 0.0)
         for forward, backward in blocks:
@@ -204,13 +204,9 @@ class HierarchicalSimulator:
         breakdown["dp_comm"] = synced - finish + gather_s
         breakdown["optimizer"] = optimizer_s
         step_s = synced + optimizer_s + gather_s
-        params = sum(dense) + sum(experts)
+        state_bytes = state_memory_bytes(sum(dense), sum(experts), layout, states)
         memory = {
-            "weights": params * states.param / _GIB,
-            "gradients": params * states.grad / _GIB,
-            "optimizer": (sum(dense) / dense_shard + sum(experts) / expert_shard)
-            * states.optimizer
-            / _GIB,
+            **{key: value / _GIB for key, value in state_bytes.items()},
             "activations": run.peak_activation_bytes[rank] / _GIB,
             "reserved": consts.reserved_memory_gib,
         }

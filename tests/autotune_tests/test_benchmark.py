@@ -11,15 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hydra import compose
-from hydra import initialize_config_dir
-from omegaconf import DictConfig
 
-from autotune._benchmark_report import json_payload
-from autotune._benchmark_report import write_report
-from autotune.benchmark import register_benchmark_schema
 from autotune.benchmark import run as benchmark_run
 from autotune.benchmark import run_benchmark
+from autotune.benchmark._report import json_payload
+from autotune.benchmark._report import write_report
+from autotune.config import BenchmarkConfig
+from autotune.config import load_config
 from simulators import ClusterSpec
 from simulators import Layout
 from simulators import ModelSpec
@@ -74,10 +72,8 @@ def _table(tmp_path: Path) -> Path:
     )
 
 
-def _cfg(*overrides: str) -> DictConfig:
-    register_benchmark_schema()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(config_name="benchmark", overrides=["tracking.enabled=false", *overrides])
+def _cfg(*overrides: str) -> BenchmarkConfig:
+    return load_config(BenchmarkConfig, ["tracking.enabled=false", *overrides])
 
 
 def test_known_answers_on_a_hand_made_table(tmp_path: Path) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune._benchmark_metrics import expected_random_regret
-from autotune._benchmark_metrics import feasibility_rates
-from autotune._benchmark_metrics import layout_regrets
-from autotune._benchmark_metrics import pick_order
-from autotune._benchmark_metrics import rank_correlations
-from autotune._benchmark_metrics import regret_at_k
-from autotune._benchmark_metrics import summarize
+from autotune.benchmark._metrics import expected_random_regret
+from autotune.benchmark._metrics import feasibility_rates
+from autotune.benchmark._metrics import layout_regrets
+from autotune.benchmark._metrics import pick_order
+from autotune.benchmark._metrics import rank_correlations
+from autotune.benchmark._metrics import regret_at_k
+from autotune.benchmark._metrics import summarize
 
 NAN = float("nan")
 MEASURED = np.array([1.0, 1.2, 1.5, NAN])  # the last layout ran out of memory

@@ -115,7 +115,11 @@ def test_simulate_one_layout_as_json(tmp_path: Path) -> None:
         ("autotune", ["train.global_batch_size=-4"], "global_batch_size=-4 must be > 0"),
         ("autotune", ["parallel.pp=7"], "pp=7 does not divide num_layers=32"),
         ("autotune", ["search.sampler=cmaes"], "available: tpe, gp, random, nsga2, grid"),
-        ("autotune", ["+model.layerz=3"], "unknown model field(s) layerz"),
+        ("autotune", ["+model.layerz=3"], "unknown key(s) model.layerz (allowed: "),
+        ("autotune", ["model.layerz=3"], "Could not override 'model.layerz'"),
+        ("autotune", ["parallel.tp=abc"], "parallel.tp"),
+        ("autotune", ["model=schema"], "unknown model 'schema'; available: "),
+        ("autotune", ["--verbose"], "unknown option '--verbose'"),
         ("autotune", ["output=xml"], "allowed: table, json"),
     ],
 )
@@ -133,6 +137,15 @@ def test_bad_input_is_one_clear_message(
 
 def test_unknown_model_lists_the_catalog(tmp_path: Path) -> None:
     proc = run("autotune", "model=nope", cwd=tmp_path)
-    assert proc.returncode != 0
-    assert "Could not find 'model/nope'" in proc.stderr
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: unknown model 'nope'; available: ")
     assert "llama2_70b" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("module", ["autotune", "autotune.simulate", "autotune.benchmark"])
+def test_help_says_what_the_command_does(tmp_path: Path, module: str) -> None:
+    proc = run(module, "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: python -m {module} ")
+    assert "Examples:" in proc.stdout and f"python -m {module}" in proc.stdout

@@ -5,29 +5,30 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from omegaconf import DictConfig
 
-from autotune.cli import load_job
+from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.search import SAMPLERS
 from autotune.search import Evaluator
 from autotune.search import exhaustive_best
 from autotune.search import run_search
-from autotune.space import build_space
+from autotune.search._space import build_space
+from catalog import job_from_config
 from simulators import LayoutError
 
 SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1")
 
 
-def _job(make_cfg: Callable[..., DictConfig], *overrides: str):  # noqa: ANN202
+def _job(make_cfg: Callable[..., AutotuneConfig], *overrides: str):  # noqa: ANN202
     cfg = make_cfg(*SMALL, *overrides)
-    model, cluster, train, simulator = load_job(cfg)
-    fixed = fixed_layout_values(cfg)
+    job = job_from_config(cfg)
+    model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
+    fixed = fixed_layout_values(cfg.parallel)
     space = build_space(model, cluster, train, cfg.search, fixed)
     return cfg, space, Evaluator(simulator, model, cluster, train), fixed
 
 
-def test_space_holds_only_valid_layouts(make_cfg: Callable[..., DictConfig]) -> None:
+def test_space_holds_only_valid_layouts(make_cfg: Callable[..., AutotuneConfig]) -> None:
     cfg, space, evaluate, _ = _job(make_cfg)
     assert space.size > 50
     for layout in space.layouts:
@@ -36,13 +37,13 @@ def test_space_holds_only_valid_layouts(make_cfg: Callable[..., DictConfig]) -> 
     assert set(space.choices["tp"]) == {1, 2, 4, 8}
 
 
-def test_pinned_values_restrict_the_space(make_cfg: Callable[..., DictConfig]) -> None:
+def test_pinned_values_restrict_the_space(make_cfg: Callable[..., AutotuneConfig]) -> None:
     _, space, _, _ = _job(make_cfg, "parallel.tp=4", "parallel.recompute=full")
     assert {lay.tp for lay in space.layouts} == {4}
     assert {lay.recompute for lay in space.layouts} == {"full"}
 
 
-def test_impossible_pin_explains_itself(make_cfg: Callable[..., DictConfig]) -> None:
+def test_impossible_pin_explains_itself(make_cfg: Callable[..., AutotuneConfig]) -> None:
     with pytest.raises(LayoutError, match="pp=7 does not divide num_layers=32"):
         _job(make_cfg, "parallel.pp=7")
 
@@ -59,7 +60,7 @@ def _search(space, evaluate, fixed, sampler: str, n: int, seed: int = 0):  # noq
     )
 
 
-def test_seeded_search_repeats_exactly(make_cfg: Callable[..., DictConfig]) -> None:
+def test_seeded_search_repeats_exactly(make_cfg: Callable[..., AutotuneConfig]) -> None:
     _, space, evaluate, fixed = _job(make_cfg)
     first = _search(space, evaluate, fixed, "tpe", 30, seed=3)
     second = _search(space, evaluate, fixed, "tpe", 30, seed=3)
@@ -67,7 +68,7 @@ def test_seeded_search_repeats_exactly(make_cfg: Callable[..., DictConfig]) -> N
 
 
 def test_every_proposal_maps_to_the_nearest_valid_layout(
-    make_cfg: Callable[..., DictConfig],
+    make_cfg: Callable[..., AutotuneConfig],
 ) -> None:
     _, space, _, _ = _job(make_cfg)
     for layout in space.layouts[:50]:  # a valid point maps to itself
@@ -88,7 +89,7 @@ def test_every_proposal_maps_to_the_nearest_valid_layout(
     assert (moved.recompute, moved.distributed_optimizer) == ("full", True)
 
 
-def test_grid_finds_the_exhaustive_optimum(make_cfg: Callable[..., DictConfig]) -> None:
+def test_grid_finds_the_exhaustive_optimum(make_cfg: Callable[..., AutotuneConfig]) -> None:
     _, space, evaluate, fixed = _job(make_cfg, "search.micro_batch=[1]", "parallel.cp=1")
     result = _search(space, evaluate, fixed, "grid", 1)
     best_layout, best = result.ranked()[0]
@@ -99,7 +100,7 @@ def test_grid_finds_the_exhaustive_optimum(make_cfg: Callable[..., DictConfig]) 
 
 
 def test_repeated_proposals_are_answered_from_the_cache(
-    make_cfg: Callable[..., DictConfig],
+    make_cfg: Callable[..., AutotuneConfig],
 ) -> None:
     _, space, evaluate, fixed = _job(make_cfg)
     result = _search(space, evaluate, fixed, "random", 80)
@@ -108,11 +109,12 @@ def test_repeated_proposals_are_answered_from_the_cache(
 
 
 def test_layouts_that_do_not_fit_are_infeasible_constraints(
-    make_cfg: Callable[..., DictConfig],
+    make_cfg: Callable[..., AutotuneConfig],
 ) -> None:
     # Llama-2-70B on one 8-NPU node: most layouts run out of memory.
     cfg = make_cfg("model=llama2_70b", "cluster=ascend", "cluster.num_nodes=1")
-    model, cluster, train, simulator = load_job(cfg)
+    job = job_from_config(cfg)
+    model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
     space = build_space(model, cluster, train, cfg.search, {})
     evaluate = Evaluator(simulator, model, cluster, train)
     result = _search(space, evaluate, {}, "tpe", 40)
@@ -128,7 +130,7 @@ def test_layouts_that_do_not_fit_are_infeasible_constraints(
 
 @pytest.mark.parametrize("sampler", sorted(set(SAMPLERS) - {"grid"}))
 def test_every_sampler_runs_and_finds_a_fitting_layout(
-    make_cfg: Callable[..., DictConfig], sampler: str
+    make_cfg: Callable[..., AutotuneConfig], sampler: str
 ) -> None:
     _, space, evaluate, fixed = _job(make_cfg)
     n = 12 if sampler == "gp" else 40
@@ -137,7 +139,7 @@ def test_every_sampler_runs_and_finds_a_fitting_layout(
     assert result.ranked()[0][1].fits
 
 
-def test_resumed_study_keeps_its_trials(make_cfg: Callable[..., DictConfig], tmp_path) -> None:  # noqa: ANN001
+def test_resumed_study_keeps_its_trials(make_cfg: Callable[..., AutotuneConfig], tmp_path) -> None:  # noqa: ANN001
     _, space, evaluate, fixed = _job(make_cfg)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     for _ in range(2):
@@ -154,7 +156,7 @@ def test_resumed_study_keeps_its_trials(make_cfg: Callable[..., DictConfig], tmp
 
 
 def test_polish_spends_the_last_trials_on_neighbours_of_the_best(
-    make_cfg: Callable[..., DictConfig],
+    make_cfg: Callable[..., AutotuneConfig],
 ) -> None:
     _, space, evaluate, _ = _job(make_cfg)
     result = run_search(

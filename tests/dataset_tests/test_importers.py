@@ -7,16 +7,12 @@ from pathlib import Path
 import pytest
 
 import dataset
-from dataset.build import DEFAULT_GROUNDTRUTH
+from dataset.build import RAW_DIR
 from dataset.build import build
 from dataset.importers import IMPORTERS
 from dataset.importers import mindspeed
 from dataset.importers._common import knobs
 from dataset.importers._common import leading_int
-
-needs_raw = pytest.mark.skipif(
-    not DEFAULT_GROUNDTRUTH.is_dir(), reason="shared/groundtruth not beside the repo"
-)
 
 
 def test_free_text_parsers() -> None:
@@ -26,9 +22,8 @@ def test_free_text_parsers() -> None:
         leading_int("none")
 
 
-@needs_raw
 def test_build_round_trip_matches_the_shipped_files(tmp_path: Path) -> None:
-    written = build(DEFAULT_GROUNDTRUTH, tmp_path)
+    written = build(RAW_DIR, tmp_path)
     assert written == {
         "vtrain": 1549,
         "simumax": 43,
@@ -41,9 +36,8 @@ def test_build_round_trip_matches_the_shipped_files(tmp_path: Path) -> None:
         assert fresh == (dataset.DATA_DIR / f"{source}.csv").read_text(), source
 
 
-@needs_raw
 def test_values_survive_the_round_trip(tmp_path: Path) -> None:
-    build(DEFAULT_GROUNDTRUTH, tmp_path)
+    build(RAW_DIR, tmp_path)
     table = dataset.load_public(data_dir=tmp_path)
     by_ref = {
         ref.split(" [config_id ")[1].rstrip("]"): row
@@ -76,9 +70,8 @@ def test_values_survive_the_round_trip(tmp_path: Path) -> None:
     assert (llama2["vpp"], llama2["num_kv_heads"]) == (4, 8)
 
 
-@needs_raw
 def test_mindspeed_skips_are_explained() -> None:
-    raw = DEFAULT_GROUNDTRUTH / mindspeed.RAW_FILE
+    raw = RAW_DIR / mindspeed.RAW_FILE
     skipped = dict(mindspeed.skipped(raw))
     assert "mismatch" in skipped["LLaMA3 70B"]
     assert "catalog" in skipped["Aquila 7B"]

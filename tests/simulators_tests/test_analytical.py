@@ -7,18 +7,19 @@ import math
 
 import pytest
 
+import catalog
 from simulators import ClusterSpec
 from simulators import DeviceSpec
 from simulators import Layout
 from simulators import LinkSpec
 from simulators import ModelSpec
 from simulators import TrainSpec
-from simulators.analytical import AnalyticalConstants
 from simulators.analytical import AnalyticalSimulator
 from simulators.analytical import gemm_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import place_group
+from tests.simulators_tests._specs import analytical
 
 GIB = 1024**3
 
@@ -69,7 +70,7 @@ def test_memory_of_a_tiny_model_by_hand() -> None:
     """Every memory term of a 2-layer model on one device, worked out by hand."""
     train = TrainSpec(seq_len=32, global_batch_size=1)
     layout = Layout(distributed_optimizer=False)
-    pred = AnalyticalSimulator().simulate(TINY, cluster(), train, layout)
+    pred = analytical().simulate(TINY, cluster(), train, layout)
     # Parameters: attention 64*(64+2*64) + 64*64 = 16384; SwiGLU 3*64*256 = 49152; two
     # RMSNorms 128 -> 65664 per layer; 2 layers + embedding 64000 + output 64000 + final norm 64.
     params = 2 * 65664 + 64000 + 64000 + 64
@@ -85,13 +86,13 @@ def test_memory_of_a_tiny_model_by_hand() -> None:
     # Working set: one layer's activations in its backward, or the logits (6 B each) during the
     # loss backward, whichever is larger: here the logits, 32 * 1000 * 6 > 2576 * 32.
     assert mem["working"] * GIB == pytest.approx(max(per_token_layer * 32, 32 * 1000 * 6))
-    assert mem["reserved"] == pytest.approx(AnalyticalConstants().reserved_memory_gib)
+    assert mem["reserved"] == pytest.approx(analytical().constants.reserved_memory_gib)
     assert pred.memory_gib == pytest.approx(sum(mem.values()))
 
 
 def test_distributed_optimizer_shards_states_by_dp() -> None:
     train = TrainSpec(seq_len=32, global_batch_size=8)
-    sim = AnalyticalSimulator()
+    sim = analytical()
     plain = sim.simulate(TINY, cluster(), train, Layout(dp=8, distributed_optimizer=False))
     sharded = sim.simulate(TINY, cluster(), train, Layout(dp=8, distributed_optimizer=True))
     assert sharded.memory_breakdown_gib["optimizer"] == pytest.approx(
@@ -171,7 +172,7 @@ TRAIN = TrainSpec(seq_len=4096, global_batch_size=64)
 
 @pytest.mark.parametrize("model", [LLAMA, MOE])
 def test_more_tp_never_raises_weight_memory(model: ModelSpec) -> None:
-    sim = AnalyticalSimulator()
+    sim = analytical()
     weights = [
         sim.simulate(model, cluster(2), TRAIN, Layout.resolve(16, tp=tp)).memory_breakdown_gib[
             "weights"
@@ -183,7 +184,7 @@ def test_more_tp_never_raises_weight_memory(model: ModelSpec) -> None:
 
 @pytest.mark.parametrize("model", [LLAMA, MOE])
 def test_more_recompute_never_raises_activation_memory(model: ModelSpec) -> None:
-    sim = AnalyticalSimulator()
+    sim = analytical()
     layouts = [
         Layout.resolve(16, tp=2, pp=2, recompute=rc) for rc in ("none", "selective", "full")
     ]
@@ -198,7 +199,7 @@ def test_more_recompute_never_raises_activation_memory(model: ModelSpec) -> None
 def test_full_recompute_adds_one_forward() -> None:
     """Recompute time of a full-recompute layout equals its forward compute (no comm)."""
     train = TrainSpec(seq_len=2048, global_batch_size=8)
-    sim = AnalyticalSimulator()
+    sim = analytical()
     full = sim.simulate(LLAMA, cluster(), train, Layout(dp=8, recompute="full"))
     none = sim.simulate(LLAMA, cluster(), train, Layout(dp=8))
     assert full.breakdown["compute"] == pytest.approx(none.breakdown["compute"])
@@ -208,7 +209,7 @@ def test_full_recompute_adds_one_forward() -> None:
 
 
 def test_bubble_shrinks_with_virtual_stages() -> None:
-    sim = AnalyticalSimulator()
+    sim = analytical()
     plain = sim.simulate(LLAMA, cluster(2), TRAIN, Layout.resolve(16, tp=2, pp=4))
     interleaved = sim.simulate(LLAMA, cluster(2), TRAIN, Layout.resolve(16, tp=2, pp=4, vpp=2))
     stages = plain.detail["stage_time_s"]
@@ -229,7 +230,7 @@ def test_bubble_shrinks_with_virtual_stages() -> None:
     ],
 )
 def test_breakdown_sums_to_step_time_and_mfu_is_a_fraction(kw: dict[str, object]) -> None:
-    pred = AnalyticalSimulator().simulate(LLAMA, cluster(2), TRAIN, Layout.resolve(16, **kw))
+    pred = analytical().simulate(LLAMA, cluster(2), TRAIN, Layout.resolve(16, **kw))
     assert sum(pred.breakdown.values()) == pytest.approx(pred.step_time_s)
     assert all(v >= 0 for v in pred.breakdown.values())
     assert 0 < pred.mfu < 1
@@ -238,7 +239,7 @@ def test_breakdown_sums_to_step_time_and_mfu_is_a_fraction(kw: dict[str, object]
 
 
 def test_moe_expert_parallel_shards_experts_and_adds_all_to_all() -> None:
-    sim = AnalyticalSimulator()
+    sim = analytical()
     one = sim.simulate(MOE, cluster(2), TRAIN, Layout.resolve(16, tp=2, sequence_parallel=True))
     four = sim.simulate(MOE, cluster(2), TRAIN, Layout.resolve(16, tp=2, ep=4))
     assert one.breakdown["ep_comm"] == 0
@@ -254,7 +255,7 @@ def test_tp_group_on_full_mesh_is_slower_than_on_a_switch() -> None:
         topology="full_mesh",
         peer_link_gbps=100.0 / 7,
     )
-    sim = AnalyticalSimulator()
+    sim = analytical()
     lay = Layout.resolve(8, tp=2)
     switch = sim.simulate(LLAMA, cluster(), TRAIN, lay).breakdown["tp_comm"]
     meshed = sim.simulate(LLAMA, cluster(intra=mesh), TRAIN, lay).breakdown["tp_comm"]
@@ -262,22 +263,27 @@ def test_tp_group_on_full_mesh_is_slower_than_on_a_switch() -> None:
 
 
 def test_deterministic_and_from_config_rejects_unknown_constants() -> None:
-    sim = AnalyticalSimulator.from_config({"name": "analytical", "attention_efficiency": 0.5})
+    sim = analytical("simulator.attention_efficiency=0.5")
     lay = Layout.resolve(16, tp=4, pp=2)
     assert sim.simulate(LLAMA, cluster(2), TRAIN, lay) == sim.simulate(
         LLAMA, cluster(2), TRAIN, lay
     )
     from simulators import SpecError
 
-    with pytest.raises(SpecError, match="attention_eficiency"):
-        AnalyticalSimulator.from_config({"attention_eficiency": 0.5})
+    constants = {**catalog.simulator_constants("analytical"), "attention_eficiency": 0.5}
+    with pytest.raises(SpecError, match="unknown key.s. attention_eficiency"):
+        AnalyticalSimulator.from_config(constants)
+    constants.pop("attention_eficiency")
+    constants.pop("reserved_memory_gib")
+    with pytest.raises(SpecError, match="missing key.s. reserved_memory_gib"):
+        AnalyticalSimulator.from_config(constants)
 
 
 def test_host_dispatch_bounds_a_tiny_layer() -> None:
     """Kernels of a 64-wide layer take nanoseconds: each pass costs ops x host overhead."""
-    c = AnalyticalConstants()
+    c = analytical().constants
     train = TrainSpec(seq_len=32, global_batch_size=1)
-    pred = AnalyticalSimulator(c).simulate(TINY, cluster(), train, Layout(recompute="none"))
+    pred = analytical().simulate(TINY, cluster(), train, Layout(recompute="none"))
     host = 33 * 20e-6  # 33 eager ops per layer forward, 20 us each (analytical.yaml)
     assert c.host_ops_per_layer_forward * c.host_op_overhead_us * 1e-6 == pytest.approx(host)
     # Logits: forward + 2 backward GEMMs of 32 x 64 x 1000, plus 2 passes over 6 B per logit.
@@ -286,8 +292,9 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     assert pred.breakdown["compute"] == pytest.approx(2 * 2 * host + logits)
     # Without the host bound the same layers are far faster (the GPU work is sub-microsecond
     # plus 16 launches of 4 us forward, twice that backward).
-    free = AnalyticalConstants(host_op_overhead_us=0.0)
-    fast = AnalyticalSimulator(free).simulate(TINY, cluster(), train, Layout(recompute="none"))
+    fast = analytical("simulator.host_op_overhead_us=0").simulate(
+        TINY, cluster(), train, Layout(recompute="none")
+    )
     assert fast.breakdown["compute"] < pred.breakdown["compute"] / 2
 
 
@@ -297,7 +304,7 @@ def test_unfused_attention_by_hand() -> None:
 
     train = TrainSpec(seq_len=32, global_batch_size=1, flash_attention=False)
     forward, backward = _unfused_attention_s(
-        TINY, 32, train, Layout(), DEVICE, AnalyticalConstants()
+        TINY, 32, train, Layout(), DEVICE, analytical().constants
     )
     # 4 heads x 32 queries x 32 keys = 4096 scores; HBM 2000 GB/s x 0.8 = 1.6e12 B/s.
     # QK^T + PV, no causal skip: 2 * 2*32*(64+64)/2 FLOPs per token x 32 tokens = 262144 FLOPs
@@ -308,8 +315,8 @@ def test_unfused_attention_by_hand() -> None:
     # 4 heads x 32 keys x 5 = 640 B on top of the flash-attention tensors of the memory test.
     layout = Layout(recompute="none", distributed_optimizer=False)
     fused = TrainSpec(seq_len=32, global_batch_size=1)
-    new_mem = AnalyticalSimulator().simulate(TINY, cluster(), fused, layout).memory_breakdown_gib
-    old_mem = AnalyticalSimulator().simulate(TINY, cluster(), train, layout).memory_breakdown_gib
+    new_mem = analytical().simulate(TINY, cluster(), fused, layout).memory_breakdown_gib
+    old_mem = analytical().simulate(TINY, cluster(), train, layout).memory_breakdown_gib
     extra = (old_mem["activations"] - new_mem["activations"]) * GIB
     assert extra == pytest.approx(640 * 32 * 2)
 
@@ -339,7 +346,7 @@ def test_a_device_without_flash_kernels_runs_unfused_attention() -> None:
     )
     train = TrainSpec(seq_len=2048, global_batch_size=8, precision="fp16")
     assert train.uses_flash_attention(new) and not train.uses_flash_attention(old)
-    sim = AnalyticalSimulator()
+    sim = analytical()
     slow = sim.simulate(LLAMA, old, train, Layout(dp=8)).memory_breakdown_gib["activations"]
     fast = sim.simulate(LLAMA, new, train, Layout(dp=8)).memory_breakdown_gib["activations"]
     assert slow > fast
@@ -355,13 +362,13 @@ def test_pipeline_p2p_sends_a_tp_slice_and_all_gathers_it_by_hand() -> None:
     """
     train = TrainSpec(seq_len=128, global_batch_size=8)
     layout = dataclasses.replace(Layout.resolve(16, tp=2, pp=2), sequence_parallel=False)
-    pred = AnalyticalSimulator().simulate(TINY, cluster(2), train, layout)
+    pred = analytical().simulate(TINY, cluster(2), train, layout)
     send = 8192 / 12.5e9 + 20e-6
     gather = 0.5 * 16384 / 80e9 + 10e-6
     m = 8 // (layout.dp * layout.micro_batch)
     assert pred.breakdown["pp_comm"] == pytest.approx(m * 2 * (send + gather))
     # With sequence parallelism the boundary is already a 1/t slice: no all-gather.
-    sp = AnalyticalSimulator().simulate(
+    sp = analytical().simulate(
         TINY, cluster(2), train, dataclasses.replace(layout, sequence_parallel=True)
     )
     assert sp.breakdown["pp_comm"] == pytest.approx(m * 2 * send)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.config import simulator_from_conf
+import catalog
 from simulators import BREAKDOWN_KEYS
 from simulators import Layout
 from simulators import Simulator
@@ -27,7 +27,7 @@ LAYOUTS = [
 
 @pytest.fixture(scope="module", params=SIMULATOR_NAMES)
 def simulator(request: pytest.FixtureRequest) -> Simulator:
-    return simulator_from_conf(request.param)
+    return catalog.load_simulator(request.param)
 
 
 def test_layouts_are_valid() -> None:

@@ -52,7 +52,7 @@ def test_interleaved_runs_when_microbatches_are_not_a_multiple_of_pp() -> None:
 def test_in_flight_activations_follow_the_schedule() -> None:
     assert _run("1f1b", 4, 8).peak_activation_bytes == (4.0, 3.0, 2.0, 1.0)
     assert _run("gpipe", 4, 8).peak_activation_bytes == (8.0,) * 4
-    # interleaved first rank: p * (1 + (p-1)/(p*v)) stages of activations (specs.md 3.3)
+    # interleaved first rank: p * (1 + (p-1)/(p*v)) stages of activations (docs/reference.md 3.3)
     assert _run("interleaved", 4, 8, 2).peak_activation_bytes[0] / 2 == pytest.approx(
         4 * (1 + 3 / 8)
     )
@@ -104,7 +104,7 @@ def test_hierarchical_all_reduce_splits_intra_and_inter_node() -> None:
     b2 = 1 / (25.0 * 0.7 * 1e9)
     expected = (10e-6 + 2 * 3 / 4 * n * b1) + (11.5e-6 + 2 * 3 / 4 * n / 4 * b2)
     assert comm.time_s("all_reduce", n, "dp") == pytest.approx(expected)
-    # TP=2 on the full mesh gets one 28 GB/s link (specs.md 1.5), not the node's aggregate
+    # TP=2 on the full mesh gets one 28 GB/s link (docs/reference.md 1.5), not the node's aggregate
     tp_beta = 1 / (28.0 * 0.7 * 1e9)
     assert comm.time_s("all_reduce", n, "tp") == pytest.approx(10e-6 + n * tp_beta)
 

@@ -6,21 +6,20 @@ import csv
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
+import catalog
+from autotune import profile as profile_cli
 from simulators import DataFileError
 from simulators import Layout
 from simulators import ModelSpec
 from simulators import TrainSpec
 from simulators.hierarchical import HierarchicalSimulator
+from simulators.hierarchical import profile as core
 from simulators.hierarchical.cost import COST_TABLE_COLUMNS
 from simulators.hierarchical.cost import load_cost_table
 from simulators.hierarchical.graph import layer_shapes
 from tests.simulators_tests._specs import ascend
 
-profile = pytest.importorskip("autotune.profile")
-
-CONF = Path(__file__).resolve().parents[2] / "conf" / "simulator" / "hierarchical.yaml"
 MODEL = ModelSpec(
     name="tiny",
     num_layers=2,
@@ -36,18 +35,16 @@ CLUSTER = ascend(1)
 
 
 def _simulator(**changes: object) -> HierarchicalSimulator:
-    values = OmegaConf.to_container(OmegaConf.load(CONF))
-    assert isinstance(values, dict)
-    values.pop("name")
+    values = catalog.simulator_constants("hierarchical")
     return HierarchicalSimulator.from_config({**values, **changes})
 
 
 def test_profiling_on_cpu_writes_a_table_the_simulator_uses(tmp_path: Path) -> None:
     layout = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
     shapes = layer_shapes(MODEL, layout, TRAIN).values()
-    rows = profile.profile_shapes(shapes, profile.resolve_device("cpu"), repeats=1, limit=6)
+    rows = core.profile_shapes(shapes, core.resolve_device("cpu"), repeats=1, limit=6)
     assert 0 < len(rows) <= 6
-    path = profile.write_table(rows, tmp_path / "ops.csv")
+    path = core.write_table(rows, tmp_path / "ops.csv")
     with path.open() as handle:
         read = list(csv.DictReader(handle))
     assert tuple(read[0]) == COST_TABLE_COLUMNS
@@ -77,7 +74,7 @@ def test_profile_cli_writes_the_table(tmp_path: Path, capsys: pytest.CaptureFixt
         "train.global_batch_size=64",
         "train.precision=fp32",
     ]
-    code = profile.main(
+    code = profile_cli.main(
         [
             "model=llama70b",
             "cluster=ascend",
@@ -95,7 +92,7 @@ def test_profile_cli_writes_the_table(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_bad_device_and_bad_table_are_user_errors(tmp_path: Path) -> None:
-    assert profile.main(["model=llama70b", "cluster=ascend", "device=tpu"]) == 2
+    assert profile_cli.main(["model=llama70b", "cluster=ascend", "device=tpu"]) == 2
     bad = tmp_path / "bad.csv"
     bad.write_text("op,shapes,dtype,device,time_us\naten.mm.default,x,bf16,cpu,fast\n")
     with pytest.raises(DataFileError, match="row 2, column time_us"):

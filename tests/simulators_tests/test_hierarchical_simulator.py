@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from omegaconf import OmegaConf
 
+import catalog
 from simulators import BREAKDOWN_KEYS
 from simulators import Layout
 from simulators import ModelSpec
@@ -24,7 +24,6 @@ from tests.simulators_tests._specs import ascend
 
 compile_mod = pytest.importorskip("simulators.hierarchical.compile")
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "simulator" / "hierarchical.yaml"
 MODEL = ModelSpec(
     name="tiny-llama",
     num_layers=8,
@@ -40,9 +39,7 @@ TRAIN = TrainSpec(seq_len=1024, global_batch_size=32)
 
 
 def constants(**changes: Any) -> dict[str, Any]:
-    values = OmegaConf.to_container(OmegaConf.load(CONF))
-    assert isinstance(values, dict)
-    values.pop("name")
+    values = catalog.simulator_constants("hierarchical")
     return {**values, **changes}
 
 

@@ -1,4 +1,4 @@
-"""simulators/ stays free of the service's libraries (style.md 5, rule 1)."""
+"""simulators/ stays free of the service's libraries (docs/conventions.md rule 1)."""
 
 from __future__ import annotations
 

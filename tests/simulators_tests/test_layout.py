@@ -1,6 +1,6 @@
 """Layout: every rule of violations() on a breaking case, resolve(), and field errors.
 
-The rules are Megatron-LM's and MindSpeed's (specs.md section 3.7).
+The rules are Megatron-LM's and MindSpeed's (docs/reference.md section 3.7).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _violations(lay: Layout, spec: ModelSpec = LLAMA2_70B, train: TrainSpec = TR
 
 
 def test_megatron_reference_layout_is_valid() -> None:
-    # MindSpeed-LLM Llama-2-70B on 4x8 910B: TP8 PP4, GBS 1024 (specs.md 3.7).
+    # MindSpeed-LLM Llama-2-70B on 4x8 910B: TP8 PP4, GBS 1024 (docs/reference.md 3.7).
     lay = Layout.resolve(32, tp=8, pp=4)
     assert (lay.dp, lay.sequence_parallel) == (1, True)
     assert _violations(lay) == []
@@ -60,7 +60,7 @@ def test_kv_heads_vs_tp() -> None:
     found = _violations(Layout(dp=1, tp=6, pp=1, sequence_parallel=True), spec)
     assert "tp=6 and num_kv_heads=8: neither divides the other" in found
     assert not any("num_attention_heads" in s for s in found)
-    # TP a multiple of the KV groups is allowed since Megatron f7dfb997 (specs.md 3.7).
+    # TP a multiple of the KV groups is allowed since Megatron f7dfb997 (docs/reference.md 3.7).
     assert _violations(Layout(dp=2, tp=16, pp=1, sequence_parallel=True)) == []
 
 

@@ -1,4 +1,4 @@
-"""ModelSpec, DeviceSpec and LinkSpec on hand-computed cases (specs.md sections 1, 2, 3.1)."""
+"""ModelSpec, DeviceSpec and LinkSpec on hand-computed cases (docs/reference.md 1, 2, 3.1)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_llama2_7b_flops_per_token_by_hand() -> None:
     assert model("llama2_7b").flops_per_token(s) == 3 * forward  # 42,863,689,728
 
 
-# Megatron-style training FLOPs per token at s = 4096, causal (specs.md 3.1 [D]).
+# Megatron-style training FLOPs per token at s = 4096, causal (docs/reference.md 3.1 [D]).
 FLOPS_PER_TOKEN_G = {
     "llama2_7b": 42.9,
     "llama2_70b": 428,
@@ -131,7 +131,7 @@ def test_full_mesh_group_uses_only_its_links() -> None:
         latency_us=10.0,
         efficiency=0.7,
     )
-    assert hccs.group_bandwidth_gbps(2) == pytest.approx(28.0 * 0.7)  # specs.md 1.5: (n-1)*28
+    assert hccs.group_bandwidth_gbps(2) == pytest.approx(28.0 * 0.7)  # reference.md 1.5: (n-1)*28
     assert hccs.group_bandwidth_gbps(4) == pytest.approx(3 * 28.0 * 0.7)
     assert hccs.group_bandwidth_gbps(8) == pytest.approx(196.0 * 0.7)
     switch = LinkSpec(bandwidth_gbps=300.0, latency_us=5.0, efficiency=0.78)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import statistics
+import time
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
 
-from autotune.profile import median_time_s
 from simulators.hierarchical.graph import Op
 from simulators.hierarchical.record import Recorder
 
-__all__ = ["OpTimer"]
+__all__ = ["OpTimer", "median_time_s"]
 
 
 class OpTimer(Recorder):
@@ -62,3 +63,16 @@ class OpTimer(Recorder):
         if isinstance(value, torch.device):
             return torch.device(self.device)
         return value
+
+
+def median_time_s(run: Any, repeats: int, synchronize: Any) -> float:
+    """Median wall time of ``run()`` over ``repeats`` calls after one warm-up call."""
+    run()
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)

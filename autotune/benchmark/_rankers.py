@@ -19,6 +19,8 @@ from simulators import Layout
 from simulators import ModelSpec
 from simulators import Simulator
 from simulators import TrainSpec
+from simulators.states import StateBytes
+from simulators.states import state_memory_bytes
 
 __all__ = ["HeuristicRule", "Ranking", "Specs", "heuristic_ranking", "peer_rankings", "simulate"]
 
@@ -78,30 +80,28 @@ def simulate(simulator: Simulator, specs: Sequence[Specs]) -> Ranking:
 class HeuristicRule:
     """A practitioner's rule of thumb for picking a layout without a simulator.
 
-    Layouts whose weights, gradients and optimizer states (``bytes_per_param``, of which
-    ``optimizer_bytes_per_param`` are sharded by DP with the distributed optimizer; experts
-    sharded by EP) fill more than ``state_memory_fraction`` of a device rank last (they are
-    its "does not fit"). Then, in order: tensor parallelism inside a node, the least model
+    Layouts whose weights, gradients and optimizer states (``state_bytes`` per parameter,
+    held as :func:`simulators.states.state_memory_bytes` holds them) fill more than
+    ``state_memory_fraction`` of a device rank last (they are its "does not fit"). Then, in
+    order: tensor parallelism inside a node, the least model
     parallelism tp*pp*cp (the most data parallelism), tensor before pipeline before context
     parallelism, the most expert parallelism, the smallest micro-batch, and selective before no
     before full recompute.
     """
 
     state_memory_fraction: float
-    bytes_per_param: float
-    optimizer_bytes_per_param: float
+    state_bytes: StateBytes
 
-    def state_bytes(self, model: ModelSpec, layout: Layout) -> float:
-        """Weights, gradients and optimizer states per device, in bytes."""
+    def state_memory_bytes(self, model: ModelSpec, layout: Layout) -> float:
+        """Weights, gradients and optimizer states per device (an average pipeline stage)."""
         experts = model.num_moe_layers * model.expert_params_per_layer
-        params = (model.num_params - experts) / (layout.tp * layout.pp)
-        params += experts / (layout.tp * layout.ep * layout.pp)
-        sharded = self.optimizer_bytes_per_param if layout.distributed_optimizer else 0.0
-        return params * (self.bytes_per_param - sharded + sharded / layout.dp)
+        dense = (model.num_params - experts) / (layout.tp * layout.pp)
+        local_experts = experts / (layout.tp * layout.ep * layout.pp)
+        return sum(state_memory_bytes(dense, local_experts, layout, self.state_bytes).values())
 
     def fits(self, model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> bool:
         limit = self.state_memory_fraction * cluster.device.memory_gib * GIB
-        return self.state_bytes(model, layout) <= limit
+        return self.state_memory_bytes(model, layout) <= limit
 
     def key(self, model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> tuple[int, ...]:
         """Sort key of a layout: smaller is preferred."""

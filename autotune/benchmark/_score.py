@@ -9,15 +9,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from autotune._benchmark_metrics import ape
-from autotune._benchmark_metrics import expected_random_regret
-from autotune._benchmark_metrics import feasibility_rates
-from autotune._benchmark_metrics import layout_regrets
-from autotune._benchmark_metrics import pick_order
-from autotune._benchmark_metrics import rank_correlations
-from autotune._benchmark_metrics import regret_at_k
-from autotune._benchmark_metrics import summarize
-from autotune._benchmark_rankers import Ranking
+from autotune.benchmark._metrics import ape
+from autotune.benchmark._metrics import expected_random_regret
+from autotune.benchmark._metrics import feasibility_rates
+from autotune.benchmark._metrics import layout_regrets
+from autotune.benchmark._metrics import pick_order
+from autotune.benchmark._metrics import rank_correlations
+from autotune.benchmark._metrics import regret_at_k
+from autotune.benchmark._metrics import summarize
+from autotune.benchmark._rankers import Ranking
 
 __all__ = ["RANDOM", "BenchmarkResult", "ScoreSettings", "score"]
 

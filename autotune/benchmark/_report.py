@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from autotune._benchmark_score import BenchmarkResult
+from autotune.benchmark._score import BenchmarkResult
 
 __all__ = ["console_tables", "json_payload", "write_report"]
 
@@ -150,7 +150,7 @@ def write_report(
     notes: Mapping[str, str],
 ) -> list[Path]:
     """Write the Markdown report, CSV files and plots into ``report_dir``; the paths written."""
-    from autotune._benchmark_plots import write_plots
+    from autotune.benchmark._plots import write_plots
 
     report_dir.mkdir(parents=True, exist_ok=True)
     written = [report_dir / "benchmark.md", report_dir / "scenarios.csv"]

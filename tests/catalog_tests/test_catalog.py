@@ -1,31 +1,26 @@
 """Every model and cluster yaml composes, builds specs, and carries its sources.
 
 Published sizes are the totals (and, for MoE, active parameters) of the derived parameter check
-in shared/reference/specs.md section 2, which agree with the model cards.
+in docs/reference.md 2, which agree with the model cards.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hydra import compose
-from hydra import initialize_config_dir
-from hydra.errors import ConfigCompositionException
-from omegaconf import DictConfig
 
-from autotune.config import register_schemas
-from autotune.config import to_specs
-from simulators import SpecError
+import catalog
+from catalog import _compose
+from simulators import UserError
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = catalog.conf_dir()
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 CLUSTERS = sorted(p.stem for p in (CONF / "cluster").glob("*.yaml"))
 
-# Total parameters in billions (specs.md 2, "Derived parameter check").
+# Total parameters in billions (docs/reference.md 2, "Derived parameter check").
 PUBLISHED_B = {
     "llama2_7b": 6.74,
     "llama2_13b": 13.02,
@@ -52,7 +47,7 @@ PUBLISHED_B = {
     "internlm2_7b": 7.74,
     "internlm2_20b": 19.86,
 }
-# Active parameters per token in billions, where specs.md 2 lists them.
+# Active parameters per token in billions, where docs/reference.md 2 lists them.
 PUBLISHED_ACTIVE_B = {
     "mixtral_8x7b": 12.9,
     "mixtral_8x22b": 39.2,
@@ -77,20 +72,6 @@ _FIGURE = re.compile(
 )
 
 
-@pytest.fixture()
-def conf_dir() -> Iterator[Path]:
-    register_schemas()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield CONF
-
-
-def _compose(model: str, cluster: str = "ascend", *extra: str) -> DictConfig:
-    return compose(
-        config_name=None,
-        overrides=[f"+model={model}", f"+cluster={cluster}", "+train=default", *extra],
-    )
-
-
 def test_catalog_has_every_required_name() -> None:
     missing = sorted((set(PUBLISHED_B) | set(ALIASES)) - set(MODELS))
     assert not missing, f"conf/model lacks {missing}"
@@ -100,8 +81,9 @@ def test_catalog_has_every_required_name() -> None:
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_model_params_match_published(conf_dir: Path, name: str) -> None:
-    model, _, train = to_specs(_compose(name))
+def test_model_params_match_published(name: str) -> None:
+    job = catalog.load_job(name, "ascend")
+    model, train = job.model, job.train
     key = ALIASES.get(name, name)
     assert model.num_params / 1e9 == pytest.approx(PUBLISHED_B[key], rel=0.01)
     if key in PUBLISHED_ACTIVE_B:
@@ -110,13 +92,13 @@ def test_model_params_match_published(conf_dir: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("alias", sorted(ALIASES))
-def test_alias_is_its_target(conf_dir: Path, alias: str) -> None:
-    assert to_specs(_compose(alias))[0] == to_specs(_compose(ALIASES[alias]))[0]
+def test_alias_is_its_target(alias: str) -> None:
+    assert catalog.load_model(alias) == catalog.load_model(ALIASES[alias])
 
 
 @pytest.mark.parametrize("name", CLUSTERS)
-def test_cluster_builds_specs(conf_dir: Path, name: str) -> None:
-    _, cluster, _ = to_specs(_compose("llama2_7b", name))
+def test_cluster_builds_specs(name: str) -> None:
+    cluster = catalog.load_cluster(name)
     assert cluster.name == name  # the `cluster` column of a measurement file names this file
     assert cluster.num_devices == cluster.devices_per_node * cluster.num_nodes > 0
     assert cluster.device.peak_flops("bf16") > 0  # bf16 falls back to fp16 where there is none
@@ -144,28 +126,39 @@ def test_figure_pattern() -> None:
     assert _FIGURE.match("num_layers: 32")
     assert not _FIGURE.match("name: Llama-2-7B")
     assert not _FIGURE.match("qkv_bias: true")
-    assert not _FIGURE.match("  - schema")
+    assert not _FIGURE.match("  - llama3_70b")
 
 
-def test_misspelt_override_fails_at_compose(conf_dir: Path) -> None:
-    with pytest.raises(ConfigCompositionException, match="layerz"):
-        _compose("llama2_7b", "ascend", "model.layerz=3")
+def test_misspelt_override_is_refused() -> None:
+    with pytest.raises(UserError, match="Could not override 'model.layerz'"):
+        catalog.load_model("llama2_7b", ["model.layerz=3"])
 
 
-def test_appended_unknown_key_fails_at_to_specs(conf_dir: Path) -> None:
-    # Hydra's `+key=value` force-adds even into a structured node; to_specs still refuses it.
-    cfg = _compose("llama2_7b", "ascend", "+model.layerz=3")
-    with pytest.raises(SpecError, match="layerz"):
-        to_specs(cfg)
+def test_appended_unknown_key_is_refused() -> None:
+    # Hydra's `+key=value` force-adds even into a structured node; compose still refuses it.
+    with pytest.raises(UserError, match=r"unknown key\(s\) model.layerz \(allowed: .*num_layers"):
+        catalog.load_model("llama2_7b", ["+model.layerz=3"])
 
 
-def test_unknown_key_in_a_model_yaml_fails(tmp_path: Path) -> None:
+def test_unknown_model_lists_the_catalog() -> None:
+    with pytest.raises(UserError, match=r"unknown model 'nope'; available: .*llama2_70b"):
+        catalog.load_model("nope")
+
+
+def test_schemas_are_not_offered_as_options() -> None:
+    assert "schema" not in catalog.options("model")
+    with pytest.raises(UserError, match="unknown model 'schema'"):
+        catalog.load_model("schema")
+
+
+def test_unknown_key_in_a_model_yaml_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
     (conf / "model" / "typo.yaml").write_text(
         "defaults:\n  - llama2_7b\n  - _self_\n\nlayerz: 3  # source: a typo\n"
     )
-    register_schemas()
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        with pytest.raises(ConfigCompositionException, match="layerz"):
-            _compose("typo")
+    monkeypatch.setattr(_compose, "conf_dir", lambda: conf)
+    with pytest.raises(UserError, match="layerz"):
+        catalog.compose("job", ["model=typo"])

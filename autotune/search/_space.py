@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -9,16 +10,17 @@ from typing import Any
 
 import numpy as np
 
+from autotune.config import SearchConfig
 from simulators import ClusterSpec
 from simulators import Layout
 from simulators import LayoutError
 from simulators import ModelSpec
 from simulators import TrainSpec
+from simulators.layout import SEARCHED
+from simulators.layout import field_info
 
-__all__ = ["SEARCHED", "SearchSpace", "build_space"]
+__all__ = ["SearchSpace", "build_space"]
 
-# Layout fields the search chooses (dp follows from the others; SP is on whenever tp > 1).
-SEARCHED = ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "recompute", "distributed_optimizer")
 _MODES = [SEARCHED.index("recompute"), SEARCHED.index("distributed_optimizer")]
 
 
@@ -64,34 +66,24 @@ class SearchSpace:
         return list(found)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _candidates(
-    model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
+    model: ModelSpec, cluster: ClusterSpec, search: SearchConfig
 ) -> dict[str, list[Any]]:
-    world = cluster.num_devices
-    world_divisors = _divisors(world)
-    return {
-        "tp": [d for d in world_divisors if d <= search["max_tp"]],
-        "pp": [d for d in world_divisors if model.num_layers % d == 0],
-        "cp": [d for d in world_divisors if d <= search["max_cp"]],
-        "ep": [d for d in world_divisors if model.is_moe and model.num_experts % d == 0] or [1],
-        "vpp": list(range(1, search["max_vpp"] + 1)),
-        "micro_batch": sorted({int(b) for b in search["micro_batch"]}),
-        "recompute": list(dict.fromkeys(search["recompute"])),
-        "distributed_optimizer": list(
-            dict.fromkeys(bool(x) for x in search["distributed_optimizer"])
-        ),
-    }
+    """Per searched field, the values the search may try (from the layout's field table)."""
+    settings = dataclasses.asdict(search)
+    found = {}
+    for name in SEARCHED:
+        candidates = field_info(name).candidates
+        assert candidates is not None, f"searched layout field {name} has no candidates"
+        found[name] = list(candidates(model, cluster, settings))
+    return found
 
 
 def build_space(
     model: ModelSpec,
     cluster: ClusterSpec,
     train: TrainSpec,
-    search: Mapping[str, Any],
+    search: SearchConfig,
     fixed: Mapping[str, Any],
 ) -> SearchSpace:
     """Enumerate every valid layout; ``fixed`` pins fields (``parallel.*`` overrides).

@@ -10,8 +10,7 @@ from typing import Any
 
 import optuna
 
-from autotune.space import SEARCHED
-from autotune.space import SearchSpace
+from autotune.search._space import SearchSpace
 from simulators import ClusterSpec
 from simulators import Layout
 from simulators import ModelSpec
@@ -19,6 +18,7 @@ from simulators import Prediction
 from simulators import Simulator
 from simulators import TrainSpec
 from simulators import UserError
+from simulators.layout import SEARCHED
 
 __all__ = ["SAMPLERS", "Evaluator", "SearchResult", "exhaustive_best", "run_search"]
 

@@ -10,34 +10,32 @@ from typing import Any
 
 import optuna
 import pandas as pd
-from omegaconf import DictConfig
 from omegaconf import OmegaConf
 
 from autotune.cli import emit_json
-from autotune.cli import load_job
-from autotune.cli import tracking_config
+from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.launch_flags import megatron_flags
 from autotune.launch_flags import mindspeed_flags
-from autotune.plots import search_figures
 from autotune.report import breakdown_table
 from autotune.report import launch_text
 from autotune.report import layout_row
 from autotune.report import layout_table
-from autotune.search import SAMPLERS
-from autotune.search import Evaluator
-from autotune.search import SearchResult
-from autotune.search import exhaustive_best
-from autotune.search import run_search
-from autotune.space import SEARCHED
-from autotune.space import build_space
+from autotune.search._plots import search_figures
+from autotune.search._space import build_space
+from autotune.search._study import SAMPLERS
+from autotune.search._study import Evaluator
+from autotune.search._study import SearchResult
+from autotune.search._study import exhaustive_best
+from autotune.search._study import run_search
 from autotune.tracking import TrackedRun
 from autotune.tracking import child_runs
 from autotune.tracking import tracked_run
-from simulators import LAYOUT_FIELDS
+from catalog import job_from_config
 from simulators import Layout
 from simulators import Prediction
 from simulators import UserError
+from simulators.layout import SEARCHED
 
 __all__ = ["run_search_job"]
 
@@ -87,14 +85,15 @@ class _Outcome:
         return self.best.step_time_s / self.exhaustive[1].step_time_s - 1
 
 
-def run_search_job(cfg: DictConfig) -> None:
-    """Search, record in MLflow, and print the table (or the JSON object) of ``cfg``."""
+def run_search_job(config: AutotuneConfig) -> None:
+    """Search, record in MLflow, and print the table (or the JSON object) of ``config``."""
     started = time.perf_counter()
-    model, cluster, train, simulator = load_job(cfg)
-    search = cfg.search
+    job = job_from_config(config)
+    model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
+    search = config.search
     if search.sampler not in SAMPLERS:
         raise UserError(f"unknown sampler {search.sampler!r}; available: {', '.join(SAMPLERS)}")
-    space = build_space(model, cluster, train, search, fixed_layout_values(cfg))
+    space = build_space(model, cluster, train, search, fixed_layout_values(config.parallel))
     evaluate = Evaluator(simulator, model, cluster, train)
     log.info(
         f"{model.name} on {cluster.name} ({cluster.num_nodes} x {cluster.devices_per_node} = "
@@ -105,7 +104,7 @@ def run_search_job(cfg: DictConfig) -> None:
     study_name = search.study_name or (
         f"{model.name}-{cluster.name}-{cluster.num_nodes}n-{simulator.name}-{search.sampler}"
     )
-    with tracked_run(tracking_config(cfg, "autotune"), run_name=study_name) as run:
+    with tracked_run(config.tracking, run_name=study_name) as run:
         result = run_search(
             space,
             evaluate,
@@ -125,20 +124,20 @@ def run_search_job(cfg: DictConfig) -> None:
         )
         outcome = _Outcome(result, ranked[: search.top_k], exhaustive, evaluate.simulations)
         if run is not None:
-            _record(run, cfg, evaluate, space.size, outcome)
+            _record(run, config, evaluate, space.size, outcome)
     elapsed = time.perf_counter() - started
     if not outcome.best.fits:
         log.warning("warning: no evaluated layout fits in memory; the table shows the closest")
-    if cfg.output == "json":
+    if config.output == "json":
         emit_json(_json_payload(outcome, evaluate, elapsed, run.run_id if run else None))
         return
     _print_report(outcome, evaluate, elapsed)
     if run is not None:
-        print(f"\nMLflow run {run.run_id}: mlflow ui --backend-store-uri {cfg.tracking.uri}")
+        print(f"\nMLflow run {run.run_id}: mlflow ui --backend-store-uri {config.tracking.uri}")
 
 
 def _record(
-    run: TrackedRun, cfg: DictConfig, job: Evaluator, n_valid: int, outcome: _Outcome
+    run: TrackedRun, config: AutotuneConfig, job: Evaluator, n_valid: int, outcome: _Outcome
 ) -> None:
     """The parent run's params, metrics and artifacts, and one child run per trial."""
     model, cluster, train = job.model, job.cluster, job.train
@@ -150,9 +149,9 @@ def _record(
             "num_nodes": cluster.num_nodes,
             "world_size": cluster.num_devices,
             "simulator": job.simulator.name,
-            "sampler": cfg.search.sampler,
-            "n_trials": cfg.search.n_trials,
-            "seed": cfg.search.seed,
+            "sampler": config.search.sampler,
+            "n_trials": config.search.n_trials,
+            "seed": config.search.seed,
             "seq_len": train.seq_len,
             "global_batch_size": train.global_batch_size,
             "best_layout": best_layout.describe(),
@@ -173,7 +172,7 @@ def _record(
     trials = pd.DataFrame(
         [{"trial": n, **layout_row(lay, pred)} for n, lay, pred in outcome.result.evaluated]
     )
-    run.text("config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
     run.table("trials.csv", trials)
     run.table("top_k.csv", pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.top]))
     run.text("launch_flags.txt", launch_text(model, train, best_layout))
@@ -182,16 +181,12 @@ def _record(
     child_runs(run, trials.to_dict("records"), ("trial", "dp", *SEARCHED, "sequence_parallel"))
 
 
-def _layout_json(layout: Layout) -> dict[str, Any]:
-    return {k: getattr(layout, k) for k in LAYOUT_FIELDS}
-
-
 def _json_payload(
     outcome: _Outcome, job: Evaluator, elapsed: float, run_id: str | None
 ) -> dict[str, Any]:
     best_layout = outcome.best_layout
     payload: dict[str, Any] = {
-        "best": _layout_json(best_layout),
+        "best": best_layout.as_dict(),
         "prediction": outcome.best.as_dict(),
         "world_size": job.cluster.num_devices,
         "n_trials": len(outcome.result.study.trials),
@@ -199,8 +194,7 @@ def _json_payload(
         "elapsed_s": elapsed,
         "mlflow_run_id": run_id,
         "top_k": [
-            {"layout": _layout_json(lay), "prediction": pred.as_dict()}
-            for lay, pred in outcome.top
+            {"layout": lay.as_dict(), "prediction": pred.as_dict()} for lay, pred in outcome.top
         ],
         "launch_flags": {
             "megatron": megatron_flags(job.model, job.train, best_layout),
@@ -209,7 +203,7 @@ def _json_payload(
     }
     if outcome.exhaustive is not None:
         payload["exhaustive_best"] = {
-            "layout": _layout_json(outcome.exhaustive[0]),
+            "layout": outcome.exhaustive[0].as_dict(),
             "prediction": outcome.exhaustive[1].as_dict(),
             "gap": outcome.gap,
         }

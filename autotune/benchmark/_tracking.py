@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.tracking import TrackingConfig
+from autotune.config import TrackingConfig
 from autotune.tracking import tracked_run
 
 __all__ = ["log_benchmark_run"]
@@ -30,16 +30,14 @@ def _metrics(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
 
 
 def log_benchmark_run(
-    uri: str,
-    experiment: str,
+    tracking: TrackingConfig,
     params: Mapping[str, Any],
     summaries: Mapping[str, Mapping[str, Any]],
     config_yaml: str,
     report_dir: Path,
 ) -> str:
     """Log the run and return its id; a failure inside marks the run FAILED, never RUNNING."""
-    config = TrackingConfig(enabled=True, uri=uri, experiment=experiment)
-    with tracked_run(config, run_name="benchmark") as run:
+    with tracked_run(tracking, run_name="benchmark") as run:
         assert run is not None
         run.params(params)
         run.metrics(_metrics(summaries))

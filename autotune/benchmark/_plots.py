@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from autotune._benchmark_score import BenchmarkResult
+from autotune.benchmark._score import BenchmarkResult
 
 __all__ = ["plot_frames", "write_plots"]
 

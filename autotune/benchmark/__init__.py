@@ -1,0 +1,23 @@
+"""The regret benchmark: score simulators by the measured time of the layouts they pick."""
+
+from __future__ import annotations
+
+from autotune.benchmark._rankers import HeuristicRule
+from autotune.benchmark._rankers import Ranking
+from autotune.benchmark._run import load_data
+from autotune.benchmark._run import run
+from autotune.benchmark._run import run_benchmark
+from autotune.benchmark._run import simulators_of
+from autotune.benchmark._score import BenchmarkResult
+from autotune.benchmark._score import ScoreSettings
+
+__all__ = [
+    "BenchmarkResult",
+    "HeuristicRule",
+    "Ranking",
+    "ScoreSettings",
+    "load_data",
+    "run",
+    "run_benchmark",
+    "simulators_of",
+]

@@ -1,0 +1,45 @@
+"""``python -m autotune.benchmark``: which simulator picks layouts that are really fast?"""
+
+from __future__ import annotations
+
+import sys
+
+from autotune.benchmark._run import run
+from autotune.cli import Command
+from autotune.config import BenchmarkConfig
+
+COMMAND = Command(
+    module="autotune.benchmark",
+    config_name="benchmark",
+    schema=BenchmarkConfig,
+    summary=(
+        "Score simulators by the regret of the layouts they pick, against measured step times\n"
+        "(dataset/): each simulator ranks the measured layouts of every scenario (one job,\n"
+        "several layouts); its pick's measured time over the best measured time, minus one, is\n"
+        "its regret. Also Kendall tau, MAPE, memory errors, random and rule-of-thumb baselines.\n"
+        "Reports go to report_dir and MLflow."
+    ),
+    options=(
+        ("simulators", "simulators to score"),
+        ("data", "public, a shipped source, or a schema-v1 .csv/.parquet file"),
+        ("hardware", "keep only these clusters"),
+        ("source", "keep only these sources"),
+        ("top_k", "the k of regret@k"),
+        ("report_dir", "where the report files go"),
+        ("analytical.<constant>", "override a simulator constant"),
+        ("output", "table or json"),
+        ("tracking.enabled", "record the benchmark in MLflow"),
+    ),
+    examples=(
+        "python -m autotune.benchmark",
+        "python -m autotune.benchmark simulators=[analytical,hierarchical] data=vtrain",
+        "python -m autotune.benchmark data=my_runs.csv analytical.host_op_overhead_us=15",
+    ),
+    run=run,
+)
+
+main = COMMAND.main
+
+
+if __name__ == "__main__":
+    sys.exit(main())

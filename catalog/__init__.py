@@ -1,0 +1,62 @@
+"""The catalog: models, clusters, training steps and simulators of ``conf/``, as specs.
+
+``conf/`` is the one home of these facts; this package is its one reader, used by the command
+line, the dataset importers and loader, the benchmark and the profiler. It composes the config
+tree with Hydra (so every command takes the same ``group=option`` and ``key=value``
+overrides) and returns the frozen specs of :mod:`simulators`.
+
+Example:
+    >>> import catalog
+    >>> catalog.load_model("llama70b").num_layers
+    80
+    >>> catalog.load_cluster("ascend", ["cluster.num_nodes=2"]).num_devices
+    16
+"""
+
+from __future__ import annotations
+
+from catalog._compose import compose
+from catalog._compose import conf_dir
+from catalog._compose import group_choices
+from catalog._compose import options
+from catalog._load import Job
+from catalog._load import cluster_from_config
+from catalog._load import job_from_config
+from catalog._load import load_cluster
+from catalog._load import load_job
+from catalog._load import load_model
+from catalog._load import load_simulator
+from catalog._load import model_from_config
+from catalog._load import plain
+from catalog._load import simulator_constants
+from catalog._load import simulator_from_config
+from catalog._load import train_from_config
+from catalog._schemas import ClusterConfig
+from catalog._schemas import JobConfig
+from catalog._schemas import ModelConfig
+from catalog._schemas import TrainConfig
+from catalog._schemas import register
+
+__all__ = [
+    "ClusterConfig",
+    "Job",
+    "JobConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "cluster_from_config",
+    "compose",
+    "conf_dir",
+    "group_choices",
+    "job_from_config",
+    "load_cluster",
+    "load_job",
+    "load_model",
+    "load_simulator",
+    "model_from_config",
+    "options",
+    "plain",
+    "register",
+    "simulator_constants",
+    "simulator_from_config",
+    "train_from_config",
+]

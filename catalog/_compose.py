@@ -1,0 +1,110 @@
+"""Find ``conf/`` and compose its configs with Hydra, refusing bad overrides in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.errors import HydraException
+from hydra.errors import MissingConfigException
+from omegaconf import DictConfig
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from simulators import UserError
+
+__all__ = ["compose", "conf_dir", "group_choices", "options"]
+
+_PACKAGED = Path(__file__).resolve().parent / "conf"  # an installed wheel carries conf/ here
+_CHECKOUT = Path(__file__).resolve().parents[1] / "conf"  # a source checkout or editable install
+
+
+@functools.cache
+def conf_dir() -> Path:
+    """The config tree: inside the installed package, else the checkout's ``conf/``."""
+    for candidate in (_PACKAGED, _CHECKOUT):
+        if (candidate / "job.yaml").is_file():
+            return candidate
+    raise UserError(f"the config tree conf/ was not found (looked in {_PACKAGED}, {_CHECKOUT})")
+
+
+def options(group: str) -> tuple[str, ...]:
+    """The names of a config group's options (``model`` -> ``llama2_7b``, ...), sorted."""
+    return tuple(sorted(p.stem for p in (conf_dir() / group).glob("*.yaml")))
+
+
+def group_choices(config_name: str) -> dict[str, str]:
+    """The option each config group takes by default in ``conf/<config_name>.yaml``."""
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = hydra_compose(config_name=config_name, return_hydra_config=True)
+    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+    assert isinstance(choices, dict)
+    return {str(k): str(v) for k, v in choices.items() if not str(k).startswith("hydra/")}
+
+
+def compose(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """Compose ``conf/<config_name>.yaml`` with command-line style ``overrides``.
+
+    The schemas the config names must be registered first. Keys added with ``+`` that no
+    schema declares are refused, as is every other bad override.
+
+    Raises:
+        UserError: one line saying what is wrong and what is allowed.
+    """
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
+        OmegaConf.resolve(cfg)
+    except MissingConfigException as exc:
+        raise UserError(_missing_message(exc)) from None
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise UserError(_first_lines(exc)) from None
+    unknown = _undeclared_keys(cfg)
+    if unknown:
+        listed = "; ".join(f"{key} (allowed: {allowed})" for key, allowed in unknown)
+        raise UserError(f"unknown key(s) {listed}")
+    return cfg
+
+
+def _missing_message(exc: MissingConfigException) -> str:
+    missing = exc.missing_cfg_file or ""
+    group, _, name = missing.rpartition("/")
+    if group and exc.options is not None:
+        return f"unknown {group} {name!r}; available: {', '.join(sorted(exc.options))}"
+    return str(exc).splitlines()[0]
+
+
+def _first_lines(exc: BaseException) -> str:
+    """The message of ``exc`` and of its causes, first line of each, without Hydra's hints."""
+    parts: list[str] = []
+    current: BaseException | None = exc
+    while current is not None and len(parts) < 3:
+        line = str(current).strip().splitlines()[0] if str(current).strip() else ""
+        if line and line not in parts and "$VALUE" not in line:
+            parts.append(line)
+        current = current.__cause__ or current.__context__
+    return ": ".join(parts) or type(exc).__name__
+
+
+def _undeclared_keys(node: DictConfig, prefix: str = "") -> list[tuple[str, str]]:
+    """Keys (dotted) of structured nodes that their dataclass does not declare."""
+    found: list[tuple[str, str]] = []
+    kind = OmegaConf.get_type(node)
+    declared = (
+        {f.name for f in dataclasses.fields(kind)}
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind)
+        else None
+    )
+    for key in map(str, node.keys()):
+        path = f"{prefix}{key}"
+        if declared is not None and key not in declared:
+            found.append((path, ", ".join(sorted(declared))))
+            continue
+        child = node._get_node(key)  # noqa: SLF001 - the node, not its value
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            found.extend(_undeclared_keys(child, f"{path}."))
+    return found

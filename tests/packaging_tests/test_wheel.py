@@ -1,0 +1,107 @@
+"""A wheel built from the checkout works anywhere: conf/ and the data ship inside it.
+
+The wheel is installed into a fresh virtual environment that sees the already installed
+dependencies (optuna, mlflow, torch...) through a ``.pth`` line but not this checkout, and
+the commands run from a folder outside the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _packages_in_checkout() -> set[str]:
+    found = set()
+    for init in REPO.glob("*/**/__init__.py"):
+        package = init.parent.relative_to(REPO)
+        if package.parts[0] not in ("tests", "benchmarks", "build"):
+            found.add(".".join(package.parts))
+    return found
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("autotune-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_wheel_carries_every_package_conf_and_data(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    packages = {str(Path(n).parent).replace("/", ".") for n in names if n.endswith("__init__.py")}
+    assert _packages_in_checkout() <= packages, "list new packages in pyproject.toml"
+    for path in (REPO / "conf").rglob("*.yaml"):
+        assert f"catalog/conf/{path.relative_to(REPO / 'conf')}" in names
+    for path in [*(REPO / "dataset" / "data").iterdir(), *(REPO / "dataset" / "raw").iterdir()]:
+        assert f"dataset/{path.parent.name}/{path.name}" in names
+
+
+@pytest.mark.slow
+def test_installed_wheel_runs_the_main_command_elsewhere(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    # The dependencies, not the checkout: a plain path line is not a site dir, so the
+    # editable install's own .pth hook there is not run.
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site)]
+        + [str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [python, "-m", "autotune", "model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1"]
+        + ["search.n_trials=5", "tracking.enabled=false", "output=json"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["world_size"] == 8
+    where = subprocess.run(
+        [
+            python,
+            "-c",
+            "import catalog, dataset; print(catalog.conf_dir(), len(dataset.load_public()))",
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert where[0] == str(site / "catalog" / "conf")
+    assert int(where[1]) > 1000

@@ -85,7 +85,8 @@ def _parallel_schema() -> type:
     hints = {f.name: f.type for f in dataclasses.fields(Layout)}
     rows = []
     for name in LAYOUT_FIELDS:
-        kind = {"int": int, "str": str, "bool": bool, "int | None": int}[str(hints[name])]
+        kinds = {"int": int, "str": str, "bool": bool, "int | None": int}
+        kind = kinds.get(str(hints[name]), list[int])  # a tuple field: a list in the config
         rows.append((name, kind | None, field(default=None)))
     return dataclasses.make_dataclass("ParallelConfig", rows)
 
@@ -129,7 +130,6 @@ class HeuristicConfig:
     """The rule-of-thumb baseline of the benchmark (``conf/benchmark.yaml``)."""
 
     state_memory_fraction: float = MISSING  # share of device memory the states may fill
-    state_bytes_per_param: dict[str, float] = MISSING  # weight, grad, optimizer
 
 
 @dataclass

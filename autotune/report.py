@@ -19,17 +19,11 @@ __all__ = ["breakdown_table", "launch_text", "layout_table", "layout_row"]
 
 def layout_row(layout: Layout, prediction: Prediction) -> dict[str, object]:
     """One layout and its headline figures as a flat row (trial and top-k tables)."""
+    fields = layout.as_dict()
+    if fields["layer_split"] is not None:  # as a measurement file writes it: 19/21/21/19
+        fields["layer_split"] = "/".join(map(str, fields["layer_split"]))
     return {
-        "dp": layout.dp,
-        "tp": layout.tp,
-        "pp": layout.pp,
-        "cp": layout.cp,
-        "ep": layout.ep,
-        "vpp": layout.vpp,
-        "micro_batch": layout.micro_batch,
-        "recompute": layout.recompute,
-        "sequence_parallel": layout.sequence_parallel,
-        "distributed_optimizer": layout.distributed_optimizer,
+        **fields,
         "step_time_s": prediction.step_time_s,
         "tokens_per_s_per_device": prediction.tokens_per_s_per_device,
         "mfu": prediction.mfu,

@@ -23,6 +23,7 @@ from catalog._load import Job
 from catalog._load import cluster_from_config
 from catalog._load import job_from_config
 from catalog._load import load_cluster
+from catalog._load import load_framework
 from catalog._load import load_job
 from catalog._load import load_model
 from catalog._load import load_simulator
@@ -49,6 +50,7 @@ __all__ = [
     "group_choices",
     "job_from_config",
     "load_cluster",
+    "load_framework",
     "load_job",
     "load_model",
     "load_simulator",

@@ -46,8 +46,8 @@ def group_choices(config_name: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in choices.items() if not str(k).startswith("hydra/")}
 
 
-def compose(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
-    """Compose ``conf/<config_name>.yaml`` with command-line style ``overrides``.
+def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfig:
+    """Compose ``conf/<config_name>.yaml`` (None: only what ``overrides`` add) with overrides.
 
     The schemas the config names must be registered first. Keys added with ``+`` that no
     schema declares are refused, as is every other bad override.

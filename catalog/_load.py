@@ -21,12 +21,14 @@ from simulators import ModelSpec
 from simulators import Simulator
 from simulators import SpecError
 from simulators import TrainSpec
+from simulators.frameworks import FrameworkSpec
 from simulators.registry import make_simulator
 
 __all__ = [
     "Job",
     "job_from_config",
     "load_cluster",
+    "load_framework",
     "load_job",
     "load_model",
     "load_simulator",
@@ -78,9 +80,21 @@ def cluster_from_config(node: Any) -> ClusterSpec:
     return spec
 
 
-def train_from_config(node: Any) -> TrainSpec:
-    spec: TrainSpec = _spec(TrainSpec, plain(node), "train")
+def train_from_config(node: Any, cluster: ClusterSpec) -> TrainSpec:
+    """The training step of a ``train`` node; its framework is loaded by name (None: the
+    cluster's default), and the step is checked against the cluster (FP8 needs FP8 cores)."""
+    values = dict(plain(node))
+    values["framework"] = load_framework(values.get("framework") or cluster.default_framework)
+    spec: TrainSpec = _spec(TrainSpec, values, "train")
+    spec.check_on(cluster)
     return spec
+
+
+@functools.lru_cache(maxsize=32)
+def load_framework(name: str) -> FrameworkSpec:
+    """The framework ``conf/framework/<name>.yaml`` (how a software stack runs a step)."""
+    values = dict(plain(compose(None, [f"+framework={name}"]).framework))
+    return FrameworkSpec.from_mapping(name, values)
 
 
 def simulator_from_config(node: Any) -> Simulator:
@@ -92,10 +106,11 @@ def simulator_from_config(node: Any) -> Simulator:
 
 def job_from_config(cfg: Any) -> Job:
     """The specs and the simulator of a composed config with a job's four groups."""
+    cluster = cluster_from_config(cfg.cluster)
     return Job(
         model=model_from_config(cfg.model),
-        cluster=cluster_from_config(cfg.cluster),
-        train=train_from_config(cfg.train),
+        cluster=cluster,
+        train=train_from_config(cfg.train, cluster),
         simulator=simulator_from_config(cfg.simulator),
     )
 

@@ -24,14 +24,22 @@ from simulators import TrainSpec
 __all__ = ["ClusterConfig", "JobConfig", "ModelConfig", "RecipeConfig", "TrainConfig", "register"]
 
 
-def _schema_of(spec: type, name: str, extra: dict[str, type] | None = None) -> type:
+def _schema_of(
+    spec: type,
+    name: str,
+    extra: dict[str, type] | None = None,
+    by_name: tuple[str, ...] = (),
+) -> type:
     """A mutable dataclass with the fields of ``spec`` (nested specs become nested schemas);
-    ``extra`` adds fields whose defaults are instances of the given dataclasses."""
+    ``extra`` adds fields whose defaults are instances of the given dataclasses; ``by_name``
+    fields hold the name of a catalog entry instead (None: a default chosen elsewhere)."""
     hints = typing.get_type_hints(spec)
     rows: list[tuple[str, Any, Any]] = []
     for f in dataclasses.fields(spec):
         kind = hints[f.name]
-        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        if f.name in by_name:
+            rows.append((f.name, str | None, field(default=None)))
+        elif isinstance(kind, type) and dataclasses.is_dataclass(kind):
             nested = _schema_of(kind, f"{kind.__name__.removesuffix('Spec')}Config")
             rows.append((f.name, nested, field(default_factory=nested)))
         elif f.default is not dataclasses.MISSING:
@@ -53,7 +61,8 @@ class RecipeConfig:
 
 ModelConfig = _schema_of(ModelSpec, "ModelConfig", {"recipe": RecipeConfig})
 ClusterConfig = _schema_of(ClusterSpec, "ClusterConfig")
-TrainConfig = _schema_of(TrainSpec, "TrainConfig")
+# train.framework names a file of conf/framework/ (None: the cluster's default_framework).
+TrainConfig = _schema_of(TrainSpec, "TrainConfig", by_name=("framework",))
 
 
 @dataclass

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import catalog
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
 from simulators.layout import field_info
@@ -65,6 +66,18 @@ def _bool(cell: str) -> bool:
     raise ValueError(f"one of {', '.join(_TRUE + _FALSE)}")
 
 
+def _int_list(cell: str) -> tuple[int, ...]:
+    """Integers >= 1 separated by ``/`` or ``,`` (a layer split: ``19/21/21/19``)."""
+    parts = cell.replace(",", "/").split("/")
+    try:
+        values = tuple(int(part) for part in parts)
+    except ValueError:
+        raise ValueError("integers >= 1 separated by / (e.g. 19/21/21/19)") from None
+    if min(values) < 1:
+        raise ValueError("integers >= 1 separated by / (e.g. 19/21/21/19)")
+    return values
+
+
 def _choice(allowed: tuple[str, ...]) -> Callable[[str], str]:
     def parse(cell: str) -> str:
         if cell not in allowed:
@@ -93,6 +106,8 @@ class Column:
             return "boolean"
         if self.parse is _text or getattr(self.parse, "choices", None):
             return "str"
+        if self.parse is _int_list:
+            return "object"
         return "Int64"
 
 
@@ -147,6 +162,8 @@ def _layout_column(name: str) -> Column:
         parse = _choice(info.choices)
     elif "bool" in kind:
         parse = _bool
+    elif "tuple" in kind:
+        parse = _int_list
     else:
         parse = _int(1)
     default = None if name == "sequence_parallel" else _LAYOUT_DEFAULTS[name]  # tp > 1
@@ -157,6 +174,8 @@ _FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(Layout)}
 _LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Layout)}
 _LAYOUT = tuple(_layout_column(name) for name in LAYOUT_FIELDS)
 _TRAINING = (
+    # A framework of conf/framework/; empty: the cluster's default_framework.
+    Column("framework", _choice(catalog.options("framework"))),
     Column("precision", _choice(PRECISIONS), default="bf16"),
     # Not in the v1 table of docs/architecture.md: whether the stack ran fused attention.
     Column("flash_attention", _bool, default=True),

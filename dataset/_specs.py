@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+import catalog
 from dataset._clusters import sized_cluster
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
@@ -25,7 +26,9 @@ _OVERRIDES = ("devices_per_node", "device_memory_gib", "intra_node_gbps", "inter
 def _given(row: Mapping[str, Any], key: str) -> Any:
     """The row's value, or None when the column is absent or the cell empty (NaN, "")."""
     value = row.get(key)
-    if value is None or (not isinstance(value, str) and pd.isna(value)) or value == "":
+    if value is None or isinstance(value, tuple):
+        return value
+    if (not isinstance(value, str) and pd.isna(value)) or value == "":
         return None
     return value.item() if hasattr(value, "item") else value  # numpy scalar -> Python
 
@@ -49,12 +52,15 @@ def row_to_specs(row: Mapping[str, Any]) -> tuple[ModelSpec, ClusterSpec, TrainS
     model = ModelSpec(name=str(row["model"]), head_dim=int(head_dim), **model_values)
     overrides = {k: _given(row, k) for k in _OVERRIDES}
     cluster = sized_cluster(str(row["cluster"]), int(row["num_devices"]), **overrides)
+    framework = catalog.load_framework(_given(row, "framework") or cluster.default_framework)
     train = TrainSpec(
+        framework=framework,
         seq_len=int(row["seq_len"]),
         global_batch_size=int(row["global_batch_size"]),
         precision=str(_given(row, "precision") or "bf16"),
         flash_attention=bool(_given(row, "flash_attention") in (None, True)),
     )
+    train.check_on(cluster)
     layout_values = {k: _given(row, k) for k in LAYOUT_FIELDS}
     layout = Layout(**{k: v for k, v in layout_values.items() if v is not None})
     return model, cluster, train, layout

@@ -40,15 +40,18 @@ def constants_from_mapping(
     values: Mapping[str, Any],
     owner: str,
     convert: Mapping[str, Callable[[Any], Any]] | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> T:
-    """A simulator's constants dataclass from its yaml mapping (every key, no other).
+    """A dataclass of constants from its yaml mapping (every key, no other).
 
-    ``convert`` turns nested mappings into their types (``{"efficiency": Efficiencies}``).
+    ``convert`` turns nested mappings into their types (``{"efficiency": Efficiencies}``);
+    ``fixed`` gives fields that do not come from the yaml (a name).
 
     Raises:
         SpecError: naming the unknown and the missing keys, and every allowed one.
     """
-    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fixed = dict(fixed or {})
+    known = {f.name for f in dataclasses.fields(cls)} - set(fixed)  # type: ignore[arg-type]
     given = {k: v for k, v in values.items() if k != "name"}
     unknown, missing = sorted(set(given) - known), sorted(known - set(given))
     if unknown or missing:
@@ -60,4 +63,4 @@ def constants_from_mapping(
         )
     for key, make in (convert or {}).items():
         given[key] = make(given[key])
-    return cls(**given)
+    return cls(**given, **fixed)

@@ -31,9 +31,8 @@ from simulators.specs import ClusterSpec
 from simulators.specs import DeviceSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
-from simulators.states import StateBytes
 from simulators.states import optimizer_step_s
-from simulators.states import state_bytes_by_precision
+from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
 
 __all__ = ["AnalyticalConstants", "AnalyticalSimulator"]
@@ -52,11 +51,7 @@ class AnalyticalConstants:
     host_ops_per_layer_forward: int
     host_op_overhead_us: float
     unfused_attention_bytes_per_score: Mapping[str, float]
-    tp_comm_overlap: bool
     cp_comm_overlap: bool
-    overlap_grad_reduce: bool
-    overlap_param_gather: bool
-    state_bytes_per_param: Mapping[str, StateBytes]
     optimizer_traffic_bytes_per_param: float
     logits_bytes_per_element: float
     reserved_memory_gib: float
@@ -71,12 +66,7 @@ class AnalyticalConstants:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> AnalyticalConstants:
         """Build from ``conf/simulator/analytical.yaml``; unknown or missing keys raise."""
-        return constants_from_mapping(
-            cls,
-            values,
-            "simulator analytical",
-            {"state_bytes_per_param": state_bytes_by_precision},
-        )
+        return constants_from_mapping(cls, values, "simulator analytical")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,15 +127,20 @@ class AnalyticalSimulator:
 
 
 def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str) -> float:
-    """Roofline time of an (m x k) @ (k x n) GEMM: compute- or memory-bound."""
+    """Roofline time of an (m x k) @ (k x n) GEMM in ``precision``: compute- or memory-bound.
+
+    An ``fp8`` GEMM reads FP8 operands and writes a bf16 result (Transformer Engine).
+    """
     flops = 2.0 * m * k * n
-    nbytes = _dtype_bytes(precision) * (m * k + k * n + m * n)
+    operand = 1 if precision == "fp8" else _dtype_bytes(precision)
+    nbytes = operand * (m * k + k * n) + _dtype_bytes(precision) * m * n
     compute = flops / (device.peak_flops(precision) * device.matmul_efficiency)
     memory = nbytes / (device.achieved_memory_bytes_per_s)
     return max(compute, memory)
 
 
 def _dtype_bytes(precision: str) -> int:
+    """Bytes of an activation element: fp32 4, else 2 (fp8 runs keep bf16 activations)."""
     return 4 if precision == "fp32" else 2
 
 
@@ -186,20 +181,40 @@ def _mlp_gemms(
     ]
 
 
-def _layer_gemms(
+def _linear_gemms(
     model: ModelSpec, moe: bool, tokens: float, layout: Layout
 ) -> list[tuple[float, float, float, float]]:
+    """(m, k, n, count) of a layer's linear layers: what FP8 runs in FP8 (not the router)."""
     tp = layout.tp
     gemms = [(m, k, n, 1.0) for m, k, n in _attention_gemms(model, tokens, tp)]
     if not moe:
         return gemms + _mlp_gemms(model, tokens, model.ffn_hidden_size, tp)
     local_experts = model.num_experts / layout.ep
     tokens_per_expert = model.moe_top_k * tokens / local_experts
-    gemms.append((tokens, model.hidden_size, model.num_experts, 1.0))  # router
     gemms += _mlp_gemms(model, tokens_per_expert, model.expert_ffn_hidden_size, tp, local_experts)
     if model.shared_expert_ffn_hidden_size:
         gemms += _mlp_gemms(model, tokens, model.shared_expert_ffn_hidden_size, tp)
     return gemms
+
+
+def _gemms_s(
+    model: ModelSpec,
+    moe: bool,
+    tokens: float,
+    layout: Layout,
+    train: TrainSpec,
+    device: DeviceSpec,
+) -> float:
+    """Forward GEMM seconds of one layer: linear layers (FP8 when the step runs it), router."""
+    linear = "fp8" if train.fp8 else train.compute_dtype
+    seconds = sum(
+        count * gemm_time_s(m, k, n, device, linear)
+        for m, k, n, count in _linear_gemms(model, moe, tokens, layout)
+    )
+    if moe:
+        router = (tokens, model.hidden_size, model.num_experts)
+        seconds += gemm_time_s(*router, device, train.compute_dtype)
+    return seconds
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, act: int) -> float:
@@ -244,7 +259,7 @@ def _unfused_attention_s(
     heads = model.num_attention_heads / layout.tp
     scores = tokens * heads * train.seq_len  # score elements of this micro-batch
     flops = 2.0 * model.core_attention_flops_per_token(train.seq_len) * tokens / layout.tp
-    peak = device.peak_flops(train.precision) * device.matmul_efficiency
+    peak = device.peak_flops(train.compute_dtype) * device.matmul_efficiency
     bandwidth = device.achieved_memory_bytes_per_s
     b = c.unfused_attention_bytes_per_score
     forward = max(flops / peak, scores * b["forward_gemm"] / bandwidth)
@@ -254,29 +269,35 @@ def _unfused_attention_s(
     return forward, backward
 
 
-def _activation_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, act: int) -> float:
+def _activation_bytes_per_token(
+    model: ModelSpec, moe: bool, layout: Layout, act: int, linear_in: int
+) -> float:
     """Bytes one layer saves for backward per token, with flash attention (docs/reference.md 3.3).
 
     Norm inputs and outputs (4 tensors of h, split by TP only with SP), Q/K/V and the attention
     output plus fp32 log-sum-exp per head, MLA latents, and the MLP's gate, up and activation
     outputs (SwiGLU) or fc1 and GeLU outputs; an MoE layer keeps the dispatched top-k token
-    copies, their expert activations and fp32 router probabilities.
+    copies, their expert activations and fp32 router probabilities. The inputs of the linear
+    layers (norm outputs, attention output, MLP activation output, dispatched tokens) take
+    ``linear_in`` bytes per element: 1 where FP8 layers save them quantized (docs/reference.md
+    7.6), else ``act``.
     """
     tp = layout.tp
     seq_shard = tp if layout.sequence_parallel else 1
     h = model.hidden_size
-    norms = 4 * act * h / seq_shard
-    attention = act * (model.q_width / tp + _kv_local_width(model, tp) + model.attn_out_width / tp)
+    norms = 2 * (act + linear_in) * h / seq_shard
+    attention = act * (model.q_width / tp + _kv_local_width(model, tp))
+    attention += linear_in * model.attn_out_width / tp
     lse = 0.0 if layout.recompute == "selective" else 4 * model.num_attention_heads / tp
     if model.attention == "mla":
         attention += act * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
-    per_f = act * (3 if model.activation == "swiglu" else 2)
+    per_f = act * (2 if model.activation == "swiglu" else 1) + linear_in
     if not moe:
         mlp = per_f * model.ffn_hidden_size / tp
     else:
         k = model.moe_top_k
-        mlp = k * (act * h + per_f * model.expert_ffn_hidden_size / tp) + 4 * model.num_experts
-        mlp += per_f * model.shared_expert_ffn_hidden_size / tp
+        mlp = k * (linear_in * h + per_f * model.expert_ffn_hidden_size / tp)
+        mlp += 4 * model.num_experts + per_f * model.shared_expert_ffn_hidden_size / tp
     return norms + attention + lse + mlp
 
 
@@ -292,13 +313,10 @@ def _layer_cost(
     c: AnalyticalConstants,
 ) -> _LayerCost:
     device = cluster.device
-    precision = train.precision
+    precision = train.compute_dtype
     act = _dtype_bytes(precision)
     tokens = layout.micro_batch * train.seq_len / layout.cp
-    gemm_s = sum(
-        count * gemm_time_s(m, k, n, device, precision)
-        for m, k, n, count in _layer_gemms(model, moe, tokens, layout)
-    )
+    gemm_s = _gemms_s(model, moe, tokens, layout, train, device)
     core_flops = tokens * model.core_attention_flops_per_token(train.seq_len) / layout.tp
     if train.uses_flash_attention(cluster):
         core_s = core_flops / (device.peak_flops(precision) * c.attention_efficiency)
@@ -321,7 +339,7 @@ def _layer_cost(
     # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
     tp_group = layout.group("tp", cluster.devices_per_node)
     tp_one = all_reduce_time_s(tokens * model.hidden_size * act, tp_group, cluster)
-    tp_exposed = 0.0 if c.tp_comm_overlap else 2 * tp_one
+    tp_exposed = 0.0 if train.framework.tp_comm_overlap else 2 * tp_one
 
     # Expert parallel: dispatch and combine all-to-alls of the top-k token copies.
     ep_exposed = 0.0
@@ -342,7 +360,8 @@ def _layer_cost(
         cp_s = max(0.0, ring_s - hidden_fwd) + max(0.0, 2 * ring_s - hidden_bwd)
 
     seq_shard = layout.tp if layout.sequence_parallel else 1
-    activation_bytes = tokens * _activation_bytes_per_token(model, moe, layout, act)
+    linear_in = 1 if train.fp8 else act
+    activation_bytes = tokens * _activation_bytes_per_token(model, moe, layout, act, linear_in)
     if not train.uses_flash_attention(cluster) and layout.recompute != "selective":
         # The unfused path keeps softmax output, dropout mask and dropout output: 5as/h per
         # token-hidden in Korthikanti et al. 2022 Table 2 (docs/reference.md 3.3).
@@ -379,6 +398,7 @@ class _Stage:
     last_backward_s: float  # backward of the last micro-batch (what DP reduction hides behind)
     dense_params: float  # parameters sharded by TP (reduced over DP x CP)
     expert_params: float  # routed-expert parameters (reduced over expert-DP)
+    linear_params: float  # weights of the layers' linear GEMMs (FP8 caches copies of them)
     activation_bytes: float  # saved per micro-batch on this rank, after recompute
     working_bytes: float  # transient: one layer's activations in its backward, or the logits
 
@@ -388,6 +408,53 @@ class _Stage:
 
 
 _LayerCostFn = Callable[[ModelSpec, bool, ClusterSpec, TrainSpec, Layout], _LayerCost]
+
+
+def _p2p_s(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout, tokens: float
+) -> float:
+    """Pipeline sends of one micro-batch on one rank, forward and backward, every chunk.
+
+    The boundary activation is ``tokens x hidden``, 1/tp of it with sequence parallelism.
+    Frameworks that slice sends over TP (DeepSpeed's partitioned pipeline, Megatron-LM's old
+    scatter/gather; docs/reference.md 7.3) send each rank's 1/tp slice and all-gather it over
+    TP on the receiver, inside the node.
+    """
+    if layout.pp == 1:
+        return 0.0
+    act = _dtype_bytes(train.compute_dtype)
+    sliced = train.framework.p2p_tp_sliced and not layout.sequence_parallel
+    full = tokens * model.hidden_size * act
+    send = full / layout.tp if (layout.sequence_parallel or sliced) else full
+    same_node = layout.group("pp", cluster.devices_per_node).per_node > 1
+    seconds = p2p_time_s(send, same_node, cluster)
+    if sliced and layout.tp > 1:
+        seconds += all_gather_time_s(full, layout.group("tp", cluster.devices_per_node), cluster)
+    return 2 * layout.vpp * seconds
+
+
+def _logits(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+    layout: Layout,
+    tokens: float,
+    c: AnalyticalConstants,
+) -> tuple[float, float]:
+    """(seconds, bytes) of the output layer and loss of one micro-batch on the last stage."""
+    vocab = model.vocab_size / layout.tp
+    seconds = 3 * gemm_time_s(
+        tokens, model.hidden_size, vocab, cluster.device, train.compute_dtype
+    )
+    nbytes = tokens * vocab * c.logits_bytes_per_element
+    return seconds + 2 * nbytes / cluster.device.achieved_memory_bytes_per_s, nbytes
+
+
+def _dense_layers_in(model: ModelSpec, first: int, count: int) -> int:
+    """How many of the layers ``first .. first + count - 1`` are dense (not MoE)."""
+    if not model.is_moe:
+        return count
+    return min(max(model.first_dense_layers - first, 0), count)
 
 
 def _stages(
@@ -400,84 +467,92 @@ def _stages(
 ) -> list[_Stage]:
     dense = layer_cost(model, False, cluster, train, layout)
     moe = layer_cost(model, True, cluster, train, layout) if model.is_moe else dense
-    per_stage = layout.layers_per_stage(model)
-    recomputed = layout.recomputed_layers_per_stage(model)
-    act = _dtype_bytes(train.precision)
     tokens = layout.micro_batch * train.seq_len / layout.cp
-    # Scatter/gather across the TP group (Narayanan et al. 2021 sec. 4.1, docs/reference.md 3.5;
-    # DeepSpeed PipelineEngine `is_pipe_partitioned = is_model_parallel`): each TP rank sends
-    # only its 1/t slice of the boundary activation (with SP the tensor is already 1/t), and
-    # without SP the receiver all-gathers the full tensor over its TP group, inside the node.
-    boundary_bytes = tokens * model.hidden_size * act / layout.tp
-    same_node = layout.group("pp", cluster.devices_per_node).per_node > 1
-    p2p_s = 0.0
-    if layout.pp > 1:
-        p2p_s = p2p_time_s(boundary_bytes, same_node, cluster)
-        if layout.tp > 1 and not layout.sequence_parallel:
-            tp_group = layout.group("tp", cluster.devices_per_node)
-            p2p_s += all_gather_time_s(boundary_bytes * layout.tp, tp_group, cluster)
-        p2p_s *= 2 * layout.vpp
-    logits_s = 3 * gemm_time_s(
-        tokens, model.hidden_size, model.vocab_size / layout.tp, cluster.device, train.precision
-    )
-    logits_bytes = tokens * model.vocab_size / layout.tp * c.logits_bytes_per_element
-    logits_s += 2 * logits_bytes / cluster.device.achieved_memory_bytes_per_s
-    share = recomputed / per_stage
-    built: dict[tuple[int, bool, bool], _Stage] = {}  # most pipeline ranks are alike
+    p2p_s = _p2p_s(model, cluster, train, layout, tokens)
+    logits_s, logits_bytes = _logits(model, cluster, train, layout, tokens, c)
+    built: dict[tuple[int, int, bool, bool], _Stage] = {}  # most pipeline ranks are alike
     stage_list = []
-    for rank in range(layout.pp):
-        n_dense = per_stage
-        if model.is_moe:
-            n_dense = min(max(model.first_dense_layers - rank * per_stage, 0), per_stage)
-        n_moe = per_stage - n_dense
-        last = rank == layout.pp - 1
-        key = (n_dense, rank == 0, last)
-        if key in built:
-            stage_list.append(built[key])
-            continue
-
-        def total(attr: str, n_dense: int = n_dense, n_moe: int = n_moe) -> float:
-            return n_dense * getattr(dense, attr) + n_moe * getattr(moe, attr)
-
-        if layout.recompute == "full":
-            recompute_s = share * (
-                total("forward_s") + total("tp_forward_s") + total("ep_forward_s")
+    first_layer = 0
+    counts = layout.stage_layers(model, train)
+    for rank, count in enumerate(counts):
+        n_dense = _dense_layers_in(model, first_layer, count)
+        first_layer += count
+        n_moe = count - n_dense
+        key = (n_dense, n_moe, rank == 0, rank == layout.pp - 1)
+        if key not in built:
+            built[key] = _stage(
+                model,
+                layout,
+                dense,
+                moe,
+                n_dense,
+                n_moe,
+                key[2],
+                key[3],
+                p2p_s,
+                (logits_s, logits_bytes),
             )
-        elif layout.recompute == "selective":
-            recompute_s = total("core_attention_s")
-        else:
-            recompute_s = 0.0
-        dense_params = (
-            n_dense * model.dense_layer_params + n_moe * model.moe_layer_non_expert_params
-        ) / layout.tp
-        if rank == 0:
-            dense_params += model.embedding_params / layout.tp
-        if last:
-            dense_params += model.hidden_size  # final norm (replicated; negligible)
-            if model.output_params or layout.pp > 1:  # a tied head is copied to the last stage
-                dense_params += model.vocab_size * model.hidden_size / layout.tp
-        saved = (1 - share) * total("activation_bytes") + share * total("input_bytes")
-        # The logits live until the loss backward is done, before any layer's backward starts.
-        working = max(dense.activation_bytes, moe.activation_bytes, logits_bytes if last else 0)
-        built[key] = _Stage(
-            compute_s=total("forward_s") + total("backward_s") + (logits_s if last else 0.0),
-            recompute_s=recompute_s,
-            tp_s=total("tp_forward_s")
-            + total("tp_backward_s")
-            + (share * total("tp_forward_s") if layout.recompute == "full" else 0.0),
-            cp_s=total("cp_s"),
-            ep_s=total("ep_forward_s")
-            + total("ep_backward_s")
-            + (share * total("ep_forward_s") if layout.recompute == "full" else 0.0),
-            pp_s=p2p_s,
-            last_backward_s=total("backward_s") / layout.vpp,
-            dense_params=dense_params,
-            expert_params=n_moe * model.expert_params_per_layer / (layout.ep * layout.tp),
-            activation_bytes=saved,
-            working_bytes=working,
-        )
         stage_list.append(built[key])
     return stage_list
+
+
+def _stage(
+    model: ModelSpec,
+    layout: Layout,
+    dense: _LayerCost,
+    moe: _LayerCost,
+    n_dense: int,
+    n_moe: int,
+    first: bool,
+    last: bool,
+    p2p_s: float,
+    logits: tuple[float, float],
+) -> _Stage:
+    """One pipeline rank holding ``n_dense`` dense and ``n_moe`` MoE layers."""
+
+    def total(attr: str) -> float:
+        return n_dense * getattr(dense, attr) + n_moe * getattr(moe, attr)
+
+    share = layout.recomputed_layers(n_dense + n_moe) / (n_dense + n_moe)
+    full = layout.recompute == "full"
+    if full:
+        recompute_s = share * (total("forward_s") + total("tp_forward_s") + total("ep_forward_s"))
+    elif layout.recompute == "selective":
+        recompute_s = total("core_attention_s")
+    else:
+        recompute_s = 0.0
+    linear_params = (
+        n_dense * model.dense_layer_params + n_moe * model.moe_layer_non_expert_params
+    ) / layout.tp
+    dense_params = linear_params
+    if first:
+        dense_params += model.embedding_params / layout.tp
+    if last:
+        dense_params += model.hidden_size  # final norm (replicated; negligible)
+        if model.output_params or layout.pp > 1:  # a tied head is copied to the last stage
+            dense_params += model.vocab_size * model.hidden_size / layout.tp
+    logits_s, logits_bytes = logits
+    # The logits live until the loss backward is done, before any layer's backward starts.
+    working = max(dense.activation_bytes, moe.activation_bytes, logits_bytes if last else 0)
+    expert_params = n_moe * model.expert_params_per_layer / (layout.ep * layout.tp)
+    return _Stage(
+        compute_s=total("forward_s") + total("backward_s") + (logits_s if last else 0.0),
+        recompute_s=recompute_s,
+        tp_s=total("tp_forward_s")
+        + total("tp_backward_s")
+        + (share * total("tp_forward_s") if full else 0.0),
+        cp_s=total("cp_s"),
+        ep_s=total("ep_forward_s")
+        + total("ep_backward_s")
+        + (share * total("ep_forward_s") if full else 0.0),
+        pp_s=p2p_s,
+        last_backward_s=total("backward_s") / layout.vpp,
+        dense_params=dense_params,
+        expert_params=expert_params,
+        linear_params=linear_params + expert_params,
+        activation_bytes=(1 - share) * total("activation_bytes") + share * total("input_bytes"),
+        working_bytes=working,
+    )
 
 
 def _in_flight_microbatches(layout: Layout, microbatches: int, rank: int) -> float:
@@ -493,27 +568,37 @@ def _in_flight_microbatches(layout: Layout, microbatches: int, rank: int) -> flo
 
 
 def _dp_times_s(
-    stage: _Stage, cluster: ClusterSpec, layout: Layout, c: AnalyticalConstants, prec: str
+    stage: _Stage, cluster: ClusterSpec, train: TrainSpec, layout: Layout, c: AnalyticalConstants
 ) -> tuple[float, float]:
-    """(exposed gradient/parameter communication, optimizer step) of one pipeline rank."""
-    sizes = c.state_bytes_per_param[prec]
+    """(exposed gradient/parameter communication, optimizer step) of one pipeline rank.
+
+    The framework says whether the gradient reduction hides behind the last micro-batch's
+    backward, in which dtype it runs, and whether the parameter all-gather hides in the next
+    forward (docs/reference.md 7.2).
+    """
+    framework = train.framework
+    sizes = state_bytes_of(train, layout)
+    grad_bytes = framework.grad_reduce_bytes(train.precision)
     dense_group = layout.group("dp_cp", cluster.devices_per_node)
     expert_group = layout.group("edp", cluster.devices_per_node)
     reduce_s = gather_s = 0.0
     for params, group in ((stage.dense_params, dense_group), (stage.expert_params, expert_group)):
         if group.size == 1 or params == 0:
             continue
-        if layout.distributed_optimizer:
-            reduce_s += reduce_scatter_time_s(params * sizes.grad, group, cluster)
-            gather_s += all_gather_time_s(params * sizes.weight, group, cluster)
+        if layout.distributed_optimizer and framework.reduce_scatter_grads:
+            reduce_s += reduce_scatter_time_s(params * grad_bytes, group, cluster)
         else:
-            reduce_s += all_reduce_time_s(params * sizes.grad, group, cluster)
-    exposed = max(0.0, reduce_s - stage.last_backward_s) if c.overlap_grad_reduce else reduce_s
-    exposed += 0.0 if c.overlap_param_gather else gather_s
+            reduce_s += all_reduce_time_s(params * grad_bytes, group, cluster)
+        if sizes.sharded_optimizer:  # each rank updated its shard: gather the new weights
+            gather_s += all_gather_time_s(params * sizes.weight, group, cluster)
+    overlapped = framework.overlap_grad_reduce
+    exposed = max(0.0, reduce_s - stage.last_backward_s) if overlapped else reduce_s
+    exposed += 0.0 if framework.overlap_param_gather else gather_s
     optimizer_s = optimizer_step_s(
         stage.dense_params,
         stage.expert_params,
         layout,
+        sizes,
         c.optimizer_traffic_bytes_per_param,
         cluster.device,
     )
@@ -524,13 +609,16 @@ def _memory_bytes(
     stage: _Stage,
     rank: int,
     microbatches: int,
+    cluster: ClusterSpec,
+    train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
-    prec: str,
 ) -> dict[str, float]:
     states = state_memory_bytes(
-        stage.dense_params, stage.expert_params, layout, c.state_bytes_per_param[prec]
+        stage.dense_params, stage.expert_params, layout, state_bytes_of(train, layout)
     )
+    if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
+        states["fp8_weights"] = stage.linear_params * cluster.device.fp8_weight_copies
     return {
         **states,
         "activations": stage.activation_bytes
@@ -553,7 +641,7 @@ def _simulate(
     slowest = max(stages, key=lambda s: s.per_microbatch_s)
     bubble_s = (sum(s.per_microbatch_s for s in stages) - slowest.per_microbatch_s) / layout.vpp
     dp_s, optimizer_s = max(
-        (_dp_times_s(s, cluster, layout, c, train.precision) for s in set(stages)), key=sum
+        (_dp_times_s(s, cluster, train, layout, c) for s in set(stages)), key=sum
     )
     breakdown = {
         "compute": m * slowest.compute_s,
@@ -568,7 +656,7 @@ def _simulate(
     }
     step_s = sum(breakdown.values())
     memories = [
-        _memory_bytes(s, rank, m, layout, c, train.precision) for rank, s in enumerate(stages)
+        _memory_bytes(s, rank, m, cluster, train, layout, c) for rank, s in enumerate(stages)
     ]
     worst = max(memories, key=lambda mem: sum(mem.values()))
     world = layout.world_size
@@ -581,8 +669,9 @@ def _simulate(
         breakdown=breakdown,
         memory_breakdown_gib={k: v / GIB for k, v in worst.items()},
         tokens_per_s_per_device=tokens_per_s / world,
-        mfu=model_flops / (step_s * world * cluster.device.peak_flops(train.precision)),
+        mfu=model_flops / (step_s * world * cluster.device.peak_flops(train.compute_dtype)),
         detail={
+            "stage_layers": list(layout.stage_layers(model, train)),
             "stage_time_s": [s.per_microbatch_s for s in stages],
             "stage_memory_gib": [sum(mem.values()) / GIB for mem in memories],
         },

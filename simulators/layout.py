@@ -28,6 +28,7 @@ from simulators._checks import require_positive
 from simulators.collectives import GroupPlacement
 from simulators.collectives import place_group
 from simulators.errors import LayoutError
+from simulators.errors import SpecError
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
@@ -96,7 +97,9 @@ def _world_divisors(limit_key: str | None = None) -> Candidates:
 def _pipeline_candidates(
     model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
 ) -> list[int]:
-    return [d for d in divisors(cluster.num_devices) if model.num_layers % d == 0]
+    """Stages that divide the world; they need not divide the layers (frameworks that split
+    unevenly run them, the rules refuse the rest)."""
+    return [d for d in divisors(cluster.num_devices) if d <= model.num_layers]
 
 
 def _expert_candidates(
@@ -228,6 +231,12 @@ class Layout:
             candidates=_listed("recompute"),
         ),
     )
+    layer_split: tuple[int, ...] | None = field(
+        default=None,
+        metadata=_info(
+            "layers per pipeline stage, first to last (None: the framework's default split)"
+        ),
+    )
     recompute_layers: int | None = field(
         default=None,
         metadata=_info("layers per stage that full recompute checkpoints (None: all)"),
@@ -256,6 +265,15 @@ class Layout:
         require_choice("layout", "recompute", self.recompute, RECOMPUTE_MODES)
         if self.recompute_layers is not None:
             require_positive("layout", recompute_layers=self.recompute_layers)
+        if self.layer_split is not None:
+            split = self.layer_split
+            if not isinstance(split, tuple) or not all(isinstance(n, int) for n in split):
+                raise SpecError(f"layout: layer_split={split!r} must be a tuple of integers")
+            if not split or min(split) < 1:
+                raise SpecError(
+                    f"layout: layer_split={list(split)} has a stage with no layers; every "
+                    "stage needs at least one"
+                )
 
     @classmethod
     def resolve(cls, world_size: int, **given: object) -> Layout:
@@ -272,6 +290,9 @@ class Layout:
                 f"allowed: {', '.join(sorted(LAYOUT_FIELDS))}"
             )
         values = {k: v for k, v in given.items() if v is not None}
+        split = values.get("layer_split")
+        if isinstance(split, list):
+            values["layer_split"] = tuple(split)  # from a config or JSON list
         tp, pp, cp = (int(values.get(k, 1)) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]
         values.setdefault("dp", max(1, world_size // max(1, tp * pp * cp)))
         values.setdefault("sequence_parallel", tp > 1)
@@ -283,7 +304,8 @@ class Layout:
         unknown = sorted(set(values) - set(LAYOUT_FIELDS))
         if unknown:
             raise LayoutError(f"unknown layout field(s) {', '.join(unknown)}")
-        return cls(**values)
+        split = values.get("layer_split")
+        return cls(**{**values, "layer_split": tuple(split) if split is not None else None})
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -299,17 +321,36 @@ class Layout:
         """Micro-batches per step and per data-parallel rank: GBS / (mbs * DP)."""
         return train.global_batch_size // (self.micro_batch * self.dp)
 
-    def layers_per_stage(self, model: ModelSpec) -> int:
-        return model.num_layers // self.pp
+    def stage_layers(self, model: ModelSpec, train: TrainSpec) -> tuple[int, ...]:
+        """Transformer layers of each pipeline stage, first to last.
 
-    def recomputed_layers_per_stage(self, model: ModelSpec) -> int:
-        """Layers per pipeline stage whose activations are recomputed in full."""
+        The explicit ``layer_split``, else the framework's default split (even when ``pp``
+        divides the layers; see :meth:`simulators.FrameworkSpec.default_split`).
+        """
+        if self.layer_split is not None:
+            return self.layer_split
+        return train.framework.default_split(model.num_layers, self.pp)
+
+    def chunk_layers(self, model: ModelSpec, train: TrainSpec) -> tuple[int, ...]:
+        """Layers of every virtual stage, indexed ``chunk * pp + rank`` (Megatron's order).
+
+        A stage's layers are dealt over its ``vpp`` chunks as evenly as possible, the first
+        chunks taking the remainder.
+        """
+        stages = self.stage_layers(model, train)
+        return tuple(
+            stages[rank] // self.vpp + (chunk < stages[rank] % self.vpp)
+            for chunk in range(self.vpp)
+            for rank in range(self.pp)
+        )
+
+    def recomputed_layers(self, stage_layers: int) -> int:
+        """Layers of a stage of ``stage_layers`` whose activations are recomputed in full."""
         if self.recompute != "full":
             return 0
-        per_stage = self.layers_per_stage(model)
         if self.recompute_layers is None:
-            return per_stage
-        return min(self.recompute_layers, per_stage)
+            return stage_layers
+        return min(self.recompute_layers, stage_layers)
 
     def layer_key(self) -> tuple[object, ...]:
         """The fields that change what one layer costs (a cache key for per-layer costs)."""
@@ -349,7 +390,10 @@ class Layout:
         flags = ("sp " if self.sequence_parallel else "") + (
             "do" if self.distributed_optimizer else ""
         )
-        return f"{degrees} mbs{self.micro_batch} rc={rc} {flags}".strip()
+        split = (
+            "" if self.layer_split is None else " split=" + "/".join(map(str, self.layer_split))
+        )
+        return f"{degrees} mbs{self.micro_batch} rc={rc} {flags}".strip() + split
 
     # ---- rules ---------------------------------------------------------------------------
     def world_size_problems(self, num_devices: int, where: str = "") -> list[str]:
@@ -415,25 +459,63 @@ def _heads(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
 
 
 def _layers(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
-    """num_layers % PP == 0 (arguments.py; uneven splits are not modelled)."""
-    if model.num_layers % lay.pp:
-        return [f"pp={lay.pp} does not divide num_layers={model.num_layers}"]
-    return []
+    """Layers per stage as the framework can split them (docs/reference.md 7.1).
+
+    An explicit split has one count per stage and sums to the layers; without one, a
+    framework that splits evenly only needs pp to divide the layers.
+    """
+    framework = train.framework
+    split = lay.layer_split
+    if split is None:
+        if framework.layer_split == "even" and model.num_layers % lay.pp:
+            return [
+                f"pp={lay.pp} does not divide num_layers={model.num_layers} "
+                f"({framework.name} splits layers evenly only)"
+            ]
+        if model.num_layers < lay.pp:
+            return [f"pp={lay.pp} exceeds num_layers={model.num_layers}: a stage would be empty"]
+        return []
+    found = []
+    if len(split) != lay.pp:
+        found.append(f"layer_split has {len(split)} stages, expected pp={lay.pp}")
+    if sum(split) != model.num_layers:
+        found.append(
+            f"layer_split {list(split)} sums to {sum(split)}, expected num_layers="
+            f"{model.num_layers}"
+        )
+    if not found and not framework.can_split(split, model.num_layers):
+        allowed = framework.default_split(model.num_layers, lay.pp)
+        found.append(
+            f"{framework.name} cannot run layer_split {list(split)}; its only split for "
+            f"pp={lay.pp} is {list(allowed)}"
+        )
+    return found
 
 
 def _virtual_pipeline(
     lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
 ) -> list[str]:
-    """VPP needs PP > 1, vpp | layers per stage, and m >= PP (arguments.py, schedules.py)."""
+    """VPP needs the framework's interleaved schedule, PP > 1, m >= PP and whole chunks.
+
+    With an even split Megatron needs vpp to divide the layers per stage (arguments.py); an
+    uneven split needs at least one layer per chunk (docs/reference.md 7.1).
+    """
     if lay.vpp == 1:
         return []
     found = []
+    if not train.framework.virtual_pipeline:
+        found.append(f"vpp={lay.vpp}: {train.framework.name} has no virtual pipeline stages")
     if lay.pp == 1:
         found.append(f"vpp={lay.vpp} needs pp > 1")
-    elif model.num_layers % lay.pp == 0 and (model.num_layers // lay.pp) % lay.vpp:
-        found.append(
-            f"vpp={lay.vpp} does not divide the {model.num_layers}/{lay.pp} layers per stage"
-        )
+    elif lay.layer_split is None and model.num_layers % lay.pp == 0:
+        if (model.num_layers // lay.pp) % lay.vpp:
+            found.append(
+                f"vpp={lay.vpp} does not divide the {model.num_layers}/{lay.pp} layers per stage"
+            )
+    elif len(lay.stage_layers(model, train)) == lay.pp:
+        fewest = min(lay.stage_layers(model, train))
+        if fewest < lay.vpp:
+            found.append(f"vpp={lay.vpp} exceeds the {fewest} layers of a pipeline stage")
     if lay.pp > 1 and _divides(lay.micro_batch * lay.dp, train.global_batch_size):
         m = lay.num_microbatches(train)
         if m < lay.pp:
@@ -493,10 +575,11 @@ def _recompute(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: Train
         return []
     if lay.recompute != "full":
         return [f"recompute_layers={lay.recompute_layers} needs recompute=full"]
-    if model.num_layers % lay.pp == 0 and lay.recompute_layers > model.num_layers // lay.pp:
+    stages = lay.stage_layers(model, train)
+    if len(stages) == lay.pp and lay.recompute_layers > max(stages):
         return [
             f"recompute_layers={lay.recompute_layers} exceeds the "
-            f"{model.num_layers // lay.pp} layers per pipeline stage"
+            f"{max(stages)} layers per pipeline stage"
         ]
     return []
 

@@ -14,12 +14,14 @@ from simulators._checks import require_choice
 from simulators._checks import require_non_negative
 from simulators._checks import require_positive
 from simulators.errors import SpecError
+from simulators.frameworks import FrameworkSpec
 
 __all__ = ["ClusterSpec", "DeviceSpec", "LinkSpec", "ModelSpec", "TrainSpec"]
 
 ACTIVATIONS = ("swiglu", "gelu")
 ATTENTIONS = ("gqa", "mla")
-PRECISIONS = ("bf16", "fp16", "fp32")
+# fp8: bf16 mixed precision whose linear-layer GEMMs run in FP8 (Transformer Engine).
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 OPTIMIZERS = ("adam",)
 TOPOLOGIES = ("switch", "full_mesh")
 
@@ -304,6 +306,10 @@ class DeviceSpec:
     memory_efficiency: float
     # Whether fused (flash) attention kernels exist for this device (False on V100).
     supports_flash_attention: bool = True
+    # Dense FP8 peak (0: no FP8 tensor cores), and how many FP8 copies of each FP8-GEMM weight
+    # Transformer Engine caches (2 on Hopper: rowwise and transposed; 1 on Blackwell).
+    fp8_tflops: float = 0.0
+    fp8_weight_copies: int = 0
 
     def __post_init__(self) -> None:
         require_positive(
@@ -315,17 +321,30 @@ class DeviceSpec:
             matmul_efficiency=self.matmul_efficiency,
             memory_efficiency=self.memory_efficiency,
         )
-        require_non_negative(f"device {self.name!r}", bf16_tflops=self.bf16_tflops)
+        require_non_negative(
+            f"device {self.name!r}",
+            bf16_tflops=self.bf16_tflops,
+            fp8_tflops=self.fp8_tflops,
+            fp8_weight_copies=self.fp8_weight_copies,
+        )
 
     @property
     def achieved_memory_bytes_per_s(self) -> float:
         """HBM bandwidth that memory-bound kernels reach (bytes/s)."""
         return self.memory_gbps * 1e9 * self.memory_efficiency
 
-    def peak_flops(self, precision: str) -> float:
-        """Dense peak matrix FLOP/s for the training precision (V100 has no bf16: fp16)."""
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak matrix FLOP/s of GEMMs in ``dtype`` (V100 has no bf16: its fp16).
+
+        Raises:
+            SpecError: ``fp8`` on a device without FP8 tensor cores.
+        """
+        if dtype == "fp8":
+            if not self.fp8_tflops:
+                raise SpecError(f"device {self.name!r} has no FP8 tensor cores (fp8_tflops=0)")
+            return self.fp8_tflops * 1e12
         tflops = {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp32": self.fp32_tflops}[
-            precision
+            dtype
         ]
         return (tflops or self.fp16_tflops) * 1e12
 
@@ -390,6 +409,9 @@ class ClusterSpec:
     num_nodes: int
     intra_node: LinkSpec
     inter_node: LinkSpec
+    # The framework a job on this cluster runs unless train.framework names another
+    # (a name of conf/framework/: mindspeed on Ascend, megatron_core on NVIDIA GPUs).
+    default_framework: str = "megatron_core"
 
     def __post_init__(self) -> None:
         require_positive(
@@ -405,13 +427,17 @@ class ClusterSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainSpec:
-    """One training step: sequence length, global batch (sequences), precision, optimizer.
+    """One training step: the framework that runs it, sequence, global batch, precision.
 
-    ``flash_attention`` says whether the training stack runs fused attention (Megatron
-    ``--use-flash-attn``, TransformerEngine); without it, Megatron's unfused path keeps the
-    [s, s] scores of every head in memory (baddbmm, masked softmax, dropout, bmm).
+    ``framework`` is the software stack and how it is run (pipeline splits, gradient
+    reduction, pipeline sends, FP8). ``precision`` ``fp8`` is bf16 mixed precision whose
+    linear-layer GEMMs run in FP8 through Transformer Engine (attention, the output layer and
+    everything else stay bf16). ``flash_attention`` says whether the stack runs fused attention
+    (Megatron ``--use-flash-attn``, TransformerEngine); without it, Megatron's unfused path
+    keeps the [s, s] scores of every head in memory (baddbmm, masked softmax, dropout, bmm).
     """
 
+    framework: FrameworkSpec
     seq_len: int
     global_batch_size: int
     precision: str = "bf16"
@@ -426,6 +452,33 @@ class TrainSpec:
         require_positive("train", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
         require_choice("train", "precision", self.precision, PRECISIONS)
         require_choice("train", "optimizer", self.optimizer, OPTIMIZERS)
+        if self.fp8 and not self.framework.fp8:
+            raise SpecError(
+                f"train: precision fp8 needs Transformer Engine FP8; framework "
+                f"{self.framework.name!r} has none (use bf16)"
+            )
+
+    @property
+    def fp8(self) -> bool:
+        """Whether the linear-layer GEMMs run in FP8."""
+        return self.precision == "fp8"
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype of activations and of every GEMM that is not an FP8 linear layer."""
+        return "bf16" if self.fp8 else self.precision
+
+    def check_on(self, cluster: ClusterSpec) -> None:
+        """Refuse a step the cluster cannot run (FP8 on a device without FP8 tensor cores).
+
+        Raises:
+            SpecError: naming the device and what is allowed.
+        """
+        if self.fp8 and not cluster.device.fp8_tflops:
+            raise SpecError(
+                f"train: precision fp8 on {cluster.device.name}, which has no FP8 tensor cores; "
+                f"allowed: {', '.join(p for p in PRECISIONS if p != 'fp8')}"
+            )
 
     @property
     def tokens_per_step(self) -> int:

@@ -19,7 +19,7 @@ from simulators import Layout
 from simulators import ModelSpec
 from simulators import Simulator
 from simulators import TrainSpec
-from simulators.states import StateBytes
+from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
 
 __all__ = ["HeuristicRule", "Ranking", "Specs", "heuristic_ranking", "peer_rankings", "simulate"]
@@ -80,9 +80,9 @@ def simulate(simulator: Simulator, specs: Sequence[Specs]) -> Ranking:
 class HeuristicRule:
     """A practitioner's rule of thumb for picking a layout without a simulator.
 
-    Layouts whose weights, gradients and optimizer states (``state_bytes`` per parameter,
-    held as :func:`simulators.states.state_memory_bytes` holds them) fill more than
-    ``state_memory_fraction`` of a device rank last (they are its "does not fit"). Then, in
+    Layouts whose weights, gradients and optimizer states (as the framework keeps them,
+    :func:`simulators.states.state_memory_bytes`) fill more than ``state_memory_fraction``
+    of a device rank last (they are its "does not fit"). Then, in
     order: tensor parallelism inside a node, the least model
     parallelism tp*pp*cp (the most data parallelism), tensor before pipeline before context
     parallelism, the most expert parallelism, the smallest micro-batch, and selective before no
@@ -90,23 +90,23 @@ class HeuristicRule:
     """
 
     state_memory_fraction: float
-    state_bytes: StateBytes
 
-    def state_memory_bytes(self, model: ModelSpec, layout: Layout) -> float:
-        """Weights, gradients and optimizer states per device (an average pipeline stage)."""
+    def fits(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> bool:
+        """Whether the states of an average pipeline stage fill at most the allowed share."""
         experts = model.num_moe_layers * model.expert_params_per_layer
         dense = (model.num_params - experts) / (layout.tp * layout.pp)
         local_experts = experts / (layout.tp * layout.ep * layout.pp)
-        return sum(state_memory_bytes(dense, local_experts, layout, self.state_bytes).values())
+        states = state_memory_bytes(dense, local_experts, layout, state_bytes_of(train, layout))
+        return sum(states.values()) <= self.state_memory_fraction * cluster.device.memory_gib * GIB
 
-    def fits(self, model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> bool:
-        limit = self.state_memory_fraction * cluster.device.memory_gib * GIB
-        return self.state_memory_bytes(model, layout) <= limit
-
-    def key(self, model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> tuple[int, ...]:
+    def key(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> tuple[int, ...]:
         """Sort key of a layout: smaller is preferred."""
         return (
-            int(not self.fits(model, cluster, layout)),
+            int(not self.fits(model, cluster, train, layout)),
             int(layout.tp > cluster.devices_per_node),
             layout.tp * layout.pp * layout.cp,
             layout.pp,
@@ -119,11 +119,11 @@ class HeuristicRule:
 
 def heuristic_ranking(rule: HeuristicRule, specs: Sequence[Specs]) -> Ranking:
     """Rank rows by the rule's key (scenarios are ranked separately, so a global rank works)."""
-    keys = [rule.key(model, cluster, layout) for model, cluster, _, layout in specs]
+    keys = [rule.key(*spec) for spec in specs]
     order = sorted(range(len(keys)), key=keys.__getitem__)
     score = np.empty(len(keys))
     score[order] = np.arange(len(keys), dtype=float)
-    fits = np.array([rule.fits(m, c, lay) for m, c, _, lay in specs], dtype=bool)
+    fits = np.array([rule.fits(*spec) for spec in specs], dtype=bool)
     nan = np.full(len(keys), np.nan)
     return Ranking("heuristic", "baseline", np.arange(len(keys)), score, nan, nan.copy(), fits)
 

@@ -38,7 +38,6 @@ from catalog import simulator_from_config
 from simulators import Simulator
 from simulators import UserError
 from simulators.registry import SIMULATOR_NAMES
-from simulators.states import StateBytes
 
 __all__ = ["load_data", "run", "run_benchmark", "simulators_of"]
 
@@ -132,11 +131,7 @@ def run_benchmark(
             "%s: %d layouts in %.2f s", simulator.name, len(specs), time.perf_counter() - start
         )
     if "heuristic" in baselines:
-        h = config.heuristic
-        rule = HeuristicRule(
-            state_memory_fraction=h.state_memory_fraction,
-            state_bytes=StateBytes(**h.state_bytes_per_param),
-        )
+        rule = HeuristicRule(state_memory_fraction=config.heuristic.state_memory_fraction)
         rankings.append(heuristic_ranking(rule, specs))
     if config.peers:
         rankings.extend(peer_rankings(table))
@@ -182,8 +177,7 @@ def _notes(cfg: BenchmarkConfig) -> dict[str, str]:
         "that ran predicted not to fit",
         "random": "the exact expected regret of a uniform draw among the measured layouts",
         "heuristic": "rule of thumb, no simulator: layouts whose weights, gradients and "
-        f"optimizer states ({h.state_bytes_per_param} bytes per parameter, the optimizer "
-        "states sharded over data parallelism with the distributed optimizer) exceed "
+        "optimizer states (as the row's framework keeps them, docs/reference.md 7.2) exceed "
         f"{h.state_memory_fraction:.0%} of device memory rank last; then TP inside a node, the "
         "least model parallelism tp*pp*cp, TP before PP before CP, the most EP, the smallest "
         "micro-batch, selective before no before full recompute",

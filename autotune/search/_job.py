@@ -35,7 +35,7 @@ from catalog import job_from_config
 from simulators import Layout
 from simulators import Prediction
 from simulators import UserError
-from simulators.layout import SEARCHED
+from simulators.layout import LAYOUT_FIELDS
 
 __all__ = ["run_search_job"]
 
@@ -178,7 +178,7 @@ def _record(
     run.text("launch_flags.txt", launch_text(model, train, best_layout))
     for name, figure in search_figures(outcome.result.study, trials).items():
         run.figure(name, figure)
-    child_runs(run, trials.to_dict("records"), ("trial", "dp", *SEARCHED, "sequence_parallel"))
+    child_runs(run, trials.to_dict("records"), ("trial", *LAYOUT_FIELDS))
 
 
 def _json_payload(

@@ -19,9 +19,12 @@ from simulators import TrainSpec
 from simulators.layout import SEARCHED
 from simulators.layout import field_info
 
-__all__ = ["SearchSpace", "build_space"]
+__all__ = ["FIELDS", "SearchSpace", "build_space"]
 
-_MODES = [SEARCHED.index("recompute"), SEARCHED.index("distributed_optimizer")]
+# What a sampler chooses: the layout's searched fields, and which of the framework's layer
+# splits (FrameworkSpec.split_variants: default, light_ends) the pipeline stages take.
+FIELDS = (*SEARCHED, "split")
+_MODES = [FIELDS.index("recompute"), FIELDS.index("distributed_optimizer"), FIELDS.index("split")]
 
 
 # Changing a mode (recompute, optimizer sharding) counts as this many steps along a degree's
@@ -40,6 +43,7 @@ class SearchSpace:
     """
 
     layouts: tuple[Layout, ...]
+    splits: tuple[str, ...]  # the split variant of each layout
     choices: Mapping[str, tuple[Any, ...]]
     _positions: np.ndarray  # (layouts, fields): index of each layout's value in its choices
 
@@ -47,9 +51,17 @@ class SearchSpace:
     def size(self) -> int:
         return len(self.layouts)
 
+    def values(self, index: int) -> dict[str, Any]:
+        """The sampler's values (:data:`FIELDS`) of layout ``index``."""
+        layout = self.layouts[index]
+        return {name: getattr(layout, name) for name in SEARCHED} | {"split": self.splits[index]}
+
+    def values_of(self, layout: Layout) -> dict[str, Any]:
+        return self.values(self.layouts.index(layout))
+
     def nearest(self, values: Mapping[str, Any]) -> Layout:
         """The valid layout closest to a proposal (weighted steps along each choice list)."""
-        point = np.array([self.choices[name].index(values[name]) for name in SEARCHED])
+        point = np.array([self.choices[name].index(values[name]) for name in FIELDS])
         steps = np.abs(self._positions - point)
         steps[:, _MODES] = np.minimum(steps[:, _MODES], 1) * _MODE_STEP
         return self.layouts[int(np.argmin(steps.sum(axis=1)))]
@@ -57,11 +69,11 @@ class SearchSpace:
     def neighbours(self, layout: Layout) -> list[Layout]:
         """Valid layouts that differ from ``layout`` in one searched field (any other value)."""
         found: dict[Layout, None] = {}
-        for name in SEARCHED:
+        own = self.values_of(layout)
+        for name in FIELDS:
             for value in self.choices[name]:
-                if value != getattr(layout, name):
-                    values = {n: getattr(layout, n) for n in SEARCHED} | {name: value}
-                    found.setdefault(self.nearest(values))
+                if value != own[name]:
+                    found.setdefault(self.nearest(own | {name: value}))
         found.pop(layout, None)
         return list(found)
 
@@ -96,25 +108,46 @@ def build_space(
             candidates[name] = [value]
     extra = {k: v for k, v in fixed.items() if k not in candidates}
     world = cluster.num_devices
-    valid: list[Layout] = []
+    valid: list[tuple[Layout, str]] = []
     for combo in itertools.product(*(candidates[name] for name in SEARCHED)):
         values = dict(zip(SEARCHED, combo, strict=True))
         tp, pp, cp = values["tp"], values["pp"], values["cp"]
         if world % (tp * pp * cp) or ("dp" in extra and extra["dp"] * tp * pp * cp != world):
             continue
-        layout = Layout.resolve(world, **values, **extra)
-        if not layout.violations(model, cluster, train):
-            valid.append(layout)
+        base = Layout.resolve(world, **values, **extra)
+        for kind, layout in _split_variants(base, model, train):
+            if not layout.violations(model, cluster, train):
+                valid.append((layout, kind))
     if not valid:
         raise LayoutError(_explain_empty(model, cluster, train, fixed))
+    candidates["split"] = list(dict.fromkeys(kind for _, kind in valid))
     choices = {
-        name: tuple(v for v in candidates[name] if any(getattr(x, name) == v for x in valid))
-        for name in SEARCHED
+        name: tuple(v for v in candidates[name] if any(_value(x, k, name) == v for x, k in valid))
+        for name in FIELDS
     }
     positions = np.array(
-        [[choices[name].index(getattr(lay, name)) for name in SEARCHED] for lay in valid]
+        [[choices[name].index(_value(lay, k, name)) for name in FIELDS] for lay, k in valid]
     )
-    return SearchSpace(layouts=tuple(valid), choices=choices, _positions=positions)
+    layouts, splits = zip(*valid, strict=True)
+    return SearchSpace(
+        layouts=tuple(layouts), splits=tuple(splits), choices=choices, _positions=positions
+    )
+
+
+def _value(layout: Layout, split: str, name: str) -> Any:
+    return split if name == "split" else getattr(layout, name)
+
+
+def _split_variants(base: Layout, model: ModelSpec, train: TrainSpec) -> list[tuple[str, Layout]]:
+    """``base`` with each of the framework's splits worth searching (an explicit split, when
+    the user pinned one, is the only one)."""
+    if base.layer_split is not None:
+        return [("explicit", base)]
+    variants = train.framework.split_variants(model.num_layers, base.pp)
+    return [
+        (kind, base if kind == "default" else dataclasses.replace(base, layer_split=split))
+        for kind, split in variants.items()
+    ]
 
 
 def _explain_empty(

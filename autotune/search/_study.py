@@ -10,6 +10,7 @@ from typing import Any
 
 import optuna
 
+from autotune.search._space import FIELDS
 from autotune.search._space import SearchSpace
 from simulators import ClusterSpec
 from simulators import Layout
@@ -18,7 +19,6 @@ from simulators import Prediction
 from simulators import Simulator
 from simulators import TrainSpec
 from simulators import UserError
-from simulators.layout import SEARCHED
 
 __all__ = ["SAMPLERS", "Evaluator", "SearchResult", "exhaustive_best", "run_search"]
 
@@ -88,7 +88,7 @@ def _objective(
     space: SearchSpace, evaluate: Evaluator, multi_objective: bool
 ) -> Callable[[optuna.Trial], float | tuple[float, float]]:
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
-        values = {name: trial.suggest_categorical(name, space.choices[name]) for name in SEARCHED}
+        values = {name: trial.suggest_categorical(name, space.choices[name]) for name in FIELDS}
         layout = space.nearest(values)
         prediction = evaluate(layout)
         trial.set_user_attr("layout", layout.describe())
@@ -182,7 +182,7 @@ def _polish(
         if not fresh:
             break
         for layout in fresh:
-            study.enqueue_trial({name: getattr(layout, name) for name in SEARCHED})
+            study.enqueue_trial(space.values_of(layout))
             seen.add(layout)
         study.optimize(objective, n_trials=len(fresh), callbacks=callbacks)
         budget -= len(fresh)

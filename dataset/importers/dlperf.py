@@ -85,10 +85,11 @@ def convert(path: Path) -> pd.DataFrame:
                 "micro_batch": MICRO_BATCH[case["case"]],
                 "recompute": "full",
                 **EARLY_MEGATRON,
+                "framework": "megatron_lm",
                 "status": row["status"],
                 "step_time_s": global_batch / metric(config, "throughput", "sequences/s"),
                 **provenance(config, SOURCE),
-                "framework": row["framework"],
+                "stack": row["framework"],
             }
         )
     return order_columns(records)

@@ -57,6 +57,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "recompute": recompute,
                 **EARLY_MEGATRON,
                 "sequence_parallel": sequence_parallel,
+                "framework": "megatron_lm",
                 "status": row["status"],
                 "step_time_s": metric(config, "iteration_time", "s"),
                 **provenance(config, SOURCE),

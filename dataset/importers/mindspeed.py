@@ -112,6 +112,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "sequence_parallel": row["seq_parallel"] == "yes" and tp > 1,
                 "distributed_optimizer": "use-distributed-optimizer" in row["notes"],
                 "precision": row["precision"],
+                "framework": "mindspeed",
                 "status": "ok",
                 "step_time_s": batch * seq / (tokens_per_s * devices),
                 "tokens_per_s_per_device": tokens_per_s,

@@ -67,6 +67,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "sequence_parallel": row["seq_parallel"] == "yes" and tp > 1,
                 "distributed_optimizer": "distributed_optimizer" in knobs(row["other_knobs"]),
                 "precision": "bf16",
+                "framework": "megatron_core",
                 "status": row["status"],
                 "step_time_s": metric(config, "iteration_time_measured", "ms") / 1000.0,
                 "peak_memory_gib": metric(config, "peak_alloc_measured", "GiB"),

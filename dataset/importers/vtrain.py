@@ -47,6 +47,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "micro_batch": int(row["micro_batch"]),
                 "recompute": "full",
                 **EARLY_MEGATRON,
+                "framework": "megatron_deepspeed",
                 "status": row["status"],
                 "step_time_s": metric(config, "iteration_time", "ms") / 1000.0,
                 **provenance(config, SOURCE),

@@ -10,8 +10,6 @@ from simulators._checks import constants_from_mapping
 from simulators.errors import SpecError
 from simulators.hierarchical.cost import Efficiencies
 from simulators.hierarchical.inter_stage import SCHEDULES
-from simulators.states import StateBytes
-from simulators.states import state_bytes_by_precision
 
 __all__ = ["HierarchicalConstants"]
 
@@ -22,9 +20,9 @@ class HierarchicalConstants:
 
     ``schedule``: ``1f1b`` or ``gpipe`` (interleaved whenever ``vpp > 1``); ``op_costs``: a
     profiled table (CSV) or ``None`` for the roofline; ``efficiency``: per-class overrides;
-    the overlap switches follow Megatron's flags; buckets hold
-    ``max(bucket_params_min, bucket_params_per_dp * dp)`` gradients; ``state_bytes_per_param``
-    by precision; ``optimizer_traffic_bytes_per_param`` is the HBM traffic of one Adam update.
+    what overlaps, how gradients are bucketed and what a rank keeps per parameter are the
+    framework's (``train.framework``); ``optimizer_traffic_bytes_per_param`` is the HBM
+    traffic of one Adam update.
     ``host_op_overhead_us`` is the CPU time eager PyTorch spends on one Python-level torch call
     or autograd node (a chunk's phase lasts at least its host calls times this);
     ``unfused_attention_dropout`` records attention dropout on the unfused (pre-flash) path;
@@ -35,13 +33,6 @@ class HierarchicalConstants:
     schedule: str
     op_costs: str | None
     efficiency: Efficiencies
-    tp_comm_overlap: bool
-    overlap_grad_reduce: bool
-    overlap_param_gather: bool
-    grad_reduce_bytes: float
-    bucket_params_min: int
-    bucket_params_per_dp: int
-    state_bytes_per_param: Mapping[str, StateBytes]
     optimizer_traffic_bytes_per_param: float
     host_op_overhead_us: float
     unfused_attention_dropout: bool
@@ -68,6 +59,5 @@ class HierarchicalConstants:
             "simulator hierarchical",
             {
                 "efficiency": lambda value: Efficiencies(**dict(value)),
-                "state_bytes_per_param": state_bytes_by_precision,
             },
         )

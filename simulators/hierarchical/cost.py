@@ -61,7 +61,8 @@ class RooflineCost:
         fraction = self.efficiency.matmul or self.device.matmul_efficiency
         if op.category == "attention":
             fraction = self.efficiency.attention or fraction
-        flops_per_s = self.device.peak_flops(self.precision) * fraction
+        dtype = "fp8" if op.dtype == "fp8" else self.precision  # FP8 linear-layer GEMMs
+        flops_per_s = self.device.peak_flops(dtype) * fraction
         memory = self.efficiency.memory or self.device.memory_efficiency
         bytes_per_s = self.device.memory_gbps * 1e9 * memory
         return max(op.flops / flops_per_s, op.bytes / bytes_per_s)

@@ -65,7 +65,8 @@ class LayerShape:
     widths and the vocabulary are already divided by TP; ``local_experts`` by EP.
     ``expert_tokens`` is the number of token copies each local expert receives (balanced
     top-k routing). ``flash_attention`` picks the fused kernel or Megatron's unfused path
-    (which records ``attention_dropout`` when set).
+    (which records ``attention_dropout`` when set); ``fp8`` runs the linear layers' GEMMs in
+    FP8 and saves their inputs quantized (Transformer Engine).
     """
 
     kind: str
@@ -99,6 +100,7 @@ class LayerShape:
     vocab: int = 0
     flash_attention: bool = True
     attention_dropout: bool = False
+    fp8: bool = False
 
     @property
     def gpt(self) -> bool:
@@ -179,7 +181,8 @@ def layer_shapes(
         cp=cp,
         ep=layout.ep,
         hidden=model.hidden_size,
-        dtype=train.precision,
+        dtype=train.compute_dtype,
+        fp8=train.fp8,
         heads=model.num_attention_heads // tp,
         kv_heads=(
             model.num_attention_heads // tp

@@ -10,7 +10,6 @@ that overlap the rest of the backward (Megatron ``overlap_grad_reduce``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -227,8 +226,3 @@ def grad_sync(
             clock = begin + seconds
             timeline += (rank, 2, 2, k, chunk, begin, seconds)
     return max(clock, after_s)
-
-
-def bucket_count(params: int, bucket_params: int) -> int:
-    """Buckets for ``params`` gradients of at most ``bucket_params`` each (at least one)."""
-    return max(1, math.ceil(params / bucket_params))

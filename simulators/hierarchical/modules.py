@@ -44,6 +44,70 @@ class RMSNorm(nn.Module):
         return F.layer_norm(x, self.weight.shape, self.weight)
 
 
+class _FP8Matmul(torch.autograd.Function):
+    """A Transformer Engine FP8 linear layer: GEMMs in FP8, the input saved quantized.
+
+    Forward, input gradient and weight gradient run as FP8 GEMMs (recorded with dtype
+    ``fp8``); the input is kept for the weight gradient in FP8, 1 byte per element instead of
+    2 (TE ``module/linear.py``; docs/reference.md 7.6). ``batched``: experts' ``[e, t, h]``
+    inputs against ``[e, h, f]`` weights; else ``x @ weight.T`` as ``F.linear``.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, batched: bool
+    ) -> torch.Tensor:
+        recorder = _recorder()
+        with recorder.fp8():
+            if batched:
+                out = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
+            else:
+                out = F.linear(x, weight, bias)
+        quantized = x.to(torch.float8_e4m3fn)
+        recorder.copy_regather(x, quantized)  # with SP: the FP8 local shard, gathered again
+        ctx.save_for_backward(quantized, weight)
+        ctx.batched, ctx.has_bias, ctx.dtype = batched, bias is not None, x.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        quantized, weight = ctx.saved_tensors
+        recorder = _recorder()
+        with recorder.paused():  # the FP8 GEMM reads the FP8 input directly
+            x = quantized.to(ctx.dtype)
+        with recorder.fp8():
+            if ctx.batched:
+                d_x = torch.bmm(grad, weight.transpose(1, 2))
+                d_weight = torch.bmm(x.transpose(1, 2), grad)
+            else:
+                d_x = grad.matmul(weight)
+                d_weight = grad.flatten(0, -2).t().matmul(x.flatten(0, -2))
+        d_bias = None
+        if ctx.has_bias:
+            d_bias = grad.sum(dim=1, keepdim=True) if ctx.batched else grad.flatten(0, -2).sum(0)
+        return d_x, d_weight, d_bias, None
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` that runs as a Transformer Engine FP8 layer when the step runs FP8."""
+
+    def __init__(self, shape: LayerShape, width_in: int, width_out: int, bias: bool) -> None:
+        super().__init__(width_in, width_out, bias=bias)
+        self.fp8 = shape.fp8
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.fp8:
+            return super().forward(x)
+        return _FP8Matmul.apply(x, self.weight, self.bias, False)  # type: ignore[no-any-return]
+
+
+def _grouped(shape: LayerShape, x: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
+    """The experts' grouped GEMM ``x @ weight (+ bias)``, FP8 when the step runs FP8."""
+    if shape.fp8:
+        return _FP8Matmul.apply(x, weight, bias, True)  # type: ignore[no-any-return]
+    return torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
+
+
 def _norm(shape: LayerShape, width: int) -> nn.Module:
     if shape.norm == "layernorm":
         return nn.LayerNorm(width)
@@ -87,8 +151,8 @@ class Attention(nn.Module):
         super().__init__()
         self.shape = shape
         d, heads, groups = shape.head_dim, shape.heads, shape.kv_heads
-        self.qkv = nn.Linear(shape.hidden, (heads + 2 * groups) * d, bias=shape.qkv_bias)
-        self.out = nn.Linear(heads * d, shape.hidden, bias=False)
+        self.qkv = Linear(shape, shape.hidden, (heads + 2 * groups) * d, bias=shape.qkv_bias)
+        self.out = Linear(shape, heads * d, shape.hidden, bias=False)
         self.table: torch.Tensor
         self.register_buffer("table", torch.empty(shape.seq_q, 1, d), persistent=False)
 
@@ -116,18 +180,21 @@ class MLAttention(nn.Module):
         qk = shape.qk_nope_head_dim + shape.qk_rope_head_dim
         if shape.q_lora_rank:
             self.q: nn.Module = nn.Sequential(
-                nn.Linear(h, shape.q_lora_rank, bias=False),
+                Linear(shape, h, shape.q_lora_rank, bias=False),
                 RMSNorm(shape.q_lora_rank),
-                nn.Linear(shape.q_lora_rank, heads * qk, bias=False),
+                Linear(shape, shape.q_lora_rank, heads * qk, bias=False),
             )
         else:
-            self.q = nn.Linear(h, heads * qk, bias=False)
-        self.kv_down = nn.Linear(h, shape.kv_lora_rank + shape.qk_rope_head_dim, bias=False)
+            self.q = Linear(shape, h, heads * qk, bias=False)
+        self.kv_down = Linear(shape, h, shape.kv_lora_rank + shape.qk_rope_head_dim, bias=False)
         self.kv_norm = RMSNorm(shape.kv_lora_rank)
-        self.kv_up = nn.Linear(
-            shape.kv_lora_rank, heads * (shape.qk_nope_head_dim + shape.v_head_dim), bias=False
+        self.kv_up = Linear(
+            shape,
+            shape.kv_lora_rank,
+            heads * (shape.qk_nope_head_dim + shape.v_head_dim),
+            bias=False,
         )
-        self.out = nn.Linear(heads * shape.v_head_dim, h, bias=False)
+        self.out = Linear(shape, heads * shape.v_head_dim, h, bias=False)
         self.table: torch.Tensor
         self.register_buffer("table", torch.empty(shape.seq_q, 1, qk), persistent=False)
 
@@ -159,8 +226,8 @@ class MLP(nn.Module):
         super().__init__()
         self.swiglu = shape.activation == "swiglu"
         bias = not self.swiglu
-        self.fc1 = nn.Linear(shape.hidden, width * (2 if self.swiglu else 1), bias=bias)
-        self.fc2 = nn.Linear(width, shape.hidden, bias=False)
+        self.fc1 = Linear(shape, shape.hidden, width * (2 if self.swiglu else 1), bias=bias)
+        self.fc2 = Linear(shape, width, shape.hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(_activate(self.fc1(x), self.swiglu))
@@ -219,6 +286,7 @@ class Experts(nn.Module):
 
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
+        self.shape = shape
         self.swiglu = shape.activation == "swiglu"
         e, h, f = shape.local_experts, shape.hidden, shape.expert_ffn
         self.w1 = nn.Parameter(torch.empty(e, h, f * (2 if self.swiglu else 1)))
@@ -227,10 +295,9 @@ class Experts(nn.Module):
         self.b2 = None if self.swiglu else nn.Parameter(torch.empty(e, 1, h))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.b1 is None or self.b2 is None:
-            return torch.bmm(_activate(torch.bmm(x, self.w1), True), self.w2)
-        hidden = _activate(torch.baddbmm(self.b1, x, self.w1), False)
-        return torch.baddbmm(self.b2, hidden, self.w2)
+        s = self.shape
+        hidden = _activate(_grouped(s, x, self.w1, self.b1), self.swiglu)
+        return _grouped(s, hidden, self.w2, self.b2)
 
 
 class MoE(nn.Module):

@@ -94,6 +94,7 @@ class Recorder(TorchDispatchMode):
         self.host_core_calls = 0
         self.fused_depth = 0
         self.inner_nodes = 0
+        self.fp8_depth = 0
 
     def __enter__(self) -> Recorder:
         _ACTIVE.append(self)
@@ -137,6 +138,15 @@ class Recorder(TorchDispatchMode):
             self.fused_depth -= 1
 
     @contextlib.contextmanager
+    def fp8(self) -> Iterator[None]:
+        """GEMMs run inside are FP8 GEMMs (Transformer Engine linear layers): dtype ``fp8``."""
+        self.fp8_depth += 1
+        try:
+            yield
+        finally:
+            self.fp8_depth -= 1
+
+    @contextlib.contextmanager
     def scaled_model_flops(self, factor: float) -> Iterator[None]:
         """Count ``factor`` of the GEMM FLOPs run inside as model FLOPs (causal masking)."""
         previous, self.model_flop_scale = self.model_flop_scale, factor
@@ -160,6 +170,13 @@ class Recorder(TorchDispatchMode):
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             yield
+
+    def copy_regather(self, source: torch.Tensor, copy: torch.Tensor) -> None:
+        """``copy`` (a cast of ``source``) is kept the way ``source`` would be: when
+        ``source`` is a sequence all-gather that backward re-gathers, only the local shard."""
+        shard = self.regathered.get(_storage(source))
+        if shard is not None:
+            self.regathered[_storage(copy)] = shard * copy.element_size() / source.element_size()
 
     def saved_bytes(self, selective: bool) -> float:
         """Unique saved bytes; with ``selective``, without what only core attention keeps."""
@@ -197,6 +214,8 @@ class Recorder(TorchDispatchMode):
         op = _op(func, args, kwargs, out, self.region)
         if self.model_flop_scale != 1.0 and op.category == "matmul":
             op = replace(op, model_flops=op.model_flops * self.model_flop_scale)
+        if self.fp8_depth and op.category == "matmul":
+            op = replace(op, dtype="fp8")
         self.ops.append(op)
         self.observe(op, func, args, kwargs)
         return out

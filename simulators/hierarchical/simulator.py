@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,6 @@ from simulators.hierarchical.graph import LayerGraph
 from simulators.hierarchical.graph import layer_shapes
 from simulators.hierarchical.inter_stage import PipelineRun
 from simulators.hierarchical.inter_stage import Timeline
-from simulators.hierarchical.inter_stage import bucket_count
 from simulators.hierarchical.inter_stage import grad_sync
 from simulators.hierarchical.inter_stage import run_pipeline
 from simulators.hierarchical.intra_stage import PARTS
@@ -34,6 +34,7 @@ from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
 from simulators.states import optimizer_step_s
+from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
 
 __all__ = ["HierarchicalSimulator"]
@@ -71,7 +72,7 @@ class HierarchicalSimulator:
         shapes = layer_shapes(model, layout, train, cluster, consts.unfused_attention_dropout)
         graphs = {kind: compile_layer(s) for kind, s in shapes.items()}
         roofline = RooflineCost(
-            device=cluster.device, precision=train.precision, efficiency=consts.efficiency
+            device=cluster.device, precision=train.compute_dtype, efficiency=consts.efficiency
         )
         cost: RooflineCost | ProfiledCost = roofline
         if consts.op_costs:
@@ -80,16 +81,16 @@ class HierarchicalSimulator:
         coster = StageCoster(
             cost=cost,
             comm=comm,
-            tp_overlap=consts.tp_comm_overlap,
+            tp_overlap=train.framework.tp_comm_overlap,
             host_op_s=consts.host_op_overhead_us * 1e-6,
         )
         head = shapes["head"]
         logits = head.micro_batch * head.seq_q * head.vocab * consts.logits_bytes_per_element
-        plans = _plans(model, layout, graphs, logits)
+        plans = _plans(model, train, layout, graphs, logits)
         tied = model.tied_embeddings
         blocks = [coster.chunk_blocks(plan) for plan in plans]
         p, v, m = layout.pp, layout.vpp, layout.num_microbatches(train)
-        p2p_bytes = graphs["head"].input_bytes
+        p2p_s = _p2p_s(graphs["head"].input_bytes, train, layout, comm)
         run = run_pipeline(
             "interleaved" if v > 1 else consts.schedule,
             p,
@@ -97,7 +98,7 @@ class HierarchicalSimulator:
             v,
             forward_s=[f.duration_s for f, _ in blocks],
             backward_s=[b.duration_s for _, b in blocks],
-            p2p_s=[comm.p2p_s(p2p_bytes, k % p, (k + 1) % p, "pp") for k in range(p * v - 1)],
+            p2p_s=[p2p_s(k % p, (k + 1) % p) for k in range(p * v - 1)],
             activation_bytes=[plan.activation_bytes() for plan in plans],
             transient_bytes=[plan.transient_bytes() for plan in plans],
         )
@@ -113,6 +114,7 @@ class HierarchicalSimulator:
         tokens = train.tokens_per_step
         detail: dict[str, object] = {
             "schedule": "interleaved" if v > 1 else consts.schedule,
+            "stage_layers": list(layout.stage_layers(model, train)),
             "rank_time_s": [rank[0] for rank in ranks],
             "rank_memory_gib": [sum(mem.values()) for mem in memories],
             "op_category_time_s": categories,
@@ -130,7 +132,7 @@ class HierarchicalSimulator:
             tokens_per_s_per_device=tokens / step_s / world,
             mfu=model.flops_per_token(train.seq_len)
             * tokens
-            / (step_s * world * cluster.device.peak_flops(train.precision)),
+            / (step_s * world * cluster.device.peak_flops(train.compute_dtype)),
             detail=detail,
         )
 
@@ -159,15 +161,17 @@ class HierarchicalSimulator:
         tied: bool,
     ) -> tuple[float, dict[str, float], dict[str, float], dict[str, float]]:
         """Step time, breakdown, op classes and memory (GiB) of one rank; DP spans to the run."""
-        consts = self.constants
-        states = consts.state_bytes_per_param[train.precision]
+        consts, framework = self.constants, train.framework
+        states = state_bytes_of(train, layout)
         dense = [_params(plan, expert=False, tied=tied) for plan in plans]
         experts = [_params(plan, expert=True, tied=tied) for plan in plans]
-        bucket = max(consts.bucket_params_min, consts.bucket_params_per_dp * layout.dp * layout.cp)
-        kind = "reduce_scatter" if layout.distributed_optimizer else "all_reduce"
+        sharded = layout.distributed_optimizer and framework.reduce_scatter_grads
+        kind = "reduce_scatter" if sharded else "all_reduce"
+        grad_bytes = framework.grad_reduce_bytes(train.precision)
+        dp = layout.dp * layout.cp
         buckets = [
-            _buckets(d, bucket, kind, "dp_cp", consts.grad_reduce_bytes, comm)
-            + _buckets(e, bucket, kind, "edp", consts.grad_reduce_bytes, comm)
+            _buckets(d, framework.grad_buckets(d, dp), kind, "dp_cp", grad_bytes, comm)
+            + _buckets(e, framework.grad_buckets(e, dp), kind, "edp", grad_bytes, comm)
             for d, e in zip(dense, experts, strict=True)
         ]
         finish = run.finish_s[rank]
@@ -176,18 +180,19 @@ class HierarchicalSimulator:
             run.last_backward[rank],
             buckets,
             finish,
-            consts.overlap_grad_reduce,
+            framework.overlap_grad_reduce,
             run.timeline,
         )
         optimizer_s = optimizer_step_s(
             sum(dense),
             sum(experts),
             layout,
+            states,
             consts.optimizer_traffic_bytes_per_param,
             cluster.device,
         )
         gather_s = 0.0
-        if layout.distributed_optimizer and not consts.overlap_param_gather:
+        if states.sharded_optimizer and not framework.overlap_param_gather:
             gather_s = comm.time_s(
                 "all_gather", sum(dense) * states.weight, "dp_cp"
             ) + comm.time_s("all_gather", sum(experts) * states.weight, "edp")
@@ -205,6 +210,9 @@ class HierarchicalSimulator:
         breakdown["optimizer"] = optimizer_s
         step_s = synced + optimizer_s + gather_s
         state_bytes = state_memory_bytes(sum(dense), sum(experts), layout, states)
+        if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
+            linear = sum(g.params for plan in plans for g in plan.layers) + sum(experts)
+            state_bytes["fp8_weights"] = linear * cluster.device.fp8_weight_copies
         memory = {
             **{key: value / _GIB for key, value in state_bytes.items()},
             "activations": run.peak_activation_bytes[rank] / _GIB,
@@ -214,40 +222,65 @@ class HierarchicalSimulator:
 
 
 def _plans(
-    model: ModelSpec, layout: Layout, graphs: Mapping[str, LayerGraph], logits_bytes: float
+    model: ModelSpec,
+    train: TrainSpec,
+    layout: Layout,
+    graphs: Mapping[str, LayerGraph],
+    logits_bytes: float,
 ) -> list[ChunkPlan]:
     """The chunk of every virtual stage (index ``chunk * pp + rank``), Megatron's assignment.
 
+    Virtual stages hold consecutive layers in index order (``Layout.chunk_layers``: the
+    framework's split of the layers over stages, each stage's dealt over its chunks); full
+    recompute of ``recompute_layers`` per stage takes the first layers of each chunk.
     ``logits_bytes``: the head's logits working set (last virtual stage).
     """
-    stages = layout.pp * layout.vpp
-    per_chunk = model.num_layers // stages
-    recomputed = math.ceil(layout.recomputed_layers_per_stage(model) / layout.vpp)
+    counts = layout.chunk_layers(model, train)
+    stage_layers = layout.stage_layers(model, train)
     plans = []
-    for vs in range(stages):
-        first = vs * per_chunk
+    first = 0
+    for vs, count in enumerate(counts):
+        rank = vs % layout.pp
+        recomputed = math.ceil(layout.recomputed_layers(stage_layers[rank]) / layout.vpp)
         layers = tuple(
             graphs["dense" if i < model.num_dense_layers else "moe"]
-            for i in range(first, first + per_chunk)
+            for i in range(first, first + count)
         )
+        first += count
         modes = tuple(
             "full"
             if i < recomputed
             else "selective"
             if layout.recompute == "selective"
             else "none"
-            for i in range(per_chunk)
+            for i in range(count)
         )
+        last = vs == len(counts) - 1
         plans.append(
             ChunkPlan(
                 layers=layers,
                 recompute=modes,
                 embedding=graphs["embedding"] if vs == 0 else None,
-                head=graphs["head"] if vs == stages - 1 else None,
-                logits_bytes=logits_bytes if vs == stages - 1 else 0.0,
+                head=graphs["head"] if last else None,
+                logits_bytes=logits_bytes if last else 0.0,
             )
         )
     return plans
+
+
+def _p2p_s(
+    boundary_bytes: float, train: TrainSpec, layout: Layout, comm: CommCost
+) -> Callable[[int, int], float]:
+    """Seconds of one pipeline send between two pipeline ranks (src, dst).
+
+    ``boundary_bytes`` is what one rank holds at a layer boundary (1/tp of it with SP). A
+    framework that slices sends over TP sends 1/tp and all-gathers over TP on arrival
+    (docs/reference.md 7.3).
+    """
+    sliced = train.framework.p2p_tp_sliced and not layout.sequence_parallel and layout.tp > 1
+    send = boundary_bytes / layout.tp if sliced else boundary_bytes
+    gather_s = comm.time_s("all_gather", boundary_bytes, "tp") if sliced else 0.0
+    return lambda src, dst: comm.p2p_s(send, src, dst, "pp") + gather_s
 
 
 def _params(plan: ChunkPlan, expert: bool, tied: bool) -> int:
@@ -261,10 +294,9 @@ def _params(plan: ChunkPlan, expert: bool, tied: bool) -> int:
 
 
 def _buckets(
-    params: int, bucket: int, kind: str, group: str, grad_bytes: float, comm: CommCost
+    params: int, count: int, kind: str, group: str, grad_bytes: float, comm: CommCost
 ) -> list[float]:
-    """Reduction time of each gradient bucket of ``params`` parameters."""
+    """Reduction time of each of ``count`` gradient buckets of ``params`` parameters."""
     if not params:
         return []
-    count = bucket_count(params, bucket)
     return [comm.time_s(kind, params / count * grad_bytes, group)] * count

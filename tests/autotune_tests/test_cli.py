@@ -110,10 +110,36 @@ def test_simulate_one_layout_as_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "args", "message"),
     [
-        ("autotune.simulate", ["parallel.tp=3", "parallel.pp=7"], "pp=7 does not divide"),
+        (
+            "autotune.simulate",
+            ["parallel.tp=3", "parallel.pp=7", "train.framework=megatron_lm"],
+            "pp=7 does not divide",
+        ),
+        (
+            "autotune.simulate",
+            ["parallel.pp=2", "parallel.layer_split=[10,20]"],
+            "layer_split [10, 20] sums to 30, expected num_layers=32",
+        ),
+        (
+            "autotune.simulate",
+            ["parallel.pp=2", "parallel.layer_split=[32,0]"],
+            "has a stage with no layers",
+        ),
+        ("autotune", ["train.framework=nope"], "unknown framework 'nope'; available: "),
+        ("autotune", ["train.precision=fp4"], "precision='fp4' is not one of"),
+        ("autotune", ["train.precision=fp8"], "mindspeed' has none (use bf16)"),
+        (
+            "autotune",
+            ["train.precision=fp8", "cluster=a100"],
+            "precision fp8 on A100 SXM 80GB, which has no FP8 tensor cores",
+        ),
         ("autotune", ["cluster.num_nodes=0"], "num_nodes=0 must be > 0"),
         ("autotune", ["train.global_batch_size=-4"], "global_batch_size=-4 must be > 0"),
-        ("autotune", ["parallel.pp=7"], "pp=7 does not divide num_layers=32"),
+        (
+            "autotune",
+            ["parallel.pp=7", "train.framework=megatron_lm"],
+            "pp=7 does not divide num_layers=32",
+        ),
         ("autotune", ["search.sampler=cmaes"], "available: tpe, gp, random, nsga2, grid"),
         ("autotune", ["+model.layerz=3"], "unknown key(s) model.layerz (allowed: "),
         ("autotune", ["model.layerz=3"], "Could not override 'model.layerz'"),

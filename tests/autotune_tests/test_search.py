@@ -45,7 +45,7 @@ def test_pinned_values_restrict_the_space(make_cfg: Callable[..., AutotuneConfig
 
 def test_impossible_pin_explains_itself(make_cfg: Callable[..., AutotuneConfig]) -> None:
     with pytest.raises(LayoutError, match="pp=7 does not divide num_layers=32"):
-        _job(make_cfg, "parallel.pp=7")
+        _job(make_cfg, "parallel.pp=7", "train.framework=megatron_lm")
 
 
 def _search(space, evaluate, fixed, sampler: str, n: int, seed: int = 0):  # noqa: ANN001, ANN202
@@ -72,7 +72,7 @@ def test_every_proposal_maps_to_the_nearest_valid_layout(
 ) -> None:
     _, space, _, _ = _job(make_cfg)
     for layout in space.layouts[:50]:  # a valid point maps to itself
-        assert space.nearest({n: getattr(layout, n) for n in space.choices}) == layout
+        assert space.nearest(space.values_of(layout)) == layout
     # tp8 * pp8 does not fit 8 devices: the nearest valid layout changes a degree, not a mode.
     values = {
         "tp": 8,
@@ -83,6 +83,7 @@ def test_every_proposal_maps_to_the_nearest_valid_layout(
         "micro_batch": 1,
         "recompute": "full",
         "distributed_optimizer": True,
+        "split": "default",
     }
     moved = space.nearest(values)
     assert moved.tp * moved.pp == 8
@@ -177,3 +178,26 @@ def test_polish_spends_the_last_trials_on_neighbours_of_the_best(
     assert result.ranked()[0][1].step_time_s <= first_half_best
     for layout in space.neighbours(result.ranked()[0][0]):
         assert layout in set(space.layouts) and layout != result.ranked()[0][0]
+
+
+def test_space_covers_uneven_splits_and_their_variants(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    # DeepSeek-V3 has 61 layers: pp 4, 8 and 16 divide the world but not the layers.
+    cfg = make_cfg("model=deepseek_v3", "cluster=h100", "cluster.num_nodes=128")
+    job = job_from_config(cfg)
+    space = build_space(job.model, job.cluster, job.train, cfg.search, {"tp": 2, "ep": 32})
+    assert {4, 8, 16} <= set(space.choices["pp"])
+    assert set(space.choices["split"]) == {"default", "light_ends"}
+    light = [
+        lay for lay, kind in zip(space.layouts, space.splits, strict=True) if kind == "light_ends"
+    ]
+    assert light and all(sum(lay.layer_split or ()) == 61 for lay in light)
+    for layout in space.layouts[:: max(1, space.size // 50)]:
+        assert not layout.violations(job.model, job.cluster, job.train)
+
+
+def test_even_only_framework_keeps_dividing_pp(make_cfg: Callable[..., AutotuneConfig]) -> None:
+    _, space, _, _ = _job(make_cfg, "model.num_layers=30", "train.framework=megatron_lm")
+    assert all(30 % pp == 0 for pp in space.choices["pp"])
+    assert space.choices["split"] == ("default",)

@@ -7,6 +7,7 @@ import dataclasses
 import catalog
 from simulators import ClusterSpec
 from simulators import ModelSpec
+from simulators import TrainSpec
 from simulators.analytical import AnalyticalSimulator
 
 
@@ -25,3 +26,8 @@ def analytical(*overrides: str) -> AnalyticalSimulator:
     simulator = catalog.load_simulator("analytical", overrides)
     assert isinstance(simulator, AnalyticalSimulator)
     return simulator
+
+
+def make_train(framework: str = "megatron_core", **values: object) -> TrainSpec:
+    """A training step run by the catalog framework ``framework`` (conf/framework/)."""
+    return TrainSpec(framework=catalog.load_framework(framework), **values)  # type: ignore[arg-type]

@@ -13,13 +13,13 @@ from simulators import DeviceSpec
 from simulators import Layout
 from simulators import LinkSpec
 from simulators import ModelSpec
-from simulators import TrainSpec
 from simulators.analytical import AnalyticalSimulator
 from simulators.analytical import gemm_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import place_group
 from tests.simulators_tests._specs import analytical
+from tests.simulators_tests._specs import make_train
 
 GIB = 1024**3
 
@@ -68,7 +68,7 @@ def test_gemm_roofline_compute_and_memory_bound() -> None:
 
 def test_memory_of_a_tiny_model_by_hand() -> None:
     """Every memory term of a 2-layer model on one device, worked out by hand."""
-    train = TrainSpec(seq_len=32, global_batch_size=1)
+    train = make_train(seq_len=32, global_batch_size=1)
     layout = Layout(distributed_optimizer=False)
     pred = analytical().simulate(TINY, cluster(), train, layout)
     # Parameters: attention 64*(64+2*64) + 64*64 = 16384; SwiGLU 3*64*256 = 49152; two
@@ -91,7 +91,7 @@ def test_memory_of_a_tiny_model_by_hand() -> None:
 
 
 def test_distributed_optimizer_shards_states_by_dp() -> None:
-    train = TrainSpec(seq_len=32, global_batch_size=8)
+    train = make_train(seq_len=32, global_batch_size=8)
     sim = analytical()
     plain = sim.simulate(TINY, cluster(), train, Layout(dp=8, distributed_optimizer=False))
     sharded = sim.simulate(TINY, cluster(), train, Layout(dp=8, distributed_optimizer=True))
@@ -167,7 +167,7 @@ MOE = ModelSpec(
     shared_expert_ffn_hidden_size=1408,
     first_dense_layers=1,
 )
-TRAIN = TrainSpec(seq_len=4096, global_batch_size=64)
+TRAIN = make_train(seq_len=4096, global_batch_size=64)
 
 
 @pytest.mark.parametrize("model", [LLAMA, MOE])
@@ -198,7 +198,7 @@ def test_more_recompute_never_raises_activation_memory(model: ModelSpec) -> None
 
 def test_full_recompute_adds_one_forward() -> None:
     """Recompute time of a full-recompute layout equals its forward compute (no comm)."""
-    train = TrainSpec(seq_len=2048, global_batch_size=8)
+    train = make_train(seq_len=2048, global_batch_size=8)
     sim = analytical()
     full = sim.simulate(LLAMA, cluster(), train, Layout(dp=8, recompute="full"))
     none = sim.simulate(LLAMA, cluster(), train, Layout(dp=8))
@@ -282,7 +282,7 @@ def test_deterministic_and_from_config_rejects_unknown_constants() -> None:
 def test_host_dispatch_bounds_a_tiny_layer() -> None:
     """Kernels of a 64-wide layer take nanoseconds: each pass costs ops x host overhead."""
     c = analytical().constants
-    train = TrainSpec(seq_len=32, global_batch_size=1)
+    train = make_train(seq_len=32, global_batch_size=1)
     pred = analytical().simulate(TINY, cluster(), train, Layout(recompute="none"))
     host = 33 * 20e-6  # 33 eager ops per layer forward, 20 us each (analytical.yaml)
     assert c.host_ops_per_layer_forward * c.host_op_overhead_us * 1e-6 == pytest.approx(host)
@@ -302,7 +302,7 @@ def test_unfused_attention_by_hand() -> None:
     """Megatron's pre-flash attention: score-matrix traffic when the stack runs no flash."""
     from simulators.analytical import _unfused_attention_s
 
-    train = TrainSpec(seq_len=32, global_batch_size=1, flash_attention=False)
+    train = make_train(seq_len=32, global_batch_size=1, flash_attention=False)
     forward, backward = _unfused_attention_s(
         TINY, 32, train, Layout(), DEVICE, analytical().constants
     )
@@ -314,7 +314,7 @@ def test_unfused_attention_by_hand() -> None:
     # Saved for backward: 5 B per score (softmax output, dropout mask and output), per token
     # 4 heads x 32 keys x 5 = 640 B on top of the flash-attention tensors of the memory test.
     layout = Layout(recompute="none", distributed_optimizer=False)
-    fused = TrainSpec(seq_len=32, global_batch_size=1)
+    fused = make_train(seq_len=32, global_batch_size=1)
     new_mem = analytical().simulate(TINY, cluster(), fused, layout).memory_breakdown_gib
     old_mem = analytical().simulate(TINY, cluster(), train, layout).memory_breakdown_gib
     extra = (old_mem["activations"] - new_mem["activations"]) * GIB
@@ -344,7 +344,7 @@ def test_a_device_without_flash_kernels_runs_unfused_attention() -> None:
     new = dataclasses.replace(
         old, device=dataclasses.replace(no_flash, supports_flash_attention=True)
     )
-    train = TrainSpec(seq_len=2048, global_batch_size=8, precision="fp16")
+    train = make_train(seq_len=2048, global_batch_size=8, precision="fp16")
     assert train.uses_flash_attention(new) and not train.uses_flash_attention(old)
     sim = analytical()
     slow = sim.simulate(LLAMA, old, train, Layout(dp=8)).memory_breakdown_gib["activations"]
@@ -360,13 +360,17 @@ def test_pipeline_p2p_sends_a_tp_slice_and_all_gathers_it_by_hand() -> None:
     (25 GB/s x 0.5, 20 us), and the receiver all-gathers the full 16384 B over its TP pair in the
     node (1/2 x 16384 B at 100 GB/s x 0.8, 10 us). Forward and backward each do both; m = 2.
     """
-    train = TrainSpec(seq_len=128, global_batch_size=8)
+    train = make_train("megatron_deepspeed", seq_len=128, global_batch_size=8)
     layout = dataclasses.replace(Layout.resolve(16, tp=2, pp=2), sequence_parallel=False)
     pred = analytical().simulate(TINY, cluster(2), train, layout)
     send = 8192 / 12.5e9 + 20e-6
     gather = 0.5 * 16384 / 80e9 + 10e-6
     m = 8 // (layout.dp * layout.micro_batch)
     assert pred.breakdown["pp_comm"] == pytest.approx(m * 2 * (send + gather))
+    # Megatron-Core sends the whole activation from every TP rank, no gather (reference 7.3).
+    core = make_train("megatron_core", seq_len=128, global_batch_size=8)
+    pred = analytical().simulate(TINY, cluster(2), core, layout)
+    assert pred.breakdown["pp_comm"] == pytest.approx(m * 2 * (16384 / 12.5e9 + 20e-6))
     # With sequence parallelism the boundary is already a 1/t slice: no all-gather.
     sp = analytical().simulate(
         TINY, cluster(2), train, dataclasses.replace(layout, sequence_parallel=True)

@@ -8,14 +8,14 @@ import catalog
 from simulators import BREAKDOWN_KEYS
 from simulators import Layout
 from simulators import Simulator
-from simulators import TrainSpec
 from simulators.registry import SIMULATOR_NAMES
 from tests.simulators_tests._specs import ascend
+from tests.simulators_tests._specs import make_train
 from tests.simulators_tests._specs import model
 
 MODEL = model("llama2_7b", num_layers=8)  # 8 layers keep the hierarchical compile short
 CLUSTER = ascend(2)  # 16 NPUs
-TRAIN = TrainSpec(seq_len=2048, global_batch_size=32)
+TRAIN = make_train(seq_len=2048, global_batch_size=32)
 LAYOUTS = [
     Layout.resolve(16, tp=1),
     Layout.resolve(16, tp=2, pp=2),
@@ -67,3 +67,41 @@ def test_more_recompute_never_raises_memory(simulator: Simulator) -> None:
         for mode in ("none", "selective", "full")
     ]
     assert memory == sorted(memory, reverse=True)
+
+
+UNEVEN = model("llama2_7b", num_layers=10)  # 10 layers over 4 stages: 2, 3, 3, 2
+
+
+@pytest.mark.parametrize("framework", ["megatron_core", "megatron_deepspeed", "mindspeed"])
+def test_uneven_split_is_priced_stage_by_stage(simulator: Simulator, framework: str) -> None:
+    train = make_train(framework, seq_len=2048, global_batch_size=32)
+    layout = Layout.resolve(16, tp=2, pp=4)
+    assert not layout.violations(UNEVEN, CLUSTER, train)
+    split = layout.stage_layers(UNEVEN, train)
+    assert sum(split) == 10 and len(split) == 4 and max(split) - min(split) == 1
+    prediction = simulator.simulate(UNEVEN, CLUSTER, train, layout)
+    assert prediction.detail["stage_layers"] == list(split)
+    assert sum(prediction.breakdown.values()) == pytest.approx(prediction.step_time_s)
+    # one more layer on the slowest stage costs time; the even 8-layer model is cheaper
+    assert prediction.step_time_s > simulator.simulate(MODEL, CLUSTER, train, layout).step_time_s
+
+
+def test_a_heavier_stage_paces_the_pipeline(simulator: Simulator) -> None:
+    balanced = Layout.resolve(16, tp=2, pp=4, layer_split=(2, 2, 2, 2))
+    lopsided = Layout.resolve(16, tp=2, pp=4, layer_split=(1, 1, 1, 5))
+    fast = simulator.simulate(MODEL, CLUSTER, TRAIN, balanced)
+    slow = simulator.simulate(MODEL, CLUSTER, TRAIN, lopsided)
+    assert slow.step_time_s > fast.step_time_s
+    assert slow.detail["stage_layers"] == [1, 1, 1, 5]
+
+
+def test_fp8_is_faster_and_keeps_its_weight_copies(simulator: Simulator) -> None:
+    cluster = catalog.load_cluster("h100", ["cluster.num_nodes=2"])
+    layout = Layout.resolve(16, tp=2, pp=2)
+    bf16 = simulator.simulate(MODEL, cluster, TRAIN, layout)
+    fp8_train = make_train(seq_len=2048, global_batch_size=32, precision="fp8")
+    fp8 = simulator.simulate(MODEL, cluster, fp8_train, layout)
+    assert fp8.step_time_s < bf16.step_time_s
+    assert fp8.memory_breakdown_gib["fp8_weights"] > 0  # Hopper: two FP8 copies per weight
+    assert fp8.memory_breakdown_gib["activations"] < bf16.memory_breakdown_gib["activations"]
+    assert "fp8_weights" not in bf16.memory_breakdown_gib

@@ -12,6 +12,7 @@ from simulators import Layout
 from simulators import ModelSpec
 from simulators import TrainSpec
 from simulators.hierarchical.graph import layer_shapes
+from tests.simulators_tests._specs import make_train
 
 compile_mod = pytest.importorskip("simulators.hierarchical.compile")
 
@@ -69,7 +70,7 @@ TINY_MLA = ModelSpec(
     qk_rope_head_dim=16,
     v_head_dim=32,
 )
-TRAIN = TrainSpec(seq_len=512, global_batch_size=8)
+TRAIN = make_train(seq_len=512, global_batch_size=8)
 
 
 def graph_flops_per_token(model: ModelSpec, layout: Layout, train: TrainSpec) -> float:
@@ -162,7 +163,7 @@ def test_hierarchical_package_imports_without_torch() -> None:
     assert json.loads(out.stdout) is False
 
 
-UNFUSED = TrainSpec(seq_len=512, global_batch_size=8, flash_attention=False)
+UNFUSED = make_train(seq_len=512, global_batch_size=8, flash_attention=False)
 
 
 def test_unfused_attention_records_the_score_matrices_and_saves_more() -> None:
@@ -247,3 +248,21 @@ def test_flash_swiglu_layer_saved_bytes_by_hand() -> None:
     tokens = shape.micro_batch * shape.seq_q
     seed_offset = 2 * 8  # the kernel's int64 RNG seed and offset
     assert compile_mod.compile_layer(shape).saved_bytes == tokens * per_token + seed_offset
+
+
+def test_fp8_layer_runs_linear_gemms_in_fp8_and_saves_their_inputs_in_one_byte() -> None:
+    """FP8 (Transformer Engine): the same layer as the bf16 hand count above, but the QKV and
+    fc1 inputs (norm outputs, 2 x h) and the fc2 input (f) are kept in 1 byte instead of 2,
+    and the out projection keeps an FP8 copy of the flash output (h), which flash still keeps
+    in bf16 for its own backward (docs/reference.md 7.6)."""
+    fp8 = make_train(seq_len=512, global_batch_size=8, precision="fp8")
+    bf16 = compile_mod.compile_layer(layer_shapes(TINY_LLAMA, Layout(), TRAIN)["dense"])
+    shape = layer_shapes(TINY_LLAMA, Layout(), fp8)["dense"]
+    graph = compile_mod.compile_layer(shape)
+    h, f = 256, 688
+    tokens = shape.micro_batch * shape.seq_q
+    assert graph.saved_bytes == bf16.saved_bytes - tokens * (2 * h + f) + tokens * h
+    gemms = [op for op in graph.forward + graph.backward if op.category == "matmul"]
+    assert {op.dtype for op in gemms} == {"fp8"}  # no router, no output layer in a dense layer
+    assert len(gemms) == 3 * 4  # QKV, out, fc1, fc2: forward, input and weight gradients
+    assert graph.model_flops() == pytest.approx(bf16.model_flops())

@@ -12,13 +12,13 @@ from autotune import profile as profile_cli
 from simulators import DataFileError
 from simulators import Layout
 from simulators import ModelSpec
-from simulators import TrainSpec
 from simulators.hierarchical import HierarchicalSimulator
 from simulators.hierarchical import profile as core
 from simulators.hierarchical.cost import COST_TABLE_COLUMNS
 from simulators.hierarchical.cost import load_cost_table
 from simulators.hierarchical.graph import layer_shapes
 from tests.simulators_tests._specs import ascend
+from tests.simulators_tests._specs import make_train
 
 MODEL = ModelSpec(
     name="tiny",
@@ -30,7 +30,7 @@ MODEL = ModelSpec(
     head_dim=32,
     vocab_size=256,
 )
-TRAIN = TrainSpec(seq_len=128, global_batch_size=16, precision="fp32")
+TRAIN = make_train(seq_len=128, global_batch_size=16, precision="fp32")
 CLUSTER = ascend(1)
 
 

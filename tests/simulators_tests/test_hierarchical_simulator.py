@@ -13,7 +13,6 @@ from simulators import BREAKDOWN_KEYS
 from simulators import Layout
 from simulators import ModelSpec
 from simulators import SpecError
-from simulators import TrainSpec
 from simulators.hierarchical import HierarchicalSimulator
 from simulators.hierarchical.cost import CommCost
 from simulators.hierarchical.cost import RooflineCost
@@ -21,6 +20,7 @@ from simulators.hierarchical.graph import layer_shapes
 from simulators.hierarchical.intra_stage import phase
 from simulators.registry import make_simulator
 from tests.simulators_tests._specs import ascend
+from tests.simulators_tests._specs import make_train
 
 compile_mod = pytest.importorskip("simulators.hierarchical.compile")
 
@@ -35,7 +35,7 @@ MODEL = ModelSpec(
     vocab_size=2048,
 )
 CLUSTER = ascend(2)
-TRAIN = TrainSpec(seq_len=1024, global_batch_size=32)
+TRAIN = make_train(seq_len=1024, global_batch_size=32)
 
 
 def constants(**changes: Any) -> dict[str, Any]:
@@ -166,7 +166,7 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
         head_dim=32,
         vocab_size=128,
     )
-    train = TrainSpec(seq_len=64, global_batch_size=64)
+    train = make_train(seq_len=64, global_batch_size=64)
     lay = Layout.resolve(CLUSTER.num_devices, pp=1)
     assert lay.violations(tiny, CLUSTER, train) == [] and lay.num_microbatches(train) == 4
     free = HierarchicalSimulator.from_config(constants(host_op_overhead_us=0.0))
@@ -201,7 +201,7 @@ def test_memory_includes_the_reserve_and_the_logits_working_set() -> None:
 def test_unfused_attention_is_slower_and_needs_more_memory() -> None:
     lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
     flash = SIM.simulate(MODEL, CLUSTER, TRAIN, lay)
-    unfused_train = TrainSpec(seq_len=1024, global_batch_size=32, flash_attention=False)
+    unfused_train = make_train(seq_len=1024, global_batch_size=32, flash_attention=False)
     unfused = SIM.simulate(MODEL, CLUSTER, unfused_train, lay)
     assert unfused.step_time_s > flash.step_time_s
     assert unfused.memory_breakdown_gib["activations"] > flash.memory_breakdown_gib["activations"]

@@ -15,12 +15,13 @@ from simulators import ModelSpec
 from simulators import SpecError
 from simulators import TrainSpec
 from tests.simulators_tests._specs import ascend
+from tests.simulators_tests._specs import make_train
 from tests.simulators_tests._specs import model
 
 LLAMA2_70B = model("llama2_70b", name="Llama-2-70B")  # 80 layers, 64 heads, 8 KV heads
 MIXTRAL = model("mixtral_8x7b")  # 32 layers, 32 heads, 8 KV heads, 8 experts
 CLUSTER_4X8 = ascend(num_nodes=4)  # 32 NPUs
-TRAIN = TrainSpec(seq_len=4096, global_batch_size=1024)
+TRAIN = make_train("megatron_lm", seq_len=4096, global_batch_size=1024)  # even splits only
 
 
 def _violations(lay: Layout, spec: ModelSpec = LLAMA2_70B, train: TrainSpec = TRAIN) -> list[str]:
@@ -66,7 +67,7 @@ def test_kv_heads_vs_tp() -> None:
 
 def test_layers_vs_pp() -> None:
     found = _violations(Layout(dp=1, tp=8, pp=3, sequence_parallel=True))
-    assert "pp=3 does not divide num_layers=80" in found
+    assert "pp=3 does not divide num_layers=80 (megatron_lm splits layers evenly only)" in found
 
 
 def test_vpp_needs_pp() -> None:
@@ -80,14 +81,14 @@ def test_vpp_must_divide_layers_per_stage() -> None:
 
 
 def test_vpp_needs_enough_microbatches() -> None:
-    train = TrainSpec(seq_len=4096, global_batch_size=2)
+    train = make_train(seq_len=4096, global_batch_size=2)
     found = _violations(Layout(dp=1, tp=8, pp=4, vpp=2, sequence_parallel=True), train=train)
     assert found == ["vpp=2 needs micro-batches per step (2) >= pp (4)"]
     assert _violations(Layout(dp=1, tp=8, pp=4, vpp=2, sequence_parallel=True)) == []
 
 
 def test_cp_needs_seq_divisible_by_2cp() -> None:
-    train = TrainSpec(seq_len=4098, global_batch_size=1024)
+    train = make_train(seq_len=4098, global_batch_size=1024)
     found = _violations(Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=True), train=train)
     assert found == ["cp=2 needs seq_len=4098 divisible by 2*cp=4"]
     assert _violations(Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=True)) == []
@@ -133,13 +134,8 @@ def test_recompute_layers_at_most_a_stage() -> None:
     lay = Layout(dp=1, tp=8, pp=4, recompute="full", recompute_layers=30, sequence_parallel=True)
     assert _violations(lay) == ["recompute_layers=30 exceeds the 20 layers per pipeline stage"]
     assert _violations(dataclasses.replace(lay, recompute_layers=20)) == []
-    assert (
-        dataclasses.replace(lay, recompute_layers=5).recomputed_layers_per_stage(LLAMA2_70B) == 5
-    )
-    assert (
-        dataclasses.replace(lay, recompute_layers=None).recomputed_layers_per_stage(LLAMA2_70B)
-        == 20
-    )
+    assert dataclasses.replace(lay, recompute_layers=5).recomputed_layers(20) == 5
+    assert dataclasses.replace(lay, recompute_layers=None).recomputed_layers(20) == 20
 
 
 def test_several_violations_at_once() -> None:
@@ -149,7 +145,7 @@ def test_several_violations_at_once() -> None:
         "dp(3) * tp(3) * pp(3) * cp(1) = 27 != 32 devices of cluster ascend",
         "tp=3 does not divide num_attention_heads=64",
         "tp=3 and num_kv_heads=8: neither divides the other",
-        "pp=3 does not divide num_layers=80",
+        "pp=3 does not divide num_layers=80 (megatron_lm splits layers evenly only)",
         "micro_batch(1) * dp(3) = 3 does not divide global_batch_size=1024",
         "recompute_layers=1 needs recompute=full",
     ]
@@ -197,3 +193,62 @@ def test_meaningless_fields_raise_spec_error(fields: dict[str, object], message:
 def test_describe() -> None:
     lay = Layout(dp=4, tp=8, pp=2, recompute="full", recompute_layers=3, sequence_parallel=True)
     assert lay.describe() == "dp4 tp8 pp2 cp1 ep1 vpp1 mbs1 rc=full:3 sp do"
+
+
+CORE = make_train("megatron_core", seq_len=4096, global_batch_size=1024)
+DEEPSPEED = make_train("megatron_deepspeed", seq_len=4096, global_batch_size=1024)
+
+
+@pytest.mark.parametrize(
+    ("train", "split"),
+    [
+        (CORE, (26, 27, 27)),  # the extra layers go to the middle stages
+        (DEEPSPEED, (27, 27, 26)),  # DeepSpeed's partition: the first stages take them
+    ],
+    ids=["megatron_core", "megatron_deepspeed"],
+)
+def test_default_split_when_pp_does_not_divide(train: TrainSpec, split: tuple[int, ...]) -> None:
+    lay = Layout(dp=1, tp=8, pp=3, sequence_parallel=True)
+    cluster = ascend(3)  # 24 NPUs
+    assert lay.violations(LLAMA2_70B, cluster, train) == []
+    assert lay.stage_layers(LLAMA2_70B, train) == split
+    assert sum(split) == 80
+
+
+def test_explicit_split_rules() -> None:
+    lay = Layout(dp=1, tp=8, pp=4, sequence_parallel=True, layer_split=(19, 21, 21, 19))
+    assert _violations(lay, train=CORE) == []
+    assert lay.stage_layers(LLAMA2_70B, CORE) == (19, 21, 21, 19)
+    assert lay.describe().endswith("split=19/21/21/19")
+    short = dataclasses.replace(lay, layer_split=(20, 20, 20))
+    assert _violations(short, train=CORE) == [
+        "layer_split has 3 stages, expected pp=4",
+        "layer_split [20, 20, 20] sums to 60, expected num_layers=80",
+    ]
+    assert _violations(lay, train=DEEPSPEED) == [
+        "megatron_deepspeed cannot run layer_split [19, 21, 21, 19]; its only split for pp=4 "
+        "is [20, 20, 20, 20]"
+    ]
+    with pytest.raises(SpecError, match="a stage with no layers"):
+        dataclasses.replace(lay, layer_split=(40, 0, 20, 20))
+
+
+def test_virtual_stages_with_an_uneven_split() -> None:
+    cluster = ascend(3)
+    lay = Layout(dp=1, tp=8, pp=3, vpp=2, sequence_parallel=True)
+    assert lay.violations(LLAMA2_70B, cluster, CORE) == []
+    # chunk (c, r) at index c * pp + r: each stage's layers dealt over its 2 chunks
+    assert lay.chunk_layers(LLAMA2_70B, CORE) == (13, 14, 14, 13, 13, 13)
+    assert lay.violations(LLAMA2_70B, cluster, DEEPSPEED) == [
+        "vpp=2: megatron_deepspeed has no virtual pipeline stages"
+    ]
+    thin = dataclasses.replace(lay, vpp=2, layer_split=(1, 40, 39))
+    assert "vpp=2 exceeds the 1 layers of a pipeline stage" in thin.violations(
+        LLAMA2_70B, cluster, CORE
+    )
+
+
+def test_resolve_and_from_dict_take_a_split_as_a_list() -> None:
+    lay = Layout.resolve(32, tp=8, pp=4, layer_split=[19, 21, 21, 19])
+    assert lay.layer_split == (19, 21, 21, 19)
+    assert Layout.from_dict(lay.as_dict() | {"layer_split": [19, 21, 21, 19]}) == lay

@@ -8,7 +8,7 @@ from simulators import DeviceSpec
 from simulators import LinkSpec
 from simulators import ModelSpec
 from simulators import SpecError
-from simulators import TrainSpec
+from tests.simulators_tests._specs import make_train
 from tests.simulators_tests._specs import model
 
 
@@ -158,9 +158,11 @@ def test_link_and_train_spec_errors() -> None:
         LinkSpec(topology="full_mesh", bandwidth_gbps=196.0, latency_us=1.0, efficiency=0.7)
     with pytest.raises(SpecError, match="topology='ring'"):
         LinkSpec(topology="ring", bandwidth_gbps=1.0, latency_us=1.0, efficiency=0.7)
-    with pytest.raises(SpecError, match="precision='fp8'"):
-        TrainSpec(seq_len=4096, global_batch_size=8, precision="fp8")
-    assert TrainSpec(seq_len=4096, global_batch_size=256).tokens_per_step == 1_048_576
+    with pytest.raises(SpecError, match="precision='fp4'"):
+        make_train(seq_len=4096, global_batch_size=8, precision="fp4")
+    with pytest.raises(SpecError, match="framework 'megatron_deepspeed' has none"):
+        make_train("megatron_deepspeed", seq_len=4096, global_batch_size=8, precision="fp8")
+    assert make_train(seq_len=4096, global_batch_size=256).tokens_per_step == 1_048_576
 
 
 def test_specs_are_frozen() -> None:

@@ -1,0 +1,209 @@
+"""The training framework: what the software stack does that changes step time or memory.
+
+A simulator never branches on a framework's name; it asks the framework's facts, which live in
+``conf/framework/<name>.yaml`` with their sources (docs/reference.md 7): how the layers are
+split over pipeline stages, whether virtual stages exist, how the data-parallel gradient
+reduction is timed and sized, what a pipeline send carries, and whether FP8 GEMMs exist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from simulators._checks import constants_from_mapping
+from simulators._checks import require_choice
+from simulators._checks import require_non_negative
+from simulators.errors import SpecError
+
+__all__ = ["LAYER_SPLITS", "OPTIMIZER_MODES", "FrameworkSpec", "StateBytes"]
+
+# How the optimizer states are held: ``replicated`` on every data-parallel rank, or
+# ``distributed`` (Megatron's distributed optimizer, DeepSpeed ZeRO-1; Layout
+# ``distributed_optimizer``).
+OPTIMIZER_MODES = ("replicated", "distributed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateBytes:
+    """Bytes per parameter that a rank keeps for each parameter it holds.
+
+    ``weight`` and ``grad`` (the gradient buffer) are kept whole; ``optimizer`` bytes are kept
+    whole too, ``sharded_optimizer`` bytes are split over data parallelism (the master weights
+    and Adam moments of a distributed optimizer; DeepSpeed's bf16 optimizer shards them even
+    without ZeRO).
+    """
+
+    weight: float
+    grad: float
+    optimizer: float
+    sharded_optimizer: float
+
+    def __post_init__(self) -> None:
+        require_non_negative(
+            "state bytes",
+            weight=self.weight,
+            grad=self.grad,
+            optimizer=self.optimizer,
+            sharded_optimizer=self.sharded_optimizer,
+        )
+
+
+def _state_table(values: Mapping[str, Any]) -> dict[str, dict[str, StateBytes]]:
+    """``{precision: {replicated|distributed: {weight, grad, optimizer, sharded_optimizer}}}``."""
+    try:
+        table = {
+            str(precision): {str(mode): StateBytes(**dict(sizes)) for mode, sizes in modes.items()}
+            for precision, modes in values.items()
+        }
+    except (TypeError, AttributeError) as exc:
+        raise SpecError(
+            f"state_bytes_per_param: {exc}; expected {{precision: {{replicated|distributed: "
+            "{weight, grad, optimizer, sharded_optimizer}}}}"
+        ) from None
+    for precision, modes in table.items():
+        if sorted(modes) != sorted(OPTIMIZER_MODES):
+            raise SpecError(
+                f"state_bytes_per_param.{precision}: expected {', '.join(OPTIMIZER_MODES)}, "
+                f"got {', '.join(modes)}"
+            )
+    return table
+
+
+# How a framework assigns layers to pipeline stages when nothing explicit is given, and which
+# explicit splits it can express:
+#   even       num_layers % pp == 0 is required; no other split (Megatron-LM of 2020-22)
+#   any        an even split by default; any split through its flags (Megatron-Core's
+#              --pipeline-model-parallel-layout / first-last flags, MindSpeed's
+#              --num-layer-list / --noop-layers); layers that do not divide go to the middle
+#   deepspeed  DeepSpeed PipelineModule, partition 'type:transformer': the first
+#              num_layers % pp stages take one layer more; no other split
+LAYER_SPLITS = ("even", "any", "deepspeed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrameworkSpec:
+    """A training stack as it is run: the facts the simulators and the layout rules ask.
+
+    ``virtual_pipeline``: interleaved 1F1B exists. ``p2p_tp_sliced``: a pipeline send carries
+    each TP rank's 1/tp slice of the activation, all-gathered over TP by the receiver
+    (DeepSpeed's partitioned pipeline, Megatron-LM's old scatter/gather); otherwise each rank
+    sends the whole activation (1/tp of it only with sequence parallelism).
+    ``overlap_grad_reduce``: the data-parallel gradient reduction runs in buckets during the
+    last micro-batch's backward (else after the whole pipeline). ``overlap_param_gather``: the
+    distributed optimizer's parameter all-gather hides in the next forward.
+    ``grad_reduce_in_fp32``: bf16 gradients are reduced in fp32 (Megatron's fp32 main grads),
+    else in the model's dtype. Buckets hold ``max(grad_bucket_params_min,
+    grad_bucket_params_per_dp * dp)`` gradients; ``reduce_scatter_grads``: a distributed
+    optimizer reduce-scatters the gradients (else every rank all-reduces them).
+    ``state_bytes_per_param``: what a rank keeps per parameter, by precision and optimizer
+    mode (:class:`StateBytes`). ``tp_comm_overlap``: TP collectives hide behind GEMMs.
+    ``fp8``: FP8 GEMMs through Transformer Engine.
+    """
+
+    name: str
+    layer_split: str
+    virtual_pipeline: bool
+    p2p_tp_sliced: bool
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    grad_reduce_in_fp32: bool
+    grad_bucket_params_min: int
+    grad_bucket_params_per_dp: int
+    reduce_scatter_grads: bool
+    state_bytes_per_param: Mapping[str, Mapping[str, StateBytes]] = field(hash=False)
+    tp_comm_overlap: bool
+    fp8: bool
+
+    @classmethod
+    def from_mapping(cls, name: str, values: Mapping[str, Any]) -> FrameworkSpec:
+        """Build from ``conf/framework/<name>.yaml``; unknown or missing keys raise SpecError."""
+        return constants_from_mapping(
+            cls,
+            values,
+            f"framework {name!r}",
+            {"state_bytes_per_param": _state_table},
+            fixed={"name": name},
+        )
+
+    def __post_init__(self) -> None:
+        owner = f"framework {self.name!r}"
+        require_choice(owner, "layer_split", self.layer_split, LAYER_SPLITS)
+        require_non_negative(
+            owner,
+            grad_bucket_params_min=self.grad_bucket_params_min,
+            grad_bucket_params_per_dp=self.grad_bucket_params_per_dp,
+        )
+
+    def default_split(self, num_layers: int, pp: int) -> tuple[int, ...]:
+        """Layers per pipeline stage when the layout gives no explicit split.
+
+        An even split when ``pp`` divides the layers. Otherwise DeepSpeed gives the first
+        ``num_layers % pp`` stages one layer more; frameworks that take any split put the extra
+        layers on the middle stages (the first holds the embedding, the last the output layer
+        and the loss); a framework with only even splits has none (the rules refuse it).
+        """
+        base, extra = divmod(num_layers, pp)
+        if extra == 0:
+            return (base,) * pp
+        if self.layer_split == "deepspeed":
+            return tuple(base + (rank < extra) for rank in range(pp))
+        by_centre = sorted(range(pp), key=lambda rank: (min(rank, pp - 1 - rank), rank))
+        heavier = set(by_centre[::-1][:extra])
+        return tuple(base + (rank in heavier) for rank in range(pp))
+
+    def split_variants(self, num_layers: int, pp: int) -> dict[str, tuple[int, ...]]:
+        """The splits worth searching, by name: ``default`` and, where the framework takes
+        any split, ``light_ends``: the first and last stages one layer lighter for the
+        embedding and the output layer with the loss (Megatron's
+        ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split``:
+        ``num_layers + 2`` slots split evenly, the two end slots not layers)."""
+        variants = {"default": self.default_split(num_layers, pp)}
+        if self.layer_split == "any" and pp > 2:
+            slots = list(self.default_split(num_layers + 2, pp))
+            slots[0], slots[-1] = slots[0] - 1, slots[-1] - 1
+            light = tuple(slots)
+            if min(light) >= 1 and light != variants["default"]:
+                variants["light_ends"] = light
+        return variants
+
+    def can_split(self, split: tuple[int, ...], num_layers: int) -> bool:
+        """Whether this framework can run the per-stage layer counts ``split``."""
+        if self.layer_split == "any":
+            return True
+        return split == self.default_split(num_layers, len(split)) and (
+            self.layer_split == "deepspeed" or num_layers % len(split) == 0
+        )
+
+    def grad_reduce_bytes(self, precision: str) -> float:
+        """Bytes per gradient element in the data-parallel reduction."""
+        if precision == "fp32" or (precision in ("bf16", "fp8") and self.grad_reduce_in_fp32):
+            return 4.0
+        return 2.0
+
+    def state_bytes(self, precision: str, distributed_optimizer: bool) -> StateBytes:
+        """What a rank keeps per parameter for ``precision`` and the optimizer mode.
+
+        Raises:
+            SpecError: a precision this framework's table does not list.
+        """
+        if precision not in self.state_bytes_per_param:
+            raise SpecError(
+                f"framework {self.name!r} lists no state bytes for precision {precision!r}; "
+                f"it has {', '.join(self.state_bytes_per_param)}"
+            )
+        mode = OPTIMIZER_MODES[int(distributed_optimizer)]
+        return self.state_bytes_per_param[precision][mode]
+
+    def grad_bucket_params(self, dp: int) -> int:
+        """Gradients per reduction bucket for a data-parallel group of ``dp``."""
+        return max(self.grad_bucket_params_min, self.grad_bucket_params_per_dp * dp)
+
+    def grad_buckets(self, params: float, dp: int) -> int:
+        """Buckets the gradients of ``params`` parameters are reduced in (at least one)."""
+        if not self.overlap_grad_reduce:
+            return 1  # without overlap the whole buffer is one collective after the pipeline
+        return max(1, math.ceil(params / self.grad_bucket_params(dp)))

@@ -1,0 +1,89 @@
+"""The frameworks' facts (conf/framework/) and what they change in the simulators."""
+
+from __future__ import annotations
+
+import pytest
+
+import catalog
+from simulators import Layout
+from simulators import SpecError
+from simulators.frameworks import FrameworkSpec
+from tests.simulators_tests._specs import analytical
+from tests.simulators_tests._specs import ascend
+from tests.simulators_tests._specs import make_train
+from tests.simulators_tests._specs import model
+
+CORE = catalog.load_framework("megatron_core")
+DEEPSPEED = catalog.load_framework("megatron_deepspeed")
+LEGACY = catalog.load_framework("megatron_lm")
+
+
+def test_every_framework_loads() -> None:
+    for name in catalog.options("framework"):
+        framework = catalog.load_framework(name)
+        assert framework.name == name
+        assert framework.state_bytes("bf16", True).sharded_optimizer > 0
+
+
+def test_default_splits_follow_each_framework() -> None:
+    assert CORE.default_split(80, 4) == (20, 20, 20, 20)
+    assert CORE.default_split(30, 4) == (7, 8, 8, 7)  # the extra layers to the middle
+    assert DEEPSPEED.default_split(30, 4) == (8, 8, 7, 7)  # DeepSpeed: the first stages
+    assert DEEPSPEED.default_split(61, 8) == (8, 8, 8, 8, 8, 7, 7, 7)
+    assert sum(CORE.default_split(61, 16)) == 61
+
+
+def test_which_splits_a_framework_can_run() -> None:
+    assert CORE.can_split((19, 21, 21, 19), 80)
+    assert DEEPSPEED.can_split((8, 8, 7, 7), 30) and not DEEPSPEED.can_split((7, 8, 8, 7), 30)
+    assert LEGACY.can_split((20, 20, 20, 20), 80) and not LEGACY.can_split((8, 8, 7, 7), 30)
+
+
+def test_light_ends_variant_counts_the_embedding_and_the_loss() -> None:
+    # Megatron --account-for-embedding/loss-in-pipeline-split: 30 + 2 slots over 4 stages of
+    # 8, the end stages one layer short: 7, 8, 8, 7 (docs/reference.md 7.1).
+    assert CORE.split_variants(30, 4) == {"default": (7, 8, 8, 7)}  # the default already is
+    assert CORE.split_variants(80, 4) == {"default": (20,) * 4, "light_ends": (19, 21, 21, 19)}
+    assert DEEPSPEED.split_variants(80, 4) == {"default": (20,) * 4}  # no other split
+    assert CORE.split_variants(32, 2) == {"default": (16, 16)}
+
+
+def test_gradient_reduction_sizes() -> None:
+    assert CORE.grad_reduce_bytes("bf16") == 4  # Megatron reduces bf16 grads in fp32
+    assert DEEPSPEED.grad_reduce_bytes("bf16") == 2  # DeepSpeed in the model's dtype
+    assert CORE.grad_reduce_bytes("fp16") == DEEPSPEED.grad_reduce_bytes("fp16") == 2
+    assert CORE.grad_buckets(100e6, dp=8) == 3  # buckets of max(40M, 8M) parameters
+    assert CORE.grad_buckets(100e6, dp=64) == 2  # buckets of 64M
+    assert DEEPSPEED.grad_buckets(100e6, dp=8) == 1  # reduced after the pipeline, at once
+
+
+def test_a_framework_file_with_a_typo_is_refused() -> None:
+    values = {"layer_split": "any"}
+    with pytest.raises(SpecError, match="framework 'x': missing key"):
+        FrameworkSpec.from_mapping("x", values)
+    with pytest.raises(SpecError, match="layer_split='ragged' is not one of even, any, deepspeed"):
+        FrameworkSpec.from_mapping("x", {**_values(CORE), "layer_split": "ragged"})
+
+
+def _values(framework: FrameworkSpec) -> dict[str, object]:
+    return catalog.plain(catalog.compose(None, [f"+framework={framework.name}"]).framework)
+
+
+def test_deepspeed_reduces_gradients_after_the_pipeline() -> None:
+    """Same job and layout: Megatron-Core hides the reduction behind the last backward,
+    DeepSpeed's pipeline runs it after every micro-batch (docs/reference.md 7.2)."""
+    llama = model("llama2_7b", num_layers=8)
+    layout = Layout.resolve(16, tp=1, pp=1, distributed_optimizer=False)
+    core = analytical().simulate(
+        llama, ascend(2), make_train(seq_len=2048, global_batch_size=16), layout
+    )
+    train = make_train("megatron_deepspeed", seq_len=2048, global_batch_size=16, precision="bf16")
+    deepspeed = analytical().simulate(llama, ascend(2), train, layout)
+    assert deepspeed.breakdown["dp_comm"] > core.breakdown["dp_comm"]
+    # DeepSpeed's bf16 optimizer keeps fp32 grads (4) and bf16 grads (2); shards the rest
+    assert deepspeed.memory_breakdown_gib["gradients"] == pytest.approx(
+        1.5 * core.memory_breakdown_gib["gradients"]
+    )
+    assert deepspeed.memory_breakdown_gib["optimizer"] == pytest.approx(
+        core.memory_breakdown_gib["optimizer"] / 16
+    )

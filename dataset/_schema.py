@@ -158,6 +158,7 @@ _LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Layout)}
 _LAYOUT = tuple(_layout_column(name) for name in LAYOUT_FIELDS)
 _TRAINING = (
     Column("precision", _choice(PRECISIONS), default="bf16"),
+    Column("framework", _text),
     # Not in the v1 table of docs/architecture.md: whether the stack ran fused attention.
     Column("flash_attention", _bool, default=True),
 )

@@ -19,7 +19,7 @@ __all__ = ["ClusterSpec", "DeviceSpec", "LinkSpec", "ModelSpec", "TrainSpec"]
 
 ACTIVATIONS = ("swiglu", "gelu")
 ATTENTIONS = ("gqa", "mla")
-PRECISIONS = ("bf16", "fp16", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 OPTIMIZERS = ("adam",)
 TOPOLOGIES = ("switch", "full_mesh")
 

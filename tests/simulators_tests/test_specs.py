@@ -158,8 +158,8 @@ def test_link_and_train_spec_errors() -> None:
         LinkSpec(topology="full_mesh", bandwidth_gbps=196.0, latency_us=1.0, efficiency=0.7)
     with pytest.raises(SpecError, match="topology='ring'"):
         LinkSpec(topology="ring", bandwidth_gbps=1.0, latency_us=1.0, efficiency=0.7)
-    with pytest.raises(SpecError, match="precision='fp8'"):
-        TrainSpec(seq_len=4096, global_batch_size=8, precision="fp8")
+    with pytest.raises(SpecError, match="precision='nvfp4'"):
+        TrainSpec(seq_len=4096, global_batch_size=8, precision="nvfp4")
     assert TrainSpec(seq_len=4096, global_batch_size=256).tokens_per_step == 1_048_576
 
 

@@ -498,7 +498,8 @@ def _virtual_pipeline(
     """VPP needs the framework's interleaved schedule, PP > 1, m >= PP and whole chunks.
 
     With an even split Megatron needs vpp to divide the layers per stage (arguments.py); an
-    uneven split needs at least one layer per chunk (docs/reference.md 7.1).
+    uneven split may leave a chunk empty, as the chunks that hold only the embedding or the
+    loss do with ``--account-for-embedding/loss-in-pipeline-split`` (docs/reference.md 7.1).
     """
     if lay.vpp == 1:
         return []
@@ -512,10 +513,6 @@ def _virtual_pipeline(
             found.append(
                 f"vpp={lay.vpp} does not divide the {model.num_layers}/{lay.pp} layers per stage"
             )
-    elif len(lay.stage_layers(model, train)) == lay.pp:
-        fewest = min(lay.stage_layers(model, train))
-        if fewest < lay.vpp:
-            found.append(f"vpp={lay.vpp} exceeds the {fewest} layers of a pipeline stage")
     if lay.pp > 1 and _divides(lay.micro_batch * lay.dp, train.global_batch_size):
         m = lay.num_microbatches(train)
         if m < lay.pp:

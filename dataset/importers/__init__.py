@@ -13,15 +13,29 @@ from types import ModuleType
 
 import pandas as pd
 
+from dataset.importers import dgxc
 from dataset.importers import dlperf
 from dataset.importers import korthikanti
+from dataset.importers import megatron_bridge
 from dataset.importers import mindspeed
+from dataset.importers import mindspeed_2026
+from dataset.importers import nemo
 from dataset.importers import simumax
 from dataset.importers import vtrain
 
 __all__ = ["IMPORTERS", "Importer"]
 
 Importer = Callable[[Path], pd.DataFrame]
-_MODULES: tuple[ModuleType, ...] = (vtrain, simumax, korthikanti, dlperf, mindspeed)
+_MODULES: tuple[ModuleType, ...] = (
+    vtrain,
+    simumax,
+    korthikanti,
+    dlperf,
+    mindspeed,
+    nemo,
+    megatron_bridge,
+    dgxc,
+    mindspeed_2026,
+)
 # source name -> (raw file name in dataset/raw, converter)
 IMPORTERS: dict[str, tuple[str, Importer]] = {m.SOURCE: (m.RAW_FILE, m.convert) for m in _MODULES}

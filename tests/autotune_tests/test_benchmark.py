@@ -177,7 +177,7 @@ def test_command_line_json_and_mlflow_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["data=nowhere"], "unknown data 'nowhere'; expected public, one of dlperf, "),
+        (["data=nowhere"], "unknown data 'nowhere'; expected public, one of dgxc, dlperf, "),
         (
             ["data=korthikanti", "hardware=b300"],
             "hardware 'b300' not in the data; available: a100",

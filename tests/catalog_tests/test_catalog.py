@@ -46,6 +46,8 @@ PUBLISHED_B = {
     "glm4_9b": 9.40,
     "internlm2_7b": 7.74,
     "internlm2_20b": 19.86,
+    "nemotron4_15b": 15.7,
+    "nemotron4_340b": 340.0,
 }
 # Active parameters per token in billions, where docs/reference.md 2 lists them.
 PUBLISHED_ACTIVE_B = {
@@ -63,7 +65,17 @@ ALIASES = {
     "mixtral8x7b": "mixtral_8x7b",
     "deepseekv3": "deepseek_v3",
 }
-REQUIRED_CLUSTERS = ("ascend", "ascend910", "a100", "a100_40g", "h100", "h200", "b200", "v100")
+REQUIRED_CLUSTERS = (
+    "ascend",
+    "ascend910",
+    "a100",
+    "a100_40g",
+    "h100",
+    "h200",
+    "b200",
+    "gb200",
+    "v100",
+)
 
 # A figure is a numeric value; it needs `# source:` on its line. Names, booleans, strings
 # (activation, norm, topology) and the defaults list are not figures and are exempt.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -10,9 +12,15 @@ import dataset
 from dataset.build import RAW_DIR
 from dataset.build import build
 from dataset.importers import IMPORTERS
+from dataset.importers import dgxc
+from dataset.importers import megatron_bridge
 from dataset.importers import mindspeed
+from dataset.importers import mindspeed_2026
+from dataset.importers import nemo
 from dataset.importers._common import knobs
 from dataset.importers._common import leading_int
+from dataset.importers._tables import precision_of
+from dataset.importers._tables import read_rows
 
 
 def test_free_text_parsers() -> None:
@@ -30,6 +38,10 @@ def test_build_round_trip_matches_the_shipped_files(tmp_path: Path) -> None:
         "korthikanti": 8,
         "dlperf": 36,
         "mindspeed": 25,
+        "nemo": 17,
+        "megatron_bridge": 92,
+        "dgxc": 209,
+        "mindspeed_2026": 1,
     }
     for source in IMPORTERS:
         fresh = (tmp_path / f"{source}.csv").read_text()
@@ -42,6 +54,7 @@ def test_values_survive_the_round_trip(tmp_path: Path) -> None:
     by_ref = {
         ref.split(" [config_id ")[1].rstrip("]"): row
         for ref, row in zip(table["source_ref"], table.to_dict("records"), strict=True)
+        if " [config_id " in ref
     }
     vtrain = by_ref["vtrain_multi_2"]  # 3566.5 ms, GPT h3072 L30 a32, dp 64, mbs 8
     assert vtrain["step_time_s"] == pytest.approx(3.5665)
@@ -78,3 +91,88 @@ def test_mindspeed_skips_are_explained() -> None:
     assert "LLaMA2 7B" not in skipped
     converted = mindspeed.convert(raw)
     assert len(converted) + len(mindspeed.skipped(raw)) == 75  # every 910B row accounted for
+
+
+def test_published_precision_labels() -> None:
+    assert precision_of("BF16") == "bf16" and precision_of("bf16") == "bf16"
+    for label in ("FP8", "FP8-CS", "FP8-MX", "MXFP8", "FP8 (32x32 block scaling; parenthesized)"):
+        assert precision_of(label) == "fp8", label
+    assert precision_of("NVFP4") == ""  # skipped
+    with pytest.raises(ValueError):
+        precision_of("INT4")
+
+
+def test_published_tables_values_checked_by_hand(tmp_path: Path) -> None:
+    build(RAW_DIR, tmp_path)
+    table = dataset.load_public(["nemo", "megatron_bridge", "dgxc", "mindspeed_2026"], tmp_path)
+    rows = {row["scenario"]: row for row in table.to_dict("records")}
+    # Megatron-Bridge 25.09, DGX-H100: | LLAMA3_70B | 64 | 128 | 1 | 8192 | 0 | 4 | 8 | 1 | 5 |
+    # 1 | 64 | 1619 | 727 | (GPUs, GBS, MBS, seq, FSDP, TP, PP, CP, VP, EP, GA, tokens/s/GPU).
+    bridge = rows["megatron_bridge|LLAMA3_70B|h100|64|FP8|8192|128|NeMo 25.09"]
+    assert bridge["tokens_per_s_per_device"] == 1619
+    assert bridge["step_time_s"] == pytest.approx(128 * 8192 / (1619 * 64))  # 10.12 s
+    assert (bridge["dp"], bridge["tp"], bridge["pp"], bridge["vpp"]) == (2, 4, 8, 5)
+    assert (bridge["precision"], bridge["framework"], bridge["num_layers"]) == (
+        "fp8",
+        "megatron_core",
+        80,
+    )
+    assert bool(bridge["sequence_parallel"]) and bridge["recompute"] == "none"
+    # A GB200 job of 256 GPUs: 64 GPUs in each of 4 NVL72 racks (assumed placement).
+    gb200 = rows["megatron_bridge|LLAMA3.1_405B|gb200|256|FP8|8192|1536|NeMo 26.04.01"]
+    assert (gb200["cluster"], gb200["devices_per_node"]) == ("gb200", 64)
+    # NeMo 24.07: | LLAMA3-70B | 64 | 8192 | 1 | 128 | 4 | 4 | 2 | 5 | 1524 | 734 |.
+    nemo_70b = rows["nemo|LLAMA3-70B|h100|64|FP8|8192|128|NeMo 24.07"]
+    assert nemo_70b["step_time_s"] == pytest.approx(128 * 8192 / (1524 * 64))  # 10.75 s
+    assert (nemo_70b["dp"], nemo_70b["cp"], nemo_70b["vpp"]) == (2, 2, 5)
+    # Long sequence, 1024 GPUs, 1024K tokens, GBS 4, TP 8, CP 32: 536 TFLOP/s; its duplicate
+    # row (commit 35029a0c84) gives 318 tokens/s/GPU and MBS 1.
+    long_seq = rows["nemo|LLAMA2-7B|h100|1024|FP8|1048576|4|NeMo 24.03.01.framework"]
+    assert long_seq["step_time_s"] == pytest.approx(4 * 1048576 / (318 * 1024))  # 12.88 s
+    layout = (long_seq["tp"], long_seq["cp"], long_seq["dp"], long_seq["micro_batch"])
+    assert layout == (8, 32, 4, 1)
+    # dgxc v24.11.1, 'Llama 3.1 70b 24.09 FP8 (TP=4, PP=4, CP=2, VP=5, MBS=1, GA=64)', 64 H100
+    # (GBS=128): step time 11.01 s, 95239 tokens/s; sequence 8192 from the README's notes.
+    dgxc_70b = rows["dgxc|Llama 3.1 70b|h100|64|FP8|8192|128|dgxc-benchmarking v24.11.1"]
+    assert dgxc_70b["step_time_s"] == pytest.approx(11.01)
+    assert dgxc_70b["tokens_per_s_per_device"] == pytest.approx(95239 / 64)
+    assert (dgxc_70b["dp"], dgxc_70b["seq_len"]) == (2, 8192)
+    # The 96-GPU 405B proxy: step-time cell '8.7  5' is malformed; 117965 tokens/s, 21 layers,
+    # the recipe's 16 KV groups and GPT-2 BPE vocabulary (50257 padded to 128 * TP 8).
+    proxy = rows["dgxc|Llama 3.1 405b|h100|96|BF16|8192|126|dgxc-benchmarking v24.11.1"]
+    assert proxy["step_time_s"] == pytest.approx(126 * 8192 / 117965)
+    assert (proxy["num_layers"], proxy["num_kv_heads"], proxy["vocab_size"]) == (21, 16, 51200)
+    nemotron = rows["dgxc|Nemotron4 340b|h100|128|FP8|4096|32|dgxc-benchmarking v24.11.1"]
+    assert (nemotron["recompute"], nemotron["step_time_s"]) == ("selective", 3.16)
+    # MindSpeed-LLM docs 2026-06: | Qwen3 | 30B | Atlas 900 A2 PODc | 2x8 | 2318.373 |.
+    qwen = rows[
+        "mindspeed_2026|Qwen3 30B|ascend_910b (Atlas 900 A2 PODc)|16|bf16|4096|256|"
+        "MindSpeed-LLM master 2026-06-03"
+    ]
+    assert qwen["step_time_s"] == pytest.approx(256 * 4096 / (2318.373 * 16))  # 28.3 s
+    assert (qwen["cluster"], qwen["framework"]) == ("ascend", "mindspeed")
+    assert (qwen["recompute"], bool(qwen["sequence_parallel"])) == ("full", False)
+    assert (qwen["dp"], qwen["pp"], qwen["ep"]) == (8, 2, 8)
+
+
+@pytest.mark.parametrize("importer", [nemo, megatron_bridge, dgxc, mindspeed_2026])
+def test_published_tables_account_for_every_row(importer: ModuleType) -> None:
+    raw = RAW_DIR / importer.RAW_FILE
+    kept, skipped = importer.convert(raw), importer.skipped(raw)
+    assert len(kept) + len(skipped) == len(read_rows(raw))
+    assert all(reason for _, reason in skipped)
+
+
+def test_dgxc_keeps_megatron_core_runs_only() -> None:
+    kept = dgxc.convert(RAW_DIR / dgxc.RAW_FILE)
+    assert kept["notes"].str.contains("framework=NeMo (Megatron-Core)", regex=False).all()
+
+
+def test_published_tables_skip_reasons() -> None:
+    bridge = Counter(r for _, r in megatron_bridge.skipped(RAW_DIR / megatron_bridge.RAW_FILE))
+    assert sum(n for r, n in bridge.items() if r.startswith("FSDP")) == 9
+    assert sum(n for r, n in bridge.items() if r.startswith("NVFP4")) == 33
+    assert sum(n for r, n in bridge.items() if "experts with tp > 1" in r) == 10
+    jobs = Counter(r for _, r in dgxc.skipped(RAW_DIR / dgxc.RAW_FILE))
+    assert sum(n for r, n in jobs.items() if r.startswith("FSDP")) == 22  # MaxText
+    assert sum(n for r, n in jobs.items() if r.startswith("expert TP")) == 5  # DeepSeek-V3

@@ -67,8 +67,11 @@ class SearchConfig:
     micro_batch: list[int] = MISSING
     recompute: list[str] = MISSING
     distributed_optimizer: list[bool] = MISSING
-    exhaustive_limit: int = MISSING
     polish: float = MISSING
+    grid_budget_s: float = MISSING
+    rerank: str | None = MISSING
+    rerank_top: int = MISSING
+    workers: int = MISSING
 
 
 @dataclass

@@ -1,112 +1,237 @@
-"""MLflow records: one parent run per search or benchmark, one child run per trial."""
+"""MLflow records: one run per search or benchmark, written after the work, never at its cost.
+
+The tracking URI is checked before any work (:func:`check_tracking`). The record itself
+(:func:`record`) runs once the result is known: if MLflow fails there (disk full, a locked
+database, a server gone), the command still prints its answer and says what was not recorded;
+the run is never left RUNNING and no temporary folder is left behind.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autotune.config import TrackingConfig
+from simulators import UserError
 
-__all__ = ["TrackedRun", "child_runs", "tracked_run"]
+__all__ = ["Recorded", "TrackedRun", "check_tracking", "record", "rounded"]
 
 log = logging.getLogger("autotune")
+_SQLITE = "sqlite:///"
+# MLflow's experiment tag that opens the experiment on the training-runs view (MLflow 3).
+_EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+_SIGNIFICANT = 6  # digits kept in a metric
+
+
+def rounded(value: float) -> float:
+    """``value`` to six significant digits: what a predicted figure means, not 16 digits."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, _SIGNIFICANT - 1 - math.floor(math.log10(abs(value))))
+
+
+def check_tracking(config: TrackingConfig) -> None:
+    """Refuse an unusable tracking URI before any work (nothing is created when it is off).
+
+    Raises:
+        UserError: naming the URI and what is allowed.
+    """
+    if not config.enabled:
+        return
+    uri = config.uri
+    allowed = "sqlite:///PATH, http(s)://HOST:PORT of an MLflow server, postgresql://..."
+    if uri.startswith(_SQLITE):
+        _check_sqlite(Path(uri.removeprefix(_SQLITE)), uri)
+    elif uri.startswith(("http://", "https://")):
+        _check_server(uri)
+    elif not uri.startswith(("postgresql", "mysql", "databricks")):
+        reason = "MLflow 3.13+ refuses a plain file store" if uri.startswith("file:") else ""
+        raise UserError(
+            f"tracking.uri={uri!r} is not usable{': ' + reason if reason else ''}; allowed: "
+            f"{allowed} (tracking.enabled=false records nothing)"
+        )
+
+
+def _check_sqlite(path: Path, uri: str) -> None:
+    if path.is_dir():
+        raise UserError(f"tracking.uri={uri!r} names a folder; give a database file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"tracking.uri={uri!r}: cannot create {path.parent}: {exc.strerror}"
+        ) from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"tracking.uri={uri!r}: {path} is not writable")
+    if path.exists() and path.stat().st_size and not _is_sqlite(path):
+        raise UserError(f"tracking.uri={uri!r}: {path} is not an SQLite database")
+
+
+def _is_sqlite(path: Path) -> bool:
+    with path.open("rb") as handle:
+        return handle.read(16) == b"SQLite format 3\x00"
+
+
+def _check_server(uri: str) -> None:
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5):  # noqa: S310
+            pass
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UserError(f"tracking.uri={uri!r}: no MLflow server answers ({reason})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What became of a record: its run id, or why it is missing; the seconds it took."""
+
+    run_id: str | None
+    problem: str | None
+    seconds: float
 
 
 class TrackedRun:
-    """A handle on the active parent run that writes params, metrics and artifacts."""
+    """A handle on the active run that writes params, metrics, tables and artifacts."""
 
-    def __init__(self, mlflow: Any, run_id: str) -> None:
+    def __init__(self, mlflow: Any, run_id: str, folder: Path) -> None:
         self._mlflow = mlflow
         self.run_id = run_id
-        self._dir = Path(tempfile.mkdtemp(prefix="autotune-artifacts-"))
+        self._dir = folder
 
     def params(self, values: Mapping[str, Any]) -> None:
         self._mlflow.log_params({k: str(v) for k, v in values.items()})
 
-    def metrics(self, values: Mapping[str, float]) -> None:
-        self._mlflow.log_metrics({k: float(v) for k, v in values.items()})
+    def metrics(self, values: Mapping[str, float], step: int | None = None) -> None:
+        self._mlflow.log_metrics({k: rounded(float(v)) for k, v in values.items()}, step=step)
+
+    def history(self, key: str, values: list[tuple[int, float]]) -> None:
+        """A metric's history by step in one call (``mlflow.log_batch``)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(key, rounded(float(v)), now, step) for step, v in values]
+        self._mlflow.MlflowClient().log_batch(self.run_id, metrics=metrics)
+
+    def tags(self, values: Mapping[str, str]) -> None:
+        self._mlflow.set_tags(dict(values))
 
     def text(self, name: str, content: str) -> None:
         self._mlflow.log_text(content, name)
 
-    def table(self, name: str, frame: Any) -> None:
-        path = self._dir / name
-        frame.to_csv(path, index=False)
-        self._mlflow.log_artifact(str(path))
+    def table(self, name: str, frame: Any, ui: bool = False) -> None:
+        """A CSV artifact; with ``ui``, also a table the MLflow UI renders (``log_table``)."""
+        from autotune._csv import write_csv
 
-    def figure(self, name: str, figure: Any) -> None:
-        self._mlflow.log_figure(figure, name)
+        path = self._dir / name
+        write_csv(frame, path)
+        self._mlflow.log_artifact(str(path))
+        if ui:
+            self._mlflow.log_table(data=frame, artifact_file=Path(name).with_suffix(".json").name)
+
+    def html(self, name: str, content: str) -> None:
+        self._mlflow.log_text(content, name)
 
     def folder(self, path: Path, artifact_path: str) -> None:
         self._mlflow.log_artifacts(str(path), artifact_path=artifact_path)
 
+    def child(self, name: str, params: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+        """A child run in one ``log_batch`` call (~16 ms on sqlite; docs/libraries.md):
+        ``params``, and the finite numbers of ``values`` as metrics."""
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric
+        from mlflow.entities import Param
 
-@contextlib.contextmanager
-def tracked_run(config: TrackingConfig, run_name: str) -> Iterator[TrackedRun | None]:
-    """A parent MLflow run (``None`` when tracking is off).
+        client = MlflowClient()
+        experiment_id = client.get_run(self.run_id).info.experiment_id
+        child = client.create_run(
+            experiment_id, run_name=name, tags={"mlflow.parentRunId": self.run_id}
+        )
+        now = int(time.time() * 1000)
+        client.log_batch(
+            child.info.run_id,
+            metrics=[
+                Metric(k, rounded(float(v)), now, 0)
+                for k, v in values.items()
+                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            ],
+            params=[
+                Param(k, json.dumps(v) if isinstance(v, bool) else str(v))
+                for k, v in params.items()
+            ],
+        )
+        client.set_terminated(child.info.run_id)
 
-    An exception inside the block ends the run as FAILED, never leaving it RUNNING. MLflow's
-    own prints go to stderr: stdout is kept for ``output=json``.
+
+def record(
+    config: TrackingConfig,
+    run_name: str,
+    fill: Callable[[TrackedRun], None],
+    *,
+    tags: Mapping[str, str],
+    description: str = "",
+    status: str = "FINISHED",
+) -> Recorded:
+    """Write one run with ``fill``; MLflow's failures are reported, never raised.
+
+    ``status`` ends the run (``KILLED`` for a search stopped by a signal). MLflow's own
+    prints go to stderr: stdout is kept for ``output=json``.
     """
+    started = time.perf_counter()
     if not config.enabled:
-        yield None
-        return
+        return Recorded(None, None, 0.0)
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    import mlflow
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    run_id: str | None = None
+    try:
+        with _mlflow_run(config, run_name, tags, description) as (mlflow, run_id, folder):
+            fill(TrackedRun(mlflow, run_id, folder))
+            mlflow.end_run(status=status)
+    except Exception as exc:  # noqa: BLE001 - whatever MLflow raises must not cost the result
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return Recorded(run_id, first, time.perf_counter() - started)
+    return Recorded(run_id, None, time.perf_counter() - started)
 
-    _ensure_sqlite_folder(config.uri)
-    with contextlib.redirect_stdout(sys.stderr):
+
+@contextlib.contextmanager
+def _mlflow_run(
+    config: TrackingConfig, run_name: str, tags: Mapping[str, str], description: str
+) -> Iterator[tuple[Any, str, Path]]:
+    """An active run in a temporary artifact folder; an error inside ends it FAILED."""
+    with (
+        contextlib.redirect_stdout(sys.stderr),
+        tempfile.TemporaryDirectory(prefix="autotune-artifacts-") as folder,
+    ):
+        import mlflow
+
         mlflow.set_tracking_uri(config.uri)
-        mlflow.set_experiment(config.experiment)
-        with mlflow.start_run(run_name=run_name) as run:
-            yield TrackedRun(mlflow, run.info.run_id)
-
-
-def _ensure_sqlite_folder(uri: str) -> None:
-    prefix = "sqlite:///"
-    if uri.startswith(prefix):
-        Path(uri[len(prefix) :]).parent.mkdir(parents=True, exist_ok=True)
-
-
-def child_runs(
-    parent: TrackedRun, rows: list[dict[str, Any]], param_keys: tuple[str, ...]
-) -> None:
-    """One child run per row: ``param_keys`` as params, numeric others as metrics.
-
-    Each child is written with one ``log_batch`` call (~16 ms per child on sqlite, against
-    ~47 ms for one call per value; docs/libraries.md).
-    """
-    from mlflow import MlflowClient
-    from mlflow.entities import Metric
-    from mlflow.entities import Param
-
-    client = MlflowClient()
-    experiment_id = client.get_run(parent.run_id).info.experiment_id
-    now = int(time.time() * 1000)
-    for row in rows:
-        child = client.create_run(
-            experiment_id,
-            run_name=f"trial-{row['trial']}",
-            tags={"mlflow.parentRunId": parent.run_id},
-        )
-        params = [
-            Param(k, json.dumps(row[k]) if isinstance(row[k], bool) else str(row[k]))
-            for k in param_keys
-        ]
-        metrics = [
-            Metric(k, float(v), now, 0)
-            for k, v in row.items()
-            if k not in param_keys and isinstance(v, int | float)
-        ]
-        client.log_batch(child.info.run_id, metrics=metrics, params=params)
-        client.set_terminated(child.info.run_id)
+        experiment = mlflow.set_experiment(config.experiment)
+        for key, value in _EXPERIMENT_KIND.items():
+            if experiment.tags.get(key) != value:
+                mlflow.set_experiment_tag(key, value)
+        run = mlflow.start_run(run_name=run_name, tags=dict(tags), description=description or None)
+        try:
+            yield mlflow, run.info.run_id, Path(folder)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                mlflow.end_run(status="FAILED")
+            raise
+        finally:
+            if mlflow.active_run() is not None:
+                with contextlib.suppress(Exception):
+                    mlflow.end_run()

@@ -198,16 +198,22 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
     if cfg.tracking.enabled:
         from autotune.benchmark._tracking import log_benchmark_run
 
-        run_id = log_benchmark_run(
+        recorded = log_benchmark_run(
             cfg.tracking,
             settings,
             result.summaries,
             OmegaConf.to_yaml(OmegaConf.structured(cfg)),
             report_dir,
         )
-        log.info(
-            "MLflow run %s (%s, experiment %s)", run_id, cfg.tracking.uri, cfg.tracking.experiment
-        )
+        if recorded.problem:
+            log.warning("warning: the benchmark was not recorded in MLflow: %s", recorded.problem)
+        else:
+            log.info(
+                "MLflow run %s (%s, experiment %s)",
+                recorded.run_id,
+                cfg.tracking.uri,
+                cfg.tracking.experiment,
+            )
 
 
 def run(config: BenchmarkConfig) -> None:

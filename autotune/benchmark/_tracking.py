@@ -1,32 +1,35 @@
-"""Record one benchmark as one MLflow run: settings as params, summaries as metrics, the
-report folder as artifacts."""
+"""Record one benchmark in MLflow: a parent run with the report, one child run per ranker.
+
+Each simulator, baseline and peer gets its own child run with the same metric names
+(``regret_at_1_mean``, ``mape``, ..., and ``<source>.<figure>`` per source) and tags for its
+kind and protocol, so the MLflow UI compares them side by side.
+"""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from autotune.config import TrackingConfig
-from autotune.tracking import tracked_run
+from autotune.tracking import Recorded
+from autotune.tracking import TrackedRun
+from autotune.tracking import record
 
 __all__ = ["log_benchmark_run"]
 
 _UNSAFE = re.compile(r"[^0-9A-Za-z_\-. /]")
 
 
-def _metrics(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """``<ranker>.<figure>`` and ``<ranker>.<source>.<figure>`` for every finite number."""
-    found: dict[str, float] = {}
-    for name, summary in summaries.items():
-        scopes = {name: summary, **{f"{name}.{s}": v for s, v in summary["by_source"].items()}}
-        for scope, figures in scopes.items():
-            for key, value in figures.items():
-                if isinstance(value, int | float) and math.isfinite(value):
-                    found[_UNSAFE.sub("_", f"{scope}.{key}")] = float(value)
-    return found
+def _metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """``<figure>`` and ``<source>.<figure>`` of one ranker (the run keeps the numbers)."""
+    scopes = {"": summary, **{f"{s}.": v for s, v in summary["by_source"].items()}}
+    return {
+        _UNSAFE.sub("_", f"{scope}{key}"): value
+        for scope, figures in scopes.items()
+        for key, value in figures.items()
+    }
 
 
 def log_benchmark_run(
@@ -35,12 +38,24 @@ def log_benchmark_run(
     summaries: Mapping[str, Mapping[str, Any]],
     config_yaml: str,
     report_dir: Path,
-) -> str:
-    """Log the run and return its id; a failure inside marks the run FAILED, never RUNNING."""
-    with tracked_run(tracking, run_name="benchmark") as run:
-        assert run is not None
+    protocol: str = "zero_shot",
+) -> Recorded:
+    """Record the benchmark; MLflow's failures are reported in the result, never raised."""
+
+    def fill(run: TrackedRun) -> None:
         run.params(params)
-        run.metrics(_metrics(summaries))
         run.text("config.yaml", config_yaml)
         run.folder(report_dir, "report")
-        return run.run_id
+        for name, summary in summaries.items():
+            run.child(
+                f"{name} ({protocol})",
+                {"ranker": name, "kind": summary["kind"], "protocol": protocol, **params},
+                _metrics(summary),
+            )
+
+    return record(
+        tracking,
+        "benchmark",
+        fill,
+        tags={"autotune.command": "benchmark", "autotune.protocol": protocol},
+    )

@@ -1,23 +1,29 @@
-"""The layout search: the valid space, the Optuna study, and the search job end to end."""
+"""The layout search: the valid space, pricing, the Optuna study, and the search job."""
 
 from __future__ import annotations
 
+from autotune.search._job import MODES
 from autotune.search._job import run_search_job
+from autotune.search._job import search_job
+from autotune.search._outcome import Outcome
+from autotune.search._price import Evaluator
 from autotune.search._space import SearchSpace
 from autotune.search._space import build_space
 from autotune.search._study import SAMPLERS
-from autotune.search._study import Evaluator
-from autotune.search._study import SearchResult
-from autotune.search._study import exhaustive_best
-from autotune.search._study import run_search
+from autotune.search._study import StopFlag
+from autotune.search._study import open_study
+from autotune.search._study import optimize
 
 __all__ = [
+    "MODES",
     "SAMPLERS",
     "Evaluator",
-    "SearchResult",
+    "Outcome",
     "SearchSpace",
+    "StopFlag",
     "build_space",
-    "exhaustive_best",
-    "run_search",
+    "open_study",
+    "optimize",
     "run_search_job",
+    "search_job",
 ]

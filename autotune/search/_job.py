@@ -1,227 +1,236 @@
-"""One search, end to end: specs -> space -> Optuna study -> MLflow record -> report."""
+"""One search, end to end: space -> pricing or an Optuna study -> rerank -> output -> MLflow.
+
+The mode is ``grid`` (price every valid layout: the answer is the simulator's optimum) when
+that fits ``search.grid_budget_s`` (``search.sampler=auto``, the default) or is asked for;
+otherwise an Optuna sampler drives the search, and every valid layout is still priced beside
+it when the budget allows, so the answer is always the best layout the tool knows of. With
+``search.rerank``, a finer simulator re-prices the best ``search.rerank_top`` layouts in
+``search.workers`` processes. SIGINT and SIGTERM stop the search after the trial in flight:
+the best layout so far is printed and recorded, and the command exits 130 or 143.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
-import optuna
-import pandas as pd
-from omegaconf import OmegaConf
+from optuna.storages import BaseStorage
 
-from autotune.cli import emit_json
+import catalog
 from autotune.config import AutotuneConfig
+from autotune.config import SearchConfig
 from autotune.config import fixed_layout_values
-from autotune.launch_flags import megatron_flags
-from autotune.launch_flags import mindspeed_flags
-from autotune.report import breakdown_table
-from autotune.report import launch_text
-from autotune.report import layout_row
-from autotune.report import layout_table
-from autotune.search._plots import search_figures
+from autotune.progress import Progress
+from autotune.progress import duration
+from autotune.search._outcome import Outcome
+from autotune.search._outcome import Rerank
+from autotune.search._outcome import Timings
+from autotune.search._outcome import ranked
+from autotune.search._output import emit_outcome
+from autotune.search._price import Evaluator
+from autotune.search._price import price_in_processes
+from autotune.search._record import record_search
+from autotune.search._space import SearchSpace
 from autotune.search._space import build_space
+from autotune.search._study import MULTI_OBJECTIVE
 from autotune.search._study import SAMPLERS
-from autotune.search._study import Evaluator
-from autotune.search._study import SearchResult
-from autotune.search._study import exhaustive_best
-from autotune.search._study import run_search
-from autotune.tracking import TrackedRun
-from autotune.tracking import child_runs
-from autotune.tracking import tracked_run
+from autotune.search._study import StopFlag
+from autotune.search._study import add_priced_trials
+from autotune.search._study import open_storage
+from autotune.search._study import open_study
+from autotune.search._study import optimize
+from autotune.tracking import check_tracking
+from catalog import Job
 from catalog import job_from_config
-from simulators import Layout
-from simulators import Prediction
 from simulators import UserError
-from simulators.layout import LAYOUT_FIELDS
+from simulators.registry import SIMULATOR_NAMES
 
-__all__ = ["run_search_job"]
+__all__ = ["MODES", "run_search_job", "search_job"]
 
 log = logging.getLogger("autotune")
-
-
-def _progress(every: int) -> Callable[[int, int, optuna.Study], None]:
-    """Log the best feasible step time every ``every`` trials (stderr)."""
-
-    def report(done: int, total: int, study: optuna.Study) -> None:
-        if done % every and done != total:
-            return
-        feasible = [
-            t
-            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if all(c <= 0 for c in t.constraints.values())
-        ]
-        best = min((t.values[0] for t in feasible), default=None)
-        shown = f"{best:.3f} s" if best is not None else "none fits yet"
-        log.info(f"  trial {done:>5}/{total}  best step time {shown}")
-
-    return report
-
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    """What a finished search found: its best layouts and the exhaustive optimum, if any."""
-
-    result: SearchResult
-    top: list[tuple[Layout, Prediction]]
-    exhaustive: tuple[Layout, Prediction] | None
-    simulations: int
-
-    @property
-    def best_layout(self) -> Layout:
-        return self.top[0][0]
-
-    @property
-    def best(self) -> Prediction:
-        return self.top[0][1]
-
-    @property
-    def gap(self) -> float | None:
-        """How much slower the search's best is than the exhaustive optimum (0.01 = 1%)."""
-        if self.exhaustive is None:
-            return None
-        return self.best.step_time_s / self.exhaustive[1].step_time_s - 1
+MODES = ("auto", "grid", *SAMPLERS)
+_SAMPLE = 24  # layouts priced to measure the simulator's cost per layout
 
 
 def run_search_job(config: AutotuneConfig) -> None:
-    """Search, record in MLflow, and print the table (or the JSON object) of ``config``."""
+    """Search, print the table (or the JSON object), record in MLflow; exit 130/143 when a
+    signal stopped the search."""
     started = time.perf_counter()
+    _check(config.search)
+    check_tracking(config.tracking)  # before any work: an unreachable store fails now
+    storage = open_storage(config.search.storage)
     job = job_from_config(config)
-    model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
+    stop = StopFlag()
+    timings = Timings()
+    with _stopping_on_signals(stop):
+        outcome = search_job(config, job, stop, storage)
+    timings.search_s = time.perf_counter() - started
+    recorded = record_search(config, job, outcome, timings)
+    timings.record_s = recorded.seconds
+    timings.total_s = time.perf_counter() - started
+    emit_outcome(config, job, outcome, timings, recorded)
+    if outcome.stopped:
+        raise SystemExit(128 + stop.signal)
+
+
+def _check(search: SearchConfig) -> None:
+    """Refuse search settings that name nothing (before any work)."""
+    if search.sampler not in MODES:
+        raise UserError(f"unknown sampler {search.sampler!r}; available: {', '.join(MODES)}")
+    if search.rerank is not None and search.rerank not in SIMULATOR_NAMES:
+        raise UserError(
+            f"unknown search.rerank simulator {search.rerank!r}; available: "
+            f"{', '.join(SIMULATOR_NAMES)} (or null)"
+        )
+    for key in ("rerank_top", "workers", "n_trials", "top_k"):
+        if getattr(search, key) < 1:
+            raise UserError(f"search.{key}={getattr(search, key)} must be >= 1")
+    if not search.grid_budget_s > 0:
+        raise UserError(f"search.grid_budget_s={search.grid_budget_s} must be > 0 seconds")
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(stop: StopFlag) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop`` (the search ends after the trial in flight); a second
+    SIGINT interrupts at once."""
+
+    def handler(number: int, frame: Any) -> None:
+        if stop and number == signal.SIGINT:
+            raise KeyboardInterrupt
+        log.warning(f"\n{signal.Signals(number).name}: stopping after the trial in flight")
+        stop.set(number)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def search_job(
+    config: AutotuneConfig, job: Job, stop: StopFlag, storage: BaseStorage | None = None
+) -> Outcome:
+    """The search of ``config`` for ``job`` (no output, no MLflow record), in ``storage``
+    (in memory when None)."""
     search = config.search
-    if search.sampler not in SAMPLERS:
-        raise UserError(f"unknown sampler {search.sampler!r}; available: {', '.join(SAMPLERS)}")
-    space = build_space(model, cluster, train, search, fixed_layout_values(config.parallel))
-    evaluate = Evaluator(simulator, model, cluster, train)
+    space = build_space(
+        job.model, job.cluster, job.train, search, fixed_layout_values(config.parallel)
+    )
+    evaluate = Evaluator(job)
+    sample = list(space.layouts[:: max(1, space.size // _SAMPLE)])
+    grid_s = evaluate.seconds_per_layout(sample) * space.size
+    mode = search.sampler
+    if mode == "auto":
+        mode = "grid" if grid_s <= search.grid_budget_s else "tpe"
     log.info(
-        f"{model.name} on {cluster.name} ({cluster.num_nodes} x {cluster.devices_per_node} = "
-        f"{cluster.num_devices} devices), seq {train.seq_len}, global batch "
-        f"{train.global_batch_size}: {space.size} valid layouts; {simulator.name} simulator, "
-        f"{search.sampler} sampler"
+        f"{job.model.name} on {job.cluster.name} ({job.cluster.num_nodes} x "
+        f"{job.cluster.devices_per_node} = {job.cluster.num_devices} devices), "
+        f"{job.train.framework.name}, seq {job.train.seq_len}, global batch "
+        f"{job.train.global_batch_size}: {space.size} valid layouts; {job.simulator.name} "
+        f"simulator, " + ("every layout priced (grid)" if mode == "grid" else f"{mode} sampler")
     )
-    study_name = search.study_name or (
-        f"{model.name}-{cluster.name}-{cluster.num_nodes}n-{simulator.name}-{search.sampler}"
+    study = open_study(
+        storage,
+        search.study_name or _study_name(job, mode),
+        mode,
+        search.seed,
+        _fingerprint(config, job, space),
     )
-    with tracked_run(config.tracking, run_name=study_name) as run:
-        result = run_search(
-            space,
-            evaluate,
-            sampler=search.sampler,
-            n_trials=search.n_trials,
-            seed=search.seed,
-            storage=search.storage,
-            study_name=study_name,
-            polish_fraction=search.polish,
-            progress=_progress(max(1, search.n_trials // 10)),
-        )
-        ranked = result.ranked()
-        if not ranked:
-            raise UserError("the search evaluated no valid layout; raise search.n_trials")
-        exhaustive = (
-            exhaustive_best(space, evaluate) if space.size <= search.exhaustive_limit else None
-        )
-        outcome = _Outcome(result, ranked[: search.top_k], exhaustive, evaluate.simulations)
-        if run is not None:
-            _record(run, config, evaluate, space.size, outcome)
-    elapsed = time.perf_counter() - started
-    if not outcome.best.fits:
-        log.warning("warning: no evaluated layout fits in memory; the table shows the closest")
-    if config.output == "json":
-        emit_json(_json_payload(outcome, evaluate, elapsed, run.run_id if run else None))
-        return
-    _print_report(outcome, evaluate, elapsed)
-    if run is not None:
-        print(f"\nMLflow run {run.run_id}: mlflow ui --backend-store-uri {config.tracking.uri}")
+    pairs, trials, stopped = _run(mode, search, space, evaluate, study, stop)
+    exhaustive = mode == "grid" and not stopped
+    if not exhaustive and not stopped and grid_s <= search.grid_budget_s:
+        log.info(f"  pricing all {space.size} layouts beside the search (~{duration(grid_s)})")
+        pairs += list(zip(space.layouts, evaluate.price(space.layouts), strict=True))
+        exhaustive = True
+    if not pairs:
+        raise UserError("the search evaluated no layout before it was stopped")
+    outcome = Outcome(
+        mode=mode,
+        valid=space.size,
+        evaluated=pairs,
+        ranked=ranked(pairs),
+        exhaustive=exhaustive,
+        trials=trials,
+        stopped=stopped,
+        study=study,
+    )
+    if search.rerank and not stopped:
+        rerank = _rerank(search, job, outcome)
+        rest = outcome.ranked[len(rerank.reranked) :]  # beyond the re-ranked: screening order
+        outcome = dataclasses.replace(outcome, rerank=rerank, ranked=rerank.reranked + rest)
+    return outcome
 
 
-def _record(
-    run: TrackedRun, config: AutotuneConfig, job: Evaluator, n_valid: int, outcome: _Outcome
-) -> None:
-    """The parent run's params, metrics and artifacts, and one child run per trial."""
-    model, cluster, train = job.model, job.cluster, job.train
-    best_layout, best = outcome.best_layout, outcome.best
-    run.params(
-        {
-            "model": model.name,
-            "cluster": cluster.name,
-            "num_nodes": cluster.num_nodes,
-            "world_size": cluster.num_devices,
-            "simulator": job.simulator.name,
-            "sampler": config.search.sampler,
-            "n_trials": config.search.n_trials,
-            "seed": config.search.seed,
-            "seq_len": train.seq_len,
-            "global_batch_size": train.global_batch_size,
-            "best_layout": best_layout.describe(),
-        }
+def _run(
+    mode: str,
+    search: SearchConfig,
+    space: SearchSpace,
+    evaluate: Evaluator,
+    study: Any,
+    stop: StopFlag,
+) -> tuple[list[Any], int, bool]:
+    """(layout, prediction) pairs evaluated, complete trials, whether a signal stopped it."""
+    if mode == "grid":
+        progress = Progress(f"{evaluate.simulator.name}", space.size, unit="layouts")
+        predictions = evaluate.price(space.layouts, lambda done, _: progress.update(done))
+        pairs = list(zip(space.layouts, predictions, strict=True))
+        if not study.trials:  # a resumed grid study already holds them
+            add_priced_trials(study, space, ranked(pairs)[: search.n_trials])
+        return pairs, len(study.trials), bool(stop)
+    progress = Progress("trials", search.n_trials, unit="trials")
+    result = optimize(
+        study,
+        space,
+        evaluate,
+        n_trials=search.n_trials,
+        polish_fraction=search.polish if mode not in MULTI_OBJECTIVE else 0.0,
+        stop=stop,
+        progress=lambda done, _: progress.update(done),
     )
-    metrics = {
-        "best_step_time_s": best.step_time_s,
-        "best_tokens_per_s_per_device": best.tokens_per_s_per_device,
-        "best_mfu": best.mfu,
-        "best_memory_gib": best.memory_gib,
-        "n_valid_layouts": n_valid,
-        "search_s": outcome.result.elapsed_s,
-    }
-    if outcome.exhaustive is not None and outcome.gap is not None:
-        metrics["exhaustive_best_step_time_s"] = outcome.exhaustive[1].step_time_s
-        metrics["gap_to_exhaustive"] = outcome.gap
-    run.metrics(metrics)
-    trials = pd.DataFrame(
-        [{"trial": n, **layout_row(lay, pred)} for n, lay, pred in outcome.result.evaluated]
-    )
-    run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
-    run.table("trials.csv", trials)
-    run.table("top_k.csv", pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.top]))
-    run.text("launch_flags.txt", launch_text(model, train, best_layout))
-    for name, figure in search_figures(outcome.result.study, trials).items():
-        run.figure(name, figure)
-    child_runs(run, trials.to_dict("records"), ("trial", *LAYOUT_FIELDS))
+    pairs = [(layout, prediction) for _, layout, prediction in result.evaluated]
+    return pairs, len(result.evaluated), result.stopped
 
 
-def _json_payload(
-    outcome: _Outcome, job: Evaluator, elapsed: float, run_id: str | None
-) -> dict[str, Any]:
-    best_layout = outcome.best_layout
-    payload: dict[str, Any] = {
-        "best": best_layout.as_dict(),
-        "prediction": outcome.best.as_dict(),
-        "world_size": job.cluster.num_devices,
-        "n_trials": len(outcome.result.study.trials),
-        "n_simulations": outcome.simulations,
-        "elapsed_s": elapsed,
-        "mlflow_run_id": run_id,
-        "top_k": [
-            {"layout": lay.as_dict(), "prediction": pred.as_dict()} for lay, pred in outcome.top
-        ],
-        "launch_flags": {
-            "megatron": megatron_flags(job.model, job.train, best_layout),
-            "mindspeed": mindspeed_flags(job.model, job.train, best_layout),
+def _rerank(search: SearchConfig, job: Job, outcome: Outcome) -> Rerank:
+    """The screened best layouts priced again by ``search.rerank`` in parallel processes."""
+    assert search.rerank is not None
+    screened = outcome.ranked[: search.rerank_top]
+    finer = dataclasses.replace(job, simulator=catalog.load_simulator(search.rerank))
+    started = time.perf_counter()
+    log.info(
+        f"  re-ranking the best {len(screened)} layouts with the {search.rerank} simulator "
+        f"in {search.workers} process(es)"
+    )
+    predictions = price_in_processes(finer, [lay for lay, _ in screened], search.workers)
+    log.info(f"  re-ranked in {duration(time.perf_counter() - started)}")
+    reranked = ranked(zip((lay for lay, _ in screened), predictions, strict=True))
+    return Rerank(simulator=search.rerank, screened=screened, reranked=reranked)
+
+
+def _study_name(job: Job, mode: str) -> str:
+    cluster = job.cluster
+    return f"{job.model.name}-{cluster.name}-{cluster.num_nodes}n-{job.simulator.name}-{mode}"
+
+
+def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[str, Any]:
+    """What a stored study is bound to: the job, its simulator and the searched space."""
+    return {
+        "model": dataclasses.asdict(job.model),
+        "cluster": job.cluster.name,
+        "devices": job.cluster.num_devices,
+        "train": {
+            "framework": job.train.framework.name,
+            "seq_len": job.train.seq_len,
+            "global_batch_size": job.train.global_batch_size,
+            "precision": job.train.precision,
         },
+        "simulator": job.simulator.name,
+        "parallel": {k: str(v) for k, v in fixed_layout_values(config.parallel).items()},
+        "valid_layouts": space.size,
     }
-    if outcome.exhaustive is not None:
-        payload["exhaustive_best"] = {
-            "layout": outcome.exhaustive[0].as_dict(),
-            "prediction": outcome.exhaustive[1].as_dict(),
-            "gap": outcome.gap,
-        }
-    return payload
-
-
-def _print_report(outcome: _Outcome, job: Evaluator, elapsed: float) -> None:
-    top = outcome.top
-    trials = len(outcome.result.study.trials)
-    print(f"\nTop {len(top)} layouts ({trials} trials, {elapsed:.1f} s):")
-    print(layout_table(top))
-    print("\nTime breakdown per step (seconds):")
-    print(breakdown_table(top))
-    if outcome.exhaustive is not None and outcome.gap is not None:
-        optimum_layout, optimum = outcome.exhaustive
-        print(
-            f"\nExhaustive optimum of the same simulator: {optimum.step_time_s:.3f} s "
-            f"({optimum_layout.describe()}); the search's best is {100 * outcome.gap:.2f}% slower."
-        )
-    print(f"\nLaunch flags of the best layout ({outcome.best_layout.describe()}):")
-    print(launch_text(job.model, job.train, outcome.best_layout))

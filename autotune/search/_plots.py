@@ -7,7 +7,7 @@ from typing import Any
 import optuna
 import pandas as pd
 
-__all__ = ["search_figures"]
+__all__ = ["search_figures", "search_page"]
 
 
 def search_figures(study: optuna.Study, trials: pd.DataFrame) -> dict[str, Any]:
@@ -37,3 +37,12 @@ def search_figures(study: optuna.Study, trials: pd.DataFrame) -> dict[str, Any]:
         scatter.add_vline(x=float(trials["memory_capacity_gib"].iloc[0]), line_dash="dash")
         figures["time_vs_memory.html"] = scatter
     return figures
+
+
+def search_page(study: optuna.Study, trials: pd.DataFrame) -> str:
+    """The search's figures as one HTML page with plotly.js inline (readable offline)."""
+    parts = [
+        figure.to_html(full_html=False, include_plotlyjs=(i == 0))
+        for i, figure in enumerate(search_figures(study, trials).values())
+    ]
+    return "<html><head><meta charset='utf-8'></head><body>" + "".join(parts) + "</body></html>"

@@ -83,8 +83,8 @@ def price_in_processes(job: Job, layouts: Sequence[Layout], workers: int) -> lis
     chunks = [order[bounds[k] : bounds[k + 1]] for k in range(count) if bounds[k] < bounds[k + 1]]
     results: dict[int, Prediction] = {}
     if len(chunks) == 1:
-        for i, prediction in zip(chunks[0], _price_chunk(job, [layouts[i] for i in chunks[0]])):
-            results[i] = prediction
+        priced = _price_chunk(job, [layouts[i] for i in chunks[0]])
+        results.update(zip(chunks[0], priced, strict=True))
     else:
         with concurrent.futures.ProcessPoolExecutor(max_workers=len(chunks)) as pool:
             futures = {

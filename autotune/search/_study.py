@@ -1,199 +1,325 @@
-"""The Optuna study: a simulator as the objective over the valid layout space."""
+"""The Optuna study: its storage, samplers, a simulator as the objective, resume and sharing.
+
+A study is bound to one job and one sampler (both written into it): reusing it for another is
+refused. ``n_trials`` counts the study's complete trials, so a resumed or shared study runs up
+to that many in all. Trials left RUNNING by a process that died are failed and their layouts
+queued again; a process stopped by SIGINT or SIGTERM finishes the trial in flight and stops.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
+import threading
 import time
+import warnings
 from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
 
+from autotune.search._price import Evaluator
 from autotune.search._space import FIELDS
 from autotune.search._space import SearchSpace
-from simulators import ClusterSpec
 from simulators import Layout
-from simulators import ModelSpec
 from simulators import Prediction
-from simulators import Simulator
-from simulators import TrainSpec
 from simulators import UserError
 
-__all__ = ["SAMPLERS", "Evaluator", "SearchResult", "exhaustive_best", "run_search"]
+__all__ = [
+    "SAMPLERS",
+    "StopFlag",
+    "StudyResult",
+    "add_priced_trials",
+    "open_storage",
+    "open_study",
+    "optimize",
+]
 
 log = logging.getLogger("autotune")
 
-
-def _grid(space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.GridSampler(
-        {name: list(values) for name, values in space.choices.items()}, seed=seed
-    )
-
-
-# Sampler name -> factory(space, seed). All are Optuna's own; TPE, GP and NSGA-II read the
+# Sampler name -> factory(seed). All are Optuna's own; TPE, GP and NSGA-II read the
 # constraints set in the objective (Optuna 5 `trial.set_constraint`).
-SAMPLERS: dict[str, Callable[[SearchSpace, int], optuna.samplers.BaseSampler]] = {
+SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
     # 64 expected-improvement candidates instead of 24: 20 of 20 seeds within 2% of the
     # exhaustive optimum on llama70b/ascend, against 17 of 20 (benchmarks/bench_autotune.py).
-    "tpe": lambda space, seed: optuna.samplers.TPESampler(
+    "tpe": lambda seed: optuna.samplers.TPESampler(
         seed=seed, multivariate=True, n_ei_candidates=64
     ),
-    "gp": lambda space, seed: optuna.samplers.GPSampler(seed=seed),
-    "random": lambda space, seed: optuna.samplers.RandomSampler(seed=seed),
-    "nsga2": lambda space, seed: optuna.samplers.NSGAIISampler(seed=seed),
-    "grid": _grid,
+    "gp": lambda seed: optuna.samplers.GPSampler(seed=seed),
+    "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
+    "nsga2": lambda seed: optuna.samplers.NSGAIISampler(seed=seed),
 }
-
-
-# Samplers whose last trials polish the incumbent (not NSGA-II's front, not the full grid).
-POLISHED = ("tpe", "gp", "random")
+MULTI_OBJECTIVE = ("nsga2",)  # step time and memory
+POLISHED = ("tpe", "gp", "random")  # samplers whose last trials polish the incumbent
 POLISH_INCUMBENTS = 3  # the polish looks around this many of the best layouts
-
-
-class Evaluator:
-    """Simulates layouts once each: TPE re-proposes seen points, the cache answers them."""
-
-    def __init__(
-        self, simulator: Simulator, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
-    ) -> None:
-        self.simulator, self.model, self.cluster, self.train = simulator, model, cluster, train
-        self._cache: dict[Layout, Prediction] = {}
-        self.simulations = 0
-
-    def __call__(self, layout: Layout) -> Prediction:
-        prediction = self._cache.get(layout)
-        if prediction is None:
-            prediction = self.simulator.simulate(self.model, self.cluster, self.train, layout)
-            self._cache[layout] = prediction
-            self.simulations += 1
-        return prediction
+# Heartbeat of RDB studies: a trial whose process stopped beating this long is failed.
+HEARTBEAT_S = 10
+GRACE_S = 30
+_WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(frozen=True, slots=True)
-class SearchResult:
-    """A finished study: its trials as (layout, prediction) in trial order, and timing."""
+class StudyResult:
+    """A finished study: its complete trials as (trial number, layout, prediction)."""
 
     study: optuna.Study
-    evaluated: tuple[tuple[int, Layout, Prediction], ...]  # (trial number, layout, prediction)
-    elapsed_s: float
+    evaluated: tuple[tuple[int, Layout, Prediction], ...]
+    stopped: bool  # by a signal, before n_trials were complete
 
-    def ranked(self) -> list[tuple[Layout, Prediction]]:
-        """Distinct layouts, those that fit first, then by step time."""
-        seen: dict[Layout, Prediction] = {lay: pred for _, lay, pred in self.evaluated}
-        return sorted(seen.items(), key=lambda item: (not item[1].fits, item[1].step_time_s))
+
+class StopFlag:
+    """Set by a signal handler; the study stops after the trial in flight."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal = 0
+
+    def set(self, signal: int) -> None:
+        self.signal = signal
+        self._event.set()
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()
+
+
+def open_storage(url: str | None) -> BaseStorage | None:
+    """The storage of ``search.storage``, checked before any work (None: in memory).
+
+    ``sqlite:///PATH``, ``postgresql://...`` or ``mysql://...`` (Optuna's RDB storage, with
+    heartbeats), or ``journal:PATH`` (Optuna's journal file, safe for several local workers).
+
+    Raises:
+        UserError: a malformed URL, a missing driver, an unwritable path or an unreachable
+            server, with what is allowed.
+    """
+    if url is None:
+        return None
+    allowed = "sqlite:///PATH, postgresql://USER:PASSWORD@HOST/DB, mysql://..., journal:PATH"
+    if url.startswith("journal:"):
+        path = Path(url.removeprefix("journal:"))
+        _check_writable(path, url)
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    if not url.startswith(("sqlite:///", "postgresql", "mysql")):
+        raise UserError(f"search.storage={url!r} is not a storage URL; allowed: {allowed}")
+    if url.startswith("sqlite:///"):
+        _check_writable(Path(url.removeprefix("sqlite:///")), url)
+    engine = (
+        {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    )
+    for attempt in range(5):  # several workers creating one fresh database race on its tables
+        try:
+            with warnings.catch_warnings():  # heartbeats are experimental in Optuna 5: known
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=engine,
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=GRACE_S,
+                )
+        except ImportError as exc:
+            raise UserError(f"search.storage={url!r} needs a database driver: {exc}") from None
+        except Exception as exc:  # sqlalchemy's errors: locked, unreachable, not a database
+            if attempt == 4 or "locked" not in str(exc) and "already exists" not in str(exc):
+                first = str(exc).strip().splitlines()[0]
+                raise UserError(f"cannot open search.storage={url!r}: {first}") from None
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _check_writable(path: Path, url: str) -> None:
+    if path.is_dir():
+        raise UserError(f"search.storage={url!r} names a folder; give a file path")
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"search.storage={url!r}: cannot create {folder}: {exc.strerror}"
+        ) from None
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"search.storage={url!r}: {path} is not writable")
+
+
+def open_study(
+    storage: BaseStorage | str | None,
+    study_name: str,
+    sampler: str,
+    seed: int,
+    fingerprint: Mapping[str, Any],
+) -> optuna.Study:
+    """Create or resume the study ``study_name``; refuse one made for another job or sampler.
+
+    Trials left RUNNING by dead processes of this host are failed and their layouts queued
+    again (on other hosts the heartbeat does it after its grace period).
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress is ours
+    if isinstance(storage, str):
+        storage = open_storage(storage)
+    multi = sampler in MULTI_OBJECTIVE
+    try:
+        study = optuna.create_study(
+            study_name=study_name,
+            storage=storage,
+            load_if_exists=storage is not None,
+            # a grid study only stores layouts priced outside Optuna: its sampler never runs
+            sampler=SAMPLERS.get(sampler, optuna.samplers.RandomSampler)(seed),
+            directions=["minimize", "minimize"] if multi else ["minimize"],
+        )
+    except ValueError as exc:  # directions of an existing study differ
+        raise UserError(f"study {study_name!r} cannot be resumed: {exc}") from None
+    _bind(study, {**fingerprint, "sampler": sampler})
+    if storage is not None:
+        _requeue_dead(study)
+    return study
+
+
+def _bind(study: optuna.Study, fingerprint: Mapping[str, Any]) -> None:
+    expected = json.dumps(fingerprint, sort_keys=True, default=str)
+    held = study.user_attrs.get("autotune.job")
+    if held is None:
+        study.set_user_attr("autotune.job", expected)
+    elif held != expected:
+        raise UserError(
+            f"study {study.study_name!r} in this storage was made for another job or sampler "
+            f"({held}); resume it with the same settings, or choose another search.study_name"
+        )
+
+
+def _requeue_dead(study: optuna.Study) -> None:
+    host = socket.gethostname()
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = str(trial.user_attrs.get("autotune.worker", ""))
+        name, _, pid = worker.partition(":")
+        if name == host and pid.isdigit() and not _alive(int(pid)):
+            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)  # noqa: SLF001
+            study.enqueue_trial(trial.params, skip_if_exists=False)
+            log.info(
+                f"  trial {trial.number} of a stopped search failed; its layout is queued again"
+            )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _objective(
-    space: SearchSpace, evaluate: Evaluator, multi_objective: bool
+    space: SearchSpace, evaluate: Evaluator, multi: bool
 ) -> Callable[[optuna.Trial], float | tuple[float, float]]:
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
+        trial.set_user_attr("autotune.worker", _WORKER)
         values = {name: trial.suggest_categorical(name, space.choices[name]) for name in FIELDS}
         layout = space.nearest(values)
         prediction = evaluate(layout)
         trial.set_user_attr("layout", layout.describe())
         # Feasible when <= 0: layouts that do not fit in memory are infeasible, not zero.
         trial.set_constraint("memory_gib", prediction.memory_gib - prediction.memory_capacity_gib)
-        if multi_objective:
+        if multi:
             return prediction.step_time_s, prediction.memory_gib
         return prediction.step_time_s
 
     return objective
 
 
-def run_search(
-    space: SearchSpace,
-    evaluate: Evaluator,
-    *,
-    sampler: str,
-    n_trials: int,
-    seed: int,
-    storage: str | None,
-    study_name: str,
-    polish_fraction: float = 0.0,
-    progress: Callable[[int, int, optuna.Study], None] | None = None,
-) -> SearchResult:
-    """Run the study; ``grid`` runs every point of its grid instead of ``n_trials``.
-
-    With ``polish_fraction`` > 0 (single-objective samplers), that share of the trials goes
-    last to the neighbours of the best layout so far, enqueued into the same study: a
-    coordinate-descent finish for the last few percent that sampling alone often misses.
-    """
-    if sampler not in SAMPLERS:
-        raise UserError(f"unknown sampler {sampler!r}; available: {', '.join(SAMPLERS)}")
-    if n_trials < 1:
-        raise UserError(f"search.n_trials={n_trials} must be >= 1")
-    if not 0 <= polish_fraction < 1:
-        raise UserError(f"search.polish={polish_fraction} must be in [0, 1)")
-    multi = sampler == "nsga2"
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress is ours, every tenth
-    study = optuna.create_study(
-        study_name=study_name,
-        storage=storage,
-        load_if_exists=storage is not None,
-        sampler=SAMPLERS[sampler](space, seed),
-        directions=["minimize", "minimize"] if multi else ["minimize"],
-    )
-    if sampler == "grid":
-        n_trials = 1
-        for values in space.choices.values():
-            n_trials *= len(values)
-    objective = _objective(space, evaluate, multi)
-    callbacks = [lambda st, tr: progress(tr.number + 1, n_trials, st)] if progress else []
-    started = time.perf_counter()
-    polish = int(n_trials * polish_fraction) if sampler in POLISHED else 0
-    study.optimize(objective, n_trials=n_trials - polish, callbacks=callbacks)
-    left = _polish(study, space, evaluate, objective, polish, callbacks)
-    if left:
-        study.optimize(objective, n_trials=left, callbacks=callbacks)
-    elapsed = time.perf_counter() - started
-    # Every trial of the study, earlier sessions of a resumed study included.
-    evaluated = tuple(
-        (trial.number, layout, evaluate(layout))
-        for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        for layout in (space.nearest(trial.params),)
-    )
-    return SearchResult(study=study, evaluated=evaluated, elapsed_s=elapsed)
+def _complete(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
-def _polish(
+def optimize(
     study: optuna.Study,
     space: SearchSpace,
     evaluate: Evaluator,
-    objective: Callable[[optuna.Trial], Any],
-    budget: int,
-    callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]],
-) -> int:
-    """Enqueue the unseen neighbours of the best layouts until none is left; return the rest."""
-    complete = (optuna.trial.TrialState.COMPLETE,)
-    seen = {space.nearest(t.params) for t in study.get_trials(deepcopy=False, states=complete)}
-    while budget > 0:
-        fitting = sorted(
-            (lay for lay in seen if evaluate(lay).fits), key=lambda lay: evaluate(lay).step_time_s
+    *,
+    n_trials: int,
+    polish_fraction: float,
+    stop: StopFlag,
+    progress: Callable[[int, optuna.Study], None] | None = None,
+) -> StudyResult:
+    """Run the study until it holds ``n_trials`` complete trials (or ``stop`` is set).
+
+    With ``polish_fraction`` > 0 (single-objective samplers), that share of the trials goes
+    last to the unseen neighbours of the best layouts, enqueued into the same study: a
+    coordinate-descent finish for the last few percent that sampling alone often misses.
+    """
+    sampler = json.loads(study.user_attrs["autotune.job"])["sampler"]
+    objective = _objective(space, evaluate, sampler in MULTI_OBJECTIVE)
+    polish = int(n_trials * polish_fraction) if sampler in POLISHED else 0
+    for target in (n_trials - polish, n_trials):  # sampling, then the polish
+
+        def callback(st: optuna.Study, trial: FrozenTrial, target: int = target) -> None:
+            done = len(_complete(st))
+            if progress is not None:
+                progress(done, st)
+            if stop or done >= target:
+                st.stop()
+
+        missing = target - len(_complete(study))
+        if stop or missing <= 0:
+            continue
+        if target == n_trials and polish:
+            _enqueue_neighbours(study, space, evaluate, missing)
+        study.optimize(objective, callbacks=[callback], n_trials=missing)
+    evaluated = tuple(
+        (trial.number, layout, evaluate(layout))
+        for trial in _complete(study)
+        for layout in (space.nearest(trial.params),)
+    )
+    return StudyResult(study=study, evaluated=evaluated, stopped=bool(stop))
+
+
+def _enqueue_neighbours(
+    study: optuna.Study, space: SearchSpace, evaluate: Evaluator, budget: int
+) -> None:
+    """Queue the unseen neighbours of the best layouts (at most ``budget``)."""
+    seen = {space.nearest(t.params) for t in _complete(study)}
+    fitting = sorted(
+        (lay for lay in seen if evaluate(lay).fits), key=lambda lay: evaluate(lay).step_time_s
+    )
+    fresh = dict.fromkeys(
+        near
+        for incumbent in fitting[:POLISH_INCUMBENTS]
+        for near in space.neighbours(incumbent)
+        if near not in seen
+    )
+    for layout in list(fresh)[:budget]:
+        study.enqueue_trial(space.values_of(layout), skip_if_exists=True)
+
+
+def add_priced_trials(
+    study: optuna.Study, space: SearchSpace, priced: list[tuple[Layout, Prediction]]
+) -> None:
+    """Write layouts priced outside Optuna (the exhaustive grid) into the study as complete
+    trials, so Optuna's plots and optuna-dashboard show them."""
+    from optuna.distributions import BaseDistribution
+    from optuna.distributions import CategoricalDistribution
+
+    distributions: dict[str, BaseDistribution] = {
+        name: CategoricalDistribution(space.choices[name]) for name in FIELDS
+    }
+    multi = len(study.directions) > 1
+    trials = [
+        optuna.trial.create_trial(
+            params=space.values_of(layout),
+            distributions=distributions,
+            values=[pred.step_time_s, pred.memory_gib] if multi else [pred.step_time_s],
+            constraints={"memory_gib": pred.memory_gib - pred.memory_capacity_gib},
+            user_attrs={"layout": layout.describe()},
         )
-        fresh = list(
-            dict.fromkeys(
-                near
-                for incumbent in fitting[:POLISH_INCUMBENTS]
-                for near in space.neighbours(incumbent)
-                if near not in seen
-            )
-        )[:budget]
-        if not fresh:
-            break
-        for layout in fresh:
-            study.enqueue_trial(space.values_of(layout))
-            seen.add(layout)
-        study.optimize(objective, n_trials=len(fresh), callbacks=callbacks)
-        budget -= len(fresh)
-    return budget
-
-
-def exhaustive_best(space: SearchSpace, evaluate: Evaluator) -> tuple[Layout, Prediction] | None:
-    """The fastest layout that fits, over the whole valid space (None if nothing fits)."""
-    best: tuple[Layout, Prediction] | None = None
-    for layout in space.layouts:
-        prediction = evaluate(layout)
-        if prediction.fits and (best is None or prediction.step_time_s < best[1].step_time_s):
-            best = (layout, prediction)
-    return best
+        for layout, pred in priced
+    ]
+    study.add_trials(trials)

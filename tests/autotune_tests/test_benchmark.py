@@ -170,8 +170,16 @@ def test_command_line_json_and_mlflow_run(tmp_path: Path) -> None:
     assert payload["simulators"]["analytical"]["n_rows"] == 43
     assert (tmp_path / "benchmark_report" / "benchmark.md").is_file()
     with sqlite3.connect(db) as connection:
-        statuses = [s for (s,) in connection.execute("SELECT status FROM runs")]
-    assert statuses == ["FINISHED"]
+        runs = list(connection.execute("SELECT name, status FROM runs"))
+    # one report run and one child run per ranker, side by side, none left RUNNING
+    assert {status for _, status in runs} == {"FINISHED"}
+    assert sorted(name for name, _ in runs) == [
+        "analytical (zero_shot)",
+        "benchmark",
+        "heuristic (zero_shot)",
+        "random (zero_shot)",
+        "simumax (zero_shot)",
+    ]
 
 
 @pytest.mark.parametrize(

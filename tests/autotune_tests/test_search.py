@@ -1,31 +1,42 @@
-"""The layout space and the Optuna study, on the real catalog."""
+"""The layout search on the real catalog: space, pricing, Optuna studies, resume, rerank."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
+from pathlib import Path
 
+import optuna
 import pytest
 
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.search import SAMPLERS
 from autotune.search import Evaluator
-from autotune.search import exhaustive_best
-from autotune.search import run_search
+from autotune.search import StopFlag
+from autotune.search import open_study
+from autotune.search import optimize
+from autotune.search import search_job
 from autotune.search._space import build_space
 from catalog import job_from_config
 from simulators import LayoutError
+from simulators import UserError
 
-SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1")
+SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1", "tracking.enabled=false")
 
 
 def _job(make_cfg: Callable[..., AutotuneConfig], *overrides: str):  # noqa: ANN202
     cfg = make_cfg(*SMALL, *overrides)
     job = job_from_config(cfg)
-    model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
     fixed = fixed_layout_values(cfg.parallel)
-    space = build_space(model, cluster, train, cfg.search, fixed)
-    return cfg, space, Evaluator(simulator, model, cluster, train), fixed
+    space = build_space(job.model, job.cluster, job.train, cfg.search, fixed)
+    return cfg, space, Evaluator(job), fixed
+
+
+def _study(space, evaluate, sampler: str, n: int, seed: int = 0, storage=None, polish=0.0):  # noqa: ANN001, ANN202
+    study = open_study(storage, "t", sampler, seed, {"job": "test"})
+    return optimize(study, space, evaluate, n_trials=n, polish_fraction=polish, stop=StopFlag())
 
 
 def test_space_holds_only_valid_layouts(make_cfg: Callable[..., AutotuneConfig]) -> None:
@@ -46,25 +57,6 @@ def test_pinned_values_restrict_the_space(make_cfg: Callable[..., AutotuneConfig
 def test_impossible_pin_explains_itself(make_cfg: Callable[..., AutotuneConfig]) -> None:
     with pytest.raises(LayoutError, match="pp=7 does not divide num_layers=32"):
         _job(make_cfg, "parallel.pp=7", "train.framework=megatron_lm")
-
-
-def _search(space, evaluate, fixed, sampler: str, n: int, seed: int = 0):  # noqa: ANN001, ANN202
-    return run_search(
-        space,
-        evaluate,
-        sampler=sampler,
-        n_trials=n,
-        seed=seed,
-        storage=None,
-        study_name="t",
-    )
-
-
-def test_seeded_search_repeats_exactly(make_cfg: Callable[..., AutotuneConfig]) -> None:
-    _, space, evaluate, fixed = _job(make_cfg)
-    first = _search(space, evaluate, fixed, "tpe", 30, seed=3)
-    second = _search(space, evaluate, fixed, "tpe", 30, seed=3)
-    assert [t.params for t in first.study.trials] == [t.params for t in second.study.trials]
 
 
 def test_every_proposal_maps_to_the_nearest_valid_layout(
@@ -90,21 +82,43 @@ def test_every_proposal_maps_to_the_nearest_valid_layout(
     assert (moved.recompute, moved.distributed_optimizer) == ("full", True)
 
 
-def test_grid_finds_the_exhaustive_optimum(make_cfg: Callable[..., AutotuneConfig]) -> None:
-    _, space, evaluate, fixed = _job(make_cfg, "search.micro_batch=[1]", "parallel.cp=1")
-    result = _search(space, evaluate, fixed, "grid", 1)
-    best_layout, best = result.ranked()[0]
-    exhaustive = exhaustive_best(space, evaluate)
-    assert exhaustive is not None
-    assert best_layout == exhaustive[0]
-    assert {lay for _, lay, _ in result.evaluated} == set(space.layouts)
+def test_grid_prices_every_layout_and_answers_the_optimum(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    cfg, space, evaluate, _ = _job(make_cfg, "search.sampler=grid")
+    outcome = search_job(cfg, evaluate.job, StopFlag())
+    assert outcome.mode == "grid" and outcome.exhaustive and not outcome.stopped
+    assert {lay for lay, _ in outcome.ranked} == set(space.layouts)
+    fitting = [p.step_time_s for _, p in outcome.ranked if p.fits]
+    assert outcome.best.fits and outcome.best.step_time_s == min(fitting)
+    assert len(outcome.study.trials) == min(cfg.search.n_trials, space.size)
+
+
+def test_auto_picks_grid_within_the_budget_and_a_sampler_beyond(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    cfg, _, evaluate, _ = _job(make_cfg)
+    assert search_job(cfg, evaluate.job, StopFlag()).mode == "grid"
+    cfg, _, evaluate, _ = _job(make_cfg, "search.grid_budget_s=1e-9", "search.n_trials=20")
+    outcome = search_job(cfg, evaluate.job, StopFlag())
+    assert outcome.mode == "tpe" and outcome.trials == 20 and not outcome.exhaustive
+
+
+def test_the_answer_is_the_best_layout_known(make_cfg: Callable[..., AutotuneConfig]) -> None:
+    """A sampler's best may miss the optimum; when every layout can be priced beside the
+    search, the answer (table, JSON, flags, MLflow) is the optimum all the same."""
+    cfg, _, evaluate, _ = _job(make_cfg, "search.sampler=random", "search.n_trials=5")
+    outcome = search_job(cfg, evaluate.job, StopFlag())
+    grid, _, evaluate, _ = _job(make_cfg, "search.sampler=grid")
+    optimum = search_job(grid, evaluate.job, StopFlag())
+    assert outcome.exhaustive and outcome.best_layout == optimum.best_layout
 
 
 def test_repeated_proposals_are_answered_from_the_cache(
     make_cfg: Callable[..., AutotuneConfig],
 ) -> None:
-    _, space, evaluate, fixed = _job(make_cfg)
-    result = _search(space, evaluate, fixed, "random", 80)
+    _, space, evaluate, _ = _job(make_cfg)
+    result = _study(space, evaluate, "random", 80)
     distinct = {lay for _, lay, _ in result.evaluated}
     assert evaluate.simulations == len(distinct) < len(result.evaluated) == 80
 
@@ -115,69 +129,133 @@ def test_layouts_that_do_not_fit_are_infeasible_constraints(
     # Llama-2-70B on one 8-NPU node: most layouts run out of memory.
     cfg = make_cfg("model=llama2_70b", "cluster=ascend", "cluster.num_nodes=1")
     job = job_from_config(cfg)
-    model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
-    space = build_space(model, cluster, train, cfg.search, {})
-    evaluate = Evaluator(simulator, model, cluster, train)
-    result = _search(space, evaluate, {}, "tpe", 40)
+    space = build_space(job.model, job.cluster, job.train, cfg.search, {})
+    evaluate = Evaluator(job)
+    result = _study(space, evaluate, "tpe", 40)
     for trial, (number, _, prediction) in zip(result.study.trials, result.evaluated, strict=True):
         assert trial.number == number
         assert (trial.constraints["memory_gib"] <= 0) == prediction.fits
         assert trial.values[0] == prediction.step_time_s
-    fits = [p.fits for _, _, p in result.evaluated]
-    assert not all(fits)
-    ranked = result.ranked()
-    assert all(p.fits for _, p in ranked[: sum(fits)])
+    assert not all(p.fits for _, _, p in result.evaluated)
 
 
-@pytest.mark.parametrize("sampler", sorted(set(SAMPLERS) - {"grid"}))
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
 def test_every_sampler_runs_and_finds_a_fitting_layout(
     make_cfg: Callable[..., AutotuneConfig], sampler: str
 ) -> None:
-    _, space, evaluate, fixed = _job(make_cfg)
+    _, space, evaluate, _ = _job(make_cfg)
     n = 12 if sampler == "gp" else 40
-    result = _search(space, evaluate, fixed, sampler, n)
+    result = _study(space, evaluate, sampler, n)
     assert len(result.study.trials) == n
-    assert result.ranked()[0][1].fits
+    assert any(p.fits for _, _, p in result.evaluated)
 
 
-def test_resumed_study_keeps_its_trials(make_cfg: Callable[..., AutotuneConfig], tmp_path) -> None:  # noqa: ANN001
-    _, space, evaluate, fixed = _job(make_cfg)
+def test_seeded_study_repeats_itself(make_cfg: Callable[..., AutotuneConfig]) -> None:
+    _, space, evaluate, _ = _job(make_cfg)
+    first = _study(space, evaluate, "tpe", 30, seed=3)
+    second = _study(space, evaluate, "tpe", 30, seed=3)
+    assert [t.params for t in first.study.trials] == [t.params for t in second.study.trials]
+
+
+def test_nsga2_reports_the_time_memory_front(make_cfg: Callable[..., AutotuneConfig]) -> None:
+    cfg, _, evaluate, _ = _job(make_cfg, "search.sampler=nsga2", "search.n_trials=40")
+    front = search_job(cfg, evaluate.job, StopFlag()).pareto()
+    assert front and all(p.fits for _, p in front)
+    times = [p.step_time_s for _, p in front]
+    memory = [p.memory_gib for _, p in front]
+    assert times == sorted(times) and memory == sorted(memory, reverse=True)
+
+
+def test_n_trials_counts_the_whole_resumed_study(
+    make_cfg: Callable[..., AutotuneConfig], tmp_path: Path
+) -> None:
+    _, space, evaluate, _ = _job(make_cfg)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    for _ in range(2):
-        result = run_search(
-            space,
-            evaluate,
-            sampler="tpe",
-            n_trials=10,
-            seed=0,
-            storage=storage,
-            study_name="resume",
-        )
-    assert len(result.study.trials) == 20
+    assert len(_study(space, evaluate, "tpe", 10, storage=storage).study.trials) == 10
+    assert len(_study(space, evaluate, "tpe", 15, storage=storage).study.trials) == 15
+
+
+def test_a_study_is_bound_to_its_job_and_sampler(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    open_study(storage, "s", "tpe", 0, {"model": "a"})
+    with pytest.raises(UserError, match="made for another job or sampler"):
+        open_study(storage, "s", "tpe", 0, {"model": "b"})
+    with pytest.raises(UserError, match="made for another job or sampler"):
+        open_study(storage, "s", "random", 0, {"model": "a"})
+
+
+def test_a_trial_of_a_dead_process_is_failed_and_queued_again(
+    make_cfg: Callable[..., AutotuneConfig], tmp_path: Path
+) -> None:
+    _, space, evaluate, _ = _job(make_cfg)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = open_study(storage, "t", "tpe", 0, {"job": "test"})
+    with pytest.warns(UserWarning, match="Heartbeat"):  # ask() outside optimize, on purpose
+        dead = study.ask()  # a trial whose process died mid-evaluation (no such pid)
+    dead.set_user_attr("autotune.worker", f"{os.uname().nodename}:{2**22 + 1}")
+    result = _study(space, evaluate, "tpe", 5, storage=storage)
+    states = [t.state for t in result.study.trials]
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 5
+
+
+def test_a_stop_flag_ends_the_study_after_the_trial_in_flight(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    _, space, evaluate, _ = _job(make_cfg)
+    stop = StopFlag()
+    study = open_study(None, "t", "tpe", 0, {"job": "test"})
+
+    def progress(done: int, _: object) -> None:
+        if done == 7:
+            stop.set(15)
+
+    result = optimize(
+        study, space, evaluate, n_trials=50, polish_fraction=0.0, stop=stop, progress=progress
+    )
+    assert result.stopped and len(result.evaluated) == 7
 
 
 def test_polish_spends_the_last_trials_on_neighbours_of_the_best(
     make_cfg: Callable[..., AutotuneConfig],
 ) -> None:
     _, space, evaluate, _ = _job(make_cfg)
-    result = run_search(
-        space,
-        evaluate,
-        sampler="random",
-        n_trials=40,
-        seed=1,
-        storage=None,
-        study_name="p",
-        polish_fraction=0.5,
-    )
-    trials = result.study.trials
+    trials = _study(space, evaluate, "random", 40, seed=1, polish=0.5).study.trials
     assert len(trials) == 40
     enqueued = [t for t in trials if "fixed_params" in t.system_attrs]
     assert enqueued and min(t.number for t in enqueued) >= 20
-    first_half_best = min(t.values[0] for t in trials[:20] if t.constraints["memory_gib"] <= 0)
-    assert result.ranked()[0][1].step_time_s <= first_half_best
-    for layout in space.neighbours(result.ranked()[0][0]):
-        assert layout in set(space.layouts) and layout != result.ranked()[0][0]
+
+
+def test_storage_urls_are_checked_before_any_work(tmp_path: Path) -> None:
+    for url, message in (
+        ("notaurl", "is not a storage URL"),
+        ("", "is not a storage URL"),
+        (f"sqlite:///{tmp_path}", "names a folder"),
+        ("sqlite:////proc/nope/study.db", "cannot create"),
+        ("postgresql://u@127.0.0.1:1/db", "cannot open search.storage|needs a database driver"),
+    ):
+        with pytest.raises(UserError, match=message):
+            open_study(url, "t", "tpe", 0, {})
+    journal = open_study(f"journal:{tmp_path / 'study.log'}", "j", "tpe", 0, {"job": "x"})
+    assert json.loads(journal.user_attrs["autotune.job"])["sampler"] == "tpe"
+
+
+@pytest.mark.slow
+def test_rerank_prices_the_best_layouts_again_in_processes(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    cfg, _, evaluate, _ = _job(
+        make_cfg,
+        "model.num_layers=4",
+        "search.rerank=hierarchical",
+        "search.rerank_top=6",
+        "search.workers=2",
+    )
+    outcome = search_job(cfg, evaluate.job, StopFlag())
+    assert outcome.rerank is not None and len(outcome.rerank.reranked) == 6
+    finer = [p.step_time_s for _, p in outcome.rerank.reranked if p.fits]
+    assert finer == sorted(finer)
+    assert outcome.ranked[:6] == outcome.rerank.reranked
 
 
 def test_space_covers_uneven_splits_and_their_variants(

@@ -1,0 +1,102 @@
+"""What a search found: every evaluated layout ranked, the best known one, the Pareto front."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from simulators import Layout
+from simulators import Prediction
+
+__all__ = ["Outcome", "Rerank", "Timings", "pareto_front", "rank_key", "ranked"]
+
+
+def rank_key(prediction: Prediction) -> tuple[bool, float]:
+    """Layouts that fit first, then by step time: a layout that does not fit never looks best."""
+    return (not prediction.fits, prediction.step_time_s)
+
+
+def ranked(pairs: Iterable[tuple[Layout, Prediction]]) -> list[tuple[Layout, Prediction]]:
+    """Distinct layouts, best first (:func:`rank_key`)."""
+    distinct = dict(pairs)
+    return sorted(distinct.items(), key=lambda item: rank_key(item[1]))
+
+
+def pareto_front(
+    pairs: Iterable[tuple[Layout, Prediction]],
+) -> list[tuple[Layout, Prediction]]:
+    """The layouts that fit and that no other beats on both step time and memory, by time."""
+    front: list[tuple[Layout, Prediction]] = []
+    for layout, prediction in ranked(p for p in pairs if p[1].fits):
+        if not front or prediction.memory_gib < front[-1][1].memory_gib:
+            front.append((layout, prediction))
+    return front
+
+
+@dataclass(frozen=True, slots=True)
+class Rerank:
+    """The screened best layouts priced again by a finer simulator.
+
+    ``screened`` are (layout, screening prediction) in screening order; ``reranked`` the same
+    layouts with the finer simulator's predictions, ranked by them.
+    """
+
+    simulator: str
+    screened: list[tuple[Layout, Prediction]]
+    reranked: list[tuple[Layout, Prediction]]
+
+    def moves(self) -> list[tuple[Layout, int, int]]:
+        """(layout, screening rank, final rank) of the layouts whose rank changed (1-based)."""
+        before = {layout: rank for rank, (layout, _) in enumerate(self.screened, start=1)}
+        return [
+            (layout, before[layout], rank)
+            for rank, (layout, _) in enumerate(self.reranked, start=1)
+            if before[layout] != rank
+        ]
+
+
+@dataclass(slots=True)
+class Timings:
+    """What one search spent: the search itself, the MLflow record, the whole command."""
+
+    search_s: float = 0.0
+    record_s: float = 0.0
+    total_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A finished (or stopped) search.
+
+    ``ranked`` holds every evaluated layout, best first; the answer is its first entry, the
+    best layout the tool knows of (with a rerank, by the finer simulator). ``evaluated`` is
+    every layout in the order the search priced it. ``mode`` is ``grid`` when every valid
+    layout was priced, else the sampler. ``exhaustive`` says that every valid layout was
+    priced (by the search or beside it), so the answer is the simulator's optimum; ``trials``
+    counts the complete trials of ``study`` (the Optuna study, for its plots).
+    """
+
+    mode: str
+    valid: int
+    evaluated: list[tuple[Layout, Prediction]]
+    ranked: list[tuple[Layout, Prediction]]
+    exhaustive: bool
+    trials: int
+    stopped: bool
+    study: Any
+    rerank: Rerank | None = None
+
+    @property
+    def best_layout(self) -> Layout:
+        return self.ranked[0][0]
+
+    @property
+    def best(self) -> Prediction:
+        return self.ranked[0][1]
+
+    def top(self, k: int) -> list[tuple[Layout, Prediction]]:
+        return self.ranked[:k]
+
+    def pareto(self) -> list[tuple[Layout, Prediction]]:
+        return pareto_front(self.ranked)

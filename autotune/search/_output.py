@@ -1,0 +1,139 @@
+"""What a search shows: the terminal report, or the one JSON object of ``output=json``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from autotune.cli import emit_json
+from autotune.config import AutotuneConfig
+from autotune.launch_flags import megatron_flags
+from autotune.launch_flags import mindspeed_flags
+from autotune.progress import duration
+from autotune.report import breakdown_table
+from autotune.report import launch_text
+from autotune.report import layout_table
+from autotune.search._outcome import Outcome
+from autotune.search._outcome import Timings
+from autotune.tracking import Recorded
+from catalog import Job
+from simulators import Layout
+from simulators import Prediction
+
+__all__ = ["emit_outcome", "json_payload"]
+
+log = logging.getLogger("autotune")
+
+
+def emit_outcome(
+    config: AutotuneConfig, job: Job, outcome: Outcome, timings: Timings, recorded: Recorded
+) -> None:
+    """Print the report (or the JSON object) of a finished or stopped search."""
+    if not outcome.best.fits:
+        log.warning("warning: no evaluated layout fits in memory; the table shows the closest")
+    if recorded.problem:
+        log.warning(f"warning: the search was not recorded in MLflow: {recorded.problem}")
+    if config.output == "json":
+        emit_json(json_payload(config, job, outcome, timings, recorded.run_id))
+        return
+    top = outcome.top(config.search.top_k)
+    print(f"\n{_headline(outcome, len(top), timings)}")
+    print(layout_table(top))
+    print("\nTime breakdown per step (seconds):")
+    print(breakdown_table(top))
+    if outcome.rerank is not None:
+        print(_rerank_text(outcome))
+    if outcome.mode == "nsga2":
+        print("\nPareto front, step time against memory (fits only):")
+        print(layout_table(outcome.pareto()))
+    if outcome.stopped:
+        print("\nThe search was stopped: the table shows the best layouts found so far.")
+    print(f"\nLaunch flags of the best layout ({outcome.best_layout.describe()}):")
+    print(launch_text(job.model, job.train, outcome.best_layout))
+    if recorded.run_id is not None:
+        print(
+            f"\nMLflow run {recorded.run_id}: mlflow ui --backend-store-uri {config.tracking.uri}"
+        )
+
+
+def _headline(outcome: Outcome, shown: int, timings: Timings) -> str:
+    if outcome.mode == "grid":
+        how = "grid: every layout priced, the simulator's optimum first"
+    elif outcome.exhaustive:
+        how = f"{outcome.mode}, {outcome.trials} trials; every layout also priced"
+    else:
+        how = f"{outcome.mode}, {outcome.trials} trials; not every layout priced"
+    spent = (
+        f"search {duration(timings.search_s)}, MLflow {duration(timings.record_s)}, "
+        f"total {duration(timings.total_s)}"
+    )
+    return f"Top {shown} of {outcome.valid} valid layouts ({how}; {spent}):"
+
+
+def _rerank_text(outcome: Outcome) -> str:
+    assert outcome.rerank is not None
+    rerank = outcome.rerank
+    moves = rerank.moves()
+    head = (
+        f"\nRe-ranked by the {rerank.simulator} simulator: the best {len(rerank.screened)} "
+        "layouts of the screening"
+    )
+    if not moves:
+        return head + ": the two agree on their order."
+    lines = [head + f"; {len(moves)} changed place:"]
+    screen, finer = dict(rerank.screened), dict(rerank.reranked)
+    for layout, before, after in moves[:10]:
+        lines.append(
+            f"  #{before} -> #{after}  {layout.describe()}  screening "
+            f"{screen[layout].step_time_s:.3f} s, {rerank.simulator} "
+            f"{finer[layout].step_time_s:.3f} s"
+        )
+    return "\n".join(lines)
+
+
+def _entry(layout: Layout, prediction: Prediction) -> dict[str, Any]:
+    return {"layout": layout.as_dict(), "prediction": prediction.as_dict()}
+
+
+def json_payload(
+    config: AutotuneConfig,
+    job: Job,
+    outcome: Outcome,
+    timings: Timings,
+    run_id: str | None,
+) -> dict[str, Any]:
+    """The search as one JSON-ready object (the best layout first)."""
+    best_layout = outcome.best_layout
+    payload: dict[str, Any] = {
+        "best": best_layout.as_dict(),
+        "prediction": outcome.best.as_dict(),
+        "world_size": job.cluster.num_devices,
+        "framework": job.train.framework.name,
+        "mode": outcome.mode,
+        "valid_layouts": outcome.valid,
+        "exhaustive": outcome.exhaustive,
+        "n_trials": outcome.trials,
+        "stopped": outcome.stopped,
+        "seconds": {
+            "search": timings.search_s,
+            "mlflow": timings.record_s,
+            "total": timings.total_s,
+        },
+        "mlflow_run_id": run_id,
+        "top_k": [_entry(lay, pred) for lay, pred in outcome.top(config.search.top_k)],
+        "launch_flags": {
+            "megatron": megatron_flags(job.model, job.train, best_layout),
+            "mindspeed": mindspeed_flags(job.model, job.train, best_layout),
+        },
+    }
+    if outcome.mode == "nsga2":
+        payload["pareto_front"] = [_entry(lay, pred) for lay, pred in outcome.pareto()]
+    if outcome.rerank is not None:
+        payload["rerank"] = {
+            "simulator": outcome.rerank.simulator,
+            "moves": [
+                {"layout": lay.as_dict(), "screening_rank": a, "rank": b}
+                for lay, a, b in outcome.rerank.moves()
+            ],
+        }
+    return payload

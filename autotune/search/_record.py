@@ -1,0 +1,150 @@
+"""The MLflow record of a search: a run that reads well in the MLflow UI.
+
+One run per search: tags to filter and compare searches (model, cluster, simulator, mode,
+protocol), a Markdown description (the job, the best layout, the top layouts, where the time
+goes, the memory margin, the launch flags), the evaluated layouts as a table the UI renders,
+the search's progress as a metric history, Optuna's plots, and one child run per top layout.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from autotune.config import AutotuneConfig
+from autotune.report import breakdown_table
+from autotune.report import launch_text
+from autotune.report import layout_row
+from autotune.report import layout_table
+from autotune.search._outcome import Outcome
+from autotune.search._outcome import Timings
+from autotune.search._plots import search_page
+from autotune.tracking import Recorded
+from autotune.tracking import TrackedRun
+from autotune.tracking import record
+from catalog import Job
+from simulators import LAYOUT_FIELDS
+
+__all__ = ["record_search"]
+
+
+def record_search(
+    config: AutotuneConfig, job: Job, outcome: Outcome, timings: Timings
+) -> Recorded:
+    """Record the search (status KILLED when a signal stopped it)."""
+    tags = {
+        "autotune.command": "search",
+        "autotune.protocol": "search",
+        "model": job.model.name,
+        "cluster": job.cluster.name,
+        "framework": job.train.framework.name,
+        "simulator": job.simulator.name,
+        "mode": outcome.mode,
+    }
+
+    def fill(run: TrackedRun) -> None:
+        _fill(run, config, job, outcome, timings)
+
+    return record(
+        config.tracking,
+        f"{job.model.name} on {job.cluster.num_devices} x {job.cluster.name}",
+        fill,
+        tags=tags,
+        description=_description(config, job, outcome),
+        status="KILLED" if outcome.stopped else "FINISHED",
+    )
+
+
+def _fill(
+    run: TrackedRun, config: AutotuneConfig, job: Job, outcome: Outcome, timings: Timings
+) -> None:
+    best = outcome.best
+    run.params(
+        {
+            "model": job.model.name,
+            "cluster": job.cluster.name,
+            "num_nodes": job.cluster.num_nodes,
+            "world_size": job.cluster.num_devices,
+            "framework": job.train.framework.name,
+            "precision": job.train.precision,
+            "simulator": job.simulator.name,
+            "mode": outcome.mode,
+            "seq_len": job.train.seq_len,
+            "global_batch_size": job.train.global_batch_size,
+            "best_layout": outcome.best_layout.describe(),
+        }
+    )
+    run.metrics(
+        {
+            "best_step_time_s": best.step_time_s,
+            "best_tokens_per_s_per_device": best.tokens_per_s_per_device,
+            "best_mfu": best.mfu,
+            "best_memory_gib": best.memory_gib,
+            "memory_margin_gib": best.memory_capacity_gib - best.memory_gib,
+            "valid_layouts": outcome.valid,
+            "evaluated_layouts": len(outcome.ranked),
+            "search_s": timings.search_s,
+        }
+    )
+    table = pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.ranked])
+    table.insert(0, "rank", range(1, len(table) + 1))
+    run.table("layouts.csv", table, ui=True)
+    run.table("top_k.csv", table.head(config.search.top_k))
+    run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
+    run.text("launch_flags.txt", launch_text(job.model, job.train, outcome.best_layout))
+    _progress_history(run, outcome)
+    run.html("plots.html", search_page(outcome.study, table))
+    for rank, (layout, prediction) in enumerate(outcome.top(config.search.top_k), start=1):
+        row = layout_row(layout, prediction)
+        run.child(
+            f"#{rank} {layout.describe()}",
+            {k: row[k] for k in LAYOUT_FIELDS},
+            {k: v for k, v in row.items() if k not in LAYOUT_FIELDS},
+        )
+
+
+def _progress_history(run: TrackedRun, outcome: Outcome) -> None:
+    """The best step time known after each evaluated layout (fits only), by step."""
+    best = float("inf")
+    history = []
+    for step, (_, prediction) in enumerate(outcome.evaluated, start=1):
+        if prediction.fits and prediction.step_time_s < best:
+            best = prediction.step_time_s
+            history.append((step, best))
+    if history:
+        run.history("best_step_time_s_by_layout", history)
+
+
+def _description(config: AutotuneConfig, job: Job, outcome: Outcome) -> str:
+    best = outcome.best
+    margin = best.memory_capacity_gib - best.memory_gib
+    top = outcome.top(config.search.top_k)
+    return "\n".join(
+        [
+            f"**{job.model.name}** on {job.cluster.num_nodes} x {job.cluster.devices_per_node} "
+            f"{job.cluster.device.name} ({job.train.framework.name}, {job.train.precision}), "
+            f"sequence {job.train.seq_len}, global batch {job.train.global_batch_size}; "
+            f"{job.simulator.name} simulator, {outcome.mode} over {outcome.valid} valid layouts.",
+            "",
+            f"**Best layout:** `{outcome.best_layout.describe()}`: "
+            f"{best.step_time_s:.3f} s per step, {best.tokens_per_s_per_device:.0f} tokens/s per "
+            f"device, MFU {100 * best.mfu:.1f}%, {best.memory_gib:.1f} of "
+            f"{best.memory_capacity_gib:.0f} GiB ({margin:.1f} GiB margin).",
+            "",
+            "```",
+            layout_table(top),
+            "```",
+            "",
+            "Where the time goes (seconds per step):",
+            "",
+            "```",
+            breakdown_table(top),
+            "```",
+            "",
+            "Launch flags of the best layout:",
+            "",
+            "```",
+            launch_text(job.model, job.train, outcome.best_layout),
+            "```",
+        ]
+    )

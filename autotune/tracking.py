@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from autotune._csv import write_csv
 from autotune.config import TrackingConfig
 
 __all__ = ["TrackedRun", "child_runs", "tracked_run"]
@@ -38,10 +41,9 @@ class TrackedRun:
     def text(self, name: str, content: str) -> None:
         self._mlflow.log_text(content, name)
 
-    def table(self, name: str, frame: Any) -> None:
-        path = self._dir / name
-        frame.to_csv(path, index=False)
-        self._mlflow.log_artifact(str(path))
+    def table(self, name: str, frame: pd.DataFrame) -> None:
+        """Log ``frame`` as the CSV artifact ``name`` (formula-like text escaped)."""
+        self._mlflow.log_artifact(str(write_csv(frame, self._dir / name)))
 
     def figure(self, name: str, figure: Any) -> None:
         self._mlflow.log_figure(figure, name)

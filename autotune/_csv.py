@@ -1,4 +1,10 @@
-"""CSV files the tool writes, with spreadsheet formulas escaped (OWASP CSV injection)."""
+"""CSV files that a spreadsheet opens as data, never as formulas.
+
+A text cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return is read as a
+formula by Excel, LibreOffice and Google Sheets; such a cell is written with a leading single
+quote, which makes it text (OWASP, "CSV Injection"). Numbers are written unchanged. Every CSV
+file the commands write goes through :func:`write_csv`.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,29 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["write_csv"]
+__all__ = ["escape_cell", "write_csv"]
 
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
-def _escape(value: Any) -> Any:
-    return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
+def escape_cell(value: Any) -> Any:
+    """``value`` with a leading ``'`` if it is text that a spreadsheet would run as a formula.
+
+    Example:
+        >>> escape_cell("=HYPERLINK(1)"), escape_cell("-2"), escape_cell(-2.0), escape_cell("a")
+        ("'=HYPERLINK(1)", "'-2", -2.0, 'a')
+    """
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
-    """Write ``frame`` to ``path``; text cells that a spreadsheet would run start with ``'``."""
-    frame.map(_escape).to_csv(path, index=False)
+    """Write ``frame`` to ``path`` as CSV without its index, formula-like text escaped."""
+    safe = frame.rename(columns=escape_cell)
+    for position in range(safe.shape[1]):
+        values = safe.iloc[:, position]
+        if not pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+            safe.isetitem(position, values.map(escape_cell))
+    safe.to_csv(path, index=False)
     return path

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from autotune._csv import write_csv
 from autotune.config import TrackingConfig
 from simulators import UserError
 
@@ -132,13 +135,10 @@ class TrackedRun:
     def text(self, name: str, content: str) -> None:
         self._mlflow.log_text(content, name)
 
-    def table(self, name: str, frame: Any, ui: bool = False) -> None:
-        """A CSV artifact; with ``ui``, also a table the MLflow UI renders (``log_table``)."""
-        from autotune._csv import write_csv
-
-        path = self._dir / name
-        write_csv(frame, path)
-        self._mlflow.log_artifact(str(path))
+    def table(self, name: str, frame: pd.DataFrame, ui: bool = False) -> None:
+        """A CSV artifact (formula-like text escaped); with ``ui``, also a table the MLflow UI
+        renders (``log_table``)."""
+        self._mlflow.log_artifact(str(write_csv(frame, self._dir / name)))
         if ui:
             self._mlflow.log_table(data=frame, artifact_file=Path(name).with_suffix(".json").name)
 

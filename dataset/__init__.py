@@ -19,6 +19,7 @@ from dataset._schema import COLUMNS
 from dataset._schema import SCHEMA_VERSION
 from dataset._schema import STATUSES
 from dataset._specs import row_to_specs
+from dataset._specs import table_specs
 
 __all__ = [
     "COLUMNS",
@@ -30,4 +31,5 @@ __all__ = [
     "load_public",
     "public_sources",
     "row_to_specs",
+    "table_specs",
 ]

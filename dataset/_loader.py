@@ -9,6 +9,8 @@ import pandas as pd
 
 from dataset._clusters import cluster_names
 from dataset._schema import COLUMNS
+from dataset._schema import Column
+from dataset._specs import records
 from dataset._specs import row_to_specs
 from simulators.errors import DataFileError
 from simulators.errors import SpecError
@@ -16,17 +18,56 @@ from simulators.errors import SpecError
 __all__ = ["load_measurements"]
 
 _FIRST_LINE = 2  # data rows start on line 2 of a CSV file (line 1 is the header)
+# What pandas and pyarrow raise on a file that is not a readable table.
+_READ_ERRORS = (ValueError, OSError, NotImplementedError, pd.errors.ParserError)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """The data rows as text, indexed by their line, without blank lines or rows of empty cells.
+
+    (A quoted cell that spans lines counts as one line.)
+    """
+    cells = pd.read_csv(
+        path, dtype=str, keep_default_na=False, header=None, skip_blank_lines=False
+    )
+    header = [str(name).strip() for name in cells.iloc[0]]
+    frame = cells.iloc[1:].set_axis(header, axis="columns")
+    frame.index = frame.index + 1  # line numbers: row 0 was the header, line 1
+    filled = frame.apply(lambda column: column.str.strip() != "")
+    return frame[filled.any(axis="columns")]
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """The rows as text, empty where missing, numbered as the lines of the same CSV."""
+    frame = pd.read_parquet(path).astype(object)
+    frame = frame.where(frame.notna(), "").map(str)
+    frame.columns = [str(name) for name in frame.columns]
+    frame.index = pd.RangeIndex(_FIRST_LINE, _FIRST_LINE + len(frame))
+    return frame
 
 
 def _read_text_cells(path: Path) -> pd.DataFrame:
     """Every cell as a string, empty where missing, so that parsing is ours alone."""
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return pd.read_csv(path, dtype=str, keep_default_na=False)
+        return _read_csv(path)
     if suffix in (".parquet", ".pq"):
-        frame = pd.read_parquet(path).astype(object)
-        return frame.where(frame.notna(), "").map(str)
+        return _read_parquet(path)
     raise DataFileError(f"{path}: expected a .csv or .parquet file, got {suffix or 'no suffix'!r}")
+
+
+def _header_problems(path: Path, raw: pd.DataFrame) -> list[str]:
+    """Columns named twice, and columns with cells but no name."""
+    names = list(raw.columns)
+    problems = [
+        f"{path.name}, line 1: column {name!r} appears {names.count(name)} times"
+        for name in dict.fromkeys(names)
+        if name and names.count(name) > 1
+    ]
+    for position, name in enumerate(names, start=1):
+        if not name and (raw.iloc[:, position - 1].str.strip() != "").any():
+            problems.append(f"{path.name}, line 1: column {position} has cells but no name")
+    return problems
 
 
 def load_measurements(path: str | Path) -> pd.DataFrame:
@@ -34,7 +75,7 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
 
     Returns the table with every schema column present, parsed (ints, floats, bools) and with
     defaults filled; extra columns are kept as text. Rows are numbered as lines of the CSV
-    file (the header is line 1).
+    file (the header is line 1); blank lines and rows of empty cells are skipped.
 
     Raises:
         DataFileError: listing every problem at once (file, line, column, what was expected).
@@ -44,11 +85,15 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
         raise DataFileError(f"{path}: no such file")
     try:
         raw = _read_text_cells(path)
-    except (ValueError, OSError, pd.errors.ParserError) as exc:
-        raise DataFileError(f"{path}: cannot be read: {exc}") from None
+    except _READ_ERRORS as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise DataFileError(f"{path}: cannot be read: {reason}") from None
     if raw.empty:
         raise DataFileError(f"{path}: no data rows")
-    problems: list[str] = []
+    problems = _header_problems(path, raw)
+    if problems:
+        raise DataFileError(_message(path, problems))
+    raw = raw.drop(columns=[""], errors="ignore")  # unnamed and empty, as after a trailing comma
     missing = [c.name for c in COLUMNS if c.required and c.name not in raw.columns]
     if missing:
         problems.append(f"{path}: missing required column(s): {', '.join(missing)}")
@@ -63,64 +108,91 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     extra = [c for c in raw.columns if c not in parsed]
     table = pd.concat([table, raw[extra]], axis=1)
     table["sequence_parallel"] = table["sequence_parallel"].fillna(table["tp"] > 1)
-    if not missing:  # the rules across columns, on every row whose cells all parsed
-        problems.extend(_row_problems(path, table.drop(index=list(bad_rows))))
+    if not missing:  # the rules across rows and columns, on every row whose cells all parsed
+        checked = table.drop(index=list(bad_rows))
+        problems.extend(_row_problems(path, checked))
+        problems.extend(_duplicate_problems(path, checked))
     if problems:
         raise DataFileError(_message(path, problems))
     return table.reset_index(drop=True)
 
 
 def _parse_column(
-    path: Path, raw: pd.DataFrame, column: Any, problems: list[str], bad_rows: set[Any]
+    path: Path, raw: pd.DataFrame, column: Column, problems: list[str], bad_rows: set[Any]
 ) -> list[Any]:
-    """Parse one column; each cell that fails adds a problem and marks its row bad."""
+    """Parse one column; each cell that fails adds a problem and marks its row bad.
+
+    Each distinct cell is parsed once, so a column costs one parse per distinct value.
+    """
     if column.name not in raw.columns:
         return [column.default] * len(raw)
-    values: list[Any] = []
-    for index, cell in raw[column.name].items():
-        cell = cell.strip()
-        if cell == "":
-            if column.required:
-                problems.append(f"{_where(path, index, column.name)}: required, found empty")
-                bad_rows.add(index)
-            values.append(column.default)
-            continue
-        try:
-            values.append(column.parse(cell))
-        except ValueError as exc:
-            problems.append(f"{_where(path, index, column.name)}: expected {exc}, got {cell!r}")
-            bad_rows.add(index)
-            values.append(column.default)
-    return values
+    cells = raw[column.name].str.strip().tolist()
+    outcomes = {cell: _parse_cell(column, cell) for cell in set(cells)}
+    failed = {cell for cell, (_, expected) in outcomes.items() if expected}
+    if failed:
+        for line, cell in zip(raw.index, cells, strict=True):
+            if cell in failed:
+                problems.append(f"{_where(path, line, column.name)}: {outcomes[cell][1]}")
+                bad_rows.add(line)
+    return [outcomes[cell][0] for cell in cells]
+
+
+def _parse_cell(column: Column, cell: str) -> tuple[Any, str]:
+    """The parsed value of one stripped cell, and what was expected if it failed ("" if not)."""
+    if cell == "":
+        return column.default, "required, found empty" if column.required else ""
+    try:
+        return column.parse(cell), ""
+    except ValueError as exc:
+        return column.default, f"expected {exc}, got {cell!r}"
 
 
 def _row_problems(path: Path, table: pd.DataFrame) -> list[str]:
     """Rules across columns: known cluster, degrees times world size, a time for ok rows."""
     problems: list[str] = []
     known = set(cluster_names())
-    for index, row in zip(table.index, table.to_dict("records"), strict=True):
-        if row["status"] == "ok" and pd.isna(row["step_time_s"]):
+    for line, row in zip(table.index, records(table), strict=True):
+        if row["status"] == "ok" and row["step_time_s"] is None:
             problems.append(
-                f"{_where(path, index, 'step_time_s')}: required when status is ok, found empty"
+                f"{_where(path, line, 'step_time_s')}: required when status is ok, found empty"
             )
         if row["cluster"] not in known:
             problems.append(
-                f"{_where(path, index, 'cluster')}: expected one of {', '.join(sorted(known))} "
+                f"{_where(path, line, 'cluster')}: expected one of {', '.join(sorted(known))} "
                 f"(conf/cluster/*.yaml), got {row['cluster']!r}"
             )
             continue
         try:
             *_, layout = row_to_specs(row)
         except SpecError as exc:
-            problems.append(f"{_where(path, index, 'model/layout')}: {exc}")
+            problems.append(f"{_where(path, line, 'model/layout')}: {exc}")
             continue
         for problem in layout.world_size_problems(row["num_devices"], " (num_devices)"):
-            problems.append(f"{_where(path, index, 'dp,tp,pp,cp')}: {problem}")
+            problems.append(f"{_where(path, line, 'dp,tp,pp,cp')}: {problem}")
     return problems
 
 
-def _where(path: Path, index: Any, column: str) -> str:
-    return f"{path.name}, line {int(index) + _FIRST_LINE}, column {column}"
+def _duplicate_problems(path: Path, table: pd.DataFrame) -> list[str]:
+    """Rows equal to an earlier row in every column, each named with the line it repeats."""
+    repeated = table[table.duplicated(keep=False)]
+    if repeated.empty:
+        return []
+    groups = repeated.groupby(list(repeated.columns), dropna=False, sort=False).ngroup()
+    first: dict[int, Any] = {}
+    problems = []
+    for line, group in groups.items():
+        if group in first:
+            problems.append(
+                f"{path.name}, line {line}: the same value in every column as line "
+                f"{first[group]} (an exact duplicate)"
+            )
+        else:
+            first[group] = line
+    return problems
+
+
+def _where(path: Path, line: Any, column: str) -> str:
+    return f"{path.name}, line {line}, column {column}"
 
 
 def _message(path: Path, problems: list[str]) -> str:

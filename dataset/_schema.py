@@ -8,6 +8,7 @@ collects those into one :class:`simulators.DataFileError`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,29 +33,53 @@ def _text(cell: str) -> str:
     return cell
 
 
-def _int(minimum: int) -> Callable[[str], int]:
-    """A parser of integers >= ``minimum`` ("8" and "8.0" both give 8)."""
+# Upper bounds of the numeric columns, far beyond any real training run: a typo, a unit slip or
+# an overflow (1e30 layers, 8e9 devices, an infinite time) is refused with its line and column
+# instead of reaching a simulator. Each bound with its reason:
+_MAX_LAYERS = 10_000  # layers: the deepest published LLMs have a few hundred (GPT-3: 96)
+_MAX_WIDTH = 1_048_576  # hidden, FFN, head and LoRA sizes, head counts: the widest are ~1e5
+_MAX_VOCAB = 10_000_000  # vocabulary: the largest published ones have about 256k tokens
+_MAX_EXPERTS = 1_048_576  # routed experts and top-k: PEER (2024) routes to a million experts
+_MAX_DEVICES = 1_048_576  # devices, parallel degrees: the largest clusters have ~2e5 GPUs
+_MAX_SEQ_LEN = 100_000_000  # tokens per sequence: the longest trained contexts are ~1e7
+_MAX_BATCH = 100_000_000  # sequences per step or micro-batch: published batches are < 1e5
+_MAX_STEP_S = 1e7  # seconds per step: 1e7 s is 116 days for one optimizer step
+_MAX_MEMORY_GIB = 1e5  # GiB per device: the largest device memory today is 288 GB of HBM
+_MAX_GBPS = 1e6  # GB/s per device and direction: NVLink 5 gives 900
+_MAX_TOKENS_PER_S = 1e9  # tokens/s per device: a small model on one GPU reaches ~1e6
 
-    def parse(cell: str) -> int:
+
+@dataclass(frozen=True, slots=True)
+class _Int:
+    """A parser of integers from ``minimum`` to ``maximum`` ("8" and "8.0" both give 8)."""
+
+    minimum: int
+    maximum: int
+
+    def __call__(self, cell: str) -> int:
         try:
             value = float(cell)
         except ValueError:
-            raise ValueError(f"an integer >= {minimum}") from None
-        if not value.is_integer() or value < minimum:
-            raise ValueError(f"an integer >= {minimum}")
+            value = math.nan
+        if not (value.is_integer() and self.minimum <= value <= self.maximum):
+            raise ValueError(f"an integer from {self.minimum} to {self.maximum:,}")
         return int(value)
 
-    return parse
 
+@dataclass(frozen=True, slots=True)
+class _Positive:
+    """A parser of numbers above 0 and below ``maximum`` (so never inf or nan)."""
 
-def _positive_float(cell: str) -> float:
-    try:
-        value = float(cell)
-    except ValueError:
-        raise ValueError("a number > 0") from None
-    if not value > 0:
-        raise ValueError("a number > 0")
-    return value
+    maximum: float
+
+    def __call__(self, cell: str) -> float:
+        try:
+            value = float(cell)
+        except ValueError:
+            value = math.nan
+        if not 0 < value < self.maximum:
+            raise ValueError(f"a number > 0 and < {self.maximum:,.0f}")
+        return value
 
 
 def _bool(cell: str) -> bool:
@@ -100,7 +125,7 @@ class Column:
     @property
     def dtype(self) -> str:
         """The pandas dtype of the parsed column (nullable, so an empty cell stays missing)."""
-        if self.parse is _positive_float:
+        if isinstance(self.parse, _Positive):
             return "Float64"
         if self.parse is _bool:
             return "boolean"
@@ -112,44 +137,44 @@ class Column:
 
 
 _ARCHITECTURE = (
-    Column("num_layers", _int(1), required=True),
-    Column("hidden_size", _int(1), required=True),
-    Column("ffn_hidden_size", _int(0), required=True),
-    Column("num_attention_heads", _int(1), required=True),
-    Column("num_kv_heads", _int(1), required=True),
-    Column("vocab_size", _int(1), required=True),
+    Column("num_layers", _Int(1, _MAX_LAYERS), required=True),
+    Column("hidden_size", _Int(1, _MAX_WIDTH), required=True),
+    Column("ffn_hidden_size", _Int(0, _MAX_WIDTH), required=True),
+    Column("num_attention_heads", _Int(1, _MAX_WIDTH), required=True),
+    Column("num_kv_heads", _Int(1, _MAX_WIDTH), required=True),
+    Column("vocab_size", _Int(1, _MAX_VOCAB), required=True),
     Column("activation", _choice(ACTIVATIONS), default="swiglu"),
-    Column("num_experts", _int(0), default=0),
-    Column("moe_top_k", _int(0), default=0),
-    Column("expert_ffn_hidden_size", _int(0), default=0),
-    Column("shared_expert_ffn_hidden_size", _int(0), default=0),
-    Column("first_dense_layers", _int(0), default=0),
+    Column("num_experts", _Int(0, _MAX_EXPERTS), default=0),
+    Column("moe_top_k", _Int(0, _MAX_EXPERTS), default=0),
+    Column("expert_ffn_hidden_size", _Int(0, _MAX_WIDTH), default=0),
+    Column("shared_expert_ffn_hidden_size", _Int(0, _MAX_WIDTH), default=0),
+    Column("first_dense_layers", _Int(0, _MAX_LAYERS), default=0),
 )
 
 # Beyond the required architecture columns: the rest of ModelSpec (MLA attention, the GPT block),
 # read when present (defaults are ModelSpec's; head_dim defaults to hidden / heads).
 _ARCHITECTURE_DETAIL = (
-    Column("head_dim", _int(1)),
+    Column("head_dim", _Int(1, _MAX_WIDTH)),
     Column("norm", _choice(("rmsnorm", "layernorm")), default="rmsnorm"),
     Column("qkv_bias", _bool, default=False),
     Column("tied_embeddings", _bool, default=False),
     Column("attention", _choice(ATTENTIONS), default="gqa"),
-    Column("q_lora_rank", _int(0), default=0),
-    Column("kv_lora_rank", _int(0), default=0),
-    Column("qk_nope_head_dim", _int(0), default=0),
-    Column("qk_rope_head_dim", _int(0), default=0),
-    Column("v_head_dim", _int(0), default=0),
+    Column("q_lora_rank", _Int(0, _MAX_WIDTH), default=0),
+    Column("kv_lora_rank", _Int(0, _MAX_WIDTH), default=0),
+    Column("qk_nope_head_dim", _Int(0, _MAX_WIDTH), default=0),
+    Column("qk_rope_head_dim", _Int(0, _MAX_WIDTH), default=0),
+    Column("v_head_dim", _Int(0, _MAX_WIDTH), default=0),
 )
 
 _JOB = (
     Column("cluster", _text, required=True),
-    Column("devices_per_node", _int(1)),
-    Column("device_memory_gib", _positive_float),
-    Column("intra_node_gbps", _positive_float),
-    Column("inter_node_gbps", _positive_float),
-    Column("num_devices", _int(1), required=True),
-    Column("seq_len", _int(1), required=True),
-    Column("global_batch_size", _int(1), required=True),
+    Column("devices_per_node", _Int(1, _MAX_DEVICES)),
+    Column("device_memory_gib", _Positive(_MAX_MEMORY_GIB)),
+    Column("intra_node_gbps", _Positive(_MAX_GBPS)),
+    Column("inter_node_gbps", _Positive(_MAX_GBPS)),
+    Column("num_devices", _Int(1, _MAX_DEVICES), required=True),
+    Column("seq_len", _Int(1, _MAX_SEQ_LEN), required=True),
+    Column("global_batch_size", _Int(1, _MAX_BATCH), required=True),
 )
 
 
@@ -165,11 +190,12 @@ def _layout_column(name: str) -> Column:
     elif "tuple" in kind:
         parse = _int_list
     else:
-        parse = _int(1)
+        parse = _Int(1, _MAX_DEVICES if info.degree else _LAYOUT_MAXIMA[name])
     default = None if name == "sequence_parallel" else _LAYOUT_DEFAULTS[name]  # tp > 1
     return Column(name, parse, required=info.required_column, default=default)
 
 
+_LAYOUT_MAXIMA = {"micro_batch": _MAX_BATCH, "recompute_layers": _MAX_LAYERS}  # not degrees
 _FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(Layout)}
 _LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Layout)}
 _LAYOUT = tuple(_layout_column(name) for name in LAYOUT_FIELDS)
@@ -183,11 +209,11 @@ _TRAINING = (
 
 _MEASUREMENT = (
     Column("status", _choice(STATUSES), required=True),
-    Column("step_time_s", _positive_float),  # required when status is ok (checked per row)
-    Column("tokens_per_s_per_device", _positive_float),
-    Column("peak_memory_gib", _positive_float),
+    Column("step_time_s", _Positive(_MAX_STEP_S)),  # required when status is ok (checked per row)
+    Column("tokens_per_s_per_device", _Positive(_MAX_TOKENS_PER_S)),
+    Column("peak_memory_gib", _Positive(_MAX_MEMORY_GIB)),
     Column("predictor", _text),
-    Column("predicted_step_time_s", _positive_float),
+    Column("predicted_step_time_s", _Positive(_MAX_STEP_S)),
 )
 
 _PROVENANCE = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,24 +17,37 @@ from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
 
-__all__ = ["MODEL_FIELDS", "row_to_specs"]
+__all__ = ["MODEL_FIELDS", "Specs", "records", "row_to_specs", "table_specs"]
 
+Specs = tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]
 # The architecture columns: every ModelSpec field but the display name (``model``).
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.name != "name")
 _OVERRIDES = ("devices_per_node", "device_memory_gib", "intra_node_gbps", "inter_node_gbps")
 
 
-def _given(row: Mapping[str, Any], key: str) -> Any:
-    """The row's value, or None when the column is absent or the cell empty (NaN, "")."""
-    value = row.get(key)
-    if value is None or isinstance(value, tuple):
-        return value
-    if (not isinstance(value, str) and pd.isna(value)) or value == "":
-        return None
-    return value.item() if hasattr(value, "item") else value  # numpy scalar -> Python
+def _given(row: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The row's values of ``keys`` that are given (not absent, None, NaN or ""), as Python."""
+    given = {}
+    for key in keys:
+        value = row.get(key)
+        if value is None or value is pd.NA or value != value or value == "":  # NaN != NaN
+            continue
+        given[key] = value.item() if hasattr(value, "item") else value  # numpy -> Python
+    return given
 
 
-def row_to_specs(row: Mapping[str, Any]) -> tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]:
+# Specs are values, and a table has few distinct models and layouts: build each once.
+@functools.lru_cache(maxsize=4096)
+def _model(name: str, values: tuple[tuple[str, Any], ...]) -> ModelSpec:
+    return ModelSpec(name=name, **dict(values))
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout(values: tuple[tuple[str, Any], ...]) -> Layout:
+    return Layout(**dict(values))
+
+
+def row_to_specs(row: Mapping[str, Any]) -> Specs:
     """The model, cluster, training step and layout of one row of a loaded measurement table.
 
     ``row`` is a row of :func:`dataset.load_measurements` (a mapping such as a pandas Series):
@@ -44,23 +58,43 @@ def row_to_specs(row: Mapping[str, Any]) -> tuple[ModelSpec, ClusterSpec, TrainS
     Raises:
         SpecError: a value that the specs refuse (unknown cluster, kv heads not dividing heads).
     """
-    model_values = {k: _given(row, k) for k in MODEL_FIELDS if k != "head_dim"}
-    model_values = {k: v for k, v in model_values.items() if v is not None}
-    head_dim = _given(row, "head_dim")
+    model_values = _given(row, MODEL_FIELDS)
+    head_dim = model_values.get("head_dim")
     if head_dim is None:
         head_dim = int(row["hidden_size"]) // int(row["num_attention_heads"])
-    model = ModelSpec(name=str(row["model"]), head_dim=int(head_dim), **model_values)
-    overrides = {k: _given(row, k) for k in _OVERRIDES}
+    model_values["head_dim"] = int(head_dim)
+    model = _model(str(row["model"]), tuple(model_values.items()))
+    overrides = _given(row, _OVERRIDES)
     cluster = sized_cluster(str(row["cluster"]), int(row["num_devices"]), **overrides)
-    framework = catalog.load_framework(_given(row, "framework") or cluster.default_framework)
+    training = _given(row, ("framework", "precision", "flash_attention"))
+    framework = catalog.load_framework(training.get("framework") or cluster.default_framework)
     train = TrainSpec(
         framework=framework,
         seq_len=int(row["seq_len"]),
         global_batch_size=int(row["global_batch_size"]),
-        precision=str(_given(row, "precision") or "bf16"),
-        flash_attention=bool(_given(row, "flash_attention") in (None, True)),
+        precision=str(training.get("precision", "bf16")),
+        flash_attention=bool(training.get("flash_attention") in (None, True)),
     )
     train.check_on(cluster)
-    layout_values = {k: _given(row, k) for k in LAYOUT_FIELDS}
-    layout = Layout(**{k: v for k, v in layout_values.items() if v is not None})
+    layout = _layout(tuple(_given(row, LAYOUT_FIELDS).items()))
     return model, cluster, train, layout
+
+
+def records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of a table as dicts of plain Python values, None where missing.
+
+    Several times faster than ``DataFrame.to_dict("records")``, which boxes every value of a
+    nullable column on its own.
+    """
+    names = list(table.columns)
+    columns = [table[n].astype(object).where(table[n].notna(), None).tolist() for n in names]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def table_specs(table: pd.DataFrame) -> list[Specs]:
+    """:func:`row_to_specs` of every row of a loaded measurement table, in order.
+
+    Raises:
+        SpecError: a row that the specs refuse (none, in a table that loaded).
+    """
+    return [row_to_specs(row) for row in records(table)]

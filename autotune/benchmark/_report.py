@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autotune._csv import write_csv
 from autotune.benchmark._score import BenchmarkResult
 
 __all__ = ["console_tables", "json_payload", "write_report"]
@@ -155,9 +156,8 @@ def write_report(
     report_dir.mkdir(parents=True, exist_ok=True)
     written = [report_dir / "benchmark.md", report_dir / "scenarios.csv"]
     written[0].write_text(markdown_report(result, settings, notes), encoding="utf-8")
-    result.scenarios.to_csv(written[1], index=False)
+    write_csv(result.scenarios, written[1])
     if len(result.rows):
-        written.append(report_dir / "predictions.csv")
-        result.rows.to_csv(written[-1], index=False)
+        written.append(write_csv(result.rows, report_dir / "predictions.csv"))
     written.extend(write_plots(result, report_dir))
     return written

@@ -32,6 +32,7 @@ from autotune.benchmark._report import write_report
 from autotune.benchmark._score import RANDOM
 from autotune.benchmark._score import BenchmarkResult
 from autotune.benchmark._score import ScoreSettings
+from autotune.benchmark._score import nothing_to_score
 from autotune.benchmark._score import score
 from autotune.config import BenchmarkConfig
 from catalog import simulator_from_config
@@ -118,7 +119,7 @@ def run_benchmark(
     table = load_data(config.data)
     table = _filter(table, "cluster", _names(config.hardware), "hardware")
     table = _filter(table, "source", _names(config.source), "source")
-    specs = [dataset.row_to_specs(row) for row in table.to_dict("records")]
+    specs = dataset.table_specs(table)
     labels = [layout.describe() for *_, layout in specs]
     log.info(
         "%d measured rows, %d scenarios", len(table), table.groupby(["source", "scenario"]).ngroups
@@ -135,6 +136,9 @@ def run_benchmark(
         rankings.append(heuristic_ranking(rule, specs))
     if config.peers:
         rankings.extend(peer_rankings(table))
+    reason = nothing_to_score(table, rankings)
+    if reason:
+        raise UserError(f"{config.data}: nothing to score: {reason}")
     settings = ScoreSettings(
         oom_penalty_regret=config.oom_penalty_regret,
         top_k=config.top_k,

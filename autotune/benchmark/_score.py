@@ -19,7 +19,7 @@ from autotune.benchmark._metrics import regret_at_k
 from autotune.benchmark._metrics import summarize
 from autotune.benchmark._rankers import Ranking
 
-__all__ = ["RANDOM", "BenchmarkResult", "ScoreSettings", "score"]
+__all__ = ["RANDOM", "BenchmarkResult", "ScoreSettings", "nothing_to_score", "score"]
 
 RANDOM = "random"
 _KIND_ORDER = ("simulator", "peer", "baseline")  # the order of the tables
@@ -67,44 +67,28 @@ def score(
         with_random: whether to add the ``random`` baseline.
     """
     groups = table.groupby(["source", "scenario"], sort=False).indices
-    measured = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)
-    status = table["status"].to_numpy(dtype=str)
+    columns = _Columns.of(table)
     scenario_rows: list[dict[str, Any]] = []
     row_frames: list[pd.DataFrame] = []
     kinds: dict[str, str] = {}
     if with_random:
         kinds[RANDOM] = "baseline"
         for (source, scenario), positions in groups.items():
-            measured_rows = positions[np.isin(status[positions], ("ok", "oom"))]
-            record = _random_record(measured_rows, measured, status, settings)
+            record = _random_record(positions[columns.measured[positions]], columns, settings)
             scenario_rows.append(
-                {
-                    "simulator": RANDOM,
-                    "source": source,
-                    "scenario": scenario,
-                    **_job(table, positions),
-                    **record,
-                }
+                {"simulator": RANDOM, **columns.job(source, scenario, positions), **record}
             )
     for ranking in rankings:
         kinds[ranking.name] = ranking.kind
         local = np.full(len(table), -1)
         local[ranking.rows] = np.arange(len(ranking.rows))
         for (source, scenario), positions in groups.items():
-            covered = positions[
-                (local[positions] >= 0) & np.isin(status[positions], ("ok", "oom"))
-            ]
+            covered = positions[(local[positions] >= 0) & columns.measured[positions]]
             if len(covered) == 0:
                 continue
-            record = _ranked_record(covered, local[covered], ranking, table, labels, settings)
+            record = _ranked_record(covered, local[covered], ranking, columns, labels, settings)
             scenario_rows.append(
-                {
-                    "simulator": ranking.name,
-                    "source": source,
-                    "scenario": scenario,
-                    **_job(table, positions),
-                    **record,
-                }
+                {"simulator": ranking.name, **columns.job(source, scenario, positions), **record}
             )
         row_frames.append(_row_frame(table, labels, ranking))
     scenarios = pd.DataFrame(scenario_rows).rename(
@@ -119,24 +103,78 @@ def score(
     return BenchmarkResult(scenarios=scenarios, rows=rows, summaries=summaries)
 
 
-def _job(table: pd.DataFrame, positions: np.ndarray) -> dict[str, Any]:
-    first = table.iloc[positions[0]]
-    return {
-        "model": first["model"],
-        "cluster": first["cluster"],
-        "num_devices": int(first["num_devices"]),
-    }
+def nothing_to_score(table: pd.DataFrame, rankings: Sequence[Ranking]) -> str:
+    """Why no figure can be computed on ``table``, or "" when one can.
+
+    Regret needs a scenario with at least two measured layouts, one of which ran; the errors
+    need a row that ran with a time predicted by a simulator or peer.
+    """
+    columns = _Columns.of(table)
+    groups = table.groupby(["source", "scenario"], sort=False).indices
+    for positions in groups.values():
+        if _eligible(int(columns.measured[positions].sum()), int(columns.ok[positions].sum())):
+            return ""
+    for ranking in rankings:
+        if np.isfinite(ranking.predicted_s[columns.ok[ranking.rows]]).any():
+            return ""
+    invalid = max((r.invalid for r in rankings if r.kind == "simulator"), default=0)
+    return (
+        "no scenario has two measured layouts (status ok or oom) of which one ran, and no row "
+        f"that ran has a predicted step time ({len(table)} rows in {len(groups)} scenarios, "
+        f"{int(columns.ok.sum())} ran, {invalid} break a layout rule)"
+    )
 
 
-def _random_record(
-    rows: np.ndarray, measured: np.ndarray, status: np.ndarray, settings: ScoreSettings
-) -> dict[str, Any]:
-    ok = status[rows] == "ok"
+def _eligible(n_layouts: int, n_ok: int) -> bool:
+    """Whether a scenario's regret is defined: two measured layouts, one of which ran."""
+    return n_layouts >= 2 and n_ok >= 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """The columns that scoring reads, as arrays taken once from the table (not per scenario,
+    which would make scoring quadratic in the rows)."""
+
+    step_time_s: np.ndarray
+    memory_gib: np.ndarray
+    ok: np.ndarray  # the layout ran (status ok)
+    measured: np.ndarray  # ok or oom: the layout was tried (status error is not scored)
+    model: np.ndarray
+    cluster: np.ndarray
+    num_devices: np.ndarray
+
+    @classmethod
+    def of(cls, table: pd.DataFrame) -> _Columns:
+        status = table["status"].to_numpy(dtype=str)
+        return cls(
+            step_time_s=table["step_time_s"].to_numpy(dtype=float, na_value=np.nan),
+            memory_gib=table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan),
+            ok=status == "ok",
+            measured=np.isin(status, ("ok", "oom")),
+            model=table["model"].to_numpy(dtype=object),
+            cluster=table["cluster"].to_numpy(dtype=object),
+            num_devices=table["num_devices"].to_numpy(dtype=int),
+        )
+
+    def job(self, source: str, scenario: str, positions: np.ndarray) -> dict[str, Any]:
+        """The job of a scenario, named by its first row."""
+        first = positions[0]
+        return {
+            "source": source,
+            "scenario": scenario,
+            "model": self.model[first],
+            "cluster": self.cluster[first],
+            "num_devices": int(self.num_devices[first]),
+        }
+
+
+def _random_record(rows: np.ndarray, columns: _Columns, settings: ScoreSettings) -> dict[str, Any]:
+    measured, ok = columns.step_time_s[rows], columns.ok[rows]
     record = _empty_record(len(rows), int(ok.sum()))
     if record["eligible"]:
-        regrets = layout_regrets(measured[rows], ok, settings.oom_penalty_regret)
+        regrets = layout_regrets(measured, ok, settings.oom_penalty_regret)
         record.update(
-            best_step_time_s=float(np.min(measured[rows][ok])),
+            best_step_time_s=float(np.min(measured[ok])),
             pick="uniform draw",
             regret_at_1=expected_random_regret(regrets, 1),
             regret_at_k=expected_random_regret(regrets, settings.top_k),
@@ -149,13 +187,12 @@ def _ranked_record(
     rows: np.ndarray,
     local: np.ndarray,
     ranking: Ranking,
-    table: pd.DataFrame,
+    columns: _Columns,
     labels: Sequence[str],
     settings: ScoreSettings,
 ) -> dict[str, Any]:
-    measured = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)[rows]
-    memory = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)[rows]
-    ok = table["status"].to_numpy(dtype=str)[rows] == "ok"
+    measured, memory = columns.step_time_s[rows], columns.memory_gib[rows]
+    ok = columns.ok[rows]
     predicted, fits = ranking.predicted_s[local], ranking.fits[local]
     record = _empty_record(len(rows), int(ok.sum()))
     if record["eligible"]:
@@ -189,7 +226,7 @@ def _empty_record(n_layouts: int, n_ok: int) -> dict[str, Any]:
         "n_layouts": n_layouts,
         "n_ok": n_ok,
         "n_oom": n_layouts - n_ok,
-        "eligible": n_layouts >= 2 and n_ok >= 1,
+        "eligible": _eligible(n_layouts, n_ok),
         "best_step_time_s": _NAN,
         "pick": "",
         "pick_step_time_s": _NAN,

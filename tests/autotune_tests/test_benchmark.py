@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sqlite3
@@ -216,3 +217,36 @@ def test_malformed_file_lists_its_problems(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "line 2, column tp" in proc.stderr and "line 3, column step_time_s" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_nothing_to_score_exits_2_with_the_reason(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "empty.csv",
+        {"status": "oom", "step_time_s": None},  # s1: no layout ran
+        {"scenario": "s2", "num_attention_heads": 12, "num_kv_heads": 12},  # tp=8 breaks a rule
+    )
+    proc = _run(f"data={path}", "tracking.enabled=false", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    error = proc.stderr.splitlines()[-1]  # after the log lines
+    assert error.startswith(f"error: {path}: nothing to score: no scenario has two measured")
+    assert error.endswith("(2 rows in 2 scenarios, 1 ran, 1 break a layout rule)")
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert not (tmp_path / "benchmark_report").exists()
+
+
+def test_report_csv_files_escape_spreadsheet_formulas(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "formulas.csv",
+        {"scenario": "=HYPERLINK(0)", "model": "@SUM(1)", "dp": 8, "tp": 1, "step_time_s": 1.0},
+        {"scenario": "=HYPERLINK(0)", "model": "@SUM(1)", "dp": 4, "tp": 2, "step_time_s": 1.2},
+    )
+    result = run_benchmark(_cfg(f"data={path}"), simulators=[LinearSimulator()])
+    write_report(result, tmp_path / "report", {"top_k": 3}, {})
+    for name in ("scenarios.csv", "predictions.csv"):
+        with (tmp_path / "report" / name).open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        assert {row["scenario"] for row in rows} == {"'=HYPERLINK(0)"}
+        assert {row["model"] for row in rows} == {"'@SUM(1)"}
+    with (tmp_path / "report" / "predictions.csv").open(newline="") as handle:
+        times = sorted(float(row["step_time_s"]) for row in csv.DictReader(handle))
+    assert times[:2] == [1.0, 1.0]  # numbers are written as numbers

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
+from autotune.benchmark._metrics import average_ranks
 from autotune.benchmark._metrics import expected_random_regret
 from autotune.benchmark._metrics import feasibility_rates
 from autotune.benchmark._metrics import layout_regrets
@@ -82,3 +84,18 @@ def test_summary_is_seeded_and_brackets_the_mean() -> None:
     assert first.mean == pytest.approx(0.175) and first.median == pytest.approx(0.15)
     assert first.ci_low <= first.mean <= first.ci_high
     assert summarize(np.array([NAN]), np.random.default_rng(0), 10).n == 0
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 40, 300, 2500])  # 2500: above the pairwise limit
+def test_rank_correlations_match_scipy_with_ties(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for levels in (3, 1000):  # many ties, few ties
+        predicted = rng.integers(0, levels, n).astype(float)
+        measured = predicted + rng.integers(0, levels, n)
+        if np.ptp(predicted) == 0 or np.ptp(measured) == 0:
+            continue
+        tau, rho = rank_correlations(predicted, measured)
+        assert tau == pytest.approx(stats.kendalltau(predicted, measured).statistic, abs=1e-12)
+        expected_rho = stats.spearmanr(predicted, measured).statistic if n > 2 else tau
+        assert rho == pytest.approx(expected_rho, abs=1e-12)
+        np.testing.assert_allclose(average_ranks(measured), stats.rankdata(measured))

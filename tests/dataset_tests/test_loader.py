@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -43,9 +44,14 @@ def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
     with pytest.raises(DataFileError) as caught:
         dataset.load_measurements(path)
     message = str(caught.value)
-    assert "bad.csv, line 6, column tp: expected an integer >= 1, got 'eight'" in message
+    assert (
+        "bad.csv, line 6, column tp: expected an integer from 1 to 1,048,576, got 'eight'"
+        in message
+    )
     assert "line 6, column recompute: expected one of none, selective, full" in message
-    assert "line 4, column step_time_s: expected a number > 0, got '-1.5'" in message
+    assert (
+        "line 4, column step_time_s: expected a number > 0 and < 10,000,000, got '-1.5'" in message
+    )
     # the rules across columns run on every row whose own cells parse, in the same pass
     assert "6 problem(s)" in message
     assert "line 2, column cluster: expected one of" in message and "'nowhere'" in message
@@ -63,7 +69,9 @@ def test_missing_columns_and_bad_cells_are_listed_together(tmp_path: Path) -> No
         dataset.load_measurements(path)
     message = str(caught.value)
     assert "missing required column(s): vocab_size" in message
-    assert "line 3, column step_time_s: expected a number > 0, got '-2.0'" in message
+    assert (
+        "line 3, column step_time_s: expected a number > 0 and < 10,000,000, got '-2.0'" in message
+    )
 
 
 def test_missing_architecture_columns(tmp_path: Path) -> None:
@@ -121,3 +129,108 @@ def test_shipped_data_loads_and_breaks_no_layout_rule() -> None:
     for row in table.to_dict("records"):
         model, cluster, train, layout = dataset.row_to_specs(row)
         assert layout.violations(model, cluster, train) == [], row["source_ref"]
+
+
+def test_absurd_and_non_finite_values_are_refused_all_at_once(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "absurd.csv",
+        {"num_layers": 1e30},  # line 2
+        {"num_devices": 8e9},  # line 3
+        {"step_time_s": "inf"},  # line 4
+        {"step_time_s": "Infinity"},  # line 5
+        {"peak_memory_gib": "nan"},  # line 6
+        {"global_batch_size": 10**9, "hidden_size": 2_000_000},  # line 7
+        {"step_time_s": 1e8, "tp": "-inf"},  # line 8
+    )
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    message = str(caught.value)
+    assert "9 problem(s)" in message
+    for expected in (
+        "line 2, column num_layers: expected an integer from 1 to 10,000, got '1e+30'",
+        "line 3, column num_devices: expected an integer from 1 to 1,048,576",
+        "line 4, column step_time_s: expected a number > 0 and < 10,000,000, got 'inf'",
+        "line 5, column step_time_s: expected a number > 0 and < 10,000,000, got 'Infinity'",
+        "line 6, column peak_memory_gib: expected a number > 0 and < 100,000, got 'nan'",
+        "line 7, column global_batch_size: expected an integer from 1 to 100,000,000",
+        "line 7, column hidden_size: expected an integer from 1 to 1,048,576, got '2000000'",
+        "line 8, column step_time_s: expected a number > 0 and < 10,000,000, got '100000000.0'",
+        "line 8, column tp: expected an integer from 1 to 1,048,576, got '-inf'",
+    ):
+        assert expected in message
+
+
+def test_exact_duplicate_rows_name_both_lines(tmp_path: Path) -> None:
+    path = write(tmp_path / "dup.csv", {}, {"tp": 4, "dp": 2}, {}, {"step_time_s": 1.0})
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    message = str(caught.value)
+    assert "2 problem(s)" in message
+    assert "dup.csv, line 4: the same value in every column as line 2" in message
+    assert "dup.csv, line 5: the same value in every column as line 2" in message
+    # one differing cell anywhere, an extra column included, makes rows distinct
+    distinct = write(tmp_path / "distinct.csv", {"note": "a"}, {"note": "b"})
+    assert len(dataset.load_measurements(distinct)) == 2
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda lines: [lines[0], lines[1].replace("toy", '"toy')], "EOF inside string"),
+        (lambda lines: [lines[0], lines[1] + ",extra"], "Expected 21 fields in line 2, saw 22"),
+        (lambda lines: [lines[0], *(line + ",x" for line in lines[1:])], "Expected 21 fields"),
+        (lambda lines: [], "cannot be read: No columns to parse from file"),
+        (lambda lines: [lines[0]], "no data rows"),
+    ],
+)
+def test_a_file_that_is_not_a_table_is_one_clean_error(
+    tmp_path: Path, edit: Any, expected: str
+) -> None:
+    path = write(tmp_path / "broken.csv", {}, {"tp": 4, "dp": 2})
+    path.write_text("\n".join(edit(_lines(path))))
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    assert str(caught.value).startswith(f"{path}: ") and expected in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_header_problems_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path / "header.csv", {})
+    header, row = _lines(path)
+    path.write_text(f"{header},tp,\n{row},2,x\n")
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    message = str(caught.value)
+    assert "header.csv, line 1: column 'tp' appears 2 times" in message
+    assert "header.csv, line 1: column 23 has cells but no name" in message
+
+
+def test_blank_lines_keep_line_numbers_and_a_trailing_comma_is_harmless(tmp_path: Path) -> None:
+    path = write(tmp_path / "blank.csv", {}, {"tp": "x"})
+    header, good, bad = _lines(path)
+    path.write_text(f"{header},\n\n{good},\n{',' * header.count(',')},\n{bad},\n")
+    with pytest.raises(DataFileError, match=r"blank\.csv, line 5, column tp: expected an integer"):
+        dataset.load_measurements(path)
+    path.write_text(f"{header},\n\n{good},\n")
+    assert len(dataset.load_measurements(path)) == 1
+
+
+def test_parquet_non_finite_values_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "inf.parquet"
+    pd.DataFrame([{**BASE, "step_time_s": float("inf")}]).to_parquet(path)
+    with pytest.raises(DataFileError, match="line 2, column step_time_s: .* got 'inf'"):
+        dataset.load_measurements(path)
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet")
+    with pytest.raises(DataFileError, match="junk.parquet: cannot be read: "):
+        dataset.load_measurements(tmp_path / "junk.parquet")
+
+
+def test_a_binary_file_is_one_clean_error(tmp_path: Path) -> None:
+    path = tmp_path / "binary.csv"
+    path.write_bytes(b"\xff\xfe\x00\x01scenario,model\n")
+    with pytest.raises(DataFileError, match=r"binary\.csv: cannot be read: 'utf-8' codec"):
+        dataset.load_measurements(path)

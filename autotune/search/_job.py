@@ -17,11 +17,12 @@ from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.launch_flags import megatron_flags
 from autotune.launch_flags import mindspeed_flags
+from autotune.order import sort_frame
 from autotune.report import breakdown_table
 from autotune.report import launch_text
 from autotune.report import layout_row
 from autotune.report import layout_table
-from autotune.search._plots import search_figures
+from autotune.search._plots import search_page
 from autotune.search._space import build_space
 from autotune.search._study import SAMPLERS
 from autotune.search._study import Evaluator
@@ -37,7 +38,7 @@ from simulators import Prediction
 from simulators import UserError
 from simulators.layout import SEARCHED
 
-__all__ = ["run_search_job"]
+__all__ = ["run_search_job", "trials_frame"]
 
 log = logging.getLogger("autotune")
 
@@ -98,7 +99,7 @@ def run_search_job(config: AutotuneConfig) -> None:
     log.info(
         f"{model.name} on {cluster.name} ({cluster.num_nodes} x {cluster.devices_per_node} = "
         f"{cluster.num_devices} devices), seq {train.seq_len}, global batch "
-        f"{train.global_batch_size}: {space.size} valid layouts; {simulator.name} simulator, "
+        f"{train.global_batch_size}\n{space.size} valid layouts; {simulator.name} simulator, "
         f"{search.sampler} sampler"
     )
     study_name = search.study_name or (
@@ -169,16 +170,20 @@ def _record(
         metrics["exhaustive_best_step_time_s"] = outcome.exhaustive[1].step_time_s
         metrics["gap_to_exhaustive"] = outcome.gap
     run.metrics(metrics)
-    trials = pd.DataFrame(
-        [{"trial": n, **layout_row(lay, pred)} for n, lay, pred in outcome.result.evaluated]
-    )
+    trials = trials_frame(outcome.result)
     run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
     run.table("trials.csv", trials)
     run.table("top_k.csv", pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.top]))
     run.text("launch_flags.txt", launch_text(model, train, best_layout))
-    for name, figure in search_figures(outcome.result.study, trials).items():
-        run.figure(name, figure)
+    run.text("plots.html", search_page(outcome.result.study, trials))
     child_runs(run, trials.to_dict("records"), ("trial", "dp", *SEARCHED, "sequence_parallel"))
+
+
+def trials_frame(result: SearchResult) -> pd.DataFrame:
+    """One row per trial (``trials.csv``, the child runs): those that fit first, the fastest
+    first."""
+    evaluated = [{"trial": n, **layout_row(lay, pred)} for n, lay, pred in result.evaluated]
+    return sort_frame(pd.DataFrame(evaluated), "fits", "step_time_s")
 
 
 def _json_payload(
@@ -221,7 +226,7 @@ def _print_report(outcome: _Outcome, job: Evaluator, elapsed: float) -> None:
         optimum_layout, optimum = outcome.exhaustive
         print(
             f"\nExhaustive optimum of the same simulator: {optimum.step_time_s:.3f} s "
-            f"({optimum_layout.describe()}); the search's best is {100 * outcome.gap:.2f}% slower."
+            f"({optimum_layout.describe()})\nThe search's best is {100 * outcome.gap:.2f}% slower."
         )
     print(f"\nLaunch flags of the best layout ({outcome.best_layout.describe()}):")
     print(launch_text(job.model, job.train, outcome.best_layout))

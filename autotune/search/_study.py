@@ -10,6 +10,7 @@ from typing import Any
 
 import optuna
 
+from autotune.order import order_key
 from autotune.search._space import SearchSpace
 from simulators import ClusterSpec
 from simulators import Layout
@@ -79,9 +80,13 @@ class SearchResult:
     elapsed_s: float
 
     def ranked(self) -> list[tuple[Layout, Prediction]]:
-        """Distinct layouts, those that fit first, then by step time."""
+        """Distinct layouts, those that fit first, then by step time (:func:`order_key`)."""
         seen: dict[Layout, Prediction] = {lay: pred for _, lay, pred in self.evaluated}
-        return sorted(seen.items(), key=lambda item: (not item[1].fits, item[1].step_time_s))
+        return sorted(seen.items(), key=lambda item: _key(item[1]))
+
+
+def _key(prediction: Prediction) -> tuple[bool, bool, float]:
+    return order_key(prediction.fits, prediction.step_time_s)
 
 
 def _objective(
@@ -168,9 +173,9 @@ def _polish(
     complete = (optuna.trial.TrialState.COMPLETE,)
     seen = {space.nearest(t.params) for t in study.get_trials(deepcopy=False, states=complete)}
     while budget > 0:
-        fitting = sorted(
-            (lay for lay in seen if evaluate(lay).fits), key=lambda lay: evaluate(lay).step_time_s
-        )
+        fitting = [
+            lay for lay in sorted(seen, key=lambda lay: _key(evaluate(lay))) if evaluate(lay).fits
+        ]
         fresh = list(
             dict.fromkeys(
                 near
@@ -191,9 +196,5 @@ def _polish(
 
 def exhaustive_best(space: SearchSpace, evaluate: Evaluator) -> tuple[Layout, Prediction] | None:
     """The fastest layout that fits, over the whole valid space (None if nothing fits)."""
-    best: tuple[Layout, Prediction] | None = None
-    for layout in space.layouts:
-        prediction = evaluate(layout)
-        if prediction.fits and (best is None or prediction.step_time_s < best[1].step_time_s):
-            best = (layout, prediction)
-    return best
+    best = min(space.layouts, key=lambda lay: _key(evaluate(lay)), default=None)
+    return (best, evaluate(best)) if best is not None and evaluate(best).fits else None

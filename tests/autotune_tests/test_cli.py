@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+
+from autotune.order import order_key
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1"]
@@ -65,11 +68,31 @@ def test_search_json_and_mlflow_record(tmp_path: Path) -> None:
     assert parent[0].data.params["sampler"] == "tpe"
     assert parent[0].data.metrics["best_step_time_s"] == pytest.approx(prediction["step_time_s"])
     assert len(children) == 25
+    # MLflow lists the newest first: the children come in the trials' order, best first
+    trials = pd.read_csv(_artifact(parent[0].info.run_id, "trials.csv", tmp_path))
+    assert [int(c.data.params["trial"]) for c in children] == list(trials["trial"])
+    keys = [order_key(f, t) for f, t in zip(trials["fits"], trials["step_time_s"], strict=True)]
+    assert keys == sorted(keys)
     import mlflow
 
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(parent[0].info.run_id)}
-    assert {"config.yaml", "trials.csv", "top_k.csv", "launch_flags.txt"} <= artifacts
-    assert {"optimization_history.html", "time_vs_memory.html"} <= artifacts
+    assert {
+        "config.yaml",
+        "trials.csv",
+        "top_k.csv",
+        "launch_flags.txt",
+        "plots.html",
+    } <= artifacts
+    page = _artifact(parent[0].info.run_id, "plots.html", tmp_path).read_text()
+    assert "plotly.js v" in page and not re.search(r"<script[^>]*\bsrc=", page)  # offline
+
+
+def _artifact(run_id: str, name: str, folder: Path) -> Path:
+    import mlflow
+
+    return Path(
+        mlflow.artifacts.download_artifacts(f"runs:/{run_id}/{name}", dst_path=str(folder))
+    )
 
 
 @pytest.mark.slow
@@ -90,6 +113,8 @@ def test_search_table_shows_layouts_breakdown_and_flags(tmp_path: Path) -> None:
     ):
         assert text in out
     assert re.search(r"trial +15/15 +best step time \d", proc.stderr)  # progress on stderr
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert max(len(line) for line in lines) <= 120, max(lines, key=len)
 
 
 def test_simulate_one_layout_as_json(tmp_path: Path) -> None:

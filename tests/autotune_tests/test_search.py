@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
 
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
+from autotune.order import order_key
 from autotune.search import SAMPLERS
 from autotune.search import Evaluator
+from autotune.search import SearchResult
 from autotune.search import exhaustive_best
 from autotune.search import run_search
+from autotune.search._job import trials_frame
+from autotune.search._plots import memory_window
+from autotune.search._plots import search_page
 from autotune.search._space import build_space
 from catalog import job_from_config
+from simulators import LAYOUT_FIELDS
 from simulators import LayoutError
 
 SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1")
@@ -177,3 +184,61 @@ def test_polish_spends_the_last_trials_on_neighbours_of_the_best(
     assert result.ranked()[0][1].step_time_s <= first_half_best
     for layout in space.neighbours(result.ranked()[0][0]):
         assert layout in set(space.layouts) and layout != result.ranked()[0][0]
+
+
+def _oom_heavy_search(
+    make_cfg: Callable[..., AutotuneConfig], model: str = "llama2_13b"
+) -> tuple[SearchResult, float]:
+    """A search on one 8-NPU node. Llama-2-13B: 241 of 630 layouts fit, some need 5 times the
+    device memory; Llama-2-70B: none of 702 fits, none needs less than twice the memory."""
+    cfg = make_cfg(f"model={model}", "cluster=ascend", "cluster.num_nodes=1")
+    job = job_from_config(cfg)
+    space = build_space(job.model, job.cluster, job.train, cfg.search, {})
+    evaluate = Evaluator(job.simulator, job.model, job.cluster, job.train)
+    return _search(space, evaluate, {}, "random", 60), job.cluster.device.memory_gib
+
+
+def test_trials_table_lists_fitting_layouts_first_then_the_fastest(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    result, _ = _oom_heavy_search(make_cfg)
+    trials = trials_frame(result)
+    assert len(trials) == 60 and 0 < trials["fits"].sum() < 60
+    keys = [order_key(f, t) for f, t in zip(trials["fits"], trials["step_time_s"], strict=True)]
+    assert keys == sorted(keys)
+    assert trials["fits"].iloc[0] and not trials["fits"].iloc[-1]
+
+
+def test_time_vs_memory_shows_the_region_around_the_device_memory(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    result, capacity = _oom_heavy_search(make_cfg)
+    trials = trials_frame(result)
+    window = memory_window(trials)
+    assert window.capacity_gib == capacity and window.limit_gib == 1.5 * capacity
+    distinct = trials.drop_duplicates([c for c in LAYOUT_FIELDS if c in trials])
+    assert trials["memory_gib"].max() > 3 * capacity  # what squashed the plot
+    assert window.beyond == (distinct["memory_gib"] > 1.5 * capacity).sum() > 0
+    assert len(window.shown) + window.beyond == len(distinct)
+    assert window.shown["memory_gib"].max() <= window.limit_gib
+    assert f"({window.beyond} layouts above {1.5 * capacity:.0f} GiB not shown)" in window.title
+    assert window.shown["memory"].iloc[0] == "fits"
+
+
+def test_time_vs_memory_shows_every_layout_when_none_is_near_the_device_memory(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    result, capacity = _oom_heavy_search(make_cfg, "llama2_70b")
+    trials = trials_frame(result)
+    window = memory_window(trials)
+    assert trials["memory_gib"].min() > 2 * capacity
+    assert window.beyond == 0 and window.limit_gib == trials["memory_gib"].max()
+    assert window.title == "Predicted step time against peak memory per device"
+
+
+def test_search_plots_embed_plotly_js(make_cfg: Callable[..., AutotuneConfig]) -> None:
+    result, _ = _oom_heavy_search(make_cfg)
+    page = search_page(result.study, trials_frame(result))
+    assert "plotly.js v" in page  # the library's own banner: it works offline
+    assert not re.search(r"<script[^>]*\bsrc=", page)  # nothing loaded from a CDN
+    assert page.count("Plotly.newPlot(") == 3

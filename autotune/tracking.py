@@ -148,9 +148,16 @@ class TrackedRun:
     def folder(self, path: Path, artifact_path: str) -> None:
         self._mlflow.log_artifacts(str(path), artifact_path=artifact_path)
 
-    def child(self, name: str, params: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+    def child(
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        values: Mapping[str, Any],
+        start_ms: int | None = None,
+    ) -> None:
         """A child run in one ``log_batch`` call (~16 ms on sqlite; docs/libraries.md):
-        ``params``, and the finite numbers of ``values`` as metrics."""
+        ``params``, and the finite numbers of ``values`` as metrics. ``start_ms`` orders the
+        children in the UI, which lists the newest first."""
         from mlflow import MlflowClient
         from mlflow.entities import Metric
         from mlflow.entities import Param
@@ -158,7 +165,10 @@ class TrackedRun:
         client = MlflowClient()
         experiment_id = client.get_run(self.run_id).info.experiment_id
         child = client.create_run(
-            experiment_id, run_name=name, tags={"mlflow.parentRunId": self.run_id}
+            experiment_id,
+            start_time=start_ms,
+            run_name=name,
+            tags={"mlflow.parentRunId": self.run_id},
         )
         now = int(time.time() * 1000)
         client.log_batch(

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_autotune.py            # all three parts, ~3 minutes on 2 cores
     python benchmarks/bench_autotune.py --quick    # fewer repeats and seeds
+    python benchmarks/bench_autotune.py --refresh  # update benchmarks/results/autotune.md
 
 1. Analytical simulator throughput: every valid layout of llama70b on the default Ascend
    cluster, a fresh simulator per repeat (its per-layer cache starts cold), median of repeats.
@@ -10,7 +11,8 @@
    same folder; median of repeats, imports included.
 3. Search quality: the gap between each sampler's best layout and the exhaustive optimum of
    the same simulator, over seeds.
-Writes a Markdown table to benchmarks/results/autotune.md and prints it.
+Prints a Markdown table and writes it to benchmark_results/autotune.md (``--out DIR``
+elsewhere; ``--refresh`` overwrites the committed benchmarks/results/autotune.md).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _results import add_output_options
+from _results import write_result
 
 import catalog
 from autotune.config import AutotuneConfig
@@ -98,6 +103,7 @@ def search_gaps(sampler: str, seeds: range, n_trials: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    add_output_options(parser)
     args = parser.parse_args()
     repeats, seeds = (3, range(5)) if args.quick else (5, range(10))
     rate, size = throughput(repeats)
@@ -118,11 +124,7 @@ def main() -> None:
             f"{len(gaps)} seeds (within 2%) | {100 * statistics.mean(gaps):.2f}% / "
             f"{100 * max(gaps):.2f}% ({within}/{len(gaps)}) |"
         )
-    table = "\n".join(lines)
-    out = REPO / "benchmarks" / "results" / "autotune.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(table + "\n")
-    print(table)
+    write_result(args, "autotune.md", "\n".join(lines))
 
 
 if __name__ == "__main__":

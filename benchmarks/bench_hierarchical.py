@@ -2,12 +2,14 @@
 
     python benchmarks/bench_hierarchical.py            # ~1-3 minutes on 2 cores
     python benchmarks/bench_hierarchical.py --quick    # fewer layouts
+    python benchmarks/bench_hierarchical.py --refresh  # update benchmarks/results/hierarchical.md
 
 1. Time per layout for llama70b on 1024 Ascend NPUs (cluster.num_nodes=128), over layouts of
    the search space: a cold pass (compiles each new layer shape on the meta device) and a
    warm pass (graphs cached), median / 95th percentile / max per layout. Target: warm <= 50 ms.
 2. Sanity: hierarchical next to analytical for a few llama70b layouts on 64 NPUs.
-Writes a Markdown table to benchmarks/results/hierarchical.md and prints it.
+Prints a Markdown table and writes it to benchmark_results/hierarchical.md (``--out DIR``
+elsewhere; ``--refresh`` overwrites the committed benchmarks/results/hierarchical.md).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
+
+from _results import add_output_options
+from _results import write_result
 
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
@@ -24,7 +28,6 @@ from catalog import job_from_config
 from simulators import Layout
 from simulators import Prediction
 
-REPO = Path(__file__).resolve().parents[1]
 SANITY = (
     dict(tp=8, pp=4, micro_batch=1, recompute="none"),
     dict(tp=8, pp=8, vpp=2, micro_batch=1, recompute="none"),
@@ -84,6 +87,7 @@ def _top(prediction: Prediction) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    add_output_options(parser)
     args = parser.parse_args()
     size, cold, warm = speed(20 if args.quick else 100)
     lines = [
@@ -105,11 +109,7 @@ def main() -> None:
             f"| {layout.describe()} | {ana.step_time_s:.1f} | {hier.step_time_s:.1f} "
             f"| {ana.memory_gib:.1f} | {hier.memory_gib:.1f} | {_top(hier)} |"
         )
-    text = "\n".join(lines) + "\n"
-    out = REPO / "benchmarks" / "results" / "hierarchical.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
+    write_result(args, "hierarchical.md", "\n".join(lines))
 
 
 if __name__ == "__main__":

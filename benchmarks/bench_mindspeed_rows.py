@@ -1,26 +1,32 @@
 """Absolute accuracy on Ascend: predicted tokens/s per NPU against the MindSpeed-LLM README.
 
     python benchmarks/bench_mindspeed_rows.py [simulator]     # default: analytical
+    python benchmarks/bench_mindspeed_rows.py hierarchical --refresh
 
 One row per published configuration (dataset/data/mindspeed.csv: the README's measured
-throughput with the example script's layout); no constant is fitted to these rows. Writes
-benchmarks/results/mindspeed_rows_<simulator>.md and prints it.
+throughput with the example script's layout); no constant is fitted to these rows. Prints a
+Markdown table and writes it to benchmark_results/mindspeed_rows_<simulator>.md (``--out DIR``
+elsewhere; ``--refresh`` overwrites the committed one in benchmarks/results/).
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
-from pathlib import Path
+
+from _results import add_output_options
+from _results import write_result
 
 import catalog
 import dataset
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def main() -> None:
-    name = sys.argv[1] if len(sys.argv) > 1 else "analytical"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("simulator", nargs="?", default="analytical")
+    add_output_options(parser)
+    args = parser.parse_args()
+    name = args.simulator
     simulator = catalog.load_simulator(name)
     rows = [
         "| model | NPUs | layout | seq | measured tok/s/NPU | predicted | error |",
@@ -41,11 +47,7 @@ def main() -> None:
         f"\nMean absolute error {100 * statistics.mean(errors):.1f}%, median "
         f"{100 * statistics.median(errors):.1f}%, over {len(errors)} rows ({name})."
     )
-    table = "\n".join(rows)
-    out = REPO / "benchmarks" / "results" / f"mindspeed_rows_{name}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(table + "\n")
-    print(table)
+    write_result(args, f"mindspeed_rows_{name}.md", "\n".join(rows))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from math import comb
 import numpy as np
 from scipy import stats
 
+from autotune.order import order_key
+
 # Kendall tau over all pairs costs n^2 / 2 sign products; below this many points that is faster
 # than scipy's O(n log n) kendalltau with its ~1 ms of overhead per call.
 _PAIRWISE_LIMIT = 2000
@@ -47,13 +49,13 @@ def layout_regrets(measured_s: np.ndarray, ok: np.ndarray, oom_penalty: float) -
 
 
 def pick_order(score: np.ndarray, fits: np.ndarray) -> np.ndarray:
-    """Indices from first pick to last: predicted to fit first, then by score; NaN last.
+    """Indices from first pick to last: predicted to fit first, then by score, NaN last
+    (:func:`autotune.order.order_key`).
 
     Ties keep the table's order (a stable sort), so a ranking is deterministic.
     """
-    unknown = np.isnan(score)
-    keys = (np.where(unknown, 0.0, score), unknown, ~fits)  # lexsort: last key is primary
-    return np.lexsort(keys)
+    keys = [order_key(bool(f), float(c)) for f, c in zip(fits, score, strict=True)]
+    return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=int)
 
 
 def regret_at_k(regrets: np.ndarray, order: np.ndarray, k: int) -> float:

@@ -1,23 +1,46 @@
 """Plots of a benchmark result: regret per simulator, predicted vs measured, regret per source.
 
-The data of each plot is a plain frame built first; plotly renders the interactive HTML and
-matplotlib the PNG files (no kaleido needed).
+The data of each plot is a plain frame built first; plotly renders the interactive HTML (with
+plotly.js inside, :mod:`autotune.figures`) and matplotlib the PNG files (no kaleido needed).
+Regret is shown in percent, as in the tables, and a simulator with no scenario to score shows
+"no data", never an empty or zero bar.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from autotune.benchmark._score import BenchmarkResult
+from autotune.figures import html_page
 
-__all__ = ["plot_frames", "write_plots"]
+__all__ = ["NO_DATA", "matplotlib_figures", "plot_frames", "write_plots"]
+
+NO_DATA = "no data"
+_TITLES = {
+    "regret_per_simulator.png": "Regret@1 per scenario",
+    "predicted_vs_measured.png": "Predicted vs measured step time",
+    "regret_per_source.png": "Mean regret@1 per source",
+}
 
 
 def plot_frames(result: BenchmarkResult) -> dict[str, pd.DataFrame]:
-    """``regret``: regret@1 per (simulator, scenario); ``scatter``: predicted and measured time
-    per row; ``by_source``: mean regret@1 per (source, simulator)."""
+    """The data of the plots.
+
+    ``rankers``: every simulator, peer and baseline in the tables' order, with its number of
+    scored scenarios; ``regret``: regret@1 per (simulator, scenario); ``scatter``: predicted
+    and measured time per row; ``by_source``: every (source, simulator) pair with its scored
+    scenarios, mean regret@1 (NaN when none) and the bar's label.
+    """
+    rankers = pd.DataFrame(
+        {
+            "simulator": list(result.summaries),
+            "n_scenarios": [s["n_scenarios"] for s in result.summaries.values()],
+        }
+    )
     eligible = result.scenarios[result.scenarios["eligible"]]
     regret = eligible[["simulator", "source", "scenario", "regret_at_1"]]
     rows = result.rows
@@ -31,8 +54,28 @@ def plot_frames(result: BenchmarkResult) -> dict[str, pd.DataFrame]:
         scatter = pd.DataFrame(
             columns=["simulator", "source", "step_time_s", "predicted_step_time_s"]
         )
-    by_source = regret.groupby(["source", "simulator"], as_index=False)["regret_at_1"].mean()
-    return {"regret": regret, "scatter": scatter, "by_source": by_source}
+    return {
+        "rankers": rankers,
+        "regret": regret,
+        "scatter": scatter,
+        "by_source": _by_source(result.scenarios, regret, list(rankers["simulator"])),
+    }
+
+
+def _by_source(scenarios: pd.DataFrame, regret: pd.DataFrame, rankers: list[str]) -> pd.DataFrame:
+    pairs = pd.MultiIndex.from_product(
+        [sorted(scenarios["source"].unique()), rankers], names=["source", "simulator"]
+    ).to_frame(index=False)
+    scored = regret.groupby(["source", "simulator"], as_index=False).agg(
+        n_scenarios=("regret_at_1", "size"), regret_at_1=("regret_at_1", "mean")
+    )
+    frame = pairs.merge(scored, how="left", on=["source", "simulator"])
+    frame["n_scenarios"] = frame["n_scenarios"].fillna(0).astype(int)
+    frame["label"] = [
+        f"{100 * value:.1f}%" if n else NO_DATA
+        for n, value in zip(frame["n_scenarios"], frame["regret_at_1"], strict=True)
+    ]
+    return frame
 
 
 def write_plots(result: BenchmarkResult, report_dir: Path) -> list[Path]:
@@ -40,19 +83,24 @@ def write_plots(result: BenchmarkResult, report_dir: Path) -> list[Path]:
     frames = plot_frames(result)
     html = report_dir / "plots.html"
     html.write_text(_plotly_html(frames), encoding="utf-8")
-    return [html, *_matplotlib_pngs(frames, report_dir)]
+    written = [html]
+    for name, figure in matplotlib_figures(frames).items():
+        written.append(_save(figure, report_dir / name))
+    return written
 
 
 def _plotly_html(frames: dict[str, pd.DataFrame]) -> str:
     import plotly.express as px
 
+    order = {"simulator": list(frames["rankers"]["simulator"])}
     regret = px.box(
         frames["regret"],
         x="simulator",
         y="regret_at_1",
         points="all",
         hover_data=["source", "scenario"],
-        title="Regret@1 per scenario",
+        category_orders=order,
+        title=_TITLES["regret_per_simulator.png"],
     )
     regret.update_yaxes(tickformat=".0%")
     scatter = px.scatter(
@@ -64,42 +112,66 @@ def _plotly_html(frames: dict[str, pd.DataFrame]) -> str:
         log_x=True,
         log_y=True,
         hover_data=list(frames["scatter"].columns),
-        title="Predicted vs measured step time (s)",
+        title=_TITLES["predicted_vs_measured.png"] + " (s)",
     )
     by_source = px.bar(
-        frames["by_source"],
+        frames["by_source"].fillna({"regret_at_1": 0.0}),
         x="source",
         y="regret_at_1",
         color="simulator",
+        text="label",
         barmode="group",
-        title="Mean regret@1 per source",
+        hover_data=["n_scenarios"],
+        category_orders=order,
+        title=_TITLES["regret_per_source.png"],
     )
     by_source.update_yaxes(tickformat=".0%")
-    parts = [
-        figure.to_html(full_html=False, include_plotlyjs=(i == 0))
-        for i, figure in enumerate((regret, scatter, by_source))
-    ]
-    return "<html><head><meta charset='utf-8'></head><body>" + "".join(parts) + "</body></html>"
+    by_source.update_traces(textposition="outside")
+    return html_page("Simulator benchmark", [regret, scatter, by_source])
 
 
-def _matplotlib_pngs(frames: dict[str, pd.DataFrame], report_dir: Path) -> list[Path]:
+def matplotlib_figures(frames: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """One matplotlib figure per PNG file name, each with its title."""
     import matplotlib
 
     matplotlib.use("Agg")
+    return {
+        "regret_per_simulator.png": _regret_figure(frames["rankers"], frames["regret"]),
+        "predicted_vs_measured.png": _scatter_figure(frames["scatter"]),
+        "regret_per_source.png": _by_source_figure(frames["by_source"]),
+    }
+
+
+def _percent_axis(ax: Any) -> None:
+    from matplotlib.ticker import PercentFormatter
+
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+
+
+def _regret_figure(rankers: pd.DataFrame, regret: pd.DataFrame) -> Any:
     import matplotlib.pyplot as plt
 
-    written = []
-    regret = frames["regret"]
-    names = list(dict.fromkeys(regret["simulator"]))
+    names = list(rankers["simulator"])
     fig, ax = plt.subplots(figsize=(7, 4))
-    if names:
-        ax.boxplot([regret.loc[regret["simulator"] == n, "regret_at_1"] for n in names])
-        ax.set_xticks(range(1, len(names) + 1), names)
+    scored = [i for i, n in enumerate(rankers["n_scenarios"]) if n]
+    if scored:
+        ax.boxplot(
+            [regret.loc[regret["simulator"] == names[i], "regret_at_1"] for i in scored],
+            positions=[i + 1 for i in scored],
+        )
+    for i in set(range(len(names))) - set(scored):
+        ax.text(i + 1, 0.5, NO_DATA, transform=ax.get_xaxis_transform(), ha="center")
+    ax.set_xticks(range(1, len(names) + 1), names)
+    ax.set_xlim(0.5, len(names) + 0.5)
     ax.set_ylabel("regret@1")
-    ax.set_title("Regret@1 per scenario")
-    written.append(_save(fig, report_dir / "regret_per_simulator.png"))
+    _percent_axis(ax)
+    ax.set_title(_TITLES["regret_per_simulator.png"])
+    return fig
 
-    scatter = frames["scatter"]
+
+def _scatter_figure(scatter: pd.DataFrame) -> Any:
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 6))
     for (simulator, source), group in scatter.groupby(["simulator", "source"]):
         ax.scatter(
@@ -115,25 +187,49 @@ def _matplotlib_pngs(frames: dict[str, pd.DataFrame], report_dir: Path) -> list[
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.legend(fontsize=6)
+    else:
+        ax.text(0.5, 0.5, NO_DATA, transform=ax.transAxes, ha="center")
     ax.set_xlabel("measured step time (s)")
     ax.set_ylabel("predicted step time (s)")
-    written.append(_save(fig, report_dir / "predicted_vs_measured.png"))
-
-    by_source = frames["by_source"].pivot(
-        index="source", columns="simulator", values="regret_at_1"
-    )
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if len(by_source):
-        by_source.plot.bar(ax=ax)
-    ax.set_ylabel("mean regret@1")
-    written.append(_save(fig, report_dir / "regret_per_source.png"))
-    return written
+    ax.set_title(_TITLES["predicted_vs_measured.png"])
+    return fig
 
 
-def _save(fig: object, path: Path) -> Path:
+def _by_source_figure(by_source: pd.DataFrame) -> Any:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()  # type: ignore[attr-defined]
-    fig.savefig(path, dpi=110)  # type: ignore[attr-defined]
-    plt.close(fig)  # type: ignore[arg-type]
+    sources = list(dict.fromkeys(by_source["source"]))
+    names = list(dict.fromkeys(by_source["simulator"]))
+    width = 0.8 / max(1, len(names))
+    fig, ax = plt.subplots(figsize=(max(7, 1.5 * len(sources)), 4.5))
+    for i, name in enumerate(names):
+        mine = by_source[by_source["simulator"] == name].set_index("source").loc[sources]
+        bars = ax.bar(
+            np.arange(len(sources)) + (i - (len(names) - 1) / 2) * width,
+            mine["regret_at_1"].fillna(0.0),
+            width,
+            label=name,
+        )
+        ax.bar_label(bars, list(mine["label"]), rotation=90, fontsize=6, padding=2)
+    scenarios = by_source.groupby("source", sort=False)["n_scenarios"].max()
+    ax.set_xticks(
+        range(len(sources)),
+        [f"{s}\n{scenarios[s]} scenario{'' if scenarios[s] == 1 else 's'}" for s in sources],
+        fontsize=8,
+    )
+    ax.margins(y=0.2)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("mean regret@1")
+    _percent_axis(ax)
+    ax.legend(fontsize=7)
+    ax.set_title(_TITLES["regret_per_source.png"])
+    return fig
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
     return path

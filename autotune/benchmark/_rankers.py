@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from autotune.progress import Progress
 from simulators import ClusterSpec
 from simulators import Layout
 from simulators import ModelSpec
@@ -45,12 +46,17 @@ class Ranking:
 
 
 def simulate(simulator: Simulator, specs: Sequence[Specs]) -> Ranking:
-    """Predict every row; a layout that breaks a rule gets no prediction and ranks last."""
+    """Predict every row; a layout that breaks a rule gets no prediction and ranks last.
+
+    A long run shows its progress on stderr (:class:`autotune.progress.Progress`).
+    """
     n = len(specs)
     predicted, memory = np.full(n, np.nan), np.full(n, np.nan)
     fits = np.zeros(n, dtype=bool)
     invalid, elapsed = 0, 0.0
+    progress = Progress(simulator.name, n, unit="layouts")
     for i, (model, cluster, train, layout) in enumerate(specs):
+        progress.update(i)
         if layout.violations(model, cluster, train):
             invalid += 1
             continue

@@ -18,6 +18,7 @@ from autotune.benchmark._metrics import rank_correlations
 from autotune.benchmark._metrics import regret_at_k
 from autotune.benchmark._metrics import summarize
 from autotune.benchmark._rankers import Ranking
+from autotune.order import sort_frame
 
 __all__ = ["RANDOM", "BenchmarkResult", "ScoreSettings", "nothing_to_score", "score"]
 
@@ -242,8 +243,9 @@ def _empty_record(n_layouts: int, n_ok: int) -> dict[str, Any]:
 
 
 def _row_frame(table: pd.DataFrame, labels: Sequence[str], ranking: Ranking) -> pd.DataFrame:
+    """One row per layout the ranking covers, each scenario's layouts in its pick order."""
     rows = ranking.rows
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "simulator": ranking.name,
             "source": table["source"].to_numpy()[rows],
@@ -259,8 +261,11 @@ def _row_frame(table: pd.DataFrame, labels: Sequence[str], ranking: Ranking) -> 
             ],
             "predicted_memory_gib": ranking.memory_gib,
             "predicted_fits": ranking.fits,
+            "score": ranking.score,
         }
     )
+    picked = sort_frame(frame, "predicted_fits", "score", within=("source", "scenario"))
+    return picked.drop(columns="score")
 
 
 def _summary(

@@ -132,7 +132,7 @@ def search_job(
         f"{job.model.name} on {job.cluster.name} ({job.cluster.num_nodes} x "
         f"{job.cluster.devices_per_node} = {job.cluster.num_devices} devices), "
         f"{job.train.framework.name}, seq {job.train.seq_len}, global batch "
-        f"{job.train.global_batch_size}: {space.size} valid layouts; {job.simulator.name} "
+        f"{job.train.global_batch_size}\n{space.size} valid layouts; {job.simulator.name} "
         f"simulator, " + ("every layout priced (grid)" if mode == "grid" else f"{mode} sampler")
     )
     study = open_study(

@@ -6,15 +6,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.order import order_key
 from simulators import Layout
 from simulators import Prediction
 
 __all__ = ["Outcome", "Rerank", "Timings", "pareto_front", "rank_key", "ranked"]
 
 
-def rank_key(prediction: Prediction) -> tuple[bool, float]:
-    """Layouts that fit first, then by step time: a layout that does not fit never looks best."""
-    return (not prediction.fits, prediction.step_time_s)
+def rank_key(prediction: Prediction) -> tuple[bool, bool, float]:
+    """Layouts that fit first, then by step time (:func:`autotune.order.order_key`)."""
+    return order_key(prediction.fits, prediction.step_time_s)
 
 
 def ranked(pairs: Iterable[tuple[Layout, Prediction]]) -> list[tuple[Layout, Prediction]]:

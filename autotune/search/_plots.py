@@ -1,48 +1,95 @@
-"""Figures of a search: Optuna's own plots and predicted time against memory."""
+"""Figures of a search: Optuna's own plots and predicted time against memory, as one HTML page."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
 import pandas as pd
 
-__all__ = ["search_figures", "search_page"]
+from autotune.figures import html_page
+from autotune.order import sort_frame
+from simulators import LAYOUT_FIELDS
+
+__all__ = ["MEMORY_WINDOW", "MemoryWindow", "memory_window", "search_page"]
+
+MEMORY_WINDOW = 1.5  # the memory axis runs from 0 to this many times the device memory
+_FITS = {True: "fits", False: "does not fit"}
 
 
-def search_figures(study: optuna.Study, trials: pd.DataFrame) -> dict[str, Any]:
-    """Plotly figures by artifact name: history, parallel coordinates, time vs memory."""
-    import plotly.express as px
+@dataclass(frozen=True, slots=True)
+class MemoryWindow:
+    """The layouts shown on the time-vs-memory plot, and how many lie beyond its axis.
 
-    multi = len(study.directions) > 1
-    target = (lambda t: t.values[0]) if multi else None
-    figures: dict[str, Any] = {
-        "optimization_history.html": optuna.visualization.plot_optimization_history(
-            study, target=target, target_name="step time (s)"
-        ),
-        "parallel_coordinates.html": optuna.visualization.plot_parallel_coordinate(
-            study, target=target, target_name="step time (s)"
-        ),
-    }
-    if not trials.empty:
-        scatter = px.scatter(
-            trials,
-            x="memory_gib",
-            y="step_time_s",
-            color="fits",
-            hover_data=["dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "recompute"],
-            labels={"memory_gib": "peak memory per device (GiB)", "step_time_s": "step time (s)"},
-            title="Predicted step time against peak memory",
-        )
-        scatter.add_vline(x=float(trials["memory_capacity_gib"].iloc[0]), line_dash="dash")
-        figures["time_vs_memory.html"] = scatter
-    return figures
+    ``shown`` holds one row per distinct layout with at most ``limit_gib`` of peak memory,
+    those that fit first, then the fastest; ``beyond`` layouts need more and are left out.
+    """
+
+    shown: pd.DataFrame
+    capacity_gib: float
+    limit_gib: float
+    beyond: int
+
+    @property
+    def title(self) -> str:
+        title = "Predicted step time against peak memory per device"
+        if self.beyond:
+            title += f" ({self.beyond} layouts above {self.limit_gib:.0f} GiB not shown)"
+        return title
+
+
+def memory_window(trials: pd.DataFrame) -> MemoryWindow:
+    """The distinct layouts of ``trials`` within ``MEMORY_WINDOW`` x the device memory.
+
+    A layout that needs 20 times the device memory would squash the region that matters, near
+    the capacity, into a sliver; when no layout lies within the window, every one is shown.
+    """
+    layout_columns = [c for c in LAYOUT_FIELDS if c in trials.columns]
+    layouts = sort_frame(trials, "fits", "step_time_s").drop_duplicates(layout_columns)
+    capacity = float(layouts["memory_capacity_gib"].iloc[0])
+    limit = MEMORY_WINDOW * capacity
+    inside = layouts["memory_gib"] <= limit
+    if not inside.any():
+        limit, inside = float(layouts["memory_gib"].max()), pd.Series(True, index=layouts.index)
+    shown = layouts[inside].assign(memory=layouts["fits"].map(_FITS)).reset_index(drop=True)
+    return MemoryWindow(shown, capacity, limit, int((~inside).sum()))
 
 
 def search_page(study: optuna.Study, trials: pd.DataFrame) -> str:
-    """The search's figures as one HTML page with plotly.js inline (readable offline)."""
-    parts = [
-        figure.to_html(full_html=False, include_plotlyjs=(i == 0))
-        for i, figure in enumerate(search_figures(study, trials).values())
+    """``plots.html``: optimization history, parallel coordinates, time vs memory."""
+    multi = len(study.directions) > 1
+    target = (lambda t: t.values[0]) if multi else None
+    figures = [
+        optuna.visualization.plot_optimization_history(
+            study, target=target, target_name="step time (s)"
+        ),
+        optuna.visualization.plot_parallel_coordinate(
+            study, target=target, target_name="step time (s)"
+        ),
     ]
-    return "<html><head><meta charset='utf-8'></head><body>" + "".join(parts) + "</body></html>"
+    if not trials.empty:
+        figures.append(_time_vs_memory(memory_window(trials)))
+    return html_page(f"Search {study.study_name}", figures)
+
+
+def _time_vs_memory(window: MemoryWindow) -> Any:
+    import plotly.express as px
+
+    scatter = px.scatter(
+        window.shown,
+        x="memory_gib",
+        y="step_time_s",
+        color="memory",
+        category_orders={"memory": list(_FITS.values())},
+        hover_data=[c for c in ("rank", *LAYOUT_FIELDS) if c in window.shown.columns],
+        labels={"memory_gib": "peak memory per device (GiB)", "step_time_s": "step time (s)"},
+        title=window.title,
+    )
+    scatter.update_xaxes(range=[0, window.limit_gib])
+    scatter.add_vline(
+        x=window.capacity_gib,
+        line_dash="dash",
+        annotation_text=f"device memory {window.capacity_gib:.0f} GiB",
+    )
+    return scatter

@@ -8,6 +8,8 @@ the search's progress as a metric history, Optuna's plots, and one child run per
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 from omegaconf import OmegaConf
 
@@ -86,21 +88,31 @@ def _fill(
             "search_s": timings.search_s,
         }
     )
-    table = pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.ranked])
-    table.insert(0, "rank", range(1, len(table) + 1))
+    table = layouts_frame(outcome)
     run.table("layouts.csv", table, ui=True)
     run.table("top_k.csv", table.head(config.search.top_k))
     run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
     run.text("launch_flags.txt", launch_text(job.model, job.train, outcome.best_layout))
     _progress_history(run, outcome)
     run.html("plots.html", search_page(outcome.study, table))
-    for rank, (layout, prediction) in enumerate(outcome.top(config.search.top_k), start=1):
+    # MLflow lists the newest run first: create the worst child first, a millisecond apart.
+    top = list(enumerate(outcome.top(config.search.top_k), start=1))
+    now = int(time.time() * 1000)
+    for offset, (rank, (layout, prediction)) in enumerate(reversed(top)):
         row = layout_row(layout, prediction)
         run.child(
             f"#{rank} {layout.describe()}",
             {k: row[k] for k in LAYOUT_FIELDS},
             {k: v for k, v in row.items() if k not in LAYOUT_FIELDS},
+            start_ms=now + offset,
         )
+
+
+def layouts_frame(outcome: Outcome) -> pd.DataFrame:
+    """One row per distinct layout evaluated, ranked (``layouts.csv``, the plots)."""
+    table = pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.ranked])
+    table.insert(0, "rank", range(1, len(table) + 1))
+    return table
 
 
 def _progress_history(run: TrackedRun, outcome: Outcome) -> None:

@@ -5,17 +5,24 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from autotune.benchmark import run as benchmark_run
 from autotune.benchmark import run_benchmark
+from autotune.benchmark._plots import NO_DATA
+from autotune.benchmark._plots import matplotlib_figures
+from autotune.benchmark._plots import plot_frames
+from autotune.benchmark._report import console_tables
 from autotune.benchmark._report import json_payload
+from autotune.benchmark._report import overall_table
 from autotune.benchmark._report import write_report
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
@@ -122,6 +129,8 @@ def test_report_files_and_json_shape(tmp_path: Path) -> None:
         "regret_per_simulator.png",
     } <= names
     assert "| linear | simulator | 1 |" in (tmp_path / "report" / "benchmark.md").read_text()
+    page = (tmp_path / "report" / "plots.html").read_text()
+    assert "plotly.js v" in page and not re.search(r"<script[^>]*\bsrc=", page)  # offline
     payload = json.loads(json.dumps(json_payload(result, {"top_k": 3}), allow_nan=False))
     assert set(payload) >= {"simulators", "scenarios"}
     linear = payload["simulators"]["linear"]
@@ -137,6 +146,93 @@ def test_report_files_and_json_shape(tmp_path: Path) -> None:
     ):
         assert key in linear
     assert {r["scenario"] for r in payload["scenarios"]} == {"s1", "s2"}
+
+
+def _sources_table(tmp_path: Path) -> Path:
+    """alpha: two layouts with a peer's predictions; beta: two without; gamma: one layout."""
+    peer = {"predictor": "peer"}
+    return write(
+        tmp_path / "sources.csv",
+        {"source": "alpha", "dp": 8, "tp": 1, **peer, "predicted_step_time_s": 1.1},
+        {
+            "source": "alpha",
+            "dp": 4,
+            "tp": 2,
+            "step_time_s": 1.2,
+            **peer,
+            "predicted_step_time_s": 1.3,
+        },
+        {"source": "beta", "scenario": "b", "dp": 8, "tp": 1},
+        {"source": "beta", "scenario": "b", "dp": 4, "tp": 2, "step_time_s": 1.5},
+        {"source": "gamma", "scenario": "g", "dp": 8, "tp": 1},
+    )
+
+
+def _texts(ax: Any) -> list[str]:
+    return [text.get_text() for text in ax.texts]
+
+
+def _close(figures: dict[str, Any]) -> None:
+    import matplotlib.pyplot as plt
+
+    for figure in figures.values():
+        plt.close(figure)
+
+
+def test_plots_tell_zero_from_no_data_and_show_percent(tmp_path: Path) -> None:
+    result = run_benchmark(_cfg(f"data={_sources_table(tmp_path)}"), [LinearSimulator()])
+    frames = plot_frames(result)
+    by_source = frames["by_source"].set_index(["source", "simulator"])
+    assert list(frames["rankers"]["simulator"]) == ["linear", "peer", "random", "heuristic"]
+    assert by_source.loc[("alpha", "linear"), "label"] == "0.0%"  # a real zero
+    assert by_source.loc[("beta", "peer"), "label"] == NO_DATA  # the peer has no beta rows
+    assert (by_source.loc["gamma", "label"] == NO_DATA).all()  # one layout: nothing to pick
+    assert by_source.loc[("beta", "random"), "label"] == "25.0%"
+    figures = matplotlib_figures(frames)
+    assert set(figures) == {
+        "regret_per_simulator.png",
+        "predicted_vs_measured.png",
+        "regret_per_source.png",
+    }
+    for name, figure in figures.items():
+        ax = figure.axes[0]
+        assert ax.get_title(), name
+        if name.startswith("regret"):  # regret in percent, as in the tables
+            figure.canvas.draw()
+            assert all(tick.get_text().endswith("%") for tick in ax.get_yticklabels())
+    by_source_texts = _texts(figures["regret_per_source.png"].axes[0])
+    assert by_source_texts.count(NO_DATA) == 5 and "0.0%" in by_source_texts
+    _close(figures)
+
+
+def test_a_ranker_without_scenarios_shows_no_data(tmp_path: Path) -> None:
+    cfg = _cfg(f"data={_sources_table(tmp_path)}", "source=[gamma]")
+    figures = matplotlib_figures(plot_frames(run_benchmark(cfg, [LinearSimulator()])))
+    assert _texts(figures["regret_per_simulator.png"].axes[0]) == [NO_DATA] * 3
+    _close(figures)
+
+
+def test_each_scenarios_predictions_are_listed_in_pick_order(tmp_path: Path) -> None:
+    # Predicted fastest at tp=8, which is predicted not to fit: it must come last, not first.
+    big_is_fast = LinearSimulator("big_is_fast", slope=-0.1, too_big_tp=8)
+    result = run_benchmark(_cfg(f"data={_table(tmp_path)}"), [big_is_fast])
+    rows = result.rows.query("simulator == 'big_is_fast' and scenario == 's1'")
+    assert [label.split()[1] for label in rows["layout"]] == ["tp4", "tp2", "tp1", "tp8"]
+    pick = result.scenarios.query("simulator == 'big_is_fast' and scenario == 's1'")
+    assert pick["pick"].iloc[0].startswith("dp2 tp4")
+
+
+def test_console_tables_fit_120_columns_and_the_markdown_is_whole(tmp_path: Path) -> None:
+    cfg = _cfg(f"data={_table(tmp_path)}")
+    result = run_benchmark(cfg, [LinearSimulator("hierarchical"), LinearSimulator()])
+    text = console_tables(result, 3)
+    assert max(len(line) for line in text.splitlines()) <= 120
+    for column in overall_table(result, 3).columns:
+        assert column in text
+    write_report(result, tmp_path / "report", {"top_k": 3}, {})
+    markdown = (tmp_path / "report" / "benchmark.md").read_text()
+    header = "| " + " | ".join(overall_table(result, 3).columns) + " |"
+    assert header in markdown
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -181,6 +277,15 @@ def test_command_line_json_and_mlflow_run(tmp_path: Path) -> None:
         "random (zero_shot)",
         "simumax (zero_shot)",
     ]
+
+
+@pytest.mark.slow  # the hierarchical simulator takes about 20 s over all shipped data
+def test_whole_benchmark_fits_120_columns_and_shows_progress(tmp_path: Path) -> None:
+    proc = _run("simulators=[analytical,hierarchical]", "tracking.enabled=false", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 120
+    progress = r"hierarchical: \d+/1661 layouts, [\d.]+ s elapsed, ~[\w ]+ left"
+    assert re.search(progress, proc.stderr), proc.stderr
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,12 +13,17 @@ import pytest
 
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
+from autotune.order import order_key
 from autotune.search import SAMPLERS
 from autotune.search import Evaluator
 from autotune.search import StopFlag
 from autotune.search import open_study
 from autotune.search import optimize
 from autotune.search import search_job
+from autotune.search._outcome import Outcome
+from autotune.search._plots import memory_window
+from autotune.search._plots import search_page
+from autotune.search._record import layouts_frame
 from autotune.search._space import build_space
 from catalog import job_from_config
 from simulators import LayoutError
@@ -279,3 +285,56 @@ def test_even_only_framework_keeps_dividing_pp(make_cfg: Callable[..., AutotuneC
     _, space, _, _ = _job(make_cfg, "model.num_layers=30", "train.framework=megatron_lm")
     assert all(30 % pp == 0 for pp in space.choices["pp"])
     assert space.choices["split"] == ("default",)
+
+
+def _oom_heavy_outcome(
+    make_cfg: Callable[..., AutotuneConfig], model: str
+) -> tuple[Outcome, float]:
+    """Every layout on one 8-NPU node. Llama-2-13B: some fit, some need 5 times the device
+    memory; Llama-2-70B: none fits, none needs less than twice the memory."""
+    cfg, _, evaluate, _ = _job(make_cfg, f"model={model}", "search.sampler=grid")
+    return search_job(cfg, evaluate.job, StopFlag()), evaluate.job.cluster.device.memory_gib
+
+
+def test_layouts_table_lists_fitting_layouts_first_then_the_fastest(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    outcome, _ = _oom_heavy_outcome(make_cfg, "llama2_13b")
+    table = layouts_frame(outcome)
+    assert 0 < table["fits"].sum() < len(table)
+    keys = [order_key(f, t) for f, t in zip(table["fits"], table["step_time_s"], strict=True)]
+    assert keys == sorted(keys) and list(table["rank"]) == list(range(1, len(table) + 1))
+
+
+def test_time_vs_memory_shows_the_region_around_the_device_memory(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    outcome, capacity = _oom_heavy_outcome(make_cfg, "llama2_13b")
+    table = layouts_frame(outcome)
+    window = memory_window(table)
+    assert window.capacity_gib == capacity and window.limit_gib == 1.5 * capacity
+    assert table["memory_gib"].max() > 3 * capacity  # what squashed the plot
+    assert window.beyond == (table["memory_gib"] > 1.5 * capacity).sum() > 0
+    assert len(window.shown) + window.beyond == len(table)
+    assert window.shown["memory_gib"].max() <= window.limit_gib
+    assert f"({window.beyond} layouts above {1.5 * capacity:.0f} GiB not shown)" in window.title
+    assert window.shown["memory"].iloc[0] == "fits"
+
+
+def test_time_vs_memory_shows_every_layout_when_none_is_near_the_device_memory(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    outcome, capacity = _oom_heavy_outcome(make_cfg, "llama2_70b")
+    table = layouts_frame(outcome)
+    window = memory_window(table)
+    assert table["memory_gib"].min() > 2 * capacity
+    assert window.beyond == 0 and window.limit_gib == table["memory_gib"].max()
+    assert window.title == "Predicted step time against peak memory per device"
+
+
+def test_search_plots_embed_plotly_js(make_cfg: Callable[..., AutotuneConfig]) -> None:
+    outcome, _ = _oom_heavy_outcome(make_cfg, "llama2_13b")
+    page = search_page(outcome.study, layouts_frame(outcome))
+    assert "plotly.js v" in page  # the library's own banner: it works offline
+    assert not re.search(r"<script[^>]*\bsrc=", page)  # nothing loaded from a CDN
+    assert page.count("Plotly.newPlot(") == 3

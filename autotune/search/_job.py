@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -15,8 +16,7 @@ from omegaconf import OmegaConf
 from autotune.cli import emit_json
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
-from autotune.launch_flags import megatron_flags
-from autotune.launch_flags import mindspeed_flags
+from autotune.launch import layout_flags
 from autotune.report import breakdown_table
 from autotune.report import launch_text
 from autotune.report import layout_row
@@ -175,7 +175,7 @@ def _record(
     run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
     run.table("trials.csv", trials)
     run.table("top_k.csv", pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.top]))
-    run.text("launch_flags.txt", launch_text(model, train, best_layout))
+    run.text("launch_flags.txt", launch_text(model, cluster, train, best_layout))
     for name, figure in search_figures(outcome.result.study, trials).items():
         run.figure(name, figure)
     child_runs(run, trials.to_dict("records"), ("trial", *LAYOUT_FIELDS))
@@ -196,10 +196,9 @@ def _json_payload(
         "top_k": [
             {"layout": lay.as_dict(), "prediction": pred.as_dict()} for lay, pred in outcome.top
         ],
-        "launch_flags": {
-            "megatron": megatron_flags(job.model, job.train, best_layout),
-            "mindspeed": mindspeed_flags(job.model, job.train, best_layout),
-        },
+        "launch_flags": dataclasses.asdict(
+            layout_flags(job.model, job.cluster, job.train, best_layout)
+        ),
     }
     if outcome.exhaustive is not None:
         payload["exhaustive_best"] = {
@@ -224,4 +223,4 @@ def _print_report(outcome: _Outcome, job: Evaluator, elapsed: float) -> None:
             f"({optimum_layout.describe()}); the search's best is {100 * outcome.gap:.2f}% slower."
         )
     print(f"\nLaunch flags of the best layout ({outcome.best_layout.describe()}):")
-    print(launch_text(job.model, job.train, outcome.best_layout))
+    print(launch_text(job.model, job.cluster, job.train, outcome.best_layout))

@@ -54,7 +54,8 @@ def test_search_json_and_mlflow_record(tmp_path: Path) -> None:
     assert sum(prediction["breakdown"].values()) == pytest.approx(prediction["step_time_s"])
     assert payload["n_trials"] == 25
     assert payload["exhaustive_best"]["gap"] >= 0
-    assert "--tensor-model-parallel-size" in " ".join(payload["launch_flags"]["megatron"])
+    assert payload["launch_flags"]["framework"] == "mindspeed"  # the cluster's framework only
+    assert "--tensor-model-parallel-size" in " ".join(payload["launch_flags"]["flags"])
 
     runs = mlflow_runs(uri, "autotune")
     parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -83,9 +84,8 @@ def test_search_table_shows_layouts_breakdown_and_flags(tmp_path: Path) -> None:
         "MFU",
         "Time breakdown",
         "bubble",
-        "Megatron-LM:",
-        "MindSpeed-LLM:",
-        "--use-mcore-models",
+        "MindSpeed-LLM (mindspeed):",
+        "--tensor-model-parallel-size",
         "Exhaustive optimum",
     ):
         assert text in out

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from autotune.launch_flags import megatron_flags
-from autotune.launch_flags import mindspeed_flags
+from autotune.launch import layout_flags
 from simulators import BREAKDOWN_KEYS
+from simulators import ClusterSpec
 from simulators import Layout
 from simulators import ModelSpec
 from simulators import Prediction
@@ -81,13 +81,12 @@ def breakdown_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
     return pd.DataFrame(rows).to_string(index=False)
 
 
-def launch_text(model: ModelSpec, train: TrainSpec, layout: Layout) -> str:
-    """The best layout's flags, ready to paste, for both frameworks."""
-    return "\n".join(
-        [
-            "Megatron-LM:",
-            "  " + " \\\n  ".join(megatron_flags(model, train, layout)),
-            "MindSpeed-LLM:",
-            "  " + " \\\n  ".join(mindspeed_flags(model, train, layout)),
-        ]
-    )
+def launch_text(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout) -> str:
+    """The options that launch the layout on the job's framework, ready to paste, or what
+    that framework cannot run of it; ``autotune.launch.write_launch_files`` writes the whole
+    launch (README: Launch the pick)."""
+    launch = layout_flags(model, cluster, train, layout)
+    if launch.refused:
+        refused = "".join(f"\n  - {line}" for line in launch.refused)
+        return f"{launch.title} ({launch.framework}) cannot launch this layout:{refused}"
+    return f"{launch.title} ({launch.framework}):\n  " + " \\\n  ".join(launch.flags)

@@ -57,7 +57,7 @@ def simulate_layout(config: AutotuneConfig) -> None:
     print(f"  shares: {shares}")
     memory = ", ".join(f"{k} {v:.2f}" for k, v in prediction.memory_breakdown_gib.items())
     print(f"\nPeak memory of the worst rank (GiB): {memory}")
-    print("\n" + launch_text(model, train, layout))
+    print("\nLaunch flags:\n" + launch_text(model, cluster, train, layout))
 
 
 def _write_trace(job: Job, layout: Layout, path: str) -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 from autotune.cli import emit_json
 from autotune.config import AutotuneConfig
-from autotune.launch_flags import megatron_flags
-from autotune.launch_flags import mindspeed_flags
+from autotune.launch import layout_flags
 from autotune.progress import duration
 from autotune.report import breakdown_table
 from autotune.report import launch_text
@@ -49,7 +49,7 @@ def emit_outcome(
     if outcome.stopped:
         print("\nThe search was stopped: the table shows the best layouts found so far.")
     print(f"\nLaunch flags of the best layout ({outcome.best_layout.describe()}):")
-    print(launch_text(job.model, job.train, outcome.best_layout))
+    print(launch_text(job.model, job.cluster, job.train, outcome.best_layout))
     if recorded.run_id is not None:
         print(
             f"\nMLflow run {recorded.run_id}: mlflow ui --backend-store-uri {config.tracking.uri}"
@@ -121,10 +121,9 @@ def json_payload(
         },
         "mlflow_run_id": run_id,
         "top_k": [_entry(lay, pred) for lay, pred in outcome.top(config.search.top_k)],
-        "launch_flags": {
-            "megatron": megatron_flags(job.model, job.train, best_layout),
-            "mindspeed": mindspeed_flags(job.model, job.train, best_layout),
-        },
+        "launch_flags": dataclasses.asdict(
+            layout_flags(job.model, job.cluster, job.train, best_layout)
+        ),
     }
     if outcome.mode == "nsga2":
         payload["pareto_front"] = [_entry(lay, pred) for lay, pred in outcome.pareto()]

@@ -92,7 +92,8 @@ def _fill(
     run.table("layouts.csv", table, ui=True)
     run.table("top_k.csv", table.head(config.search.top_k))
     run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
-    run.text("launch_flags.txt", launch_text(job.model, job.train, outcome.best_layout))
+    launch = launch_text(job.model, job.cluster, job.train, outcome.best_layout)
+    run.text("launch_flags.txt", launch)
     _progress_history(run, outcome)
     run.html("plots.html", search_page(outcome.study, table))
     # MLflow lists the newest run first: create the worst child first, a millisecond apart.
@@ -156,7 +157,7 @@ def _description(config: AutotuneConfig, job: Job, outcome: Outcome) -> str:
             "Launch flags of the best layout:",
             "",
             "```",
-            launch_text(job.model, job.train, outcome.best_layout),
+            launch_text(job.model, job.cluster, job.train, outcome.best_layout),
             "```",
         ]
     )

@@ -46,7 +46,8 @@ def test_search_json_and_mlflow_record(tmp_path: Path) -> None:
     assert sum(prediction["breakdown"].values()) == pytest.approx(prediction["step_time_s"])
     assert payload["mode"] == "grid" and payload["exhaustive"]  # every layout priced
     assert payload["top_k"][0]["layout"] == best
-    assert "--tensor-model-parallel-size" in " ".join(payload["launch_flags"]["megatron"])
+    assert payload["launch_flags"]["framework"] == "mindspeed"  # the cluster's framework only
+    assert "--tensor-model-parallel-size" in " ".join(payload["launch_flags"]["flags"])
 
     import mlflow
 
@@ -93,9 +94,8 @@ def test_search_table_shows_layouts_breakdown_and_flags(tmp_path: Path) -> None:
         "MFU",
         "Time breakdown",
         "bubble",
-        "Megatron-LM:",
-        "MindSpeed-LLM:",
-        "--use-mcore-models",
+        "MindSpeed-LLM (mindspeed):",
+        "--tensor-model-parallel-size",
     ):
         assert text in out
     lines = (out + proc.stderr).splitlines()

@@ -1,0 +1,238 @@
+"""Megatron-DeepSpeed: ``torchrun ... pretrain_gpt.py --deepspeed`` and its ``ds_config.json``.
+
+Flags are those of ``microsoft/Megatron-DeepSpeed`` at f4157bea (``megatron/arguments.py``,
+with DeepSpeed's own ``--deepspeed``/``--deepspeed_config``), launched with torchrun as its
+``examples_deepspeed/pretrain_llama2_distributed.sh`` does. DeepSpeed's pipeline engine runs
+the model (plain 1F1B, its own layer split, docs/reference.md 7.1); ZeRO stage 1 shards the
+optimizer states when the layout's ``distributed_optimizer`` is set (docs/reference.md 7.2).
+DeepSpeed requires ``train_batch_size = micro batch * gradient accumulation * data-parallel
+size`` (``deepspeed/runtime/config.py``), and Megatron-DeepSpeed resets DeepSpeed's batch from
+its own flags every step, so the JSON repeats the flags' batch exactly.
+
+What this stack cannot launch is refused: ring context parallelism, Megatron's MoE and MLA
+layers, and a block recompute count (its pipeline recomputes uniformly only).
+"""
+
+from __future__ import annotations
+
+import json
+
+from autotune.launch._megatron import MODEL_CARD_VARIABLES
+from autotune.launch._script import CLUSTER_VARIABLES
+from autotune.launch._script import RUN_HINT
+from autotune.launch._script import RUN_VARIABLES
+from autotune.launch._script import ArgGroup
+from autotune.launch._script import BashScript
+from autotune.launch._script import Flag
+from autotune.launch._script import LaunchFile
+from autotune.launch._script import LaunchJob
+from autotune.launch._script import Ref
+from autotune.launch._script import Variable
+from autotune.launch._script import device_connections_export
+from autotune.launch._script import distributed_group
+from autotune.launch._script import flag
+from autotune.launch._script import has_linear_bias
+from autotune.launch._script import require
+from autotune.launch._script import run_group
+from autotune.launch._script import uses_rope
+from simulators import LayoutError
+
+SCRIPT_NAME = "launch_megatron_deepspeed.sh"
+CONFIG_NAME = "ds_config.json"
+
+# The gradient-norm clip Megatron applies by default (--clip-grad 1.0, arguments.py); under
+# DeepSpeed the engine clips, with the value in the JSON.
+_GRADIENT_CLIPPING = 1.0
+
+
+def refusals(job: LaunchJob) -> list[str]:
+    """What Megatron-DeepSpeed cannot run of this job, one sentence each."""
+    found = []
+    if job.layout.cp > 1:
+        found.append(f"cp={job.layout.cp}: Megatron-DeepSpeed has no ring context parallelism")
+    if job.model.is_moe:
+        found.append(f"{job.model.name} is MoE: Megatron-DeepSpeed runs DeepSpeed-MoE, not these")
+    if job.model.attention == "mla":
+        found.append(f"{job.model.name} uses MLA, which Megatron-DeepSpeed does not implement")
+    if job.layout.recompute_layers is not None:
+        found.append(
+            f"recompute_layers={job.layout.recompute_layers}: DeepSpeed's pipeline recomputes "
+            "uniformly only (no block method)"
+        )
+    return found
+
+
+def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """The architecture in Megatron-DeepSpeed's spelling (``--num-key-value-heads``,
+    lower-case norms, ``--layernorm-epsilon``; rotary positions replace learned ones)."""
+    model = job.model
+    flags = [
+        flag("--num-layers", model.num_layers),
+        flag("--hidden-size", model.hidden_size),
+        flag("--ffn-hidden-size", model.ffn_hidden_size),
+        flag("--num-attention-heads", model.num_attention_heads),
+        flag("--kv-channels", model.head_dim),
+        flag("--seq-length", job.train.seq_len),
+        flag("--max-position-embeddings", job.train.seq_len),
+        flag("--normalization", model.norm),
+        flag("--layernorm-epsilon", Ref("NORM_EPSILON")),
+    ]
+    if model.num_kv_heads < model.num_attention_heads:
+        flags.append(flag("--num-key-value-heads", model.num_kv_heads))
+    if uses_rope(model):
+        flags += [
+            flag("--use-rotary-position-embeddings"),
+            flag("--rotary-position-embeddings-theta", Ref("ROTARY_BASE")),
+        ]
+    if model.activation == "swiglu":
+        flags.append(flag("--swiglu"))
+    if not model.tied_embeddings:
+        flags.append(flag("--untie-embeddings-and-output-weights"))
+    if not has_linear_bias(model):
+        flags.append(flag("--disable-bias-linear"))
+    return tuple(flags)
+
+
+def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """Degrees, batch, sequence parallelism, recompute (uniform, one layer per group)."""
+    layout = job.layout
+    flags = [
+        flag("--tensor-model-parallel-size", layout.tp),
+        flag("--pipeline-model-parallel-size", layout.pp),
+        flag("--micro-batch-size", layout.micro_batch),
+        flag("--global-batch-size", job.train.global_batch_size),
+    ]
+    if layout.sequence_parallel:
+        flags.append(flag("--sequence-parallel"))
+    if layout.recompute == "selective":
+        flags.append(flag("--recompute-granularity", "selective"))
+    elif layout.recompute == "full":
+        flags += [
+            flag("--recompute-granularity", "full"),
+            flag("--recompute-method", "uniform"),
+            flag("--recompute-num-layers", 1),
+        ]
+    return tuple(flags)
+
+
+def _precision_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """The dtype and FlashAttention-2, which Megatron-DeepSpeed leaves off unless asked."""
+    flags = [flag(f"--{job.dtype}")] if job.dtype != "fp32" else []
+    if job.flash_attention:
+        flags.append(flag("--use-flash-attn-v2"))
+    return tuple(flags)
+
+
+def _deepspeed_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """DeepSpeed on, its JSON, the ZeRO stage (kept equal to the JSON's by hand: Megatron-
+    DeepSpeed does not compare them), and DeepSpeed's activation checkpointing with full
+    recompute (as the example script pairs them)."""
+    flags = [
+        flag("--deepspeed"),
+        flag("--deepspeed_config", Ref("DS_CONFIG")),
+        flag("--zero-stage", zero_stage(job)),
+    ]
+    if job.layout.recompute == "full":
+        flags.append(flag("--deepspeed-activation-checkpointing"))
+    return tuple(flags)
+
+
+def zero_stage(job: LaunchJob) -> int:
+    """ZeRO-1 for a distributed optimizer, else stage 0 (the pipeline engine refuses 2 and 3)."""
+    return int(job.layout.distributed_optimizer)
+
+
+def ds_config(job: LaunchJob) -> dict[str, object]:
+    """DeepSpeed's JSON: the batch exactly as the flags give it, ZeRO, dtype, clipping."""
+    layout, train = job.layout, job.train
+    config: dict[str, object] = {
+        "train_batch_size": train.global_batch_size,
+        "train_micro_batch_size_per_gpu": layout.micro_batch,
+        "gradient_accumulation_steps": layout.num_microbatches(train),
+        "gradient_clipping": _GRADIENT_CLIPPING,
+        "zero_optimization": {"stage": zero_stage(job)},
+    }
+    if job.dtype == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif job.dtype == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0}  # 0: dynamic loss scaling
+    return config
+
+
+def _data_group() -> ArgGroup:
+    return ArgGroup(
+        "DATA_ARGS",
+        "data and tokenizer (variables above)",
+        (
+            flag("--data-path", Ref("DATA_PATH")),
+            flag("--data-impl", "mmap"),
+            flag("--split", "100,0,0"),
+            flag("--tokenizer-type", "HFTokenizer"),
+            flag("--tokenizer-model", Ref("TOKENIZER")),
+        ),
+    )
+
+
+def _variables(job: LaunchJob) -> tuple[Variable, ...]:
+    card = MODEL_CARD_VARIABLES if uses_rope(job.model) else MODEL_CARD_VARIABLES[1:]
+    return (
+        Variable("MEGATRON_DEEPSPEED_DIR", ".", "the Megatron-DeepSpeed checkout"),
+        Variable("DS_CONFIG", f"${{SCRIPT_DIR}}/{CONFIG_NAME}", "DeepSpeed's JSON, beside this"),
+        Variable("DATA_PATH", "", "prefix of a preprocessed dataset (..._text_document)"),
+        Variable("TOKENIZER", "", "Hugging Face tokenizer name or folder"),
+        *card,
+        *RUN_VARIABLES,
+        *CLUSTER_VARIABLES,
+    )
+
+
+def script(job: LaunchJob, title: str) -> BashScript:
+    """The Megatron-DeepSpeed launch script of ``job``."""
+    header = [f"{title} launch written by autotune.", job.describe()]
+    if job.model.qkv_bias and not has_linear_bias(job.model):
+        header.append(
+            "Megatron-DeepSpeed has no QKV-bias-only flag: this model's QKV biases are off."
+        )
+    header.append(RUN_HINT)
+    return BashScript(
+        header=tuple(header),
+        variables=_variables(job),
+        setup=(
+            require('-z "${DATA_PATH}"', "set DATA_PATH to a preprocessed dataset prefix"),
+            require('-z "${TOKENIZER}"', "set TOKENIZER to a Hugging Face tokenizer"),
+            *device_connections_export(job),
+        ),
+        launcher="torchrun",
+        launcher_group=distributed_group(job.cluster),
+        groups=(
+            ArgGroup("MODEL_ARGS", "the model's architecture", model_flags(job)),
+            ArgGroup("LAYOUT_ARGS", "the parallel layout autotune picked", layout_flags(job)),
+            ArgGroup("PRECISION_ARGS", "precision and attention kernel", _precision_flags(job)),
+            ArgGroup(
+                "DEEPSPEED_ARGS", f"DeepSpeed, configured by {CONFIG_NAME}", _deepspeed_flags(job)
+            ),
+            _data_group(),
+            run_group(),
+        ),
+        workdir="MEGATRON_DEEPSPEED_DIR",
+        entry="pretrain_gpt.py",
+    )
+
+
+def launch_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
+    """The launch script and DeepSpeed's JSON beside it.
+
+    Raises:
+        LayoutError: listing what Megatron-DeepSpeed cannot run of this job.
+    """
+    refused = refusals(job)
+    if refused:
+        raise LayoutError(
+            f"layout {job.layout.describe()} cannot be launched on {job.train.framework.name}:"
+            "\n  - " + "\n  - ".join(refused)
+        )
+    config = json.dumps(ds_config(job), indent=2) + "\n"
+    return (
+        LaunchFile(SCRIPT_NAME, script(job, title).render(), executable=True),
+        LaunchFile(CONFIG_NAME, config, executable=False),
+    )

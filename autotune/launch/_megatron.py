@@ -1,0 +1,293 @@
+"""Megatron-LM (Megatron-Core): ``torchrun ... pretrain_gpt.py`` with every flag derived.
+
+Flag names, types and rules are those of ``NVIDIA/Megatron-LM`` at d98e8a64 (Megatron-Core
+0.20; ``megatron/training/arguments.py``, ``megatron/core/transformer/transformer_config.py``),
+launched the way its ``examples/llama`` and ``examples/mixtral`` scripts launch it. The
+architecture and layout flags below also hold at tag core_v0.12.1, which MindSpeed-LLM runs on,
+so :mod:`autotune.launch._mindspeed` builds on them. Which overlaps run is a fact of the
+framework (``conf/framework/<name>.yaml``, docs/reference.md 7.2 and 7.5), never a constant.
+"""
+
+from __future__ import annotations
+
+from autotune.launch._script import CLUSTER_VARIABLES
+from autotune.launch._script import RUN_HINT
+from autotune.launch._script import RUN_VARIABLES
+from autotune.launch._script import ArgGroup
+from autotune.launch._script import BashScript
+from autotune.launch._script import Flag
+from autotune.launch._script import LaunchFile
+from autotune.launch._script import LaunchJob
+from autotune.launch._script import Ref
+from autotune.launch._script import Variable
+from autotune.launch._script import device_connections_export
+from autotune.launch._script import distributed_group
+from autotune.launch._script import flag
+from autotune.launch._script import has_linear_bias
+from autotune.launch._script import require
+from autotune.launch._script import run_group
+from autotune.launch._script import uses_rope
+from simulators.layout import LAYOUT_FIELDS
+from simulators.layout import field_info
+
+SCRIPT_NAME = "launch_megatron.sh"
+
+# Model facts the catalog does not hold (ModelSpec has no RoPE base or norm epsilon).
+MODEL_CARD_VARIABLES = (
+    Variable("ROTARY_BASE", "10000", "RoPE base from the model card (10000: Megatron's default)"),
+    Variable("NORM_EPSILON", "1e-5", "norm epsilon from the model card (1e-5: the default)"),
+)
+
+
+def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """The architecture: sizes, attention, positions, norm, activation, biases, MoE.
+
+    An all-MoE model (no dense layer, ``ffn_hidden_size`` 0) passes its expert width as
+    ``--ffn-hidden-size`` too, as Megatron's Mixtral example does.
+    """
+    model = job.model
+    flags = [
+        flag("--num-layers", model.num_layers),
+        flag("--hidden-size", model.hidden_size),
+        flag("--ffn-hidden-size", model.ffn_hidden_size or model.expert_ffn_hidden_size),
+        flag("--num-attention-heads", model.num_attention_heads),
+        *_attention_flags(job),
+        flag("--seq-length", job.train.seq_len),
+        flag("--max-position-embeddings", job.train.seq_len),
+        *_position_flags(job),
+        flag("--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"),
+        flag("--norm-epsilon", Ref("NORM_EPSILON")),
+    ]
+    if model.activation == "swiglu":
+        flags.append(flag("--swiglu"))
+    if not model.tied_embeddings:
+        flags.append(flag("--untie-embeddings-and-output-weights"))
+    if not has_linear_bias(model):
+        flags.append(flag("--disable-bias-linear"))
+        if model.qkv_bias:
+            flags.append(flag("--add-qkv-bias"))
+    return (*flags, *_moe_flags(job))
+
+
+def _attention_flags(job: LaunchJob) -> list[Flag]:
+    """MLA's ranks and head sizes, or the head size and GQA's query groups."""
+    model = job.model
+    if model.attention == "mla":
+        flags = [flag("--multi-latent-attention")]
+        if model.q_lora_rank:
+            flags.append(flag("--q-lora-rank", model.q_lora_rank))
+        return [
+            *flags,
+            flag("--kv-lora-rank", model.kv_lora_rank),
+            flag("--qk-head-dim", model.qk_nope_head_dim),
+            flag("--qk-pos-emb-head-dim", model.qk_rope_head_dim),
+            flag("--v-head-dim", model.v_head_dim),
+        ]
+    flags = [flag("--kv-channels", model.head_dim)]
+    if model.num_kv_heads < model.num_attention_heads:
+        flags += [flag("--group-query-attention"), flag("--num-query-groups", model.num_kv_heads)]
+    return flags
+
+
+def _position_flags(job: LaunchJob) -> list[Flag]:
+    if uses_rope(job.model):
+        return [
+            flag("--position-embedding-type", "rope"),
+            flag("--rotary-base", Ref("ROTARY_BASE")),
+        ]
+    return [flag("--position-embedding-type", "learned_absolute")]
+
+
+def _moe_flags(job: LaunchJob) -> list[Flag]:
+    """Experts, routing and the dense-then-MoE layer pattern.
+
+    ``--moe-grouped-gemm`` needs bf16 on core_v0.12.1; top-1 routing with softmax scores needs
+    ``--moe-router-pre-softmax`` (transformer_config.py).
+    """
+    model = job.model
+    if not model.is_moe:
+        return []
+    flags = [
+        flag("--num-experts", model.num_experts),
+        flag("--moe-router-topk", model.moe_top_k),
+        flag("--moe-ffn-hidden-size", model.expert_ffn_hidden_size),
+    ]
+    if model.shared_expert_ffn_hidden_size:
+        size = model.shared_expert_ffn_hidden_size
+        flags.append(flag("--moe-shared-expert-intermediate-size", size))
+    if model.first_dense_layers:
+        dense, moe = model.first_dense_layers, model.num_moe_layers
+        flags.append(flag("--moe-layer-freq", f"([0]*{dense}+[1]*{moe})"))
+    if model.moe_top_k == 1:
+        flags.append(flag("--moe-router-pre-softmax"))
+    if job.dtype == "bf16":
+        flags.append(flag("--moe-grouped-gemm"))
+    return flags
+
+
+def one_to_one_flags(job: LaunchJob, skip: frozenset[str] = frozenset()) -> list[Flag]:
+    """The flags that set one layout field each (the field table's ``flag`` metadata)."""
+    flags = []
+    for name in LAYOUT_FIELDS:
+        option, value = field_info(name).flag, getattr(job.layout, name)
+        if not option or name in skip:
+            continue
+        if isinstance(value, bool):
+            flags += [flag(option)] if value else []
+        else:
+            flags.append(flag(option, value))
+    return flags
+
+
+def pipeline_flags(job: LaunchJob, layer_list: bool) -> list[Flag]:
+    """How the layers are split over (virtual) pipeline stages (docs/reference.md 7.1).
+
+    An even split needs only the chunk size with virtual stages. An uneven one is spelled
+    out: MindSpeed's ``--num-layer-list`` (``layer_list``, no virtual stages) or Megatron's
+    ``--pipeline-model-parallel-layout`` (stages vpp-major; ``E`` embedding, ``t`` layer,
+    ``L`` loss), which also sets the virtual stages.
+    """
+    chunks = job.chunk_layers
+    if not job.uneven:
+        if job.layout.vpp > 1:
+            return [flag("--num-layers-per-virtual-pipeline-stage", chunks[0])]
+        return []
+    if layer_list and job.layout.vpp == 1:
+        return [flag("--num-layer-list", ",".join(map(str, chunks)))]
+    stages = [f"t*{count}" if count > 1 else "t" for count in chunks]
+    stages[0], stages[-1] = f"E{stages[0]}", f"{stages[-1]}L"
+    return [flag("--pipeline-model-parallel-layout", "|".join(stages))]
+
+
+def recompute_flags(job: LaunchJob, per_stage_option: str = "") -> list[Flag]:
+    """Selective, or full recompute of every layer (uniform groups of one layer), or of the
+    first ``recompute_layers`` of each stage (block; docs/reference.md 4.1).
+
+    With virtual stages the block count applies per model chunk; ``per_stage_option`` is the
+    framework's switch that makes it count per stage (MindSpeed), else it is divided over
+    the chunks.
+    """
+    layout = job.layout
+    if layout.recompute == "selective":
+        return [flag("--recompute-granularity", "selective")]
+    if layout.recompute != "full":
+        return []
+    full = flag("--recompute-granularity", "full")
+    if layout.recompute_layers is None:
+        return [full, flag("--recompute-method", "uniform"), flag("--recompute-num-layers", 1)]
+    count, extra = layout.recompute_layers, []
+    if layout.vpp > 1 and per_stage_option:
+        extra = [flag(per_stage_option)]
+    elif layout.vpp > 1:
+        count = -(-count // layout.vpp)
+    return [
+        full,
+        flag("--recompute-method", "block"),
+        flag("--recompute-num-layers", count),
+        *extra,
+    ]
+
+
+def overlap_flags(job: LaunchJob) -> list[Flag]:
+    """Bucketed gradient reduction and the parameter all-gather in the next forward, exactly
+    when the framework runs them (docs/reference.md 7.2); the all-gather overlap needs the
+    distributed optimizer and the gradient overlap (arguments.py validate_args)."""
+    framework, flags = job.train.framework, []
+    if framework.overlap_grad_reduce:
+        flags.append(flag("--overlap-grad-reduce"))
+        if framework.overlap_param_gather and job.layout.distributed_optimizer:
+            flags.append(flag("--overlap-param-gather"))
+    return flags
+
+
+def moe_layout_flags(job: LaunchJob) -> list[Flag]:
+    """All-to-all token dispatch when experts are split over ranks."""
+    if job.model.is_moe and job.layout.ep > 1:
+        return [flag("--moe-token-dispatcher-type", "alltoall")]
+    return []
+
+
+def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """Everything the layout decides: degrees, batch, split, recompute, overlaps."""
+    flags = [
+        *one_to_one_flags(job),
+        flag("--global-batch-size", job.train.global_batch_size),
+        *pipeline_flags(job, layer_list=False),
+        *recompute_flags(job),
+        *overlap_flags(job),
+        *moe_layout_flags(job),
+    ]
+    if job.train.framework.tp_comm_overlap and job.layout.sequence_parallel:
+        flags.append(flag("--tp-comm-overlap"))  # docs/reference.md 7.5: needs SP
+    return tuple(flags)
+
+
+def _precision_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """Training dtype, FP8 through Transformer Engine (the default ``--transformer-impl``;
+    docs/reference.md 7.6), and the attention kernel: TransformerEngine picks flash or cuDNN
+    fused attention (``auto``), or none where the device has no kernel (``unfused``)."""
+    flags = [flag(f"--{job.dtype}")] if job.dtype != "fp32" else []
+    if job.train.fp8:
+        flags.append(flag("--fp8-format", "hybrid"))
+    flags.append(flag("--attention-backend", "auto" if job.flash_attention else "unfused"))
+    return tuple(flags)
+
+
+def _data_group(job: LaunchJob) -> ArgGroup:
+    """A preprocessed dataset and its Hugging Face tokenizer, or mock data (a smoke run)."""
+    return ArgGroup(
+        "DATA_ARGS",
+        "data: DATA_PATH and TOKENIZER, or mock data when DATA_PATH is empty",
+        (
+            flag("--data-path", Ref("DATA_PATH")),
+            flag("--split", "100,0,0"),
+            flag("--tokenizer-type", "HuggingFaceTokenizer"),
+            flag("--tokenizer-model", Ref("TOKENIZER")),
+        ),
+        when="DATA_PATH",
+        otherwise=(
+            flag("--mock-data"),
+            flag("--tokenizer-type", "NullTokenizer"),
+            flag("--vocab-size", job.model.vocab_size),
+        ),
+    )
+
+
+def _variables(job: LaunchJob) -> tuple[Variable, ...]:
+    card = MODEL_CARD_VARIABLES if uses_rope(job.model) else MODEL_CARD_VARIABLES[1:]
+    return (
+        Variable("MEGATRON_DIR", ".", "the Megatron-LM checkout (pretrain_gpt.py is at its top)"),
+        Variable("DATA_PATH", "", "prefix of a preprocessed dataset (..._text_document)"),
+        Variable("TOKENIZER", "", "Hugging Face tokenizer name or folder (with DATA_PATH)"),
+        *card,
+        *RUN_VARIABLES,
+        *CLUSTER_VARIABLES,
+    )
+
+
+def script(job: LaunchJob, title: str) -> BashScript:
+    """The Megatron-LM launch script of ``job``."""
+    guard = require(
+        '-n "${DATA_PATH}" && -z "${TOKENIZER}"', "set TOKENIZER for the data in DATA_PATH"
+    )
+    return BashScript(
+        header=(f"{title} launch written by autotune.", job.describe(), RUN_HINT),
+        variables=_variables(job),
+        setup=(guard, *device_connections_export(job)),
+        launcher="torchrun",
+        launcher_group=distributed_group(job.cluster),
+        groups=(
+            ArgGroup("MODEL_ARGS", "the model's architecture", model_flags(job)),
+            ArgGroup("LAYOUT_ARGS", "the parallel layout autotune picked", layout_flags(job)),
+            ArgGroup("PRECISION_ARGS", "precision and attention kernel", _precision_flags(job)),
+            _data_group(job),
+            run_group(),
+        ),
+        workdir="MEGATRON_DIR",
+        entry="pretrain_gpt.py",
+    )
+
+
+def launch_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
+    """The Megatron-LM launch script."""
+    return (LaunchFile(SCRIPT_NAME, script(job, title).render(), executable=True),)

@@ -1,0 +1,163 @@
+"""MindSpeed-LLM on Ascend: ``torchrun ... pretrain_gpt.py`` from the MindSpeed-LLM checkout.
+
+MindSpeed-LLM (``Ascend/MindSpeed-LLM`` at c77308a1) runs Megatron-LM core_v0.12.1 with
+MindSpeed's NPU features, so the architecture and layout flags are Megatron's
+(:mod:`autotune.launch._megatron`) plus what its example pretraining scripts
+(``examples/mcore/*/pretrain_*.sh``) pass on top: MindSpeed's local transformer with NPU flash
+attention and fused RMSNorm, SwiGLU and RoPE kernels, the tokenizer as a Hugging Face folder,
+the CANN environment and the HCCL and allocator settings most of those scripts export
+(docs/reference.md 7.4). An uneven split without virtual stages is ``--num-layer-list``; with
+them, the layout string MindSpeed back-ports from Megatron
+(``mindspeed/features_manager/pipeline_parallel/pipeline_model_parallel_layout_feature.py``).
+Context parallelism is the ring (``megatron_cp_algo``), the one the simulators price.
+"""
+
+from __future__ import annotations
+
+from autotune.launch._megatron import MODEL_CARD_VARIABLES
+from autotune.launch._megatron import model_flags
+from autotune.launch._megatron import moe_layout_flags
+from autotune.launch._megatron import one_to_one_flags
+from autotune.launch._megatron import overlap_flags
+from autotune.launch._megatron import pipeline_flags
+from autotune.launch._megatron import recompute_flags
+from autotune.launch._script import CLUSTER_VARIABLES
+from autotune.launch._script import RUN_HINT
+from autotune.launch._script import RUN_VARIABLES
+from autotune.launch._script import ArgGroup
+from autotune.launch._script import BashScript
+from autotune.launch._script import Flag
+from autotune.launch._script import LaunchFile
+from autotune.launch._script import LaunchJob
+from autotune.launch._script import Ref
+from autotune.launch._script import Variable
+from autotune.launch._script import device_connections_export
+from autotune.launch._script import distributed_group
+from autotune.launch._script import flag
+from autotune.launch._script import require
+from autotune.launch._script import run_group
+from autotune.launch._script import uses_rope
+
+SCRIPT_NAME = "launch_mindspeed.sh"
+
+# What most example pretraining scripts export (counts over MindSpeed-LLM's 48
+# examples/mcore/*/pretrain_*.sh at c77308a1: the connect timeout in 33, the execution timeout
+# in 30, expandable segments in 29, the task queue and CPU affinity in 20 each); exported
+# values win. Meanings: docs/en/pytorch/features/mcore/environment_variable.md.
+_ASCEND_EXPORTS = (
+    'export HCCL_CONNECT_TIMEOUT="${HCCL_CONNECT_TIMEOUT:-3600}"',
+    'export HCCL_EXEC_TIMEOUT="${HCCL_EXEC_TIMEOUT:-3600}"',
+    'export PYTORCH_NPU_ALLOC_CONF="${PYTORCH_NPU_ALLOC_CONF:-expandable_segments:True}"',
+    'export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"',
+    'export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"',
+)
+
+
+def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """Everything the layout decides, in MindSpeed-LLM's spelling.
+
+    With virtual stages a block recompute count means layers per chunk unless
+    ``--enable-recompute-layers-per-pp-rank`` is given (MindSpeed
+    ``docs/zh/features/recomputation.md``), which keeps the layout's per-stage count. The
+    framework's TP overlap is MindSpeed's ``--use-ascend-coc`` (docs/reference.md 7.4).
+    """
+    flags = [
+        *one_to_one_flags(job),
+        flag("--global-batch-size", job.train.global_batch_size),
+        *pipeline_flags(job, layer_list=True),
+        *recompute_flags(job, per_stage_option="--enable-recompute-layers-per-pp-rank"),
+        *overlap_flags(job),
+        *moe_layout_flags(job),
+    ]
+    if job.layout.cp > 1:
+        flags.append(flag("--context-parallel-algo", "megatron_cp_algo"))
+    if job.train.framework.tp_comm_overlap and job.layout.tp > 1:
+        flags.append(flag("--use-ascend-coc"))
+    return tuple(flags)
+
+
+def _implementation_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """Megatron-Core models on MindSpeed's local transformer, the NPU kernels that apply to
+    this model, and the dtype (no FP8: it needs Transformer Engine, docs/reference.md 7.4)."""
+    model = job.model
+    flags = [flag("--use-mcore-models"), flag("--transformer-impl", "local")]
+    if job.flash_attention:  # the softmax runs inside the fused attention kernel
+        flags += [flag("--use-flash-attn"), flag("--no-masked-softmax-fusion")]
+    if model.norm == "rmsnorm":
+        flags.append(flag("--use-fused-rmsnorm"))
+    if model.activation == "swiglu":
+        flags.append(flag("--use-fused-swiglu"))
+    if uses_rope(model):
+        flags += [flag("--use-rotary-position-embeddings"), flag("--use-fused-rotary-pos-emb")]
+    if job.dtype != "fp32":
+        flags.append(flag(f"--{job.dtype}"))
+    return tuple(flags)
+
+
+def _data_group(job: LaunchJob) -> ArgGroup:
+    """The dataset prefix and the Hugging Face tokenizer folder; the embedding keeps the
+    model's vocabulary (``--padded-vocab-size`` with divisor 1, as the example scripts do)."""
+    return ArgGroup(
+        "DATA_ARGS",
+        "data and tokenizer (variables above)",
+        (
+            flag("--data-path", Ref("DATA_PATH")),
+            flag("--split", "100,0,0"),
+            flag("--tokenizer-type", "PretrainedFromHF"),
+            flag("--tokenizer-name-or-path", Ref("TOKENIZER_PATH")),
+            flag("--make-vocab-size-divisible-by", 1),
+            flag("--padded-vocab-size", job.model.vocab_size),
+        ),
+    )
+
+
+def _variables(job: LaunchJob) -> tuple[Variable, ...]:
+    card = MODEL_CARD_VARIABLES if uses_rope(job.model) else MODEL_CARD_VARIABLES[1:]
+    return (
+        Variable("MINDSPEED_LLM_DIR", ".", "the MindSpeed-LLM checkout (pretrain_gpt.py at top)"),
+        Variable("CANN_SET_ENV", "/usr/local/Ascend/cann/set_env.sh", "CANN's environment"),
+        Variable("ATB_SET_ENV", "/usr/local/Ascend/nnal/atb/set_env.sh", "NNAL ATB's environment"),
+        Variable("DATA_PATH", "", "prefix of a preprocessed dataset (..._text_document)"),
+        Variable("TOKENIZER_PATH", "", "folder of the Hugging Face tokenizer"),
+        *card,
+        *RUN_VARIABLES,
+        *CLUSTER_VARIABLES,
+    )
+
+
+def _setup(job: LaunchJob) -> tuple[str, ...]:
+    """Check the inputs MindSpeed validates (the tokenizer folder must exist), source the
+    CANN and ATB environments (docs/en/pytorch/training/quick_start.md), export the rest."""
+    return (
+        require('-z "${DATA_PATH}"', "set DATA_PATH to a preprocessed dataset prefix"),
+        require('! -d "${TOKENIZER_PATH}"', "set TOKENIZER_PATH to a tokenizer folder"),
+        'source "${CANN_SET_ENV}"',
+        'source "${ATB_SET_ENV}"',
+        *device_connections_export(job),
+        *_ASCEND_EXPORTS,
+    )
+
+
+def script(job: LaunchJob, title: str) -> BashScript:
+    """The MindSpeed-LLM launch script of ``job``."""
+    return BashScript(
+        header=(f"{title} launch written by autotune.", job.describe(), RUN_HINT),
+        variables=_variables(job),
+        setup=_setup(job),
+        launcher="torchrun",
+        launcher_group=distributed_group(job.cluster),
+        groups=(
+            ArgGroup("MODEL_ARGS", "the model's architecture", model_flags(job)),
+            ArgGroup("LAYOUT_ARGS", "the parallel layout autotune picked", layout_flags(job)),
+            ArgGroup("IMPL_ARGS", "MindSpeed's kernels and the dtype", _implementation_flags(job)),
+            _data_group(job),
+            run_group(),
+        ),
+        workdir="MINDSPEED_LLM_DIR",
+        entry="pretrain_gpt.py",
+    )
+
+
+def launch_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
+    """The MindSpeed-LLM launch script."""
+    return (LaunchFile(SCRIPT_NAME, script(job, title).render(), executable=True),)

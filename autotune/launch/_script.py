@@ -1,0 +1,282 @@
+"""What every launch file shares: the job, flags, shell variables, bash arrays, torchrun.
+
+A launch script is data first (:class:`BashScript`: variables, setup lines, argument groups,
+the command) and text second (:meth:`BashScript.render`), so a framework module only says
+which flags a job needs. Flags hold literal values or references to the script's variables
+(:class:`Ref`); literals are quoted for bash, references expand at run time.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from simulators import ClusterSpec
+from simulators import Layout
+from simulators import ModelSpec
+from simulators import TrainSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchJob:
+    """The job a launch file starts: model, cluster, training step and the layout."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    train: TrainSpec
+    layout: Layout
+
+    @property
+    def dtype(self) -> str:
+        """The training dtype the framework is told: ``bf16``, ``fp16`` or ``fp32``.
+
+        FP8 trains in bf16 with FP8 linear GEMMs (TrainSpec.compute_dtype); a device without
+        bf16 (V100) runs bf16 jobs in fp16, as the simulators price them
+        (``DeviceSpec.peak_flops``).
+        """
+        dtype = self.train.compute_dtype
+        if dtype == "bf16" and not self.cluster.device.bf16_tflops:
+            return "fp16"
+        return dtype
+
+    @property
+    def flash_attention(self) -> bool:
+        """Fused attention: the training step asks for it and the device has the kernels."""
+        return self.train.uses_flash_attention(self.cluster)
+
+    @property
+    def chunk_layers(self) -> tuple[int, ...]:
+        """Layers of every virtual stage, vpp-major (``Layout.chunk_layers``)."""
+        return self.layout.chunk_layers(self.model, self.train)
+
+    @property
+    def uneven(self) -> bool:
+        """Whether the (virtual) stages hold different numbers of layers."""
+        return len(set(self.chunk_layers)) > 1
+
+    def describe(self) -> str:
+        """The job in one line, for headers: model, cluster, layout, per-stage layers."""
+        stages = "/".join(map(str, self.layout.stage_layers(self.model, self.train)))
+        return (
+            f"{self.model.name} on {self.cluster.name} ({self.cluster.num_nodes} nodes x "
+            f"{self.cluster.devices_per_node} devices), seq {self.train.seq_len}, global "
+            f"batch {self.train.global_batch_size}, {self.train.precision}; layout "
+            f"{self.layout.describe()}, layers per pipeline stage {stages}"
+        )
+
+
+def uses_rope(model: ModelSpec) -> bool:
+    """Rotary positions for every model but the GPT-2/3 family (GeLU with LayerNorm).
+
+    ModelSpec does not name its position embedding; of the catalog's models (docs/reference.md
+    2) only GPT-3 pairs GeLU with LayerNorm, and it learns absolute positions.
+    """
+    return not (model.activation == "gelu" and model.norm == "layernorm")
+
+
+def has_linear_bias(model: ModelSpec) -> bool:
+    """Biases on every linear layer: the GeLU family, as ``ModelSpec.mlp_params`` counts them."""
+    return model.activation == "gelu"
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A reference to a script variable, expanded by bash at run time: ``"${NAME}"``."""
+
+    name: str
+
+
+Value = str | int | Ref
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One command-line option and its values (none for a switch)."""
+
+    name: str
+    values: tuple[Value, ...] = ()
+
+    def shell(self) -> str:
+        """The option as bash words: literals quoted, references expanded in double quotes."""
+        words = [self.name]
+        for value in self.values:
+            words.append(f'"${{{value.name}}}"' if isinstance(value, Ref) else _quote(value))
+        return " ".join(words)
+
+    def text(self) -> str:
+        """The option for people to read (``--lr $LR``)."""
+        words = [self.name]
+        for value in self.values:
+            words.append(f"${value.name}" if isinstance(value, Ref) else _quote(value))
+        return " ".join(words)
+
+
+def flag(name: str, *values: Value) -> Flag:
+    """``flag("--seq-length", 8192)``: an option with its values."""
+    return Flag(name, values)
+
+
+def _quote(value: str | int) -> str:
+    return shlex.quote(str(value))
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """A variable at the top of a script: exported values win, else the default.
+
+    ``default`` is a bash word inside double quotes (it may name an earlier variable).
+    """
+
+    name: str
+    default: str
+    doc: str
+
+    def shell(self) -> str:
+        return f'{self.name}="${{{self.name}:-{self.default}}}"  # {self.doc}'
+
+
+@dataclass(frozen=True, slots=True)
+class ArgGroup:
+    """A bash array of options. With ``when`` (a variable name) the array holds ``flags``
+    when that variable is set and ``otherwise`` when it is empty."""
+
+    name: str
+    doc: str
+    flags: tuple[Flag, ...]
+    when: str = ""
+    otherwise: tuple[Flag, ...] = ()
+
+    def shell(self) -> list[str]:
+        if not self.when:
+            return [f"# {self.doc}", *_array(self.name, self.flags, "")]
+        return [
+            f"# {self.doc}",
+            f'if [[ -n "${{{self.when}}}" ]]; then',
+            *_array(self.name, self.flags, "    "),
+            "else",
+            *_array(self.name, self.otherwise, "    "),
+            "fi",
+        ]
+
+
+def _array(name: str, flags: tuple[Flag, ...], indent: str) -> list[str]:
+    if not flags:
+        return [f"{indent}{name}=()"]
+    return [f"{indent}{name}=(", *(f"{indent}    {f.shell()}" for f in flags), f"{indent})"]
+
+
+def require(condition: str, message: str) -> str:
+    """A guard line: stop with ``message`` when the bash test ``condition`` holds."""
+    return f'if [[ {condition} ]]; then echo "{message}" >&2; exit 1; fi'
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BashScript:
+    """A launch script: header comment, variables, setup, argument arrays, one command.
+
+    ``launcher`` runs ``entry`` from the folder in variable ``workdir`` with the groups
+    ``launcher_group`` (its own options) and ``groups`` (the entry point's), in order.
+    """
+
+    header: tuple[str, ...]
+    variables: tuple[Variable, ...]
+    setup: tuple[str, ...]
+    launcher: str
+    launcher_group: ArgGroup
+    groups: tuple[ArgGroup, ...]
+    workdir: str
+    entry: str
+
+    def render(self) -> str:
+        """The script's text: bash, ending with a newline."""
+        lines = ["#!/usr/bin/env bash", *(f"# {line}".rstrip() for line in self.header), ""]
+        lines += ['SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"', ""]
+        lines += ["# What autotune cannot know: export these or edit the defaults."]
+        lines += [v.shell() for v in self.variables]
+        lines += ["", *self.setup, "set -euo pipefail", ""]
+        for group in (self.launcher_group, *self.groups):
+            lines += [*group.shell(), ""]
+        command = [
+            f'"${{{self.launcher_group.name}[@]}}"',
+            self.entry,
+            *(f'"${{{group.name}[@]}}"' for group in self.groups),
+        ]
+        lines += [f'cd "${{{self.workdir}}}"']
+        lines += [f"{self.launcher} " + " \\\n    ".join(command)]
+        return "\n".join(lines) + "\n"
+
+
+RUN_HINT = "Run it on every node: NODE_RANK=<rank> MASTER_ADDR=<node 0> bash <this file>."
+
+# Where the processes meet; the defaults start a single node.
+CLUSTER_VARIABLES = (
+    Variable("NODE_RANK", "0", "this node's rank, 0 to nodes-1 (a different one on each node)"),
+    Variable("MASTER_ADDR", "localhost", "address of the node with rank 0"),
+    Variable("MASTER_PORT", "6000", "a free TCP port on that node"),
+)
+
+# How long to train and where to keep checkpoints (the run's choices, not the layout's).
+RUN_VARIABLES = (
+    Variable("TRAIN_ITERS", "100", "optimizer steps to run"),
+    Variable("LR", "1.0e-4", "peak learning rate"),
+    Variable("LOG_INTERVAL", "10", "steps between log lines"),
+    Variable("CHECKPOINT_DIR", "${SCRIPT_DIR}/checkpoints", "saved to and resumed from here"),
+    Variable("SAVE_INTERVAL", "${TRAIN_ITERS}", "steps between checkpoints"),
+)
+
+
+def distributed_group(cluster: ClusterSpec) -> ArgGroup:
+    """torchrun's options: one process per device on every node (torch.distributed.run)."""
+    return ArgGroup(
+        "DISTRIBUTED_ARGS",
+        "torchrun: one process per device, on every node",
+        (
+            flag("--nproc-per-node", cluster.devices_per_node),
+            flag("--nnodes", cluster.num_nodes),
+            flag("--node-rank", Ref("NODE_RANK")),
+            flag("--master-addr", Ref("MASTER_ADDR")),
+            flag("--master-port", Ref("MASTER_PORT")),
+        ),
+    )
+
+
+def run_group() -> ArgGroup:
+    """Length, learning rate, logging and checkpoints, read from the run variables.
+
+    Evaluation is off (``--eval-iters 0``): the script trains. ``--save`` needs
+    ``--save-interval`` (Megatron-LM ``megatron/training/arguments.py`` validate_args).
+    """
+    return ArgGroup(
+        "RUN_ARGS",
+        "the run: length, learning rate, logging, checkpoints (variables above)",
+        (
+            flag("--train-iters", Ref("TRAIN_ITERS")),
+            flag("--lr", Ref("LR")),
+            flag("--log-interval", Ref("LOG_INTERVAL")),
+            flag("--eval-iters", 0),
+            flag("--save", Ref("CHECKPOINT_DIR")),
+            flag("--load", Ref("CHECKPOINT_DIR")),
+            flag("--save-interval", Ref("SAVE_INTERVAL")),
+        ),
+    )
+
+
+def device_connections_export(job: LaunchJob) -> tuple[str, ...]:
+    """``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1.
+
+    Megatron-LM's validate_args refuses TP or CP without it before Blackwell, and MindSpeed
+    reports its NPUs as such a device (``get_device_arch_version`` patched to 8), so the rule
+    holds on Ascend too; Megatron-DeepSpeed needs it for sequence parallelism, which needs TP.
+    """
+    if job.layout.tp > 1 or job.layout.cp > 1:
+        return ("export CUDA_DEVICE_MAX_CONNECTIONS=1",)
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchFile:
+    """One file to write: its name, text, and whether it is run directly."""
+
+    name: str
+    text: str
+    executable: bool

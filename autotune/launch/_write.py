@@ -1,0 +1,153 @@
+"""One launcher per framework, and the two public entry points that use them."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.launch import _deepspeed
+from autotune.launch import _megatron
+from autotune.launch import _mindspeed
+from autotune.launch import _nemo
+from autotune.launch._script import Flag
+from autotune.launch._script import LaunchFile
+from autotune.launch._script import LaunchJob
+from simulators import ClusterSpec
+from simulators import Layout
+from simulators import ModelSpec
+from simulators import TrainSpec
+from simulators import UserError
+
+_EXECUTABLE = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchFlags:
+    """The options a framework's launch sets from the layout, for people to read.
+
+    ``framework`` is the name in ``conf/framework/``, ``title`` the stack's usual name;
+    ``refused`` lists, one sentence each, what the stack cannot run of the job (then
+    :func:`write_launch_files` refuses it).
+    """
+
+    framework: str
+    title: str
+    flags: tuple[str, ...]
+    refused: tuple[str, ...]
+
+
+def _no_refusals(job: LaunchJob) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Launcher:
+    title: str
+    files: Callable[[LaunchJob, str], tuple[LaunchFile, ...]]
+    layout_flags: Callable[[LaunchJob], tuple[Flag, ...]]
+    refusals: Callable[[LaunchJob], list[str]] = _no_refusals
+
+
+def _megatron_core_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
+    """The Megatron-LM script and, where NeMo has the model's recipe, its override."""
+    return (*_megatron.launch_files(job, title), *_nemo.launch_files(job, "NeMo 2.0"))
+
+
+# conf/framework/<name> -> how to launch it. megatron_lm (the 2020-22 stack, as the
+# simulators price it) is launched with today's Megatron-LM and that stack's overlap facts.
+_LAUNCHERS = {
+    "megatron_core": _Launcher(
+        title="Megatron-LM (Megatron-Core)",
+        files=_megatron_core_files,
+        layout_flags=_megatron.layout_flags,
+    ),
+    "megatron_lm": _Launcher(
+        title="Megatron-LM", files=_megatron.launch_files, layout_flags=_megatron.layout_flags
+    ),
+    "mindspeed": _Launcher(
+        title="MindSpeed-LLM",
+        files=_mindspeed.launch_files,
+        layout_flags=_mindspeed.layout_flags,
+    ),
+    "megatron_deepspeed": _Launcher(
+        title="Megatron-DeepSpeed",
+        files=_deepspeed.launch_files,
+        layout_flags=_deepspeed.layout_flags,
+        refusals=_deepspeed.refusals,
+    ),
+}
+
+
+def _launcher(train: TrainSpec) -> _Launcher:
+    name = train.framework.name
+    if name not in _LAUNCHERS:
+        raise UserError(
+            f"no launcher for framework {name!r}; launchers: {', '.join(sorted(_LAUNCHERS))}"
+        )
+    return _LAUNCHERS[name]
+
+
+def layout_flags(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+) -> LaunchFlags:
+    """The options the job's framework is launched with for this layout (degrees, batch,
+    layer split, recompute, overlaps), as one ``--flag value`` string each.
+
+    Example:
+        >>> import catalog
+        >>> from simulators import Layout
+        >>> job = catalog.load_job("llama70b", "h100")
+        >>> flags = layout_flags(job.model, job.cluster, job.train, Layout.resolve(64, tp=8))
+        >>> flags.title, flags.flags[0]
+        ('Megatron-LM (Megatron-Core)', '--tensor-model-parallel-size 8')
+    """
+    job = LaunchJob(model=model, cluster=cluster, train=train, layout=layout)
+    launcher = _launcher(train)
+    return LaunchFlags(
+        framework=train.framework.name,
+        title=launcher.title,
+        flags=tuple(f.text() for f in launcher.layout_flags(job)),
+        refused=tuple(launcher.refusals(job)),
+    )
+
+
+def write_launch_files(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+    layout: Layout,
+    out_dir: str | Path,
+) -> list[Path]:
+    """Write the ready-to-run launch files of the job's framework into ``out_dir``.
+
+    Megatron-LM and MindSpeed-LLM get a bash script, Megatron-DeepSpeed a script and its
+    ``ds_config.json``, and a Megatron-Core job also a NeMo 2.0 recipe override when NeMo has
+    the model's recipe. Scripts are executable; each starts with a comment naming the job and
+    the layout, then the variables autotune cannot know (data, tokenizer, checkpoints,
+    length, learning rate, the node's rank). The folder is created if needed.
+
+    Returns:
+        The paths written, in order.
+
+    Raises:
+        LayoutError: the layout breaks a rule, or the framework cannot run it.
+        SpecError: the training step cannot run on the cluster (FP8 without FP8 cores).
+        UserError: the framework has no launcher.
+    """
+    layout.check(model, cluster, train)
+    train.check_on(cluster)
+    launcher = _launcher(train)
+    job = LaunchJob(model=model, cluster=cluster, train=train, layout=layout)
+    files = launcher.files(job, launcher.title)
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for file in files:
+        path = folder / file.name
+        path.write_text(file.text)
+        if file.executable:
+            path.chmod(path.stat().st_mode | _EXECUTABLE)
+        written.append(path)
+    return written

@@ -1,0 +1,153 @@
+"""Stand-ins for the NeMo 2.0 modules a recipe override imports, recording what it sets.
+
+The written file runs as written (``__main__`` included) against these modules: a recipe
+factory returns objects that accept only the fields NeMo's classes take (``_argrules.
+NEMO_FIELDS``; ``sequence_parallelism`` on the strategy, a documented mistake, is refused),
+``run.Config`` records its target and arguments, and ``run.run`` records the recipe it runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from tests.autotune_tests._argrules import NEMO_FIELDS
+
+# NeMo 8cfedd72's recipe modules the override may name, with the keyword arguments their
+# pretrain_recipe takes beyond dir, name, num_nodes and num_gpus_per_node.
+RECIPE_EXTRAS: dict[str, frozenset[str]] = {
+    **{
+        name: frozenset()
+        for name in (
+            "llama2_7b llama3_8b llama31_70b llama31_405b mixtral_8x7b mixtral_8x22b "
+            "qwen25_7b qwen25_14b qwen25_32b qwen25_72b qwen3_30b_a3b qwen3_235b_a22b "
+            "deepseek_v2 deepseek_v2_lite gpt3_175b baichuan2_7b chatglm3_6b"
+        ).split()
+    },
+    "deepseek_v3": frozenset({"use_mtp"}),
+}
+
+
+class Fields:
+    """One NeMo object: only the fields of its ``kind`` may be set."""
+
+    def __init__(self, kind: str, **values: Any) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "values", dict(values))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in NEMO_FIELDS[self.kind]:
+            raise AttributeError(f"NeMo's {self.kind} has no field {name!r}")
+        self.values[name] = value
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Config:
+    """``run.Config(target, **kwargs)`` as recorded."""
+
+    def __init__(self, target: Any, **kwargs: Any) -> None:
+        self.target, self.kwargs = target, kwargs
+
+
+class DistributedDataParallelConfig:
+    """Megatron-Core's DDP config class, as a marker."""
+
+
+def _recipe(recipe_name: str) -> types.SimpleNamespace:
+    """``llm.<recipe_name>``: its pretrain_recipe factory, or AttributeError."""
+    if recipe_name not in RECIPE_EXTRAS:
+        raise AttributeError(f"nemo.collections.llm has no recipe {recipe_name!r}")
+
+    def pretrain_recipe(
+        *, dir: str, name: str, num_nodes: int, num_gpus_per_node: int, **extra: Any
+    ) -> types.SimpleNamespace:
+        unknown = set(extra) - RECIPE_EXTRAS[recipe_name]
+        if unknown:
+            raise TypeError(f"{recipe_name}.pretrain_recipe takes no {sorted(unknown)}")
+        strategy = Fields("strategy")
+        trainer = Fields(
+            "trainer", strategy=strategy, num_nodes=num_nodes, devices=num_gpus_per_node
+        )
+        return types.SimpleNamespace(
+            factory=recipe_name,
+            extra=extra,
+            model=types.SimpleNamespace(config=Fields("model")),
+            trainer=trainer,
+            data=Fields("data"),
+            optim=types.SimpleNamespace(config=Fields("optim")),
+        )
+
+    return types.SimpleNamespace(pretrain_recipe=pretrain_recipe)
+
+
+def _module(name: str, **attributes: Any) -> types.ModuleType:
+    module = types.ModuleType(name)
+    for key, value in attributes.items():
+        setattr(module, key, value)
+    return module
+
+
+@contextmanager
+def nemo_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Install the stand-ins; yields the list ``run.run`` appends its recipes to."""
+    ran: list[Any] = []
+
+    def run(recipe: Any, direct: bool = False) -> None:
+        assert direct, "the override trains in the torchrun worker (direct=True)"
+        ran.append(recipe)
+
+    llm = _module("nemo.collections.llm", __getattr__=_recipe)
+    plugins = {
+        name: (lambda name=name: ("plugin", name))
+        for name in ("bf16_mixed", "fp16_mixed", "bf16_with_fp8_mixed")
+    }
+    modules = {
+        "nemo_run": _module("nemo_run", Config=Config, Partial=object, run=run),
+        "megatron": _module("megatron"),
+        "megatron.core": _module("megatron.core"),
+        "megatron.core.distributed": _module(
+            "megatron.core.distributed",
+            DistributedDataParallelConfig=DistributedDataParallelConfig,
+        ),
+        "nemo": _module("nemo"),
+        "nemo.lightning": _module("nemo.lightning", MegatronMixedPrecision=object),
+        "nemo.collections": _module("nemo.collections", llm=llm),
+        "nemo.collections.llm": llm,
+        "nemo.collections.llm.recipes": _module("nemo.collections.llm.recipes"),
+        "nemo.collections.llm.recipes.precision": _module(
+            "nemo.collections.llm.recipes.precision"
+        ),
+        "nemo.collections.llm.recipes.precision.mixed_precision": _module(
+            "nemo.collections.llm.recipes.precision.mixed_precision", **plugins
+        ),
+    }
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    yield ran
+
+
+def recorded(recipe: Any) -> dict[str, Any]:
+    """The override's settings as plain dicts, for ``_launch_checks.nemo_problems``."""
+    ddp = recipe.trainer.strategy.values.get("ddp")
+    assert isinstance(ddp, Config) and ddp.target is DistributedDataParallelConfig
+    unknown = set(ddp.kwargs) - NEMO_FIELDS["ddp"]
+    assert not unknown, f"DistributedDataParallelConfig has no {sorted(unknown)}"
+    strategy = {k: v for k, v in recipe.trainer.strategy.values.items() if k != "ddp"}
+    return {
+        "strategy": strategy,
+        "model": recipe.model.config.values,
+        "data": recipe.data.values,
+        "optim": recipe.optim.config.values,
+        "ddp": ddp.kwargs,
+        "trainer": {k: v for k, v in recipe.trainer.values.items() if k != "strategy"},
+    }

@@ -1,0 +1,581 @@
+"""Launch files that run: every written script is executed by bash with stand-in launchers,
+and the arguments it hands them are parsed by each framework's own option rules.
+
+A stand-in ``torchrun`` on PATH records its argv, environment and working folder, so the
+test sees exactly what bash expands (arrays, quoting, variables). The arguments after
+``pretrain_gpt.py`` go through the framework's option table (``_argrules``) and its
+cross-option rules (``_launch_checks``); the NeMo override runs against stand-in NeMo modules
+(``_nemo_stub``) and its recorded settings go through NeMo's rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import runpy
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import catalog
+from autotune.launch import layout_flags
+from autotune.launch import write_launch_files
+from simulators import Layout
+from simulators import LayoutError
+from tests.autotune_tests import _argrules
+from tests.autotune_tests._launch_checks import deepspeed_problems
+from tests.autotune_tests._launch_checks import layout_stages
+from tests.autotune_tests._launch_checks import megatron_problems
+from tests.autotune_tests._launch_checks import nemo_problems
+from tests.autotune_tests._nemo_stub import nemo_modules
+from tests.autotune_tests._nemo_stub import recorded
+
+_RECORDER = """#!/usr/bin/env bash
+printf '%s\\0' "$@" > "$CAPTURE/argv"
+env -0 > "$CAPTURE/env"
+pwd > "$CAPTURE/cwd"
+"""
+
+
+@functools.cache
+def _job(model: str, cluster: str, overrides: tuple[str, ...]) -> catalog.Job:
+    return catalog.load_job(model, cluster, list(overrides))
+
+
+@dataclass(frozen=True)
+class Case:
+    """A job and a layout to launch."""
+
+    name: str
+    model: str
+    cluster: str
+    overrides: tuple[str, ...]
+    layout: dict[str, Any]
+
+    def specs(self) -> tuple[catalog.Job, Layout]:
+        job = _job(self.model, self.cluster, self.overrides)
+        layout = Layout.resolve(job.cluster.num_devices, **self.layout)
+        return job, layout
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What the stand-in torchrun received."""
+
+    launcher: dict[str, Any]
+    args: dict[str, Any]
+    env: dict[str, str]
+    cwd: Path
+
+
+def _write(case: Case, out: Path) -> tuple[catalog.Job, Layout, list[Path]]:
+    job, layout = case.specs()
+    assert not layout.violations(job.model, job.cluster, job.train), case.name
+    return job, layout, write_launch_files(job.model, job.cluster, job.train, layout, out)
+
+
+def _run(script: Path, tmp_path: Path, table: dict[str, _argrules.Opt], **env: str) -> Launched:
+    """Run ``script`` with the stand-in torchrun; parse both argument lists strictly."""
+    stand_ins, capture = tmp_path / "bin", tmp_path / "capture"
+    stand_ins.mkdir(exist_ok=True)
+    capture.mkdir(exist_ok=True)
+    recorder = stand_ins / "torchrun"
+    recorder.write_text(_RECORDER)
+    recorder.chmod(0o755)
+    environment = {
+        "PATH": f"{stand_ins}:{os.environ['PATH']}",
+        "CAPTURE": str(capture),
+        "HOME": str(tmp_path),
+        **env,
+    }
+    done = subprocess.run(
+        ["bash", str(script)], env=environment, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    argv = (capture / "argv").read_text().split("\0")[:-1]
+    entry = argv.index("pretrain_gpt.py")
+    pairs = (line.split("=", 1) for line in (capture / "env").read_text().split("\0") if line)
+    return Launched(
+        launcher=_argrules.parse(argv[:entry], _argrules.TORCHRUN),
+        args=_argrules.parse(argv[entry + 1 :], table),
+        env=dict(pairs),
+        cwd=Path((capture / "cwd").read_text().strip()),
+    )
+
+
+def _check_file_form(path: Path, layout: Layout) -> None:
+    """Executable, a comment first that names the layout, a newline last, bash -n clean."""
+    text = path.read_text()
+    assert os.access(path, os.X_OK) and text.endswith("\n")
+    lines = text.splitlines()
+    assert lines[0].startswith("#!") and lines[1].startswith("# ")
+    assert layout.describe() in text.split("\n\n")[0]
+    if path.suffix == ".sh":
+        syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert syntax.returncode == 0, syntax.stderr
+
+
+def _stage_layers(args: dict[str, Any]) -> tuple[tuple[int, ...], int]:
+    """Layers per pipeline stage and vpp, read back from the parsed options."""
+    layers, pp = args["--num-layers"], args.get("--pipeline-model-parallel-size", 1)
+    if "--pipeline-model-parallel-layout" in args:
+        stages = layout_stages(args["--pipeline-model-parallel-layout"])
+        vpp = len(stages) // pp
+        counts = [s.count("t") for s in stages]
+        return tuple(sum(counts[c * pp + r] for c in range(vpp)) for r in range(pp)), vpp
+    if "--num-layer-list" in args:
+        return tuple(int(n) for n in args["--num-layer-list"].split(",")), 1
+    per_chunk = args.get("--num-layers-per-virtual-pipeline-stage")
+    vpp = layers // pp // per_chunk if per_chunk else 1
+    return (layers // pp,) * pp, vpp
+
+
+def _check_layout(args: dict[str, Any], job: catalog.Job, layout: Layout) -> None:
+    """The options launch exactly the layout: degrees, batch, split, vpp, recompute."""
+    assert args["--tensor-model-parallel-size"] == layout.tp
+    assert args["--pipeline-model-parallel-size"] == layout.pp
+    assert args.get("--context-parallel-size", 1) == layout.cp
+    assert args.get("--expert-model-parallel-size", 1) == layout.ep
+    assert args["--micro-batch-size"] == layout.micro_batch
+    assert args["--global-batch-size"] == job.train.global_batch_size
+    assert ("--sequence-parallel" in args) == layout.sequence_parallel
+    assert _stage_layers(args) == (layout.stage_layers(job.model, job.train), layout.vpp)
+    granularity = {"none": None, "selective": "selective", "full": "full"}[layout.recompute]
+    assert args.get("--recompute-granularity") == granularity
+
+
+MEGATRON_CASES = [
+    Case(
+        "dense_vpp_selective",
+        "llama70b",
+        "h100",
+        (),
+        dict(tp=8, pp=4, vpp=5, recompute="selective"),
+    ),
+    Case("moe_ep_tp", "mixtral_8x7b", "h100", (), dict(tp=2, pp=2, ep=4)),
+    Case(
+        "mla_moe_uneven", "deepseek_v3", "h100", ("cluster.num_nodes=16",), dict(tp=2, pp=8, ep=8)
+    ),
+    Case("uneven_vpp", "llama3_8b", "h100", ("model.num_layers=30",), dict(tp=2, pp=4, vpp=2)),
+    Case(
+        "fp8_cp_full",
+        "llama3_8b",
+        "h100",
+        ("train.precision=fp8",),
+        dict(tp=2, cp=2, recompute="full"),
+    ),
+    Case(
+        "block_recompute_vpp",
+        "llama70b",
+        "h100",
+        (),
+        dict(tp=8, pp=4, vpp=2, recompute="full", recompute_layers=5),
+    ),
+    Case("replicated_optimizer", "llama3_8b", "a100", (), dict(tp=4, distributed_optimizer=False)),
+    Case("gpt3_tied_biases", "gpt3_175b", "a100", ("cluster.num_nodes=16",), dict(tp=8, pp=8)),
+    Case("legacy_v100", "llama2_7b", "v100", (), dict(tp=8, pp=2)),
+    Case("no_nemo_recipe", "internlm2_7b", "h100", ("cluster.num_nodes=1",), dict(tp=2)),
+]
+
+
+@pytest.mark.parametrize("case", MEGATRON_CASES, ids=lambda c: c.name)
+def test_megatron_script_passes_megatron_rules(case: Case, tmp_path: Path) -> None:
+    job, layout, written = _write(case, tmp_path / "out")
+    script = tmp_path / "out" / "launch_megatron.sh"
+    assert written[0] == script
+    _check_file_form(script, layout)
+    (tmp_path / "megatron").mkdir()
+    launched = _run(script, tmp_path, _argrules.MEGATRON, MEGATRON_DIR=str(tmp_path / "megatron"))
+    assert launched.cwd == tmp_path / "megatron"
+    cluster = job.cluster
+    assert launched.launcher["--nproc-per-node"] == str(cluster.devices_per_node)
+    assert launched.launcher["--nnodes"] == str(cluster.num_nodes)
+    assert megatron_problems(launched.args, launched.env, cluster.num_devices) == []
+    _check_layout(launched.args, job, layout)
+    args, framework = launched.args, job.train.framework
+    assert ("--overlap-grad-reduce" in args) == framework.overlap_grad_reduce
+    gather = framework.overlap_param_gather and layout.distributed_optimizer
+    assert ("--overlap-param-gather" in args) == (framework.overlap_grad_reduce and gather)
+    assert "--use-flash-attn" not in args  # a no-op on Megatron-LM main
+    flash = job.train.uses_flash_attention(cluster)
+    assert args["--attention-backend"] == ("auto" if flash else "unfused")
+    assert "--mock-data" in args  # no DATA_PATH: a smoke run on mock data
+
+
+def test_megatron_details_follow_the_job(tmp_path: Path) -> None:
+    paths = {}
+    for case in MEGATRON_CASES:
+        _write(case, tmp_path / case.name)
+        paths[case.name] = (tmp_path / case.name / "launch_megatron.sh").read_text()
+    assert "--fp8-format hybrid" in paths["fp8_cp_full"]
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in paths["fp8_cp_full"]
+    assert "--moe-layer-freq '([0]*3+[1]*58)'" in paths["mla_moe_uneven"]
+    assert (
+        "--pipeline-model-parallel-layout 'Et*7|t*7|t*8|t*8|t*8|t*8|t*8|t*7L'"
+        in (paths["mla_moe_uneven"])
+    )
+    assert (
+        "--recompute-method block\n    --recompute-num-layers 3\n"
+        in (paths["block_recompute_vpp"])
+    )  # 5 layers per stage, counted per model chunk: ceil(5 / 2)
+    assert "--fp16" in paths["legacy_v100"] and "--overlap-grad-reduce" not in paths["legacy_v100"]
+    assert "--position-embedding-type learned_absolute" in paths["gpt3_tied_biases"]
+    assert "--disable-bias-linear" not in paths["gpt3_tied_biases"]
+    assert "--untie-embeddings" not in paths["gpt3_tied_biases"]
+    assert "ROTARY_BASE" not in paths["gpt3_tied_biases"]
+    replicated = paths["replicated_optimizer"]
+    assert "--overlap-grad-reduce" in replicated and "--overlap-param-gather" not in replicated
+
+
+def test_megatron_script_takes_real_data_and_refuses_half_of_it(tmp_path: Path) -> None:
+    _, _, _ = _write(MEGATRON_CASES[0], tmp_path / "out")
+    script = tmp_path / "out" / "launch_megatron.sh"
+    launched = _run(
+        script,
+        tmp_path,
+        _argrules.MEGATRON,
+        MEGATRON_DIR=str(tmp_path),
+        DATA_PATH="/data/c4_text_document",
+        TOKENIZER="meta-llama/Llama-3.1-70B",
+        NODE_RANK="3",
+        TRAIN_ITERS="500",
+    )
+    args = launched.args
+    assert args["--data-path"] == ["/data/c4_text_document"] and "--mock-data" not in args
+    assert args["--tokenizer-model"] == "meta-llama/Llama-3.1-70B"
+    assert args["--train-iters"] == 500 and args["--save-interval"] == 500
+    assert launched.launcher["--node-rank"] == 3
+    assert megatron_problems(args, launched.env, 64) == []
+    half = subprocess.run(
+        ["bash", str(script)],
+        env={"PATH": os.environ["PATH"], "DATA_PATH": "/data/c4_text_document"},
+        capture_output=True,
+        text=True,
+    )
+    assert half.returncode == 1 and "set TOKENIZER" in half.stderr
+
+
+MINDSPEED_CASES = [
+    Case("dense_cp", "llama70b", "ascend", (), dict(tp=8, pp=2, cp=2)),
+    Case("uneven_layer_list", "llama70b", "ascend", ("cluster.num_nodes=6",), dict(tp=8, pp=3)),
+    Case("uneven_vpp", "llama70b", "ascend", ("cluster.num_nodes=6",), dict(tp=8, pp=3, vpp=2)),
+    Case(
+        "moe_ep_tp_full",
+        "qwen3_30b_a3b",
+        "ascend",
+        ("cluster.num_nodes=2",),
+        dict(tp=2, pp=2, ep=4, recompute="full"),
+    ),
+    Case(
+        "mla_block",
+        "deepseek_v2_lite",
+        "ascend",
+        (),
+        dict(pp=2, ep=8, recompute="full", recompute_layers=4),
+    ),
+    Case(
+        "block_vpp",
+        "llama2_7b",
+        "ascend",
+        ("cluster.num_nodes=1",),
+        dict(tp=2, pp=2, vpp=4, recompute="full", recompute_layers=6),
+    ),
+    Case(
+        "qkv_bias_selective",
+        "qwen2_5_7b",
+        "ascend",
+        ("cluster.num_nodes=1",),
+        dict(tp=4, recompute="selective"),
+    ),
+]
+
+
+def _mindspeed_env(tmp_path: Path) -> dict[str, str]:
+    """A MindSpeed-LLM folder, CANN and ATB environment files, data and a tokenizer folder."""
+    for folder in ("mindspeed_llm", "tokenizer"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+    (tmp_path / "cann.sh").write_text("export ASCEND_HOME_PATH=/usr/local/Ascend/cann\n")
+    (tmp_path / "atb.sh").write_text("export ATB_HOME_PATH=/usr/local/Ascend/nnal/atb\n")
+    return {
+        "MINDSPEED_LLM_DIR": str(tmp_path / "mindspeed_llm"),
+        "CANN_SET_ENV": str(tmp_path / "cann.sh"),
+        "ATB_SET_ENV": str(tmp_path / "atb.sh"),
+        "DATA_PATH": "/data/c4_text_document",
+        "TOKENIZER_PATH": str(tmp_path / "tokenizer"),
+    }
+
+
+@pytest.mark.parametrize("case", MINDSPEED_CASES, ids=lambda c: c.name)
+def test_mindspeed_script_passes_mindspeed_rules(case: Case, tmp_path: Path) -> None:
+    job, layout, written = _write(case, tmp_path / "out")
+    assert [p.name for p in written] == ["launch_mindspeed.sh"]
+    _check_file_form(written[0], layout)
+    launched = _run(written[0], tmp_path, _argrules.MINDSPEED, **_mindspeed_env(tmp_path))
+    assert launched.cwd == tmp_path / "mindspeed_llm"
+    assert launched.env["ASCEND_HOME_PATH"] and launched.env["ATB_HOME_PATH"]
+    assert launched.env["HCCL_CONNECT_TIMEOUT"] == "3600"
+    args, world = launched.args, job.cluster.num_devices
+    problems = megatron_problems(args, launched.env, world, core_0_12=True, mindspeed=True)
+    assert problems == []
+    _check_layout(args, job, layout)
+    assert args["--transformer-impl"] == "local" and "--use-mcore-models" in args
+    assert "--use-flash-attn" in args  # the 910B has fused attention and the job asks for it
+    assert ("--overlap-grad-reduce" in args) == job.train.framework.overlap_grad_reduce
+    assert args.get("--context-parallel-algo") == ("megatron_cp_algo" if layout.cp > 1 else None)
+    assert args["--padded-vocab-size"] == job.model.vocab_size
+    if layout.recompute_layers and layout.vpp > 1:
+        assert args["--recompute-num-layers"] == layout.recompute_layers
+        assert "--enable-recompute-layers-per-pp-rank" in args
+
+
+def test_mindspeed_flags_follow_the_framework_facts(tmp_path: Path) -> None:
+    """Overlaps and flash attention come from the framework's facts and the job, not
+    constants: turn them over and the flags follow, still passing the rules."""
+    job, layout = MINDSPEED_CASES[0].specs()
+    framework = dataclasses.replace(
+        job.train.framework, overlap_grad_reduce=True, overlap_param_gather=True
+    )
+    train = dataclasses.replace(job.train, framework=framework, flash_attention=False)
+    write_launch_files(job.model, job.cluster, train, layout, tmp_path / "out")
+    script = tmp_path / "out" / "launch_mindspeed.sh"
+    launched = _run(script, tmp_path, _argrules.MINDSPEED, **_mindspeed_env(tmp_path))
+    args = launched.args
+    assert "--overlap-grad-reduce" in args and "--overlap-param-gather" in args
+    assert "--use-flash-attn" not in args and "--no-masked-softmax-fusion" not in args
+    problems = megatron_problems(args, launched.env, 64, core_0_12=True, mindspeed=True)
+    assert problems == []
+
+
+def test_mindspeed_script_stops_without_a_tokenizer_folder(tmp_path: Path) -> None:
+    job, layout = MINDSPEED_CASES[0].specs()
+    (script,) = write_launch_files(job.model, job.cluster, job.train, layout, tmp_path)
+    env = {**_mindspeed_env(tmp_path), "TOKENIZER_PATH": str(tmp_path / "missing")}
+    done = subprocess.run(
+        ["bash", str(script)], env={"PATH": os.environ["PATH"], **env}, capture_output=True
+    )
+    assert done.returncode == 1 and b"TOKENIZER_PATH" in done.stderr
+
+
+DEEPSPEED_CASES = [
+    Case("zero1_sp", "llama2_7b", "vtrain_a100", ("cluster.num_nodes=2",), dict(tp=2, pp=2)),
+    Case(
+        "zero0_full",
+        "llama2_13b",
+        "vtrain_a100",
+        ("cluster.num_nodes=4",),
+        dict(tp=4, pp=4, distributed_optimizer=False, recompute="full"),
+    ),
+    Case(
+        "uneven_fp16",
+        "llama2_7b",
+        "vtrain_a100",
+        ("cluster.num_nodes=2", "model.num_layers=30", "train.precision=fp16"),
+        dict(tp=2, pp=4),
+    ),
+    Case(
+        "gpt3_selective",
+        "gpt3_175b",
+        "vtrain_a100",
+        ("cluster.num_nodes=8",),
+        dict(tp=8, pp=8, recompute="selective"),
+    ),
+    Case("qkv_bias", "qwen2_5_7b", "vtrain_a100", ("cluster.num_nodes=1",), dict(tp=4)),
+]
+
+
+@pytest.mark.parametrize("case", DEEPSPEED_CASES, ids=lambda c: c.name)
+def test_deepspeed_script_and_config_pass_deepspeed_rules(case: Case, tmp_path: Path) -> None:
+    job, layout, written = _write(case, tmp_path / "out")
+    assert [p.name for p in written] == ["launch_megatron_deepspeed.sh", "ds_config.json"]
+    _check_file_form(written[0], layout)
+    assert not os.access(written[1], os.X_OK)
+    (tmp_path / "mds").mkdir()
+    launched = _run(
+        written[0],
+        tmp_path,
+        _argrules.MEGATRON_DEEPSPEED,
+        MEGATRON_DEEPSPEED_DIR=str(tmp_path / "mds"),
+        DATA_PATH="/data/c4_text_document",
+        TOKENIZER="meta-llama/Llama-2-7b-hf",
+    )
+    args = launched.args
+    config_path = Path(args["--deepspeed_config"])
+    assert config_path == written[1]  # the JSON beside the script, found from any folder
+    config = json.loads(config_path.read_text())
+    world = job.cluster.num_devices
+    assert deepspeed_problems(args, launched.env, world, config) == []
+    dp = world // (layout.tp * layout.pp)
+    assert (
+        config["train_batch_size"]
+        == args["--micro-batch-size"] * dp * (config["gradient_accumulation_steps"])
+    )
+    assert config["zero_optimization"]["stage"] == int(layout.distributed_optimizer)
+    assert ("--deepspeed-activation-checkpointing" in args) == (layout.recompute == "full")
+    assert args["--tensor-model-parallel-size"] == layout.tp
+    assert args["--pipeline-model-parallel-size"] == layout.pp
+    assert ("--sequence-parallel" in args) == layout.sequence_parallel
+
+
+def test_deepspeed_notes_what_it_cannot_spell(tmp_path: Path) -> None:
+    job, layout, written = _write(DEEPSPEED_CASES[-1], tmp_path)
+    assert "QKV biases are off" in written[0].read_text()
+
+
+@pytest.mark.parametrize(
+    ("model", "layout", "refusal"),
+    [
+        ("llama2_7b", dict(tp=2, cp=2), "no ring context parallelism"),
+        ("mixtral_8x7b", dict(tp=2, ep=2), "is MoE"),
+    ],
+)
+def test_deepspeed_refuses_what_it_cannot_run(
+    model: str, layout: dict[str, Any], refusal: str, tmp_path: Path
+) -> None:
+    job = _job(model, "vtrain_a100", ("cluster.num_nodes=2",))
+    lay = Layout.resolve(16, **layout)
+    assert not lay.violations(job.model, job.cluster, job.train)
+    with pytest.raises(LayoutError, match=refusal):
+        write_launch_files(job.model, job.cluster, job.train, lay, tmp_path)
+    assert any(
+        refusal in line for line in layout_flags(job.model, job.cluster, job.train, lay).refused
+    )
+
+
+NEMO_CASES = [c for c in MEGATRON_CASES if c.cluster != "v100" and c.name != "no_nemo_recipe"]
+
+
+@pytest.mark.parametrize("case", NEMO_CASES, ids=lambda c: c.name)
+def test_nemo_override_passes_nemo_rules(
+    case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job, layout, written = _write(case, tmp_path)
+    assert [p.name for p in written] == ["launch_megatron.sh", "nemo_pretrain.py"]
+    _check_file_form(written[1], layout)
+    with nemo_modules(monkeypatch) as ran:
+        runpy.run_path(str(written[1]), run_name="__main__")
+    (recipe,) = ran
+    settings = recorded(recipe)
+    assert nemo_problems(settings, job.cluster.num_devices) == []
+    strategy = settings["strategy"]
+    assert (strategy["tensor_model_parallel_size"], strategy["pipeline_model_parallel_size"]) == (
+        layout.tp,
+        layout.pp,
+    )
+    assert strategy["context_parallel_size"] == layout.cp
+    assert strategy["expert_model_parallel_size"] == layout.ep
+    assert strategy["sequence_parallel"] == layout.sequence_parallel
+    assert strategy["virtual_pipeline_model_parallel_size"] == (
+        layout.vpp if layout.vpp > 1 else None
+    )
+    assert settings["data"]["micro_batch_size"] == layout.micro_batch
+    assert settings["data"]["global_batch_size"] == job.train.global_batch_size
+    assert settings["ddp"]["overlap_grad_reduce"] == job.train.framework.overlap_grad_reduce
+    assert settings["optim"]["use_distributed_optimizer"] == layout.distributed_optimizer
+    plugin = "bf16_with_fp8_mixed" if job.train.fp8 else "bf16_mixed"
+    assert recipe.trainer.plugins == ("plugin", plugin)
+    assert (recipe.trainer.num_nodes, recipe.trainer.devices) == (
+        job.cluster.num_nodes,
+        job.cluster.devices_per_node,
+    )
+
+
+def test_nemo_override_in_fp32_builds_its_own_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = Case("fp32", "llama3_8b", "a100", ("train.precision=fp32",), dict(tp=8))
+    job, layout, written = _write(case, tmp_path)
+    with nemo_modules(monkeypatch) as ran:
+        runpy.run_path(str(written[1]), run_name="__main__")
+    (recipe,) = ran
+    settings = recorded(recipe)
+    assert nemo_problems(settings, job.cluster.num_devices) == []
+    assert recipe.trainer.plugins.kwargs["precision"] == "32"
+    assert not settings["optim"]["bf16"] and not settings["optim"]["fp16"]
+    assert "import torch" in written[1].read_text()  # for the plugin's dtypes
+
+
+def test_nemo_file_is_only_for_megatron_core_models_with_a_recipe(tmp_path: Path) -> None:
+    job, layout, written = _write(MEGATRON_CASES[-1], tmp_path / "internlm")
+    assert [p.name for p in written] == ["launch_megatron.sh"]  # NeMo has no InternLM2 recipe
+    job, layout, written = _write(MEGATRON_CASES[-2], tmp_path / "v100")
+    assert job.train.framework.name == "megatron_lm"
+    assert [p.name for p in written] == ["launch_megatron.sh"]
+
+
+def test_invalid_layout_is_refused_with_every_rule(tmp_path: Path) -> None:
+    job = _job("llama70b", "h100", ())
+    bad = Layout.resolve(64, tp=3, pp=7)
+    with pytest.raises(LayoutError, match="tp=3 does not divide"):
+        write_launch_files(job.model, job.cluster, job.train, bad, tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_layout_flags_are_the_jobs_framework_and_its_facts() -> None:
+    """The terminal shows the job's framework only; overlaps follow its facts."""
+    layout = Layout.resolve(64, tp=8, pp=4, vpp=5)
+    core = _job("llama70b", "h100", ("train.precision=fp8",))
+    flags = layout_flags(core.model, core.cluster, core.train, layout)
+    assert flags.title == "Megatron-LM (Megatron-Core)" and not flags.refused
+    assert "--num-layers-per-virtual-pipeline-stage 4" in flags.flags
+    assert {"--overlap-grad-reduce", "--overlap-param-gather"} <= set(flags.flags)
+    legacy = _job("llama70b", "a100", ("train.framework=megatron_lm",))
+    old = layout_flags(legacy.model, legacy.cluster, legacy.train, layout)
+    assert old.framework == "megatron_lm" and "--overlap-grad-reduce" not in old.flags
+    ascend = _job("llama70b", "ascend", ())
+    mindspeed = layout_flags(ascend.model, ascend.cluster, ascend.train, Layout.resolve(64, pp=3))
+    assert mindspeed.title == "MindSpeed-LLM" and "--overlap-grad-reduce" not in mindspeed.flags
+    assert any(f.startswith("--num-layer-list ") for f in mindspeed.flags)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        (["--tensor-model-parallel", "2"], "unrecognized"),  # an abbreviation
+        (["--bf16", "true"], "unexpected value"),
+        (["--bf16=1"], "takes no value"),
+        (["--seq-length"], "expects one value"),
+        (["--seq-length", "4k"], "invalid value"),
+        (["--normalization", "rmsnorm"], "not one of"),
+        (["--swiglu", "--swiglu"], "twice"),
+    ],
+)
+def test_the_option_parser_refuses_what_argparse_refuses(tokens: list[str], message: str) -> None:
+    with pytest.raises(_argrules.ArgError, match=message):
+        _argrules.parse(tokens, _argrules.MEGATRON)
+
+
+def test_the_rules_catch_broken_launches() -> None:
+    """The cross-option checks fire: a sanity check of the checker itself."""
+    base = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32"]
+    base += [
+        "--max-position-embeddings",
+        "4096",
+        "--seq-length",
+        "4096",
+        "--micro-batch-size",
+        "1",
+    ]
+    base += ["--train-iters", "10", "--mock-data", "--tokenizer-type", "NullTokenizer"]
+    base += ["--vocab-size", "32000"]
+    broken = _argrules.parse(
+        base
+        + ["--tensor-model-parallel-size", "2", "--context-parallel-size", "3"]
+        + ["--recompute-granularity", "selective", "--recompute-method", "uniform"]
+        + ["--overlap-param-gather", "--num-layers-per-virtual-pipeline-stage", "4"],
+        _argrules.MEGATRON,
+    )
+    found = " ".join(megatron_problems(broken, {}, 12))
+    for rule in ("R18", "R22", "R11", "R10", "R25"):
+        assert rule in found
+    listed = _argrules.parse(
+        [*base, "--pipeline-model-parallel-size", "4", "--num-layer-list", "8,8,8,9"],
+        _argrules.MINDSPEED,
+    )
+    assert "sums to 33" in " ".join(
+        megatron_problems(listed, {}, 8, core_0_12=True, mindspeed=True)
+    )

@@ -37,13 +37,19 @@ from autotune.search._price import price_in_processes
 from autotune.search._record import record_search
 from autotune.search._space import SearchSpace
 from autotune.search._space import build_space
-from autotune.search._study import MULTI_OBJECTIVE
+from autotune.search._study import POLISHED
 from autotune.search._study import SAMPLERS
 from autotune.search._study import StopFlag
 from autotune.search._study import add_priced_trials
+from autotune.search._study import evaluated_trials
 from autotune.search._study import open_storage
 from autotune.search._study import open_study
 from autotune.search._study import optimize
+from autotune.search._workers import StudyPlace
+from autotune.search._workers import in_memory_copy
+from autotune.search._workers import shared_study
+from autotune.search._workers import start_workers
+from autotune.search._workers import stop_workers
 from autotune.tracking import check_tracking
 from catalog import Job
 from catalog import job_from_config
@@ -135,14 +141,17 @@ def search_job(
         f"{job.train.global_batch_size}\n{space.size} valid layouts; {job.simulator.name} "
         f"simulator, " + ("every layout priced (grid)" if mode == "grid" else f"{mode} sampler")
     )
-    study = open_study(
-        storage,
-        search.study_name or _study_name(job, mode),
-        mode,
-        search.seed,
-        _fingerprint(config, job, space),
-    )
-    pairs, trials, stopped = _run(mode, search, space, evaluate, study, stop)
+    name = search.study_name or _study_name(job, mode)
+    fingerprint = _fingerprint(config, job, space)
+    parallel = mode != "grid" and search.workers > 1
+    with shared_study(search.storage if parallel else None) as url:
+        if parallel and storage is None:  # a journal file that lives as long as the search
+            storage = open_storage(url)
+        study = open_study(storage, name, mode, search.seed, fingerprint)
+        place = StudyPlace(url, name, mode, fingerprint) if parallel else None
+        pairs, trials, stopped = _run(mode, config, job, space, evaluate, study, stop, place)
+        if parallel and search.storage is None:
+            study = in_memory_copy(study)
     exhaustive = mode == "grid" and not stopped
     if not exhaustive and not stopped and grid_s <= search.grid_budget_s:
         log.info(f"  pricing all {space.size} layouts beside the search (~{duration(grid_s)})")
@@ -169,32 +178,48 @@ def search_job(
 
 def _run(
     mode: str,
-    search: SearchConfig,
+    config: AutotuneConfig,
+    job: Job,
     space: SearchSpace,
     evaluate: Evaluator,
     study: Any,
     stop: StopFlag,
+    place: StudyPlace | None,
 ) -> tuple[list[Any], int, bool]:
-    """(layout, prediction) pairs evaluated, complete trials, whether a signal stopped it."""
+    """(layout, prediction) pairs evaluated, complete trials, whether a signal stopped it.
+
+    With ``place``, ``search.workers - 1`` more processes sample the same study meanwhile.
+    """
+    search = config.search
     if mode == "grid":
         progress = Progress(f"{evaluate.simulator.name}", space.size, unit="layouts")
         predictions = evaluate.price(space.layouts, lambda done, _: progress.update(done))
         pairs = list(zip(space.layouts, predictions, strict=True))
         if not study.trials:  # a resumed grid study already holds them
-            add_priced_trials(study, space, ranked(pairs)[: search.n_trials])
+            add_priced_trials(study, space, ranked(pairs)[: search.n_trials], origin="grid")
         return pairs, len(study.trials), bool(stop)
+    polish = search.polish if mode in POLISHED else 0.0
+    workers = []
+    if place is not None:
+        sampled = search.n_trials - int(search.n_trials * polish)
+        workers = start_workers(config, job, place, search.workers - 1, sampled)
+        log.info(f"  {search.workers} workers sample the study {place.study_name!r}")
     progress = Progress("trials", search.n_trials, unit="trials")
-    result = optimize(
-        study,
-        space,
-        evaluate,
-        n_trials=search.n_trials,
-        polish_fraction=search.polish if mode not in MULTI_OBJECTIVE else 0.0,
-        stop=stop,
-        progress=lambda done, _: progress.update(done),
-    )
-    pairs = [(layout, prediction) for _, layout, prediction in result.evaluated]
-    return pairs, len(result.evaluated), result.stopped
+    try:
+        result = optimize(
+            study,
+            space,
+            evaluate,
+            n_trials=search.n_trials,
+            polish_fraction=polish,
+            stop=stop,
+            progress=lambda done, _: progress.update(done),
+        )
+    finally:
+        stop_workers(workers, stopped=bool(stop))
+    evaluated = evaluated_trials(study, space, evaluate) if workers else result.evaluated
+    pairs = [(layout, prediction) for _, layout, prediction in evaluated]
+    return pairs, len(evaluated), bool(stop)
 
 
 def _rerank(search: SearchConfig, job: Job, outcome: Outcome) -> Rerank:

@@ -67,7 +67,7 @@ def run_command(command: Command, argv: Sequence[str] | None = None) -> int:
                 f"--help (python -m {command.module} --help)"
             )
         cfg = catalog.compose(command.config_name, overrides)
-        config = typed(cfg, command.schema)  # checked, also when only shown
+        config: Any = typed(cfg, command.schema)  # checked, also when only shown
         if show_config:
             print(OmegaConf.to_yaml(cfg), end="")
             return 0

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,10 @@ class SearchSpace:
     splits: tuple[str, ...]  # the split variant of each layout
     choices: Mapping[str, tuple[Any, ...]]
     _positions: np.ndarray  # (layouts, fields): index of each layout's value in its choices
+    _index: dict[Layout, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", {lay: i for i, lay in enumerate(self.layouts)})
 
     @property
     def size(self) -> int:
@@ -57,7 +62,7 @@ class SearchSpace:
         return {name: getattr(layout, name) for name in SEARCHED} | {"split": self.splits[index]}
 
     def values_of(self, layout: Layout) -> dict[str, Any]:
-        return self.values(self.layouts.index(layout))
+        return self.values(self._index[layout])
 
     def nearest(self, values: Mapping[str, Any]) -> Layout:
         """The valid layout closest to a proposal (weighted steps along each choice list)."""

@@ -51,8 +51,8 @@ class HierarchicalSimulator:
     with compute and communication streams, and run through the pipeline schedule for every
     pipeline rank. Step time is the slowest rank's; ``detail`` holds per-rank times
     (``rank_time_s``) and memory (``rank_memory_gib``), compute time by operator class for the
-    slowest rank (``op_category_time_s``) and the timeline (``timeline``, see
-    :func:`simulators.hierarchical.trace.write_chrome_trace`).
+    slowest rank (``op_category_time_s``); :meth:`simulate_timeline` adds the event timeline
+    (``timeline``, see :func:`simulators.hierarchical.trace.write_chrome_trace`).
     """
 
     constants: HierarchicalConstants
@@ -65,6 +65,28 @@ class HierarchicalSimulator:
 
     def simulate(
         self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        """Predict one layout; ``detail`` holds every view but the event timeline."""
+        return self._predict(model, cluster, train, layout, record=False)
+
+    def simulate_timeline(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        """:meth:`simulate`, plus the event timeline in ``detail["timeline"]``.
+
+        The timeline holds seven numbers per block and transfer of every pipeline rank (about
+        half a MiB for 256 micro-batches on 4 x 4 virtual stages), so the plain prediction,
+        which a search keeps for every layout it prices, leaves it out.
+        """
+        return self._predict(model, cluster, train, layout, record=True)
+
+    def _predict(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        train: TrainSpec,
+        layout: Layout,
+        record: bool,
     ) -> Prediction:
         from simulators.hierarchical.compile import compile_layer  # torch loads here
 
@@ -101,6 +123,7 @@ class HierarchicalSimulator:
             p2p_s=[p2p_s(k % p, (k + 1) % p) for k in range(p * v - 1)],
             activation_bytes=[plan.activation_bytes() for plan in plans],
             transient_bytes=[plan.transient_bytes() for plan in plans],
+            record=record,
         )
         ranks = [
             self._rank(r, plans[r::p], blocks[r::p], run, m, cluster, train, layout, comm, tied)
@@ -118,8 +141,9 @@ class HierarchicalSimulator:
             "rank_time_s": [rank[0] for rank in ranks],
             "rank_memory_gib": [sum(mem.values()) for mem in memories],
             "op_category_time_s": categories,
-            "timeline": Timeline(tuple(run.timeline), chunked=v > 1),
         }
+        if record:
+            detail["timeline"] = Timeline(tuple(run.timeline), chunked=v > 1)
         if isinstance(cost, ProfiledCost):
             ops = [op for g in graphs.values() for op in g.forward + g.backward if op.dtype]
             detail["profiled_op_fraction"] = sum(map(cost.covers, ops)) / len(ops)
@@ -145,7 +169,7 @@ class HierarchicalSimulator:
         path: str | Path,
     ) -> Path:
         """Simulate the layout and write its timeline as a Chrome trace (Perfetto)."""
-        return write_chrome_trace(self.simulate(model, cluster, train, layout), path)
+        return write_chrome_trace(self.simulate_timeline(model, cluster, train, layout), path)
 
     def _rank(
         self,

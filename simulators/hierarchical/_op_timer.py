@@ -133,8 +133,8 @@ class OpTimer:
             start=256,
         )
         fill_per_s = self._grow(
-            lambda n: (n * n,),
-            lambda count: torch.randn(count, dtype=dtype, device=self.device),
+            lambda n: ((n * n,),),
+            lambda shape: self._fill(shape, dtype),
             lambda n: float(n * n),
             start=256,
         )
@@ -154,15 +154,23 @@ class OpTimer:
         n = start
         while True:
             inputs = make(n)
-            seconds = median_time_s(functools.partial(run, *inputs), 1, self.synchronize)
+            seconds = median_time_s(functools.partial(run, *inputs), 3, self.synchronize)
             if seconds >= _PROBE_S or n >= 16 * start:
                 return work(n) / max(seconds, 1e-9)
             n *= 2
 
+    def _fill(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """Inputs of a floating dtype: random on an accelerator; on a CPU a constant, as
+        random numbers cost more there than most ops (a kernel's time on a CPU does not
+        depend on the values, but for denormals and NaN, which a constant avoids)."""
+        if self.device == "cpu":
+            return torch.full(shape, 0.5, dtype=dtype)
+        return torch.randn(shape, dtype=dtype, device=self.device)
+
     def _real(self, value: Any) -> Any:
         if isinstance(value, _TensorArg):
             if value.dtype.is_floating_point:
-                return torch.randn(value.shape, dtype=value.dtype, device=self.device)
+                return self._fill(value.shape, value.dtype)
             return torch.zeros(value.shape, dtype=value.dtype, device=self.device)
         if isinstance(value, torch.device):
             return torch.device(self.device)

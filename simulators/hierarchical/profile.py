@@ -2,11 +2,11 @@
 
 The layers of a layout are recorded on the meta device exactly as the simulator records them;
 each distinct operator (name, shapes and arguments, dtype) is then run on the device with
-random inputs and timed. The table's columns are :data:`COST_TABLE_COLUMNS`
-(``op, shapes, dtype, device, time_us``). Operators the device cannot run (fused attention
-kernels on a CPU), and those a time budget leaves out (the dearest first: a bf16 GEMM of a
-70B layer takes minutes on a CPU), are not in the table; the simulator prices them with its
-roofline.
+inputs of its shapes (random on an accelerator, a constant on a CPU) and timed, the cheapest
+first. The table's columns are :data:`COST_TABLE_COLUMNS` (``op, shapes, dtype, device,
+time_us``). Operators the device cannot run (fused attention kernels on a CPU), and those a
+time budget leaves out (the dearest: a bf16 GEMM of a 70B layer takes minutes on a CPU), are
+not in the table; the simulator prices them with its roofline.
 """
 
 from __future__ import annotations

@@ -220,22 +220,25 @@ def _block_plans(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Block, .
     stages = p * v
     plans = []
     for r in range(p):
-        blocks: list[_Block] = []
-        backwards = [0] * v
-        for forward, chunk, mb in schedule_order(schedule, r, p, m, v):
+        # Per (forward, chunk): forward flag, first end slot, first dependency slot (-1:
+        # none), transfer index and virtual stage; a micro-batch adds itself to both slots.
+        heads = {}
+        for chunk in range(v):
             vs = chunk * p + r
-            if forward:
-                own = vs * m + mb
-                dep, k = ((vs - 1) * m + mb, vs - 1) if vs else (-1, -1)
-            else:
-                own = (stages + vs) * m + mb
-                if vs == stages - 1:
-                    dep, k = vs * m + mb, -1
-                else:
-                    dep, k = (stages + vs + 1) * m + mb, vs
-                backwards[chunk] += 1
-            final = not forward and backwards[chunk] == m
-            blocks.append((int(forward), own, dep, k, vs, mb, chunk, final))
+            heads[True, chunk] = (1, vs * m, (vs - 1) * m if vs else -1, vs - 1, vs)
+            heads[False, chunk] = (
+                0,
+                (stages + vs) * m,
+                vs * m if vs == stages - 1 else (stages + vs + 1) * m,
+                -1 if vs == stages - 1 else vs,
+                vs,
+            )
+        blocks = []
+        for forward, chunk, mb in schedule_order(schedule, r, p, m, v):
+            fwd, own, dep, k, vs = heads[forward, chunk]
+            # Every schedule runs a chunk's backwards in micro-batch order: the last is m - 1.
+            final = not fwd and mb == m - 1
+            blocks.append((fwd, own + mb, dep + mb if dep >= 0 else -1, k, vs, mb, chunk, final))
         plans.append(tuple(blocks))
     return tuple(plans)
 

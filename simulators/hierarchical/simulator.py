@@ -84,7 +84,7 @@ class HierarchicalSimulator:
         """:meth:`simulate`, plus the event timeline in ``detail["timeline"]``.
 
         The timeline holds seven numbers per block and transfer of every pipeline rank (about
-        half a MiB for 256 micro-batches on 4 x 4 virtual stages), so the plain prediction,
+        half a MiB for 256 micro-batches on 4 x 2 virtual stages), so the plain prediction,
         which a search keeps for every layout it prices, leaves it out.
         """
         return self._predict(model, cluster, train, layout, record=True)

@@ -121,6 +121,7 @@ class ProfileConfig(JobConfig):
     device: str = MISSING  # auto, cpu, cuda or npu
     repeats: int = MISSING  # timed runs per operator (median)
     limit: int | None = MISSING  # at most this many distinct operators (None: all)
+    budget_s: float | None = MISSING  # seconds of timing, cheapest operators first (None: all)
     output: str = MISSING  # table or json
 
     def check(self) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from optuna.storages import BaseStorage
 
 import catalog
+from autotune.calibrate import calibrated_job
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
 from autotune.config import fixed_layout_values
@@ -64,7 +65,10 @@ def run_search_job(config: AutotuneConfig) -> None:
     _check(config.search)
     check_tracking(config.tracking)  # before any work: an unreachable store fails now
     storage = open_storage(config.search.storage)
-    job = job_from_config(config)
+    job, margin = calibrated_job(
+        job_from_config(config), config.calibration, config.search.memory_margin
+    )
+    log.info(margin.text())
     stop = StopFlag()
     timings = Timings()
     with _stopping_on_signals(stop):
@@ -218,6 +222,11 @@ def _study_name(job: Job, mode: str) -> str:
     return f"{job.model.name}-{cluster.name}-{cluster.num_nodes}n-{job.simulator.name}-{mode}"
 
 
+def _calibration_name(job: Job) -> str | None:
+    calibration = getattr(job.simulator, "calibration", None)
+    return None if calibration is None or not calibration.factors else calibration.name
+
+
 def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[str, Any]:
     """What a stored study is bound to: the job, its simulator and the searched space."""
     return {
@@ -231,6 +240,7 @@ def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[s
             "precision": job.train.precision,
         },
         "simulator": job.simulator.name,
+        "calibration": _calibration_name(job),
         "parallel": {k: str(v) for k, v in fixed_layout_values(config.parallel).items()},
         "valid_layouts": space.size,
     }

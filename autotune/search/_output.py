@@ -38,6 +38,7 @@ def emit_outcome(
         return
     top = outcome.top(config.search.top_k)
     print(f"\n{_headline(outcome, len(top), timings)}")
+    print(_calibration_text(job))
     print(layout_table(top))
     print("\nTime breakdown per step (seconds):")
     print(breakdown_table(top))
@@ -54,6 +55,18 @@ def emit_outcome(
         print(
             f"\nMLflow run {recorded.run_id}: mlflow ui --backend-store-uri {config.tracking.uri}"
         )
+
+
+def _calibration_text(job: Job) -> str:
+    """Which calibration priced the layouts, and the memory margin a layout must keep."""
+    calibration = getattr(job.simulator, "calibration", None)
+    margin = getattr(job.simulator, "memory_margin", 0.0)
+    name = calibration.name if calibration is not None and calibration.factors else None
+    return (
+        f"{job.simulator.name} simulator, "
+        + (f"calibration {name!r}" if name else "uncalibrated")
+        + f"; fits = predicted peak memory x {1 + margin:.3f} within the device memory"
+    )
 
 
 def _headline(outcome: Outcome, shown: int, timings: Timings) -> str:
@@ -120,6 +133,7 @@ def json_payload(
             "total": timings.total_s,
         },
         "mlflow_run_id": run_id,
+        "memory_margin": getattr(job.simulator, "memory_margin", 0.0),
         "top_k": [_entry(lay, pred) for lay, pred in outcome.top(config.search.top_k)],
         "launch_flags": dataclasses.asdict(
             layout_flags(job.model, job.cluster, job.train, best_layout)

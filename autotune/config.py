@@ -96,6 +96,7 @@ class CalibrateSettings:
     memory_noise: float = MISSING
     max_rows: int = MISSING
     max_evaluations: int = MISSING
+    relinearize: int = MISSING
     bootstrap_samples: int = MISSING
     interval: float = MISSING
     seed: int = MISSING
@@ -109,8 +110,9 @@ class CalibrateSettings:
             for k in ("time_noise", "memory_noise", "max_rows", "max_evaluations")
             if not getattr(self, k) > 0
         ]
-        if self.bootstrap_samples < 0:
-            bad.append(f"bootstrap_samples={self.bootstrap_samples}")
+        for key in ("bootstrap_samples", "relinearize"):
+            if getattr(self, key) < 0:
+                bad.append(f"{key}={getattr(self, key)}")
         if not 0 < self.interval < 1:
             bad.append(f"interval={self.interval} (a probability in (0, 1))")
         if not self.probe_pool >= 0:
@@ -228,12 +230,20 @@ class BenchmarkConfig:
     seed: int = MISSING
     heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    protocols: Any = MISSING  # a protocol name or a list (autotune/benchmark/_protocols.py)
+    probes: list[int] = MISSING  # the K of the probe protocol
+    calibration: str | None = MISSING  # also score this calibration (name or path)
+    calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
     analytical: dict[str, Any] = MISSING  # conf/simulator/analytical.yaml, overridable
     hierarchical: dict[str, Any] = MISSING  # conf/simulator/hierarchical.yaml, overridable
 
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        self.calibrate.check()
+        bad = [k for k in self.probes if k < 1]
+        if bad:
+            raise UserError(f"probes={list(self.probes)}: each K must be >= 1")
 
 
 def register_schemas() -> None:

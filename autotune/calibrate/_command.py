@@ -45,6 +45,7 @@ def fit_settings(settings: CalibrateSettings, bootstrap: bool = True) -> FitSett
         max_rows=settings.max_rows,
         max_evaluations=settings.max_evaluations,
         bootstrap_samples=settings.bootstrap_samples if bootstrap else 0,
+        relinearize=settings.relinearize,
         interval=settings.interval,
         seed=settings.seed,
     )

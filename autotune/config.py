@@ -154,10 +154,17 @@ class AutotuneConfig(JobConfig):
     output: str = MISSING  # table or json
     trace: str | None = MISSING  # simulate: write a Chrome trace here (hierarchical simulator)
     calibration: str | None = MISSING  # a calibration name (conf/calibrations/) or path
+    probes: int = MISSING  # search: end with this many layouts to measure (0: none)
+    measured: str | None = MISSING  # search: measured probes (CSV) to calibrate on and pick
+    probes_out: str = MISSING  # search: the CSV of layouts to measure
+    calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
 
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        if self.probes < 0:
+            raise UserError(f"probes={self.probes} must be >= 0 (0: no layouts to measure)")
+        self.calibrate.check()
 
 
 @dataclass

@@ -15,15 +15,27 @@ from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import fit
 from autotune.calibrate._fit import memory_margin
+from autotune.calibrate._loop import ProbeRound
+from autotune.calibrate._loop import probe_round
+from autotune.calibrate._loop import record_round
+from autotune.calibrate._probe import Pick
+from autotune.calibrate._probe import choose_probes
+from autotune.calibrate._probe import pick
 
 __all__ = [
     "FitResult",
     "FitSettings",
     "Margin",
+    "Pick",
+    "ProbeRound",
     "Run",
     "calibrated_job",
     "check_calibration",
+    "choose_probes",
     "fit",
     "memory_margin",
+    "pick",
+    "probe_round",
+    "record_round",
     "shipped_margin",
 ]

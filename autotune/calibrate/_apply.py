@@ -73,8 +73,8 @@ def shipped_margin(simulator: Simulator) -> Margin:
         return Margin(0.0, "no shipped row has a measured peak memory")
     return Margin(
         value,
-        f"95th percentile of the {simulator.name} simulator's under-prediction on the "
-        f"{len(specs)} shipped rows with measured peak memory ({sources})",
+        f"95th percentile of under-prediction, {len(specs)} shipped rows with peak memory: "
+        f"{sources}",
     )
 
 
@@ -127,7 +127,7 @@ def calibrated_job(
     elif loaded is not None and loaded.memory_margin is not None:
         chosen = Margin(
             loaded.memory_margin,
-            f"95th percentile of under-prediction on the rows of calibration {loaded.name!r}",
+            f"95th percentile of under-prediction on calibration {loaded.name!r}",
         )
     else:
         chosen = shipped_margin(plain)

@@ -23,6 +23,8 @@ from optuna.storages import BaseStorage
 
 import catalog
 from autotune.calibrate import calibrated_job
+from autotune.calibrate import probe_round
+from autotune.calibrate import record_round
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
 from autotune.config import fixed_layout_values
@@ -68,16 +70,21 @@ def run_search_job(config: AutotuneConfig) -> None:
     job, margin = calibrated_job(
         job_from_config(config), config.calibration, config.search.memory_margin
     )
-    log.info(margin.text())
     stop = StopFlag()
     timings = Timings()
     with _stopping_on_signals(stop):
         outcome = search_job(config, job, stop, storage)
+    log.info(margin.text())
+    rounds = None
+    if (config.probes or config.measured) and not outcome.stopped:
+        rounds = probe_round(config, job, outcome.ranked)
     timings.search_s = time.perf_counter() - started
     recorded = record_search(config, job, outcome, timings)
+    if rounds is not None:
+        record_round(config, job, rounds)
     timings.record_s = recorded.seconds
     timings.total_s = time.perf_counter() - started
-    emit_outcome(config, job, outcome, timings, recorded)
+    emit_outcome(config, job, outcome, timings, recorded, rounds)
     if outcome.stopped:
         raise SystemExit(128 + stop.signal)
 

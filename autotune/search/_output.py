@@ -26,15 +26,24 @@ log = logging.getLogger("autotune")
 
 
 def emit_outcome(
-    config: AutotuneConfig, job: Job, outcome: Outcome, timings: Timings, recorded: Recorded
+    config: AutotuneConfig,
+    job: Job,
+    outcome: Outcome,
+    timings: Timings,
+    recorded: Recorded,
+    rounds: Any = None,
 ) -> None:
-    """Print the report (or the JSON object) of a finished or stopped search."""
+    """Print the report (or the JSON object) of a finished or stopped search; ``rounds``: the
+    probe loop's round (autotune/calibrate/_loop.py), shown last."""
     if not outcome.best.fits:
         log.warning("warning: no evaluated layout fits in memory; the table shows the closest")
     if recorded.problem:
         log.warning(f"warning: the search was not recorded in MLflow: {recorded.problem}")
     if config.output == "json":
-        emit_json(json_payload(config, job, outcome, timings, recorded.run_id))
+        payload = json_payload(config, job, outcome, timings, recorded.run_id)
+        if rounds is not None:
+            payload["probe_round"] = rounds.payload()
+        emit_json(payload)
         return
     top = outcome.top(config.search.top_k)
     print(f"\n{_headline(outcome, len(top), timings)}")
@@ -55,6 +64,8 @@ def emit_outcome(
         print(
             f"\nMLflow run {recorded.run_id}: mlflow ui --backend-store-uri {config.tracking.uri}"
         )
+    if rounds is not None:
+        print(rounds.text)
 
 
 def _calibration_text(job: Job) -> str:

@@ -488,7 +488,8 @@ def fit(
     if memory_runs:
         data = _memory_data(simulator, center, memory_runs)
         every = np.arange(len(memory_runs))
-        y = _solve_memory(data, every, y0, memory_widths, settings.memory_noise)
+        if _memory_residuals(y0, data, every, settings.memory_noise).any():
+            y = _solve_memory(data, every, y0, memory_widths, settings.memory_noise)
     if not measured_rows:
         notes.append(
             "no row has a measured peak_memory_gib: the memory factor and constant move only "
@@ -561,6 +562,21 @@ def time_sensitivities(
     simulator: Simulator, center: Calibration, specs: Sequence[Specs]
 ) -> np.ndarray:
     """d log(step time) / d(step-time factor) of each layout at ``center`` (one row each)."""
+    key = (id(simulator), tuple(sorted(center.factors.items())), tuple(specs))
+    found = _SENSITIVITIES.get(key)
+    if found is None:
+        if len(_SENSITIVITIES) > 64:
+            _SENSITIVITIES.clear()
+        found = _SENSITIVITIES[key] = _sensitivities(simulator, center, specs)
+    return found.copy()
+
+
+_SENSITIVITIES: dict[tuple[object, ...], np.ndarray] = {}  # the last few, by job and center
+
+
+def _sensitivities(
+    simulator: Simulator, center: Calibration, specs: Sequence[Specs]
+) -> np.ndarray:
     runs = [Run(specs=s, status="ok", step_time_s=1.0) for s in specs]
     model = _TimeModel(simulator, center, runs)
     x = _x_of(center, TIME_FACTORS)

@@ -25,12 +25,15 @@ from omegaconf.errors import OmegaConfBaseException
 import catalog
 from catalog import JobConfig
 from simulators import UserError
+from simulators.calibration import FACTORS
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
 
 __all__ = [
     "AutotuneConfig",
     "BenchmarkConfig",
+    "CalibrateConfig",
+    "CalibrateSettings",
     "HeuristicConfig",
     "ParallelConfig",
     "ProfileConfig",
@@ -72,6 +75,50 @@ class SearchConfig:
     rerank: str | None = MISSING
     rerank_top: int = MISSING
     workers: int = MISSING
+    memory_margin: float | None = MISSING  # None: derived (autotune/calibrate/_apply.py)
+
+
+def _prior_schema() -> type:
+    """``calibrate.prior.<factor>``: one prior width per calibration factor."""
+    rows = [(name, float, field(default=MISSING)) for name in FACTORS]
+    return dataclasses.make_dataclass("PriorConfig", rows)
+
+
+PriorConfig = _prior_schema()
+
+
+@dataclass
+class CalibrateSettings:
+    """How calibrations are fitted and probes chosen (``conf/calibrate/default.yaml``)."""
+
+    prior: Any = field(default_factory=PriorConfig)
+    time_noise: float = MISSING
+    memory_noise: float = MISSING
+    max_rows: int = MISSING
+    max_evaluations: int = MISSING
+    relinearize: int = MISSING
+    bootstrap_samples: int = MISSING
+    interval: float = MISSING
+    seed: int = MISSING
+    probe_pool: float = MISSING
+
+    def check(self) -> None:
+        """Refuse values that are meaningless on their own (UserError)."""
+        bad = [f"prior.{k}={v}" for k, v in dataclasses.asdict(self.prior).items() if not v > 0]
+        bad += [
+            f"{k}={getattr(self, k)}"
+            for k in ("time_noise", "memory_noise", "max_rows", "max_evaluations")
+            if not getattr(self, k) > 0
+        ]
+        for key in ("bootstrap_samples", "relinearize"):
+            if getattr(self, key) < 0:
+                bad.append(f"{key}={getattr(self, key)}")
+        if not 0 < self.interval < 1:
+            bad.append(f"interval={self.interval} (a probability in (0, 1))")
+        if not self.probe_pool >= 0:
+            bad.append(f"probe_pool={self.probe_pool}")
+        if bad:
+            raise UserError(f"calibrate: {', '.join(bad)} out of range (widths, noise > 0)")
 
 
 @dataclass
@@ -106,10 +153,47 @@ class AutotuneConfig(JobConfig):
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     output: str = MISSING  # table or json
     trace: str | None = MISSING  # simulate: write a Chrome trace here (hierarchical simulator)
+    calibration: str | None = MISSING  # a calibration name (conf/calibrations/) or path
+    probes: int = MISSING  # search: end with this many layouts to measure (0: none)
+    measured: str | None = MISSING  # search: measured probes (CSV) to calibrate on and pick
+    probes_out: str = MISSING  # search: the CSV of layouts to measure
+    calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
 
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        if self.probes < 0:
+            raise UserError(f"probes={self.probes} must be >= 0 (0: no layouts to measure)")
+        self.calibrate.check()
+
+
+@dataclass
+class RowsConfig:
+    """Which rows a calibration is fitted on (``rows.*`` of ``conf/calibrate.yaml``)."""
+
+    cluster: str | None = MISSING  # the cluster every row must be on
+    framework: str | None = MISSING  # the framework every row must run
+    model: str | None = MISSING  # the model every row must be of
+    source: Any = MISSING  # None, a source name or a list of them
+
+
+@dataclass
+class CalibrateConfig:
+    """The root of ``conf/calibrate.yaml``: ``python -m autotune.calibrate``."""
+
+    simulator: dict[str, Any] = field(default_factory=dict)
+    calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
+    data: str = MISSING  # a measurement file, a shipped source, or public
+    name: str = MISSING  # conf/calibrations/<name>.yaml
+    out: str | None = MISSING  # write here instead
+    rows: RowsConfig = field(default_factory=RowsConfig)
+    calibration: str | None = MISSING  # start from this calibration
+    output: str = MISSING  # table or json
+
+    def check(self) -> None:
+        """Refuse values that are meaningless on their own (UserError)."""
+        _check_output(self.output)
+        self.calibrate.check()
 
 
 @dataclass
@@ -154,12 +238,20 @@ class BenchmarkConfig:
     seed: int = MISSING
     heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    protocols: Any = MISSING  # a protocol name or a list (autotune/benchmark/_protocols.py)
+    probes: list[int] = MISSING  # the K of the probe protocol
+    calibration: str | None = MISSING  # also score this calibration (name or path)
+    calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
     analytical: dict[str, Any] = MISSING  # conf/simulator/analytical.yaml, overridable
     hierarchical: dict[str, Any] = MISSING  # conf/simulator/hierarchical.yaml, overridable
 
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        self.calibrate.check()
+        bad = [k for k in self.probes if k < 1]
+        if bad:
+            raise UserError(f"probes={list(self.probes)}: each K must be >= 1")
 
 
 def register_schemas() -> None:
@@ -169,6 +261,7 @@ def register_schemas() -> None:
     store.store(name="autotune_schema", node=AutotuneConfig)
     store.store(name="benchmark_schema", node=BenchmarkConfig)
     store.store(name="profile_schema", node=ProfileConfig)
+    store.store(name="calibrate_schema", node=CalibrateConfig)
 
 
 T = TypeVar("T")
@@ -176,6 +269,7 @@ _ROOTS: dict[type, str] = {
     AutotuneConfig: "config",
     BenchmarkConfig: "benchmark",
     ProfileConfig: "profile",
+    CalibrateConfig: "calibrate",
 }
 
 

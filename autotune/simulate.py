@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from autotune.calibrate import calibrated_job
 from autotune.cli import Command
 from autotune.cli import emit_json
 from autotune.config import AutotuneConfig
@@ -31,7 +32,9 @@ from simulators import UserError
 
 def simulate_layout(config: AutotuneConfig) -> None:
     """Predict the layout of ``config.parallel`` and print it (or its JSON object)."""
-    job = job_from_config(config)
+    job, margin = calibrated_job(
+        job_from_config(config), config.calibration, config.search.memory_margin
+    )
     model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
     layout = Layout.resolve(cluster.num_devices, **fixed_layout_values(config.parallel))
     layout.check(model, cluster, train)
@@ -47,6 +50,8 @@ def simulate_layout(config: AutotuneConfig) -> None:
             "layout": layout.as_dict(),
             "world_size": layout.world_size,
             "simulator": simulator.name,
+            "calibration": config.calibration,
+            "memory_margin": margin.value,
             "prediction": prediction.as_dict(),
         }
         if views is not None:
@@ -56,7 +61,9 @@ def simulate_layout(config: AutotuneConfig) -> None:
     print(
         f"{model.name} on {cluster.name} ({cluster.num_devices} devices), seq {train.seq_len}, "
         f"global batch {train.global_batch_size}, {layout.num_microbatches(train)} "
-        f"micro-batches per step; {simulator.name} simulator\n"
+        f"micro-batches per step; {simulator.name} simulator"
+        + (f", calibration {config.calibration}" if config.calibration else "")
+        + f"\n{margin.text()}\n"
     )
     print(layout_table([(layout, prediction)]))
     print("\nTime breakdown per step (seconds):")

@@ -22,6 +22,9 @@ from typing import Any
 from optuna.storages import BaseStorage
 
 import catalog
+from autotune.calibrate import calibrated_job
+from autotune.calibrate import probe_round
+from autotune.calibrate import record_round
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
 from autotune.config import fixed_layout_values
@@ -70,16 +73,24 @@ def run_search_job(config: AutotuneConfig) -> None:
     _check(config.search)
     check_tracking(config.tracking)  # before any work: an unreachable store fails now
     storage = open_storage(config.search.storage)
-    job = job_from_config(config)
+    job, margin = calibrated_job(
+        job_from_config(config), config.calibration, config.search.memory_margin
+    )
     stop = StopFlag()
     timings = Timings()
     with _stopping_on_signals(stop):
         outcome = search_job(config, job, stop, storage)
+    log.info(margin.text())
+    rounds = None
+    if (config.probes or config.measured) and not outcome.stopped:
+        rounds = probe_round(config, job, outcome.ranked)
     timings.search_s = time.perf_counter() - started
     recorded = record_search(config, job, outcome, timings)
+    if rounds is not None:
+        record_round(config, job, rounds)
     timings.record_s = recorded.seconds
     timings.total_s = time.perf_counter() - started
-    emit_outcome(config, job, outcome, timings, recorded)
+    emit_outcome(config, job, outcome, timings, recorded, rounds)
     if outcome.stopped:
         raise SystemExit(128 + stop.signal)
 
@@ -243,6 +254,11 @@ def _study_name(job: Job, mode: str) -> str:
     return f"{job.model.name}-{cluster.name}-{cluster.num_nodes}n-{job.simulator.name}-{mode}"
 
 
+def _calibration_name(job: Job) -> str | None:
+    calibration = getattr(job.simulator, "calibration", None)
+    return None if calibration is None or not calibration.factors else calibration.name
+
+
 def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[str, Any]:
     """What a stored study is bound to: the job, its simulator and the searched space."""
     return {
@@ -256,6 +272,7 @@ def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[s
             "precision": job.train.precision,
         },
         "simulator": job.simulator.name,
+        "calibration": _calibration_name(job),
         "parallel": {k: str(v) for k, v in fixed_layout_values(config.parallel).items()},
         "valid_layouts": space.size,
     }

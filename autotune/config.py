@@ -157,6 +157,7 @@ class AutotuneConfig(JobConfig):
     probes: int = MISSING  # search: end with this many layouts to measure (0: none)
     measured: str | None = MISSING  # search: measured probes (CSV) to calibrate on and pick
     probes_out: str = MISSING  # search: the CSV of layouts to measure
+    launch_dir: str | None = MISSING  # search: launch files of the best layouts (rank-N/)
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
 
     def check(self) -> None:

@@ -30,6 +30,8 @@ from autotune.config import SearchConfig
 from autotune.config import fixed_layout_values
 from autotune.progress import Progress
 from autotune.progress import duration
+from autotune.search._launch import check_launch_dir
+from autotune.search._launch import write_top_launch_files
 from autotune.search._outcome import Outcome
 from autotune.search._outcome import Rerank
 from autotune.search._outcome import Timings
@@ -72,6 +74,7 @@ def run_search_job(config: AutotuneConfig) -> None:
     started = time.perf_counter()
     _check(config.search)
     check_tracking(config.tracking)  # before any work: an unreachable store fails now
+    check_launch_dir(config.launch_dir)
     storage = open_storage(config.search.storage)
     job, margin = calibrated_job(
         job_from_config(config), config.calibration, config.search.memory_margin
@@ -84,6 +87,8 @@ def run_search_job(config: AutotuneConfig) -> None:
     rounds = None
     if (config.probes or config.measured) and not outcome.stopped:
         rounds = probe_round(config, job, outcome.ranked)
+    written = write_top_launch_files(config.launch_dir, job, outcome, config.search.top_k)
+    outcome = dataclasses.replace(outcome, launch_files=tuple(map(str, written)))
     timings.search_s = time.perf_counter() - started
     recorded = record_search(config, job, outcome, timings)
     if rounds is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import Any
 
 from autotune.cli import emit_json
@@ -60,6 +61,13 @@ def emit_outcome(
         print("\nThe search was stopped: the table shows the best layouts found so far.")
     print(f"\nLaunch flags of the best layout ({outcome.best_layout.describe()}):")
     print(launch_text(job.model, job.cluster, job.train, outcome.best_layout))
+    if outcome.launch_files:
+        folders = sorted({str(Path(f).parent) for f in outcome.launch_files})
+        best = [f for f in outcome.launch_files if Path(f).parent == Path(folders[0])]
+        print(
+            f"\nLaunch files of the best {len(folders)} layouts: {folders[0]}/ ... {folders[-1]}/"
+        )
+        print(f"  {', '.join(best)}: set the data paths at the top, run on every node")
     if recorded.run_id is not None:
         print(
             f"\nMLflow run {recorded.run_id}: mlflow ui --backend-store-uri {config.tracking.uri}"
@@ -149,6 +157,7 @@ def json_payload(
         "launch_flags": dataclasses.asdict(
             layout_flags(job.model, job.cluster, job.train, best_layout)
         ),
+        "launch_files": list(outcome.launch_files),
     }
     if outcome.mode == "nsga2":
         payload["pareto_front"] = [_entry(lay, pred) for lay, pred in outcome.pareto()]

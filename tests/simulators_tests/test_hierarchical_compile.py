@@ -283,3 +283,27 @@ def test_a_storage_key_names_one_storage_while_recording() -> None:
             keys.add(_storage(tensor))
             del tensor
     assert len(keys) == 20
+
+
+@pytest.mark.parametrize("model", [TINY_MOE, TINY_GPT], ids=lambda m: m.name)
+def test_a_canonical_shape_records_the_same_graph(model: ModelSpec) -> None:
+    """Graphs are cached by canonical shape: resetting what a kind does not read changes
+    nothing it records, and layouts that differ only there (EP for the embedding, the head
+    and dense layers) share one graph."""
+    from simulators.hierarchical.record import Recorder
+
+    for ep in (1, 2):
+        lay = Layout.resolve(8, tp=2, ep=ep) if model is TINY_MOE else Layout.resolve(8, tp=2)
+        for shape in layer_shapes(model, lay, TRAIN).values():
+            canonical = shape.canonical()
+            assert canonical.canonical() == canonical
+            plain, reset = (compile_mod.trace_layer(s, Recorder()) for s in (shape, canonical))
+            assert (plain.forward, plain.backward) == (reset.forward, reset.backward)
+            assert plain.saved_bytes == reset.saved_bytes and plain.params == reset.params
+            assert plain.host_forward == reset.host_forward
+    shapes = [layer_shapes(TINY_MOE, Layout.resolve(8, tp=2, ep=ep), TRAIN) for ep in (1, 2)]
+    for kind in ("embedding", "head"):
+        assert shapes[0][kind] != shapes[1][kind]
+        assert compile_mod.compile_layer(shapes[0][kind]) is compile_mod.compile_layer(
+            shapes[1][kind]
+        )

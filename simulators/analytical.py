@@ -14,6 +14,7 @@ docs/reference.md 3.3), checked on every pipeline rank.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -21,6 +22,8 @@ from typing import NamedTuple
 
 from simulators._checks import constants_from_mapping
 from simulators._checks import require_positive
+from simulators.analytical_batch import BatchPrediction
+from simulators.analytical_batch import simulate_batch
 from simulators.analytical_stages import FLOATS
 from simulators.analytical_stages import GIB
 from simulators.analytical_stages import JobRates
@@ -38,12 +41,12 @@ from simulators.analytical_stages import stage
 from simulators.analytical_stages import stage_shape
 from simulators.analytical_stages import step_breakdown
 from simulators.analytical_stages import throughput
+from simulators.collectives import GroupPlacement
 from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import p2p_time_s
 from simulators.collectives import reduce_scatter_time_s
-from simulators.layout import DEGREES
 from simulators.layout import LAYER_COST_FIELDS
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
@@ -52,11 +55,12 @@ from simulators.specs import ClusterSpec
 from simulators.specs import DeviceSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
+from simulators.states import StateBytes
 from simulators.states import optimizer_step_s
 from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
 
-__all__ = ["AnalyticalConstants", "AnalyticalSimulator"]
+__all__ = ["AnalyticalConstants", "AnalyticalSimulator", "BatchPrediction"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,7 +93,8 @@ class AnalyticalConstants:
 
 
 class AnalyticalSimulator:
-    """Closed-form step time and memory; microseconds per layout.
+    """Closed-form step time and memory; microseconds per layout, or many layouts at once
+    with numpy (:meth:`simulate_many`).
 
     Example:
         >>> import catalog
@@ -113,6 +118,15 @@ class AnalyticalSimulator:
     ) -> Prediction:
         return _simulate(self._job(model, cluster, train), layout)
 
+    def simulate_many(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layouts: Sequence[Layout]
+    ) -> BatchPrediction:
+        """Price ``layouts`` at once with numpy: the numbers of :meth:`simulate`, as arrays.
+
+        Like :meth:`simulate`, it assumes every layout is valid.
+        """
+        return simulate_batch(self._job(model, cluster, train), layouts)
+
     def _job(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> _Job:
         job = self._last
         if job is None or (job.model, job.cluster, job.train) != (model, cluster, train):
@@ -124,13 +138,41 @@ class AnalyticalSimulator:
         return job
 
 
+def _fields_but(*names: str) -> tuple[str, ...]:
+    return tuple(name for name in LAYOUT_FIELDS if name not in names)
+
+
 class _Job:
     """One job (model, cluster, training step) as this simulator prices it: what all its
     layouts share, the per-layer costs and the stage shapes met so far.
 
-    A layer's cost depends on the layout fields marked ``layer_cost`` (Layout.layer_key):
-    layouts that differ only in dp, pp, vpp or optimizer sharding share it.
+    Each piece of a layout's price depends on a few of its fields, named by the ``*_FIELDS``
+    below: the scalar path caches the pieces by them, the vectorized path
+    (:mod:`simulators.analytical_batch`) computes each piece once per distinct value of them.
+    Most are every field but those known not to matter, so that a new field is in them until
+    shown otherwise.
     """
+
+    LAYER_FIELDS = LAYER_COST_FIELDS  # what one layer costs (Layout.layer_key)
+    SHAPE_FIELDS = ("pp", "layer_split", "recompute", "recompute_layers")  # kinds and shares
+    P2P_FIELDS = _fields_but(
+        "ep", "recompute", "recompute_layers", "layer_split", "distributed_optimizer"
+    )
+    LOGITS_FIELDS = _fields_but(
+        "dp",
+        "pp",
+        "ep",
+        "vpp",
+        "recompute",
+        "recompute_layers",
+        "layer_split",
+        "sequence_parallel",
+        "distributed_optimizer",
+    )
+    PIPELINE_FIELDS = _fields_but("distributed_optimizer")  # the stages
+    TERMS_FIELDS = _fields_but(  # what a rank's parameters cost beyond its layers
+        "micro_batch", "recompute", "recompute_layers", "layer_split", "sequence_parallel", "vpp"
+    )
 
     def __init__(
         self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, c: AnalyticalConstants
@@ -147,10 +189,11 @@ class _Job:
         self._shapes: dict[tuple[int, tuple[int, ...] | None], StageShape] = {}
         self._terms: dict[tuple[object, ...], RankTerms] = {}
         self._pipelines: dict[tuple[object, ...], _Pipeline] = {}
+        self._data_parallel: dict[tuple[object, ...], _DataParallel] = {}
 
     def layer_costs(self, layout: Layout) -> tuple[LayerCost, LayerCost]:
         """(dense, MoE) layer of ``layout`` (the dense one twice for a dense model)."""
-        key = _layer_key(layout)
+        key = _LAYER_KEY(layout)
         costs = self._layers.get(key)
         if costs is None:
             model, cluster, train, c = self.model, self.cluster, self.train, self.constants
@@ -168,24 +211,61 @@ class _Job:
             shape = self._shapes[key] = stage_shape(self.model, split)
         return shape
 
+    def shares(self, layout: Layout, shape: StageShape) -> list[float]:
+        """Per kind of rank, the share of its layers that full recompute checkpoints."""
+        return [layout.recomputed_layers(d + m) / (d + m) for d, m, _, _ in shape.kinds]
+
+    def p2p_s(self, layout: Layout) -> float:
+        """Pipeline sends of one micro-batch on one rank (:func:`_p2p_s`)."""
+        tokens = layout.micro_batch * self.train.seq_len / layout.cp
+        return _p2p_s(self.model, self.cluster, self.train, layout, tokens)
+
+    def logits(self, layout: Layout) -> tuple[float, float]:
+        """(seconds, bytes) of the output layer and loss on the last stage (:func:`_logits`)."""
+        tokens = layout.micro_batch * self.train.seq_len / layout.cp
+        return _logits(self.model, self.cluster, self.train, layout, tokens, self.constants)
+
     def pipeline(self, layout: Layout) -> _Pipeline:
         """The stages of ``layout``, one per kind of pipeline rank, and the pace they set."""
-        key = _pipeline_key(layout)
+        key = _PIPELINE_KEY(layout)
         pipeline = self._pipelines.get(key)
         if pipeline is None:
             pipeline = self._pipelines[key] = _pipeline(self, layout)
         return pipeline
 
-    def rank_terms(self, rank: Stage, layout: Layout) -> RankTerms:
+    def rank_terms(
+        self, dense_params: float, expert_params: float, linear_params: float, layout: Layout
+    ) -> RankTerms:
         """:meth:`_rank_terms`, once per parameter count and data-parallel layout."""
-        key = (rank.dense_params, rank.expert_params, rank.linear_params, _terms_key(layout))
+        layout_key = _TERMS_KEY(layout)
+        key = (dense_params, expert_params, linear_params, layout_key)
         terms = self._terms.get(key)
         if terms is None:
-            terms = self._terms[key] = self._rank_terms(rank, layout)
+            data_parallel = self._data_parallel.get(layout_key)
+            if data_parallel is None:
+                data_parallel = self._data_parallel[layout_key] = self._data_parallel_of(layout)
+            terms = self._rank_terms(dense_params, expert_params, linear_params, data_parallel)
+            self._terms[key] = terms
         return terms
 
-    def _rank_terms(self, rank: Stage, layout: Layout) -> RankTerms:
-        """What the parameters of pipeline rank ``rank`` cost beyond its layers: the data-parallel
+    def _data_parallel_of(self, layout: Layout) -> _DataParallel:
+        cluster, train = self.cluster, self.train
+        return _DataParallel(
+            layout=layout,
+            sizes=state_bytes_of(train, layout),
+            grad_bytes=train.framework.grad_reduce_bytes(train.precision),
+            dense_group=layout.group("dp_cp", cluster.devices_per_node),
+            expert_group=layout.group("edp", cluster.devices_per_node),
+        )
+
+    def _rank_terms(
+        self,
+        dense_params: float,
+        expert_params: float,
+        linear_params: float,
+        parallel: _DataParallel,
+    ) -> RankTerms:
+        """What the parameters of a pipeline rank cost beyond its layers: the data-parallel
         gradient reduction and parameter all-gather, the optimizer step, and their memory.
 
         The framework says in which dtype the reduction runs and whether a distributed
@@ -193,15 +273,10 @@ class _Job:
         """
         cluster, train = self.cluster, self.train
         framework = train.framework
-        sizes = state_bytes_of(train, layout)
-        grad_bytes = framework.grad_reduce_bytes(train.precision)
-        dense_group = layout.group("dp_cp", cluster.devices_per_node)
-        expert_group = layout.group("edp", cluster.devices_per_node)
+        layout, sizes, grad_bytes = parallel.layout, parallel.sizes, parallel.grad_bytes
         reduce_s = gather_s = 0.0
-        for params, group in (
-            (rank.dense_params, dense_group),
-            (rank.expert_params, expert_group),
-        ):
+        groups = ((dense_params, parallel.dense_group), (expert_params, parallel.expert_group))
+        for params, group in groups:
             if group.size == 1 or params == 0:
                 continue
             if layout.distributed_optimizer and framework.reduce_scatter_grads:
@@ -211,16 +286,16 @@ class _Job:
             if sizes.sharded_optimizer:  # each rank updated its shard: gather the new weights
                 gather_s += all_gather_time_s(params * sizes.weight, group, cluster)
         optimizer_s = optimizer_step_s(
-            rank.dense_params,
-            rank.expert_params,
+            dense_params,
+            expert_params,
             layout,
             sizes,
             self.constants.optimizer_traffic_bytes_per_param,
             cluster.device,
         )
-        states = state_memory_bytes(rank.dense_params, rank.expert_params, layout, sizes)
+        states = state_memory_bytes(dense_params, expert_params, layout, sizes)
         if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
-            states["fp8_weights"] = rank.linear_params * cluster.device.fp8_weight_copies
+            states["fp8_weights"] = linear_params * cluster.device.fp8_weight_copies
         return RankTerms(
             reduce_s=reduce_s,
             gather_s=gather_s,
@@ -230,13 +305,21 @@ class _Job:
         )
 
 
-# What each cache of _Job is keyed by, from the layout's field table, so that a new field is
-# in the key unless it is known not to matter. A layer's cost: the fields marked layer_cost
-# (Layout.layer_key). The pipeline stages: every field but optimizer sharding. What a rank's
-# parameters cost beyond its layers: the degrees and optimizer sharding.
-_layer_key = attrgetter(*LAYER_COST_FIELDS)
-_pipeline_key = attrgetter(*(name for name in LAYOUT_FIELDS if name != "distributed_optimizer"))
-_terms_key = attrgetter(*DEGREES, "distributed_optimizer")
+_LAYER_KEY = attrgetter(*_Job.LAYER_FIELDS)
+_PIPELINE_KEY = attrgetter(*_Job.PIPELINE_FIELDS)
+_TERMS_KEY = attrgetter(*_Job.TERMS_FIELDS)
+
+
+class _DataParallel(NamedTuple):
+    """What a layout's data parallelism is, whatever the parameters a rank holds: a layout
+    of it, the state bytes per parameter, gradient bytes in the reduction, and the groups
+    that reduce dense and expert gradients."""
+
+    layout: Layout
+    sizes: StateBytes
+    grad_bytes: float
+    dense_group: GroupPlacement
+    expert_group: GroupPlacement
 
 
 class _Pipeline(NamedTuple):
@@ -253,9 +336,7 @@ class _Pipeline(NamedTuple):
 def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
     dense, moe = job.layer_costs(layout)
     shape = job.shape(layout)
-    tokens = layout.micro_batch * job.train.seq_len / layout.cp
-    p2p_s = _p2p_s(job.model, job.cluster, job.train, layout, tokens)
-    logits = _logits(job.model, job.cluster, job.train, layout, tokens, job.constants)
+    p2p_s, logits = job.p2p_s(layout), job.logits(layout)
     selective = layout.recompute == "selective"
     stages = [
         stage(
@@ -263,7 +344,7 @@ def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
             dense,
             moe,
             kind,
-            share=layout.recomputed_layers(kind[0] + kind[1]) / (kind[0] + kind[1]),
+            share=share,
             selective=selective,
             tp=layout.tp,
             ep=layout.ep,
@@ -273,7 +354,7 @@ def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
             logits=logits,
             ops=FLOATS,
         )
-        for kind in shape.kinds
+        for kind, share in zip(shape.kinds, job.shares(layout, shape), strict=True)
     ]
     # The pipeline runs at the pace of its slowest rank, plus the fill and drain of the others.
     kind_s = [s.per_microbatch_s for s in stages]
@@ -593,7 +674,7 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
     factor = held_factor(layout.pp, layout.vpp, FLOATS)
     terms, kind_dp, kind_bytes = [], [], []
     for s, first_rank in zip(stages, shape.first_ranks, strict=True):
-        t = job.rank_terms(s, layout)
+        t = job.rank_terms(s.dense_params, s.expert_params, s.linear_params, layout)
         terms.append(t)
         dp_s = exposed_dp_s(
             t.reduce_s,

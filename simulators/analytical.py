@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter
 from typing import Any
 from typing import NamedTuple
@@ -38,6 +39,7 @@ from simulators.analytical_stages import held_factor
 from simulators.analytical_stages import in_flight
 from simulators.analytical_stages import memory_bytes
 from simulators.analytical_stages import stage
+from simulators.analytical_stages import stage_detail
 from simulators.analytical_stages import stage_shape
 from simulators.analytical_stages import step_breakdown
 from simulators.analytical_stages import throughput
@@ -328,7 +330,6 @@ class _Pipeline(NamedTuple):
 
     shape: StageShape
     stages: list[Stage]
-    kind_s: list[float]
     slowest: Stage
     bubble_s: float
 
@@ -362,7 +363,7 @@ def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
     bubble_s = (sum(map(kind_s.__getitem__, shape.rank_kinds)) - slowest.per_microbatch_s) / (
         layout.vpp
     )
-    return _Pipeline(shape, stages, kind_s, slowest, bubble_s)
+    return _Pipeline(shape, stages, slowest, bubble_s)
 
 
 # ---- operators ---------------------------------------------------------------------------
@@ -669,7 +670,7 @@ def _logits(
 
 def _simulate(job: _Job, layout: Layout) -> Prediction:
     framework = job.train.framework
-    shape, stages, kind_s, slowest, bubble_s = job.pipeline(layout)
+    shape, stages, slowest, bubble_s = job.pipeline(layout)
     m = layout.num_microbatches(job.train)
     factor = held_factor(layout.pp, layout.vpp, FLOATS)
     terms, kind_dp, kind_bytes = [], [], []
@@ -710,14 +711,25 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
         memory_breakdown_gib={k: v / GIB for k, v in memory.items()},
         tokens_per_s_per_device=tokens_per_s_per_device,
         mfu=mfu,
-        detail=StageDetail(
-            shape,
-            kind_s,
-            [t.state_bytes for t in terms],
-            [s.activation_bytes for s in stages],
-            [s.working_bytes for s in stages],
-            reserved=job.reserved_bytes,
-            microbatches=m,
-            factor=factor,
-        ),
+        detail=StageDetail(partial(_detail, shape, stages, terms, job.reserved_bytes, m, factor)),
+    )
+
+
+def _detail(
+    shape: StageShape,
+    stages: list[Stage],
+    terms: list[RankTerms],
+    reserved: float,
+    microbatches: int,
+    factor: float,
+) -> dict[str, object]:
+    return stage_detail(
+        shape,
+        [s.per_microbatch_s for s in stages],
+        [t.state_bytes for t in terms],
+        [s.activation_bytes for s in stages],
+        [s.working_bytes for s in stages],
+        reserved=reserved,
+        microbatches=microbatches,
+        factor=factor,
     )

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -35,6 +36,7 @@ from simulators.analytical_stages import held_factor
 from simulators.analytical_stages import in_flight
 from simulators.analytical_stages import memory_bytes
 from simulators.analytical_stages import stage
+from simulators.analytical_stages import stage_detail
 from simulators.analytical_stages import step_breakdown
 from simulators.analytical_stages import throughput
 from simulators.layout import LAYOUT_FIELDS
@@ -106,7 +108,7 @@ class BatchPrediction:
                 memory_breakdown_gib={key: v[k] for key, v in memory.items()},
                 tokens_per_s_per_device=tokens,
                 mfu=mfu,
-                detail=self._detail.of(row),
+                detail=StageDetail(partial(self._detail.of, row)),
             )
             for k, (row, (step_s, memory_gib, tokens, mfu)) in enumerate(
                 zip(rows, columns, strict=True)
@@ -129,10 +131,10 @@ class _Detail:
     factor: Array
     reserved: float
 
-    def of(self, row: int) -> StageDetail:
+    def of(self, row: int) -> dict[str, object]:
         shape = self.shapes[self.shape_of[row]]
         kinds = len(shape.kinds)
-        return StageDetail(
+        return stage_detail(
             shape,
             self.kind_s[row, :kinds].tolist(),
             self.states[row, :kinds].tolist(),

@@ -44,6 +44,7 @@ __all__ = [
     "in_flight",
     "memory_bytes",
     "stage",
+    "stage_detail",
     "stage_shape",
     "step_breakdown",
     "throughput",
@@ -309,63 +310,62 @@ def throughput(step_s: Real, world: Real, rates: JobRates) -> tuple[Real, Real]:
     return tokens_per_s / world, rates.model_flops / (step_s * world * rates.peak_flops)
 
 
+def stage_detail(
+    shape: StageShape,
+    kind_s: Sequence[float],
+    kind_states: Sequence[float],
+    kind_activations: Sequence[float],
+    kind_working: Sequence[float],
+    *,
+    reserved: float,
+    microbatches: int,
+    factor: float,
+) -> dict[str, object]:
+    """A prediction's per-rank views: ``stage_layers``, ``stage_time_s`` (seconds per
+    micro-batch) and ``stage_memory_gib`` of every pipeline rank, first to last, from each
+    kind's seconds per micro-batch, state bytes, activation bytes per micro-batch and working
+    bytes."""
+    pp = len(shape.stage_layers)
+    rank_bytes = [
+        memory_bytes(
+            kind_states[kind],
+            kind_activations[kind] * in_flight(microbatches, pp, rank, factor, FLOATS),
+            kind_working[kind],
+            reserved,
+        )
+        for rank, kind in enumerate(shape.rank_kinds)
+    ]
+    return {
+        "stage_layers": list(shape.stage_layers),
+        "stage_time_s": [kind_s[kind] for kind in shape.rank_kinds],
+        "stage_memory_gib": [b / GIB for b in rank_bytes],
+    }
+
+
 class StageDetail(Mapping[str, object]):
-    """A prediction's per-rank views, computed when first read (a search prices many layouts
-    and reads few of them): ``stage_layers``, ``stage_time_s`` (seconds per micro-batch) and
-    ``stage_memory_gib`` of every pipeline rank, first to last.
+    """A prediction's ``detail`` (:func:`stage_detail`), computed when first read: a search
+    prices many layouts and reads the per-rank views of few. It pickles as a plain dict."""
 
-    ``kind_s``, ``kind_states``, ``kind_activations`` and ``kind_working`` hold, per stage
-    kind, the seconds per micro-batch, the state bytes, the activation bytes per micro-batch
-    and the working bytes.
-    """
-
-    _KEYS = ("stage_layers", "stage_time_s", "stage_memory_gib")
-
-    def __init__(
-        self,
-        shape: StageShape,
-        kind_s: Sequence[float],
-        kind_states: Sequence[float],
-        kind_activations: Sequence[float],
-        kind_working: Sequence[float],
-        *,
-        reserved: float,
-        microbatches: int,
-        factor: float,
-    ) -> None:
-        self._parts = (shape, kind_s, kind_states, kind_activations, kind_working)
-        self._scalars = (reserved, microbatches, factor)
-        self._values: dict[str, object] | None = None
+    def __init__(self, compute: Callable[[], dict[str, object]]) -> None:
+        self._compute: Callable[[], dict[str, object]] | None = compute
+        self._values: dict[str, object] = {}
 
     def _computed(self) -> dict[str, object]:
-        if self._values is None:
-            shape, kind_s, states, activations, working = self._parts
-            reserved, m, factor = self._scalars
-            pp = len(shape.stage_layers)
-            rank_bytes = [
-                memory_bytes(
-                    states[kind],
-                    activations[kind] * in_flight(m, pp, rank, factor, FLOATS),
-                    working[kind],
-                    reserved,
-                )
-                for rank, kind in enumerate(shape.rank_kinds)
-            ]
-            self._values = {
-                "stage_layers": list(shape.stage_layers),
-                "stage_time_s": [kind_s[kind] for kind in shape.rank_kinds],
-                "stage_memory_gib": [b / GIB for b in rank_bytes],
-            }
+        if self._compute is not None:
+            self._values, self._compute = self._compute(), None
         return self._values
 
     def __getitem__(self, key: str) -> object:
         return self._computed()[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._KEYS)
+        return iter(self._computed())
 
     def __len__(self) -> int:
-        return len(self._KEYS)
+        return len(self._computed())
 
     def __repr__(self) -> str:
         return repr(self._computed())
+
+    def __reduce__(self) -> tuple[type[dict[str, object]], tuple[dict[str, object]]]:
+        return dict, (self._computed(),)

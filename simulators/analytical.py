@@ -325,8 +325,8 @@ class _DataParallel(NamedTuple):
 
 
 class _Pipeline(NamedTuple):
-    """A layout's pipeline: its ranks grouped into kinds, the stage of each kind and its
-    seconds per micro-batch, the slowest stage and the fill-and-drain bubble (s)."""
+    """A layout's pipeline: its ranks grouped into kinds, the stage of each kind, the slowest
+    stage and the fill-and-drain bubble (s)."""
 
     shape: StageShape
     stages: list[Stage]
@@ -374,12 +374,30 @@ def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str
 
     An ``fp8`` GEMM reads FP8 operands and writes a bf16 result (Transformer Engine).
     """
-    flops = 2.0 * m * k * n
-    operand = 1 if precision == "fp8" else _dtype_bytes(precision)
-    nbytes = operand * (m * k + k * n) + _dtype_bytes(precision) * m * n
-    compute = flops / (device.peak_flops(precision) * device.matmul_efficiency)
-    memory = nbytes / (device.achieved_memory_bytes_per_s)
-    return max(compute, memory)
+    return _Roofline.of(device, precision).gemm_s(m, k, n)
+
+
+class _Roofline(NamedTuple):
+    """What a GEMM's roofline time needs of a device and a precision."""
+
+    operand_bytes: int
+    result_bytes: int
+    flops_per_s: float  # achieved: peak times the matmul efficiency
+    bytes_per_s: float
+
+    @classmethod
+    def of(cls, device: DeviceSpec, precision: str) -> _Roofline:
+        return cls(
+            operand_bytes=1 if precision == "fp8" else _dtype_bytes(precision),
+            result_bytes=_dtype_bytes(precision),
+            flops_per_s=device.peak_flops(precision) * device.matmul_efficiency,
+            bytes_per_s=device.achieved_memory_bytes_per_s,
+        )
+
+    def gemm_s(self, m: float, k: float, n: float) -> float:
+        flops = 2.0 * m * k * n
+        nbytes = self.operand_bytes * (m * k + k * n) + self.result_bytes * m * n
+        return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
 
 
 def _dtype_bytes(precision: str) -> int:
@@ -449,9 +467,9 @@ def _gemms_s(
     device: DeviceSpec,
 ) -> float:
     """Forward GEMM seconds of one layer: linear layers (FP8 when the step runs it), router."""
-    linear = "fp8" if train.fp8 else train.compute_dtype
+    linear = _Roofline.of(device, "fp8" if train.fp8 else train.compute_dtype)
     seconds = sum(
-        count * gemm_time_s(m, k, n, device, linear)
+        count * linear.gemm_s(m, k, n)
         for m, k, n, count in _linear_gemms(model, moe, tokens, layout)
     )
     if moe:

@@ -169,12 +169,13 @@ class _Columns:
             self.values[name] = ids
 
     def number(self, name: str) -> Array:
-        """An integer field as a column vector (layouts x 1)."""
-        return self.codes[name][:, None]
+        """A numeric field as a column vector (layouts x 1) of floats, which mix with the
+        other arrays at full speed (and hold these small integers exactly)."""
+        return self.codes[name][:, None].astype(np.float64)
 
     def equals(self, name: str, value: object) -> Array:
-        """Whether a coded field is ``value``, as a column vector."""
-        return self.number(name) == self.values[name].get(value, -1)
+        """Whether a coded field is ``value``, as a column vector of 0.0 and 1.0."""
+        return (self.codes[name][:, None] == self.values[name].get(value, -1)).astype(np.float64)
 
     def groups(self, names: Sequence[str]) -> tuple[Array, Array]:
         """(first layout of each group, group of each layout) of the layouts that agree on
@@ -230,11 +231,11 @@ def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[
 
     found, group = columns.each(job.SHAPE_FIELDS, shape_and_shares)
     width = max((len(shape.kinds) for shape, _ in found), default=1)
-    rows: dict[str, list[list[Any]]] = {name: [] for name in _KIND_TYPES}
+    rows: dict[str, list[list[Any]]] = {name: [] for name in _KIND_ARRAYS}
     for shape, shares in found:
         kinds = len(shape.kinds)
         padded = list(range(kinds)) + [0] * (width - kinds)
-        for name, values in zip(_KIND_TYPES, zip(*shape.kinds, strict=True), strict=False):
+        for name, values in zip(_KIND_ARRAYS, zip(*shape.kinds, strict=True), strict=False):
             rows[name].append([values[k] for k in padded])
         rows["first_rank"].append([shape.first_ranks[k] for k in padded])
         rows["ranks"].append(
@@ -242,22 +243,15 @@ def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[
         )
         rows["share"].append([shares[k] for k in padded])
     kinds = {
-        name: np.array(table, dtype=_KIND_TYPES[name]).reshape(-1, width)[group]
+        name: np.array(table, dtype=np.float64).reshape(-1, width)[group]
         for name, table in rows.items()
     }
     return [shape for shape, _ in found], group, kinds
 
 
-# The arrays of _kinds, first the four of a kind's key (StageShape.kinds).
-_KIND_TYPES: dict[str, type] = {
-    "n_dense": np.int64,
-    "n_moe": np.int64,
-    "first": bool,
-    "last": bool,
-    "first_rank": np.int64,
-    "ranks": np.int64,
-    "share": np.float64,
-}
+# The arrays of _kinds, first the four of a kind's key (StageShape.kinds); all floats, which
+# mix with the other arrays at full speed and hold these small integers exactly.
+_KIND_ARRAYS = ("n_dense", "n_moe", "first", "last", "first_rank", "ranks", "share")
 
 
 def _pick(array: Array, index: Array) -> Array:
@@ -312,7 +306,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     microbatches, m_group = columns.each(
         ("micro_batch", "dp"), lambda lay: lay.num_microbatches(job.train)
     )
-    m = np.asarray(microbatches, dtype=np.int64)[m_group][:, None]
+    m = np.asarray(microbatches, dtype=np.float64)[m_group][:, None]
     breakdown = step_breakdown(
         m[:, 0],
         slowest,
@@ -334,7 +328,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     memory["reserved"] = np.full(len(layouts), job.reserved_bytes)
     world, world_group = columns.each(("dp", "tp", "pp", "cp"), lambda lay: lay.world_size)
     tokens_per_s_per_device, mfu = throughput(
-        step_s, np.asarray(world, dtype=np.int64)[world_group], job.rates
+        step_s, np.asarray(world, dtype=np.float64)[world_group], job.rates
     )
     return BatchPrediction(
         step_time_s=step_s,
@@ -368,7 +362,7 @@ def _rank_terms(
     shape = kinds["n_dense"].shape
     key = np.broadcast_to(group[:, None], shape).reshape(-1)
     for name in ("n_dense", "n_moe", "first", "last"):
-        key = _combine(key, kinds[name].reshape(-1).astype(np.int64))
+        key = _combine(key, kinds[name].reshape(-1).astype(np.int64))  # exact: small integers
     _, rows, row_group = np.unique(key, return_index=True, return_inverse=True)
     params = [
         np.broadcast_to(field, shape).reshape(-1)[rows].tolist()

@@ -253,8 +253,7 @@ def exposed_dp_s(
     return exposed + (0.0 if overlap_param else gather_s)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankTerms:
+class RankTerms(NamedTuple):
     """What a pipeline rank's parameters cost beyond its layers (seconds, bytes)."""
 
     reduce_s: float  # data-parallel gradient reduction

@@ -158,7 +158,7 @@ class _Job:
     LAYER_FIELDS = LAYER_COST_FIELDS  # what one layer costs (Layout.layer_key)
     SHAPE_FIELDS = ("pp", "layer_split", "recompute", "recompute_layers")  # kinds and shares
     P2P_FIELDS = _fields_but(
-        "ep", "recompute", "recompute_layers", "layer_split", "distributed_optimizer"
+        "ep", "vpp", "recompute", "recompute_layers", "layer_split", "distributed_optimizer"
     )
     LOGITS_FIELDS = _fields_but(
         "dp",
@@ -191,6 +191,8 @@ class _Job:
         self._shapes: dict[tuple[int, tuple[int, ...] | None], StageShape] = {}
         self._terms: dict[tuple[object, ...], RankTerms] = {}
         self._pipelines: dict[tuple[object, ...], _Pipeline] = {}
+        self._p2p: dict[tuple[object, ...], float] = {}
+        self._logits: dict[tuple[object, ...], tuple[float, float]] = {}
         self._data_parallel: dict[tuple[object, ...], _DataParallel] = {}
 
     def layer_costs(self, layout: Layout) -> tuple[LayerCost, LayerCost]:
@@ -218,14 +220,24 @@ class _Job:
         return [layout.recomputed_layers(d + m) / (d + m) for d, m, _, _ in shape.kinds]
 
     def p2p_s(self, layout: Layout) -> float:
-        """Pipeline sends of one micro-batch on one rank (:func:`_p2p_s`)."""
-        tokens = layout.micro_batch * self.train.seq_len / layout.cp
-        return _p2p_s(self.model, self.cluster, self.train, layout, tokens)
+        """One pipeline send of one micro-batch (:func:`_p2p_s`)."""
+        key = _P2P_KEY(layout)
+        seconds = self._p2p.get(key)
+        if seconds is None:
+            tokens = layout.micro_batch * self.train.seq_len / layout.cp
+            seconds = _p2p_s(self.model, self.cluster, self.train, layout, tokens)
+            self._p2p[key] = seconds
+        return seconds
 
     def logits(self, layout: Layout) -> tuple[float, float]:
         """(seconds, bytes) of the output layer and loss on the last stage (:func:`_logits`)."""
-        tokens = layout.micro_batch * self.train.seq_len / layout.cp
-        return _logits(self.model, self.cluster, self.train, layout, tokens, self.constants)
+        key = _LOGITS_KEY(layout)
+        logits = self._logits.get(key)
+        if logits is None:
+            tokens = layout.micro_batch * self.train.seq_len / layout.cp
+            logits = _logits(self.model, self.cluster, self.train, layout, tokens, self.constants)
+            self._logits[key] = logits
+        return logits
 
     def pipeline(self, layout: Layout) -> _Pipeline:
         """The stages of ``layout``, one per kind of pipeline rank, and the pace they set."""
@@ -308,6 +320,8 @@ class _Job:
 
 
 _LAYER_KEY = attrgetter(*_Job.LAYER_FIELDS)
+_P2P_KEY = attrgetter(*_Job.P2P_FIELDS)
+_LOGITS_KEY = attrgetter(*_Job.LOGITS_FIELDS)
 _PIPELINE_KEY = attrgetter(*_Job.PIPELINE_FIELDS)
 _TERMS_KEY = attrgetter(*_Job.TERMS_FIELDS)
 
@@ -649,7 +663,8 @@ def _layer_cost(
 def _p2p_s(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout, tokens: float
 ) -> float:
-    """Pipeline sends of one micro-batch on one rank, forward and backward, every chunk.
+    """One pipeline send of one micro-batch (a rank makes 2 * vpp of them: forward and
+    backward, every chunk).
 
     The boundary activation is ``tokens x hidden``, 1/tp of it with sequence parallelism.
     Frameworks that slice sends over TP (DeepSpeed's partitioned pipeline, Megatron-LM's old
@@ -666,7 +681,7 @@ def _p2p_s(
     seconds = p2p_time_s(send, same_node, cluster)
     if sliced and layout.tp > 1:
         seconds += all_gather_time_s(full, layout.group("tp", cluster.devices_per_node), cluster)
-    return 2 * layout.vpp * seconds
+    return seconds
 
 
 def _logits(

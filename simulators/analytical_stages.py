@@ -189,7 +189,9 @@ def stage(
 
     ``kind`` is ``(n_dense, n_moe, first, last)``; ``share`` the fraction of the stage's
     layers that full recompute checkpoints (0 without full recompute), ``selective`` 1 with
-    selective recompute; ``logits`` the (seconds, bytes) of the output layer and loss.
+    selective recompute; ``p2p_s`` one pipeline send of a micro-batch (a rank makes 2 * vpp:
+    forward and backward, every chunk); ``logits`` the (seconds, bytes) of the output layer
+    and loss.
     """
     n_dense, n_moe, first, last = kind
     forward = n_dense * dense.forward_s + n_moe * moe.forward_s
@@ -219,7 +221,7 @@ def stage(
         tp_s=tp_forward + tp_backward + share * tp_forward,
         cp_s=n_dense * dense.cp_s + n_moe * moe.cp_s,
         ep_s=ep_forward + ep_backward + share * ep_forward,
-        pp_s=p2p_s,
+        pp_s=2 * vpp * p2p_s,
         last_backward_s=backward / vpp,
         dense_params=dense_params,
         expert_params=expert_params,

@@ -13,31 +13,56 @@ docs/reference.md 3.3), checked on every pipeline rank.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
+from operator import attrgetter
 from typing import Any
+from typing import NamedTuple
 
 from simulators._checks import constants_from_mapping
 from simulators._checks import require_positive
+from simulators.analytical_batch import BatchPrediction
+from simulators.analytical_batch import simulate_batch
+from simulators.analytical_stages import FLOATS
+from simulators.analytical_stages import GIB
+from simulators.analytical_stages import JobRates
+from simulators.analytical_stages import LayerCost
+from simulators.analytical_stages import ModelParams
+from simulators.analytical_stages import RankTerms
+from simulators.analytical_stages import Stage
+from simulators.analytical_stages import StageDetail
+from simulators.analytical_stages import StageShape
+from simulators.analytical_stages import exposed_dp_s
+from simulators.analytical_stages import held_factor
+from simulators.analytical_stages import in_flight
+from simulators.analytical_stages import memory_bytes
+from simulators.analytical_stages import stage
+from simulators.analytical_stages import stage_detail
+from simulators.analytical_stages import stage_shape
+from simulators.analytical_stages import step_breakdown
+from simulators.analytical_stages import throughput
+from simulators.collectives import GroupPlacement
 from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import p2p_time_s
 from simulators.collectives import reduce_scatter_time_s
+from simulators.layout import LAYER_COST_FIELDS
+from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
 from simulators.prediction import Prediction
 from simulators.specs import ClusterSpec
 from simulators.specs import DeviceSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
+from simulators.states import StateBytes
 from simulators.states import optimizer_step_s
 from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
 
-__all__ = ["AnalyticalConstants", "AnalyticalSimulator"]
-
-GIB = 1024**3
+__all__ = ["AnalyticalConstants", "AnalyticalSimulator", "BatchPrediction"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,24 +94,9 @@ class AnalyticalConstants:
         return constants_from_mapping(cls, values, "simulator analytical")
 
 
-@dataclass(frozen=True, slots=True)
-class _LayerCost:
-    """One layer, one micro-batch, one device: seconds and saved-activation bytes."""
-
-    forward_s: float  # compute of the forward pass
-    backward_s: float  # compute of the backward pass
-    core_attention_s: float  # forward flash attention (what selective recompute repeats)
-    tp_forward_s: float  # exposed TP collectives of one forward
-    tp_backward_s: float
-    ep_forward_s: float  # expert all-to-alls of one forward
-    ep_backward_s: float
-    cp_s: float  # exposed context-parallel exchange, forward + backward
-    activation_bytes: float  # saved for backward without recompute
-    input_bytes: float  # the layer input, all that full recompute keeps
-
-
 class AnalyticalSimulator:
-    """Closed-form step time and memory; microseconds per layout.
+    """Closed-form step time and memory; microseconds per layout, or many layouts at once
+    with numpy (:meth:`simulate_many`).
 
     Example:
         >>> import catalog
@@ -98,9 +108,8 @@ class AnalyticalSimulator:
 
     def __init__(self, constants: AnalyticalConstants) -> None:
         self.constants = constants
-        # A layer's cost depends on the layout fields marked ``layer_cost`` (Layout.layer_key):
-        # layouts that differ only in dp, pp, vpp or optimizer sharding share it.
-        self._layers: dict[tuple[object, ...], _LayerCost] = {}
+        self._jobs: dict[tuple[ModelSpec, ClusterSpec, TrainSpec], _Job] = {}
+        self._last: _Job | None = None
 
     @classmethod
     def from_config(cls, constants: Mapping[str, Any]) -> AnalyticalSimulator:
@@ -109,18 +118,266 @@ class AnalyticalSimulator:
     def simulate(
         self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
     ) -> Prediction:
-        return _simulate(model, cluster, train, layout, self.constants, self._layer_cost)
+        return _simulate(self._job(model, cluster, train), layout)
 
-    def _layer_cost(
-        self, model: ModelSpec, moe: bool, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> _LayerCost:
-        key = (model, moe, cluster, train, layout.layer_key())
-        cost = self._layers.get(key)
-        if cost is None:
-            cost = self._layers[key] = _layer_cost(
-                model, moe, cluster, train, layout, self.constants
-            )
-        return cost
+    def simulate_many(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layouts: Sequence[Layout]
+    ) -> BatchPrediction:
+        """Price ``layouts`` at once with numpy: the numbers of :meth:`simulate`, as arrays.
+
+        Like :meth:`simulate`, it assumes every layout is valid.
+        """
+        return simulate_batch(self._job(model, cluster, train), layouts)
+
+    def _job(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> _Job:
+        job = self._last
+        if job is None or (job.model, job.cluster, job.train) != (model, cluster, train):
+            key = (model, cluster, train)
+            job = self._jobs.get(key)
+            if job is None:
+                job = self._jobs[key] = _Job(model, cluster, train, self.constants)
+            self._last = job
+        return job
+
+
+def _fields_but(*names: str) -> tuple[str, ...]:
+    return tuple(name for name in LAYOUT_FIELDS if name not in names)
+
+
+class _Job:
+    """One job (model, cluster, training step) as this simulator prices it: what all its
+    layouts share, the per-layer costs and the stage shapes met so far.
+
+    Each piece of a layout's price depends on a few of its fields, named by the ``*_FIELDS``
+    below: the scalar path caches the pieces by them, the vectorized path
+    (:mod:`simulators.analytical_batch`) computes each piece once per distinct value of them.
+    Most are every field but those known not to matter, so that a new field is in them until
+    shown otherwise.
+    """
+
+    LAYER_FIELDS = LAYER_COST_FIELDS  # what one layer costs (Layout.layer_key)
+    SHAPE_FIELDS = ("pp", "layer_split", "recompute", "recompute_layers")  # kinds and shares
+    P2P_FIELDS = _fields_but(
+        "ep", "vpp", "recompute", "recompute_layers", "layer_split", "distributed_optimizer"
+    )
+    LOGITS_FIELDS = _fields_but(
+        "dp",
+        "pp",
+        "ep",
+        "vpp",
+        "recompute",
+        "recompute_layers",
+        "layer_split",
+        "sequence_parallel",
+        "distributed_optimizer",
+    )
+    PIPELINE_FIELDS = _fields_but("distributed_optimizer")  # the stages
+    TERMS_FIELDS = _fields_but(  # what a rank's parameters cost beyond its layers
+        "micro_batch", "recompute", "recompute_layers", "layer_split", "sequence_parallel", "vpp"
+    )
+
+    def __init__(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, c: AnalyticalConstants
+    ) -> None:
+        self.model, self.cluster, self.train, self.constants = model, cluster, train, c
+        self.params = ModelParams.of(model)
+        self.rates = JobRates(
+            tokens_per_step=train.tokens_per_step,
+            model_flops=model.flops_per_token(train.seq_len) * train.tokens_per_step,
+            peak_flops=cluster.device.peak_flops(train.compute_dtype),
+        )
+        self.reserved_bytes = c.reserved_memory_gib * GIB
+        self._layers: dict[tuple[object, ...], tuple[LayerCost, LayerCost]] = {}
+        self._shapes: dict[tuple[int, tuple[int, ...] | None], StageShape] = {}
+        self._terms: dict[tuple[object, ...], RankTerms] = {}
+        self._pipelines: dict[tuple[object, ...], _Pipeline] = {}
+        self._p2p: dict[tuple[object, ...], float] = {}
+        self._logits: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._data_parallel: dict[tuple[object, ...], _DataParallel] = {}
+
+    def layer_costs(self, layout: Layout) -> tuple[LayerCost, LayerCost]:
+        """(dense, MoE) layer of ``layout`` (the dense one twice for a dense model)."""
+        key = _LAYER_KEY(layout)
+        costs = self._layers.get(key)
+        if costs is None:
+            model, cluster, train, c = self.model, self.cluster, self.train, self.constants
+            dense = _layer_cost(model, False, cluster, train, layout, c)
+            moe = _layer_cost(model, True, cluster, train, layout, c) if model.is_moe else dense
+            costs = self._layers[key] = (dense, moe)
+        return costs
+
+    def shape(self, layout: Layout) -> StageShape:
+        """The pipeline ranks of ``layout`` grouped into kinds."""
+        key = (layout.pp, layout.layer_split)
+        shape = self._shapes.get(key)
+        if shape is None:
+            split = layout.stage_layers(self.model, self.train)
+            shape = self._shapes[key] = stage_shape(self.model, split)
+        return shape
+
+    def shares(self, layout: Layout, shape: StageShape) -> list[float]:
+        """Per kind of rank, the share of its layers that full recompute checkpoints."""
+        return [layout.recomputed_layers(d + m) / (d + m) for d, m, _, _ in shape.kinds]
+
+    def p2p_s(self, layout: Layout) -> float:
+        """One pipeline send of one micro-batch (:func:`_p2p_s`)."""
+        key = _P2P_KEY(layout)
+        seconds = self._p2p.get(key)
+        if seconds is None:
+            tokens = layout.micro_batch * self.train.seq_len / layout.cp
+            seconds = _p2p_s(self.model, self.cluster, self.train, layout, tokens)
+            self._p2p[key] = seconds
+        return seconds
+
+    def logits(self, layout: Layout) -> tuple[float, float]:
+        """(seconds, bytes) of the output layer and loss on the last stage (:func:`_logits`)."""
+        key = _LOGITS_KEY(layout)
+        logits = self._logits.get(key)
+        if logits is None:
+            tokens = layout.micro_batch * self.train.seq_len / layout.cp
+            logits = _logits(self.model, self.cluster, self.train, layout, tokens, self.constants)
+            self._logits[key] = logits
+        return logits
+
+    def pipeline(self, layout: Layout) -> _Pipeline:
+        """The stages of ``layout``, one per kind of pipeline rank, and the pace they set."""
+        key = _PIPELINE_KEY(layout)
+        pipeline = self._pipelines.get(key)
+        if pipeline is None:
+            pipeline = self._pipelines[key] = _pipeline(self, layout)
+        return pipeline
+
+    def rank_terms(
+        self, dense_params: float, expert_params: float, linear_params: float, layout: Layout
+    ) -> RankTerms:
+        """:meth:`_rank_terms`, once per parameter count and data-parallel layout."""
+        layout_key = _TERMS_KEY(layout)
+        key = (dense_params, expert_params, linear_params, layout_key)
+        terms = self._terms.get(key)
+        if terms is None:
+            data_parallel = self._data_parallel.get(layout_key)
+            if data_parallel is None:
+                data_parallel = self._data_parallel[layout_key] = self._data_parallel_of(layout)
+            terms = self._rank_terms(dense_params, expert_params, linear_params, data_parallel)
+            self._terms[key] = terms
+        return terms
+
+    def _data_parallel_of(self, layout: Layout) -> _DataParallel:
+        cluster, train = self.cluster, self.train
+        return _DataParallel(
+            layout=layout,
+            sizes=state_bytes_of(train, layout),
+            grad_bytes=train.framework.grad_reduce_bytes(train.precision),
+            dense_group=layout.group("dp_cp", cluster.devices_per_node),
+            expert_group=layout.group("edp", cluster.devices_per_node),
+        )
+
+    def _rank_terms(
+        self,
+        dense_params: float,
+        expert_params: float,
+        linear_params: float,
+        parallel: _DataParallel,
+    ) -> RankTerms:
+        """What the parameters of a pipeline rank cost beyond its layers: the data-parallel
+        gradient reduction and parameter all-gather, the optimizer step, and their memory.
+
+        The framework says in which dtype the reduction runs and whether a distributed
+        optimizer reduce-scatters the gradients (docs/reference.md 7.2).
+        """
+        cluster, train = self.cluster, self.train
+        framework = train.framework
+        layout, sizes, grad_bytes = parallel.layout, parallel.sizes, parallel.grad_bytes
+        reduce_s = gather_s = 0.0
+        groups = ((dense_params, parallel.dense_group), (expert_params, parallel.expert_group))
+        for params, group in groups:
+            if group.size == 1 or params == 0:
+                continue
+            if layout.distributed_optimizer and framework.reduce_scatter_grads:
+                reduce_s += reduce_scatter_time_s(params * grad_bytes, group, cluster)
+            else:
+                reduce_s += all_reduce_time_s(params * grad_bytes, group, cluster)
+            if sizes.sharded_optimizer:  # each rank updated its shard: gather the new weights
+                gather_s += all_gather_time_s(params * sizes.weight, group, cluster)
+        optimizer_s = optimizer_step_s(
+            dense_params,
+            expert_params,
+            layout,
+            sizes,
+            self.constants.optimizer_traffic_bytes_per_param,
+            cluster.device,
+        )
+        states = state_memory_bytes(dense_params, expert_params, layout, sizes)
+        if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
+            states["fp8_weights"] = linear_params * cluster.device.fp8_weight_copies
+        return RankTerms(
+            reduce_s=reduce_s,
+            gather_s=gather_s,
+            optimizer_s=optimizer_s,
+            states=states,
+            state_bytes=sum(states.values()),
+        )
+
+
+_LAYER_KEY = attrgetter(*_Job.LAYER_FIELDS)
+_P2P_KEY = attrgetter(*_Job.P2P_FIELDS)
+_LOGITS_KEY = attrgetter(*_Job.LOGITS_FIELDS)
+_PIPELINE_KEY = attrgetter(*_Job.PIPELINE_FIELDS)
+_TERMS_KEY = attrgetter(*_Job.TERMS_FIELDS)
+
+
+class _DataParallel(NamedTuple):
+    """What a layout's data parallelism is, whatever the parameters a rank holds: a layout
+    of it, the state bytes per parameter, gradient bytes in the reduction, and the groups
+    that reduce dense and expert gradients."""
+
+    layout: Layout
+    sizes: StateBytes
+    grad_bytes: float
+    dense_group: GroupPlacement
+    expert_group: GroupPlacement
+
+
+class _Pipeline(NamedTuple):
+    """A layout's pipeline: its ranks grouped into kinds, the stage of each kind, the slowest
+    stage and the fill-and-drain bubble (s)."""
+
+    shape: StageShape
+    stages: list[Stage]
+    slowest: Stage
+    bubble_s: float
+
+
+def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
+    dense, moe = job.layer_costs(layout)
+    shape = job.shape(layout)
+    p2p_s, logits = job.p2p_s(layout), job.logits(layout)
+    selective = layout.recompute == "selective"
+    stages = [
+        stage(
+            job.params,
+            dense,
+            moe,
+            kind,
+            share=share,
+            selective=selective,
+            tp=layout.tp,
+            ep=layout.ep,
+            pp=layout.pp,
+            vpp=layout.vpp,
+            p2p_s=p2p_s,
+            logits=logits,
+            ops=FLOATS,
+        )
+        for kind, share in zip(shape.kinds, job.shares(layout, shape), strict=True)
+    ]
+    # The pipeline runs at the pace of its slowest rank, plus the fill and drain of the others.
+    kind_s = [s.per_microbatch_s for s in stages]
+    slowest = stages[kind_s.index(max(kind_s))]
+    bubble_s = (sum(map(kind_s.__getitem__, shape.rank_kinds)) - slowest.per_microbatch_s) / (
+        layout.vpp
+    )
+    return _Pipeline(shape, stages, slowest, bubble_s)
 
 
 # ---- operators ---------------------------------------------------------------------------
@@ -131,12 +388,30 @@ def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str
 
     An ``fp8`` GEMM reads FP8 operands and writes a bf16 result (Transformer Engine).
     """
-    flops = 2.0 * m * k * n
-    operand = 1 if precision == "fp8" else _dtype_bytes(precision)
-    nbytes = operand * (m * k + k * n) + _dtype_bytes(precision) * m * n
-    compute = flops / (device.peak_flops(precision) * device.matmul_efficiency)
-    memory = nbytes / (device.achieved_memory_bytes_per_s)
-    return max(compute, memory)
+    return _Roofline.of(device, precision).gemm_s(m, k, n)
+
+
+class _Roofline(NamedTuple):
+    """What a GEMM's roofline time needs of a device and a precision."""
+
+    operand_bytes: int
+    result_bytes: int
+    flops_per_s: float  # achieved: peak times the matmul efficiency
+    bytes_per_s: float
+
+    @classmethod
+    def of(cls, device: DeviceSpec, precision: str) -> _Roofline:
+        return cls(
+            operand_bytes=1 if precision == "fp8" else _dtype_bytes(precision),
+            result_bytes=_dtype_bytes(precision),
+            flops_per_s=device.peak_flops(precision) * device.matmul_efficiency,
+            bytes_per_s=device.achieved_memory_bytes_per_s,
+        )
+
+    def gemm_s(self, m: float, k: float, n: float) -> float:
+        flops = 2.0 * m * k * n
+        nbytes = self.operand_bytes * (m * k + k * n) + self.result_bytes * m * n
+        return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
 
 
 def _dtype_bytes(precision: str) -> int:
@@ -206,9 +481,9 @@ def _gemms_s(
     device: DeviceSpec,
 ) -> float:
     """Forward GEMM seconds of one layer: linear layers (FP8 when the step runs it), router."""
-    linear = "fp8" if train.fp8 else train.compute_dtype
+    linear = _Roofline.of(device, "fp8" if train.fp8 else train.compute_dtype)
     seconds = sum(
-        count * gemm_time_s(m, k, n, device, linear)
+        count * linear.gemm_s(m, k, n)
         for m, k, n, count in _linear_gemms(model, moe, tokens, layout)
     )
     if moe:
@@ -311,7 +586,7 @@ def _layer_cost(
     train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
-) -> _LayerCost:
+) -> LayerCost:
     device = cluster.device
     precision = train.compute_dtype
     act = _dtype_bytes(precision)
@@ -368,7 +643,7 @@ def _layer_cost(
         heads = model.num_attention_heads / layout.tp
         saved = c.unfused_attention_bytes_per_score["saved"]
         activation_bytes += tokens * heads * train.seq_len * saved
-    return _LayerCost(
+    return LayerCost(
         forward_s=forward_s,
         backward_s=backward_s,
         core_attention_s=core_s,
@@ -385,35 +660,11 @@ def _layer_cost(
 # ---- stages, pipeline, data parallelism, memory ----------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Stage:
-    """One pipeline rank: per-micro-batch times (s), parameters and activation bytes."""
-
-    compute_s: float
-    recompute_s: float
-    tp_s: float
-    cp_s: float
-    ep_s: float
-    pp_s: float
-    last_backward_s: float  # backward of the last micro-batch (what DP reduction hides behind)
-    dense_params: float  # parameters sharded by TP (reduced over DP x CP)
-    expert_params: float  # routed-expert parameters (reduced over expert-DP)
-    linear_params: float  # weights of the layers' linear GEMMs (FP8 caches copies of them)
-    activation_bytes: float  # saved per micro-batch on this rank, after recompute
-    working_bytes: float  # transient: one layer's activations in its backward, or the logits
-
-    @property
-    def per_microbatch_s(self) -> float:
-        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
-
-
-_LayerCostFn = Callable[[ModelSpec, bool, ClusterSpec, TrainSpec, Layout], _LayerCost]
-
-
 def _p2p_s(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout, tokens: float
 ) -> float:
-    """Pipeline sends of one micro-batch on one rank, forward and backward, every chunk.
+    """One pipeline send of one micro-batch (a rank makes 2 * vpp of them: forward and
+    backward, every chunk).
 
     The boundary activation is ``tokens x hidden``, 1/tp of it with sequence parallelism.
     Frameworks that slice sends over TP (DeepSpeed's partitioned pipeline, Megatron-LM's old
@@ -430,7 +681,7 @@ def _p2p_s(
     seconds = p2p_time_s(send, same_node, cluster)
     if sliced and layout.tp > 1:
         seconds += all_gather_time_s(full, layout.group("tp", cluster.devices_per_node), cluster)
-    return 2 * layout.vpp * seconds
+    return seconds
 
 
 def _logits(
@@ -450,229 +701,68 @@ def _logits(
     return seconds + 2 * nbytes / cluster.device.achieved_memory_bytes_per_s, nbytes
 
 
-def _dense_layers_in(model: ModelSpec, first: int, count: int) -> int:
-    """How many of the layers ``first .. first + count - 1`` are dense (not MoE)."""
-    if not model.is_moe:
-        return count
-    return min(max(model.first_dense_layers - first, 0), count)
-
-
-def _stages(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    train: TrainSpec,
-    layout: Layout,
-    c: AnalyticalConstants,
-    layer_cost: _LayerCostFn,
-) -> list[_Stage]:
-    dense = layer_cost(model, False, cluster, train, layout)
-    moe = layer_cost(model, True, cluster, train, layout) if model.is_moe else dense
-    tokens = layout.micro_batch * train.seq_len / layout.cp
-    p2p_s = _p2p_s(model, cluster, train, layout, tokens)
-    logits_s, logits_bytes = _logits(model, cluster, train, layout, tokens, c)
-    built: dict[tuple[int, int, bool, bool], _Stage] = {}  # most pipeline ranks are alike
-    stage_list = []
-    first_layer = 0
-    counts = layout.stage_layers(model, train)
-    for rank, count in enumerate(counts):
-        n_dense = _dense_layers_in(model, first_layer, count)
-        first_layer += count
-        n_moe = count - n_dense
-        key = (n_dense, n_moe, rank == 0, rank == layout.pp - 1)
-        if key not in built:
-            built[key] = _stage(
-                model,
-                layout,
-                dense,
-                moe,
-                n_dense,
-                n_moe,
-                key[2],
-                key[3],
-                p2p_s,
-                (logits_s, logits_bytes),
-            )
-        stage_list.append(built[key])
-    return stage_list
-
-
-def _stage(
-    model: ModelSpec,
-    layout: Layout,
-    dense: _LayerCost,
-    moe: _LayerCost,
-    n_dense: int,
-    n_moe: int,
-    first: bool,
-    last: bool,
-    p2p_s: float,
-    logits: tuple[float, float],
-) -> _Stage:
-    """One pipeline rank holding ``n_dense`` dense and ``n_moe`` MoE layers."""
-
-    def total(attr: str) -> float:
-        return n_dense * getattr(dense, attr) + n_moe * getattr(moe, attr)
-
-    share = layout.recomputed_layers(n_dense + n_moe) / (n_dense + n_moe)
-    full = layout.recompute == "full"
-    if full:
-        recompute_s = share * (total("forward_s") + total("tp_forward_s") + total("ep_forward_s"))
-    elif layout.recompute == "selective":
-        recompute_s = total("core_attention_s")
-    else:
-        recompute_s = 0.0
-    linear_params = (
-        n_dense * model.dense_layer_params + n_moe * model.moe_layer_non_expert_params
-    ) / layout.tp
-    dense_params = linear_params
-    if first:
-        dense_params += model.embedding_params / layout.tp
-    if last:
-        dense_params += model.hidden_size  # final norm (replicated; negligible)
-        if model.output_params or layout.pp > 1:  # a tied head is copied to the last stage
-            dense_params += model.vocab_size * model.hidden_size / layout.tp
-    logits_s, logits_bytes = logits
-    # The logits live until the loss backward is done, before any layer's backward starts.
-    working = max(dense.activation_bytes, moe.activation_bytes, logits_bytes if last else 0)
-    expert_params = n_moe * model.expert_params_per_layer / (layout.ep * layout.tp)
-    return _Stage(
-        compute_s=total("forward_s") + total("backward_s") + (logits_s if last else 0.0),
-        recompute_s=recompute_s,
-        tp_s=total("tp_forward_s")
-        + total("tp_backward_s")
-        + (share * total("tp_forward_s") if full else 0.0),
-        cp_s=total("cp_s"),
-        ep_s=total("ep_forward_s")
-        + total("ep_backward_s")
-        + (share * total("ep_forward_s") if full else 0.0),
-        pp_s=p2p_s,
-        last_backward_s=total("backward_s") / layout.vpp,
-        dense_params=dense_params,
-        expert_params=expert_params,
-        linear_params=linear_params + expert_params,
-        activation_bytes=(1 - share) * total("activation_bytes") + share * total("input_bytes"),
-        working_bytes=working,
-    )
-
-
-def _in_flight_microbatches(layout: Layout, microbatches: int, rank: int) -> float:
-    """Micro-batches whose activations pipeline rank ``rank`` holds at its peak.
-
-    1F1B: stage i holds p - i (at most m). Interleaved: the first stage holds
-    p * (1 + (p-1)/(p*v)) (Megatron theoretical_memory_usage.py, docs/reference.md 3.3).
-    """
-    held: float = min(microbatches, layout.pp - rank)
-    if layout.vpp > 1:
-        held *= 1 + (layout.pp - 1) / (layout.pp * layout.vpp)
-    return held
-
-
-def _dp_times_s(
-    stage: _Stage, cluster: ClusterSpec, train: TrainSpec, layout: Layout, c: AnalyticalConstants
-) -> tuple[float, float]:
-    """(exposed gradient/parameter communication, optimizer step) of one pipeline rank.
-
-    The framework says whether the gradient reduction hides behind the last micro-batch's
-    backward, in which dtype it runs, and whether the parameter all-gather hides in the next
-    forward (docs/reference.md 7.2).
-    """
-    framework = train.framework
-    sizes = state_bytes_of(train, layout)
-    grad_bytes = framework.grad_reduce_bytes(train.precision)
-    dense_group = layout.group("dp_cp", cluster.devices_per_node)
-    expert_group = layout.group("edp", cluster.devices_per_node)
-    reduce_s = gather_s = 0.0
-    for params, group in ((stage.dense_params, dense_group), (stage.expert_params, expert_group)):
-        if group.size == 1 or params == 0:
-            continue
-        if layout.distributed_optimizer and framework.reduce_scatter_grads:
-            reduce_s += reduce_scatter_time_s(params * grad_bytes, group, cluster)
-        else:
-            reduce_s += all_reduce_time_s(params * grad_bytes, group, cluster)
-        if sizes.sharded_optimizer:  # each rank updated its shard: gather the new weights
-            gather_s += all_gather_time_s(params * sizes.weight, group, cluster)
-    overlapped = framework.overlap_grad_reduce
-    exposed = max(0.0, reduce_s - stage.last_backward_s) if overlapped else reduce_s
-    exposed += 0.0 if framework.overlap_param_gather else gather_s
-    optimizer_s = optimizer_step_s(
-        stage.dense_params,
-        stage.expert_params,
-        layout,
-        sizes,
-        c.optimizer_traffic_bytes_per_param,
-        cluster.device,
-    )
-    return exposed, optimizer_s
-
-
-def _memory_bytes(
-    stage: _Stage,
-    rank: int,
-    microbatches: int,
-    cluster: ClusterSpec,
-    train: TrainSpec,
-    layout: Layout,
-    c: AnalyticalConstants,
-) -> dict[str, float]:
-    states = state_memory_bytes(
-        stage.dense_params, stage.expert_params, layout, state_bytes_of(train, layout)
-    )
-    if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
-        states["fp8_weights"] = stage.linear_params * cluster.device.fp8_weight_copies
-    return {
-        **states,
-        "activations": stage.activation_bytes
-        * _in_flight_microbatches(layout, microbatches, rank),
-        "working": stage.working_bytes,
-        "reserved": c.reserved_memory_gib * GIB,
-    }
-
-
-def _simulate(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    train: TrainSpec,
-    layout: Layout,
-    c: AnalyticalConstants,
-    layer_cost: _LayerCostFn,
-) -> Prediction:
-    stages = _stages(model, cluster, train, layout, c, layer_cost)
-    m = layout.num_microbatches(train)
-    slowest = max(stages, key=lambda s: s.per_microbatch_s)
-    bubble_s = (sum(s.per_microbatch_s for s in stages) - slowest.per_microbatch_s) / layout.vpp
-    dp_s, optimizer_s = max(
-        (_dp_times_s(s, cluster, train, layout, c) for s in set(stages)), key=sum
-    )
-    breakdown = {
-        "compute": m * slowest.compute_s,
-        "recompute": m * slowest.recompute_s,
-        "tp_comm": m * slowest.tp_s,
-        "cp_comm": m * slowest.cp_s,
-        "ep_comm": m * slowest.ep_s,
-        "pp_comm": m * slowest.pp_s,
-        "dp_comm": dp_s,
-        "bubble": bubble_s,
-        "optimizer": optimizer_s,
-    }
+def _simulate(job: _Job, layout: Layout) -> Prediction:
+    framework = job.train.framework
+    shape, stages, slowest, bubble_s = job.pipeline(layout)
+    m = layout.num_microbatches(job.train)
+    factor = held_factor(layout.pp, layout.vpp, FLOATS)
+    terms, kind_dp, kind_bytes = [], [], []
+    for s, first_rank in zip(stages, shape.first_ranks, strict=True):
+        t = job.rank_terms(s.dense_params, s.expert_params, s.linear_params, layout)
+        terms.append(t)
+        dp_s = exposed_dp_s(
+            t.reduce_s,
+            t.gather_s,
+            s.last_backward_s,
+            framework.overlap_grad_reduce,
+            framework.overlap_param_gather,
+            FLOATS,
+        )
+        kind_dp.append((dp_s, t.optimizer_s))
+        # The first rank of a kind holds the most micro-batches in flight: its worst rank.
+        activations = s.activation_bytes * in_flight(m, layout.pp, first_rank, factor, FLOATS)
+        kind_bytes.append(
+            memory_bytes(t.state_bytes, activations, s.working_bytes, job.reserved_bytes)
+        )
+    dp_s, optimizer_s = max(kind_dp, key=sum)
+    breakdown = step_breakdown(m, slowest, dp_s, bubble_s, optimizer_s)
     step_s = sum(breakdown.values())
-    memories = [
-        _memory_bytes(s, rank, m, cluster, train, layout, c) for rank, s in enumerate(stages)
-    ]
-    worst = max(memories, key=lambda mem: sum(mem.values()))
-    world = layout.world_size
-    tokens_per_s = train.tokens_per_step / step_s
-    model_flops = model.flops_per_token(train.seq_len) * train.tokens_per_step
+    worst = kind_bytes.index(max(kind_bytes))
+    memory = {
+        **terms[worst].states,
+        "activations": stages[worst].activation_bytes
+        * in_flight(m, layout.pp, shape.first_ranks[worst], factor, FLOATS),
+        "working": stages[worst].working_bytes,
+        "reserved": job.reserved_bytes,
+    }
+    tokens_per_s_per_device, mfu = throughput(step_s, layout.world_size, job.rates)
     return Prediction(
         step_time_s=step_s,
-        memory_gib=sum(worst.values()) / GIB,
-        memory_capacity_gib=cluster.device.memory_gib,
+        memory_gib=kind_bytes[worst] / GIB,
+        memory_capacity_gib=job.cluster.device.memory_gib,
         breakdown=breakdown,
-        memory_breakdown_gib={k: v / GIB for k, v in worst.items()},
-        tokens_per_s_per_device=tokens_per_s / world,
-        mfu=model_flops / (step_s * world * cluster.device.peak_flops(train.compute_dtype)),
-        detail={
-            "stage_layers": list(layout.stage_layers(model, train)),
-            "stage_time_s": [s.per_microbatch_s for s in stages],
-            "stage_memory_gib": [sum(mem.values()) / GIB for mem in memories],
-        },
+        memory_breakdown_gib={k: v / GIB for k, v in memory.items()},
+        tokens_per_s_per_device=tokens_per_s_per_device,
+        mfu=mfu,
+        detail=StageDetail(partial(_detail, shape, stages, terms, job.reserved_bytes, m, factor)),
+    )
+
+
+def _detail(
+    shape: StageShape,
+    stages: list[Stage],
+    terms: list[RankTerms],
+    reserved: float,
+    microbatches: int,
+    factor: float,
+) -> dict[str, object]:
+    return stage_detail(
+        shape,
+        [s.per_microbatch_s for s in stages],
+        [t.state_bytes for t in terms],
+        [s.activation_bytes for s in stages],
+        [s.working_bytes for s in stages],
+        reserved=reserved,
+        microbatches=microbatches,
+        factor=factor,
     )

@@ -49,8 +49,7 @@ class Evaluator:
         started = time.perf_counter()
         if many is not None and fresh:
             batch = many(self.model, self.cluster, self.train, fresh)
-            for index, layout in enumerate(fresh):
-                self._cache[layout] = batch.prediction(index)
+            self._cache.update(zip(fresh, batch.predictions(), strict=True))
             self.simulations += len(fresh)
             self.seconds += time.perf_counter() - started
         else:

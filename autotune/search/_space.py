@@ -47,10 +47,7 @@ class SearchSpace:
     splits: tuple[str, ...]  # the split variant of each layout
     choices: Mapping[str, tuple[Any, ...]]
     _positions: np.ndarray  # (layouts, fields): index of each layout's value in its choices
-    _index: dict[Layout, int] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_index", {lay: i for i, lay in enumerate(self.layouts)})
+    _index: dict[Layout, int] = field(default_factory=dict)  # filled on first use
 
     @property
     def size(self) -> int:
@@ -62,6 +59,8 @@ class SearchSpace:
         return {name: getattr(layout, name) for name in SEARCHED} | {"split": self.splits[index]}
 
     def values_of(self, layout: Layout) -> dict[str, Any]:
+        if not self._index:
+            self._index.update(zip(self.layouts, range(self.size), strict=True))
         return self.values(self._index[layout])
 
     def nearest(self, values: Mapping[str, Any]) -> Layout:
@@ -96,6 +95,12 @@ def _candidates(
     return found
 
 
+# Layout fields that no rule of Layout.violations reads (recompute: unless recompute_layers is
+# pinned), so layouts that differ only in them are valid or invalid together and the rules run
+# once for them all (tests/autotune_tests/test_space.py holds the rules to this).
+_RULE_FREE = ("distributed_optimizer", "recompute")
+
+
 def build_space(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -105,6 +110,10 @@ def build_space(
 ) -> SearchSpace:
     """Enumerate every valid layout; ``fixed`` pins fields (``parallel.*`` overrides).
 
+    Layouts come in the order of the product of the searched fields' candidates, each with
+    its split variants after it. The rules run once per class of layouts that differ only in
+    fields no rule reads, and a layout is built only when it is valid.
+
     Raises LayoutError when no layout is valid, quoting the rules the pinned values break.
     """
     candidates = _candidates(model, cluster, search)
@@ -112,43 +121,70 @@ def build_space(
         if name in candidates:
             candidates[name] = [value]
     extra = {k: v for k, v in fixed.items() if k not in candidates}
+    free = [name for name in _RULE_FREE if name != "recompute" or "recompute_layers" not in extra]
+    checked = [name for name in SEARCHED if name not in free]
+    place = [(checked + free).index(name) for name in SEARCHED]  # to the order of SEARCHED
+    free_combos = list(itertools.product(*(enumerate(candidates[name]) for name in free)))
     world = cluster.num_devices
-    valid: list[tuple[Layout, str]] = []
-    for combo in itertools.product(*(candidates[name] for name in SEARCHED)):
-        values = dict(zip(SEARCHED, combo, strict=True))
+    variants: dict[int, dict[str, tuple[int, ...]]] = {}  # the framework's splits, by pp
+    found: list[tuple[list[int], str, Layout]] = []  # candidate indices + variant, kind, layout
+    for combo in itertools.product(*(enumerate(candidates[name]) for name in checked)):
+        values = {name: value for name, (_, value) in zip(checked, combo, strict=True)}
         tp, pp, cp = values["tp"], values["pp"], values["cp"]
         if world % (tp * pp * cp) or ("dp" in extra and extra["dp"] * tp * pp * cp != world):
             continue
         base = Layout.resolve(world, **values, **extra)
-        for kind, layout in _split_variants(base, model, train):
-            if not layout.violations(model, cluster, train):
-                valid.append((layout, kind))
-    if not valid:
+        if pp not in variants:
+            variants[pp] = train.framework.split_variants(model.num_layers, pp)
+        for order, (kind, layout) in enumerate(_split_variants(base, variants[pp])):
+            if layout.violations(model, cluster, train):
+                continue
+            held = {k: v for k, v in layout.as_dict().items() if k not in free}
+            for free_combo in free_combos:
+                at = [i for i, _ in combo] + [i for i, _ in free_combo]
+                index = [at[k] for k in place]
+                chosen = {name: value for name, (_, value) in zip(free, free_combo, strict=True)}
+                found.append(([*index, order], kind, Layout(**held, **chosen)))
+    if not found:
         raise LayoutError(_explain_empty(model, cluster, train, fixed))
-    candidates["split"] = list(dict.fromkeys(kind for _, kind in valid))
-    choices = {
-        name: tuple(v for v in candidates[name] if any(_value(x, k, name) == v for x, k in valid))
-        for name in FIELDS
-    }
-    positions = np.array(
-        [[choices[name].index(_value(lay, k, name)) for name in FIELDS] for lay, k in valid]
-    )
-    layouts, splits = zip(*valid, strict=True)
+    found.sort(key=lambda item: item[0])  # the order of the product, as when checking it all
+    indices = np.array([index[:-1] for index, _, _ in found], dtype=np.int64)
+    splits = tuple(kind for _, kind, _ in found)
+    choices, positions = _choices(candidates, indices, splits)
     return SearchSpace(
-        layouts=tuple(layouts), splits=tuple(splits), choices=choices, _positions=positions
+        layouts=tuple(layout for _, _, layout in found),
+        splits=splits,
+        choices=choices,
+        _positions=positions,
     )
 
 
-def _value(layout: Layout, split: str, name: str) -> Any:
-    return split if name == "split" else getattr(layout, name)
+def _choices(
+    candidates: Mapping[str, list[Any]], indices: np.ndarray, splits: tuple[str, ...]
+) -> tuple[dict[str, tuple[Any, ...]], np.ndarray]:
+    """Per field, the candidates that occur in valid layouts (in candidate order), and each
+    layout's position in them; ``indices`` holds each layout's candidate indices."""
+    kinds = list(dict.fromkeys(splits))
+    choices: dict[str, tuple[Any, ...]] = {"split": tuple(kinds)}
+    positions = np.empty((len(splits), len(FIELDS)), dtype=np.int64)
+    for column, name in enumerate(SEARCHED):
+        present = np.zeros(len(candidates[name]), dtype=bool)
+        present[indices[:, column]] = True
+        choices[name] = tuple(v for v, seen in zip(candidates[name], present, strict=True) if seen)
+        positions[:, column] = (np.cumsum(present) - 1)[indices[:, column]]
+    code = {kind: i for i, kind in enumerate(kinds)}
+    positions[:, len(SEARCHED)] = [code[kind] for kind in splits]
+    return {name: choices[name] for name in FIELDS}, positions
 
 
-def _split_variants(base: Layout, model: ModelSpec, train: TrainSpec) -> list[tuple[str, Layout]]:
-    """``base`` with each of the framework's splits worth searching (an explicit split, when
-    the user pinned one, is the only one)."""
+def _split_variants(
+    base: Layout, variants: Mapping[str, tuple[int, ...]]
+) -> list[tuple[str, Layout]]:
+    """``base`` with each of the framework's splits worth searching (``variants``:
+    FrameworkSpec.split_variants); an explicit split, when the user pinned one, is the only
+    one."""
     if base.layer_split is not None:
         return [("explicit", base)]
-    variants = train.framework.split_variants(model.num_layers, base.pp)
     return [
         (kind, base if kind == "default" else dataclasses.replace(base, layer_split=split))
         for kind, split in variants.items()

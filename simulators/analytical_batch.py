@@ -1,0 +1,387 @@
+"""The analytical simulator over many layouts at once: the scalar path's formulas on arrays.
+
+:meth:`simulators.analytical.AnalyticalSimulator.simulate_many` turns the layouts into
+columns, one per field. Each piece of a price that depends on a few fields (a layer, the
+stage shape, a pipeline send, the output layer, what a rank's parameters cost beyond its
+layers) is computed by the scalar path's own function, once per distinct value of those
+fields; the pipeline-stage formulas of :mod:`simulators.analytical_stages` then run on arrays
+of layouts x stage kinds. The numbers are those of ``simulate``, but for the order in which
+the bubble adds up a pipeline's ranks (a few units in the last place).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from itertools import chain
+from operator import attrgetter
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulators.analytical_stages import ARRAYS
+from simulators.analytical_stages import GIB
+from simulators.analytical_stages import LayerCost
+from simulators.analytical_stages import Stage
+from simulators.analytical_stages import StageDetail
+from simulators.analytical_stages import StageShape
+from simulators.analytical_stages import exposed_dp_s
+from simulators.analytical_stages import held_factor
+from simulators.analytical_stages import in_flight
+from simulators.analytical_stages import memory_bytes
+from simulators.analytical_stages import stage
+from simulators.analytical_stages import stage_detail
+from simulators.analytical_stages import step_breakdown
+from simulators.analytical_stages import throughput
+from simulators.layout import LAYOUT_FIELDS
+from simulators.layout import Layout
+from simulators.prediction import BREAKDOWN_KEYS
+from simulators.prediction import Prediction
+
+if TYPE_CHECKING:
+    from simulators.analytical import _Job
+
+__all__ = ["BatchPrediction", "simulate_batch"]
+
+Array = NDArray[Any]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchPrediction:
+    """The predictions of many layouts, as numpy arrays with one entry per layout.
+
+    The fields mean what :class:`simulators.Prediction`'s do; :meth:`prediction` gives one
+    layout's as a :class:`simulators.Prediction` (its ``detail`` too), :meth:`predictions`
+    all of them.
+    """
+
+    step_time_s: Array
+    memory_gib: Array
+    memory_capacity_gib: float
+    breakdown: dict[str, Array]
+    memory_breakdown_gib: dict[str, Array]
+    tokens_per_s_per_device: Array
+    mfu: Array
+    _detail: _Detail
+
+    @property
+    def fits(self) -> Array:
+        return self.memory_gib <= self.memory_capacity_gib
+
+    def __len__(self) -> int:
+        return len(self.step_time_s)
+
+    def prediction(self, index: int) -> Prediction:
+        """The prediction of layout ``index``."""
+        return self._predictions(range(len(self))[index : index + 1 or None])[0]
+
+    def predictions(self) -> list[Prediction]:
+        """The prediction of every layout, in order."""
+        return self._predictions(range(len(self)))
+
+    def _predictions(self, rows: range) -> list[Prediction]:
+        def values(array: Array) -> list[Any]:
+            return array[rows.start : rows.stop].tolist()  # type: ignore[no-any-return]
+
+        breakdown = {key: values(v) for key, v in self.breakdown.items()}
+        memory = {key: values(v) for key, v in self.memory_breakdown_gib.items()}
+        columns = zip(
+            values(self.step_time_s),
+            values(self.memory_gib),
+            values(self.tokens_per_s_per_device),
+            values(self.mfu),
+            strict=True,
+        )
+        return [
+            Prediction(
+                step_time_s=step_s,
+                memory_gib=memory_gib,
+                memory_capacity_gib=self.memory_capacity_gib,
+                breakdown={key: v[k] for key, v in breakdown.items()},
+                memory_breakdown_gib={key: v[k] for key, v in memory.items()},
+                tokens_per_s_per_device=tokens,
+                mfu=mfu,
+                detail=StageDetail(partial(self._detail.of, row)),
+            )
+            for k, (row, (step_s, memory_gib, tokens, mfu)) in enumerate(
+                zip(rows, columns, strict=True)
+            )
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Detail:
+    """What :class:`StageDetail` needs of each layout: its stage shape and, per kind, seconds
+    per micro-batch, state, activation and working bytes."""
+
+    shapes: list[StageShape]
+    shape_of: Array  # index into shapes, per layout
+    kind_s: Array  # (layouts, kinds), like the three below
+    states: Array
+    activations: Array
+    working: Array
+    microbatches: Array
+    factor: Array
+    reserved: float
+
+    def of(self, row: int) -> dict[str, object]:
+        shape = self.shapes[self.shape_of[row]]
+        kinds = len(shape.kinds)
+        return stage_detail(
+            shape,
+            self.kind_s[row, :kinds].tolist(),
+            self.states[row, :kinds].tolist(),
+            self.activations[row, :kinds].tolist(),
+            self.working[row, :kinds].tolist(),
+            reserved=self.reserved,
+            microbatches=int(self.microbatches[row]),
+            factor=float(self.factor[row]),
+        )
+
+
+# Layout fields held as numbers; the others (text, tuples, None) are held as codes.
+_NUMBERS = tuple(f.name for f in dataclasses.fields(Layout) if f.type in ("int", "bool"))
+_CODED = tuple(name for name in LAYOUT_FIELDS if name not in _NUMBERS)
+
+
+class _Columns:
+    """The layouts as one integer column per field (text, tuples and None as codes), and
+    the groups of layouts that agree on some fields."""
+
+    def __init__(self, layouts: Sequence[Layout]) -> None:
+        self.layouts = layouts
+        flat = chain.from_iterable(map(attrgetter(*_NUMBERS), layouts))
+        numbers = np.fromiter(flat, np.int64, len(layouts) * len(_NUMBERS))
+        numbers = numbers.reshape(len(layouts), len(_NUMBERS)).T.copy()
+        self.codes: dict[str, Array] = dict(zip(_NUMBERS, numbers, strict=True))
+        self.values: dict[str, dict[object, int]] = {}  # of the coded fields: value -> code
+        for name in _CODED:
+            column = list(map(attrgetter(name), layouts))
+            ids = {value: code for code, value in enumerate(dict.fromkeys(column))}
+            self.codes[name] = np.fromiter(map(ids.__getitem__, column), np.int64, len(column))
+            self.values[name] = ids
+
+    def number(self, name: str) -> Array:
+        """A numeric field as a column vector (layouts x 1) of floats, which mix with the
+        other arrays at full speed (and hold these small integers exactly)."""
+        return self.codes[name][:, None].astype(np.float64)
+
+    def equals(self, name: str, value: object) -> Array:
+        """Whether a coded field is ``value``, as a column vector of 0.0 and 1.0."""
+        return (self.codes[name][:, None] == self.values[name].get(value, -1)).astype(np.float64)
+
+    def groups(self, names: Sequence[str]) -> tuple[Array, Array]:
+        """(first layout of each group, group of each layout) of the layouts that agree on
+        ``names``."""
+        key = np.zeros(len(self.layouts), dtype=np.int64)
+        for name in names:
+            key = _combine(key, self.codes[name])
+        _, first, group = np.unique(key, return_index=True, return_inverse=True)
+        return first, group.reshape(-1)
+
+    def each(self, names: Sequence[str], compute: Callable[[Layout], T]) -> tuple[list[T], Array]:
+        """``compute`` of one layout of each group agreeing on ``names``, and the group of
+        each layout."""
+        first, group = self.groups(names)
+        return [compute(self.layouts[i]) for i in first], group
+
+
+def _combine(key: Array, codes: Array) -> Array:
+    """One integer per distinct (key, code) pair, in the order of the pairs."""
+    if not len(key):
+        return key
+    radix = int(codes.max()) + 1
+    if int(key.max()) >= np.iinfo(np.int64).max // max(radix, 1) // 2:
+        key = np.unique(key, return_inverse=True)[1].reshape(-1)
+    return key * radix + codes
+
+
+def _column(values: Sequence[float], group: Array) -> Array:
+    """Per-group values spread over the layouts, as a column vector."""
+    return np.asarray(values, dtype=np.float64)[group][:, None]
+
+
+def _layer_costs(job: _Job, columns: _Columns) -> tuple[LayerCost, LayerCost]:
+    """The dense and MoE layer of every layout, as column vectors."""
+    costs, group = columns.each(job.LAYER_FIELDS, job.layer_costs)
+    fields = [f.name for f in dataclasses.fields(LayerCost)]
+    return (
+        LayerCost(**{f: _column([getattr(d, f) for d, _ in costs], group) for f in fields}),
+        LayerCost(**{f: _column([getattr(m, f) for _, m in costs], group) for f in fields}),
+    )
+
+
+def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[str, Array]]:
+    """Every layout's stage shape (the shapes met, and which one each layout has) and its
+    kinds as (layouts x kinds) arrays: ``n_dense``, ``n_moe``, ``first``, ``last``,
+    ``first_rank``, ``ranks`` (how many ranks are of that kind) and ``share`` (of the layers
+    that full recompute checkpoints). Layouts with fewer kinds than the most repeat their
+    first kind with no ranks, which changes no maximum and no sum."""
+
+    def shape_and_shares(layout: Layout) -> tuple[StageShape, list[float]]:
+        shape = job.shape(layout)
+        return shape, job.shares(layout, shape)
+
+    found, group = columns.each(job.SHAPE_FIELDS, shape_and_shares)
+    width = max((len(shape.kinds) for shape, _ in found), default=1)
+    rows: dict[str, list[list[Any]]] = {name: [] for name in _KIND_ARRAYS}
+    for shape, shares in found:
+        kinds = len(shape.kinds)
+        padded = list(range(kinds)) + [0] * (width - kinds)
+        for name, values in zip(_KIND_ARRAYS, zip(*shape.kinds, strict=True), strict=False):
+            rows[name].append([values[k] for k in padded])
+        rows["first_rank"].append([shape.first_ranks[k] for k in padded])
+        rows["ranks"].append(
+            [shape.rank_kinds.count(k) for k in range(kinds)] + [0] * (width - kinds)
+        )
+        rows["share"].append([shares[k] for k in padded])
+    kinds = {
+        name: np.array(table, dtype=np.float64).reshape(-1, width)[group]
+        for name, table in rows.items()
+    }
+    return [shape for shape, _ in found], group, kinds
+
+
+# The arrays of _kinds, first the four of a kind's key (StageShape.kinds); all floats, which
+# mix with the other arrays at full speed and hold these small integers exactly.
+_KIND_ARRAYS = ("n_dense", "n_moe", "first", "last", "first_rank", "ranks", "share")
+
+
+def _pick(array: Array, index: Array) -> Array:
+    """``array[layout, index[layout]]`` of a (layouts x kinds) array, or the value of a
+    column vector (the same for every kind)."""
+    if array.shape[1] == 1:
+        return array[:, 0]
+    return np.take_along_axis(array, index[:, None], axis=1)[:, 0]
+
+
+def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
+    """Price ``layouts`` with the formulas of :func:`simulators.analytical._simulate`."""
+    columns = _Columns(layouts)
+    tp, pp, ep, vpp = (columns.number(name) for name in ("tp", "pp", "ep", "vpp"))
+    dense, moe = _layer_costs(job, columns)
+    shapes, shape_of, kinds = _kinds(job, columns)
+    p2p, p2p_group = columns.each(job.P2P_FIELDS, job.p2p_s)
+    logits, logits_group = columns.each(job.LOGITS_FIELDS, job.logits)
+    stages = stage(
+        job.params,
+        dense,
+        moe,
+        (kinds["n_dense"], kinds["n_moe"], kinds["first"], kinds["last"]),
+        share=kinds["share"],
+        selective=columns.equals("recompute", "selective"),
+        tp=tp,
+        ep=ep,
+        pp=pp,
+        vpp=vpp,
+        p2p_s=_column(p2p, p2p_group),
+        logits=(
+            _column([s for s, _ in logits], logits_group),
+            _column([b for _, b in logits], logits_group),
+        ),
+        ops=ARRAYS,
+    )
+    # The pipeline runs at the pace of its slowest rank, plus the fill and drain of the others.
+    kind_s = np.broadcast_to(stages.per_microbatch_s, kinds["share"].shape)
+    slowest = Stage(*(_pick(field, kind_s.argmax(axis=1)) for field in stages))
+    bubble_s = ((kinds["ranks"] * kind_s).sum(axis=1) - slowest.per_microbatch_s) / vpp[:, 0]
+    terms = _rank_terms(job, columns, kinds, stages)
+    framework = job.train.framework
+    dp_s = exposed_dp_s(
+        terms["reduce_s"],
+        terms["gather_s"],
+        stages.last_backward_s,
+        framework.overlap_grad_reduce,
+        framework.overlap_param_gather,
+        ARRAYS,
+    )
+    dp_kind = (dp_s + terms["optimizer_s"]).argmax(axis=1)
+    microbatches, m_group = columns.each(
+        ("micro_batch", "dp"), lambda lay: lay.num_microbatches(job.train)
+    )
+    m = np.asarray(microbatches, dtype=np.float64)[m_group][:, None]
+    breakdown = step_breakdown(
+        m[:, 0],
+        slowest,
+        _pick(dp_s, dp_kind),
+        bubble_s,
+        _pick(terms["optimizer_s"], dp_kind),
+    )
+    step_s = sum(breakdown.values())
+    # The first rank of a kind holds the most micro-batches in flight: its worst rank.
+    factor = held_factor(pp, vpp, ARRAYS)
+    activations = stages.activation_bytes * in_flight(m, pp, kinds["first_rank"], factor, ARRAYS)
+    kind_bytes = memory_bytes(
+        terms["state_bytes"], activations, stages.working_bytes, job.reserved_bytes
+    )
+    worst = kind_bytes.argmax(axis=1)
+    memory = {name: _pick(terms[name], worst) for name in terms["states"]}
+    memory["activations"] = _pick(activations, worst)
+    memory["working"] = _pick(stages.working_bytes, worst)
+    memory["reserved"] = np.full(len(layouts), job.reserved_bytes)
+    world, world_group = columns.each(("dp", "tp", "pp", "cp"), lambda lay: lay.world_size)
+    tokens_per_s_per_device, mfu = throughput(
+        step_s, np.asarray(world, dtype=np.float64)[world_group], job.rates
+    )
+    return BatchPrediction(
+        step_time_s=step_s,
+        memory_gib=_pick(kind_bytes, worst) / GIB,
+        memory_capacity_gib=job.cluster.device.memory_gib,
+        breakdown={key: np.asarray(breakdown[key], dtype=np.float64) for key in BREAKDOWN_KEYS},
+        memory_breakdown_gib={key: v / GIB for key, v in memory.items()},
+        tokens_per_s_per_device=tokens_per_s_per_device,
+        mfu=mfu,
+        _detail=_Detail(
+            shapes=shapes,
+            shape_of=shape_of,
+            kind_s=kind_s,
+            states=terms["state_bytes"],
+            activations=np.broadcast_to(stages.activation_bytes, kind_s.shape),
+            working=np.broadcast_to(stages.working_bytes, kind_s.shape),
+            microbatches=m[:, 0],
+            factor=np.broadcast_to(factor, m.shape)[:, 0],
+            reserved=job.reserved_bytes,
+        ),
+    )
+
+
+def _rank_terms(
+    job: _Job, columns: _Columns, kinds: dict[str, Array], stages: Stage
+) -> dict[str, Any]:
+    """What each kind of rank's parameters cost beyond its layers, as (layouts x kinds)
+    arrays, computed once per kind and data-parallel layout (which fix the parameters);
+    ``states`` names the state entries."""
+    _, group = columns.groups(job.TERMS_FIELDS)
+    shape = kinds["n_dense"].shape
+    key = np.broadcast_to(group[:, None], shape).reshape(-1)
+    for name in ("n_dense", "n_moe", "first", "last"):
+        key = _combine(key, kinds[name].reshape(-1).astype(np.int64))  # exact: small integers
+    _, rows, row_group = np.unique(key, return_index=True, return_inverse=True)
+    params = [
+        np.broadcast_to(field, shape).reshape(-1)[rows].tolist()
+        for field in (stages.dense_params, stages.expert_params, stages.linear_params)
+    ]
+    layouts = columns.layouts
+    width = shape[1]
+    found = [
+        job.rank_terms(dense, expert, linear, layouts[row // width])
+        for dense, expert, linear, row in zip(*params, rows.tolist(), strict=True)
+    ]
+    spread_index = row_group.reshape(shape)
+
+    def spread(values: list[float]) -> Array:
+        return np.asarray(values, dtype=np.float64)[spread_index]
+
+    names = list(found[0].states) if found else []
+    terms: dict[str, Any] = {name: spread([t.states[name] for t in found]) for name in names}
+    for name in ("reduce_s", "gather_s", "optimizer_s", "state_bytes"):
+        terms[name] = spread([getattr(t, name) for t in found])
+    terms["states"] = names
+    return terms

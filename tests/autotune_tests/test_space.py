@@ -1,0 +1,154 @@
+"""The search space: the same valid layouts, in the same order, as checking every product."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autotune.config import AutotuneConfig
+from autotune.config import fixed_layout_values
+from autotune.config import load_config
+from autotune.search._space import FIELDS
+from autotune.search._space import SearchSpace
+from autotune.search._space import _candidates
+from autotune.search._space import build_space
+from catalog import job_from_config
+from simulators import Layout
+from simulators.layout import SEARCHED
+
+# Jobs and pins: splits that pp does not divide (and their light_ends variants), pinned
+# degrees, modes, dp, recompute_layers and an explicit split, each framework's split rules.
+JOBS = {
+    "default": ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1"),
+    "pinned-tp-recompute": (
+        "model=llama2_7b",
+        "cluster=ascend",
+        "cluster.num_nodes=2",
+        "parallel.tp=4",
+        "parallel.recompute=full",
+    ),
+    "pinned-dp-and-optimizer": (
+        "model=llama2_13b",
+        "cluster=h100",
+        "cluster.num_nodes=4",
+        "parallel.dp=4",
+        "parallel.distributed_optimizer=false",
+    ),
+    "pinned-recompute-layers": (
+        "model=llama2_70b",
+        "cluster=ascend",
+        "cluster.num_nodes=4",
+        "parallel.recompute_layers=4",
+    ),
+    "explicit-split": (
+        "model=chatglm3_6b",
+        "cluster=h100",
+        "cluster.num_nodes=1",
+        "parallel.layer_split=[6,8,8,6]",
+    ),
+    "uneven-moe-light-ends": ("model=deepseek_v3", "cluster=h100", "cluster.num_nodes=16"),
+    "uneven-deepspeed": (
+        "model=deepseek_v2_lite",
+        "cluster=a100",
+        "cluster.num_nodes=4",
+        "train.framework=megatron_deepspeed",
+    ),
+    "even-only-megatron-lm": (
+        "model=llama3_8b",
+        "cluster=a100",
+        "cluster.num_nodes=2",
+        "model.num_layers=30",
+        "train.framework=megatron_lm",
+    ),
+    "moe-mindspeed-cp": (
+        "model=qwen3_30b_a3b",
+        "cluster=ascend",
+        "cluster.num_nodes=4",
+        "train.seq_len=8192",
+    ),
+}
+
+
+def _reference(
+    model: Any, cluster: Any, train: Any, search: Any, fixed: Mapping[str, Any]
+) -> list[tuple[Layout, str]]:
+    """Every product of the candidates, each of its split variants checked by the rules."""
+    candidates = _candidates(model, cluster, search)
+    for name, value in fixed.items():
+        if name in candidates:
+            candidates[name] = [value]
+    extra = {k: v for k, v in fixed.items() if k not in candidates}
+    valid = []
+    for combo in itertools.product(*(candidates[name] for name in SEARCHED)):
+        values = dict(zip(SEARCHED, combo, strict=True))
+        tp, pp, cp = values["tp"], values["pp"], values["cp"]
+        world = cluster.num_devices
+        if world % (tp * pp * cp) or ("dp" in extra and extra["dp"] * tp * pp * cp != world):
+            continue
+        base = Layout.resolve(world, **values, **extra)
+        if base.layer_split is not None:
+            variants = [("explicit", base)]
+        else:
+            splits = train.framework.split_variants(model.num_layers, base.pp)
+            variants = [
+                (kind, base if kind == "default" else dataclasses.replace(base, layer_split=split))
+                for kind, split in splits.items()
+            ]
+        for kind, layout in variants:
+            if not layout.violations(model, cluster, train):
+                valid.append((layout, kind))
+    return valid
+
+
+@pytest.mark.parametrize("overrides", JOBS.values(), ids=JOBS.keys())
+def test_space_is_every_valid_product_in_order(overrides: tuple[str, ...]) -> None:
+    cfg = load_config(AutotuneConfig, [*overrides, "tracking.enabled=false"])
+    job = job_from_config(cfg)
+    fixed = fixed_layout_values(cfg.parallel)
+    space = build_space(job.model, job.cluster, job.train, cfg.search, fixed)
+    expected = _reference(job.model, job.cluster, job.train, cfg.search, fixed)
+    assert list(zip(space.layouts, space.splits, strict=True)) == expected
+    for name in FIELDS:  # the values that occur, in candidate order
+        values = [kind if name == "split" else getattr(lay, name) for lay, kind in expected]
+        assert list(space.choices[name]) == sorted(
+            set(values), key=list(space.choices[name]).index
+        )
+        assert set(space.choices[name]) == set(values)
+    for index in range(0, space.size, max(1, space.size // 40)):
+        own = space.values(index)
+        assert space.values_of(space.layouts[index]) == own
+        assert space.nearest(own) == space.layouts[index]
+        position = [space.choices[name].index(own[name]) for name in FIELDS]
+        assert list(space._positions[index]) == position
+
+
+def test_rules_ignore_the_fields_the_space_checks_once() -> None:
+    """Layouts that differ in optimizer sharding, or (without recompute_layers) in the
+    recompute mode, break the same rules: build_space checks the rules once for them."""
+    cfg = load_config(AutotuneConfig, [*JOBS["uneven-deepspeed"], "tracking.enabled=false"])
+    job = job_from_config(cfg)
+    checked = 0
+    for tp, pp, vpp, mb in itertools.product((1, 2, 3, 8), (1, 3, 4, 7), (1, 2), (1, 3)):
+        layout = Layout.resolve(job.cluster.num_devices, tp=tp, pp=pp, vpp=vpp, micro_batch=mb)
+        broken = layout.violations(job.model, job.cluster, job.train)
+        for recompute, sharded in itertools.product(("none", "selective", "full"), (True, False)):
+            other = dataclasses.replace(layout, recompute=recompute, distributed_optimizer=sharded)
+            assert other.violations(job.model, job.cluster, job.train) == broken
+            checked += 1
+    assert checked > 100
+
+
+def test_a_space_is_a_value() -> None:
+    cfg = load_config(AutotuneConfig, [*JOBS["default"], "tracking.enabled=false"])
+    job = job_from_config(cfg)
+    space = build_space(job.model, job.cluster, job.train, cfg.search, {})
+    assert isinstance(space, SearchSpace) and space.size == len(set(space.layouts))
+    assert space._positions.dtype == np.int64 and space._positions.shape == (
+        space.size,
+        len(FIELDS),
+    )

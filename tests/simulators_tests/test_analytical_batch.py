@@ -1,0 +1,177 @@
+"""The vectorized analytical simulator gives the scalar path's numbers for every valid layout."""
+
+from __future__ import annotations
+
+import functools
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+import catalog
+from autotune.config import AutotuneConfig
+from autotune.config import fixed_layout_values
+from autotune.config import load_config
+from autotune.search._space import build_space
+from catalog import Job
+from catalog import job_from_config
+from simulators import Layout
+from simulators import Prediction
+from simulators.analytical import AnalyticalSimulator
+from simulators.analytical import BatchPrediction
+
+# Catalog jobs whose valid layouts cover what the formulas branch on.
+JOBS = {
+    "dense-mindspeed-ascend": ("model=llama70b", "cluster=ascend"),
+    "gqa-uneven-splits-vpp-cp": (
+        "model=llama3_8b",
+        "cluster=h100",
+        "cluster.num_nodes=2",
+        "model.num_layers=30",
+    ),
+    "moe-ep-fp8-h100": (
+        "model=mixtral8x7b",
+        "cluster=h100",
+        "cluster.num_nodes=4",
+        "train.precision=fp8",
+    ),
+    "mla-moe-first-dense-deepspeed": (
+        "model=deepseek_v2_lite",
+        "cluster=a100",
+        "cluster.num_nodes=2",
+        "train.framework=megatron_deepspeed",
+    ),
+    "mla-moe-mindspeed-ascend": (
+        "model=deepseek_v2_lite",
+        "cluster=ascend",
+        "cluster.num_nodes=2",
+    ),
+    "megatron-lm-even-fp16": (
+        "model=llama2_13b",
+        "cluster=a100",
+        "cluster.num_nodes=2",
+        "train.framework=megatron_lm",
+        "train.precision=fp16",
+    ),
+    "unfused-attention-v100": ("model=llama2_7b", "cluster=v100", "cluster.num_nodes=2"),
+    "block-recompute": (
+        "model=llama2_70b",
+        "cluster=ascend",
+        "cluster.num_nodes=4",
+        "parallel.recompute=full",
+        "parallel.recompute_layers=3",
+    ),
+    "explicit-split-tied-head": (
+        "model=chatglm3_6b",
+        "cluster=h100",
+        "cluster.num_nodes=1",
+        "parallel.pp=4",
+        "parallel.layer_split=[6,8,8,6]",
+    ),
+    "fp32": ("model=qwen2_5_7b", "cluster=a100", "cluster.num_nodes=1", "train.precision=fp32"),
+}
+
+
+@functools.cache
+def _job(*overrides: str) -> tuple[Job, tuple[Layout, ...]]:
+    """The job and its valid layouts (every one the search enumerates)."""
+    cfg = load_config(AutotuneConfig, [*overrides, "tracking.enabled=false"])
+    job = job_from_config(cfg)
+    space = build_space(
+        job.model, job.cluster, job.train, cfg.search, fixed_layout_values(cfg.parallel)
+    )
+    return job, space.layouts
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
+
+
+def assert_same(vector: Prediction, scalar: Prediction) -> None:
+    """Every field of the two predictions equal to 1e-9 relative (names and order exact)."""
+    for name in (
+        "step_time_s",
+        "memory_gib",
+        "memory_capacity_gib",
+        "tokens_per_s_per_device",
+        "mfu",
+    ):
+        assert _close(getattr(vector, name), getattr(scalar, name)), name
+    assert vector.fits == scalar.fits
+    for name in ("breakdown", "memory_breakdown_gib"):
+        ours, theirs = getattr(vector, name), getattr(scalar, name)
+        assert list(ours) == list(theirs)
+        assert all(_close(ours[key], theirs[key]) for key in ours), (name, ours, theirs)
+    assert list(vector.detail) == list(scalar.detail)
+    assert vector.detail["stage_layers"] == scalar.detail["stage_layers"]
+    for name in ("stage_time_s", "stage_memory_gib"):
+        ours, theirs = vector.detail[name], scalar.detail[name]
+        assert len(ours) == len(theirs) and all(map(_close, ours, theirs)), name
+
+
+@pytest.mark.parametrize("overrides", JOBS.values(), ids=JOBS.keys())
+def test_vectorized_equals_scalar_on_every_valid_layout(overrides: tuple[str, ...]) -> None:
+    job, layouts = _job(*overrides)
+    assert len(layouts) > 1
+    simulator = catalog.load_simulator("analytical")
+    assert isinstance(simulator, AnalyticalSimulator)
+    batch = simulator.simulate_many(job.model, job.cluster, job.train, layouts)
+    fresh = catalog.load_simulator("analytical")  # the scalar path, its caches cold
+    assert len(batch) == len(layouts)
+    for index, (layout, vector) in enumerate(zip(layouts, batch.predictions(), strict=True)):
+        scalar = fresh.simulate(job.model, job.cluster, job.train, layout)
+        assert_same(vector, scalar)
+        assert _close(batch.step_time_s[index], scalar.step_time_s)
+
+
+def test_the_covered_jobs_exercise_every_branch() -> None:
+    """The jobs above hold uneven and explicit splits, vpp, cp, ep, every recompute mode and
+    block recompute, FP8, unfused attention and each framework."""
+    seen: dict[str, set[object]] = {}
+    for overrides in JOBS.values():
+        job, layouts = _job(*overrides)
+        seen.setdefault("framework", set()).add(job.train.framework.name)
+        seen.setdefault("precision", set()).add(job.train.precision)
+        seen.setdefault("flash", set()).add(job.train.uses_flash_attention(job.cluster))
+        for layout in layouts:
+            for name in ("vpp", "cp", "ep", "recompute", "recompute_layers"):
+                seen.setdefault(name, set()).add(getattr(layout, name))
+            split = layout.stage_layers(job.model, job.train)
+            seen.setdefault("uneven", set()).add(len(set(split)) > 1)
+            seen.setdefault("explicit", set()).add(layout.layer_split is not None)
+    assert seen["framework"] == {"megatron_core", "megatron_lm", "megatron_deepspeed", "mindspeed"}
+    assert {"bf16", "fp8", "fp16", "fp32"} <= seen["precision"]
+    assert seen["flash"] == {True, False}
+    assert seen["recompute"] == {"none", "selective", "full"} and 3 in seen["recompute_layers"]
+    assert max(seen["vpp"]) > 1 and max(seen["cp"]) > 1 and max(seen["ep"]) > 1  # type: ignore[type-var]
+    assert seen["uneven"] == seen["explicit"] == {True, False}
+
+
+def test_the_scalar_caches_are_keyed_by_every_field_that_matters() -> None:
+    """One simulator pricing a whole job (its caches shared) equals a fresh one per layout."""
+    job, layouts = _job(*JOBS["mla-moe-first-dense-deepspeed"])
+    shared = catalog.load_simulator("analytical")
+    for layout in layouts[::7]:
+        alone = catalog.load_simulator("analytical").simulate(
+            job.model, job.cluster, job.train, layout
+        )
+        assert shared.simulate(job.model, job.cluster, job.train, layout) == alone
+
+
+def test_batch_prediction_holds_arrays_and_gives_predictions() -> None:
+    job, layouts = _job(*JOBS["gqa-uneven-splits-vpp-cp"])
+    simulator = catalog.load_simulator("analytical")
+    batch = simulator.simulate_many(job.model, job.cluster, job.train, layouts[:10])
+    assert isinstance(batch, BatchPrediction) and len(batch) == 10
+    assert isinstance(batch.step_time_s, np.ndarray) and batch.step_time_s.shape == (10,)
+    assert batch.fits.dtype == bool and list(batch.fits) == [p.fits for p in batch.predictions()]
+    assert set(batch.breakdown) == set(batch.prediction(0).breakdown)
+    np.testing.assert_allclose(sum(batch.breakdown.values()), batch.step_time_s, rtol=1e-12)
+    assert batch.prediction(-1) == batch.prediction(9) == batch.predictions()[-1]
+    assert isinstance(batch.prediction(3).step_time_s, float)
+    with pytest.raises(IndexError):
+        batch.prediction(10)
+    assert pickle.loads(pickle.dumps(batch.prediction(2))) == batch.prediction(2)
+    empty = simulator.simulate_many(job.model, job.cluster, job.train, [])
+    assert len(empty) == 0 and empty.predictions() == []

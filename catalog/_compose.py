@@ -11,6 +11,7 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.errors import HydraException
 from hydra.errors import MissingConfigException
+from hydra.errors import OverrideParseException
 from omegaconf import DictConfig
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -61,6 +62,11 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
         OmegaConf.resolve(cfg)
     except MissingConfigException as exc:
         raise UserError(_missing_message(exc)) from None
+    except OverrideParseException as exc:
+        said = [line for line in str(exc).splitlines() if line.strip()]
+        frame = ("Error parsing override", "See https://")  # Hydra's words around the reason
+        reason = next((line for line in said if not line.startswith(frame)), _first_lines(exc))
+        raise UserError(f"cannot parse the override {exc.override!r}: {reason}") from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise UserError(_first_lines(exc)) from None
     unknown = _undeclared_keys(cfg)
@@ -84,7 +90,7 @@ def _first_lines(exc: BaseException) -> str:
     current: BaseException | None = exc
     while current is not None and len(parts) < 3:
         line = str(current).strip().splitlines()[0] if str(current).strip() else ""
-        if line and line not in parts and "$VALUE" not in line:
+        if line and line not in parts and "$VALUE" not in line and line != "None":
             parts.append(line)
         current = current.__cause__ or current.__context__
     return ": ".join(parts) or type(exc).__name__

@@ -56,6 +56,7 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
     Raises:
         UserError: one line saying what is wrong and what is allowed.
     """
+    _refuse_paths(overrides)
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
@@ -74,6 +75,16 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
         listed = "; ".join(f"{key} (allowed: {allowed})" for key, allowed in unknown)
         raise UserError(f"unknown key(s) {listed}")
     return cfg
+
+
+def _refuse_paths(overrides: Sequence[str]) -> None:
+    """A group option is a file name of its folder: Hydra would follow ``model=../job`` out of
+    ``conf/model/`` and compose another group's file as a model."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        group = key.lstrip("+~").partition("@")[0]
+        if ("/" in value or "\\" in value) and (conf_dir() / group).is_dir():
+            raise UserError(f"unknown {group} {value!r}; available: {', '.join(options(group))}")
 
 
 def _missing_message(exc: MissingConfigException) -> str:

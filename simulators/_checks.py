@@ -70,6 +70,12 @@ def require_bools(owner: str, **values: object) -> None:
         raise SpecError(f"{owner}: {', '.join(bad)} must be true or false")
 
 
+def require_name(owner: str, name: object) -> None:
+    """Raise SpecError unless ``name`` is a text with something in it (reports show it)."""
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError(f"{owner}: name={name!r} must be a non-empty text")
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 

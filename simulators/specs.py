@@ -15,6 +15,7 @@ from simulators._checks import require_bools
 from simulators._checks import require_choice
 from simulators._checks import require_fraction
 from simulators._checks import require_integers
+from simulators._checks import require_name
 from simulators._checks import require_non_negative
 from simulators._checks import require_numbers
 from simulators._checks import require_positive
@@ -86,6 +87,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
+        require_name(owner, self.name)
         widths = {
             "hidden_size": self.hidden_size,
             "ffn_hidden_size": self.ffn_hidden_size,
@@ -395,6 +397,7 @@ class DeviceSpec:
 
     def __post_init__(self) -> None:
         owner = f"device {self.name!r}"
+        require_name(owner, self.name)
         tflops = {
             "bf16_tflops": self.bf16_tflops,
             "fp16_tflops": self.fp16_tflops,
@@ -539,6 +542,7 @@ class ClusterSpec:
 
     def __post_init__(self) -> None:
         owner = f"cluster {self.name!r}"
+        require_name(owner, self.name)
         sizes = {"devices_per_node": self.devices_per_node, "num_nodes": self.num_nodes}
         require_integers(owner, **sizes)
         require_positive(owner, **sizes)

@@ -84,6 +84,13 @@ def _check_name(key: str, value: str | None) -> None:
         raise UserError(f"{key}={value!r} is empty; give a name (or null for the default)")
 
 
+def _check_parallel(parallel: Any) -> None:
+    """Each pinned ``parallel.*`` value on its own (a degree >= 1, a known recompute mode), as
+    the layout it pins checks it; the rules between fields and the job come later
+    (``Layout.violations``)."""
+    Layout.resolve(1, **fixed_layout_values(parallel))
+
+
 def check_writable(key: str, path: str, folder: bool = False) -> None:
     """Refuse ``path`` (a file, or a folder with ``folder``) that the command could not write,
     before any work and without writing it: the path must not be the other kind, and the
@@ -216,6 +223,7 @@ class AutotuneConfig(JobConfig):
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        _check_parallel(self.parallel)
         self.search.check()
         self.tracking.check()
         if self.trace is not None:
@@ -236,6 +244,7 @@ class ProfileConfig(JobConfig):
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        _check_parallel(self.parallel)
         _between("repeats", self.repeats, 1, MAX_REPEATS, " timed runs per operator")
         if self.limit is not None:
             _at_least("limit", self.limit, 1)

@@ -36,7 +36,7 @@ def require_at_most(owner: str, limit: float, why: str, **values: float) -> None
     ``why`` says where the limit comes from."""
     bad = [f"{name}={value!r}" for name, value in values.items() if not value <= limit]
     if bad:
-        shown = f"{limit:,}" if isinstance(limit, int) else f"{limit:,g}"
+        shown = f"{int(limit):,}" if float(limit).is_integer() else f"{limit:,g}"
         raise SpecError(f"{owner}: {', '.join(bad)} must be <= {shown} ({why})")
 
 

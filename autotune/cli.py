@@ -121,6 +121,7 @@ def _setup_logging() -> None:
 
 
 def emit_json(payload: dict[str, Any]) -> None:
-    """The one JSON object of ``output=json``, on stdout."""
-    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    """The one JSON object of ``output=json``, on stdout (NaN and infinity are not JSON: a
+    payload holding one is a bug, refused here rather than printed)."""
+    sys.stdout.write(json.dumps(payload, indent=2, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()

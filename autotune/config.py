@@ -10,9 +10,13 @@ The job groups' schemas (model, cluster, train) come from :mod:`catalog`.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from pathlib import Path
 from typing import Any
 from typing import TypeVar
 
@@ -27,13 +31,18 @@ from catalog import JobConfig
 from simulators import UserError
 from simulators.calibration import FACTORS
 from simulators.layout import LAYOUT_FIELDS
+from simulators.layout import RECOMPUTE_MODES
 from simulators.layout import Layout
+from simulators.limits import MAX_BATCH
+from simulators.limits import MAX_DEVICES
+from simulators.limits import MAX_SEED
 
 __all__ = [
     "AutotuneConfig",
     "BenchmarkConfig",
     "CalibrateConfig",
     "CalibrateSettings",
+    "check_writable",
     "HeuristicConfig",
     "ParallelConfig",
     "ProfileConfig",
@@ -47,11 +56,74 @@ __all__ = [
 
 
 OUTPUTS = ("table", "json")
+# A study of this many trials runs for hours; more is a typo (1e11), not a search.
+MAX_TRIALS = 100_000
+MAX_REPEATS = 1_000  # profile: timed runs per operator (the median of 1,000 is settled)
+MAX_BOOTSTRAP = 1_000_000  # benchmark: resamples (2,000 give a 95% interval to ~1%)
 
 
 def _check_output(output: str) -> None:
     if output not in OUTPUTS:
         raise UserError(f"unknown output {output!r}; allowed: {', '.join(OUTPUTS)}")
+
+
+def _at_least(key: str, value: float, low: float) -> None:
+    if not value >= low:
+        raise UserError(f"{key}={value!r} must be >= {low}")
+
+
+def _between(key: str, value: float, low: float, high: float, what: str = "") -> None:
+    """``value`` in [low, high] (NaN is not)."""
+    if not low <= value <= high:
+        raise UserError(f"{key}={value!r} must be from {low:,} to {high:,}{what}")
+
+
+def _check_seed(key: str, seed: int) -> None:
+    _between(key, seed, 0, MAX_SEED, " (the range of Optuna's and numpy's seeds)")
+
+
+def _check_name(key: str, value: str | None) -> None:
+    if value is not None and not value.strip():
+        raise UserError(f"{key}={value!r} is empty; give a name (or null for the default)")
+
+
+def _check_parallel(parallel: Any) -> None:
+    """Each pinned ``parallel.*`` value on its own (a degree >= 1, a known recompute mode), as
+    the layout it pins checks it; the rules between fields and the job come later
+    (``Layout.violations``)."""
+    Layout.resolve(1, **fixed_layout_values(parallel))
+
+
+def check_writable(key: str, path: str, folder: bool = False) -> None:
+    """Refuse ``path`` (a file, or a folder with ``folder``) that the command could not write,
+    before any work and without writing it: the path must not be the other kind, and the
+    folder it lands in (or its nearest existing parent) must take a new file.
+
+    Raises:
+        UserError: naming ``key``, the path and why it cannot be written.
+    """
+    kind, other = ("folder", "file") if folder else ("file", "folder")
+    if not path.strip():
+        raise UserError(f"{key}={path!r} is empty; give a {kind} path")
+    try:
+        target = Path(path)
+        if target.exists() and target.is_dir() != folder:
+            raise UserError(f"{key}={path!r} is a {other}; give a {kind} path")
+        if target.exists() and not folder:
+            if not os.access(target, os.W_OK):
+                raise UserError(f"{key}={path!r} is not writable")
+            return
+        home = target if target.exists() else target.parent
+        while not home.exists():
+            home = home.parent
+        if not home.is_dir():
+            raise UserError(f"{key}={path!r}: {home} is a file, not a folder")
+        with tempfile.TemporaryFile(dir=home):  # the one sure test; removed at once
+            pass
+    except OSError as exc:
+        raise UserError(f"{key}={path!r} cannot be written: {exc.strerror or exc}") from None
+    except ValueError as exc:  # an embedded NUL byte
+        raise UserError(f"{key}={path!r} is not a path: {exc}") from None
 
 
 @dataclass
@@ -76,6 +148,36 @@ class SearchConfig:
     rerank_top: int = MISSING
     workers: int = MISSING
     memory_margin: float | None = MISSING  # None: derived (autotune/calibrate/_apply.py)
+
+    def check(self) -> None:
+        """Refuse values meaningless on their own (UserError); the sampler and rerank names
+        are checked by the search, which knows them."""
+        _between("search.n_trials", self.n_trials, 1, MAX_TRIALS, " (trials of one study)")
+        _check_seed("search.seed", self.seed)
+        for key in ("top_k", "rerank_top", "workers"):
+            _at_least(f"search.{key}", getattr(self, key), 1)
+        for key in ("max_tp", "max_cp", "max_vpp"):
+            _between(f"search.{key}", getattr(self, key), 1, MAX_DEVICES)
+        if not 0 <= self.polish < 1:
+            raise UserError(
+                f"search.polish={self.polish!r} must be from 0 to below 1 (a share of the trials)"
+            )
+        if not (math.isfinite(self.grid_budget_s) and self.grid_budget_s > 0):
+            raise UserError(
+                f"search.grid_budget_s={self.grid_budget_s!r} must be a finite number of "
+                "seconds > 0 (search.sampler=grid prices every layout whatever it costs)"
+            )
+        for key in ("micro_batch", "recompute", "distributed_optimizer"):
+            if not getattr(self, key):
+                raise UserError(f"search.{key}=[] is empty; give at least one value to try")
+        for size in self.micro_batch:
+            _between("search.micro_batch", size, 1, MAX_BATCH, " sequences")
+        for mode in self.recompute:
+            if mode not in RECOMPUTE_MODES:
+                raise UserError(
+                    f"search.recompute: {mode!r} is not one of {', '.join(RECOMPUTE_MODES)}"
+                )
+        _check_name("search.study_name", self.study_name)
 
 
 def _prior_schema() -> type:
@@ -129,6 +231,17 @@ class TrackingConfig:
     uri: str = MISSING  # MLflow tracking URI (always set explicitly)
     experiment: str = MISSING  # MLflow experiment name
 
+    def check(self) -> None:
+        """Refuse an empty URI or experiment when tracking is on (the URI itself is checked
+        by ``autotune.tracking.check_tracking``, which may reach a server)."""
+        if self.enabled:
+            for key in ("uri", "experiment"):
+                if not getattr(self, key).strip():
+                    raise UserError(
+                        f"tracking.{key}={getattr(self, key)!r} is empty; give one, or "
+                        "tracking.enabled=false to record nothing"
+                    )
+
 
 def _parallel_schema() -> type:
     """``parallel.<field>``: one optional value per layout field (None: not pinned)."""
@@ -163,6 +276,11 @@ class AutotuneConfig(JobConfig):
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        _check_parallel(self.parallel)
+        self.search.check()
+        self.tracking.check()
+        if self.trace is not None:
+            check_writable("trace", self.trace)
         if self.probes < 0:
             raise UserError(f"probes={self.probes} must be >= 0 (0: no layouts to measure)")
         self.calibrate.check()
@@ -212,6 +330,11 @@ class ProfileConfig(JobConfig):
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        _check_parallel(self.parallel)
+        _between("repeats", self.repeats, 1, MAX_REPEATS, " timed runs per operator")
+        if self.limit is not None:
+            _at_least("limit", self.limit, 1)
+        check_writable("out", self.out)
 
 
 @dataclass
@@ -253,6 +376,26 @@ class BenchmarkConfig:
         bad = [k for k in self.probes if k < 1]
         if bad:
             raise UserError(f"probes={list(self.probes)}: each K must be >= 1")
+        if not self.data.strip():
+            raise UserError("data='' is empty; give public, a shipped source or a file path")
+        _at_least("top_k", self.top_k, 1)
+        _between("bootstrap_samples", self.bootstrap_samples, 1, MAX_BOOTSTRAP, " resamples")
+        _between(
+            "oom_penalty_regret",
+            self.oom_penalty_regret,
+            0,
+            1,
+            " (the regret charged for a pick that ran out of memory)",
+        )
+        _check_seed("seed", self.seed)
+        fraction = self.heuristic.state_memory_fraction
+        if not 0 < fraction <= 1:
+            raise UserError(
+                f"heuristic.state_memory_fraction={fraction!r} must be in (0, 1] "
+                "(a share of device memory)"
+            )
+        check_writable("report_dir", self.report_dir, folder=True)
+        self.tracking.check()
 
 
 def register_schemas() -> None:

@@ -242,11 +242,11 @@ def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[
             [shape.rank_kinds.count(k) for k in range(kinds)] + [0] * (width - kinds)
         )
         rows["share"].append([shares[k] for k in padded])
-    kinds = {
+    per_kind = {
         name: np.array(table, dtype=np.float64).reshape(-1, width)[group]
         for name, table in rows.items()
     }
-    return [shape for shape, _ in found], group, kinds
+    return [shape for shape, _ in found], group, per_kind
 
 
 # The arrays of _kinds, first the four of a kind's key (StageShape.kinds); all floats, which

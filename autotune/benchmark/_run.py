@@ -38,6 +38,7 @@ from autotune.benchmark._score import ScoreSettings
 from autotune.benchmark._score import nothing_to_score
 from autotune.benchmark._score import score
 from autotune.config import BenchmarkConfig
+from autotune.tracking import check_tracking
 from catalog import load_calibration
 from catalog import simulator_from_config
 from simulators import Simulator
@@ -300,7 +301,7 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
     report_dir = Path(cfg.report_dir)
     write_report(result, report_dir, settings, _notes(cfg))
     if cfg.output == "json":
-        print(json.dumps(json_payload(result, settings)))
+        print(json.dumps(json_payload(result, settings), allow_nan=False))
     else:
         print(console_tables(result, int(cfg.top_k)))
         print(f"report: {report_dir}/benchmark.md")
@@ -337,6 +338,7 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
 def run(config: BenchmarkConfig) -> None:
     """Run the benchmark of ``config`` and report it (console or JSON, files, MLflow)."""
     start = time.perf_counter()
+    check_tracking(config.tracking)  # before any work: an unusable store fails now
     result = run_benchmark(config)
     _report(config, result)
     log.info("benchmark took %.1f s", time.perf_counter() - start)

@@ -101,7 +101,8 @@ def run_search_job(config: AutotuneConfig) -> None:
 
 
 def _check(search: SearchConfig) -> None:
-    """Refuse search settings that name nothing (before any work)."""
+    """Refuse search settings that name nothing (before any work; the numbers are checked by
+    ``SearchConfig.check``)."""
     if search.sampler not in MODES:
         raise UserError(f"unknown sampler {search.sampler!r}; available: {', '.join(MODES)}")
     if search.rerank is not None and search.rerank not in SIMULATOR_NAMES:
@@ -109,11 +110,6 @@ def _check(search: SearchConfig) -> None:
             f"unknown search.rerank simulator {search.rerank!r}; available: "
             f"{', '.join(SIMULATOR_NAMES)} (or null)"
         )
-    for key in ("rerank_top", "workers", "n_trials", "top_k"):
-        if getattr(search, key) < 1:
-            raise UserError(f"search.{key}={getattr(search, key)} must be >= 1")
-    if not search.grid_budget_s > 0:
-        raise UserError(f"search.grid_budget_s={search.grid_budget_s} must be > 0 seconds")
 
 
 @contextlib.contextmanager

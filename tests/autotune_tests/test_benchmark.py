@@ -328,7 +328,7 @@ def test_nothing_to_score_exits_2_with_the_reason(tmp_path: Path) -> None:
     path = write(
         tmp_path / "empty.csv",
         {"status": "oom", "step_time_s": None},  # s1: no layout ran
-        {"scenario": "s2", "num_attention_heads": 12, "num_kv_heads": 12},  # tp=8 breaks a rule
+        {"scenario": "s2", "num_attention_heads": 4, "num_kv_heads": 4},  # tp=8 breaks a rule
     )
     proc = _run(f"data={path}", "tracking.enabled=false", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr

@@ -6,9 +6,12 @@ import importlib
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+@pytest.mark.slow
 def test_two_jobs_of_one_source_rank_and_speed_up_sanely() -> None:
     sys.path.insert(0, str(BENCHMARKS))
     try:

@@ -267,6 +267,18 @@ def _adjusted(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _CalibratedBatch:
+    """A batch of the wrapped simulator's predictions, each calibrated when taken."""
+
+    batch: Any
+    calibration: Calibration
+    memory_margin: float
+
+    def prediction(self, index: int) -> Prediction:
+        return _adjusted(self.batch.prediction(index), self.calibration, self.memory_margin)
+
+
 class CalibratedSimulator:
     """A simulator with a :class:`Calibration` and a memory margin applied.
 
@@ -301,17 +313,36 @@ class CalibratedSimulator:
         self._inner: Simulator = type(base)(_calibrated_constants(base, calibration))  # type: ignore[call-arg]
         self._clusters: dict[ClusterSpec, ClusterSpec] = {}
 
-    def simulate(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> Prediction:
+    def _cluster(self, cluster: ClusterSpec) -> ClusterSpec:
         calibrated_cluster = self._clusters.get(cluster)
         if calibrated_cluster is None:
             calibrated_cluster = calibrate_cluster(
                 _one_comm_efficiency(self.base, cluster), self.calibration
             )
             self._clusters[cluster] = calibrated_cluster
-        prediction = self._inner.simulate(model, calibrated_cluster, train, layout)
+        return calibrated_cluster
+
+    def simulate(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        prediction = self._inner.simulate(model, self._cluster(cluster), train, layout)
         return _adjusted(prediction, self.calibration, self.memory_margin)
+
+    @property
+    def simulate_many(self) -> Any:
+        """The wrapped simulator's batch pricing (``simulate_many(model, cluster, train,
+        layouts)`` returning a batch with ``prediction(i)``), calibrated; None without one."""
+        many = getattr(self._inner, "simulate_many", None)
+        if many is None:
+            return None
+
+        def calibrated_many(
+            model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layouts: Any
+        ) -> _CalibratedBatch:
+            batch = many(model, self._cluster(cluster), train, layouts)
+            return _CalibratedBatch(batch, self.calibration, self.memory_margin)
+
+        return calibrated_many
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("base", "calibration", "memory_margin")}

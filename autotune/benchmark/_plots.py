@@ -71,9 +71,13 @@ def plot_frames(result: BenchmarkResult) -> dict[str, pd.DataFrame]:
 
 def _headline(result: BenchmarkResult) -> list[str]:
     """The rankers the per-ranker plots show: every one but the probe protocols at K other
-    than the largest (those are in the regret-against-K plot)."""
-    largest = max((s.get("probes") or 0 for s in result.summaries.values()), default=0)
-    return [n for n, s in result.summaries.items() if s.get("probes") in (None, 0, largest)]
+    than the k of regret@k (or the largest K); the others are in the regret-against-K plot."""
+    ks = {s.get("probes") or 0 for s in result.summaries.values()} - {0}
+    top_k = [
+        int(c.rsplit("_", 1)[1]) for c in result.scenarios.columns if c.startswith("regret_at_")
+    ]
+    shown = next((k for k in top_k if k in ks and k != 1), max(ks, default=0))
+    return [n for n, s in result.summaries.items() if s.get("probes") in (None, 0, shown)]
 
 
 def _by_source(scenarios: pd.DataFrame, regret: pd.DataFrame, rankers: list[str]) -> pd.DataFrame:

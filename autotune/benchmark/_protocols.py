@@ -109,17 +109,24 @@ def _empty(n: int) -> dict[str, np.ndarray]:
 
 
 def _ranking(
-    name: str, kind: str, protocol: str, arrays: dict[str, np.ndarray], seconds: float, k: int = 0
+    name: str,
+    kind: str,
+    protocol: str,
+    arrays: dict[str, np.ndarray],
+    seconds: float,
+    k: int = 0,
+    rows: np.ndarray | None = None,
 ) -> Ranking:
-    n = len(arrays["score"])
+    """A ranking of ``rows`` (every row when None) from full-length arrays."""
+    rows = np.arange(len(arrays["score"])) if rows is None else rows
     return Ranking(
         name=name,
         kind=kind,
-        rows=np.arange(n),
-        score=arrays["score"],
-        predicted_s=arrays["predicted_s"],
-        memory_gib=arrays["memory_gib"],
-        fits=arrays["fits"],
+        rows=rows,
+        score=arrays["score"][rows],
+        predicted_s=arrays["predicted_s"][rows],
+        memory_gib=arrays["memory_gib"][rows],
+        fits=arrays["fits"][rows],
         seconds_per_layout=seconds,
         protocol=protocol,
         probes=k,
@@ -226,6 +233,7 @@ def _top_probes(
             arrays["fits"][i] = run.ran
             arrays["score"][i] = run.step_time_s if run.ran else math.nan
         else:
+            arrays["fits"][i] = scenario.fits[j]
             arrays["score"][i] = _AFTER_PROBES + scenario.predicted_s[j]
 
 
@@ -272,6 +280,9 @@ def probe_rankings(
                 simulator, scenario, runs, random, settings, families[RANDOM_PROBES, k]
             )
             _top_probes(scenario, runs, order[:k], families[TOP_PROBES, k])
+    covered = (
+        np.sort(np.concatenate([s.rows for s in scenarios])) if scenarios else np.array([], int)
+    )
     rankings = []
     for (family, k), arrays in families.items():
         if family == PROBE:
@@ -280,5 +291,5 @@ def probe_rankings(
             name, kind = f"{simulator.name}, random probes K={k}", "baseline"
         else:
             name, kind = f"{simulator.name}, top-{k} probes", "baseline"
-        rankings.append(_ranking(name, kind, family, arrays, math.nan, k))
+        rankings.append(_ranking(name, kind, family, arrays, math.nan, k, covered))
     return rankings

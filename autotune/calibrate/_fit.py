@@ -34,6 +34,7 @@ from simulators import Layout
 from simulators import ModelSpec
 from simulators import Simulator
 from simulators import TrainSpec
+from simulators import UserError
 from simulators.calibration import FACTORS
 from simulators.calibration import MEMORY_FACTORS
 from simulators.calibration import SCALE_FACTORS
@@ -441,7 +442,10 @@ def fit(
     """
     started = time.perf_counter()
     center = center or Calibration(simulator=simulator.name)
-    reserved = float(getattr(simulator, "constants").reserved_memory_gib)  # noqa: B009
+    constants = getattr(simulator, "constants", None)
+    if not hasattr(constants, "reserved_memory_gib"):
+        raise UserError(f"the {simulator.name} simulator has no constants a calibration can fit")
+    reserved = float(constants.reserved_memory_gib)  # type: ignore[union-attr]
     ran = [i for i, run in enumerate(runs) if run.ran]
     oom = [i for i, run in enumerate(runs) if run.status == "oom"]
     used = [

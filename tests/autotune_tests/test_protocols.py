@@ -12,6 +12,7 @@ import autotune.benchmark._protocols as protocols
 import catalog
 import dataset
 from autotune.benchmark import run_benchmark
+from autotune.benchmark._plots import plot_frames
 from autotune.benchmark._report import console_tables
 from autotune.benchmark._report import regret_curve
 from autotune.calibrate import Run
@@ -77,6 +78,9 @@ def test_the_regret_curve_has_every_protocol_and_k() -> None:
     assert sorted(set(curve["K"])) == [1, 2]
     text = console_tables(result, 3)
     assert "Regret@1 mean against the number of probes K" in text
+    shown = list(plot_frames(result)["rankers"]["simulator"])
+    assert "analytical, probe K=2" in shown and "analytical, probe K=1" not in shown
+    assert len(plot_frames(result)["curve"]) == 6
     top2 = result.summaries["analytical, top-2 probes"]
     assert top2["regret_at_1_mean"] == pytest.approx(0.0)  # two layouts per scenario: all seen
 

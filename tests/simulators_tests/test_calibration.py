@@ -115,3 +115,24 @@ def test_the_hierarchical_simulator_takes_the_same_calibration() -> None:
         job.simulator, Calibration(simulator="hierarchical", factors={"matmul_efficiency": 0.5})
     ).simulate(*args)
     assert slower.breakdown["compute"] > base.breakdown["compute"]
+
+
+def test_batch_pricing_passes_through_calibrated() -> None:
+    class Batch:
+        def __init__(self, predictions: list) -> None:  # noqa: ANN001 - test double
+            self.predictions = predictions
+
+        def prediction(self, index: int):  # noqa: ANN201
+            return self.predictions[index]
+
+    class Many(type(JOB.simulator)):  # the analytical simulator with a batch method
+        def simulate_many(self, model, cluster, train, layouts):  # noqa: ANN001, ANN201
+            return Batch([self.simulate(model, cluster, train, lay) for lay in layouts])
+
+    plain = calibrated(JOB.simulator, Calibration(simulator="analytical"))
+    assert plain.simulate_many is None
+    base = Many(JOB.simulator.constants)
+    sim = calibrated(base, Calibration(simulator="analytical", factors={"tp_overlap": 0.3}), 0.1)
+    batch = sim.simulate_many(JOB.model, JOB.cluster, JOB.train, [LAYOUT])
+    one = sim.simulate(JOB.model, JOB.cluster, JOB.train, LAYOUT)
+    assert batch.prediction(0).as_dict() == one.as_dict()

@@ -284,7 +284,7 @@ def test_whole_benchmark_fits_120_columns_and_shows_progress(tmp_path: Path) -> 
     proc = _run("simulators=[analytical,hierarchical]", "tracking.enabled=false", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
-    progress = r"hierarchical: \d+/1661 layouts, [\d.]+ s elapsed, ~[\w ]+ left"
+    progress = r"hierarchical: \d+/\d+ layouts, [\d.]+ s elapsed, ~[\w ]+ left"
     assert re.search(progress, proc.stderr), proc.stderr
 
 

@@ -278,6 +278,12 @@ class _CalibratedBatch:
     def prediction(self, index: int) -> Prediction:
         return _adjusted(self.batch.prediction(index), self.calibration, self.memory_margin)
 
+    def predictions(self) -> list[Prediction]:
+        """Every prediction, in order (the wrapped batch builds them in one pass)."""
+        return [
+            _adjusted(p, self.calibration, self.memory_margin) for p in self.batch.predictions()
+        ]
+
 
 class CalibratedSimulator:
     """A simulator with a :class:`Calibration` and a memory margin applied.

@@ -156,11 +156,11 @@ def search_job(
     name = search.study_name or _study_name(job, mode)
     fingerprint = _fingerprint(config, job, space)
     parallel = mode != "grid" and search.workers > 1
-    with shared_study(search.storage if parallel else None) as url:
+    with shared_study(search.storage, parallel) as url:
         if parallel and storage is None:  # a journal file that lives as long as the search
             storage = open_storage(url)
         study = open_study(storage, name, mode, search.seed, fingerprint)
-        place = StudyPlace(url, name, mode, fingerprint) if parallel else None
+        place = StudyPlace(url, name, mode, fingerprint) if parallel and url else None
         pairs, trials, stopped = _run(mode, config, job, space, evaluate, study, stop, place)
         if parallel and search.storage is None:
             study = in_memory_copy(study)

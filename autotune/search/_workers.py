@@ -52,10 +52,10 @@ class StudyPlace:
 
 
 @contextlib.contextmanager
-def shared_study(url: str | None) -> Iterator[str]:
-    """``url``, or when the search has no storage, a journal file that lives as long as the
-    search (Optuna's JournalStorage: safe for several local processes)."""
-    if url is not None:
+def shared_study(url: str | None, parallel: bool) -> Iterator[str | None]:
+    """``url``; for a parallel search without storage, a journal file that lives as long as
+    the search (Optuna's JournalStorage: safe for several local processes)."""
+    if url is not None or not parallel:
         yield url
         return
     with tempfile.TemporaryDirectory(prefix="autotune-study-") as folder:

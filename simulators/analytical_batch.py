@@ -233,13 +233,13 @@ def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[
     width = max((len(shape.kinds) for shape, _ in found), default=1)
     rows: dict[str, list[list[Any]]] = {name: [] for name in _KIND_ARRAYS}
     for shape, shares in found:
-        kinds = len(shape.kinds)
-        padded = list(range(kinds)) + [0] * (width - kinds)
+        count = len(shape.kinds)
+        padded = list(range(count)) + [0] * (width - count)
         for name, values in zip(_KIND_ARRAYS, zip(*shape.kinds, strict=True), strict=False):
             rows[name].append([values[k] for k in padded])
         rows["first_rank"].append([shape.first_ranks[k] for k in padded])
         rows["ranks"].append(
-            [shape.rank_kinds.count(k) for k in range(kinds)] + [0] * (width - kinds)
+            [shape.rank_kinds.count(k) for k in range(count)] + [0] * (width - count)
         )
         rows["share"].append([shares[k] for k in padded])
     kinds = {
@@ -314,7 +314,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
         bubble_s,
         _pick(terms["optimizer_s"], dp_kind),
     )
-    step_s = sum(breakdown.values())
+    step_s = np.asarray(sum(breakdown.values()))
     # The first rank of a kind holds the most micro-batches in flight: its worst rank.
     factor = held_factor(pp, vpp, ARRAYS)
     activations = stages.activation_bytes * in_flight(m, pp, kinds["first_rank"], factor, ARRAYS)

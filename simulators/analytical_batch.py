@@ -20,6 +20,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import NamedTuple
 from typing import TypeVar
 
 import numpy as np
@@ -41,7 +42,6 @@ from simulators.analytical_stages import step_breakdown
 from simulators.analytical_stages import throughput
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
-from simulators.prediction import BREAKDOWN_KEYS
 from simulators.prediction import Prediction
 
 if TYPE_CHECKING:
@@ -218,6 +218,11 @@ def _layer_costs(job: _Job, columns: _Columns) -> tuple[LayerCost, LayerCost]:
     )
 
 
+# The arrays of _kinds, first the four of a kind's key (StageShape.kinds); all floats, which
+# mix with the other arrays at full speed and hold these small integers exactly.
+_KIND_ARRAYS = ("n_dense", "n_moe", "first", "last", "first_rank", "ranks", "share")
+
+
 def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[str, Array]]:
     """Every layout's stage shape (the shapes met, and which one each layout has) and its
     kinds as (layouts x kinds) arrays: ``n_dense``, ``n_moe``, ``first``, ``last``,
@@ -247,11 +252,6 @@ def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[
         for name, table in rows.items()
     }
     return [shape for shape, _ in found], group, kinds
-
-
-# The arrays of _kinds, first the four of a kind's key (StageShape.kinds); all floats, which
-# mix with the other arrays at full speed and hold these small integers exactly.
-_KIND_ARRAYS = ("n_dense", "n_moe", "first", "last", "first_rank", "ranks", "share")
 
 
 def _pick(array: Array, index: Array) -> Array:
@@ -295,14 +295,14 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     terms = _rank_terms(job, columns, kinds, stages)
     framework = job.train.framework
     dp_s = exposed_dp_s(
-        terms["reduce_s"],
-        terms["gather_s"],
+        terms.reduce_s,
+        terms.gather_s,
         stages.last_backward_s,
         framework.overlap_grad_reduce,
         framework.overlap_param_gather,
         ARRAYS,
     )
-    dp_kind = (dp_s + terms["optimizer_s"]).argmax(axis=1)
+    dp_kind = (dp_s + terms.optimizer_s).argmax(axis=1)
     microbatches, m_group = columns.each(
         ("micro_batch", "dp"), lambda lay: lay.num_microbatches(job.train)
     )
@@ -312,17 +312,17 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
         slowest,
         _pick(dp_s, dp_kind),
         bubble_s,
-        _pick(terms["optimizer_s"], dp_kind),
+        _pick(terms.optimizer_s, dp_kind),
     )
     step_s = np.asarray(sum(breakdown.values()))
     # The first rank of a kind holds the most micro-batches in flight: its worst rank.
     factor = held_factor(pp, vpp, ARRAYS)
     activations = stages.activation_bytes * in_flight(m, pp, kinds["first_rank"], factor, ARRAYS)
     kind_bytes = memory_bytes(
-        terms["state_bytes"], activations, stages.working_bytes, job.reserved_bytes
+        terms.state_bytes, activations, stages.working_bytes, job.reserved_bytes
     )
     worst = kind_bytes.argmax(axis=1)
-    memory = {name: _pick(terms[name], worst) for name in terms["states"]}
+    memory = {name: _pick(values, worst) for name, values in terms.states.items()}
     memory["activations"] = _pick(activations, worst)
     memory["working"] = _pick(stages.working_bytes, worst)
     memory["reserved"] = np.full(len(layouts), job.reserved_bytes)
@@ -334,7 +334,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
         step_time_s=step_s,
         memory_gib=_pick(kind_bytes, worst) / GIB,
         memory_capacity_gib=job.cluster.device.memory_gib,
-        breakdown={key: np.asarray(breakdown[key], dtype=np.float64) for key in BREAKDOWN_KEYS},
+        breakdown={key: np.asarray(value) for key, value in breakdown.items()},
         memory_breakdown_gib={key: v / GIB for key, v in memory.items()},
         tokens_per_s_per_device=tokens_per_s_per_device,
         mfu=mfu,
@@ -342,7 +342,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
             shapes=shapes,
             shape_of=shape_of,
             kind_s=kind_s,
-            states=terms["state_bytes"],
+            states=terms.state_bytes,
             activations=np.broadcast_to(stages.activation_bytes, kind_s.shape),
             working=np.broadcast_to(stages.working_bytes, kind_s.shape),
             microbatches=m[:, 0],
@@ -352,12 +352,19 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     )
 
 
-def _rank_terms(
-    job: _Job, columns: _Columns, kinds: dict[str, Array], stages: Stage
-) -> dict[str, Any]:
-    """What each kind of rank's parameters cost beyond its layers, as (layouts x kinds)
-    arrays, computed once per kind and data-parallel layout (which fix the parameters);
-    ``states`` names the state entries."""
+class _Terms(NamedTuple):
+    """:class:`simulators.analytical_stages.RankTerms` as (layouts x kinds) arrays."""
+
+    reduce_s: Array
+    gather_s: Array
+    optimizer_s: Array
+    states: dict[str, Array]
+    state_bytes: Array
+
+
+def _rank_terms(job: _Job, columns: _Columns, kinds: dict[str, Array], stages: Stage) -> _Terms:
+    """What each kind of rank's parameters cost beyond its layers, computed once per kind and
+    data-parallel layout (which fix the parameters)."""
     _, group = columns.groups(job.TERMS_FIELDS)
     shape = kinds["n_dense"].shape
     key = np.broadcast_to(group[:, None], shape).reshape(-1)
@@ -380,8 +387,10 @@ def _rank_terms(
         return np.asarray(values, dtype=np.float64)[spread_index]
 
     names = list(found[0].states) if found else []
-    terms: dict[str, Any] = {name: spread([t.states[name] for t in found]) for name in names}
-    for name in ("reduce_s", "gather_s", "optimizer_s", "state_bytes"):
-        terms[name] = spread([getattr(t, name) for t in found])
-    terms["states"] = names
-    return terms
+    return _Terms(
+        reduce_s=spread([t.reduce_s for t in found]),
+        gather_s=spread([t.gather_s for t in found]),
+        optimizer_s=spread([t.optimizer_s for t in found]),
+        states={name: spread([t.states[name] for t in found]) for name in names},
+        state_bytes=spread([t.state_bytes for t in found]),
+    )

@@ -13,6 +13,7 @@ docs/reference.md 3.3), checked on every pipeline rank.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -156,6 +157,7 @@ class _Job:
     """
 
     LAYER_FIELDS = LAYER_COST_FIELDS  # what one layer costs (Layout.layer_key)
+    LAYER_TIMES_FIELDS = tuple(name for name in LAYER_FIELDS if name != "recompute")
     SHAPE_FIELDS = ("pp", "layer_split", "recompute", "recompute_layers")  # kinds and shares
     P2P_FIELDS = _fields_but(
         "ep", "vpp", "recompute", "recompute_layers", "layer_split", "distributed_optimizer"
@@ -188,6 +190,7 @@ class _Job:
         )
         self.reserved_bytes = c.reserved_memory_gib * GIB
         self._layers: dict[tuple[object, ...], tuple[LayerCost, LayerCost]] = {}
+        self._layer_times: dict[object, tuple[tuple[float, ...], tuple[float, ...]]] = {}
         self._shapes: dict[tuple[int, tuple[int, ...] | None], StageShape] = {}
         self._terms: dict[tuple[object, ...], RankTerms] = {}
         self._pipelines: dict[tuple[object, ...], _Pipeline] = {}
@@ -200,11 +203,23 @@ class _Job:
         key = _LAYER_KEY(layout)
         costs = self._layers.get(key)
         if costs is None:
-            model, cluster, train, c = self.model, self.cluster, self.train, self.constants
-            dense = _layer_cost(model, False, cluster, train, layout, c)
-            moe = _layer_cost(model, True, cluster, train, layout, c) if model.is_moe else dense
+            times = self._layer_times.get(_LAYER_TIMES_KEY(layout))
+            if times is None:
+                times = self._layer_times[_LAYER_TIMES_KEY(layout)] = self._kinds_of_layer(
+                    _layer_times_s, layout
+                )
+            nbytes = self._kinds_of_layer(_layer_bytes, layout)
+            dense, moe = (LayerCost(*t, *b) for t, b in zip(times, nbytes, strict=True))
             costs = self._layers[key] = (dense, moe)
         return costs
+
+    def _kinds_of_layer(
+        self, part: Callable[..., tuple[float, ...]], layout: Layout
+    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """``part`` of the dense and the MoE layer (the dense one twice for a dense model)."""
+        model, cluster, train, c = self.model, self.cluster, self.train, self.constants
+        dense = part(model, False, cluster, train, layout, c)
+        return dense, part(model, True, cluster, train, layout, c) if model.is_moe else dense
 
     def shape(self, layout: Layout) -> StageShape:
         """The pipeline ranks of ``layout`` grouped into kinds."""
@@ -320,6 +335,7 @@ class _Job:
 
 
 _LAYER_KEY = attrgetter(*_Job.LAYER_FIELDS)
+_LAYER_TIMES_KEY = attrgetter(*_Job.LAYER_TIMES_FIELDS)
 _P2P_KEY = attrgetter(*_Job.P2P_FIELDS)
 _LOGITS_KEY = attrgetter(*_Job.LOGITS_FIELDS)
 _PIPELINE_KEY = attrgetter(*_Job.PIPELINE_FIELDS)
@@ -579,14 +595,17 @@ def _activation_bytes_per_token(
 # ---- one layer -----------------------------------------------------------------------------
 
 
-def _layer_cost(
+def _layer_times_s(
     model: ModelSpec,
     moe: bool,
     cluster: ClusterSpec,
     train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
-) -> LayerCost:
+) -> tuple[float, ...]:
+    """The seconds of one layer (:class:`LayerCost`'s first eight fields): compute, the core
+    attention that selective recompute repeats, and the exposed TP, EP and CP communication.
+    Recompute does not change them, only what a layer keeps (:func:`_layer_bytes`)."""
     device = cluster.device
     precision = train.compute_dtype
     act = _dtype_bytes(precision)
@@ -633,7 +652,29 @@ def _layer_cost(
         hidden_fwd = core_s if c.cp_comm_overlap else 0.0
         hidden_bwd = c.attention_backward_factor * core_s if c.cp_comm_overlap else 0.0
         cp_s = max(0.0, ring_s - hidden_fwd) + max(0.0, 2 * ring_s - hidden_bwd)
+    return (
+        forward_s,
+        backward_s,
+        core_s,
+        tp_exposed,
+        tp_exposed,
+        ep_exposed,
+        ep_exposed,
+        cp_s,
+    )
 
+
+def _layer_bytes(
+    model: ModelSpec,
+    moe: bool,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+    layout: Layout,
+    c: AnalyticalConstants,
+) -> tuple[float, float]:
+    """(saved activation bytes, input bytes) of one layer: :class:`LayerCost`'s last fields."""
+    act = _dtype_bytes(train.compute_dtype)
+    tokens = layout.micro_batch * train.seq_len / layout.cp
     seq_shard = layout.tp if layout.sequence_parallel else 1
     linear_in = 1 if train.fp8 else act
     activation_bytes = tokens * _activation_bytes_per_token(model, moe, layout, act, linear_in)
@@ -643,18 +684,7 @@ def _layer_cost(
         heads = model.num_attention_heads / layout.tp
         saved = c.unfused_attention_bytes_per_score["saved"]
         activation_bytes += tokens * heads * train.seq_len * saved
-    return LayerCost(
-        forward_s=forward_s,
-        backward_s=backward_s,
-        core_attention_s=core_s,
-        tp_forward_s=tp_exposed,
-        tp_backward_s=tp_exposed,
-        ep_forward_s=ep_exposed,
-        ep_backward_s=ep_exposed,
-        cp_s=cp_s,
-        activation_bytes=activation_bytes,
-        input_bytes=tokens * model.hidden_size * act / seq_shard,
-    )
+    return activation_bytes, tokens * model.hidden_size * act / seq_shard
 
 
 # ---- stages, pipeline, data parallelism, memory ----------------------------------------------

@@ -153,7 +153,7 @@ def _fields_but(*names: str) -> tuple[str, ...]:
 
 class _Job:
     """One job (model, cluster, training step) as this simulator prices it: what all its
-    layouts share, the per-layer costs and the stage shapes met so far.
+    layouts share, and the pieces of their prices met so far.
 
     Each piece of a layout's price depends on a few of its fields, named by the ``*_FIELDS``
     below: the scalar path caches the pieces by them, the vectorized path
@@ -209,17 +209,16 @@ class _Job:
         key = _LAYER_KEY(layout)
         costs = self._layers.get(key)
         if costs is None:
-            times = self._layer_times.get(_LAYER_TIMES_KEY(layout))
+            times_key = _LAYER_TIMES_KEY(layout)
+            times = self._layer_times.get(times_key)
             if times is None:
-                times = self._layer_times[_LAYER_TIMES_KEY(layout)] = self._kinds_of_layer(
-                    layer_times_s, layout
-                )
-            nbytes = self._kinds_of_layer(layer_bytes, layout)
+                times = self._layer_times[times_key] = self._dense_and_moe(layer_times_s, layout)
+            nbytes = self._dense_and_moe(layer_bytes, layout)
             dense, moe = (LayerCost(*t, *b) for t, b in zip(times, nbytes, strict=True))
             costs = self._layers[key] = (dense, moe)
         return costs
 
-    def _kinds_of_layer(
+    def _dense_and_moe(
         self, part: Callable[..., tuple[float, ...]], layout: Layout
     ) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """``part`` of the dense and the MoE layer (the dense one twice for a dense model)."""
@@ -348,6 +347,9 @@ _PIPELINE_KEY = attrgetter(*_Job.PIPELINE_FIELDS)
 _TERMS_KEY = attrgetter(*_Job.TERMS_FIELDS)
 
 
+# ---- stages, pipeline, data parallelism, memory ----------------------------------------------
+
+
 class _DataParallel(NamedTuple):
     """What a layout's data parallelism is, whatever the parameters a rank holds: a layout
     of it, the state bytes per parameter, gradient bytes in the reduction, and the groups
@@ -400,9 +402,6 @@ def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
         layout.vpp
     )
     return _Pipeline(shape, stages, slowest, bubble_s)
-
-
-# ---- stages, pipeline, data parallelism, memory ----------------------------------------------
 
 
 def _p2p_s(

@@ -67,10 +67,11 @@ def run_command(command: Command, argv: Sequence[str] | None = None) -> int:
                 f"--help (python -m {command.module} --help)"
             )
         cfg = catalog.compose(command.config_name, overrides)
+        config: Any = typed(cfg, command.schema)  # checked, also when only shown
         if show_config:
             print(OmegaConf.to_yaml(cfg), end="")
             return 0
-        command.run(typed(cfg, command.schema))
+        command.run(config)
     except UserError as exc:
         if os.environ.get("AUTOTUNE_DEBUG") == "1":
             raise
@@ -120,6 +121,7 @@ def _setup_logging() -> None:
 
 
 def emit_json(payload: dict[str, Any]) -> None:
-    """The one JSON object of ``output=json``, on stdout."""
-    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    """The one JSON object of ``output=json``, on stdout (NaN and infinity are not JSON: a
+    payload holding one is a bug, refused here rather than printed)."""
+    sys.stdout.write(json.dumps(payload, indent=2, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()

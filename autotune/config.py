@@ -10,9 +10,13 @@ The job groups' schemas (model, cluster, train) come from :mod:`catalog`.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from pathlib import Path
 from typing import Any
 from typing import TypeVar
 
@@ -25,12 +29,20 @@ from omegaconf.errors import OmegaConfBaseException
 import catalog
 from catalog import JobConfig
 from simulators import UserError
+from simulators.calibration import FACTORS
 from simulators.layout import LAYOUT_FIELDS
+from simulators.layout import RECOMPUTE_MODES
 from simulators.layout import Layout
+from simulators.limits import MAX_BATCH
+from simulators.limits import MAX_DEVICES
+from simulators.limits import MAX_SEED
 
 __all__ = [
     "AutotuneConfig",
     "BenchmarkConfig",
+    "CalibrateConfig",
+    "CalibrateSettings",
+    "check_writable",
     "HeuristicConfig",
     "ParallelConfig",
     "ProfileConfig",
@@ -44,11 +56,74 @@ __all__ = [
 
 
 OUTPUTS = ("table", "json")
+# A study of this many trials runs for hours; more is a typo (1e11), not a search.
+MAX_TRIALS = 100_000
+MAX_REPEATS = 1_000  # profile: timed runs per operator (the median of 1,000 is settled)
+MAX_BOOTSTRAP = 1_000_000  # benchmark: resamples (2,000 give a 95% interval to ~1%)
 
 
 def _check_output(output: str) -> None:
     if output not in OUTPUTS:
         raise UserError(f"unknown output {output!r}; allowed: {', '.join(OUTPUTS)}")
+
+
+def _at_least(key: str, value: float, low: float) -> None:
+    if not value >= low:
+        raise UserError(f"{key}={value!r} must be >= {low}")
+
+
+def _between(key: str, value: float, low: float, high: float, what: str = "") -> None:
+    """``value`` in [low, high] (NaN is not)."""
+    if not low <= value <= high:
+        raise UserError(f"{key}={value!r} must be from {low:,} to {high:,}{what}")
+
+
+def _check_seed(key: str, seed: int) -> None:
+    _between(key, seed, 0, MAX_SEED, " (the range of Optuna's and numpy's seeds)")
+
+
+def _check_name(key: str, value: str | None) -> None:
+    if value is not None and not value.strip():
+        raise UserError(f"{key}={value!r} is empty; give a name (or null for the default)")
+
+
+def _check_parallel(parallel: Any) -> None:
+    """Each pinned ``parallel.*`` value on its own (a degree >= 1, a known recompute mode), as
+    the layout it pins checks it; the rules between fields and the job come later
+    (``Layout.violations``)."""
+    Layout.resolve(1, **fixed_layout_values(parallel))
+
+
+def check_writable(key: str, path: str, folder: bool = False) -> None:
+    """Refuse ``path`` (a file, or a folder with ``folder``) that the command could not write,
+    before any work and without writing it: the path must not be the other kind, and the
+    folder it lands in (or its nearest existing parent) must take a new file.
+
+    Raises:
+        UserError: naming ``key``, the path and why it cannot be written.
+    """
+    kind, other = ("folder", "file") if folder else ("file", "folder")
+    if not path.strip():
+        raise UserError(f"{key}={path!r} is empty; give a {kind} path")
+    try:
+        target = Path(path)
+        if target.exists() and target.is_dir() != folder:
+            raise UserError(f"{key}={path!r} is a {other}; give a {kind} path")
+        if target.exists() and not folder:
+            if not os.access(target, os.W_OK):
+                raise UserError(f"{key}={path!r} is not writable")
+            return
+        home = target if target.exists() else target.parent
+        while not home.exists():
+            home = home.parent
+        if not home.is_dir():
+            raise UserError(f"{key}={path!r}: {home} is a file, not a folder")
+        with tempfile.TemporaryFile(dir=home):  # the one sure test; removed at once
+            pass
+    except OSError as exc:
+        raise UserError(f"{key}={path!r} cannot be written: {exc.strerror or exc}") from None
+    except ValueError as exc:  # an embedded NUL byte
+        raise UserError(f"{key}={path!r} is not a path: {exc}") from None
 
 
 @dataclass
@@ -72,6 +147,80 @@ class SearchConfig:
     rerank: str | None = MISSING
     rerank_top: int = MISSING
     workers: int = MISSING
+    memory_margin: float | None = MISSING  # None: derived (autotune/calibrate/_apply.py)
+
+    def check(self) -> None:
+        """Refuse values meaningless on their own (UserError); the sampler and rerank names
+        are checked by the search, which knows them."""
+        _between("search.n_trials", self.n_trials, 1, MAX_TRIALS, " (trials of one study)")
+        _check_seed("search.seed", self.seed)
+        for key in ("top_k", "rerank_top", "workers"):
+            _at_least(f"search.{key}", getattr(self, key), 1)
+        for key in ("max_tp", "max_cp", "max_vpp"):
+            _between(f"search.{key}", getattr(self, key), 1, MAX_DEVICES)
+        if not 0 <= self.polish < 1:
+            raise UserError(
+                f"search.polish={self.polish!r} must be from 0 to below 1 (a share of the trials)"
+            )
+        if not (math.isfinite(self.grid_budget_s) and self.grid_budget_s > 0):
+            raise UserError(
+                f"search.grid_budget_s={self.grid_budget_s!r} must be a finite number of "
+                "seconds > 0 (search.sampler=grid prices every layout whatever it costs)"
+            )
+        for key in ("micro_batch", "recompute", "distributed_optimizer"):
+            if not getattr(self, key):
+                raise UserError(f"search.{key}=[] is empty; give at least one value to try")
+        for size in self.micro_batch:
+            _between("search.micro_batch", size, 1, MAX_BATCH, " sequences")
+        for mode in self.recompute:
+            if mode not in RECOMPUTE_MODES:
+                raise UserError(
+                    f"search.recompute: {mode!r} is not one of {', '.join(RECOMPUTE_MODES)}"
+                )
+        _check_name("search.study_name", self.study_name)
+
+
+def _prior_schema() -> type:
+    """``calibrate.prior.<factor>``: one prior width per calibration factor."""
+    rows = [(name, float, field(default=MISSING)) for name in FACTORS]
+    return dataclasses.make_dataclass("PriorConfig", rows)
+
+
+PriorConfig = _prior_schema()
+
+
+@dataclass
+class CalibrateSettings:
+    """How calibrations are fitted and probes chosen (``conf/calibrate/default.yaml``)."""
+
+    prior: Any = field(default_factory=PriorConfig)
+    time_noise: float = MISSING
+    memory_noise: float = MISSING
+    max_rows: int = MISSING
+    max_evaluations: int = MISSING
+    relinearize: int = MISSING
+    bootstrap_samples: int = MISSING
+    interval: float = MISSING
+    seed: int = MISSING
+    probe_pool: float = MISSING
+
+    def check(self) -> None:
+        """Refuse values that are meaningless on their own (UserError)."""
+        bad = [f"prior.{k}={v}" for k, v in dataclasses.asdict(self.prior).items() if not v > 0]
+        bad += [
+            f"{k}={getattr(self, k)}"
+            for k in ("time_noise", "memory_noise", "max_rows", "max_evaluations")
+            if not getattr(self, k) > 0
+        ]
+        for key in ("bootstrap_samples", "relinearize"):
+            if getattr(self, key) < 0:
+                bad.append(f"{key}={getattr(self, key)}")
+        if not 0 < self.interval < 1:
+            bad.append(f"interval={self.interval} (a probability in (0, 1))")
+        if not self.probe_pool >= 0:
+            bad.append(f"probe_pool={self.probe_pool}")
+        if bad:
+            raise UserError(f"calibrate: {', '.join(bad)} out of range (widths, noise > 0)")
 
 
 @dataclass
@@ -81,6 +230,17 @@ class TrackingConfig:
     enabled: bool = MISSING  # record in MLflow
     uri: str = MISSING  # MLflow tracking URI (always set explicitly)
     experiment: str = MISSING  # MLflow experiment name
+
+    def check(self) -> None:
+        """Refuse an empty URI or experiment when tracking is on (the URI itself is checked
+        by ``autotune.tracking.check_tracking``, which may reach a server)."""
+        if self.enabled:
+            for key in ("uri", "experiment"):
+                if not getattr(self, key).strip():
+                    raise UserError(
+                        f"tracking.{key}={getattr(self, key)!r} is empty; give one, or "
+                        "tracking.enabled=false to record nothing"
+                    )
 
 
 def _parallel_schema() -> type:
@@ -106,10 +266,53 @@ class AutotuneConfig(JobConfig):
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     output: str = MISSING  # table or json
     trace: str | None = MISSING  # simulate: write a Chrome trace here (hierarchical simulator)
+    calibration: str | None = MISSING  # a calibration name (conf/calibrations/) or path
+    probes: int = MISSING  # search: end with this many layouts to measure (0: none)
+    measured: str | None = MISSING  # search: measured probes (CSV) to calibrate on and pick
+    probes_out: str = MISSING  # search: the CSV of layouts to measure
+    launch_dir: str | None = MISSING  # search: launch files of the best layouts (rank-N/)
+    calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
 
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        _check_parallel(self.parallel)
+        self.search.check()
+        self.tracking.check()
+        if self.trace is not None:
+            check_writable("trace", self.trace)
+        if self.probes < 0:
+            raise UserError(f"probes={self.probes} must be >= 0 (0: no layouts to measure)")
+        self.calibrate.check()
+
+
+@dataclass
+class RowsConfig:
+    """Which rows a calibration is fitted on (``rows.*`` of ``conf/calibrate.yaml``)."""
+
+    cluster: str | None = MISSING  # the cluster every row must be on
+    framework: str | None = MISSING  # the framework every row must run
+    model: str | None = MISSING  # the model every row must be of
+    source: Any = MISSING  # None, a source name or a list of them
+
+
+@dataclass
+class CalibrateConfig:
+    """The root of ``conf/calibrate.yaml``: ``python -m autotune.calibrate``."""
+
+    simulator: dict[str, Any] = field(default_factory=dict)
+    calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
+    data: str = MISSING  # a measurement file, a shipped source, or public
+    name: str = MISSING  # conf/calibrations/<name>.yaml
+    out: str | None = MISSING  # write here instead
+    rows: RowsConfig = field(default_factory=RowsConfig)
+    calibration: str | None = MISSING  # start from this calibration
+    output: str = MISSING  # table or json
+
+    def check(self) -> None:
+        """Refuse values that are meaningless on their own (UserError)."""
+        _check_output(self.output)
+        self.calibrate.check()
 
 
 @dataclass
@@ -121,11 +324,17 @@ class ProfileConfig(JobConfig):
     device: str = MISSING  # auto, cpu, cuda or npu
     repeats: int = MISSING  # timed runs per operator (median)
     limit: int | None = MISSING  # at most this many distinct operators (None: all)
+    budget_s: float | None = MISSING  # seconds of timing, cheapest operators first (None: all)
     output: str = MISSING  # table or json
 
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        _check_parallel(self.parallel)
+        _between("repeats", self.repeats, 1, MAX_REPEATS, " timed runs per operator")
+        if self.limit is not None:
+            _at_least("limit", self.limit, 1)
+        check_writable("out", self.out)
 
 
 @dataclass
@@ -153,12 +362,40 @@ class BenchmarkConfig:
     seed: int = MISSING
     heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    protocols: Any = MISSING  # a protocol name or a list (autotune/benchmark/_protocols.py)
+    probes: list[int] = MISSING  # the K of the probe protocol
+    calibration: str | None = MISSING  # also score this calibration (name or path)
+    calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
     analytical: dict[str, Any] = MISSING  # conf/simulator/analytical.yaml, overridable
     hierarchical: dict[str, Any] = MISSING  # conf/simulator/hierarchical.yaml, overridable
 
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        self.calibrate.check()
+        bad = [k for k in self.probes if k < 1]
+        if bad:
+            raise UserError(f"probes={list(self.probes)}: each K must be >= 1")
+        if not self.data.strip():
+            raise UserError("data='' is empty; give public, a shipped source or a file path")
+        _at_least("top_k", self.top_k, 1)
+        _between("bootstrap_samples", self.bootstrap_samples, 1, MAX_BOOTSTRAP, " resamples")
+        _between(
+            "oom_penalty_regret",
+            self.oom_penalty_regret,
+            0,
+            1,
+            " (the regret charged for a pick that ran out of memory)",
+        )
+        _check_seed("seed", self.seed)
+        fraction = self.heuristic.state_memory_fraction
+        if not 0 < fraction <= 1:
+            raise UserError(
+                f"heuristic.state_memory_fraction={fraction!r} must be in (0, 1] "
+                "(a share of device memory)"
+            )
+        check_writable("report_dir", self.report_dir, folder=True)
+        self.tracking.check()
 
 
 def register_schemas() -> None:
@@ -168,6 +405,7 @@ def register_schemas() -> None:
     store.store(name="autotune_schema", node=AutotuneConfig)
     store.store(name="benchmark_schema", node=BenchmarkConfig)
     store.store(name="profile_schema", node=ProfileConfig)
+    store.store(name="calibrate_schema", node=CalibrateConfig)
 
 
 T = TypeVar("T")
@@ -175,6 +413,7 @@ _ROOTS: dict[type, str] = {
     AutotuneConfig: "config",
     BenchmarkConfig: "benchmark",
     ProfileConfig: "profile",
+    CalibrateConfig: "calibrate",
 }
 
 

@@ -2,25 +2,33 @@
 
 The layers of the layout are recorded on the meta device as the hierarchical simulator
 records them; each distinct operator is run on this machine's device and timed
-(:mod:`simulators.hierarchical.profile`). The table prices those operators in
-``simulator=hierarchical simulator.op_costs=<out>``.
+(:mod:`simulators.hierarchical.profile`), the cheapest first, within ``budget_s`` seconds
+(``budget_s=null``: all of them). The table prices those operators in
+``simulator=hierarchical simulator.op_costs=<out>``; the simulator's roofline prices the rest.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from autotune.cli import Command
 from autotune.cli import emit_json
 from autotune.config import ProfileConfig
 from autotune.config import fixed_layout_values
+from autotune.progress import Progress
+from autotune.progress import duration
 from catalog import job_from_config
 from simulators import Layout
 from simulators import UserError
+from simulators.hierarchical.cost import CostTable
 from simulators.hierarchical.graph import layer_shapes
+from simulators.hierarchical.profile import ProfileResult
 from simulators.hierarchical.profile import profile_shapes
 from simulators.hierarchical.profile import resolve_device
 from simulators.hierarchical.profile import write_table
+
+log = logging.getLogger("autotune")
 
 
 def profile_layout(config: ProfileConfig) -> None:
@@ -29,18 +37,81 @@ def profile_layout(config: ProfileConfig) -> None:
         raise UserError(f"repeats={config.repeats} must be >= 1")
     if config.limit is not None and config.limit < 1:
         raise UserError(f"limit={config.limit} must be >= 1 (or null for all operators)")
+    if config.budget_s is not None and not config.budget_s > 0:
+        raise UserError(f"budget_s={config.budget_s} must be > 0 (or null for no budget)")
     job = job_from_config(config)
     layout = Layout.resolve(job.cluster.num_devices, **fixed_layout_values(config.parallel))
     layout.check(job.model, job.cluster, job.train)
     device = resolve_device(config.device)
-    shapes = layer_shapes(job.model, layout, job.train, job.cluster)
-    rows = profile_shapes(shapes.values(), device, repeats=config.repeats, limit=config.limit)
-    path = write_table(rows, config.out)
+    dropout = getattr(job.simulator, "constants", None)
+    shapes = layer_shapes(
+        job.model,
+        layout,
+        job.train,
+        job.cluster,
+        getattr(dropout, "unfused_attention_dropout", True),
+    )
+    progress: Progress | None = None
+
+    def report(done: int, total: int, left_s: float) -> None:
+        nonlocal progress
+        if progress is None:
+            progress = Progress("profile", total, unit="operators")
+        progress.update(done, left_s)
+
+    result = profile_shapes(
+        shapes.values(),
+        device,
+        repeats=config.repeats,
+        limit=config.limit,
+        budget_s=config.budget_s,
+        progress=report,
+    )
+    path = write_table(result.rows, config.out)
+    timed_on = CostTable(path=str(path), device=result.device, seconds={})
+    if not timed_on.profiled_on(job.cluster.device):
+        log.warning(
+            f"warning: timed on {result.device}, not on the cluster's {job.cluster.device.name}: "
+            "the table holds this device's times"
+        )
     if config.output == "json":
-        emit_json({"device": device, "operators": len(rows), "table": str(path)})
+        emit_json(
+            {
+                "device": result.device,
+                "table": str(path),
+                "operators": result.operators,
+                "timed": len(result.rows),
+                "no_kernel": result.no_kernel,
+                "left_out": result.left_out,
+                "left_out_estimate_s": round(result.left_out_s, 1),
+                "seconds": round(result.seconds, 1),
+            }
+        )
         return
-    print(f"timed {len(rows)} operators on {device} -> {path}")
-    print(f"use it with: simulator=hierarchical simulator.op_costs={path}")
+    print("\n".join(_summary(result, str(path), config.budget_s)))
+
+
+def _summary(result: ProfileResult, path: str, budget_s: float | None) -> list[str]:
+    """What was timed, what the roofline prices instead, and how to use the table."""
+    lines = [
+        f"timed {len(result.rows)} of the layout's {result.operators} operators on "
+        f"{result.device} in {duration(result.seconds)} -> {path}"
+    ]
+    if result.no_kernel:
+        lines.append(
+            f"  {result.no_kernel} have no kernel on {result.device} (e.g. fused attention): "
+            "priced by the roofline"
+        )
+    if result.left_out:
+        why = (
+            "the limit" if budget_s is None else f"the {duration(budget_s)} budget (or the limit)"
+        )
+        lines.append(
+            f"  {result.left_out} left out by {why}, about {duration(result.left_out_s)} more "
+            "on this device:\n  priced by the roofline (budget_s=null times them all)"
+        )
+    lines.append(f"use it with: simulator=hierarchical simulator.op_costs={path}")
+    return lines
 
 
 COMMAND = Command(
@@ -49,8 +120,9 @@ COMMAND = Command(
     schema=ProfileConfig,
     summary=(
         "Time the hierarchical simulator's operators for one layout on this machine's device\n"
-        "(CPU, CUDA, or an Ascend NPU through torch_npu) and write a cost table that\n"
-        "simulator=hierarchical simulator.op_costs=<out> prices them with."
+        "(CPU, CUDA, or an Ascend NPU through torch_npu), the cheapest first within a time\n"
+        "budget, and write a cost table that simulator=hierarchical simulator.op_costs=<out>\n"
+        "prices them with (the roofline prices the operators left out)."
     ),
     options=(
         ("model", "a model of conf/model/"),
@@ -59,14 +131,16 @@ COMMAND = Command(
         ("out", "the CSV table written"),
         ("device", "auto, cpu, cuda or npu"),
         ("repeats", "timed runs per operator"),
+        ("budget_s", "seconds of timing; null: every operator"),
         ("limit", "at most this many distinct operators"),
+        ("output", "table or json"),
     ),
     examples=(
-        "python -m autotune.profile model=llama2_7b cluster=ascend cluster.num_nodes=1 "
-        "parallel.tp=8 out=ops.csv",
-        "python -m autotune.profile model=llama70b cluster=ascend parallel.tp=8 device=cuda",
-        "python -m autotune.simulate model=llama2_7b cluster=ascend cluster.num_nodes=1 "
-        "parallel.tp=8 simulator=hierarchical simulator.op_costs=ops.csv",
+        "python -m autotune.profile model=llama70b cluster=ascend parallel.tp=8 out=ops.csv",
+        "python -m autotune.profile model=llama70b cluster=ascend parallel.tp=8 device=cuda "
+        "budget_s=null",
+        "python -m autotune.simulate model=llama70b cluster=ascend parallel.tp=8 "
+        "simulator=hierarchical simulator.op_costs=ops.csv",
     ),
     run=profile_layout,
 )

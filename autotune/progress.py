@@ -75,8 +75,12 @@ class Progress:
         self._started = self._last = clock()
         self._next = self._every
 
-    def update(self, done: int) -> None:
-        """Record that ``done`` of the ``total`` steps are finished; log a line if one is due."""
+    def update(self, done: int, left_s: float | None = None) -> None:
+        """Record that ``done`` of the ``total`` steps are finished; log a line if one is due.
+
+        ``left_s``: the caller's own estimate of the seconds left, for steps of unequal cost
+        (the profiler's operators); by default the finished steps' average.
+        """
         if done >= self.total:
             return
         now = self._clock()
@@ -87,11 +91,13 @@ class Progress:
         if elapsed < self._delay_s or not (crossed or now - self._last >= self._interval_s):
             return
         self._last = now
-        self._log.info(self.line(done, elapsed))
+        self._log.info(self.line(done, elapsed, left_s))
 
-    def line(self, done: int, elapsed_s: float) -> str:
+    def line(self, done: int, elapsed_s: float, left_s: float | None = None) -> str:
         """``<label>: <done>/<total> <unit>, <elapsed> elapsed, ~<left> left``."""
         text = f"{self.label}: {done}/{self.total} {self.unit}, {duration(elapsed_s)} elapsed"
-        if done > 0:
-            text += f", ~{duration(elapsed_s / done * (self.total - done), whole=True)} left"
+        if left_s is None and done > 0:
+            left_s = elapsed_s / done * (self.total - done)
+        if left_s is not None:
+            text += f", ~{duration(left_s, whole=True)} left"
         return text

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import Any
+from typing import cast
 
 import pandas as pd
 
@@ -14,7 +18,31 @@ from simulators import ModelSpec
 from simulators import Prediction
 from simulators import TrainSpec
 
-__all__ = ["breakdown_table", "launch_text", "layout_table", "layout_row"]
+__all__ = [
+    "breakdown_table",
+    "launch_text",
+    "layout_row",
+    "layout_table",
+    "op_class_table",
+    "op_costs_text",
+    "rank_table",
+    "rank_views",
+]
+
+# Short column names of the time breakdown (BREAKDOWN_KEYS).
+_TIME_LABELS = {
+    "compute": "compute",
+    "recompute": "recompute",
+    "tp_comm": "TP",
+    "cp_comm": "CP",
+    "ep_comm": "EP",
+    "pp_comm": "PP p2p",
+    "dp_comm": "DP",
+    "bubble": "bubble",
+    "optimizer": "optim",
+}
+# Pipeline ranks listed one by one; past this, the first, last, slowest and fullest only.
+_MAX_RANK_ROWS = 16
 
 
 def layout_row(layout: Layout, prediction: Prediction) -> dict[str, object]:
@@ -63,22 +91,133 @@ def layout_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
 
 def breakdown_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
     """Where each top layout's step time goes, in seconds (columns sum to the step)."""
-    labels = {
-        "compute": "compute",
-        "recompute": "recompute",
-        "tp_comm": "TP",
-        "cp_comm": "CP",
-        "ep_comm": "EP",
-        "pp_comm": "PP p2p",
-        "dp_comm": "DP",
-        "bubble": "bubble",
-        "optimizer": "optim",
-    }
     rows = [
-        {"#": rank, **{labels[k]: f"{pred.breakdown.get(k, 0.0):.3f}" for k in BREAKDOWN_KEYS}}
+        {
+            "#": rank,
+            **{_TIME_LABELS[k]: f"{pred.breakdown.get(k, 0.0):.3f}" for k in BREAKDOWN_KEYS},
+        }
         for rank, (_, pred) in enumerate(ranked, start=1)
     ]
     return pd.DataFrame(rows).to_string(index=False)
+
+
+def rank_views(prediction: Prediction) -> dict[str, Any] | None:
+    """Per pipeline rank: layers, step time and its breakdown (s), memory and its breakdown
+    (GiB), compute time by operator class (s); the slowest rank's operator classes; what a
+    profiled op-cost table covers. JSON-ready (finite numbers or null); None for a prediction
+    without per-rank views (the analytical simulator's).
+    """
+    detail = prediction.detail
+    if "rank_time_s" not in detail:
+        return None
+    rank_time = cast(list[float], detail["rank_time_s"])
+    columns = {
+        "layers": detail["stage_layers"],
+        "step_time_s": rank_time,
+        "breakdown_s": detail["rank_breakdown_s"],
+        "memory_gib": detail["rank_memory_gib"],
+        "memory_breakdown_gib": detail["rank_memory_breakdown_gib"],
+        "op_category_time_s": detail["rank_op_category_time_s"],
+    }
+    ranks = [
+        {"rank": r, **{key: cast(list[Any], values)[r] for key, values in columns.items()}}
+        for r in range(len(rank_time))
+    ]
+    views: dict[str, Any] = {
+        "schedule": detail.get("schedule"),
+        "slowest_rank": detail["slowest_rank"],
+        "ranks": ranks,
+        "op_category_time_s": detail["op_category_time_s"],
+    }
+    if "op_costs" in detail:
+        views["op_costs"] = detail["op_costs"]
+    return cast(dict[str, Any], _finite(views))
+
+
+def rank_table(views: Mapping[str, Any]) -> str:
+    """Time (s per step) and memory (GiB) of each pipeline rank, from :func:`rank_views`.
+
+    Time columns that are zero on every rank are left out. Past 16 ranks, only the first,
+    the last, the slowest and the one with the most memory are listed.
+    """
+    ranks = views["ranks"]
+    keys = [
+        k
+        for k in BREAKDOWN_KEYS
+        if k in ("compute", "bubble") or any(r["breakdown_s"].get(k) for r in ranks)
+    ]
+    shown = ranks
+    if len(ranks) > _MAX_RANK_ROWS:
+        fullest = max(range(len(ranks)), key=lambda r: ranks[r]["memory_gib"] or 0.0)
+        picked = sorted({0, len(ranks) - 1, views["slowest_rank"], fullest})
+        shown = [ranks[r] for r in picked]
+    rows = []
+    for rank in shown:
+        memory = rank["memory_breakdown_gib"]
+        states = sum(v or 0.0 for k, v in memory.items() if k not in ("activations", "reserved"))
+        rows.append(
+            {
+                "rank": rank["rank"],
+                "layers": rank["layers"],
+                "step s": _fixed(rank["step_time_s"]),
+                **{_TIME_LABELS[k]: _fixed(rank["breakdown_s"].get(k, 0.0)) for k in keys},
+                "mem GiB": _fixed(rank["memory_gib"], 1),
+                "states": _fixed(states, 1),
+                "activations": _fixed(memory.get("activations"), 1),
+            }
+        )
+    table = pd.DataFrame(rows).to_string(index=False)
+    if len(shown) < len(ranks):
+        table += f"\n({len(ranks) - len(shown)} more ranks in output=json)"
+    return table
+
+
+def op_class_table(views: Mapping[str, Any]) -> str:
+    """Compute time by operator class of the slowest rank: seconds per step and share."""
+    seconds = views["op_category_time_s"]
+    total = sum(v or 0.0 for v in seconds.values())
+    rows = [
+        {
+            "class": name,
+            "seconds": _fixed(value),
+            "share": f"{100 * (value or 0.0) / total:.1f}%" if total > 0 else "-",
+        }
+        for name, value in seconds.items()
+    ]
+    return pd.DataFrame(rows).to_string(index=False)
+
+
+def op_costs_text(views: Mapping[str, Any]) -> tuple[str, str | None]:
+    """What a profiled op-cost table covers of the layout, and a warning when the table was
+    timed on another device than the cluster's (None when it was not)."""
+    costs = views["op_costs"]
+    line = (
+        f"Op costs: {costs['profiled']} of the layout's {costs['operators']} operators from "
+        f"{costs['table']} (timed on {costs['table_device'] or 'no device: empty table'}), "
+        f"{costs['roofline']} by roofline"
+    )
+    warning = None
+    if not costs["same_device"]:
+        warning = (
+            f"warning: {costs['table']} was profiled on {costs['table_device'] or 'no device'}, "
+            f"not on the cluster's {costs['cluster_device']}: its times are that device's"
+        )
+    return line, warning
+
+
+def _fixed(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _finite(value: object) -> object:
+    """``value`` with every non-finite float (nan, inf) replaced by None (JSON null)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def launch_text(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout) -> str:

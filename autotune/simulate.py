@@ -1,13 +1,17 @@
 """``python -m autotune.simulate``: predict one layout, with the full breakdown.
 
 Unset degrees are 1 and dp fills the rest of the world; a layout that breaks rules is
-refused with every broken rule listed.
+refused with every broken rule listed. A simulator with per-rank views (hierarchical) adds
+each pipeline rank's time and memory and the compute time by operator class, in the table
+and under ``views`` in the JSON.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
+from autotune.calibrate import calibrated_job
 from autotune.cli import Command
 from autotune.cli import emit_json
 from autotune.config import AutotuneConfig
@@ -15,6 +19,10 @@ from autotune.config import fixed_layout_values
 from autotune.report import breakdown_table
 from autotune.report import launch_text
 from autotune.report import layout_table
+from autotune.report import op_class_table
+from autotune.report import op_costs_text
+from autotune.report import rank_table
+from autotune.report import rank_views
 from catalog import Job
 from catalog import job_from_config
 from simulators import BREAKDOWN_KEYS
@@ -24,27 +32,38 @@ from simulators import UserError
 
 def simulate_layout(config: AutotuneConfig) -> None:
     """Predict the layout of ``config.parallel`` and print it (or its JSON object)."""
-    job = job_from_config(config)
+    job, margin = calibrated_job(
+        job_from_config(config), config.calibration, config.search.memory_margin
+    )
     model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
     layout = Layout.resolve(cluster.num_devices, **fixed_layout_values(config.parallel))
     layout.check(model, cluster, train)
     prediction = simulator.simulate(model, cluster, train, layout)
     if config.trace:
         _write_trace(job, layout, config.trace)
+    views = rank_views(prediction)
+    costs, warning = op_costs_text(views) if views and "op_costs" in views else ("", None)
+    if warning:
+        print(warning, file=sys.stderr)
     if config.output == "json":
-        emit_json(
-            {
-                "layout": layout.as_dict(),
-                "world_size": layout.world_size,
-                "simulator": simulator.name,
-                "prediction": prediction.as_dict(),
-            }
-        )
+        payload = {
+            "layout": layout.as_dict(),
+            "world_size": layout.world_size,
+            "simulator": simulator.name,
+            "calibration": config.calibration,
+            "memory_margin": margin.value,
+            "prediction": prediction.as_dict(),
+        }
+        if views is not None:
+            payload["views"] = views
+        emit_json(payload)
         return
     print(
         f"{model.name} on {cluster.name} ({cluster.num_devices} devices), seq {train.seq_len}, "
         f"global batch {train.global_batch_size}, {layout.num_microbatches(train)} "
-        f"micro-batches per step; {simulator.name} simulator\n"
+        f"micro-batches per step; {simulator.name} simulator"
+        + (f", calibration {config.calibration}" if config.calibration else "")
+        + f"\n{margin.text()}\n"
     )
     print(layout_table([(layout, prediction)]))
     print("\nTime breakdown per step (seconds):")
@@ -57,7 +76,23 @@ def simulate_layout(config: AutotuneConfig) -> None:
     print(f"  shares: {shares}")
     memory = ", ".join(f"{k} {v:.2f}" for k, v in prediction.memory_breakdown_gib.items())
     print(f"\nPeak memory of the worst rank (GiB): {memory}")
+    if views is not None:
+        _print_views(views, costs)
     print("\nLaunch flags:\n" + launch_text(model, cluster, train, layout))
+
+
+def _print_views(views: dict[str, Any], costs: str) -> None:
+    """The per-rank tables of a simulator that has them (hierarchical)."""
+    slowest = views["slowest_rank"]
+    print(
+        f"\nPer pipeline rank ({views['schedule']} schedule, the step is rank {slowest}'s; "
+        "states: weights, gradients and optimizer):"
+    )
+    print(rank_table(views))
+    print(f"\nCompute time by operator class, rank {slowest} (seconds per step):")
+    print(op_class_table(views))
+    if costs:
+        print(f"\n{costs}")
 
 
 def _write_trace(job: Job, layout: Layout, path: str) -> None:

@@ -28,6 +28,8 @@ from typing import Any
 import pandas as pd
 
 from autotune._csv import write_csv
+from autotune._process import dead_here
+from autotune._process import this_process
 from autotune.config import TrackingConfig
 from simulators import UserError
 
@@ -38,6 +40,7 @@ _SQLITE = "sqlite:///"
 # MLflow's experiment tag that opens the experiment on the training-runs view (MLflow 3).
 _EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 _SIGNIFICANT = 6  # digits kept in a metric
+_PROCESS_TAG = "autotune.process"  # host:pid of the writer: a dead one's RUNNING run is ended
 
 
 def rounded(value: float) -> float:
@@ -168,7 +171,7 @@ class TrackedRun:
             experiment_id,
             start_time=start_ms,
             run_name=name,
-            tags={"mlflow.parentRunId": self.run_id},
+            tags={"mlflow.parentRunId": self.run_id, _PROCESS_TAG: this_process()},
         )
         now = int(time.time() * 1000)
         client.log_batch(
@@ -218,6 +221,19 @@ def record(
     return Recorded(run_id, None, time.perf_counter() - started)
 
 
+def _end_orphans(mlflow: Any, experiment_id: str) -> None:
+    """Mark KILLED the runs of this experiment left RUNNING by dead processes of this host
+    (a search killed while it was recording)."""
+    client = mlflow.MlflowClient()
+    running = client.search_runs(
+        [experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000
+    )
+    for run in running:
+        if dead_here(run.data.tags.get(_PROCESS_TAG, "")):
+            client.set_terminated(run.info.run_id, status="KILLED")
+            log.info(f"MLflow run {run.info.run_id} of a killed search marked KILLED")
+
+
 @contextlib.contextmanager
 def _mlflow_run(
     config: TrackingConfig, run_name: str, tags: Mapping[str, str], description: str
@@ -234,7 +250,12 @@ def _mlflow_run(
         for key, value in _EXPERIMENT_KIND.items():
             if experiment.tags.get(key) != value:
                 mlflow.set_experiment_tag(key, value)
-        run = mlflow.start_run(run_name=run_name, tags=dict(tags), description=description or None)
+        _end_orphans(mlflow, experiment.experiment_id)
+        run = mlflow.start_run(
+            run_name=run_name,
+            tags={**tags, _PROCESS_TAG: this_process()},
+            description=description or None,
+        )
         try:
             yield mlflow, run.info.run_id, Path(folder)
         except BaseException:

@@ -15,6 +15,9 @@ Example:
 
 from __future__ import annotations
 
+from catalog._calibration import calibration_names
+from catalog._calibration import calibration_path
+from catalog._calibration import load_calibration
 from catalog._compose import compose
 from catalog._compose import conf_dir
 from catalog._compose import group_choices
@@ -44,11 +47,14 @@ __all__ = [
     "JobConfig",
     "ModelConfig",
     "TrainConfig",
+    "calibration_names",
+    "calibration_path",
     "cluster_from_config",
     "compose",
     "conf_dir",
     "group_choices",
     "job_from_config",
+    "load_calibration",
     "load_cluster",
     "load_framework",
     "load_job",

@@ -11,6 +11,7 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.errors import HydraException
 from hydra.errors import MissingConfigException
+from hydra.errors import OverrideParseException
 from omegaconf import DictConfig
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -55,12 +56,18 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
     Raises:
         UserError: one line saying what is wrong and what is allowed.
     """
+    _refuse_paths(overrides)
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
         OmegaConf.resolve(cfg)
     except MissingConfigException as exc:
         raise UserError(_missing_message(exc)) from None
+    except OverrideParseException as exc:
+        said = [line for line in str(exc).splitlines() if line.strip()]
+        frame = ("Error parsing override", "See https://")  # Hydra's words around the reason
+        reason = next((line for line in said if not line.startswith(frame)), _first_lines(exc))
+        raise UserError(f"cannot parse the override {exc.override!r}: {reason}") from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise UserError(_first_lines(exc)) from None
     unknown = _undeclared_keys(cfg)
@@ -68,6 +75,16 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
         listed = "; ".join(f"{key} (allowed: {allowed})" for key, allowed in unknown)
         raise UserError(f"unknown key(s) {listed}")
     return cfg
+
+
+def _refuse_paths(overrides: Sequence[str]) -> None:
+    """A group option is a file name of its folder: Hydra would follow ``model=../job`` out of
+    ``conf/model/`` and compose another group's file as a model."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        group = key.lstrip("+~").partition("@")[0]
+        if ("/" in value or "\\" in value) and (conf_dir() / group).is_dir():
+            raise UserError(f"unknown {group} {value!r}; available: {', '.join(options(group))}")
 
 
 def _missing_message(exc: MissingConfigException) -> str:
@@ -84,7 +101,7 @@ def _first_lines(exc: BaseException) -> str:
     current: BaseException | None = exc
     while current is not None and len(parts) < 3:
         line = str(current).strip().splitlines()[0] if str(current).strip() else ""
-        if line and line not in parts and "$VALUE" not in line:
+        if line and line not in parts and "$VALUE" not in line and line != "None":
             parts.append(line)
         current = current.__cause__ or current.__context__
     return ": ".join(parts) or type(exc).__name__

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from omegaconf import OmegaConf
 
 from catalog._compose import compose
+from catalog._compose import options
 from catalog._schemas import register
 from simulators import ClusterSpec
 from simulators import DeviceSpec
@@ -21,6 +22,7 @@ from simulators import ModelSpec
 from simulators import Simulator
 from simulators import SpecError
 from simulators import TrainSpec
+from simulators import UserError
 from simulators.frameworks import FrameworkSpec
 from simulators.registry import make_simulator
 
@@ -84,7 +86,8 @@ def train_from_config(node: Any, cluster: ClusterSpec) -> TrainSpec:
     """The training step of a ``train`` node; its framework is loaded by name (None: the
     cluster's default), and the step is checked against the cluster (FP8 needs FP8 cores)."""
     values = dict(plain(node))
-    values["framework"] = load_framework(values.get("framework") or cluster.default_framework)
+    name = values.get("framework")
+    values["framework"] = load_framework(cluster.default_framework if name is None else name)
     spec: TrainSpec = _spec(TrainSpec, values, "train")
     spec.check_on(cluster)
     return spec
@@ -92,7 +95,15 @@ def train_from_config(node: Any, cluster: ClusterSpec) -> TrainSpec:
 
 @functools.lru_cache(maxsize=32)
 def load_framework(name: str) -> FrameworkSpec:
-    """The framework ``conf/framework/<name>.yaml`` (how a software stack runs a step)."""
+    """The framework ``conf/framework/<name>.yaml`` (how a software stack runs a step).
+
+    Raises:
+        UserError: ``name`` is not a file of ``conf/framework/``.
+    """
+    if name not in options("framework"):
+        raise UserError(
+            f"unknown framework {name!r}; available: {', '.join(options('framework'))}"
+        )
     values = dict(plain(compose(None, [f"+framework={name}"]).framework))
     return FrameworkSpec.from_mapping(name, values)
 

@@ -114,7 +114,10 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
         problems.extend(_duplicate_problems(path, checked))
     if problems:
         raise DataFileError(_message(path, problems))
-    return table.reset_index(drop=True)
+    lines = [int(line) for line in table.index]
+    table = table.reset_index(drop=True)
+    table.attrs["lines"] = lines  # the CSV line of each row, for messages that name rows
+    return table
 
 
 def _parse_column(

@@ -35,4 +35,6 @@ def load_public(sources: Sequence[str] | None = None, data_dir: Path = DATA_DIR)
             f"public, {', '.join(available)}, or a path to a schema-v1 .csv/.parquet file"
         )
     tables = [load_measurements(data_dir / f"{name}.csv") for name in chosen]
-    return pd.concat(tables, ignore_index=True)
+    table = pd.concat(tables, ignore_index=True)
+    table.attrs["lines"] = [line for t in tables for line in t.attrs["lines"]]
+    return table

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import catalog
+from simulators import limits
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
 from simulators.layout import field_info
@@ -33,20 +34,20 @@ def _text(cell: str) -> str:
     return cell
 
 
-# Upper bounds of the numeric columns, far beyond any real training run: a typo, a unit slip or
-# an overflow (1e30 layers, 8e9 devices, an infinite time) is refused with its line and column
-# instead of reaching a simulator. Each bound with its reason:
-_MAX_LAYERS = 10_000  # layers: the deepest published LLMs have a few hundred (GPT-3: 96)
-_MAX_WIDTH = 1_048_576  # hidden, FFN, head and LoRA sizes, head counts: the widest are ~1e5
-_MAX_VOCAB = 10_000_000  # vocabulary: the largest published ones have about 256k tokens
-_MAX_EXPERTS = 1_048_576  # routed experts and top-k: PEER (2024) routes to a million experts
-_MAX_DEVICES = 1_048_576  # devices, parallel degrees: the largest clusters have ~2e5 GPUs
-_MAX_SEQ_LEN = 100_000_000  # tokens per sequence: the longest trained contexts are ~1e7
-_MAX_BATCH = 100_000_000  # sequences per step or micro-batch: published batches are < 1e5
-_MAX_STEP_S = 1e7  # seconds per step: 1e7 s is 116 days for one optimizer step
-_MAX_MEMORY_GIB = 1e5  # GiB per device: the largest device memory today is 288 GB of HBM
-_MAX_GBPS = 1e6  # GB/s per device and direction: NVLink 5 gives 900
-_MAX_TOKENS_PER_S = 1e9  # tokens/s per device: a small model on one GPU reaches ~1e6
+# Upper bounds of the numeric columns, far beyond any real training run (simulators/limits.py
+# gives each one's reason): a typo, a unit slip or an overflow (1e30 layers, 8e9 devices, an
+# infinite time) is refused with its line and column instead of reaching a simulator.
+_MAX_LAYERS = limits.MAX_LAYERS
+_MAX_WIDTH = limits.MAX_WIDTH
+_MAX_VOCAB = limits.MAX_VOCAB
+_MAX_EXPERTS = limits.MAX_EXPERTS
+_MAX_DEVICES = limits.MAX_DEVICES
+_MAX_SEQ_LEN = limits.MAX_SEQ_LEN
+_MAX_BATCH = limits.MAX_BATCH
+_MAX_STEP_S = limits.MAX_STEP_S
+_MAX_MEMORY_GIB = limits.MAX_MEMORY_GIB
+_MAX_GBPS = limits.MAX_GBPS
+_MAX_TOKENS_PER_S = limits.MAX_TOKENS_PER_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -10,6 +12,7 @@ from typing import Any
 from typing import TypeVar
 
 from simulators.errors import SpecError
+from simulators.limits import MAX_CONSTANT
 
 T = TypeVar("T")
 
@@ -22,10 +25,63 @@ def require_positive(owner: str, **values: float) -> None:
 
 
 def require_non_negative(owner: str, **values: float) -> None:
-    """Raise SpecError naming every field of ``values`` that is < 0."""
-    bad = [f"{name}={value!r}" for name, value in values.items() if value < 0]
+    """Raise SpecError naming every field of ``values`` that is < 0 (or NaN)."""
+    bad = [f"{name}={value!r}" for name, value in values.items() if not value >= 0]
     if bad:
         raise SpecError(f"{owner}: {', '.join(bad)} must be >= 0")
+
+
+def require_at_most(owner: str, limit: float, why: str, **values: float) -> None:
+    """Raise SpecError naming every field of ``values`` above ``limit`` (or infinite, or NaN);
+    ``why`` says where the limit comes from."""
+    bad = [f"{name}={value!r}" for name, value in values.items() if not value <= limit]
+    if bad:
+        shown = f"{int(limit):,}" if float(limit).is_integer() else f"{limit:,g}"
+        raise SpecError(f"{owner}: {', '.join(bad)} must be <= {shown} ({why})")
+
+
+def require_fraction(owner: str, **values: float) -> None:
+    """Raise SpecError naming every field of ``values`` outside (0, 1]: an achievable share
+    of a peak can be neither zero nor above the peak."""
+    bad = [f"{name}={value!r}" for name, value in values.items() if not 0 < value <= 1]
+    if bad:
+        raise SpecError(f"{owner}: {', '.join(bad)} must be in (0, 1] (a fraction of the peak)")
+
+
+def require_integers(owner: str, **values: object) -> None:
+    """Raise SpecError naming every field of ``values`` that is not an integer (a bool is not
+    one); call it before comparing the values."""
+    bad = [f"{name}={value!r}" for name, value in values.items() if not _is_int(value)]
+    if bad:
+        raise SpecError(f"{owner}: {', '.join(bad)} must be an integer")
+
+
+def require_numbers(owner: str, **values: object) -> None:
+    """Raise SpecError naming every field of ``values`` that is not a real number."""
+    bad = [f"{name}={value!r}" for name, value in values.items() if not _is_number(value)]
+    if bad:
+        raise SpecError(f"{owner}: {', '.join(bad)} must be a number")
+
+
+def require_bools(owner: str, **values: object) -> None:
+    """Raise SpecError naming every field of ``values`` that is not true or false."""
+    bad = [f"{name}={value!r}" for name, value in values.items() if not isinstance(value, bool)]
+    if bad:
+        raise SpecError(f"{owner}: {', '.join(bad)} must be true or false")
+
+
+def require_name(owner: str, name: object) -> None:
+    """Raise SpecError unless ``name`` is a text with something in it (reports show it)."""
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError(f"{owner}: name={name!r} must be a non-empty text")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def require_choice(owner: str, name: str, value: str, allowed: Iterable[str]) -> None:
@@ -61,6 +117,50 @@ def constants_from_mapping(
             + (f"missing key(s) {', '.join(missing)}; " if missing else "")
             + f"expected {', '.join(sorted(known))}"
         )
+    hints = {f.name: str(f.type) for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key, value in given.items():
+        _check_constant(owner, key, value, hints[key])
     for key, make in (convert or {}).items():
-        given[key] = make(given[key])
+        try:
+            given[key] = make(given[key])
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise SpecError(f"{owner}: {key}={given[key]!r} is malformed: {exc}") from None
     return cls(**given, **fixed)
+
+
+def _check_constant(owner: str, key: str, value: Any, kind: str) -> None:
+    """One constant of a simulator or a framework: the type its field names, and every number
+    in it finite, >= 0 and at most MAX_CONSTANT; an efficiency (a key that ends with
+    ``efficiency``, or any key of an ``efficiency`` mapping) in (0, 1] or null.
+
+    Raises:
+        SpecError: naming the key, the value and what is allowed.
+    """
+    expected = {
+        "float": ("a number", _is_number),
+        "int": ("an integer", _is_int),
+        "bool": ("true or false", lambda v: isinstance(v, bool)),
+        "str": ("a text", lambda v: isinstance(v, str)),
+        "str | None": ("a text or null", lambda v: v is None or isinstance(v, str)),
+    }.get(kind, ("a mapping", lambda v: isinstance(v, Mapping)))
+    if not expected[1](value):
+        raise SpecError(f"{owner}: {key}={value!r} must be {expected[0]}")
+    if isinstance(value, Mapping) or _is_number(value):
+        _check_numbers(owner, key, value, efficiency=key.endswith("efficiency"))
+
+
+def _check_numbers(owner: str, key: str, value: Any, efficiency: bool) -> None:
+    """``value``, a number or a mapping of them (nested), as :func:`_check_constant` says."""
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            inner = efficiency or str(name).endswith("efficiency")
+            _check_numbers(owner, f"{key}.{name}", item, inner)
+        return
+    if value is None and efficiency:
+        return  # an efficiency left to the cluster's figure
+    if not _is_number(value):
+        raise SpecError(f"{owner}: {key}={value!r} must be a number")
+    if efficiency and not 0 < value <= 1:
+        raise SpecError(f"{owner}: {key}={value!r} must be in (0, 1] (a fraction of the peak)")
+    if not (math.isfinite(value) and 0 <= value <= MAX_CONSTANT):
+        raise SpecError(f"{owner}: {key}={value!r} must be a finite number from 0 to 1e15")

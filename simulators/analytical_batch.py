@@ -12,6 +12,8 @@ the bubble adds up a pipeline's ranks (a few units in the last place).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -247,11 +249,11 @@ def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[
             [shape.rank_kinds.count(k) for k in range(count)] + [0] * (width - count)
         )
         rows["share"].append([shares[k] for k in padded])
-    kinds = {
+    per_kind = {
         name: np.array(table, dtype=np.float64).reshape(-1, width)[group]
         for name, table in rows.items()
     }
-    return [shape for shape, _ in found], group, kinds
+    return [shape for shape, _ in found], group, per_kind
 
 
 def _pick(array: Array, index: Array) -> Array:
@@ -314,7 +316,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
         bubble_s,
         _pick(terms.optimizer_s, dp_kind),
     )
-    step_s = np.asarray(sum(breakdown.values()))
+    step_s: np.ndarray = functools.reduce(operator.add, breakdown.values())  # as sum()
     # The first rank of a kind holds the most micro-batches in flight: its worst rank.
     factor = held_factor(pp, vpp, ARRAYS)
     activations = stages.activation_bytes * in_flight(m, pp, kinds["first_rank"], factor, ARRAYS)

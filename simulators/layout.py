@@ -23,12 +23,16 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from simulators._checks import require_at_most
 from simulators._checks import require_choice
+from simulators._checks import require_integers
 from simulators._checks import require_positive
 from simulators.collectives import GroupPlacement
 from simulators.collectives import place_group
 from simulators.errors import LayoutError
 from simulators.errors import SpecError
+from simulators.limits import MAX_BATCH
+from simulators.limits import MAX_DEVICES
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
@@ -260,10 +264,15 @@ class Layout:
     )
 
     def __post_init__(self) -> None:
-        require_positive("layout", **{name: getattr(self, name) for name in DEGREES})
+        degrees = {name: getattr(self, name) for name in DEGREES}
+        require_integers("layout", **degrees, micro_batch=self.micro_batch)
+        require_positive("layout", **degrees)
         require_positive("layout", micro_batch=self.micro_batch)
+        require_at_most("layout", MAX_DEVICES, "the largest clusters have ~2e5 devices", **degrees)
+        require_at_most("layout", MAX_BATCH, "sequences", micro_batch=self.micro_batch)
         require_choice("layout", "recompute", self.recompute, RECOMPUTE_MODES)
         if self.recompute_layers is not None:
+            require_integers("layout", recompute_layers=self.recompute_layers)
             require_positive("layout", recompute_layers=self.recompute_layers)
         if self.layer_split is not None:
             split = self.layer_split

@@ -10,11 +10,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulators._checks import require_at_most
+from simulators._checks import require_bools
 from simulators._checks import require_choice
+from simulators._checks import require_fraction
+from simulators._checks import require_integers
+from simulators._checks import require_name
 from simulators._checks import require_non_negative
+from simulators._checks import require_numbers
 from simulators._checks import require_positive
 from simulators.errors import SpecError
 from simulators.frameworks import FrameworkSpec
+from simulators.limits import MAX_BATCH
+from simulators.limits import MAX_DEVICES
+from simulators.limits import MAX_EXPERTS
+from simulators.limits import MAX_GBPS
+from simulators.limits import MAX_LATENCY_US
+from simulators.limits import MAX_LAYERS
+from simulators.limits import MAX_MEMORY_GIB
+from simulators.limits import MAX_SEQ_LEN
+from simulators.limits import MAX_TFLOPS
+from simulators.limits import MAX_VOCAB
+from simulators.limits import MAX_WIDTH
 
 __all__ = ["ClusterSpec", "DeviceSpec", "LinkSpec", "ModelSpec", "TrainSpec"]
 
@@ -24,6 +41,13 @@ ATTENTIONS = ("gqa", "mla")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 OPTIMIZERS = ("adam",)
 TOPOLOGIES = ("switch", "full_mesh")
+
+
+def _require_unset(owner: str, because: str, values: dict[str, int]) -> None:
+    """Fields that ``because`` makes meaningless must be 0, not silently ignored."""
+    bad = [f"{name}={value}" for name, value in values.items() if value]
+    if bad:
+        raise SpecError(f"{owner}: {', '.join(bad)} must be 0 with {because}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +87,26 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
+        require_name(owner, self.name)
+        widths = {
+            "hidden_size": self.hidden_size,
+            "ffn_hidden_size": self.ffn_hidden_size,
+            "num_attention_heads": self.num_attention_heads,
+            "num_kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "expert_ffn_hidden_size": self.expert_ffn_hidden_size,
+            "shared_expert_ffn_hidden_size": self.shared_expert_ffn_hidden_size,
+            **self._mla_fields,
+        }
+        counts = {
+            "num_layers": self.num_layers,
+            "first_dense_layers": self.first_dense_layers,
+            "vocab_size": self.vocab_size,
+            "num_experts": self.num_experts,
+            "moe_top_k": self.moe_top_k,
+        }
+        require_integers(owner, **widths, **counts)
+        require_bools(owner, qkv_bias=self.qkv_bias, tied_embeddings=self.tied_embeddings)
         require_positive(
             owner,
             num_layers=self.num_layers,
@@ -72,20 +116,46 @@ class ModelSpec:
             head_dim=self.head_dim,
             vocab_size=self.vocab_size,
         )
-        require_non_negative(
+        require_non_negative(owner, **widths, **counts)
+        require_at_most(owner, MAX_WIDTH, "the widest models are ~1e5", **widths)
+        require_at_most(
             owner,
-            ffn_hidden_size=self.ffn_hidden_size,
+            MAX_LAYERS,
+            "the deepest LLMs have a few hundred",
+            num_layers=self.num_layers,
+            first_dense_layers=self.first_dense_layers,
+        )
+        require_at_most(owner, MAX_VOCAB, "the largest have ~256k", vocab_size=self.vocab_size)
+        require_at_most(
+            owner,
+            MAX_EXPERTS,
+            "PEER routes to a million experts",
             num_experts=self.num_experts,
             moe_top_k=self.moe_top_k,
-            expert_ffn_hidden_size=self.expert_ffn_hidden_size,
-            shared_expert_ffn_hidden_size=self.shared_expert_ffn_hidden_size,
-            first_dense_layers=self.first_dense_layers,
-            q_lora_rank=self.q_lora_rank,
-            kv_lora_rank=self.kv_lora_rank,
         )
         require_choice(owner, "activation", self.activation, ACTIVATIONS)
         require_choice(owner, "attention", self.attention, ATTENTIONS)
         require_choice(owner, "norm", self.norm, ("rmsnorm", "layernorm"))
+        self._check_relations(owner)
+
+    @property
+    def _mla_fields(self) -> dict[str, int]:
+        return {
+            "q_lora_rank": self.q_lora_rank,
+            "kv_lora_rank": self.kv_lora_rank,
+            "qk_nope_head_dim": self.qk_nope_head_dim,
+            "qk_rope_head_dim": self.qk_rope_head_dim,
+            "v_head_dim": self.v_head_dim,
+        }
+
+    def _check_relations(self, owner: str) -> None:
+        """Fields that only make sense together (docs/reference.md 2; Megatron-LM
+        ``arguments.py``: kv_channels defaults to hidden / heads, GQA groups divide heads)."""
+        if self.hidden_size % self.num_attention_heads:
+            raise SpecError(
+                f"{owner}: num_attention_heads={self.num_attention_heads} must divide "
+                f"hidden_size={self.hidden_size}"
+            )
         if self.num_attention_heads % self.num_kv_heads:
             raise SpecError(
                 f"{owner}: num_kv_heads={self.num_kv_heads} must divide "
@@ -100,11 +170,21 @@ class ModelSpec:
                     f"{owner}: moe_top_k={self.moe_top_k} exceeds num_experts={self.num_experts}"
                 )
             if self.first_dense_layers > self.num_layers:
-                raise SpecError(f"{owner}: first_dense_layers exceeds num_layers")
+                raise SpecError(
+                    f"{owner}: first_dense_layers={self.first_dense_layers} exceeds "
+                    f"num_layers={self.num_layers}"
+                )
             if self.first_dense_layers:
                 require_positive(owner, ffn_hidden_size=self.ffn_hidden_size)
         else:
             require_positive(owner, ffn_hidden_size=self.ffn_hidden_size)
+            moe = {
+                "moe_top_k": self.moe_top_k,
+                "expert_ffn_hidden_size": self.expert_ffn_hidden_size,
+                "shared_expert_ffn_hidden_size": self.shared_expert_ffn_hidden_size,
+                "first_dense_layers": self.first_dense_layers,
+            }
+            _require_unset(owner, "num_experts=0 (a dense model)", moe)
         if self.attention == "mla":
             require_positive(
                 owner,
@@ -112,6 +192,10 @@ class ModelSpec:
                 qk_nope_head_dim=self.qk_nope_head_dim,
                 qk_rope_head_dim=self.qk_rope_head_dim,
                 v_head_dim=self.v_head_dim,
+            )
+        else:
+            _require_unset(
+                owner, f"attention={self.attention!r} (only mla uses them)", self._mla_fields
             )
 
     # ---- shape -------------------------------------------------------------------------
@@ -312,20 +396,52 @@ class DeviceSpec:
     fp8_weight_copies: int = 0
 
     def __post_init__(self) -> None:
-        require_positive(
-            f"device {self.name!r}",
-            fp16_tflops=self.fp16_tflops,
-            fp32_tflops=self.fp32_tflops,
+        owner = f"device {self.name!r}"
+        require_name(owner, self.name)
+        tflops = {
+            "bf16_tflops": self.bf16_tflops,
+            "fp16_tflops": self.fp16_tflops,
+            "fp32_tflops": self.fp32_tflops,
+            "fp8_tflops": self.fp8_tflops,
+        }
+        require_numbers(
+            owner,
+            **tflops,
             memory_gib=self.memory_gib,
             memory_gbps=self.memory_gbps,
             matmul_efficiency=self.matmul_efficiency,
             memory_efficiency=self.memory_efficiency,
         )
+        require_integers(owner, fp8_weight_copies=self.fp8_weight_copies)
+        require_bools(owner, supports_flash_attention=self.supports_flash_attention)
+        require_positive(
+            owner,
+            fp16_tflops=self.fp16_tflops,
+            fp32_tflops=self.fp32_tflops,
+            memory_gib=self.memory_gib,
+            memory_gbps=self.memory_gbps,
+        )
         require_non_negative(
-            f"device {self.name!r}",
+            owner,
             bf16_tflops=self.bf16_tflops,
             fp8_tflops=self.fp8_tflops,
             fp8_weight_copies=self.fp8_weight_copies,
+        )
+        require_at_most(owner, MAX_TFLOPS, "a B200 gives 4.5e3 in FP8", **tflops)
+        require_at_most(
+            owner, MAX_MEMORY_GIB, "the largest HBM is 288 GB", memory_gib=self.memory_gib
+        )
+        require_at_most(owner, MAX_GBPS, "HBM3e gives 8e3", memory_gbps=self.memory_gbps)
+        require_at_most(
+            owner,
+            2,
+            "Transformer Engine keeps at most two",
+            fp8_weight_copies=self.fp8_weight_copies,
+        )
+        require_fraction(
+            owner,
+            matmul_efficiency=self.matmul_efficiency,
+            memory_efficiency=self.memory_efficiency,
         )
 
     @property
@@ -371,7 +487,14 @@ class LinkSpec:
     cross_mesh_gbps: float = 0.0
 
     def __post_init__(self) -> None:
-        require_positive("link", bandwidth_gbps=self.bandwidth_gbps, efficiency=self.efficiency)
+        rates = {
+            "bandwidth_gbps": self.bandwidth_gbps,
+            "peer_link_gbps": self.peer_link_gbps,
+            "cross_mesh_gbps": self.cross_mesh_gbps,
+        }
+        require_numbers("link", **rates, latency_us=self.latency_us, efficiency=self.efficiency)
+        require_integers("link", mesh_size=self.mesh_size)
+        require_positive("link", bandwidth_gbps=self.bandwidth_gbps)
         require_non_negative(
             "link",
             latency_us=self.latency_us,
@@ -379,6 +502,10 @@ class LinkSpec:
             mesh_size=self.mesh_size,
             cross_mesh_gbps=self.cross_mesh_gbps,
         )
+        require_at_most("link", MAX_GBPS, "NVLink 5 gives 900", **rates)
+        require_at_most("link", MAX_LATENCY_US, "10 s per call", latency_us=self.latency_us)
+        require_at_most("link", MAX_DEVICES, "the largest clusters", mesh_size=self.mesh_size)
+        require_fraction("link", efficiency=self.efficiency)
         require_choice("link", "topology", self.topology, TOPOLOGIES)
         if self.topology == "full_mesh":
             require_positive("full-mesh link", peer_link_gbps=self.peer_link_gbps)
@@ -414,11 +541,17 @@ class ClusterSpec:
     default_framework: str = "megatron_core"
 
     def __post_init__(self) -> None:
-        require_positive(
-            f"cluster {self.name!r}",
-            devices_per_node=self.devices_per_node,
-            num_nodes=self.num_nodes,
-        )
+        owner = f"cluster {self.name!r}"
+        require_name(owner, self.name)
+        sizes = {"devices_per_node": self.devices_per_node, "num_nodes": self.num_nodes}
+        require_integers(owner, **sizes)
+        require_positive(owner, **sizes)
+        if self.num_devices > MAX_DEVICES:
+            raise SpecError(
+                f"{owner}: num_nodes={self.num_nodes} x devices_per_node="
+                f"{self.devices_per_node} = {self.num_devices:,} devices; at most "
+                f"{MAX_DEVICES:,} (the largest clusters have ~2e5)"
+            )
 
     @property
     def num_devices(self) -> int:
@@ -449,7 +582,19 @@ class TrainSpec:
         return self.flash_attention and cluster.device.supports_flash_attention
 
     def __post_init__(self) -> None:
-        require_positive("train", seq_len=self.seq_len, global_batch_size=self.global_batch_size)
+        sizes = {"seq_len": self.seq_len, "global_batch_size": self.global_batch_size}
+        require_integers("train", **sizes)
+        require_bools("train", flash_attention=self.flash_attention)
+        require_positive("train", **sizes)
+        require_at_most(
+            "train", MAX_SEQ_LEN, "the longest contexts are ~1e7", seq_len=self.seq_len
+        )
+        require_at_most(
+            "train",
+            MAX_BATCH,
+            "published batches are < 1e5 sequences",
+            global_batch_size=self.global_batch_size,
+        )
         require_choice("train", "precision", self.precision, PRECISIONS)
         require_choice("train", "optimizer", self.optimizer, OPTIMIZERS)
         if self.fp8 and not self.framework.fp8:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autotune.benchmark._report import regret_curve
 from autotune.benchmark._score import BenchmarkResult
 from autotune.figures import html_page
 
@@ -24,6 +25,7 @@ _TITLES = {
     "regret_per_simulator.png": "Regret@1 per scenario",
     "predicted_vs_measured.png": "Predicted vs measured step time",
     "regret_per_source.png": "Mean regret@1 per source",
+    "regret_vs_probes.png": "Mean regret@1 against the number of probes K",
 }
 
 
@@ -35,16 +37,20 @@ def plot_frames(result: BenchmarkResult) -> dict[str, pd.DataFrame]:
     and measured time per row; ``by_source``: every (source, simulator) pair with its scored
     scenarios, mean regret@1 (NaN when none) and the bar's label.
     """
+    shown = _headline(result)
     rankers = pd.DataFrame(
         {
-            "simulator": list(result.summaries),
-            "n_scenarios": [s["n_scenarios"] for s in result.summaries.values()],
+            "simulator": shown,
+            "n_scenarios": [result.summaries[name]["n_scenarios"] for name in shown],
         }
     )
-    eligible = result.scenarios[result.scenarios["eligible"]]
+    eligible = result.scenarios[
+        result.scenarios["eligible"] & result.scenarios["simulator"].isin(shown)
+    ]
     regret = eligible[["simulator", "source", "scenario", "regret_at_1"]]
     rows = result.rows
     if len(rows):
+        rows = rows[rows["simulator"].isin(shown)]
         finite = rows["predicted_step_time_s"].notna() & rows["step_time_s"].notna()
         scatter = rows.loc[
             finite,
@@ -59,7 +65,19 @@ def plot_frames(result: BenchmarkResult) -> dict[str, pd.DataFrame]:
         "regret": regret,
         "scatter": scatter,
         "by_source": _by_source(result.scenarios, regret, list(rankers["simulator"])),
+        "curve": regret_curve(result),
     }
+
+
+def _headline(result: BenchmarkResult) -> list[str]:
+    """The rankers the per-ranker plots show: every one but the probe protocols at K other
+    than the k of regret@k (or the largest K); the others are in the regret-against-K plot."""
+    ks = {s.get("probes") or 0 for s in result.summaries.values()} - {0}
+    top_k = [
+        int(c.rsplit("_", 1)[1]) for c in result.scenarios.columns if c.startswith("regret_at_")
+    ]
+    shown = next((k for k in top_k if k in ks and k != 1), max(ks, default=0))
+    return [n for n, s in result.summaries.items() if s.get("probes") in (None, 0, shown)]
 
 
 def _by_source(scenarios: pd.DataFrame, regret: pd.DataFrame, rankers: list[str]) -> pd.DataFrame:
@@ -127,7 +145,20 @@ def _plotly_html(frames: dict[str, pd.DataFrame]) -> str:
     )
     by_source.update_yaxes(tickformat=".0%")
     by_source.update_traces(textposition="outside")
-    return html_page("Simulator benchmark", [regret, scatter, by_source])
+    figures = [regret, scatter, by_source]
+    curve = frames["curve"]
+    if len(curve):
+        lines = px.line(
+            curve.assign(ranker=curve["simulator"] + ", " + curve["protocol"]),
+            x="K",
+            y="regret_at_1_mean",
+            color="ranker",
+            markers=True,
+            title=_TITLES["regret_vs_probes.png"],
+        )
+        lines.update_yaxes(tickformat=".1%")
+        figures.append(lines)
+    return html_page("Simulator benchmark", figures)
 
 
 def matplotlib_figures(frames: dict[str, pd.DataFrame]) -> dict[str, Any]:
@@ -135,11 +166,33 @@ def matplotlib_figures(frames: dict[str, pd.DataFrame]) -> dict[str, Any]:
     import matplotlib
 
     matplotlib.use("Agg")
-    return {
+    figures = {
         "regret_per_simulator.png": _regret_figure(frames["rankers"], frames["regret"]),
         "predicted_vs_measured.png": _scatter_figure(frames["scatter"]),
         "regret_per_source.png": _by_source_figure(frames["by_source"]),
     }
+    if len(frames["curve"]):
+        figures["regret_vs_probes.png"] = _curve_figure(frames["curve"])
+    return figures
+
+
+def _curve_figure(curve: pd.DataFrame) -> Any:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (simulator, protocol), group in curve.groupby(["simulator", "protocol"], sort=False):
+        group = group.sort_values("K")
+        ax.plot(
+            group["K"], group["regret_at_1_mean"], marker="o", label=f"{simulator}, {protocol}"
+        )
+    ax.set_xticks(sorted(curve["K"].unique()))
+    ax.set_xlabel("probes K (measured layouts per scenario)")
+    ax.set_ylabel("mean regret@1")
+    ax.set_ylim(bottom=0)
+    _percent_axis(ax)
+    ax.legend(fontsize=7)
+    ax.set_title(_TITLES["regret_vs_probes.png"])
+    return fig
 
 
 def _percent_axis(ax: Any) -> None:

@@ -43,6 +43,8 @@ class Ranking:
     fits: np.ndarray
     seconds_per_layout: float = float("nan")
     invalid: int = 0
+    protocol: str = "zero_shot"  # how it saw the data (autotune/benchmark/_protocols.py)
+    probes: int = 0  # measured layouts per scenario it was given (probe protocols)
 
 
 def simulate(simulator: Simulator, specs: Sequence[Specs]) -> Ranking:

@@ -80,6 +80,81 @@ def source_table(result: BenchmarkResult, top_k: int) -> pd.DataFrame:
     return pd.DataFrame(records).sort_values(["source", "simulator"], kind="stable")
 
 
+_ZERO_SHOT = "zero_shot"
+
+
+def _simulator_of(name: str) -> str:
+    """The simulator a protocol's ranker belongs to (``analytical, probe K=3``)."""
+    return name.split(",")[0]
+
+
+def has_protocols(result: BenchmarkResult) -> bool:
+    """Whether any ranker saw the data another way than zero-shot."""
+    return any(s.get("protocol", _ZERO_SHOT) != _ZERO_SHOT for s in result.summaries.values())
+
+
+def protocol_table(result: BenchmarkResult) -> pd.DataFrame:
+    """Protocols side by side: one row per ranker, regret@1 mean per source and overall."""
+    sources = sorted(
+        {
+            source
+            for s in result.summaries.values()
+            for source, f in s["by_source"].items()
+            if f["n_scenarios"]
+        }
+    )
+    records = []
+    for name, s in result.summaries.items():
+        record = {
+            "ranker": name,
+            "protocol": s.get("protocol", _ZERO_SHOT),
+            "K": s.get("probes") or "-",
+        }
+        for source in sources:
+            figures = s["by_source"].get(source)
+            record[source] = _pct(figures["regret_at_1_mean"]) if figures else "-"
+        record["all"] = _pct(s["regret_at_1_mean"])
+        record["OOM picks"] = _pct(s["false_feasible_pick_rate"])
+        record["MAPE"] = _pct(s["mape"])
+        records.append(record)
+    return pd.DataFrame(records)
+
+
+def regret_curve(result: BenchmarkResult) -> pd.DataFrame:
+    """Regret@1 mean against the number of probes K, per simulator and probe protocol."""
+    records = [
+        {
+            "simulator": _simulator_of(name),
+            "protocol": s["protocol"],
+            "K": int(s["probes"]),
+            "regret_at_1_mean": s["regret_at_1_mean"],
+            "false_feasible_pick_rate": s["false_feasible_pick_rate"],
+            "mape": s["mape"],
+        }
+        for name, s in result.summaries.items()
+        if s.get("probes")
+    ]
+    columns = [
+        "simulator",
+        "protocol",
+        "K",
+        "regret_at_1_mean",
+        "false_feasible_pick_rate",
+        "mape",
+    ]
+    return pd.DataFrame(records, columns=columns)
+
+
+def curve_table(result: BenchmarkResult) -> pd.DataFrame:
+    """The regret curve as a table: one row per K, one column per simulator and protocol."""
+    curve = regret_curve(result)
+    if curve.empty:
+        return curve
+    curve = curve.assign(column=curve["simulator"] + ", " + curve["protocol"])
+    table = curve.pivot(index="K", columns="column", values="regret_at_1_mean")
+    return table.map(_pct).reset_index()
+
+
 def console_tables(result: BenchmarkResult, top_k: int) -> str:
     """The overall table, split in two to fit 120 columns, and the per-source table.
 
@@ -90,19 +165,31 @@ def console_tables(result: BenchmarkResult, top_k: int) -> str:
     picks += [f"regret@{top_k}", "OOM picks", "tau (med)", "rho (med)"]
     errors = ["simulator", "rows", "MAPE", "max APE", "mem MAPE", "false feasible"]
     errors += ["false infeasible", "us/layout"]
-    return "\n".join(
-        [
-            "Picks: regret over the scenarios; rank correlation, median over the scenarios",
-            overall[picks].to_string(index=False),
-            "",
-            "Predictions: errors over the measured rows; time per layout",
-            overall[errors].to_string(index=False),
-            "",
-            "Per source:",
-            source_table(result, top_k).to_string(index=False),
+    lines = [
+        "Picks: regret over the scenarios; rank correlation, median over the scenarios",
+        overall[picks].to_string(index=False),
+        "",
+        "Predictions: errors over the measured rows; time per layout",
+        overall[errors].to_string(index=False),
+        "",
+        "Per source:",
+        source_table(result, top_k).to_string(index=False),
+        "",
+    ]
+    if has_protocols(result):
+        lines += [
+            "Protocols side by side: regret@1 mean per source (MAPE: rows no probe measured)",
+            protocol_table(result).to_string(index=False),
             "",
         ]
-    )
+        curve = curve_table(result)
+        if not curve.empty:
+            lines += [
+                "Regret@1 mean against the number of probes K:",
+                curve.to_string(index=False),
+            ]
+            lines.append("")
+    return "\n".join(lines)
 
 
 def _markdown(frame: pd.DataFrame) -> str:
@@ -130,12 +217,38 @@ def markdown_report(
         "",
         _markdown(source_table(result, top_k)),
         "",
+        *_protocol_sections(result),
         "## Definitions",
         "",
         *(f"- **{key}**: {text}" for key, text in notes.items()),
         "",
     ]
     return "\n".join(lines)
+
+
+def _protocol_sections(result: BenchmarkResult) -> list[str]:
+    if not has_protocols(result):
+        return []
+    lines = [
+        "## Protocols side by side",
+        "",
+        "Regret@1 mean per source; MAPE over the rows that no probe measured "
+        "(docs/calibration.md).",
+        "",
+        _markdown(protocol_table(result)),
+        "",
+    ]
+    curve = curve_table(result)
+    if not curve.empty:
+        lines += [
+            "## Regret against the number of probes",
+            "",
+            _markdown(curve),
+            "",
+            "![regret against K](regret_vs_probes.png)",
+            "",
+        ]
+    return lines
 
 
 def json_payload(result: BenchmarkResult, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -146,6 +259,7 @@ def json_payload(result: BenchmarkResult, settings: Mapping[str, Any]) -> dict[s
             "simulators": result.summaries,
             "scenarios": scenarios,
             "settings": dict(settings),
+            "regret_vs_probes": regret_curve(result).to_dict(orient="records"),
         }
     )
 

@@ -21,13 +21,16 @@ from omegaconf import ListConfig
 from omegaconf import OmegaConf
 
 import dataset
+from autotune.benchmark._protocols import PROTOCOLS
 from autotune.benchmark._rankers import HeuristicRule
 from autotune.benchmark._rankers import Ranking
+from autotune.benchmark._rankers import Specs
 from autotune.benchmark._rankers import heuristic_ranking
 from autotune.benchmark._rankers import peer_rankings
 from autotune.benchmark._rankers import simulate
 from autotune.benchmark._report import console_tables
 from autotune.benchmark._report import json_payload
+from autotune.benchmark._report import regret_curve
 from autotune.benchmark._report import write_report
 from autotune.benchmark._score import RANDOM
 from autotune.benchmark._score import BenchmarkResult
@@ -35,6 +38,8 @@ from autotune.benchmark._score import ScoreSettings
 from autotune.benchmark._score import nothing_to_score
 from autotune.benchmark._score import score
 from autotune.config import BenchmarkConfig
+from autotune.tracking import check_tracking
+from catalog import load_calibration
 from catalog import simulator_from_config
 from simulators import Simulator
 from simulators import UserError
@@ -98,6 +103,93 @@ def simulators_of(config: BenchmarkConfig) -> list[Simulator]:
     return [simulator_from_config(getattr(config, name)) for name in names]
 
 
+def _protocols(config: BenchmarkConfig) -> list[str]:
+    chosen = _names(config.protocols) or []
+    unknown = [p for p in chosen if p not in PROTOCOLS]
+    if unknown or not chosen:
+        raise UserError(
+            f"unknown protocol(s) {', '.join(unknown) or '(none given)'}; allowed: "
+            f"{', '.join(PROTOCOLS)}"
+        )
+    return chosen
+
+
+def _calibrated_rankings(
+    config: BenchmarkConfig,
+    protocols: Sequence[str],
+    simulator: Simulator,
+    table: pd.DataFrame,
+    specs: Sequence[Specs],
+    zero: Ranking,
+) -> list[Ranking]:
+    """The rankings of ``calibration=`` and of the protocols beyond zero-shot."""
+    from autotune.benchmark._protocols import ProtocolSettings
+    from autotune.benchmark._protocols import leave_one_source_out
+    from autotune.benchmark._protocols import measured_runs
+    from autotune.benchmark._protocols import probe_rankings
+    from autotune.calibrate._command import fit_settings
+
+    rankings: list[Ranking] = []
+    if config.calibration is not None:
+        rankings.extend(_given_calibration(config.calibration, simulator, table, specs))
+    if not {"leave_one_source_out", "probe"} & set(protocols):
+        return rankings
+    settings = ProtocolSettings(
+        fit=fit_settings(config.calibrate),
+        probe_pool=config.calibrate.probe_pool,
+        probes=tuple(config.probes),
+        seed=config.seed,
+    )
+    runs = measured_runs(table, specs)
+    if "leave_one_source_out" in protocols:
+        start = time.perf_counter()
+        ranking, _ = leave_one_source_out(simulator, table, runs, settings)
+        rankings.append(ranking)
+        log.info("%s, leave one source out: %.1f s", simulator.name, time.perf_counter() - start)
+    if "probe" in protocols:
+        start = time.perf_counter()
+        rankings.extend(probe_rankings(simulator, table, runs, zero, settings))
+        log.info(
+            "%s, probes K=%s: %.1f s",
+            simulator.name,
+            ",".join(map(str, settings.probes)),
+            time.perf_counter() - start,
+        )
+    return rankings
+
+
+def _given_calibration(
+    name: str, simulator: Simulator, table: pd.DataFrame, specs: Sequence[Specs]
+) -> list[Ranking]:
+    """``calibration=NAME``: the simulator it is for, calibrated, as one more ranker."""
+    import dataclasses
+
+    from autotune.calibrate import shipped_margin
+    from simulators.calibration import CalibratedSimulator
+    from simulators.calibration import calibrated
+
+    calibration = load_calibration(name)
+    if calibration.simulator != simulator.name:
+        return []
+    clusters = sorted(set(table["cluster"].astype(str)))
+    if calibration.cluster is not None and clusters != [calibration.cluster]:
+        raise UserError(
+            f"calibration {calibration.name!r} is for cluster {calibration.cluster}; the data "
+            f"has rows on {', '.join(clusters)} (keep its rows: hardware={calibration.cluster})"
+        )
+    margin = calibration.memory_margin
+    if margin is None:
+        margin = shipped_margin(calibrated(simulator, calibration)).value
+    ranking = simulate(CalibratedSimulator(simulator, calibration, margin), specs)
+    return [
+        dataclasses.replace(
+            ranking,
+            name=f"{simulator.name}, calibration {calibration.name}",
+            protocol="calibrated",
+        )
+    ]
+
+
 def run_benchmark(
     config: BenchmarkConfig, simulators: Sequence[Simulator] | None = None
 ) -> BenchmarkResult:
@@ -116,6 +208,13 @@ def run_benchmark(
         )
     if simulators is None:
         simulators = simulators_of(config)
+    if config.calibration is not None:
+        wanted = load_calibration(config.calibration).simulator
+        if wanted not in [s.name for s in simulators]:
+            raise UserError(
+                f"calibration {config.calibration!r} is for the {wanted} simulator, which is not "
+                f"among simulators={[s.name for s in simulators]} (simulators=[{wanted}])"
+            )
     table = load_data(config.data)
     table = _filter(table, "cluster", _names(config.hardware), "hardware")
     table = _filter(table, "source", _names(config.source), "source")
@@ -124,13 +223,17 @@ def run_benchmark(
     log.info(
         "%d measured rows, %d scenarios", len(table), table.groupby(["source", "scenario"]).ngroups
     )
+    protocols = _protocols(config)
     rankings: list[Ranking] = []
     for simulator in simulators:
         start = time.perf_counter()
-        rankings.append(simulate(simulator, specs))
+        zero = simulate(simulator, specs)
+        if "zero_shot" in protocols:
+            rankings.append(zero)
         log.info(
             "%s: %d layouts in %.2f s", simulator.name, len(specs), time.perf_counter() - start
         )
+        rankings.extend(_calibrated_rankings(config, protocols, simulator, table, specs, zero))
     if "heuristic" in baselines:
         rule = HeuristicRule(state_memory_fraction=config.heuristic.state_memory_fraction)
         rankings.append(heuristic_ranking(rule, specs))
@@ -159,6 +262,9 @@ def _settings(cfg: BenchmarkConfig) -> dict[str, Any]:
         "oom_penalty_regret": cfg.oom_penalty_regret,
         "bootstrap_samples": cfg.bootstrap_samples,
         "seed": cfg.seed,
+        "protocols": ",".join(_names(cfg.protocols) or []),
+        "probes": ",".join(map(str, cfg.probes)),
+        "calibration": cfg.calibration or "none",
     }
 
 
@@ -195,19 +301,28 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
     report_dir = Path(cfg.report_dir)
     write_report(result, report_dir, settings, _notes(cfg))
     if cfg.output == "json":
-        print(json.dumps(json_payload(result, settings)))
+        print(json.dumps(json_payload(result, settings), allow_nan=False))
     else:
         print(console_tables(result, int(cfg.top_k)))
         print(f"report: {report_dir}/benchmark.md")
     if cfg.tracking.enabled:
         from autotune.benchmark._tracking import log_benchmark_run
 
+        curve = regret_curve(result)
+        curves = {
+            f"{simulator}.{protocol}.regret_at_1_mean": [
+                (int(k), float(v))
+                for k, v in zip(group["K"], group["regret_at_1_mean"], strict=True)
+            ]
+            for (simulator, protocol), group in curve.groupby(["simulator", "protocol"])
+        }
         recorded = log_benchmark_run(
             cfg.tracking,
             settings,
             result.summaries,
             OmegaConf.to_yaml(OmegaConf.structured(cfg)),
             report_dir,
+            curves=curves,
         )
         if recorded.problem:
             log.warning("warning: the benchmark was not recorded in MLflow: %s", recorded.problem)
@@ -223,6 +338,7 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
 def run(config: BenchmarkConfig) -> None:
     """Run the benchmark of ``config`` and report it (console or JSON, files, MLflow)."""
     start = time.perf_counter()
+    check_tracking(config.tracking)  # before any work: an unusable store fails now
     result = run_benchmark(config)
     _report(config, result)
     log.info("benchmark took %.1f s", time.perf_counter() - start)

@@ -101,6 +101,8 @@ def score(
     for ranking in rankings:
         summaries[ranking.name]["seconds_per_layout"] = ranking.seconds_per_layout
         summaries[ranking.name]["n_invalid"] = ranking.invalid
+        summaries[ranking.name]["protocol"] = ranking.protocol
+        summaries[ranking.name]["probes"] = ranking.probes
     return BenchmarkResult(scenarios=scenarios, rows=rows, summaries=summaries)
 
 

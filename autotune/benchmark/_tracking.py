@@ -39,6 +39,7 @@ def log_benchmark_run(
     config_yaml: str,
     report_dir: Path,
     protocol: str = "zero_shot",
+    curves: Mapping[str, list[tuple[int, float]]] | None = None,
 ) -> Recorded:
     """Record the benchmark; MLflow's failures are reported in the result, never raised."""
 
@@ -47,11 +48,14 @@ def log_benchmark_run(
         run.text("config.yaml", config_yaml)
         run.folder(report_dir, "report")
         for name, summary in summaries.items():
+            mine = summary.get("protocol", protocol)
             run.child(
-                f"{name} ({protocol})",
-                {"ranker": name, "kind": summary["kind"], "protocol": protocol, **params},
+                f"{name} ({mine})",
+                {"ranker": name, "kind": summary["kind"], "protocol": mine, **params},
                 _metrics(summary),
             )
+        for key, values in (curves or {}).items():  # a curve: the metric's history by K
+            run.history(_UNSAFE.sub("_", key), values)
 
     return record(
         tracking,

@@ -22,11 +22,16 @@ from typing import Any
 from optuna.storages import BaseStorage
 
 import catalog
+from autotune.calibrate import calibrated_job
+from autotune.calibrate import probe_round
+from autotune.calibrate import record_round
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
 from autotune.config import fixed_layout_values
 from autotune.progress import Progress
 from autotune.progress import duration
+from autotune.search._launch import check_launch_dir
+from autotune.search._launch import write_top_launch_files
 from autotune.search._outcome import Outcome
 from autotune.search._outcome import Rerank
 from autotune.search._outcome import Timings
@@ -37,13 +42,19 @@ from autotune.search._price import price_in_processes
 from autotune.search._record import record_search
 from autotune.search._space import SearchSpace
 from autotune.search._space import build_space
-from autotune.search._study import MULTI_OBJECTIVE
+from autotune.search._study import POLISHED
 from autotune.search._study import SAMPLERS
 from autotune.search._study import StopFlag
 from autotune.search._study import add_priced_trials
+from autotune.search._study import evaluated_trials
 from autotune.search._study import open_storage
 from autotune.search._study import open_study
 from autotune.search._study import optimize
+from autotune.search._workers import StudyPlace
+from autotune.search._workers import in_memory_copy
+from autotune.search._workers import shared_study
+from autotune.search._workers import start_workers
+from autotune.search._workers import stop_workers
 from autotune.tracking import check_tracking
 from catalog import Job
 from catalog import job_from_config
@@ -63,23 +74,35 @@ def run_search_job(config: AutotuneConfig) -> None:
     started = time.perf_counter()
     _check(config.search)
     check_tracking(config.tracking)  # before any work: an unreachable store fails now
+    check_launch_dir(config.launch_dir)
     storage = open_storage(config.search.storage)
-    job = job_from_config(config)
+    job, margin = calibrated_job(
+        job_from_config(config), config.calibration, config.search.memory_margin
+    )
     stop = StopFlag()
     timings = Timings()
     with _stopping_on_signals(stop):
         outcome = search_job(config, job, stop, storage)
+    log.info(margin.text())
+    rounds = None
+    if (config.probes or config.measured) and not outcome.stopped:
+        rounds = probe_round(config, job, outcome.ranked)
+    written = write_top_launch_files(config.launch_dir, job, outcome, config.search.top_k)
+    outcome = dataclasses.replace(outcome, launch_files=tuple(map(str, written)))
     timings.search_s = time.perf_counter() - started
     recorded = record_search(config, job, outcome, timings)
+    if rounds is not None:
+        record_round(config, job, rounds)
     timings.record_s = recorded.seconds
     timings.total_s = time.perf_counter() - started
-    emit_outcome(config, job, outcome, timings, recorded)
+    emit_outcome(config, job, outcome, timings, recorded, rounds)
     if outcome.stopped:
         raise SystemExit(128 + stop.signal)
 
 
 def _check(search: SearchConfig) -> None:
-    """Refuse search settings that name nothing (before any work)."""
+    """Refuse search settings that name nothing (before any work; the numbers are checked by
+    ``SearchConfig.check``)."""
     if search.sampler not in MODES:
         raise UserError(f"unknown sampler {search.sampler!r}; available: {', '.join(MODES)}")
     if search.rerank is not None and search.rerank not in SIMULATOR_NAMES:
@@ -87,11 +110,6 @@ def _check(search: SearchConfig) -> None:
             f"unknown search.rerank simulator {search.rerank!r}; available: "
             f"{', '.join(SIMULATOR_NAMES)} (or null)"
         )
-    for key in ("rerank_top", "workers", "n_trials", "top_k"):
-        if getattr(search, key) < 1:
-            raise UserError(f"search.{key}={getattr(search, key)} must be >= 1")
-    if not search.grid_budget_s > 0:
-        raise UserError(f"search.grid_budget_s={search.grid_budget_s} must be > 0 seconds")
 
 
 @contextlib.contextmanager
@@ -135,14 +153,17 @@ def search_job(
         f"{job.train.global_batch_size}\n{space.size} valid layouts; {job.simulator.name} "
         f"simulator, " + ("every layout priced (grid)" if mode == "grid" else f"{mode} sampler")
     )
-    study = open_study(
-        storage,
-        search.study_name or _study_name(job, mode),
-        mode,
-        search.seed,
-        _fingerprint(config, job, space),
-    )
-    pairs, trials, stopped = _run(mode, search, space, evaluate, study, stop)
+    name = search.study_name or _study_name(job, mode)
+    fingerprint = _fingerprint(config, job, space)
+    parallel = mode != "grid" and search.workers > 1
+    with shared_study(search.storage if parallel else None) as url:
+        if parallel and storage is None:  # a journal file that lives as long as the search
+            storage = open_storage(url)
+        study = open_study(storage, name, mode, search.seed, fingerprint)
+        place = StudyPlace(url, name, mode, fingerprint) if parallel else None
+        pairs, trials, stopped = _run(mode, config, job, space, evaluate, study, stop, place)
+        if parallel and search.storage is None:
+            study = in_memory_copy(study)
     exhaustive = mode == "grid" and not stopped
     if not exhaustive and not stopped and grid_s <= search.grid_budget_s:
         log.info(f"  pricing all {space.size} layouts beside the search (~{duration(grid_s)})")
@@ -169,32 +190,48 @@ def search_job(
 
 def _run(
     mode: str,
-    search: SearchConfig,
+    config: AutotuneConfig,
+    job: Job,
     space: SearchSpace,
     evaluate: Evaluator,
     study: Any,
     stop: StopFlag,
+    place: StudyPlace | None,
 ) -> tuple[list[Any], int, bool]:
-    """(layout, prediction) pairs evaluated, complete trials, whether a signal stopped it."""
+    """(layout, prediction) pairs evaluated, complete trials, whether a signal stopped it.
+
+    With ``place``, ``search.workers - 1`` more processes sample the same study meanwhile.
+    """
+    search = config.search
     if mode == "grid":
         progress = Progress(f"{evaluate.simulator.name}", space.size, unit="layouts")
         predictions = evaluate.price(space.layouts, lambda done, _: progress.update(done))
         pairs = list(zip(space.layouts, predictions, strict=True))
         if not study.trials:  # a resumed grid study already holds them
-            add_priced_trials(study, space, ranked(pairs)[: search.n_trials])
+            add_priced_trials(study, space, ranked(pairs)[: search.n_trials], origin="grid")
         return pairs, len(study.trials), bool(stop)
+    polish = search.polish if mode in POLISHED else 0.0
+    workers = []
+    if place is not None:
+        sampled = search.n_trials - int(search.n_trials * polish)
+        workers = start_workers(config, job, place, search.workers - 1, sampled)
+        log.info(f"  {search.workers} workers sample the study {place.study_name!r}")
     progress = Progress("trials", search.n_trials, unit="trials")
-    result = optimize(
-        study,
-        space,
-        evaluate,
-        n_trials=search.n_trials,
-        polish_fraction=search.polish if mode not in MULTI_OBJECTIVE else 0.0,
-        stop=stop,
-        progress=lambda done, _: progress.update(done),
-    )
-    pairs = [(layout, prediction) for _, layout, prediction in result.evaluated]
-    return pairs, len(result.evaluated), result.stopped
+    try:
+        result = optimize(
+            study,
+            space,
+            evaluate,
+            n_trials=search.n_trials,
+            polish_fraction=polish,
+            stop=stop,
+            progress=lambda done, _: progress.update(done),
+        )
+    finally:
+        stop_workers(workers, stopped=bool(stop))
+    evaluated = evaluated_trials(study, space, evaluate) if workers else result.evaluated
+    pairs = [(layout, prediction) for _, layout, prediction in evaluated]
+    return pairs, len(evaluated), bool(stop)
 
 
 def _rerank(search: SearchConfig, job: Job, outcome: Outcome) -> Rerank:
@@ -218,6 +255,11 @@ def _study_name(job: Job, mode: str) -> str:
     return f"{job.model.name}-{cluster.name}-{cluster.num_nodes}n-{job.simulator.name}-{mode}"
 
 
+def _calibration_name(job: Job) -> str | None:
+    calibration = getattr(job.simulator, "calibration", None)
+    return None if calibration is None or not calibration.factors else calibration.name
+
+
 def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[str, Any]:
     """What a stored study is bound to: the job, its simulator and the searched space."""
     return {
@@ -231,6 +273,7 @@ def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[s
             "precision": job.train.precision,
         },
         "simulator": job.simulator.name,
+        "calibration": _calibration_name(job),
         "parallel": {k: str(v) for k, v in fixed_layout_values(config.parallel).items()},
         "valid_layouts": space.size,
     }

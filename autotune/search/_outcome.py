@@ -87,6 +87,7 @@ class Outcome:
     stopped: bool
     study: Any
     rerank: Rerank | None = None
+    launch_files: tuple[str, ...] = ()  # written for the best layouts (launch_dir)
 
     @property
     def best_layout(self) -> Layout:

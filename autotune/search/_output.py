@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import Any
 
 from autotune.cli import emit_json
@@ -26,18 +27,28 @@ log = logging.getLogger("autotune")
 
 
 def emit_outcome(
-    config: AutotuneConfig, job: Job, outcome: Outcome, timings: Timings, recorded: Recorded
+    config: AutotuneConfig,
+    job: Job,
+    outcome: Outcome,
+    timings: Timings,
+    recorded: Recorded,
+    rounds: Any = None,
 ) -> None:
-    """Print the report (or the JSON object) of a finished or stopped search."""
+    """Print the report (or the JSON object) of a finished or stopped search; ``rounds``: the
+    probe loop's round (autotune/calibrate/_loop.py), shown last."""
     if not outcome.best.fits:
         log.warning("warning: no evaluated layout fits in memory; the table shows the closest")
     if recorded.problem:
         log.warning(f"warning: the search was not recorded in MLflow: {recorded.problem}")
     if config.output == "json":
-        emit_json(json_payload(config, job, outcome, timings, recorded.run_id))
+        payload = json_payload(config, job, outcome, timings, recorded.run_id)
+        if rounds is not None:
+            payload["probe_round"] = rounds.payload()
+        emit_json(payload)
         return
     top = outcome.top(config.search.top_k)
     print(f"\n{_headline(outcome, len(top), timings)}")
+    print(_calibration_text(job))
     print(layout_table(top))
     print("\nTime breakdown per step (seconds):")
     print(breakdown_table(top))
@@ -50,10 +61,31 @@ def emit_outcome(
         print("\nThe search was stopped: the table shows the best layouts found so far.")
     print(f"\nLaunch flags of the best layout ({outcome.best_layout.describe()}):")
     print(launch_text(job.model, job.cluster, job.train, outcome.best_layout))
+    if outcome.launch_files:
+        folders = sorted({str(Path(f).parent) for f in outcome.launch_files})
+        best = [f for f in outcome.launch_files if Path(f).parent == Path(folders[0])]
+        print(
+            f"\nLaunch files of the best {len(folders)} layouts: {folders[0]}/ ... {folders[-1]}/"
+        )
+        print(f"  {', '.join(best)}: set the data paths at the top, run on every node")
     if recorded.run_id is not None:
         print(
             f"\nMLflow run {recorded.run_id}: mlflow ui --backend-store-uri {config.tracking.uri}"
         )
+    if rounds is not None:
+        print(rounds.text)
+
+
+def _calibration_text(job: Job) -> str:
+    """Which calibration priced the layouts, and the memory margin a layout must keep."""
+    calibration = getattr(job.simulator, "calibration", None)
+    margin = getattr(job.simulator, "memory_margin", 0.0)
+    name = calibration.name if calibration is not None and calibration.factors else None
+    return (
+        f"{job.simulator.name} simulator, "
+        + (f"calibration {name!r}" if name else "uncalibrated")
+        + f"; fits = predicted peak memory x {1 + margin:.3f} within the device memory"
+    )
 
 
 def _headline(outcome: Outcome, shown: int, timings: Timings) -> str:
@@ -120,10 +152,12 @@ def json_payload(
             "total": timings.total_s,
         },
         "mlflow_run_id": run_id,
+        "memory_margin": getattr(job.simulator, "memory_margin", 0.0),
         "top_k": [_entry(lay, pred) for lay, pred in outcome.top(config.search.top_k)],
         "launch_flags": dataclasses.asdict(
             layout_flags(job.model, job.cluster, job.train, best_layout)
         ),
+        "launch_files": list(outcome.launch_files),
     }
     if outcome.mode == "nsga2":
         payload["pareto_front"] = [_entry(lay, pred) for lay, pred in outcome.pareto()]

@@ -9,6 +9,7 @@ the search's progress as a metric history, Optuna's plots, and one child run per
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -94,6 +95,8 @@ def _fill(
     run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
     launch = launch_text(job.model, job.cluster, job.train, outcome.best_layout)
     run.text("launch_flags.txt", launch)
+    if outcome.launch_files and config.launch_dir is not None:
+        run.folder(Path(config.launch_dir), "launch")
     _progress_history(run, outcome)
     run.html("plots.html", search_page(outcome.study, table))
     # MLflow lists the newest run first: create the worst child first, a millisecond apart.

@@ -2,16 +2,20 @@
 
 A study is bound to one job and one sampler (both written into it): reusing it for another is
 refused. ``n_trials`` counts the study's complete trials, so a resumed or shared study runs up
-to that many in all. Trials left RUNNING by a process that died are failed and their layouts
-queued again; a process stopped by SIGINT or SIGTERM finishes the trial in flight and stops.
+to that many in all. A trial left RUNNING by a process that died is failed (only that trial is
+lost); a process stopped by SIGINT or SIGTERM finishes the trial in flight and stops.
+
+No trial is ever queued (``enqueue_trial``): on SQLite two processes can pop the same WAITING
+trial, and the second then fails with "Cannot tell a COMPLETE trial". The polish prices its
+layouts itself and adds them as complete trials.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-import socket
 import threading
 import time
 import warnings
@@ -26,6 +30,8 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
+from autotune._process import dead_here
+from autotune._process import this_process
 from autotune.search._price import Evaluator
 from autotune.search._space import FIELDS
 from autotune.search._space import SearchSpace
@@ -38,6 +44,7 @@ __all__ = [
     "StopFlag",
     "StudyResult",
     "add_priced_trials",
+    "evaluated_trials",
     "open_storage",
     "open_study",
     "optimize",
@@ -60,10 +67,14 @@ SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
 MULTI_OBJECTIVE = ("nsga2",)  # step time and memory
 POLISHED = ("tpe", "gp", "random")  # samplers whose last trials polish the incumbent
 POLISH_INCUMBENTS = 3  # the polish looks around this many of the best layouts
+# Layouts the polish adds at once: processes sharing a study overshoot n_trials by at most this
+POLISH_ROUND = 4
 # Heartbeat of RDB studies: a trial whose process stopped beating this long is failed.
 HEARTBEAT_S = 10
 GRACE_S = 30
-_WORKER = f"{socket.gethostname()}:{os.getpid()}"
+# What processes creating one fresh database at once run into (sqlite, PostgreSQL, MySQL):
+# the loser retries and finds the tables made.
+_CREATION_RACES = ("locked", "already exists", "UNIQUE constraint", "duplicate key", "Duplicate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,20 +131,43 @@ def open_storage(url: str | None) -> BaseStorage | None:
         try:
             with warnings.catch_warnings():  # heartbeats are experimental in Optuna 5: known
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
+                storage = optuna.storages.RDBStorage(
                     url,
                     engine_kwargs=engine,
                     heartbeat_interval=HEARTBEAT_S,
                     grace_period=GRACE_S,
                 )
+            if url.startswith("sqlite"):
+                _write_ahead(storage)
+            return storage
         except ImportError as exc:
             raise UserError(f"search.storage={url!r} needs a database driver: {exc}") from None
         except Exception as exc:  # sqlalchemy's errors: locked, unreachable, not a database
-            if attempt == 4 or "locked" not in str(exc) and "already exists" not in str(exc):
+            if attempt == 4 or not any(race in str(exc) for race in _CREATION_RACES):
                 first = str(exc).strip().splitlines()[0]
                 raise UserError(f"cannot open search.storage={url!r}: {first}") from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _write_ahead(storage: optuna.storages.RDBStorage) -> None:
+    """SQLite in write-ahead-log mode, synced at checkpoints rather than at every commit.
+
+    Optuna commits each suggested value: with SQLite's defaults every commit waits for the
+    disk (14 ms each here, 0.4 s per trial). In WAL mode with ``synchronous=NORMAL`` a commit
+    survives a crash of the process (not a power cut) and readers do not block the writer,
+    which is what several workers on one file need (sqlite.org/wal.html).
+    """
+    import sqlalchemy
+
+    def on_connect(connection: Any, _: Any) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    sqlalchemy.event.listen(storage.engine, "connect", on_connect)
+    storage.engine.dispose()  # the pooled connections opened before the listener
 
 
 def _check_writable(path: Path, url: str) -> None:
@@ -159,8 +193,8 @@ def open_study(
 ) -> optuna.Study:
     """Create or resume the study ``study_name``; refuse one made for another job or sampler.
 
-    Trials left RUNNING by dead processes of this host are failed and their layouts queued
-    again (on other hosts the heartbeat does it after its grace period).
+    Trials left RUNNING by dead processes of this host are failed (on other hosts the heartbeat
+    does it after its grace period).
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress is ours
     if isinstance(storage, str):
@@ -179,7 +213,7 @@ def open_study(
         raise UserError(f"study {study_name!r} cannot be resumed: {exc}") from None
     _bind(study, {**fingerprint, "sampler": sampler})
     if storage is not None:
-        _requeue_dead(study)
+        _fail_dead(study)
     return study
 
 
@@ -195,34 +229,22 @@ def _bind(study: optuna.Study, fingerprint: Mapping[str, Any]) -> None:
         )
 
 
-def _requeue_dead(study: optuna.Study) -> None:
-    host = socket.gethostname()
+def _fail_dead(study: optuna.Study) -> None:
+    """Fail the trials left RUNNING by dead processes of this host (other hosts' trials are
+    failed by the heartbeat after its grace period)."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker = str(trial.user_attrs.get("autotune.worker", ""))
-        name, _, pid = worker.partition(":")
-        if name == host and pid.isdigit() and not _alive(int(pid)):
+        if not dead_here(str(trial.user_attrs.get("autotune.worker", ""))):
+            continue
+        with contextlib.suppress(RuntimeError):  # another process failed it first
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)  # noqa: SLF001
-            study.enqueue_trial(trial.params, skip_if_exists=False)
-            log.info(
-                f"  trial {trial.number} of a stopped search failed; its layout is queued again"
-            )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+            log.info(f"  trial {trial.number} of a stopped search is failed")
 
 
 def _objective(
     space: SearchSpace, evaluate: Evaluator, multi: bool
 ) -> Callable[[optuna.Trial], float | tuple[float, float]]:
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
-        trial.set_user_attr("autotune.worker", _WORKER)
+        trial.set_user_attr("autotune.worker", this_process())
         values = {name: trial.suggest_categorical(name, space.choices[name]) for name in FIELDS}
         layout = space.nearest(values)
         prediction = evaluate(layout)
@@ -253,15 +275,15 @@ def optimize(
     """Run the study until it holds ``n_trials`` complete trials (or ``stop`` is set).
 
     With ``polish_fraction`` > 0 (single-objective samplers), that share of the trials goes
-    last to the unseen neighbours of the best layouts, enqueued into the same study: a
-    coordinate-descent finish for the last few percent that sampling alone often misses.
+    last to the unseen neighbours of the best layouts (one dimension changed), round after
+    round: a coordinate-descent finish for the last few percent that sampling often misses.
     """
     sampler = json.loads(study.user_attrs["autotune.job"])["sampler"]
     objective = _objective(space, evaluate, sampler in MULTI_OBJECTIVE)
     polish = int(n_trials * polish_fraction) if sampler in POLISHED else 0
-    for target in (n_trials - polish, n_trials):  # sampling, then the polish
 
-        def callback(st: optuna.Study, trial: FrozenTrial, target: int = target) -> None:
+    def sample_until(target: int) -> None:
+        def callback(st: optuna.Study, trial: FrozenTrial) -> None:
             done = len(_complete(st))
             if progress is not None:
                 progress(done, st)
@@ -269,42 +291,61 @@ def optimize(
                 st.stop()
 
         missing = target - len(_complete(study))
-        if stop or missing <= 0:
-            continue
-        if target == n_trials and polish:
-            _enqueue_neighbours(study, space, evaluate, missing)
-        study.optimize(objective, callbacks=[callback], n_trials=missing)
-    evaluated = tuple(
+        if not stop and missing > 0:
+            study.optimize(objective, callbacks=[callback], n_trials=missing)
+
+    sample_until(n_trials - polish)
+    while polish and not stop and (missing := n_trials - len(_complete(study))) > 0:
+        if not _polish_round(study, space, evaluate, missing):
+            break  # no unseen neighbour left: sampling spends the rest
+        if progress is not None:
+            progress(len(_complete(study)), study)
+    sample_until(n_trials)
+    return StudyResult(study, evaluated_trials(study, space, evaluate), stopped=bool(stop))
+
+
+def evaluated_trials(
+    study: optuna.Study, space: SearchSpace, evaluate: Evaluator
+) -> tuple[tuple[int, Layout, Prediction], ...]:
+    """The study's complete trials as (trial number, layout, prediction), whichever process
+    ran them (a layout another process priced is priced again here, once)."""
+    return tuple(
         (trial.number, layout, evaluate(layout))
         for trial in _complete(study)
         for layout in (space.nearest(trial.params),)
     )
-    return StudyResult(study=study, evaluated=evaluated, stopped=bool(stop))
 
 
-def _enqueue_neighbours(
+def _polish_round(
     study: optuna.Study, space: SearchSpace, evaluate: Evaluator, budget: int
-) -> None:
-    """Queue the unseen neighbours of the best layouts (at most ``budget``)."""
+) -> int:
+    """Price the unseen neighbours of the best layouts (at most ``budget``) and add them to
+    the study as complete trials; the number added."""
     seen = {space.nearest(t.params) for t in _complete(study)}
     fitting = sorted(
         (lay for lay in seen if evaluate(lay).fits), key=lambda lay: evaluate(lay).step_time_s
     )
-    fresh = dict.fromkeys(
-        near
-        for incumbent in fitting[:POLISH_INCUMBENTS]
-        for near in space.neighbours(incumbent)
-        if near not in seen
-    )
-    for layout in list(fresh)[:budget]:
-        study.enqueue_trial(space.values_of(layout), skip_if_exists=True)
+    fresh = list(
+        dict.fromkeys(
+            near
+            for incumbent in fitting[:POLISH_INCUMBENTS]
+            for near in space.neighbours(incumbent)
+            if near not in seen
+        )
+    )[: min(budget, POLISH_ROUND)]
+    priced = list(zip(fresh, evaluate.price(fresh), strict=True))
+    add_priced_trials(study, space, priced, origin="polish")
+    return len(fresh)
 
 
 def add_priced_trials(
-    study: optuna.Study, space: SearchSpace, priced: list[tuple[Layout, Prediction]]
+    study: optuna.Study,
+    space: SearchSpace,
+    priced: list[tuple[Layout, Prediction]],
+    origin: str,
 ) -> None:
-    """Write layouts priced outside Optuna (the exhaustive grid) into the study as complete
-    trials, so Optuna's plots and optuna-dashboard show them."""
+    """Write layouts priced outside Optuna's loop (the exhaustive grid, the polish) into the
+    study as complete trials, so Optuna's plots and optuna-dashboard show them."""
     from optuna.distributions import BaseDistribution
     from optuna.distributions import CategoricalDistribution
 
@@ -318,7 +359,11 @@ def add_priced_trials(
             distributions=distributions,
             values=[pred.step_time_s, pred.memory_gib] if multi else [pred.step_time_s],
             constraints={"memory_gib": pred.memory_gib - pred.memory_capacity_gib},
-            user_attrs={"layout": layout.describe()},
+            user_attrs={
+                "layout": layout.describe(),
+                "autotune.worker": this_process(),
+                "autotune.origin": origin,
+            },
         )
         for layout, pred in priced
     ]

@@ -2,7 +2,8 @@
 
 No weights, no arithmetic: the meta device only propagates shapes, while the
 :class:`~simulators.hierarchical.record.Recorder` writes down every ATen operator and
-collective. Graphs are cached by :class:`~simulators.hierarchical.graph.LayerShape`.
+collective. Graphs are cached by :class:`~simulators.hierarchical.graph.LayerShape` (its
+canonical form).
 """
 
 from __future__ import annotations
@@ -22,9 +23,17 @@ from simulators.hierarchical.record import autograd_nodes
 __all__ = ["compile_layer", "trace_layer"]
 
 
-@functools.cache
 def compile_layer(shape: LayerShape) -> LayerGraph:
-    """Record one layer (one micro-batch, one rank): forward, backward, saved activations."""
+    """Record one layer (one micro-batch, one rank): forward, backward, saved activations.
+
+    Graphs are cached by :meth:`LayerShape.canonical`: shapes that differ only in fields
+    their kind does not read share one.
+    """
+    return _compile(shape.canonical())
+
+
+@functools.cache
+def _compile(shape: LayerShape) -> LayerGraph:
     return trace_layer(shape, Recorder())
 
 

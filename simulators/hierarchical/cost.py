@@ -12,6 +12,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from simulators.specs import LinkSpec
 __all__ = [
     "COST_TABLE_COLUMNS",
     "CommCost",
+    "CostTable",
     "Efficiencies",
     "ProfiledCost",
     "RooflineCost",
@@ -69,23 +72,53 @@ class RooflineCost:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ProfiledCost:
-    """Measured op times (seconds by ``(op, shapes, dtype)``), roofline for the rest."""
+class CostTable:
+    """A profiled op-cost table: seconds by ``(op, shapes, dtype)``, and where it was timed.
 
-    table: dict[tuple[str, str, str], float]
+    ``device`` is the table's ``device`` column (``cpu``, or the name torch gives a CUDA or
+    Ascend device, e.g. ``NVIDIA H100 80GB HBM3``, ``Ascend910B2``; empty for no rows).
+    """
+
+    path: str
+    device: str
+    seconds: Mapping[tuple[str, str, str], float]
+
+    def __len__(self) -> int:
+        return len(self.seconds)
+
+    def profiled_on(self, device: DeviceSpec) -> bool:
+        """Whether the table was timed on the kind of device ``device`` describes.
+
+        The device's model number (the first word of its name with a digit: ``910B2``,
+        ``H100``, ``A100``) must appear in the table's device name as a word of its own
+        (``Ascend910B2`` and ``NVIDIA A100-SXM4-80GB`` match, ``Ascend910B2`` is no ``910``).
+        """
+        model = next((word for word in device.name.split() if any(map(str.isdigit, word))), "")
+        if not model:
+            return self.device.lower() == device.name.lower()
+        pattern = rf"(?<![0-9a-z]){re.escape(model.lower())}(?![0-9a-z])"
+        name = re.sub(r"^(ascend|nvidia|tesla)", "", self.device.lower())
+        return re.search(pattern, name) is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfiledCost:
+    """Measured op times from a :class:`CostTable`, roofline for the ops it lacks."""
+
+    table: CostTable
     fallback: RooflineCost
 
     def op_time_s(self, op: Op) -> float:
-        measured = self.table.get((op.name, op.signature, op.dtype))
+        measured = self.table.seconds.get((op.name, op.signature, op.dtype))
         return self.fallback.op_time_s(op) if measured is None else measured
 
     def covers(self, op: Op) -> bool:
-        return (op.name, op.signature, op.dtype) in self.table
+        return (op.name, op.signature, op.dtype) in self.table.seconds
 
 
 @functools.lru_cache(maxsize=8)
-def load_cost_table(path: str) -> dict[tuple[str, str, str], float]:
-    """Read a profiled table (CSV with :data:`COST_TABLE_COLUMNS`) into seconds per op.
+def load_cost_table(path: str) -> CostTable:
+    """Read a profiled table (CSV with :data:`COST_TABLE_COLUMNS`).
 
     Raises:
         DataFileError: the file is missing, lacks a column, mixes devices or has a bad time.
@@ -116,7 +149,7 @@ def load_cost_table(path: str) -> dict[tuple[str, str, str], float]:
         problems.append(f"column device: one device per table, found {', '.join(devices)}")
     if problems:
         raise DataFileError(f"op cost table {path}:\n  - " + "\n  - ".join(problems))
-    return table
+    return CostTable(path=path, device=devices[0] if devices else "", seconds=table)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

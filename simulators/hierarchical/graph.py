@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from dataclasses import fields
 from dataclasses import replace
+from typing import Any
 
 from simulators.layout import Layout
 from simulators.specs import ClusterSpec
@@ -115,6 +117,41 @@ class LayerShape:
     def tokens(self) -> int:
         """Tokens this rank holds at the layer boundary (sequence-parallel share)."""
         return self.micro_batch * self.seq_q // self.sp
+
+    def canonical(self) -> LayerShape:
+        """This shape with the fields its kind does not read reset to their defaults.
+
+        The embedding reads the token and vocabulary shares (and the head its final norm);
+        a dense layer reads no expert field and not ``ep``. Layouts that differ only in the
+        rest (an embedding under another FFN width, a dense layer under another EP) then
+        share one compiled graph.
+        """
+        if self.kind in _ENDS:
+            kept: dict[str, Any] = {
+                f.name: getattr(self, f.name) for f in fields(self) if f.name in _ENDS[self.kind]
+            }
+            return LayerShape(cp=1, ep=1, **kept)
+        if self.kind == "dense":
+            return replace(self, **_DENSE_UNUSED)
+        return self
+
+
+# What the embedding and the head read of their shape (modules.Embedding, modules.Head).
+_ENDS = {
+    "embedding": {"kind", "micro_batch", "seq_q", "sp", "tp", "hidden", "vocab", "dtype"},
+    "head": {"kind", "micro_batch", "seq_q", "sp", "tp", "hidden", "vocab", "dtype", "norm"},
+}
+# The defaults of what a dense layer does not read.
+_DENSE_UNUSED: dict[str, Any] = {
+    "ep": 1,
+    "num_experts": 0,
+    "top_k": 0,
+    "local_experts": 0,
+    "expert_ffn": 0,
+    "expert_tokens": 0,
+    "shared_ffn": 0,
+    "vocab": 0,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

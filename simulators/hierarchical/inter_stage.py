@@ -10,6 +10,7 @@ that overlap the rest of the backward (Megatron ``overlap_grad_reduce``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -123,71 +124,74 @@ def run_pipeline(
     p2p_s: Sequence[float],
     activation_bytes: Sequence[float],
     transient_bytes: Sequence[float],
+    record: bool = True,
 ) -> PipelineRun:
     """Run the schedule; per-virtual-stage inputs are indexed ``chunk * p + rank``.
 
     ``p2p_s[k]`` is the transfer between virtual stages k and k+1 (either direction).
+    ``record``: keep the spans in ``timeline`` (left empty otherwise: the figures are the same,
+    without a list of seven numbers per block).
     """
     stages = p * v
-    f_end = [[-1.0] * m for _ in range(stages)]
-    b_end = [[-1.0] * m for _ in range(stages)]
-    # Blocks as ints (micro-batch * v + chunk) * 2 + forward: no per-block objects to collect.
-    orders = [
-        [(mb * v + chunk) * 2 + fwd for fwd, chunk, mb in schedule_order(schedule, r, p, m, v)]
-        for r in range(p)
-    ]
-    position, free = [0] * p, [0.0] * p
-    busy, bubble, pp_wait = [0.0] * p, [0.0] * p, [0.0] * p
+    plans = _block_plans(schedule, p, m, v)
+    # End time of every block, -1 until it has run: forward of (vs, mb) at vs * m + mb,
+    # backward at (stages + vs) * m + mb.
+    ends = [-1.0] * (2 * stages * m)
+    position = [0] * p
+    free, busy, bubble, pp_wait = [0.0] * p, [0.0] * p, [0.0] * p, [0.0] * p
     held, peak = [0.0] * p, [0.0] * p
-    done_b = [0] * stages
     last: list[list[tuple[float, float]]] = [[(0.0, 0.0)] * v for _ in range(p)]
     timeline: list[float] = []
-    remaining = sum(len(o) for o in orders)
+    remaining = 2 * stages * m
     while remaining:
         progressed = False
         for r in range(p):
-            order, i = orders[r], position[r]
-            while i < len(order):
-                code = order[i]
-                forward, chunk, mb = code & 1, (code >> 1) % v, (code >> 1) // v
-                vs = chunk * p + r
-                if forward:
-                    dep, link = (f_end[vs - 1][mb], p2p_s[vs - 1]) if vs else (0.0, 0.0)
-                elif vs == stages - 1:
-                    dep, link = f_end[vs][mb], 0.0
-                else:
-                    dep, link = b_end[vs + 1][mb], p2p_s[vs]
-                if dep < 0:
+            plan, i = plans[r], position[r]
+            count = len(plan)
+            if i == count:
+                continue
+            # The rank's state in locals while it runs every block whose input is there.
+            now, rank_busy, rank_bubble, rank_wait = free[r], busy[r], bubble[r], pp_wait[r]
+            rank_held, rank_peak = held[r], peak[r]
+            first = i
+            while i < count:
+                forward, own, dep, k, vs, mb, chunk, final = plan[i]
+                dep_end = ends[dep] if dep >= 0 else 0.0
+                if dep_end < 0:
                     break
-                ready = dep + link
-                start = max(free[r], ready)
-                if start > free[r]:
-                    waited_link = min(start - free[r], ready - max(free[r], dep))
-                    pp_wait[r] += waited_link
-                    bubble[r] += start - free[r] - waited_link
-                if link:
-                    sender = (vs - 1) % p if forward else (vs + 1) % p
-                    timeline += (sender, 1, 1 - forward, mb, chunk, dep, link)
-                duration = forward_s[vs] if forward else backward_s[vs]
-                end = start + duration
+                link = p2p_s[k] if k >= 0 else 0.0
+                ready = dep_end + link
+                start = now if now >= ready else ready
+                if start > now:
+                    waited_link = min(start - now, ready - max(now, dep_end))
+                    rank_wait += waited_link
+                    rank_bubble += start - now - waited_link
                 if forward:
-                    f_end[vs][mb] = end
-                    held[r] += activation_bytes[vs]
-                    peak[r] = max(peak[r], held[r])
+                    duration = forward_s[vs]
+                    end = start + duration
+                    rank_held += activation_bytes[vs]
+                    rank_peak = max(rank_peak, rank_held)
                 else:
-                    b_end[vs][mb] = end
-                    peak[r] = max(peak[r], held[r] + transient_bytes[vs])
-                    held[r] -= activation_bytes[vs]
-                    done_b[vs] += 1
-                    if done_b[vs] == m:
+                    duration = backward_s[vs]
+                    end = start + duration
+                    rank_peak = max(rank_peak, rank_held + transient_bytes[vs])
+                    rank_held -= activation_bytes[vs]
+                    if final:
                         last[r][chunk] = (start, end)
-                timeline += (r, 0, 1 - forward, mb, chunk, start, duration)
-                busy[r] += duration
-                free[r] = end
+                ends[own] = end
+                if record:
+                    if link:
+                        sender = (vs - 1) % p if forward else (vs + 1) % p
+                        timeline += (sender, 1, 1 - forward, mb, chunk, dep_end, link)
+                    timeline += (r, 0, 1 - forward, mb, chunk, start, duration)
+                rank_busy += duration
+                now = end
                 i += 1
-                remaining -= 1
-                progressed = True
+            free[r], busy[r], bubble[r], pp_wait[r] = now, rank_busy, rank_bubble, rank_wait
+            held[r], peak[r] = rank_held, rank_peak
             position[r] = i
+            remaining -= i - first
+            progressed = progressed or i > first
         if not progressed:
             raise RuntimeError(f"pipeline schedule {schedule!r} deadlocked (p={p}, m={m}, v={v})")
     return PipelineRun(
@@ -199,6 +203,44 @@ def run_pipeline(
         last_backward=tuple(tuple(chunks) for chunks in last),
         timeline=timeline,
     )
+
+
+_Block = tuple[int, int, int, int, int, int, int, bool]
+
+
+@functools.lru_cache(maxsize=2)
+def _block_plans(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Block, ...], ...]:
+    """Per rank, its blocks in schedule order as plain tuples (what the event loop reads).
+
+    A block is (forward, its slot in the loop's end times, the slot it waits for or -1, the
+    index of the P2P transfer before it or -1, virtual stage, micro-batch, chunk, whether it
+    is the chunk's last backward). Layouts priced one after another often share (schedule, p,
+    m, v); the two most recent are kept (15 MiB for the largest, 8 x 10 x 512 x 2 blocks).
+    """
+    stages = p * v
+    plans = []
+    for r in range(p):
+        # Per (forward, chunk): forward flag, first end slot, first dependency slot (-1:
+        # none), transfer index and virtual stage; a micro-batch adds itself to both slots.
+        heads = {}
+        for chunk in range(v):
+            vs = chunk * p + r
+            heads[True, chunk] = (1, vs * m, (vs - 1) * m if vs else -1, vs - 1, vs)
+            heads[False, chunk] = (
+                0,
+                (stages + vs) * m,
+                vs * m if vs == stages - 1 else (stages + vs + 1) * m,
+                -1 if vs == stages - 1 else vs,
+                vs,
+            )
+        blocks = []
+        for forward, chunk, mb in schedule_order(schedule, r, p, m, v):
+            fwd, own, dep, k, vs = heads[forward, chunk]
+            # Every schedule runs a chunk's backwards in micro-batch order: the last is m - 1.
+            final = not fwd and mb == m - 1
+            blocks.append((fwd, own + mb, dep + mb if dep >= 0 else -1, k, vs, mb, chunk, final))
+        plans.append(tuple(blocks))
+    return tuple(plans)
 
 
 def grad_sync(

@@ -2,26 +2,33 @@
 
 The layers of a layout are recorded on the meta device exactly as the simulator records them;
 each distinct operator (name, shapes and arguments, dtype) is then run on the device with
-random inputs and timed. The table's columns are :data:`COST_TABLE_COLUMNS`
-(``op, shapes, dtype, device, time_us``). Operators the device cannot run (fused attention
-kernels on a CPU) are left out; the simulator prices them with its roofline.
+inputs of its shapes (random on an accelerator, a constant on a CPU) and timed, the cheapest
+first. The table's columns are :data:`COST_TABLE_COLUMNS` (``op, shapes, dtype, device,
+time_us``). Operators the device cannot run (fused attention kernels on a CPU), and those a
+time budget leaves out (the dearest: a bf16 GEMM of a 70B layer takes minutes on a CPU), are
+not in the table; the simulator prices them with its roofline.
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import time
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from simulators.errors import UserError
 from simulators.hierarchical.cost import COST_TABLE_COLUMNS
 from simulators.hierarchical.graph import LayerShape
 
-__all__ = ["DEVICES", "profile_shapes", "resolve_device", "write_table"]
+__all__ = ["DEVICES", "ProfileResult", "profile_shapes", "resolve_device", "write_table"]
 
 DEVICES = ("auto", "cpu", "cuda", "npu")
+# Estimated seconds of timing after which the estimates are scaled by the time they took.
+_SETTLED_S = 1.0
 
 
 def resolve_device(name: str) -> str:
@@ -48,20 +55,90 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def profile_shapes(
-    shapes: Iterable[LayerShape], device: str, repeats: int, limit: int | None = None
-) -> list[dict[str, object]]:
-    """Time every distinct operator of the layers ``shapes`` on ``device`` (rows of the CSV).
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileResult:
+    """What a profile did with the layout's distinct operators.
 
-    At most ``limit`` distinct operators are timed (None: all).
+    ``rows`` are the timed ones (the table); ``no_kernel`` the ones the device cannot run
+    (fused attention on a CPU); ``left_out`` those the time budget or the limit left out,
+    with ``left_out_s`` the estimated seconds they would have taken. The simulator prices
+    all but the rows with its roofline. ``seconds`` is the time spent timing.
     """
+
+    device: str
+    operators: int
+    rows: list[dict[str, object]]
+    no_kernel: int
+    left_out: int
+    left_out_s: float
+    seconds: float
+
+
+def profile_shapes(
+    shapes: Iterable[LayerShape],
+    device: str,
+    repeats: int,
+    limit: int | None = None,
+    budget_s: float | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> ProfileResult:
+    """Time every distinct operator of the layers ``shapes`` on ``device``.
+
+    Operators are recorded on the meta device, then timed from the cheapest to the dearest
+    (an estimate from a few probes of the device's speed), so a budget keeps the most of
+    them. ``limit``: at most this many operators (None: all); ``budget_s``: stop before an
+    operator whose estimated cost would take the timing past it (None: no budget).
+    ``progress(done, total, left_s)`` is called after each operator with an estimate of the
+    seconds left (the probes' estimates, scaled by how the finished operators compared, and
+    never past the budget).
+    """
+    from simulators.hierarchical._op_timer import OpCollector
     from simulators.hierarchical._op_timer import OpTimer
     from simulators.hierarchical.compile import trace_layer
+    from simulators.hierarchical.modules import DTYPES
 
-    timer = OpTimer(device=device, repeats=repeats, limit=limit)
+    collector = OpCollector()
+    dtype = "bf16"
     for shape in shapes:
-        trace_layer(shape, timer)
-    return timer.rows
+        trace_layer(shape, collector)
+        dtype = shape.dtype
+    timer = OpTimer(device=device, repeats=repeats)
+    speed = timer.speed(DTYPES[dtype])
+    pending = sorted(collector.pending.values(), key=lambda item: speed.estimate_s(item, repeats))
+    estimates = [speed.estimate_s(item, repeats) for item in pending]
+    chosen = len(pending) if limit is None else min(limit, len(pending))
+    rows: list[dict[str, object]] = []
+    started = time.perf_counter()
+    done_estimate, no_kernel, tried = 0.0, 0, 0
+    for item, estimate in zip(pending[:chosen], estimates, strict=False):
+        elapsed = time.perf_counter() - started
+        # How the estimates compare with the time spent, once there is enough to tell.
+        scale = elapsed / done_estimate if done_estimate > _SETTLED_S else 1.0
+        if budget_s is not None and elapsed + estimate * scale > budget_s:
+            break
+        seconds = timer.time_s(item)
+        if seconds is None:
+            no_kernel += 1
+        else:
+            rows.append(timer.row(item, seconds))
+        done_estimate += estimate
+        tried += 1
+        if progress is not None:
+            elapsed = time.perf_counter() - started
+            scale = elapsed / done_estimate if done_estimate > _SETTLED_S else 1.0
+            left = sum(estimates[tried:chosen]) * scale
+            if budget_s is not None:
+                left = max(0.0, min(left, budget_s - elapsed))
+            progress(tried, chosen, left)
+    return ProfileResult(
+        device=timer.device_name,
+        operators=len(pending),
+        rows=rows,
+        no_kernel=no_kernel,
+        left_out=len(pending) - tried,
+        left_out_s=sum(estimates[tried:]),
+        seconds=time.perf_counter() - started,
+    )
 
 
 def write_table(rows: Sequence[dict[str, object]], path: str | Path) -> Path:

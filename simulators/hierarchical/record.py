@@ -89,6 +89,9 @@ class Recorder(TorchDispatchMode):
         self.excluded: set[int] = set()
         self.core_inputs: set[int] = set()
         self.regathered: dict[int, float] = {}
+        # Every storage whose address keys the maps above, kept alive while recording: a
+        # freed storage's address is reused, and a new tensor would inherit its entries.
+        self.storages: dict[int, Any] = {}
         self.model_flop_scale = 1.0
         self.host_calls = 0
         self.host_core_calls = 0
@@ -274,7 +277,12 @@ def autograd_nodes(root: Any, leaves: set[int]) -> int:
 
 
 def _storage(tensor: torch.Tensor) -> int:
-    return int(tensor.untyped_storage()._cdata)
+    """The address of ``tensor``'s storage, which the active recorder keeps alive."""
+    storage = tensor.untyped_storage()
+    key = int(storage._cdata)
+    if _ACTIVE:
+        _ACTIVE[-1].storages.setdefault(key, storage)
+    return key
 
 
 def _op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, region: str) -> Op:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from simulators.hierarchical.cost import CommCost
 from simulators.hierarchical.cost import ProfiledCost
 from simulators.hierarchical.cost import RooflineCost
 from simulators.hierarchical.cost import load_cost_table
+from simulators.hierarchical.graph import COMM_CATEGORY
 from simulators.hierarchical.graph import COMPUTE_CATEGORIES
 from simulators.hierarchical.graph import LayerGraph
 from simulators.hierarchical.graph import layer_shapes
@@ -40,6 +43,8 @@ from simulators.states import state_memory_bytes
 __all__ = ["HierarchicalSimulator"]
 
 _GIB = 2**30
+# One pipeline rank: step time (s), its breakdown (s), compute by op class (s), memory (GiB).
+_Rank = tuple[float, dict[str, float], dict[str, float], dict[str, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +54,13 @@ class HierarchicalSimulator:
     Layers are compiled on the meta device into operator graphs (torch is imported on the
     first ``simulate``), priced per operator (roofline or a profiled table), timed per chunk
     with compute and communication streams, and run through the pipeline schedule for every
-    pipeline rank. Step time is the slowest rank's; ``detail`` holds per-rank times
-    (``rank_time_s``) and memory (``rank_memory_gib``), compute time by operator class for the
-    slowest rank (``op_category_time_s``) and the timeline (``timeline``, see
+    pipeline rank. Step time is the slowest rank's (``slowest_rank``); ``detail`` holds, per
+    pipeline rank, the layers (``stage_layers``), step time and its breakdown (``rank_time_s``,
+    ``rank_breakdown_s``), memory and its breakdown (``rank_memory_gib``,
+    ``rank_memory_breakdown_gib``) and compute time by operator class
+    (``rank_op_category_time_s``; the slowest rank's as ``op_category_time_s``), in seconds and
+    GiB; with a profiled table, what it covers (``op_costs``, see :func:`_coverage`).
+    :meth:`simulate_timeline` adds the event timeline (``timeline``, see
     :func:`simulators.hierarchical.trace.write_chrome_trace`).
     """
 
@@ -65,6 +74,28 @@ class HierarchicalSimulator:
 
     def simulate(
         self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        """Predict one layout; ``detail`` holds every view but the event timeline."""
+        return self._predict(model, cluster, train, layout, record=False)
+
+    def simulate_timeline(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        """:meth:`simulate`, plus the event timeline in ``detail["timeline"]``.
+
+        The timeline holds seven numbers per block and transfer of every pipeline rank (about
+        half a MiB for 256 micro-batches on 4 x 2 virtual stages), so the plain prediction,
+        which a search keeps for every layout it prices, leaves it out.
+        """
+        return self._predict(model, cluster, train, layout, record=True)
+
+    def _predict(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        train: TrainSpec,
+        layout: Layout,
+        record: bool,
     ) -> Prediction:
         from simulators.hierarchical.compile import compile_layer  # torch loads here
 
@@ -101,28 +132,25 @@ class HierarchicalSimulator:
             p2p_s=[p2p_s(k % p, (k + 1) % p) for k in range(p * v - 1)],
             activation_bytes=[plan.activation_bytes() for plan in plans],
             transient_bytes=[plan.transient_bytes() for plan in plans],
+            record=record,
         )
         ranks = [
             self._rank(r, plans[r::p], blocks[r::p], run, m, cluster, train, layout, comm, tied)
             for r in range(p)
         ]
         slowest = max(range(p), key=lambda r: ranks[r][0])
-        step_s, breakdown, categories, _ = ranks[slowest]
-        memories = [rank[3] for rank in ranks]
-        worst = max(memories, key=lambda mem: sum(mem.values()))
+        step_s, breakdown, _, _ = ranks[slowest]
+        worst = max((rank[3] for rank in ranks), key=lambda mem: sum(mem.values()))
         world = layout.world_size
         tokens = train.tokens_per_step
-        detail: dict[str, object] = {
-            "schedule": "interleaved" if v > 1 else consts.schedule,
-            "stage_layers": list(layout.stage_layers(model, train)),
-            "rank_time_s": [rank[0] for rank in ranks],
-            "rank_memory_gib": [sum(mem.values()) for mem in memories],
-            "op_category_time_s": categories,
-            "timeline": Timeline(tuple(run.timeline), chunked=v > 1),
-        }
+        detail = _detail(ranks, slowest, layout.stage_layers(model, train))
+        detail["schedule"] = "interleaved" if v > 1 else consts.schedule
+        if record:
+            detail["timeline"] = Timeline(tuple(run.timeline), chunked=v > 1)
         if isinstance(cost, ProfiledCost):
-            ops = [op for g in graphs.values() for op in g.forward + g.backward if op.dtype]
-            detail["profiled_op_fraction"] = sum(map(cost.covers, ops)) / len(ops)
+            coverage = _coverage(cost, graphs.values(), cluster)
+            detail["op_costs"] = coverage
+            detail["profiled_op_fraction"] = coverage["profiled"] / max(1, coverage["operators"])
         return Prediction(
             step_time_s=step_s,
             memory_gib=sum(worst.values()),
@@ -145,7 +173,7 @@ class HierarchicalSimulator:
         path: str | Path,
     ) -> Path:
         """Simulate the layout and write its timeline as a Chrome trace (Perfetto)."""
-        return write_chrome_trace(self.simulate(model, cluster, train, layout), path)
+        return write_chrome_trace(self.simulate_timeline(model, cluster, train, layout), path)
 
     def _rank(
         self,
@@ -159,7 +187,7 @@ class HierarchicalSimulator:
         layout: Layout,
         comm: CommCost,
         tied: bool,
-    ) -> tuple[float, dict[str, float], dict[str, float], dict[str, float]]:
+    ) -> _Rank:
         """Step time, breakdown, op classes and memory (GiB) of one rank; DP spans to the run."""
         consts, framework = self.constants, train.framework
         states = state_bytes_of(train, layout)
@@ -219,6 +247,49 @@ class HierarchicalSimulator:
             "reserved": consts.reserved_memory_gib,
         }
         return step_s, breakdown, categories, memory
+
+
+def _detail(ranks: list[_Rank], slowest: int, stage_layers: Sequence[int]) -> dict[str, object]:
+    """The per-rank views: step time, its breakdown, op classes and memory of every rank.
+
+    ``op_category_time_s`` is the slowest rank's compute time by operator class.
+    """
+    return {
+        "stage_layers": list(stage_layers),
+        "slowest_rank": slowest,
+        "rank_time_s": [rank[0] for rank in ranks],
+        "rank_breakdown_s": [rank[1] for rank in ranks],
+        "rank_memory_gib": [sum(rank[3].values()) for rank in ranks],
+        "rank_memory_breakdown_gib": [rank[3] for rank in ranks],
+        "rank_op_category_time_s": [rank[2] for rank in ranks],
+        "op_category_time_s": ranks[slowest][2],
+    }
+
+
+def _coverage(
+    cost: ProfiledCost, graphs: Iterable[LayerGraph], cluster: ClusterSpec
+) -> dict[str, Any]:
+    """How many of the layout's distinct compute operators the profiled table prices.
+
+    An operator is (name, shapes and arguments, dtype), as the profiler times it; the others
+    fall back to the roofline. ``same_device``: the table was timed on the cluster's device.
+    """
+    ops = {
+        (op.name, op.signature, op.dtype): op
+        for graph in graphs
+        for op in graph.forward + graph.backward
+        if op.category != COMM_CATEGORY
+    }
+    profiled = sum(map(cost.covers, ops.values()))
+    return {
+        "table": cost.table.path,
+        "table_device": cost.table.device,
+        "cluster_device": cluster.device.name,
+        "same_device": cost.table.profiled_on(cluster.device),
+        "operators": len(ops),
+        "profiled": profiled,
+        "roofline": len(ops) - profiled,
+    }
 
 
 def _plans(

@@ -284,7 +284,7 @@ def test_whole_benchmark_fits_120_columns_and_shows_progress(tmp_path: Path) -> 
     proc = _run("simulators=[analytical,hierarchical]", "tracking.enabled=false", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
-    progress = r"hierarchical: \d+/1661 layouts, [\d.]+ s elapsed, ~[\w ]+ left"
+    progress = r"hierarchical: \d+/\d+ layouts, [\d.]+ s elapsed, ~[\w ]+ left"
     assert re.search(progress, proc.stderr), proc.stderr
 
 
@@ -328,7 +328,7 @@ def test_nothing_to_score_exits_2_with_the_reason(tmp_path: Path) -> None:
     path = write(
         tmp_path / "empty.csv",
         {"status": "oom", "step_time_s": None},  # s1: no layout ran
-        {"scenario": "s2", "num_attention_heads": 12, "num_kv_heads": 12},  # tp=8 breaks a rule
+        {"scenario": "s2", "num_attention_heads": 4, "num_kv_heads": 4},  # tp=8 breaks a rule
     )
     proc = _run(f"data={path}", "tracking.enabled=false", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr

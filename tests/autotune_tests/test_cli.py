@@ -71,6 +71,13 @@ def test_search_json_and_mlflow_record(tmp_path: Path) -> None:
     assert {"config.yaml", "layouts.csv", "layouts.json", "top_k.csv", "plots.html"} <= artifacts
     history = client.get_metric_history(run_.info.run_id, "best_step_time_s_by_layout")
     assert history and history[-1].value == pytest.approx(prediction["step_time_s"], rel=1e-5)
+    assert {"launch/rank-1", "launch/rank-5"} <= {
+        a.path for a in client.list_artifacts(run_.info.run_id, "launch")
+    }
+    script = tmp_path / "launch" / "rank-1" / "launch_mindspeed.sh"  # the best layout's
+    assert str(script.relative_to(tmp_path)) in payload["launch_files"]
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert f"--tensor-model-parallel-size {best['tp']}\n" in script.read_text()
     experiment = client.get_experiment_by_name("autotune")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 

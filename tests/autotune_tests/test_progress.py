@@ -68,3 +68,15 @@ def test_a_slow_loop_reports_at_least_every_interval(caplog: pytest.LogCaptureFi
         "hierarchical: 9/100 layouts, 36 s elapsed, ~6 min 04 s left",
     ]
     assert "hierarchical: 10/100 layouts, 40 s elapsed, ~6 min 00 s left" in lines
+
+
+def test_the_caller_may_estimate_what_is_left(caplog: pytest.LogCaptureFixture) -> None:
+    """Steps of unequal cost (the profiler's operators, cheapest first) bring their own."""
+    clock = Clock()
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        progress = Progress("profile", 10, unit="operators", clock=clock)
+        clock.now += 3.0
+        progress.update(1, left_s=125.0)
+    assert caplog.records[-1].getMessage() == (
+        "profile: 1/10 operators, 3.0 s elapsed, ~2 min 05 s left"
+    )

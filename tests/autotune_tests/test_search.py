@@ -190,7 +190,7 @@ def test_a_study_is_bound_to_its_job_and_sampler(tmp_path: Path) -> None:
         open_study(storage, "s", "random", 0, {"model": "a"})
 
 
-def test_a_trial_of_a_dead_process_is_failed_and_queued_again(
+def test_a_trial_of_a_dead_process_is_failed(
     make_cfg: Callable[..., AutotuneConfig], tmp_path: Path
 ) -> None:
     _, space, evaluate, _ = _job(make_cfg)
@@ -201,8 +201,8 @@ def test_a_trial_of_a_dead_process_is_failed_and_queued_again(
     dead.set_user_attr("autotune.worker", f"{os.uname().nodename}:{2**22 + 1}")
     result = _study(space, evaluate, "tpe", 5, storage=storage)
     states = [t.state for t in result.study.trials]
-    assert optuna.trial.TrialState.RUNNING not in states
-    assert states.count(optuna.trial.TrialState.COMPLETE) == 5
+    assert states[0] == optuna.trial.TrialState.FAIL  # only the trial in flight is lost
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 5 == len(states) - 1
 
 
 def test_a_stop_flag_ends_the_study_after_the_trial_in_flight(
@@ -228,8 +228,13 @@ def test_polish_spends_the_last_trials_on_neighbours_of_the_best(
     _, space, evaluate, _ = _job(make_cfg)
     trials = _study(space, evaluate, "random", 40, seed=1, polish=0.5).study.trials
     assert len(trials) == 40
-    enqueued = [t for t in trials if "fixed_params" in t.system_attrs]
-    assert enqueued and min(t.number for t in enqueued) >= 20
+    polished = [t for t in trials if t.user_attrs.get("autotune.origin") == "polish"]
+    assert polished and min(t.number for t in polished) >= 20
+    layouts = [space.nearest(t.params) for t in trials]
+    assert len({space.nearest(t.params) for t in polished}) == len(polished)
+    for trial in polished:  # a neighbour of a layout seen before it
+        layout = space.nearest(trial.params)
+        assert any(layout in space.neighbours(seen) for seen in layouts[: trial.number])
 
 
 def test_storage_urls_are_checked_before_any_work(tmp_path: Path) -> None:

@@ -266,3 +266,44 @@ def test_fp8_layer_runs_linear_gemms_in_fp8_and_saves_their_inputs_in_one_byte()
     assert {op.dtype for op in gemms} == {"fp8"}  # no router, no output layer in a dense layer
     assert len(gemms) == 3 * 4  # QKV, out, fc1, fc2: forward, input and weight gradients
     assert graph.model_flops() == pytest.approx(bf16.model_flops())
+
+
+def test_a_storage_key_names_one_storage_while_recording() -> None:
+    """Freed storages are kept alive: a new tensor never inherits a dead one's address (the
+    FP8 rows of the benchmark changed memory between runs before)."""
+    import torch
+
+    from simulators.hierarchical.record import Recorder
+    from simulators.hierarchical.record import _storage
+
+    keys = set()
+    with Recorder():
+        for _ in range(20):
+            tensor = torch.empty(4, device="meta")
+            keys.add(_storage(tensor))
+            del tensor
+    assert len(keys) == 20
+
+
+@pytest.mark.parametrize("model", [TINY_MOE, TINY_GPT], ids=lambda m: m.name)
+def test_a_canonical_shape_records_the_same_graph(model: ModelSpec) -> None:
+    """Graphs are cached by canonical shape: resetting what a kind does not read changes
+    nothing it records, and layouts that differ only there (EP for the embedding, the head
+    and dense layers) share one graph."""
+    from simulators.hierarchical.record import Recorder
+
+    for ep in (1, 2):
+        lay = Layout.resolve(8, tp=2, ep=ep) if model is TINY_MOE else Layout.resolve(8, tp=2)
+        for shape in layer_shapes(model, lay, TRAIN).values():
+            canonical = shape.canonical()
+            assert canonical.canonical() == canonical
+            plain, reset = (compile_mod.trace_layer(s, Recorder()) for s in (shape, canonical))
+            assert (plain.forward, plain.backward) == (reset.forward, reset.backward)
+            assert plain.saved_bytes == reset.saved_bytes and plain.params == reset.params
+            assert plain.host_forward == reset.host_forward
+    shapes = [layer_shapes(TINY_MOE, Layout.resolve(8, tp=2, ep=ep), TRAIN) for ep in (1, 2)]
+    for kind in ("embedding", "head"):
+        assert shapes[0][kind] != shapes[1][kind]
+        assert compile_mod.compile_layer(shapes[0][kind]) is compile_mod.compile_layer(
+            shapes[1][kind]
+        )

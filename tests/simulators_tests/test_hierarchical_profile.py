@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from simulators.hierarchical import HierarchicalSimulator
 from simulators.hierarchical import profile as core
 from simulators.hierarchical.cost import COST_TABLE_COLUMNS
 from simulators.hierarchical.cost import load_cost_table
+from simulators.hierarchical.graph import LayerShape
+from simulators.hierarchical.graph import Op
 from simulators.hierarchical.graph import layer_shapes
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
@@ -42,9 +45,10 @@ def _simulator(**changes: object) -> HierarchicalSimulator:
 def test_profiling_on_cpu_writes_a_table_the_simulator_uses(tmp_path: Path) -> None:
     layout = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
     shapes = layer_shapes(MODEL, layout, TRAIN).values()
-    rows = core.profile_shapes(shapes, core.resolve_device("cpu"), repeats=1, limit=6)
-    assert 0 < len(rows) <= 6
-    path = core.write_table(rows, tmp_path / "ops.csv")
+    result = core.profile_shapes(shapes, core.resolve_device("cpu"), repeats=1, limit=6)
+    assert 0 < len(result.rows) <= 6 and result.device == "cpu"
+    assert result.left_out == result.operators - 6
+    path = core.write_table(result.rows, tmp_path / "ops.csv")
     with path.open() as handle:
         read = list(csv.DictReader(handle))
     assert tuple(read[0]) == COST_TABLE_COLUMNS
@@ -60,20 +64,46 @@ def test_profiling_on_cpu_writes_a_table_the_simulator_uses(tmp_path: Path) -> N
     assert profiled.step_time_s != roofline.step_time_s
 
 
+def test_the_budget_times_the_cheapest_operators_and_reports_progress() -> None:
+    layout = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
+    shapes = list(layer_shapes(MODEL, layout, TRAIN).values())
+    calls: list[tuple[int, int, float]] = []
+    full = core.profile_shapes(shapes, "cpu", repeats=1, progress=lambda *a: calls.append(a))
+    assert full.left_out == 0 and len(full.rows) + full.no_kernel == full.operators
+    assert [done for done, _, _ in calls] == list(range(1, full.operators + 1))
+    assert {total for _, total, _ in calls} == {full.operators} and calls[-1][2] == 0
+    none = core.profile_shapes(shapes, "cpu", repeats=1, budget_s=1e-9)
+    assert none.rows == [] and none.left_out == none.operators and none.left_out_s > 0
+    # Cheapest first: what a short budget keeps is what the whole run timed fastest.
+    some = core.profile_shapes(shapes, "cpu", repeats=1, limit=5)
+    flops = {(op.name, op.signature): op.flops for op in _ops(shapes)}
+    kept = [flops[(row["op"], row["shapes"])] for row in some.rows]
+    assert max(kept) < max(flops.values())
+
+
+def _ops(shapes: list[LayerShape]) -> list[Op]:
+    from simulators.hierarchical.compile import compile_layer
+
+    return [op for s in shapes for g in [compile_layer(s)] for op in g.forward + g.backward]
+
+
+TINY = [
+    "model.num_layers=2",
+    "model.hidden_size=128",
+    "model.ffn_hidden_size=256",
+    "model.num_attention_heads=4",
+    "model.num_kv_heads=4",
+    "model.head_dim=32",
+    "model.vocab_size=256",
+    "train.seq_len=64",
+    "train.global_batch_size=64",
+    "train.precision=fp32",
+]
+
+
 def test_profile_cli_writes_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cli.csv"
-    tiny = [
-        "model.num_layers=2",
-        "model.hidden_size=128",
-        "model.ffn_hidden_size=256",
-        "model.num_attention_heads=4",
-        "model.num_kv_heads=4",
-        "model.head_dim=32",
-        "model.vocab_size=256",
-        "train.seq_len=64",
-        "train.global_batch_size=64",
-        "train.precision=fp32",
-    ]
+    tiny = TINY
     code = profile_cli.main(
         [
             "model=llama70b",
@@ -88,7 +118,28 @@ def test_profile_cli_writes_the_table(tmp_path: Path, capsys: pytest.CaptureFixt
     )
     assert code == 0
     assert len(load_cost_table(str(out))) == 3
-    assert "simulator.op_costs=" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "simulator.op_costs=" in captured.out
+    assert (
+        "timed 3 of the layout's " in captured.out and " left out by the limit" not in captured.out
+    )
+    assert "warning: timed on cpu, not on the cluster's Ascend 910B2" in captured.err
+
+
+def test_profile_cli_json_help_and_bad_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["model=llama70b", "cluster=ascend", "parallel.tp=4", *TINY, "device=cpu"]
+    out = tmp_path / "ops.csv"
+    assert profile_cli.main([*args, f"out={out}", "repeats=1", "output=json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["timed"] + payload["no_kernel"] + payload["left_out"] == payload["operators"]
+    assert payload["table"] == str(out) and payload["device"] == "cpu"
+    assert profile_cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: python -m autotune.profile ") and "budget_s" in text
+    assert profile_cli.main([*args, "budget_s=0"]) == 2
+    assert "budget_s=0.0 must be > 0" in capsys.readouterr().err
 
 
 def test_bad_device_and_bad_table_are_user_errors(tmp_path: Path) -> None:

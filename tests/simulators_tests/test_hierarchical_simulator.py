@@ -136,6 +136,16 @@ def test_trace_is_valid_json_with_events_on_every_rank(tmp_path: Path) -> None:
     assert len(compute) == 2 * 2 * lay.num_microbatches(TRAIN)
 
 
+def test_the_timeline_is_kept_only_when_asked() -> None:
+    """A search keeps every prediction: the plain one leaves the per-block timeline out."""
+    lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=4, vpp=2)
+    plain = SIM.simulate(MODEL, CLUSTER, TRAIN, lay)
+    traced = SIM.simulate_timeline(MODEL, CLUSTER, TRAIN, lay)
+    assert "timeline" not in plain.detail and "timeline" in traced.detail
+    assert plain.as_dict() == traced.as_dict()
+    assert {k: v for k, v in traced.detail.items() if k != "timeline"} == dict(plain.detail)
+
+
 def test_profiled_table_replaces_roofline_times(tmp_path: Path) -> None:
     lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
     graph_ops = [

@@ -252,3 +252,21 @@ def test_resolve_and_from_dict_take_a_split_as_a_list() -> None:
     lay = Layout.resolve(32, tp=8, pp=4, layer_split=[19, 21, 21, 19])
     assert lay.layer_split == (19, 21, 21, 19)
     assert Layout.from_dict(lay.as_dict() | {"layer_split": [19, 21, 21, 19]}) == lay
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"tp": 2.0}, "tp=2.0 must be an integer"),
+        ({"pp": "2"}, "pp='2' must be an integer"),
+        ({"tp": 2**21}, "tp=2097152 must be <= 1,048,576"),
+        ({"micro_batch": 10**9}, "micro_batch=1000000000 must be <="),
+        (
+            {"recompute": "full", "recompute_layers": 1.5},
+            "recompute_layers=1.5 must be an integer",
+        ),
+    ],
+)
+def test_layout_checks_types_and_bounds(values: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        Layout(**values)  # type: ignore[arg-type]

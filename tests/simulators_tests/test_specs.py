@@ -170,3 +170,64 @@ def test_specs_are_frozen() -> None:
     with pytest.raises(AttributeError):
         spec.num_layers = 1  # type: ignore[misc]
     assert isinstance(spec, ModelSpec)
+
+
+# A notebook builds specs without Hydra's types: the specs check types themselves.
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: model("llama2_7b", num_layers=1.5), "num_layers=1.5 must be an integer"),
+        (lambda: model("llama2_7b", num_layers="32"), "num_layers='32' must be an integer"),
+        (lambda: model("llama2_7b", hidden_size=True), "hidden_size=True must be an integer"),
+        (lambda: model("llama2_7b", qkv_bias="no"), "qkv_bias='no' must be true or false"),
+        (lambda: model("llama2_7b", name=""), "name='' must be a non-empty text"),
+        (lambda: model("llama2_7b", num_layers=10**6), "must be <= 10,000"),
+        (lambda: model("llama2_7b", hidden_size=4100), "must divide hidden_size=4100"),
+        (lambda: model("llama2_7b", moe_top_k=2), "moe_top_k=2 must be 0 with num_experts=0"),
+        (lambda: model("llama2_7b", kv_lora_rank=512), "kv_lora_rank=512 must be 0"),
+        (lambda: make_train(seq_len=4096.0, global_batch_size=8), "must be an integer"),
+        (lambda: make_train(seq_len=4096, global_batch_size=10**9), "must be <= 100,000,000"),
+        (
+            lambda: make_train(seq_len=4096, global_batch_size=8, flash_attention=1),
+            "flash_attention=1 must be true or false",
+        ),
+        (
+            lambda: LinkSpec(bandwidth_gbps="fast", latency_us=1.0, efficiency=0.7),
+            "bandwidth_gbps='fast' must be a number",
+        ),
+        (
+            lambda: LinkSpec(bandwidth_gbps=100.0, latency_us=1.0, efficiency=1.2),
+            "efficiency=1.2 must be in (0, 1]",
+        ),
+        (
+            lambda: LinkSpec(bandwidth_gbps=100.0, latency_us=float("nan"), efficiency=0.7),
+            "latency_us=nan must be >= 0",
+        ),
+    ],
+)
+def test_specs_check_types_bounds_and_relations(build: object, message: str) -> None:
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build()  # type: ignore[operator]
+
+
+def test_device_limits() -> None:
+    values = dict(
+        name="X",
+        bf16_tflops=100.0,
+        fp16_tflops=100.0,
+        fp32_tflops=10.0,
+        memory_gib=80.0,
+        memory_gbps=2000.0,
+        matmul_efficiency=0.8,
+        memory_efficiency=0.8,
+    )
+    DeviceSpec(**values)  # type: ignore[arg-type]
+    for key, bad, message in [
+        ("memory_gib", float("inf"), "memory_gib=inf must be <= 100,000"),
+        ("memory_gbps", 0.0, "memory_gbps=0.0 must be > 0"),
+        ("bf16_tflops", 1e9, "bf16_tflops=1000000000.0 must be <= 1,000,000"),
+        ("matmul_efficiency", 1.01, "matmul_efficiency=1.01 must be in"),
+        ("memory_efficiency", "0.8", "memory_efficiency='0.8' must be a number"),
+    ]:
+        with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+            DeviceSpec(**{**values, key: bad})  # type: ignore[arg-type]

@@ -1,0 +1,295 @@
+"""Benchmark protocols beyond zero-shot: leave one source out, and probing K layouts.
+
+``leave_one_source_out``: for each source, calibrate on the rows of every other source
+(relative factors, so they carry across clusters), then predict this source's rows.
+
+``probe`` (K = 1..5): per scenario, the tool chooses K probes among the scenario's measured
+layouts from its uncalibrated predictions (:func:`autotune.calibrate.choose_probes`), sees
+their measured time or out-of-memory status, calibrates on them and nothing else from the
+scenario (nor from any other scenario), re-predicts the other layouts and picks
+(:func:`autotune.calibrate.pick`): an unmeasured layout only when it is predicted to fit and to
+beat the best measured probe by more than the expected error. Baselines: ``random probes``
+(K drawn at random, then the same calibration and pick) and ``top-K probes`` (measure the K
+best predicted, keep the best measured). Each is a :class:`Ranking` scored like any other:
+a probe ranks by its measured time, an unmeasured layout by its calibrated prediction plus the
+lead it needs, so regret@1 is the pick's. A probe's own prediction is left out of the errors
+(MAPE and memory MAPE are on the other rows only).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from autotune.benchmark._rankers import Ranking
+from autotune.benchmark._rankers import Specs
+from autotune.calibrate import FitSettings
+from autotune.calibrate import Run
+from autotune.calibrate import fit
+from autotune.calibrate import memory_margin
+from autotune.calibrate._probe import choose_probes
+from autotune.calibrate._probe import job_level
+from autotune.order import order_key
+from simulators import Simulator
+from simulators.calibration import CalibratedSimulator
+from simulators.calibration import Calibration
+
+__all__ = [
+    "PROTOCOLS",
+    "ProtocolSettings",
+    "leave_one_source_out",
+    "measured_runs",
+    "probe_rankings",
+]
+
+PROTOCOLS = ("zero_shot", "leave_one_source_out", "probe")
+PROBE = "probe"
+RANDOM_PROBES = "random probes"
+TOP_PROBES = "top-K probes"
+_AFTER_PROBES = 1e30  # top-K probes: the unmeasured rank after every probe that ran
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolSettings:
+    """The fit's settings, the probe pool, the K values and the seed of random probes."""
+
+    fit: FitSettings
+    probe_pool: float
+    probes: tuple[int, ...]
+    seed: int
+
+
+def measured_runs(table: pd.DataFrame, specs: Sequence[Specs]) -> list[Run | None]:
+    """Each row as a :class:`Run`, None when it was not measured (status error) or its layout
+    breaks a rule (no simulator prices it)."""
+    status = table["status"].astype(str).tolist()
+    times = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)
+    memory = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
+    groups = (table["source"].astype(str) + "/" + table["scenario"].astype(str)).tolist()
+    runs: list[Run | None] = []
+    for i, spec in enumerate(specs):
+        if status[i] not in ("ok", "oom") or spec[3].violations(*spec[:3]):
+            runs.append(None)
+            continue
+        runs.append(
+            Run(
+                specs=spec,
+                status=status[i],
+                step_time_s=float(times[i]) if status[i] == "ok" else math.nan,
+                peak_memory_gib=float(memory[i]),
+                group=groups[i],
+            )
+        )
+    return runs
+
+
+def _margins_elsewhere(table: pd.DataFrame, zero: Ranking) -> dict[str, float]:
+    """Per source, the uncalibrated memory margin from the rows of every other source."""
+    sources = table["source"].astype(str).to_numpy()
+    measured = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
+    margins = {}
+    for source in sorted(set(sources)):
+        other = sources != source
+        value = memory_margin(zero.memory_gib[other], measured[other])
+        margins[source] = 0.0 if value is None else value
+    return margins
+
+
+def _empty(n: int) -> dict[str, np.ndarray]:
+    return {
+        "score": np.full(n, np.nan),
+        "predicted_s": np.full(n, np.nan),
+        "memory_gib": np.full(n, np.nan),
+        "fits": np.zeros(n, dtype=bool),
+    }
+
+
+def _ranking(
+    name: str,
+    kind: str,
+    protocol: str,
+    arrays: dict[str, np.ndarray],
+    seconds: float,
+    k: int = 0,
+    rows: np.ndarray | None = None,
+) -> Ranking:
+    """A ranking of ``rows`` (every row when None) from full-length arrays."""
+    rows = np.arange(len(arrays["score"])) if rows is None else rows
+    return Ranking(
+        name=name,
+        kind=kind,
+        rows=rows,
+        score=arrays["score"][rows],
+        predicted_s=arrays["predicted_s"][rows],
+        memory_gib=arrays["memory_gib"][rows],
+        fits=arrays["fits"][rows],
+        seconds_per_layout=seconds,
+        protocol=protocol,
+        probes=k,
+    )
+
+
+def leave_one_source_out(
+    simulator: Simulator,
+    table: pd.DataFrame,
+    runs: Sequence[Run | None],
+    settings: ProtocolSettings,
+) -> tuple[Ranking, dict[str, Calibration]]:
+    """Each source's rows predicted by a calibration fitted on every other source's rows."""
+    sources = table["source"].astype(str).to_numpy()
+    arrays = _empty(len(table))
+    calibrations: dict[str, Calibration] = {}
+    for source in sorted(set(sources)):
+        train = [r for r, s in zip(runs, sources, strict=True) if r is not None and s != source]
+        if not train:
+            continue
+        result = fit(simulator, train, settings.fit)
+        calibrations[source] = result.calibration
+        margin = result.calibration.memory_margin or 0.0
+        calibrated = CalibratedSimulator(simulator, result.calibration, margin)
+        for i in np.flatnonzero(sources == source):
+            run = runs[int(i)]
+            if run is None:
+                continue
+            p = calibrated.simulate(*run.specs)
+            arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
+            arrays["memory_gib"][i] = p.memory_gib
+            arrays["fits"][i] = p.fits
+    name = f"{simulator.name}, leave-one-source-out"
+    return _ranking(name, "simulator", "leave_one_source_out", arrays, math.nan), calibrations
+
+
+@dataclass(frozen=True, slots=True)
+class _Scenario:
+    """The measured, priced rows of one scenario and the uncalibrated view of them."""
+
+    rows: np.ndarray  # table positions
+    predicted_s: np.ndarray
+    fits: np.ndarray  # with the margin
+    margin: float
+
+
+def _scenarios(
+    table: pd.DataFrame, runs: Sequence[Run | None], zero: Ranking, margins: dict[str, float]
+) -> list[_Scenario]:
+    """Scenarios whose regret is defined: two measured layouts, one of which ran."""
+    found = []
+    capacity = np.array([r.specs[1].device.memory_gib if r else np.nan for r in runs])
+    for (source, _), positions in table.groupby(
+        ["source", "scenario"], sort=False
+    ).indices.items():
+        rows = np.array([i for i in positions if runs[i] is not None], dtype=int)
+        ran = [i for i in rows if runs[i] is not None and runs[i].ran]  # type: ignore[union-attr]
+        if len(rows) < 2 or not ran:
+            continue
+        margin = margins[str(source)]
+        fits = zero.memory_gib[rows] * (1 + margin) <= capacity[rows]
+        found.append(_Scenario(rows, zero.predicted_s[rows], fits, margin))
+    return found
+
+
+def _calibrated_pick(
+    simulator: Simulator,
+    scenario: _Scenario,
+    runs: Sequence[Run | None],
+    probes: Sequence[int],
+    settings: ProtocolSettings,
+    arrays: dict[str, np.ndarray],
+) -> None:
+    """Calibrate on the probes (local positions), re-predict the rest, write the scores."""
+    scenario_runs = [run for run in (runs[i] for i in scenario.rows) if run is not None]
+    result = fit(simulator, [scenario_runs[j] for j in probes], settings.fit)
+    margin = result.calibration.memory_margin
+    calibrated = CalibratedSimulator(
+        simulator, result.calibration, scenario.margin if margin is None else margin
+    )
+    predictions = [calibrated.simulate(*run.specs) for run in scenario_runs]
+    predicted = [p.step_time_s for p in predictions]
+    level = job_level(predicted, probes, [scenario_runs[j].step_time_s for j in probes])
+    lead = math.exp(settings.fit.time_noise)
+    for j, (i, run, p) in enumerate(zip(scenario.rows, scenario_runs, predictions, strict=True)):
+        if j in probes:  # known: ranked by its measurement, left out of the errors
+            arrays["fits"][i] = run.ran
+            arrays["score"][i] = run.step_time_s if run.ran else math.nan
+            continue
+        arrays["predicted_s"][i] = p.step_time_s * level
+        arrays["memory_gib"][i] = p.memory_gib
+        arrays["fits"][i] = p.fits
+        arrays["score"][i] = p.step_time_s * level * lead
+
+
+def _top_probes(
+    scenario: _Scenario, runs: Sequence[Run | None], probes: Sequence[int], arrays: dict
+) -> None:
+    """Keep the best measured of the K best predicted; the rest rank after them."""
+    for j, i in enumerate(scenario.rows):
+        run = runs[i]
+        assert run is not None
+        if j in probes:
+            arrays["fits"][i] = run.ran
+            arrays["score"][i] = run.step_time_s if run.ran else math.nan
+        else:
+            arrays["fits"][i] = scenario.fits[j]
+            arrays["score"][i] = _AFTER_PROBES + scenario.predicted_s[j]
+
+
+def probe_rankings(
+    simulator: Simulator,
+    table: pd.DataFrame,
+    runs: Sequence[Run | None],
+    zero: Ranking,
+    settings: ProtocolSettings,
+) -> list[Ranking]:
+    """The probe protocol and its two baselines, for every K of ``settings.probes``."""
+    margins = _margins_elsewhere(table, zero)
+    scenarios = _scenarios(table, runs, zero, margins)
+    ks = sorted(set(settings.probes))
+    families = {
+        (family, k): _empty(len(table))
+        for family in (PROBE, RANDOM_PROBES, TOP_PROBES)
+        for k in ks
+    }
+    rng = np.random.default_rng(settings.seed)
+    for scenario in scenarios:
+        specs = [runs[i].specs for i in scenario.rows]  # type: ignore[union-attr]
+        order = sorted(
+            range(len(scenario.rows)),
+            key=lambda j: order_key(bool(scenario.fits[j]), float(scenario.predicted_s[j])),
+        )
+        drawn = list(rng.permutation(len(scenario.rows)))
+        for k in ks:
+            everything = list(range(len(scenario.rows)))
+            probe = everything
+            if k < len(scenario.rows):
+                probe = choose_probes(
+                    simulator,
+                    specs,
+                    list(scenario.predicted_s),
+                    list(scenario.fits),
+                    k,
+                    settings.fit,
+                    settings.probe_pool,
+                )
+            random = drawn[:k]
+            _calibrated_pick(simulator, scenario, runs, probe, settings, families[PROBE, k])
+            _calibrated_pick(
+                simulator, scenario, runs, random, settings, families[RANDOM_PROBES, k]
+            )
+            _top_probes(scenario, runs, order[:k], families[TOP_PROBES, k])
+    covered = (
+        np.sort(np.concatenate([s.rows for s in scenarios])) if scenarios else np.array([], int)
+    )
+    rankings = []
+    for (family, k), arrays in families.items():
+        if family == PROBE:
+            name, kind = f"{simulator.name}, probe K={k}", "simulator"
+        elif family == RANDOM_PROBES:
+            name, kind = f"{simulator.name}, random probes K={k}", "baseline"
+        else:
+            name, kind = f"{simulator.name}, top-{k} probes", "baseline"
+        rankings.append(_ranking(name, kind, family, arrays, math.nan, k, covered))
+    return rankings

@@ -1,0 +1,41 @@
+"""Calibration: fit a simulator's factors to measured runs, apply them, probe a job.
+
+``python -m autotune.calibrate`` fits and writes ``conf/calibrations/<name>.yaml``;
+:func:`calibrated_job` applies one (and a memory margin) to a job; :func:`fit` is the fit.
+"""
+
+from __future__ import annotations
+
+from autotune.calibrate._apply import Margin
+from autotune.calibrate._apply import calibrated_job
+from autotune.calibrate._apply import check_calibration
+from autotune.calibrate._apply import shipped_margin
+from autotune.calibrate._fit import FitResult
+from autotune.calibrate._fit import FitSettings
+from autotune.calibrate._fit import Run
+from autotune.calibrate._fit import fit
+from autotune.calibrate._fit import memory_margin
+from autotune.calibrate._loop import ProbeRound
+from autotune.calibrate._loop import probe_round
+from autotune.calibrate._loop import record_round
+from autotune.calibrate._probe import Pick
+from autotune.calibrate._probe import choose_probes
+from autotune.calibrate._probe import pick
+
+__all__ = [
+    "FitResult",
+    "FitSettings",
+    "Margin",
+    "Pick",
+    "ProbeRound",
+    "Run",
+    "calibrated_job",
+    "check_calibration",
+    "choose_probes",
+    "fit",
+    "memory_margin",
+    "pick",
+    "probe_round",
+    "record_round",
+    "shipped_margin",
+]

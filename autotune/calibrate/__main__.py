@@ -1,0 +1,48 @@
+"""``python -m autotune.calibrate``: fit a simulator's factors to measured runs."""
+
+from __future__ import annotations
+
+import sys
+
+from autotune.calibrate._command import run_calibrate
+from autotune.cli import Command
+from autotune.config import CalibrateConfig
+
+COMMAND = Command(
+    module="autotune.calibrate",
+    config_name="calibrate",
+    schema=CalibrateConfig,
+    summary=(
+        "Fit a few interpretable factors of a simulator (matmul and memory-bound efficiency,\n"
+        "collective efficiency inside and between nodes, TP and DP overlap, host overhead per\n"
+        "operator, memory factor and constant) to measured runs of one cluster and framework,\n"
+        "with priors toward the uncalibrated constants and bootstrap intervals. Writes\n"
+        "conf/calibrations/<name>.yaml; calibration=<name> applies it in the search, simulate\n"
+        "and the benchmark."
+    ),
+    options=(
+        ("data", "a schema-v1 .csv/.parquet file, a shipped source, or public"),
+        ("name", "the calibration's name"),
+        ("simulator", "analytical or hierarchical"),
+        ("out", "write the calibration here instead"),
+        ("rows.cluster", "the cluster every row must be on"),
+        ("rows.framework", "the framework every row must run"),
+        ("rows.model", "the model every row must be of"),
+        ("rows.source", "keep only these sources"),
+        ("calibration", "start from this calibration"),
+        ("calibrate.time_noise", "log step-time error a row keeps"),
+        ("output", "table or json"),
+    ),
+    examples=(
+        "python -m autotune.calibrate data=runs.csv name=my_cluster",
+        "python -m autotune.calibrate data=vtrain name=vtrain_a100 simulator=analytical",
+        "python -m autotune.calibrate data=runs.csv name=mine out=/tmp/mine.yaml output=json",
+    ),
+    run=run_calibrate,
+)
+
+main = COMMAND.main
+
+
+if __name__ == "__main__":
+    sys.exit(main())

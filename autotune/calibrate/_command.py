@@ -1,0 +1,176 @@
+"""``python -m autotune.calibrate``: load the rows, check them, fit, report, write the file."""
+
+from __future__ import annotations
+
+import logging
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import ListConfig
+
+import catalog
+from autotune.calibrate._file import calibration_record
+from autotune.calibrate._file import write_calibration
+from autotune.calibrate._fit import FitResult
+from autotune.calibrate._fit import FitSettings
+from autotune.calibrate._fit import fit
+from autotune.calibrate._rows import row_names
+from autotune.calibrate._rows import runs_of
+from autotune.calibrate._rows import single_value
+from autotune.calibrate._rows import span_text
+from autotune.cli import emit_json
+from autotune.config import CalibrateConfig
+from autotune.config import CalibrateSettings
+from simulators import UserError
+from simulators.calibration import FACTORS
+from simulators.calibration import SCALE_FACTORS
+from simulators.calibration import Calibration
+
+__all__ = ["fit_settings", "run_calibrate"]
+
+log = logging.getLogger("autotune.calibrate")
+
+
+def fit_settings(settings: CalibrateSettings, bootstrap: bool = True) -> FitSettings:
+    """The fit's settings from the ``calibrate`` config group."""
+    prior = {name: float(getattr(settings.prior, name)) for name in FACTORS}
+    return FitSettings(
+        prior=prior,
+        time_noise=settings.time_noise,
+        memory_noise=settings.memory_noise,
+        max_rows=settings.max_rows,
+        max_evaluations=settings.max_evaluations,
+        bootstrap_samples=settings.bootstrap_samples if bootstrap else 0,
+        relinearize=settings.relinearize,
+        interval=settings.interval,
+        seed=settings.seed,
+    )
+
+
+def _sources(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, ListConfig | list | tuple):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def _select_model(table: pd.DataFrame, model: str | None, data: str) -> None:
+    """Refuse rows of another model than ``model`` (a display name or a catalog name)."""
+    if model is None:
+        return
+    wanted = {model.lower()}
+    if model in catalog.options("model"):
+        wanted.add(catalog.load_model(model).name.lower())
+    names = row_names(table)
+    other = [
+        n
+        for n, m in zip(names, table["model"].astype(str), strict=True)
+        if m.lower() not in wanted
+    ]
+    if other:
+        found = sorted(
+            set(table["model"].astype(str)) - {m for m in table["model"] if m.lower() in wanted}
+        )
+        raise UserError(
+            f"{data}: {len(other)} row(s) of another model than {model} "
+            f"({', '.join(found)}): {span_text(other)}"
+        )
+
+
+def _center(config: CalibrateConfig, simulator_name: str) -> Calibration | None:
+    if config.calibration is None:
+        return None
+    start = catalog.load_calibration(config.calibration)
+    if start.simulator != simulator_name:
+        raise UserError(
+            f"calibration {start.name!r} is for the {start.simulator} simulator, not "
+            f"{simulator_name} (simulator={start.simulator})"
+        )
+    return start
+
+
+def run_calibrate(config: CalibrateConfig) -> None:
+    """Fit, print the factors (or the JSON object) and write the calibration file."""
+    from autotune.benchmark import load_data
+
+    simulator = catalog.simulator_from_config(config.simulator)
+    table = load_data(config.data)
+    sources = _sources(config.rows.source)
+    if sources is not None:
+        unknown = sorted(set(sources) - set(table["source"].dropna()))
+        if unknown:
+            raise UserError(f"source {', '.join(unknown)} not in {config.data}")
+        lines = table.attrs.get("lines")
+        keep = table["source"].isin(sources).to_numpy()
+        table = table[keep].reset_index(drop=True)
+        if lines:
+            table.attrs["lines"] = [n for n, k in zip(lines, keep, strict=True) if k]
+    cluster = single_value(table, "cluster", config.rows.cluster, "cluster", config.data)
+    framework = single_value(table, "framework", config.rows.framework, "framework", config.data)
+    _select_model(table, config.rows.model, config.data)
+    center = _center(config, simulator.name)
+    if center is not None and center.cluster not in (None, cluster):
+        raise UserError(
+            f"calibration {center.name!r} is for cluster {center.cluster}, these rows are on "
+            f"{cluster}"
+        )
+    runs, notes = runs_of(table, config.data)
+    start = Calibration(
+        simulator=simulator.name,
+        factors=dict(center.factors) if center else {},
+        cluster=cluster,
+        framework=framework,
+        name=config.name,
+    )
+    result = fit(simulator, runs, fit_settings(config.calibrate), start)
+    result.notes[:0] = notes
+    cluster_spec = catalog.load_cluster(cluster) if cluster else None
+    command = "python -m autotune.calibrate " + " ".join(map(shlex.quote, sys.argv[1:]))
+    record = calibration_record(result, simulator, cluster_spec, runs, config.data, command)
+    path = (
+        Path(config.out)
+        if config.out
+        else catalog.conf_dir() / "calibrations" / f"{config.name}.yaml"
+    )
+    for note in result.notes:
+        log.info(f"note: {note}")
+    write_calibration(record, path, config.calibrate.interval)
+    if config.output == "json":
+        emit_json({**record, "path": str(path)})
+        return
+    print(_table(result, simulator.name, cluster, framework, config.calibrate.interval))
+    print(f"\nwritten: {path} (use it with calibration={config.name if not config.out else path})")
+
+
+def _table(
+    result: FitResult, simulator: str, cluster: str | None, framework: str | None, interval: float
+) -> str:
+    c = result.calibration
+    head = (
+        f"Calibration of the {simulator} simulator on {cluster or 'several clusters'} "
+        f"({framework or 'several frameworks'}): {result.n_ran} row(s) ran "
+        f"({len(result.used)} fitted), {result.n_oom} ran out of memory, "
+        f"{result.memory_rows} with measured peak memory; {result.seconds:.1f} s"
+    )
+    rows = [f"  {'factor':<24}{'value':>8}   {interval:.0%} interval"]
+    for name in FACTORS:
+        low, high = result.intervals[name]
+        unit = "x" if name in SCALE_FACTORS else ("GiB" if name.endswith("_gib") else "")
+        rows.append(f"  {name:<24}{c.factors[name]:>8.3f}{unit:<3}[{low:.3f}, {high:.3f}]")
+    fit_line = (
+        f"log step-time error (RMS) on the fitted rows: {result.rms_before:.3f} -> "
+        f"{result.rms_after:.3f}"
+        if math.isfinite(result.rms_before)
+        else "no step time fitted"
+    )
+    margin = (
+        f"memory margin: {100 * c.memory_margin:.1f}% (95th percentile of under-prediction)"
+        if c.memory_margin is not None
+        else "memory margin: none measured (the search derives one from the shipped rows)"
+    )
+    return "\n".join([head, *rows, fit_line, margin])

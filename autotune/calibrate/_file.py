@@ -1,0 +1,105 @@
+"""The calibration file: factors, intervals, the constants they set and the rows behind them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.calibrate._fit import FitResult
+from autotune.calibrate._fit import Run
+from simulators import ClusterSpec
+from simulators import Simulator
+from simulators.calibration import FACTORS
+from simulators.calibration import constant_overrides
+
+__all__ = ["calibration_record", "write_calibration"]
+
+
+def _number(value: float) -> float | None:
+    return round(float(value), 6) if math.isfinite(value) else None
+
+
+def calibration_record(
+    result: FitResult,
+    simulator: Simulator,
+    cluster: ClusterSpec | None,
+    runs: Sequence[Run],
+    data: str,
+    command: str,
+) -> dict[str, Any]:
+    """The calibration as the plain mapping written to its file."""
+    calibration = result.calibration
+    used = set(result.used)
+    record: dict[str, Any] = {
+        "name": calibration.name,
+        "simulator": calibration.simulator,
+        "cluster": calibration.cluster,
+        "framework": calibration.framework,
+        "factors": {k: _number(calibration.factors[k]) for k in FACTORS},
+        "intervals": {k: [_number(v) for v in result.intervals[k]] for k in FACTORS},
+        "memory_margin": None
+        if calibration.memory_margin is None
+        else _number(calibration.memory_margin),
+        "overrides": constant_overrides(simulator, cluster, calibration) if cluster else {},
+        "fit": {
+            "command": command,
+            "data": data,
+            "rows": len(runs),
+            "ran": result.n_ran,
+            "oom": result.n_oom,
+            "memory_rows": result.memory_rows,
+            "fitted_rows": len(result.used),
+            "rms_log_error_before": _number(result.rms_before),
+            "rms_log_error_after": _number(result.rms_after),
+            "seconds": round(result.seconds, 2),
+            "notes": list(result.notes),
+        },
+        "rows": [
+            {
+                "row": run.label,
+                "scenario": run.group.partition("/")[2],
+                "layout": run.specs[3].describe(),
+                "status": run.status,
+                "fitted": i in used or run.status == "oom" or math.isfinite(run.peak_memory_gib),
+            }
+            for i, run in enumerate(runs)
+        ],
+    }
+    return record
+
+
+_HEADER = """\
+# A calibration of the {simulator} simulator, written by python -m autotune.calibrate
+# (docs/calibration.md). factors: multipliers of the uncalibrated constants (1: unchanged),
+# tp_overlap / dp_overlap: shares of the exposed communication that hide (0: unchanged),
+# memory_constant_gib: the reserved memory (GiB). intervals: {interval:.0%} bootstrap intervals.
+# overrides: the constants these factors set on cluster {cluster}. rows: what it was fitted on.
+"""
+
+
+def write_calibration(record: dict[str, Any], path: Path, interval: float) -> Path:
+    """Write ``record`` as YAML with a header that explains it; the path written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = _HEADER.format(
+        simulator=record["simulator"], interval=interval, cluster=record["cluster"] or "-"
+    )
+    body = yaml.safe_dump(
+        _plain(record), sort_keys=False, default_flow_style=None, width=99, allow_unicode=True
+    )
+    path.write_text(header + body, encoding="utf-8")
+    return path
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,588 @@
+"""The robust fit of a calibration: step-time factors, then the memory model, then intervals.
+
+Step time: scipy ``least_squares`` with ``loss="soft_l1"`` on the log step-time residuals of the
+rows that ran, ``(log predicted - log measured) / time_noise``, beside one prior residual per
+factor, ``(x - x0) / prior width``, that pulls each factor toward its uncalibrated value (``x``:
+the log of a scale factor, an overlap as it is). The prior residuals are written so that the
+soft-L1 loss charges them exactly their square (a Gaussian prior), while a row's charge grows
+only linearly beyond ``time_noise``: one far-off row moves the factors a little, fifty rows a
+lot. The five factors that change what the simulator computes are differentiated by finite
+differences of new simulations; the overlaps act on the prediction's breakdown, in closed form.
+
+Memory: ``c + f x`` (the predicted memory ``x`` without its reserved part) against measured
+peak memory in log space, with hinge residuals for rows that ran out of memory (predicted under
+the device memory) and rows that ran (predicted over it), and priors on ``f`` and ``c``.
+
+Intervals: a bootstrap over the rows; each resample refits the step-time factors on the
+residuals linearised at the fit (no new simulation) and the memory model exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from simulators import ClusterSpec
+from simulators import Layout
+from simulators import ModelSpec
+from simulators import Simulator
+from simulators import TrainSpec
+from simulators import UserError
+from simulators.calibration import FACTORS
+from simulators.calibration import MEMORY_FACTORS
+from simulators.calibration import SCALE_FACTORS
+from simulators.calibration import SIMULATED_FACTORS
+from simulators.calibration import TIME_FACTORS
+from simulators.calibration import Calibration
+from simulators.calibration import calibrated
+
+__all__ = ["FitResult", "FitSettings", "Run", "fit", "memory_margin", "time_sensitivities"]
+
+Specs = tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]
+_STEP = 1e-3  # finite-difference step of a log scale factor (0.1 %)
+_OVERLAP_MAX = 0.95  # an overlap hides at most this share of the exposed communication
+_SCALE_RANGE = 10.0  # a scale factor stays within [1/10, 10] x its uncalibrated value
+_MEMORY_SCALE_RANGE = 2.0  # the memory factor within [1/2, 2]
+_MARGIN_QUANTILE = 95.0  # the memory margin: this percentile of the under-prediction
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One measured layout: its specs, status (``ok`` or ``oom``) and measurements.
+
+    ``step_time_s`` is NaN unless the layout ran; ``peak_memory_gib`` is NaN when not
+    measured. ``group`` names its scenario (rows are subsampled evenly over groups);
+    ``label`` identifies the row in messages and in the calibration file.
+    """
+
+    specs: Specs
+    status: str
+    step_time_s: float = math.nan
+    peak_memory_gib: float = math.nan
+    group: str = ""
+    label: str = ""
+
+    @property
+    def ran(self) -> bool:
+        return self.status == "ok" and math.isfinite(self.step_time_s) and self.step_time_s > 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitSettings:
+    """How hard the priors pull, how noisy a row is taken to be, and how much to compute.
+
+    ``prior`` holds each factor's prior width: log units for scale factors, a fraction for
+    overlaps, GiB for ``memory_constant_gib``. ``time_noise`` and ``memory_noise`` are the log
+    errors one row is expected to keep after calibration (soft-L1 turns linear beyond them).
+    ``max_rows``: at most this many rows that ran are fitted (spread evenly over scenarios);
+    ``max_evaluations``: step-time residual evaluations of the solver; ``bootstrap_samples``
+    resamples give ``interval`` (a probability) intervals, drawn with ``seed``.
+    ``relinearize``: 0 fits exactly (the solver simulates at every step); N > 0 takes N
+    Gauss-Newton steps instead, each a robust fit of the residuals linearised where it starts
+    (six simulations per row and step: what the benchmark's protocols use, fitting hundreds
+    of times).
+    """
+
+    prior: Mapping[str, float]
+    time_noise: float
+    memory_noise: float
+    max_rows: int
+    max_evaluations: int
+    bootstrap_samples: int
+    interval: float
+    seed: int
+    relinearize: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    """A fitted calibration with its intervals, the rows it used and what was said of it.
+
+    ``used`` are the positions (in the runs given) of the rows that ran and were fitted;
+    ``rms_before`` and ``rms_after`` are the root-mean-square log step-time errors on them
+    before and after; ``memory_rows`` counts rows with measured peak memory.
+    """
+
+    calibration: Calibration
+    intervals: dict[str, tuple[float, float]]
+    used: list[int]
+    n_ran: int
+    n_oom: int
+    memory_rows: int
+    rms_before: float
+    rms_after: float
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+def _x_of(center: Calibration, names: Sequence[str], reserved: float = 0.0) -> np.ndarray:
+    values = []
+    for name in names:
+        value = center.factor(name, reserved)
+        values.append(math.log(value) if name in SCALE_FACTORS else value)
+    return np.array(values, dtype=float)
+
+
+def _factors_of(x: np.ndarray, names: Sequence[str]) -> dict[str, float]:
+    return {
+        name: float(math.exp(v) if name in SCALE_FACTORS else v)
+        for name, v in zip(names, x, strict=True)
+    }
+
+
+def _gaussian(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prior residuals that soft-L1 charges ``p**2`` exactly, and their derivative in ``p``.
+
+    soft_l1 charges ``2 (sqrt(1 + q**2) - 1)``; ``q = p sqrt(1 + p**2 / 4)`` makes it ``p**2``.
+    """
+    root = np.sqrt(1 + p**2 / 4)
+    return p * root, root + p**2 / (4 * root)
+
+
+class _TimeModel:
+    """Step times of the fitted rows as a function of the step-time factors ``x``."""
+
+    def __init__(self, simulator: Simulator, center: Calibration, runs: Sequence[Run]) -> None:
+        self.simulator = simulator
+        self.center = center
+        self.runs = runs
+        self._cache: dict[tuple[float, ...], np.ndarray] = {}
+
+    def _terms(self, simulated: np.ndarray) -> np.ndarray:
+        """Per row: step time, TP time scaled by the bubble's share, DP time (no overlap)."""
+        key = tuple(np.round(simulated, 12))
+        terms = self._cache.get(key)
+        if terms is None:
+            factors = _factors_of(simulated, SIMULATED_FACTORS)
+            factors.update(tp_overlap=0.0, dp_overlap=0.0)
+            sim = calibrated(self.simulator, self.center.with_factors(factors))
+            terms = np.empty((len(self.runs), 3))
+            for i, run in enumerate(self.runs):
+                p = sim.simulate(*run.specs)
+                b = p.breakdown
+                pipelined = sum(
+                    b.get(k, 0.0)
+                    for k in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm")
+                )
+                bubble_share = b.get("bubble", 0.0) / pipelined if pipelined > 0 else 0.0
+                terms[i] = (
+                    p.step_time_s,
+                    b.get("tp_comm", 0.0) * (1 + bubble_share),
+                    b.get("dp_comm", 0.0),
+                )
+            if len(self._cache) > 64:
+                self._cache.clear()
+            self._cache[key] = terms
+        return terms
+
+    def step_s(self, x: np.ndarray) -> np.ndarray:
+        terms = self._terms(x[: len(SIMULATED_FACTORS)])
+        o_tp, o_dp = x[len(SIMULATED_FACTORS) :]
+        return terms[:, 0] - o_tp * terms[:, 1] - o_dp * terms[:, 2]
+
+    def log_jacobian(self, x: np.ndarray, upper: np.ndarray) -> np.ndarray:
+        """d log(step) / dx per row (finite differences for the simulated factors)."""
+        n_sim = len(SIMULATED_FACTORS)
+        base = self.step_s(x)
+        jac = np.empty((len(self.runs), len(TIME_FACTORS)))
+        for j in range(n_sim):
+            step = _STEP if x[j] + _STEP <= upper[j] else -_STEP
+            moved = x.copy()
+            moved[j] += step
+            jac[:, j] = (np.log(self.step_s(moved)) - np.log(base)) / step
+        terms = self._terms(x[:n_sim])
+        jac[:, n_sim] = -terms[:, 1] / base
+        jac[:, n_sim + 1] = -terms[:, 2] / base
+        return jac
+
+
+def _time_bounds(simulator: Simulator, runs: Sequence[Run]) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of the step-time factors: efficiencies at most 1 on every cluster fitted."""
+    clusters = {run.specs[1] for run in runs}
+    efficiency = getattr(getattr(simulator, "constants", None), "efficiency", None)
+    comm = getattr(efficiency, "comm", None)
+    highest = {
+        "matmul_efficiency": max(c.device.matmul_efficiency for c in clusters),
+        "memory_efficiency": max(c.device.memory_efficiency for c in clusters),
+        "intra_node_efficiency": comm or max(c.intra_node.efficiency for c in clusters),
+        "inter_node_efficiency": comm or max(c.inter_node.efficiency for c in clusters),
+    }
+    lower, upper = [], []
+    for name in TIME_FACTORS:
+        if name in SCALE_FACTORS:
+            top = math.log(_SCALE_RANGE)
+            if name in highest:
+                top = min(top, -math.log(highest[name]))
+            lower.append(-math.log(_SCALE_RANGE))
+            upper.append(max(top, 1e-6))
+        else:
+            lower.append(0.0)
+            upper.append(_OVERLAP_MAX)
+    return np.array(lower), np.array(upper)
+
+
+def _even_subsample(runs: Sequence[Run], limit: int, seed: int) -> list[int]:
+    """At most ``limit`` positions, taken in turn from each group (shuffled with ``seed``)."""
+    if len(runs) <= limit:
+        return list(range(len(runs)))
+    rng = np.random.default_rng(seed)
+    groups: dict[str, list[int]] = {}
+    for i, run in enumerate(runs):
+        groups.setdefault(run.group, []).append(i)
+    queues = [list(rng.permutation(members)) for members in groups.values()]
+    chosen: list[int] = []
+    while len(chosen) < limit:
+        for queue in queues:
+            if queue and len(chosen) < limit:
+                chosen.append(int(queue.pop()))
+    return sorted(chosen)
+
+
+@dataclass(frozen=True, slots=True)
+class _TimeFit:
+    x: np.ndarray
+    x0: np.ndarray
+    residuals: np.ndarray  # data residuals at x (scaled)
+    jacobian: np.ndarray | None  # their jacobian at x (for the bootstrap)
+    lower: np.ndarray
+    upper: np.ndarray
+    rms_before: float
+    rms_after: float
+
+
+def _linear_solve(
+    r: np.ndarray,
+    jac_rows: np.ndarray,
+    at: np.ndarray,
+    x0: np.ndarray,
+    widths: np.ndarray,
+    bounds: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """The robust fit of residuals ``r + J (x - at)`` (linearised at ``at``) with the priors."""
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        prior, _ = _gaussian((x - x0) / widths)
+        return np.concatenate([r + jac_rows @ (x - at), prior])
+
+    def jac(x: np.ndarray) -> np.ndarray:
+        _, slope = _gaussian((x - x0) / widths)
+        return np.vstack([jac_rows, np.diag(slope / widths)])
+
+    solution = least_squares(
+        fun, at, jac=jac, bounds=bounds, loss="soft_l1", f_scale=1.0, x_scale=widths
+    )
+    return np.asarray(solution.x)
+
+
+def _solve_time(
+    model: _TimeModel,
+    measured: np.ndarray,
+    x0: np.ndarray,
+    widths: np.ndarray,
+    bounds: tuple[np.ndarray, np.ndarray],
+    settings: FitSettings,
+) -> _TimeFit:
+    """Exact (``relinearize`` 0: every solver step simulates) or by ``relinearize``
+    Gauss-Newton steps, each a robust fit of the residuals linearised where it starts."""
+    noise = settings.time_noise
+    lower, upper = bounds
+    start = np.clip(x0, lower, upper)
+    log_measured = np.log(measured)
+
+    def data(x: np.ndarray) -> np.ndarray:
+        return (np.log(model.step_s(x)) - log_measured) / noise
+
+    if settings.relinearize > 0:
+        x = start
+        for _ in range(settings.relinearize):
+            at = x
+            x = _linear_solve(
+                data(at), model.log_jacobian(at, upper) / noise, at, x0, widths, bounds
+            )
+    else:
+
+        def fun(x: np.ndarray) -> np.ndarray:
+            prior, _ = _gaussian((x - x0) / widths)
+            return np.concatenate([data(x), prior])
+
+        def jac(x: np.ndarray) -> np.ndarray:
+            _, slope = _gaussian((x - x0) / widths)
+            return np.vstack([model.log_jacobian(x, upper) / noise, np.diag(slope / widths)])
+
+        solution = least_squares(
+            fun,
+            start,
+            jac=jac,
+            bounds=(lower, upper),
+            loss="soft_l1",
+            f_scale=1.0,
+            x_scale=widths,
+            max_nfev=settings.max_evaluations,
+        )
+        x = solution.x
+    before, after = data(start) * noise, data(x) * noise
+    return _TimeFit(
+        x=x,
+        x0=x0,
+        residuals=after / noise,
+        jacobian=model.log_jacobian(x, upper) / noise if settings.bootstrap_samples else None,
+        lower=lower,
+        upper=upper,
+        rms_before=float(np.sqrt(np.mean(before**2))),
+        rms_after=float(np.sqrt(np.mean(after**2))),
+    )
+
+
+def _linear_refit(fitted: _TimeFit, rows: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """The step-time factors refitted on resampled rows, residuals linearised at the fit."""
+    assert fitted.jacobian is not None
+    return _linear_solve(
+        fitted.residuals[rows],
+        fitted.jacobian[rows],
+        fitted.x,
+        fitted.x0,
+        widths,
+        (fitted.lower, fitted.upper),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _MemoryData:
+    """Predicted memory without its reserved part, and what each row says of the truth."""
+
+    variable_gib: np.ndarray
+    capacity_gib: np.ndarray
+    measured_gib: np.ndarray  # NaN where not measured
+    oom: np.ndarray  # ran out of memory
+    ran: np.ndarray  # ran (so the truth is within the capacity)
+
+
+def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run]) -> _MemoryData:
+    plain = center.with_factors({"memory_factor": 1.0})
+    sim = calibrated(simulator, plain)
+    variable, capacity = [], []
+    for run in runs:
+        p = sim.simulate(*run.specs)
+        variable.append(p.memory_gib - p.memory_breakdown_gib.get("reserved", 0.0))
+        capacity.append(p.memory_capacity_gib)
+    return _MemoryData(
+        variable_gib=np.array(variable),
+        capacity_gib=np.array(capacity),
+        measured_gib=np.array([run.peak_memory_gib for run in runs], dtype=float),
+        oom=np.array([run.status == "oom" for run in runs]),
+        ran=np.array([run.status == "ok" for run in runs]),
+    )
+
+
+def _memory_residuals(
+    y: np.ndarray, data: _MemoryData, rows: np.ndarray, noise: float
+) -> np.ndarray:
+    predicted = np.log(y[1] + math.exp(y[0]) * data.variable_gib[rows])
+    capacity = np.log(data.capacity_gib[rows])
+    measured = data.measured_gib[rows]
+    has = np.isfinite(measured)
+    out = np.zeros(len(rows))
+    out[has] = predicted[has] - np.log(measured[has])
+    oom = data.oom[rows] & ~has
+    out[oom] = np.minimum(0.0, predicted[oom] - capacity[oom])  # must exceed the device
+    ran = data.ran[rows] & ~has
+    out[ran] = np.maximum(0.0, predicted[ran] - capacity[ran])  # must stay within it
+    return out / noise
+
+
+def _solve_memory(
+    data: _MemoryData, rows: np.ndarray, y0: np.ndarray, widths: np.ndarray, noise: float
+) -> np.ndarray:
+    lower = np.array([-math.log(_MEMORY_SCALE_RANGE), 0.0])
+    upper = np.array([math.log(_MEMORY_SCALE_RANGE), float(np.min(data.capacity_gib))])
+    start = np.clip(y0, lower, upper)
+
+    def fun(y: np.ndarray) -> np.ndarray:
+        prior, _ = _gaussian((y - y0) / widths)
+        return np.concatenate([_memory_residuals(y, data, rows, noise), prior])
+
+    solution = least_squares(fun, start, bounds=(lower, upper), loss="soft_l1", x_scale=widths)
+    return np.asarray(solution.x)
+
+
+def memory_margin(predicted_gib: np.ndarray, measured_gib: np.ndarray) -> float | None:
+    """The 95th percentile of the memory model's under-prediction (``measured / predicted -
+    1``), at least 0; None without a row that has both."""
+    keep = np.isfinite(predicted_gib) & np.isfinite(measured_gib) & (predicted_gib > 0)
+    if not keep.any():
+        return None
+    under = measured_gib[keep] / predicted_gib[keep] - 1
+    return max(0.0, float(np.percentile(under, _MARGIN_QUANTILE)))
+
+
+def fit(
+    simulator: Simulator,
+    runs: Sequence[Run],
+    settings: FitSettings,
+    center: Calibration | None = None,
+) -> FitResult:
+    """Fit the factors of ``simulator`` to ``runs``, pulled toward ``center``.
+
+    Args:
+        simulator: the uncalibrated simulator (its constants are the starting point).
+        runs: the measured rows; rows with status other than ``ok`` or ``oom`` are ignored.
+        settings: priors, noise, limits and the bootstrap.
+        center: the calibration the priors pull toward (None: uncalibrated); its cluster,
+            framework and name are kept.
+
+    Returns:
+        The fitted calibration (every factor set), its intervals and what was used.
+    """
+    started = time.perf_counter()
+    center = center or Calibration(simulator=simulator.name)
+    constants = getattr(simulator, "constants", None)
+    if not hasattr(constants, "reserved_memory_gib"):
+        raise UserError(f"the {simulator.name} simulator has no constants a calibration can fit")
+    reserved = float(constants.reserved_memory_gib)  # type: ignore[union-attr]
+    ran = [i for i, run in enumerate(runs) if run.ran]
+    oom = [i for i, run in enumerate(runs) if run.status == "oom"]
+    used = [
+        ran[i] for i in _even_subsample([runs[i] for i in ran], settings.max_rows, settings.seed)
+    ]
+    notes: list[str] = []
+    time_widths = np.array([settings.prior[name] for name in TIME_FACTORS])
+    x0 = _x_of(center, TIME_FACTORS)
+    fitted: _TimeFit | None = None
+    if used:
+        model = _TimeModel(simulator, center, [runs[i] for i in used])
+        measured = np.array([runs[i].step_time_s for i in used])
+        fitted = _solve_time(
+            model,
+            measured,
+            x0,
+            time_widths,
+            _time_bounds(simulator, [runs[i] for i in used]),
+            settings,
+        )
+    x = fitted.x if fitted is not None else x0
+    if len(ran) > len(used):
+        notes.append(
+            f"{len(used)} of the {len(ran)} rows that ran were fitted (max_rows), spread "
+            "evenly over the scenarios"
+        )
+    if not ran:
+        notes.append(
+            "no row ran: the step-time factors stay at their prior"
+            + (f"; the memory model learns from {len(oom)} out-of-memory row(s)" if oom else "")
+        )
+    elif len(used) < len(TIME_FACTORS):
+        notes.append(
+            f"only {len(used)} row(s) with a step time for {len(TIME_FACTORS)} step-time "
+            "factors: the priors keep the factors near their uncalibrated values"
+        )
+
+    measured_rows = [i for i in (*ran, *oom) if math.isfinite(runs[i].peak_memory_gib)]
+    memory_runs = [runs[i] for i in (*ran, *oom)]
+    memory_widths = np.array([settings.prior[name] for name in MEMORY_FACTORS])
+    y0 = _x_of(center, MEMORY_FACTORS, reserved)
+    y = y0
+    data: _MemoryData | None = None
+    if memory_runs:
+        data = _memory_data(simulator, center, memory_runs)
+        every = np.arange(len(memory_runs))
+        if _memory_residuals(y0, data, every, settings.memory_noise).any():
+            y = _solve_memory(data, every, y0, memory_widths, settings.memory_noise)
+    if not measured_rows:
+        notes.append(
+            "no row has a measured peak_memory_gib: the memory factor and constant move only "
+            "for rows that ran out of memory or ran above the predicted capacity"
+        )
+
+    factors = {**_factors_of(x, TIME_FACTORS), **_factors_of(y, MEMORY_FACTORS)}
+    margin = None
+    if data is not None:
+        predicted = y[1] + math.exp(y[0]) * data.variable_gib
+        margin = memory_margin(predicted, data.measured_gib)
+    calibration = center.with_factors(factors)
+    calibration = Calibration(
+        simulator=calibration.simulator,
+        factors=calibration.factors,
+        cluster=center.cluster,
+        framework=center.framework,
+        memory_margin=margin,
+        name=center.name,
+    )
+    intervals = _bootstrap(fitted, data, x, y, y0, time_widths, memory_widths, settings)
+    return FitResult(
+        calibration=calibration,
+        intervals=intervals,
+        used=used,
+        n_ran=len(ran),
+        n_oom=len(oom),
+        memory_rows=len(measured_rows),
+        rms_before=fitted.rms_before if fitted else math.nan,
+        rms_after=fitted.rms_after if fitted else math.nan,
+        seconds=time.perf_counter() - started,
+        notes=notes,
+    )
+
+
+def _bootstrap(
+    fitted: _TimeFit | None,
+    data: _MemoryData | None,
+    x: np.ndarray,
+    y: np.ndarray,
+    y0: np.ndarray,
+    time_widths: np.ndarray,
+    memory_widths: np.ndarray,
+    settings: FitSettings,
+) -> dict[str, tuple[float, float]]:
+    """``settings.interval`` intervals of every factor (a point where nothing was resampled)."""
+    rng = np.random.default_rng(settings.seed)
+    samples = settings.bootstrap_samples
+    xs = np.tile(x, (max(samples, 1), 1))
+    ys = np.tile(y, (max(samples, 1), 1))
+    for b in range(samples):
+        if fitted is not None and len(fitted.residuals) > 1:
+            rows = rng.integers(0, len(fitted.residuals), len(fitted.residuals))
+            xs[b] = _linear_refit(fitted, rows, time_widths)
+        if data is not None and len(data.variable_gib) > 1:
+            rows = rng.integers(0, len(data.variable_gib), len(data.variable_gib))
+            ys[b] = _solve_memory(data, rows, y0, memory_widths, settings.memory_noise)
+    tail = 100 * (1 - settings.interval) / 2
+    intervals: dict[str, tuple[float, float]] = {}
+    for names, values in ((TIME_FACTORS, xs), (MEMORY_FACTORS, ys)):
+        low = np.percentile(values, tail, axis=0)
+        high = np.percentile(values, 100 - tail, axis=0)
+        lows, highs = _factors_of(low, names), _factors_of(high, names)
+        for name in names:
+            intervals[name] = (lows[name], highs[name])
+    return {name: intervals[name] for name in FACTORS}
+
+
+def time_sensitivities(
+    simulator: Simulator, center: Calibration, specs: Sequence[Specs]
+) -> np.ndarray:
+    """d log(step time) / d(step-time factor) of each layout at ``center`` (one row each)."""
+    key = (id(simulator), tuple(sorted(center.factors.items())), tuple(specs))
+    found = _SENSITIVITIES.get(key)
+    if found is None:
+        if len(_SENSITIVITIES) > 64:
+            _SENSITIVITIES.clear()
+        found = _SENSITIVITIES[key] = _sensitivities(simulator, center, specs)
+    return found.copy()
+
+
+_SENSITIVITIES: dict[tuple[object, ...], np.ndarray] = {}  # the last few, by job and center
+
+
+def _sensitivities(
+    simulator: Simulator, center: Calibration, specs: Sequence[Specs]
+) -> np.ndarray:
+    runs = [Run(specs=s, status="ok", step_time_s=1.0) for s in specs]
+    model = _TimeModel(simulator, center, runs)
+    x = _x_of(center, TIME_FACTORS)
+    _, upper = _time_bounds(simulator, runs)
+    return model.log_jacobian(x, upper)

@@ -1,0 +1,377 @@
+"""The probe loop of the search: K layouts to measure, then their measurements fed back.
+
+``python -m autotune ... probes=K`` ends with K layouts to measure (chosen by
+:func:`choose_probes`: likely good, spread over where their predicted breakdowns differ), their
+launch flags, and a CSV file in the measurement schema whose ``status``, ``step_time_s`` and
+``peak_memory_gib`` are left to fill. ``measured=runs.csv`` feeds them back: the rows must be
+of this job (the same model, cluster, devices, sequence and batch); the simulator is calibrated
+on them (from the calibration in use), every layout the search priced is re-predicted, and
+the pick is made with :func:`pick` (never a layout known to be worse than the best measured
+probe). With both, the next K probes come from the calibrated predictions. MLflow records each
+round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import dataset
+from autotune._csv import write_csv
+from autotune.calibrate._command import fit_settings
+from autotune.calibrate._fit import FitResult
+from autotune.calibrate._fit import Run
+from autotune.calibrate._fit import Specs
+from autotune.calibrate._fit import fit
+from autotune.calibrate._probe import Pick
+from autotune.calibrate._probe import choose_probes
+from autotune.calibrate._probe import pick
+from autotune.calibrate._rows import row_names
+from autotune.calibrate._rows import span_text
+from autotune.config import AutotuneConfig
+from autotune.report import launch_text
+from autotune.report import layout_table
+from catalog import Job
+from dataset._specs import MODEL_FIELDS
+from simulators import Layout
+from simulators import Prediction
+from simulators import UserError
+from simulators.calibration import FACTORS
+from simulators.calibration import CalibratedSimulator
+
+__all__ = ["ProbeRound", "probe_round"]
+
+log = logging.getLogger("autotune")
+_FILL = ("status", "step_time_s", "peak_memory_gib")  # the columns the user fills in
+_WIDTH = 119  # the terminal output keeps within 120 columns
+
+
+@dataclass
+class ProbeRound:
+    """What one round found: the fit and the pick (with ``measured=``), the next probes."""
+
+    measured: list[tuple[Layout, Run]] = field(default_factory=list)
+    result: FitResult | None = None
+    ranked: list[tuple[Layout, Prediction]] = field(default_factory=list)
+    final: tuple[Layout, Prediction] | None = None
+    final_pick: Pick | None = None
+    probes: list[tuple[Layout, Prediction]] = field(default_factory=list)
+    csv: Path | None = None
+    notes: list[str] = field(default_factory=list)
+    text: str = ""
+
+    def payload(self) -> dict[str, Any]:
+        """The round as JSON-ready values."""
+        out: dict[str, Any] = {"notes": self.notes}
+        if self.result is not None:
+            out["calibration"] = dict(self.result.calibration.factors)
+            out["measured"] = [
+                {"layout": lay.as_dict(), "status": run.status, "step_time_s": run.step_time_s}
+                for lay, run in self.measured
+            ]
+        if self.final is not None and self.final_pick is not None:
+            out["pick"] = {
+                "layout": self.final[0].as_dict(),
+                "measured": self.final_pick.measured,
+                "reason": self.final_pick.reason,
+                "predicted_step_time_s": self.final[1].step_time_s * self.final_pick.level,
+            }
+        if self.probes:
+            out["probes"] = [
+                {"layout": lay.as_dict(), "predicted_step_time_s": p.step_time_s}
+                for lay, p in self.probes
+            ]
+            out["probes_csv"] = str(self.csv)
+        return out
+
+
+def _job_problems(job: Job, specs: Specs) -> list[str]:
+    """How one measured row differs from the job (empty: it is the job)."""
+    model, cluster, train, _ = specs
+    problems = []
+    same_model = dataclasses.replace(model, name=job.model.name) == job.model
+    if not same_model:
+        problems.append(f"model {model.name!r} is not {job.model.name!r}")
+    if cluster.name != job.cluster.name or cluster.num_devices != job.cluster.num_devices:
+        problems.append(
+            f"cluster {cluster.name} x {cluster.num_devices} is not {job.cluster.name} x "
+            f"{job.cluster.num_devices}"
+        )
+    for key in ("seq_len", "global_batch_size"):
+        if getattr(train, key) != getattr(job.train, key):
+            problems.append(f"{key} {getattr(train, key)} is not {getattr(job.train, key)}")
+    return problems
+
+
+def _measured(job: Job, path: str) -> tuple[list[tuple[Layout, Run]], list[str]]:
+    """The rows of ``path`` as (layout, run); rows of another job are refused, naming them."""
+    table = dataset.load_measurements(Path(path))
+    names = row_names(table.assign(source=Path(path).stem))
+    specs = dataset.table_specs(table)
+    wrong: dict[str, list[str]] = {}
+    for name, spec in zip(names, specs, strict=True):
+        for problem in _job_problems(job, spec):
+            wrong.setdefault(problem, []).append(name)
+    if wrong:
+        parts = "; ".join(f"{problem}: {span_text(rows)}" for problem, rows in wrong.items())
+        raise UserError(f"{path}: rows of another job than this search's: {parts}")
+    status = table["status"].astype(str).tolist()
+    times = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)
+    memory = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
+    measured, notes = [], []
+    for i, spec in enumerate(specs):
+        if status[i] not in ("ok", "oom") or spec[3].violations(*spec[:3]):
+            notes.append(
+                f"{names[i]} left out (status {status[i]} or a layout that breaks a rule)"
+            )
+            continue
+        run = Run(
+            specs=(job.model, job.cluster, job.train, spec[3]),
+            status=status[i],
+            step_time_s=float(times[i]) if status[i] == "ok" else math.nan,
+            peak_memory_gib=float(memory[i]),
+            group="probes",
+            label=names[i],
+        )
+        measured.append((spec[3], run))
+    if not measured:
+        raise UserError(f"{path}: no row with status ok or oom to calibrate on")
+    return measured, notes
+
+
+def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: str) -> pd.DataFrame:
+    """The probes as measurement rows (schema v1) with the columns to fill left empty."""
+    rows = []
+    for rank, (layout, prediction) in enumerate(probes, start=1):
+        fields = layout.as_dict()
+        if fields["layer_split"] is not None:
+            fields["layer_split"] = "/".join(map(str, fields["layer_split"]))
+        rows.append(
+            {
+                "scenario": name,
+                "model": job.model.name,
+                **{key: getattr(job.model, key) for key in MODEL_FIELDS},
+                "cluster": job.cluster.name,
+                "devices_per_node": job.cluster.devices_per_node,
+                "device_memory_gib": job.cluster.device.memory_gib,
+                "num_devices": job.cluster.num_devices,
+                "seq_len": job.train.seq_len,
+                "global_batch_size": job.train.global_batch_size,
+                **fields,
+                "framework": job.train.framework.name,
+                "precision": job.train.precision,
+                "flash_attention": job.train.flash_attention,
+                **dict.fromkeys(_FILL, ""),
+                "predictor": f"{job.simulator.name} probe {rank}",
+                "predicted_step_time_s": round(prediction.step_time_s, 6),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def probe_round(
+    config: AutotuneConfig, job: Job, ranked: Sequence[tuple[Layout, Prediction]]
+) -> ProbeRound:
+    """Feed ``measured=`` back (calibrate, re-rank, pick) and choose ``probes=`` K layouts.
+
+    Args:
+        config: the search's config (``probes``, ``measured``, ``probes_out``, ``calibrate``).
+        job: the job, its simulator a :class:`CalibratedSimulator` (calibration and margin).
+        ranked: every layout the search priced, best first, with its prediction.
+    """
+    assert isinstance(job.simulator, CalibratedSimulator)
+    settings = fit_settings(config.calibrate, bootstrap=False)
+    simulator: CalibratedSimulator = job.simulator
+    round_ = ProbeRound()
+    candidates = [lay for lay, _ in ranked]
+    predictions = [pred for _, pred in ranked]
+    lines: list[str] = []
+    if config.measured:
+        round_.measured, round_.notes = _measured(job, config.measured)
+        result = fit(
+            simulator.base, [run for _, run in round_.measured], settings, simulator.calibration
+        )
+        round_.result = result
+        round_.notes += result.notes
+        margin = result.calibration.memory_margin
+        simulator = CalibratedSimulator(
+            simulator.base,
+            result.calibration,
+            simulator.memory_margin if margin is None else margin,
+        )
+        known = {lay: i for i, lay in enumerate(candidates)}
+        for lay, _ in round_.measured:
+            if lay not in known:
+                known[lay] = len(candidates)
+                candidates.append(lay)
+        predictions = [
+            simulator.simulate(job.model, job.cluster, job.train, lay) for lay in candidates
+        ]
+        probes = [known[lay] for lay, _ in round_.measured]
+        measured_s = [run.step_time_s if run.ran else math.nan for _, run in round_.measured]
+        chosen = pick(
+            [p.step_time_s for p in predictions],
+            [p.fits for p in predictions],
+            probes,
+            measured_s,
+            settings.time_noise,
+        )
+        round_.final_pick = chosen
+        round_.final = (candidates[chosen.index], predictions[chosen.index])
+        round_.ranked = sorted(
+            zip(candidates, predictions, strict=True),
+            key=lambda item: (not item[1].fits, item[1].step_time_s),
+        )
+        lines += _fed_back_text(config, job, round_, chosen)
+    if config.probes > 0:
+        done = {lay for lay, _ in round_.measured}
+        open_ = [i for i, lay in enumerate(candidates) if lay not in done]
+        center = simulator.calibration
+        chosen_probes = choose_probes(
+            simulator.base,
+            [(job.model, job.cluster, job.train, candidates[i]) for i in open_],
+            [predictions[i].step_time_s for i in open_],
+            [predictions[i].fits for i in open_],
+            config.probes,
+            settings,
+            config.calibrate.probe_pool,
+            center,
+        )
+        round_.probes = [(candidates[open_[j]], predictions[open_[j]]) for j in chosen_probes]
+        round_.csv = Path(config.probes_out)
+        name = f"{job.model.name} on {job.cluster.num_devices} x {job.cluster.name}"
+        write_csv(_probe_frame(job, round_.probes, name), round_.csv)
+        lines += _probes_text(job, round_)
+    round_.text = "\n".join(lines)
+    return round_
+
+
+def _factor_line(result: FitResult) -> str:
+    factors = result.calibration.factors
+    return ", ".join(f"{name} {factors[name]:.3g}" for name in FACTORS)
+
+
+def _fed_back_text(
+    config: AutotuneConfig, job: Job, round_: ProbeRound, chosen: Pick
+) -> list[str]:
+    assert round_.result is not None and round_.final is not None
+    ran = [run for _, run in round_.measured if run.ran]
+    lines = [
+        "",
+        f"Measured probes ({config.measured}): {len(round_.measured)} row(s), {len(ran)} ran, "
+        f"{len(round_.measured) - len(ran)} ran out of memory",
+        *textwrap.wrap(
+            f"calibrated: {_factor_line(round_.result)}",
+            width=_WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        ),
+    ]
+    if not ran:
+        lines.append(
+            "  every probe ran out of memory: the memory model was tightened (memory factor "
+            f"{round_.result.calibration.factors['memory_factor']:.3g}) and the pick is the "
+            "best layout it predicts to fit"
+        )
+    level = chosen.level
+    probed = {lay for lay, _ in round_.measured}
+    shown = [
+        (lay, dataclasses.replace(p, step_time_s=p.step_time_s * level))
+        for lay, p in round_.ranked
+        if lay not in probed
+    ]
+    lines += [
+        f"  measured {lay.describe()}: "
+        + (f"{run.step_time_s:.3f} s" if run.ran else "out of memory")
+        for lay, run in round_.measured
+    ]
+    lines += [
+        f"Unmeasured layouts re-ranked with the calibration (x{level:.3f}: this job's measured"
+        " / predicted level):",
+        layout_table(shown[: config.search.top_k]),
+        f"Pick: {round_.final[0].describe()} ({chosen.reason})",
+        launch_text(job.model, job.cluster, job.train, round_.final[0]),
+    ]
+    for note in round_.notes:
+        lines += textwrap.wrap(
+            f"note: {note}", width=_WIDTH, initial_indent="  ", subsequent_indent="    "
+        )
+    return lines
+
+
+def _probes_text(job: Job, round_: ProbeRound) -> list[str]:
+    level = round_.final_pick.level if round_.final_pick is not None else 1.0
+    shown = [
+        (lay, dataclasses.replace(p, step_time_s=p.step_time_s * level))
+        for lay, p in round_.probes
+    ]
+    lines = [
+        "",
+        f"{len(round_.probes)} layout(s) to measure (likely good, spread over where their "
+        "predicted breakdowns differ):",
+        layout_table(shown),
+    ]
+    for rank, (layout, _) in enumerate(round_.probes, start=1):
+        lines += [
+            f"Probe {rank}: {layout.describe()}",
+            launch_text(job.model, job.cluster, job.train, layout),
+        ]
+    lines += textwrap.wrap(
+        f"Fill in status (ok or oom), step_time_s and peak_memory_gib of {round_.csv}, then run "
+        f"the same command with measured={round_.csv}",
+        width=_WIDTH,
+    )
+    return lines
+
+
+def record_round(config: AutotuneConfig, job: Job, round_: ProbeRound) -> None:
+    """One MLflow run per round: the probes, the measurements, the calibration, the pick."""
+    from autotune.tracking import TrackedRun
+    from autotune.tracking import record
+
+    def fill(run: TrackedRun) -> None:
+        run.params(
+            {
+                "model": job.model.name,
+                "cluster": job.cluster.name,
+                "devices": job.cluster.num_devices,
+                "simulator": job.simulator.name,
+                "probes": config.probes,
+                "measured": config.measured or "none",
+                "calibration": config.calibration or "none",
+            }
+        )
+        if round_.result is not None:
+            run.metrics({f"factor.{k}": v for k, v in round_.result.calibration.factors.items()})
+            run.metrics({"measured_rows": len(round_.measured)})
+        if round_.final is not None and round_.final_pick is not None:
+            run.metrics(
+                {
+                    "pick_predicted_step_time_s": round_.final[1].step_time_s
+                    * round_.final_pick.level,
+                    "pick_measured": float(round_.final_pick.measured),
+                }
+            )
+            run.tags({"pick": round_.final[0].describe()})
+        if round_.probes:
+            run.table("probes.csv", _probe_frame(job, round_.probes, "probes"))
+        run.text("round.txt", round_.text)
+
+    recorded = record(
+        config.tracking,
+        f"probe round: {job.model.name} on {job.cluster.num_devices} x {job.cluster.name}",
+        fill,
+        tags={"autotune.command": "search", "autotune.protocol": "probe_round"},
+    )
+    if recorded.problem:
+        log.warning(f"warning: the probe round was not recorded in MLflow: {recorded.problem}")

@@ -1,0 +1,128 @@
+"""Several processes on one study: ``search.workers`` local workers, or one command per host.
+
+Every worker opens the same storage and study and runs Optuna's sampler on it, with its own
+seed (``search.seed + k``), until the study holds the target number of complete trials; the
+first worker (this process) then spends the polish. Optuna's storages hand each trial to one
+process (a RUNNING trial is never popped twice), so no trial is lost or run twice: a worker
+stopped in the middle of a trial leaves it to the heartbeat (RDB storages) or to the requeue
+of dead local processes (:func:`autotune.search._study.open_study`).
+
+Workers are started with the ``spawn`` method: the parent holds an RDB storage's heartbeat
+thread and database connections, which a forked child must not inherit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.config import AutotuneConfig
+from autotune.config import SearchConfig
+from autotune.config import fixed_layout_values
+from autotune.search._price import Evaluator
+from autotune.search._space import build_space
+from autotune.search._study import StopFlag
+from autotune.search._study import open_study
+from autotune.search._study import optimize
+from catalog import Job
+
+__all__ = ["StudyPlace", "in_memory_copy", "shared_study", "start_workers", "stop_workers"]
+
+log = logging.getLogger("autotune")
+
+
+@dataclass(frozen=True, slots=True)
+class StudyPlace:
+    """Where the workers find the study: a storage URL and the study's name and binding."""
+
+    url: str
+    study_name: str
+    sampler: str
+    fingerprint: dict[str, Any]
+
+
+@contextlib.contextmanager
+def shared_study(url: str | None) -> Iterator[str]:
+    """``url``, or when the search has no storage, a journal file that lives as long as the
+    search (Optuna's JournalStorage: safe for several local processes)."""
+    if url is not None:
+        yield url
+        return
+    with tempfile.TemporaryDirectory(prefix="autotune-study-") as folder:
+        yield f"journal:{Path(folder) / 'study.log'}"
+
+
+def start_workers(
+    config: AutotuneConfig, job: Job, place: StudyPlace, count: int, target: int
+) -> list[multiprocessing.process.BaseProcess]:
+    """Start ``count`` worker processes that sample the study until it holds ``target``
+    complete trials."""
+    context = multiprocessing.get_context("spawn")
+    processes: list[multiprocessing.process.BaseProcess] = [
+        context.Process(
+            target=_work,
+            args=(
+                config.search,
+                fixed_layout_values(config.parallel),
+                job,
+                place,
+                config.search.seed + k,
+                target,
+            ),
+            name=f"autotune-worker-{k}",
+            daemon=True,
+        )
+        for k in range(1, count + 1)
+    ]
+    for process in processes:
+        process.start()
+    return processes
+
+
+def stop_workers(processes: list[multiprocessing.process.BaseProcess], stopped: bool) -> None:
+    """Wait for the workers; when the search was stopped, ask them to stop after their trial
+    in flight (SIGTERM). A worker that failed is named; its trial is requeued on resume."""
+    for process in processes:
+        if stopped and process.is_alive() and process.pid is not None:
+            os.kill(process.pid, signal.SIGTERM)
+    for process in processes:
+        process.join()
+        if process.exitcode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
+            log.warning(f"  {process.name} ended with exit code {process.exitcode}")
+
+
+def _work(
+    search: SearchConfig,
+    fixed: dict[str, Any],
+    job: Job,
+    place: StudyPlace,
+    seed: int,
+    target: int,
+) -> None:
+    """One worker: the same space, the same study, its own sampler seed; no polish."""
+    stop = StopFlag()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda sig, _: stop.set(sig))
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    space = build_space(job.model, job.cluster, job.train, search, fixed)
+    study = open_study(place.url, place.study_name, place.sampler, seed, place.fingerprint)
+    optimize(study, space, Evaluator(job), n_trials=target, polish_fraction=0.0, stop=stop)
+
+
+def in_memory_copy(study: optuna.Study) -> optuna.Study:
+    """``study`` copied into memory (its temporary journal file is about to be removed)."""
+    copy = optuna.create_study(directions=study.directions, study_name=study.study_name)
+    copy.add_trials(study.get_trials(deepcopy=False))
+    for key, value in study.user_attrs.items():
+        copy.set_user_attr(key, value)
+    return copy

@@ -1,0 +1,512 @@
+"""Every bad input, in every command, ends as one ``error:`` line with exit status 2.
+
+Each case runs the command's ``main`` in this process (fast) from an empty folder, with MLflow
+pointed into it, and asserts what a user sees: exit status 2, exactly one line that starts with
+``error: `` (a layout that breaks several rules lists them below it), the words that say what
+is wrong, no traceback, and nothing written (so no MLflow run, RUNNING or otherwise). A few
+cases run as real processes to prove the exit status and the single line on stderr.
+
+The cases are grouped by where the value enters: Hydra's own refusals (``catalog.compose``),
+the specs' ``__post_init__`` (model, cluster, train, layout), the simulators' and frameworks'
+constants, and each command's ``check()`` (search, tracking, benchmark, profile, paths).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.dataset_tests._tables import write
+
+REPO = Path(__file__).resolve().parents[2]
+MAINS = {
+    "search": "autotune.__main__",
+    "simulate": "autotune.simulate",
+    "benchmark": "autotune.benchmark.__main__",
+    "profile": "autotune.profile",
+}
+SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1")
+DATA = "{data}"  # replaced by the path of a small valid measurement file
+
+# (command, overrides, words the error must contain)
+HYDRA = [
+    ("simulate", ["model.layerz=3"], "Key 'layerz' not in 'ModelConfig'"),
+    ("simulate", ["+model.layerz=3"], "unknown key(s) model.layerz (allowed: "),
+    ("simulate", ["++model.layerz=3"], "unknown key(s) model.layerz"),
+    ("simulate", ["cluster.device.hbm=3"], "Key 'hbm' not in"),
+    ("simulate", ["parallel.tpp=2"], "Key 'tpp' not in"),
+    ("simulate", ["model=schema"], "unknown model 'schema'; available: "),
+    ("simulate", ["model=nope"], "unknown model 'nope'; available: "),
+    ("simulate", ["model="], "unknown model ''"),
+    ("simulate", ["model=../job"], "unknown model '../job'; available: "),
+    ("simulate", ["cluster=../model/llama2_7b"], "unknown cluster '../model/llama2_7b'"),
+    ("simulate", ["simulator=../model/llama2_7b"], "unknown simulator '../model/llama2_7b'"),
+    ("simulate", ["cluster=nope"], "unknown cluster 'nope'; available: a100"),
+    ("simulate", ["train=nope"], "unknown train 'nope'; available: default"),
+    ("simulate", ["simulator=nope"], "unknown simulator 'nope'; available: analytical"),
+    ("simulate", ["model.num_layers=abc"], "model.num_layers=abc"),
+    ("simulate", ["model.num_layers=1.5"], "could not be converted to Integer"),
+    ("simulate", ["model.num_layers=true"], "could not be converted to Integer"),
+    ("simulate", ["model.num_layers=null"], "is not Optional"),
+    ("simulate", ["model.name=null"], "is not Optional"),
+    ("simulate", ["cluster.num_nodes=1e9"], "cluster.num_nodes=1e9"),
+    ("simulate", ["cluster.num_nodes="], "cluster.num_nodes="),
+    ("simulate", ["cluster.device.memory_gib=lots"], "memory_gib=lots"),
+    ("simulate", ["train.flash_attention=maybe"], "is not a valid bool"),
+    ("simulate", ["parallel.tp=abc"], "parallel.tp=abc"),
+    ("simulate", ["parallel.layer_split=5"], "is not a ListConfig"),
+    ("simulate", ["parallel.layer_split=[1,2,a]"], "could not be converted to Integer"),
+    ("simulate", ["parallel.sequence_parallel=maybe"], "is not a valid bool"),
+    ("simulate", ["parallel.tp=["], "cannot parse the override 'parallel.tp=['"),
+    ("simulate", ["parallel.tp='"], "cannot parse the override"),
+    ("simulate", ["model==x"], "cannot parse the override 'model==x'"),
+    ("simulate", ["model"], "cannot parse the override 'model': missing EQUAL"),
+    ("simulate", ["=3"], "Config group override must be a string"),
+    ("simulate", ["~model"], "missing mandatory value"),
+    ("simulate", ["--verbose"], "unknown option '--verbose'"),
+    ("simulate", ["model.num_layers=${nope}"], "nope"),
+    ("search", ["search.seed=abc"], "search.seed=abc"),
+    ("search", ["search.seed=1.5"], "could not be converted to Integer"),
+    ("search", ["search.micro_batch=5"], "is not a ListConfig"),
+    ("search", ["search.distributed_optimizer=[maybe]"], "is not a valid bool"),
+    ("search", ["tracking.enabled=maybe"], "is not a valid bool"),
+    ("search", ["search.samplr=tpe"], "Key 'samplr' not in 'SearchConfig'"),
+    ("benchmark", ["top_k=abc"], "top_k=abc"),
+    ("benchmark", ["peers=maybe"], "is not a valid bool"),
+    ("benchmark", ["simulator@analytical=nope"], "unknown simulator 'nope'"),
+    ("benchmark", ["analytical=nope"], "Cannot assign str to Dict"),
+    ("benchmark", ["+nope=1"], "nope"),
+    ("profile", ["repeats=abc"], "repeats=abc"),
+    ("profile", ["limit=abc"], "limit=abc"),
+    ("profile", ["model.layerz=3"], "Key 'layerz' not in 'ModelConfig'"),
+    ("profile", ["model=nope"], "unknown model 'nope'"),
+    ("profile", ["parallel.tp=abc"], "parallel.tp=abc"),
+    ("profile", ["-x"], "unknown option '-x'"),
+]
+MODEL = [
+    ("simulate", ["model.num_layers=0"], "num_layers=0 must be > 0"),
+    ("simulate", ["model.num_layers=-3"], "num_layers=-3 must be > 0"),
+    ("simulate", ["model.num_layers=1000000000"], "num_layers=1000000000 must be <= 10,000"),
+    ("simulate", ["model.hidden_size=0"], "hidden_size=0 must be > 0"),
+    ("simulate", ["model.hidden_size=4097"], "heads=32 must divide hidden_size=4097"),
+    ("simulate", ["model.hidden_size=2000000"], "hidden_size=2000000 must be <= 1,048,576"),
+    ("simulate", ["model.ffn_hidden_size=0"], "ffn_hidden_size=0 must be > 0"),
+    ("simulate", ["model.ffn_hidden_size=-1"], "ffn_hidden_size=-1 must be >= 0"),
+    ("simulate", ["model.num_attention_heads=0"], "num_attention_heads=0 must be > 0"),
+    ("simulate", ["model.num_attention_heads=30"], "num_attention_heads=30 must divide"),
+    ("simulate", ["model.num_kv_heads=0"], "num_kv_heads=0 must be > 0"),
+    ("simulate", ["model.num_kv_heads=3"], "num_kv_heads=3 must divide num_attention_heads=32"),
+    ("simulate", ["model.num_kv_heads=64"], "num_kv_heads=64 must divide"),
+    ("simulate", ["model.head_dim=0"], "head_dim=0 must be > 0"),
+    ("simulate", ["model.vocab_size=0"], "vocab_size=0 must be > 0"),
+    ("simulate", ["model.vocab_size=100000000"], "vocab_size=100000000 must be <= 10,000,000"),
+    ("simulate", ["model.num_experts=-1"], "num_experts=-1 must be >= 0"),
+    ("simulate", ["model.moe_top_k=-1"], "moe_top_k=-1 must be >= 0"),
+    ("simulate", ["model.moe_top_k=2"], "moe_top_k=2 must be 0 with num_experts=0"),
+    ("simulate", ["model.expert_ffn_hidden_size=512"], "expert_ffn_hidden_size=512 must be 0"),
+    ("simulate", ["model.first_dense_layers=2"], "first_dense_layers=2 must be 0"),
+    ("simulate", ["model.first_dense_layers=-1"], "first_dense_layers=-1 must be >= 0"),
+    ("simulate", ["model.num_experts=8"], "moe_top_k=0, expert_ffn_hidden_size=0 must be > 0"),
+    (
+        "simulate",
+        ["model.num_experts=8", "model.moe_top_k=9", "model.expert_ffn_hidden_size=512"],
+        "moe_top_k=9 exceeds num_experts=8",
+    ),
+    ("simulate", ["model=mixtral_8x7b", "model.moe_top_k=0"], "moe_top_k=0"),
+    ("simulate", ["model=mixtral_8x7b", "model.moe_top_k=9"], "moe_top_k=9 exceeds num_experts=8"),
+    ("simulate", ["model=mixtral_8x7b", "model.num_experts=2000000"], "must be <= 1,048,576"),
+    (
+        "simulate",
+        ["model=deepseek_v2_lite", "model.first_dense_layers=100"],
+        "first_dense_layers=100 exceeds num_layers",
+    ),
+    ("simulate", ["model.activation=relu"], "activation='relu' is not one of swiglu, gelu"),
+    ("simulate", ["model.norm=batchnorm"], "norm='batchnorm' is not one of rmsnorm, layernorm"),
+    ("simulate", ["model.attention=linear"], "attention='linear' is not one of gqa, mla"),
+    ("simulate", ["model.attention=mla"], "kv_lora_rank=0, qk_nope_head_dim=0"),
+    ("simulate", ["model.q_lora_rank=64"], "q_lora_rank=64 must be 0 with attention='gqa'"),
+    ("simulate", ["model.v_head_dim=-1"], "v_head_dim=-1 must be >= 0"),
+    ("simulate", ["model.name="], "name='' must be a non-empty text"),
+    ("search", ["model.num_layers=20000"], "num_layers=20000 must be <= 10,000"),
+    ("profile", ["model.hidden_size=-4096"], "hidden_size=-4096 must be > 0"),
+]
+CLUSTER = [
+    ("simulate", ["cluster.num_nodes=0"], "num_nodes=0 must be > 0"),
+    ("simulate", ["cluster.num_nodes=-2"], "num_nodes=-2 must be > 0"),
+    ("simulate", ["cluster.num_nodes=1000000000"], "8,000,000,000 devices; at most 1,048,576"),
+    ("search", ["cluster.num_nodes=1000000000"], "8,000,000,000 devices; at most 1,048,576"),
+    ("simulate", ["cluster.devices_per_node=0"], "devices_per_node=0 must be > 0"),
+    ("simulate", ["cluster.devices_per_node=2000000"], "2,000,000 devices; at most"),
+    ("simulate", ["cluster.name="], "name='' must be a non-empty text"),
+    ("simulate", ["cluster.default_framework=nope"], "unknown framework 'nope'"),
+    ("simulate", ["cluster.device.memory_gib=inf"], "memory_gib=inf must be <= 100,000"),
+    ("simulate", ["cluster.device.memory_gib=nan"], "memory_gib=nan must be > 0"),
+    ("simulate", ["cluster.device.memory_gib=0"], "memory_gib=0.0 must be > 0"),
+    ("simulate", ["cluster.device.memory_gib=-64"], "memory_gib=-64.0 must be > 0"),
+    ("simulate", ["cluster.device.memory_gib=1e308"], "memory_gib=1e+308 must be <= 100,000"),
+    ("simulate", ["cluster.device.memory_gbps=inf"], "memory_gbps=inf must be <= 1,000,000"),
+    ("simulate", ["cluster.device.memory_gbps=0"], "memory_gbps=0.0 must be > 0"),
+    ("simulate", ["cluster.device.bf16_tflops=inf"], "bf16_tflops=inf must be <= 1,000,000"),
+    ("simulate", ["cluster.device.bf16_tflops=-1"], "bf16_tflops=-1.0 must be >= 0"),
+    ("simulate", ["cluster.device.fp16_tflops=nan"], "fp16_tflops=nan must be > 0"),
+    ("simulate", ["cluster.device.fp16_tflops=0"], "fp16_tflops=0.0 must be > 0"),
+    ("simulate", ["cluster.device.fp32_tflops=-inf"], "fp32_tflops=-inf must be > 0"),
+    ("simulate", ["cluster.device.fp8_tflops=-1"], "fp8_tflops=-1.0 must be >= 0"),
+    ("simulate", ["cluster.device.fp8_weight_copies=-1"], "fp8_weight_copies=-1 must be >= 0"),
+    ("simulate", ["cluster.device.fp8_weight_copies=7"], "fp8_weight_copies=7 must be <= 2"),
+    ("simulate", ["cluster.device.matmul_efficiency=5"], "matmul_efficiency=5.0 must be in (0"),
+    ("simulate", ["cluster.device.matmul_efficiency=0"], "matmul_efficiency=0.0 must be in (0"),
+    ("simulate", ["cluster.device.matmul_efficiency=nan"], "matmul_efficiency=nan must be in"),
+    ("simulate", ["cluster.device.memory_efficiency=1.5"], "memory_efficiency=1.5 must be in"),
+    ("simulate", ["cluster.device.memory_efficiency=-0.4"], "memory_efficiency=-0.4 must be in"),
+    ("simulate", ["cluster.device.name="], "name='' must be a non-empty text"),
+    ("simulate", ["cluster.intra_node.bandwidth_gbps=inf"], "bandwidth_gbps=inf must be <="),
+    ("simulate", ["cluster.intra_node.bandwidth_gbps=0"], "bandwidth_gbps=0.0 must be > 0"),
+    ("simulate", ["cluster.inter_node.bandwidth_gbps=-25"], "bandwidth_gbps=-25.0 must be > 0"),
+    ("simulate", ["cluster.intra_node.efficiency=2"], "efficiency=2.0 must be in (0, 1]"),
+    ("simulate", ["cluster.inter_node.efficiency=0"], "efficiency=0.0 must be in (0, 1]"),
+    ("simulate", ["cluster.inter_node.latency_us=nan"], "latency_us=nan must be >= 0"),
+    ("simulate", ["cluster.inter_node.latency_us=-1"], "latency_us=-1.0 must be >= 0"),
+    ("simulate", ["cluster.inter_node.latency_us=1e30"], "latency_us=1e+30 must be <="),
+    ("simulate", ["cluster.intra_node.peer_link_gbps=inf"], "peer_link_gbps=inf must be <="),
+    ("simulate", ["cluster.intra_node.peer_link_gbps=0"], "peer_link_gbps=0.0 must be > 0"),
+    ("simulate", ["cluster.intra_node.mesh_size=-1"], "mesh_size=-1 must be >= 0"),
+    ("simulate", ["cluster.intra_node.cross_mesh_gbps=-1"], "cross_mesh_gbps=-1.0 must be >= 0"),
+    ("simulate", ["cluster.intra_node.topology=ring"], "topology='ring' is not one of switch"),
+    ("benchmark", ["data=vtrain", "hardware=[nope]"], "hardware 'nope' not in the data"),
+]
+TRAIN = [
+    ("simulate", ["train.seq_len=0"], "seq_len=0 must be > 0"),
+    ("simulate", ["train.seq_len=1000000000"], "seq_len=1000000000 must be <= 100,000,000"),
+    ("simulate", ["train.global_batch_size=-4"], "global_batch_size=-4 must be > 0"),
+    ("simulate", ["train.global_batch_size=0"], "global_batch_size=0 must be > 0"),
+    (
+        "simulate",
+        ["train.global_batch_size=1000000000000000000000"],
+        "global_batch_size=1000000000000000000000 must be <= 100,000,000",
+    ),
+    ("simulate", ["train.precision=int4"], "precision='int4' is not one of bf16"),
+    ("simulate", ["train.precision=fp8"], "framework 'mindspeed' has none"),
+    (
+        "simulate",
+        ["train.precision=fp8", "cluster=a100", "train.framework=megatron_core"],
+        "which has no FP8 tensor cores",
+    ),
+    ("simulate", ["train.optimizer=sgd"], "optimizer='sgd' is not one of adam"),
+    ("simulate", ["train.framework=nope"], "unknown framework 'nope'; available: "),
+    ("simulate", ["train.framework="], "unknown framework ''"),
+    ("simulate", ["train.framework=../job"], "unknown framework '../job'"),
+    ("search", ["train.seq_len=-1"], "seq_len=-1 must be > 0"),
+]
+LAYOUT = [
+    ("simulate", ["parallel.tp=0"], "layout: tp=0 must be > 0"),
+    ("simulate", ["parallel.tp=-1"], "layout: tp=-1 must be > 0"),
+    ("simulate", ["parallel.tp=3"], "tp=3 does not divide num_attention_heads=32"),
+    ("simulate", ["parallel.tp=2000000"], "tp=2000000 must be <= 1,048,576"),
+    ("simulate", ["parallel.pp=0"], "layout: pp=0 must be > 0"),
+    ("simulate", ["parallel.pp=7", "train.framework=megatron_lm"], "pp=7 does not divide"),
+    ("simulate", ["parallel.cp=0"], "layout: cp=0 must be > 0"),
+    ("simulate", ["parallel.ep=0"], "layout: ep=0 must be > 0"),
+    ("simulate", ["parallel.ep=3"], "is invalid"),
+    ("simulate", ["parallel.vpp=0"], "layout: vpp=0 must be > 0"),
+    ("simulate", ["parallel.dp=0"], "layout: dp=0 must be > 0"),
+    ("simulate", ["parallel.dp=3"], "is invalid"),
+    ("simulate", ["parallel.micro_batch=0"], "micro_batch=0 must be > 0"),
+    ("simulate", ["parallel.micro_batch=1000000000"], "micro_batch=1000000000 must be <="),
+    ("simulate", ["parallel.recompute=half"], "recompute='half' is not one of none"),
+    ("simulate", ["parallel.recompute_layers=0"], "recompute_layers=0 must be > 0"),
+    ("simulate", ["parallel.layer_split=[]"], "has a stage with no layers"),
+    ("simulate", ["parallel.pp=2", "parallel.layer_split=[32,0]"], "has a stage with no layers"),
+    ("simulate", ["parallel.pp=2", "parallel.layer_split=[10,20]"], "sums to 30"),
+    ("search", ["parallel.tp=3"], "no valid layout"),
+    ("search", ["parallel.tp=0"], "layout: tp=0 must be > 0"),
+    ("profile", ["parallel.tp=3"], "tp=3 does not divide"),
+    ("profile", ["parallel.pp=0"], "layout: pp=0 must be > 0"),
+]
+CONSTANTS = [
+    ("simulate", ["simulator.kernel_overhead_us=-1"], "kernel_overhead_us=-1 must be a finite"),
+    ("simulate", ["simulator.kernel_overhead_us=nan"], "kernel_overhead_us=nan must be a finite"),
+    ("simulate", ["simulator.kernel_overhead_us=abc"], "overhead_us='abc' must be a number"),
+    ("simulate", ["simulator.host_op_overhead_us=inf"], "host_op_overhead_us=inf must be"),
+    ("simulate", ["simulator.attention_efficiency=5"], "attention_efficiency=5 must be in (0, 1]"),
+    ("simulate", ["simulator.attention_efficiency=0"], "attention_efficiency=0 must be in (0, 1]"),
+    ("simulate", ["simulator.attention_backward_factor=0"], "attention_backward_factor=0 must"),
+    ("simulate", ["simulator.reserved_memory_gib=-5"], "reserved_memory_gib=-5 must be a finite"),
+    ("simulate", ["simulator.reserved_memory_gib=1e300"], "reserved_memory_gib=1e+300 must be"),
+    ("simulate", ["simulator.kernels_per_layer_forward=1.5"], "must be an integer"),
+    ("simulate", ["simulator.kernels_per_layer_forward=true"], "must be an integer"),
+    ("simulate", ["simulator.cp_comm_overlap=maybe"], "cp_comm_overlap='maybe' must be true or"),
+    ("simulate", ["simulator.unfused_attention_bytes_per_score=5"], "must be a mapping"),
+    (
+        "simulate",
+        ["simulator.unfused_attention_bytes_per_score.saved=-1"],
+        "unfused_attention_bytes_per_score.saved=-1 must be a finite",
+    ),
+    ("simulate", ["simulator.unfused_attention_bytes_per_score.saved=x"], "must be a number"),
+    ("simulate", ["+simulator.kernel_overheads_us=4"], "unknown key(s) kernel_overheads_us"),
+    ("simulate", ["~simulator.kernel_overhead_us"], "missing key(s) kernel_overhead_us"),
+    ("simulate", ["simulator.name=nope"], "unknown simulator 'nope'"),
+    (
+        "simulate",
+        ["simulator=hierarchical", "simulator.schedule=zigzag"],
+        "schedule='zigzag' is not one of 1f1b, gpipe",
+    ),
+    (
+        "simulate",
+        ["simulator=hierarchical", "simulator.efficiency.attention=5"],
+        "efficiency.attention=5 must be in (0, 1]",
+    ),
+    (
+        "simulate",
+        ["simulator=hierarchical", "simulator.efficiency.matmul=nan"],
+        "efficiency.matmul=nan must be in (0, 1]",
+    ),
+    (
+        "simulate",
+        ["simulator=hierarchical", "simulator.efficiency.memory=-1"],
+        "efficiency.memory=-1 must be in (0, 1]",
+    ),
+    ("simulate", ["simulator=hierarchical", "simulator.efficiency=5"], "must be a mapping"),
+    (
+        "simulate",
+        ["simulator=hierarchical", "simulator.efficiency.foo=1"],
+        "Key 'foo' is not in struct",
+    ),
+    (
+        "simulate",
+        ["simulator=hierarchical", "simulator.optimizer_traffic_bytes_per_param=-5"],
+        "optimizer_traffic_bytes_per_param=-5 must be a finite",
+    ),
+    (
+        "simulate",
+        ["simulator=hierarchical", "simulator.op_costs=/nonexistent/costs.csv"],
+        "op cost table /nonexistent/costs.csv: no such file",
+    ),
+    (
+        "simulate",
+        ["simulator=hierarchical", "simulator.unfused_attention_dropout=7"],
+        "unfused_attention_dropout=7 must be true or false",
+    ),
+    ("benchmark", ["analytical.kernel_overhead_us=-1"], "kernel_overhead_us=-1 must be a finite"),
+    ("benchmark", ["analytical.attention_efficiency=5"], "attention_efficiency=5 must be in"),
+    (
+        "benchmark",
+        ["simulators=[hierarchical]", "hierarchical.efficiency.attention=5"],
+        "efficiency.attention=5 must be in (0, 1]",
+    ),
+    (
+        "benchmark",
+        ["simulators=[hierarchical]", "hierarchical.schedule=zigzag"],
+        "schedule='zigzag'",
+    ),
+]
+SEARCH = [
+    ("search", ["search.seed=-1"], "search.seed=-1 must be from 0 to 4,294,967,295"),
+    ("search", ["search.seed=1099511627776"], "search.seed=1099511627776 must be from 0"),
+    ("search", ["search.top_k=0"], "search.top_k=0 must be >= 1"),
+    ("search", ["search.top_k=-3"], "search.top_k=-3 must be >= 1"),
+    ("search", ["search.n_trials=0"], "search.n_trials=0 must be from 1 to 100,000"),
+    ("search", ["search.n_trials=100000000000"], "search.n_trials=100000000000 must be from 1"),
+    ("search", ["search.polish=2"], "search.polish=2.0 must be from 0 to below 1"),
+    ("search", ["search.polish=-0.5"], "search.polish=-0.5 must be from 0 to below 1"),
+    ("search", ["search.polish=nan"], "search.polish=nan must be from 0 to below 1"),
+    ("search", ["search.polish=1"], "search.polish=1.0 must be from 0 to below 1"),
+    ("search", ["search.grid_budget_s=nan"], "search.grid_budget_s=nan must be a finite"),
+    ("search", ["search.grid_budget_s=inf"], "search.grid_budget_s=inf must be a finite"),
+    ("search", ["search.grid_budget_s=0"], "search.grid_budget_s=0.0 must be a finite"),
+    ("search", ["search.max_tp=0"], "search.max_tp=0 must be from 1 to 1,048,576"),
+    ("search", ["search.max_cp=-1"], "search.max_cp=-1 must be from 1"),
+    ("search", ["search.max_vpp=0"], "search.max_vpp=0 must be from 1"),
+    ("search", ["search.micro_batch=[0]"], "search.micro_batch=0 must be from 1"),
+    ("search", ["search.micro_batch=[]"], "search.micro_batch=[] is empty"),
+    ("search", ["search.recompute=[bogus]"], "search.recompute: 'bogus' is not one of none"),
+    ("search", ["search.recompute=[]"], "search.recompute=[] is empty"),
+    ("search", ["search.distributed_optimizer=[]"], "search.distributed_optimizer=[] is empty"),
+    ("search", ["search.rerank_top=0"], "search.rerank_top=0 must be >= 1"),
+    ("search", ["search.rerank_top=-1"], "search.rerank_top=-1 must be >= 1"),
+    ("search", ["search.workers=0"], "search.workers=0 must be >= 1"),
+    ("search", ["search.study_name="], "search.study_name='' is empty"),
+    ("search", ["search.sampler=cmaes"], "available: auto, grid, tpe, gp, random, nsga2"),
+    ("search", ["search.sampler="], "unknown sampler ''"),
+    ("search", ["search.rerank=nope"], "unknown search.rerank simulator 'nope'"),
+    ("search", ["output=xml"], "unknown output 'xml'; allowed: table, json"),
+    ("simulate", ["output=yaml"], "unknown output 'yaml'"),
+    ("simulate", ["search.seed=-1"], "search.seed=-1 must be from 0"),
+]
+TRACKING = [
+    ("search", ["search.storage=notaurl"], "search.storage='notaurl' is not a storage URL"),
+    ("search", ["search.storage="], "search.storage='' is not a storage URL"),
+    ("search", ["search.storage=journal:/tmp"], "names a folder; give a file path"),
+    ("search", ["search.storage=sqlite:////proc/nope/x.db"], "cannot create /proc/nope"),
+    ("search", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
+    ("search", ["tracking.uri=file:"], "MLflow 3.13+ refuses a plain file store"),
+    ("search", ["tracking.uri="], "tracking.uri='' is empty"),
+    ("search", ["tracking.uri=sqlite:////proc/nope/m.db"], "cannot create /proc/nope"),
+    ("search", ["tracking.uri=sqlite:////tmp"], "names a folder; give a database file path"),
+    ("search", ["tracking.experiment="], "tracking.experiment='' is empty"),
+    ("benchmark", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
+    ("benchmark", ["tracking.experiment="], "tracking.experiment='' is empty"),
+]
+BENCHMARK = [
+    ("benchmark", ["top_k=0"], "top_k=0 must be >= 1"),
+    ("benchmark", ["top_k=-2"], "top_k=-2 must be >= 1"),
+    ("benchmark", ["bootstrap_samples=0"], "bootstrap_samples=0 must be from 1 to 1,000,000"),
+    ("benchmark", ["bootstrap_samples=-1"], "bootstrap_samples=-1 must be from 1"),
+    ("benchmark", ["bootstrap_samples=1000000000"], "bootstrap_samples=1000000000 must be"),
+    ("benchmark", ["oom_penalty_regret=nan"], "oom_penalty_regret=nan must be from 0 to 1"),
+    ("benchmark", ["oom_penalty_regret=inf"], "oom_penalty_regret=inf must be from 0 to 1"),
+    ("benchmark", ["oom_penalty_regret=-1"], "oom_penalty_regret=-1.0 must be from 0 to 1"),
+    ("benchmark", ["oom_penalty_regret=2"], "oom_penalty_regret=2.0 must be from 0 to 1"),
+    ("benchmark", ["seed=-1"], "seed=-1 must be from 0 to 4,294,967,295"),
+    ("benchmark", ["seed=1099511627776"], "seed=1099511627776 must be from 0"),
+    ("benchmark", ["heuristic.state_memory_fraction=2"], "state_memory_fraction=2.0 must be in"),
+    ("benchmark", ["heuristic.state_memory_fraction=0"], "state_memory_fraction=0.0 must be in"),
+    ("benchmark", ["heuristic.state_memory_fraction=nan"], "state_memory_fraction=nan must"),
+    ("benchmark", ["data="], "data='' is empty"),
+    ("benchmark", ["data=nope"], "unknown data 'nope'; expected public"),
+    ("benchmark", ["data=/nonexistent.csv"], "/nonexistent.csv: no such file"),
+    ("benchmark", ["simulators=[nope]"], "unknown simulator 'nope'; available: analytical"),
+    ("benchmark", ["simulators=5"], "unknown simulator '5'"),
+    ("benchmark", ["baselines=[nope]"], "unknown baseline(s) nope; allowed: random, heuristic"),
+    ("benchmark", [f"data={DATA}", "source=[nope]"], "source 'nope' not in the data"),
+    ("benchmark", [f"data={DATA}", "hardware=[h100]"], "hardware 'h100' not in the data"),
+    ("benchmark", ["output=xml"], "unknown output 'xml'"),
+]
+PROFILE = [
+    ("profile", ["repeats=0"], "repeats=0 must be from 1 to 1,000"),
+    ("profile", ["repeats=-1"], "repeats=-1 must be from 1 to 1,000"),
+    ("profile", ["repeats=1000000"], "repeats=1000000 must be from 1 to 1,000"),
+    ("profile", ["limit=0"], "limit=0 must be >= 1"),
+    ("profile", ["limit=-5"], "limit=-5 must be >= 1"),
+    ("profile", ["output=xml"], "unknown output 'xml'"),
+    ("profile", ["device=tpu"], "device='tpu' is not one of auto, cpu, cuda, npu"),
+    ("profile", ["cluster.num_nodes=0"], "num_nodes=0 must be > 0"),
+    ("profile", ["train.precision=int4"], "precision='int4'"),
+]
+PATHS = [
+    ("profile", ["out=/proc/nope/ops.csv"], "out='/proc/nope/ops.csv' cannot be written"),
+    ("profile", ["out=/tmp"], "out='/tmp' is a folder; give a file path"),
+    ("profile", ["out="], "out='' is empty; give a file path"),
+    ("profile", ["out=/etc/passwd/ops.csv"], "/etc/passwd is a file, not a folder"),
+    ("simulate", ["trace=/proc/nope/t.json"], "trace='/proc/nope/t.json' cannot be written"),
+    ("simulate", ["trace=/tmp"], "trace='/tmp' is a folder; give a file path"),
+    ("simulate", ["trace="], "trace='' is empty"),
+    ("simulate", ["trace=t.json"], "trace= needs a simulator with an event timeline"),
+    ("search", ["trace=/proc/nope/t.json"], "cannot be written"),
+    ("benchmark", ["report_dir=/proc/nope"], "report_dir='/proc/nope' cannot be written"),
+    ("benchmark", ["report_dir=/etc/passwd"], "report_dir='/etc/passwd' is a file"),
+    ("benchmark", ["report_dir=/etc/passwd/x"], "/etc/passwd is a file, not a folder"),
+    ("benchmark", ["report_dir="], "report_dir='' is empty; give a folder path"),
+]
+CASES = HYDRA + MODEL + CLUSTER + TRAIN + LAYOUT + CONSTANTS + SEARCH + TRACKING + BENCHMARK
+CASES += PROFILE + PATHS
+
+
+def _id(case: tuple[str, list[str], str]) -> str:
+    return f"{case[0]}:{' '.join(case[1])}"
+
+
+def test_the_cases_are_many_and_distinct() -> None:
+    assert len({_id(case) for case in CASES}) == len(CASES) >= 150
+    assert {command for command, *_ in CASES} == set(MAINS)
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write(tmp_path_factory.mktemp("data") / "runs.csv", {}, {"tp": 4, "dp": 2})
+
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run_main(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Run:
+    """Run a command's ``main`` from an empty folder; (status, stdout, stderr)."""
+    monkeypatch.delenv("AUTOTUNE_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    def run(command: str, *args: str) -> tuple[int, str, str]:
+        main = importlib.import_module(MAINS[command]).main
+        try:
+            status = main(list(args))
+        except SystemExit as exc:  # pragma: no cover - a failure is reported below
+            status = exc.code
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run
+
+
+def _arguments(command: str, args: list[str], data: Path, folder: Path) -> list[str]:
+    given = [a.replace(DATA, str(data)) for a in args]
+    base: list[str] = [] if command == "benchmark" else list(SMALL)
+    if command in ("search", "benchmark") and not any(a.startswith("tracking.") for a in args):
+        base.append(f"tracking.uri=sqlite:///{folder / 'mlruns' / 'mlflow.db'}")
+    return base + given
+
+
+def assert_one_clean_error(status: int, stderr: str, words: str) -> None:
+    assert status == 2, stderr
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, stderr
+    # Only the error line, or the broken rules of a layout listed below it.
+    assert all(line.startswith(("error: ", "  - ")) for line in lines), stderr
+    assert words in stderr, stderr
+
+
+@pytest.mark.parametrize(("command", "args", "words"), CASES, ids=[_id(c) for c in CASES])
+def test_bad_input_is_one_error_line_and_nothing_written(
+    run_main: Run, tmp_path: Path, data_file: Path, command: str, args: list[str], words: str
+) -> None:
+    status, out, err = run_main(command, *_arguments(command, args, data_file, tmp_path))
+    assert_one_clean_error(status, err, words)
+    assert out == ""
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written == []  # no report, table, trace, study or MLflow database
+
+
+def _process(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_DEBUG"}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("module", "args", "words"),
+    [
+        ("autotune", ["search.seed=-1"], "search.seed=-1 must be from 0"),
+        ("autotune.simulate", ["cluster.device.memory_gib=inf"], "memory_gib=inf must be <="),
+        ("autotune.simulate", ["model.layerz=3"], "Key 'layerz' not in 'ModelConfig'"),
+        ("autotune.simulate", ["parallel.tp=["], "cannot parse the override"),
+        ("autotune.benchmark", ["oom_penalty_regret=nan"], "oom_penalty_regret=nan must be"),
+        ("autotune.profile", ["repeats=0"], "repeats=0 must be from 1"),
+    ],
+)
+def test_a_real_process_prints_one_line_and_exits_2(
+    tmp_path: Path, module: str, args: list[str], words: str
+) -> None:
+    base = [] if module == "autotune.benchmark" else list(SMALL)
+    proc = _process(module, *base, *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error: ") and words in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing written, not even a folder

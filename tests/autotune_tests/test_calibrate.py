@@ -1,0 +1,209 @@
+"""Calibration: the fit on rows the simulator made itself, the command, and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import catalog
+import dataset
+from autotune.calibrate import FitSettings
+from autotune.calibrate import Run
+from autotune.calibrate import calibrated_job
+from autotune.calibrate import fit
+from autotune.calibrate._command import fit_settings
+from autotune.config import CalibrateConfig
+from autotune.config import load_config
+from simulators import UserError
+from simulators.calibration import Calibration
+from simulators.calibration import calibrated
+from tests.autotune_tests.test_cli import run
+from tests.dataset_tests._tables import write
+
+TRUTH = {
+    "matmul_efficiency": 0.7,
+    "memory_efficiency": 0.8,
+    "host_overhead": 1.6,
+    "memory_factor": 1.08,
+    "memory_constant_gib": 3.0,
+}
+
+
+def _settings() -> FitSettings:
+    settings = fit_settings(load_config(CalibrateConfig, ["data=x", "name=y"]).calibrate)
+    return FitSettings(**{**_fields(settings), "bootstrap_samples": 0})
+
+
+def _fields(settings: FitSettings) -> dict[str, object]:
+    return {k: getattr(settings, k) for k in settings.__dataclass_fields__}
+
+
+@pytest.fixture(scope="module")
+def synthetic() -> list[Run]:
+    """Rows priced by the analytical simulator itself with perturbed constants."""
+    table = dataset.load_public(["vtrain", "simumax"])
+    specs = dataset.table_specs(table)
+    picked = np.random.default_rng(0).choice(len(specs), 48, replace=False)
+    truth = calibrated(
+        catalog.load_simulator("analytical"), Calibration(simulator="analytical", factors=TRUTH)
+    )
+    runs = []
+    for i in picked:
+        p = truth.simulate(*specs[i])
+        runs.append(
+            Run(
+                specs=specs[i],
+                status="ok",
+                step_time_s=p.step_time_s,
+                peak_memory_gib=p.memory_gib,
+                group=str(table["scenario"][i]),
+            )
+        )
+    return runs
+
+
+@pytest.mark.slow
+def test_the_fit_recovers_known_factors(synthetic: list[Run]) -> None:
+    result = fit(catalog.load_simulator("analytical"), synthetic, _settings())
+    factors = result.calibration.factors
+    for name in ("matmul_efficiency", "memory_efficiency", "host_overhead", "memory_factor"):
+        assert factors[name] == pytest.approx(TRUTH[name], rel=0.05), name
+    assert factors["memory_constant_gib"] == pytest.approx(3.0, abs=0.1)
+    assert result.rms_after < 0.03 < 0.2 < result.rms_before
+    assert result.calibration.memory_margin == pytest.approx(0.0, abs=0.01)
+
+
+def test_one_row_moves_the_factors_a_little(synthetic: list[Run]) -> None:
+    settings = _settings()
+    result = fit(catalog.load_simulator("analytical"), synthetic[:1], settings)
+    assert result.rms_after > 0.4 * result.rms_before  # the prior holds: the row stays off
+    for name, value in result.calibration.factors.items():
+        if name.endswith("_overlap"):
+            assert value <= 2 * settings.prior[name]
+        elif name != "memory_constant_gib":
+            assert abs(math.log(value)) <= 2 * settings.prior[name], name
+    assert any("priors keep the factors" in note for note in result.notes)
+
+
+def test_intervals_bracket_the_fit(synthetic: list[Run]) -> None:
+    settings = FitSettings(**{**_fields(_settings()), "bootstrap_samples": 20})
+    result = fit(catalog.load_simulator("analytical"), synthetic[:12], settings)
+    for name, (low, high) in result.intervals.items():
+        value = result.calibration.factors[name]
+        assert low * (1 - 1e-3) - 1e-6 <= value <= high * (1 + 1e-3) + 1e-6, name
+
+
+def test_out_of_memory_rows_tighten_the_memory_model(synthetic: list[Run]) -> None:
+    run = synthetic[0]
+    predicted = catalog.load_simulator("analytical").simulate(*run.specs).memory_gib
+    cluster = run.specs[1]
+    small = cluster.__class__(
+        **{
+            **{f: getattr(cluster, f) for f in cluster.__dataclass_fields__},
+            "device": cluster.device.__class__(
+                **{
+                    **{f: getattr(cluster.device, f) for f in cluster.device.__dataclass_fields__},
+                    "memory_gib": predicted * 1.05,
+                }
+            ),
+        }
+    )
+    oom = Run(specs=(run.specs[0], small, *run.specs[2:]), status="oom")
+    result = fit(catalog.load_simulator("analytical"), [oom], _settings())
+    assert result.calibration.factors["memory_factor"] > 1.0
+    assert any("no row ran" in note for note in result.notes)
+
+
+def _csv(tmp_path: Path, *rows: dict[str, object]) -> Path:
+    return write(tmp_path / "runs.csv", *rows)
+
+
+def _layouts() -> list[dict[str, object]]:
+    return [
+        {"scenario": "s1", "tp": 8, "dp": 1, "step_time_s": 1.2},
+        {"scenario": "s1", "tp": 4, "dp": 2, "step_time_s": 1.0},
+        {"scenario": "s1", "tp": 2, "dp": 4, "step_time_s": 0.9, "peak_memory_gib": 30.0},
+    ]
+
+
+def test_calibrate_writes_a_file_that_loads_and_applies(tmp_path: Path) -> None:
+    data = _csv(tmp_path, *_layouts())
+    out = tmp_path / "cal.yaml"
+    proc = run(
+        "autotune.calibrate",
+        f"data={data}",
+        "name=toy",
+        f"out={out}",
+        "output=json",
+        "calibrate.bootstrap_samples=5",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    assert payload["cluster"] == "a100" and payload["simulator"] == "analytical"
+    assert [r["row"] for r in payload["rows"]] == ["runs line 2", "runs line 3", "runs line 4"]
+    assert "priors keep the factors" in proc.stderr  # 3 rows for 7 factors: said so
+    loaded = catalog.load_calibration(str(out))
+    assert loaded.factors == pytest.approx(payload["factors"], rel=1e-5)
+    assert loaded.cluster == "a100" and loaded.name == "toy"
+    job = catalog.load_job("llama2_7b", "a100", ["cluster.num_nodes=1"])
+    calibrated_, margin = calibrated_job(job, str(out), None)
+    assert calibrated_.simulator.calibration.name == "toy"
+    assert margin.value == loaded.memory_margin
+
+
+def test_rows_of_another_cluster_are_refused_by_line(tmp_path: Path) -> None:
+    data = _csv(tmp_path, *_layouts(), {"scenario": "s2", "cluster": "h100", "step_time_s": 0.5})
+    proc = run("autotune.calibrate", f"data={data}", "name=x", "rows.cluster=a100", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: " + str(data) + ": 1 row(s) of another cluster than a100 (h100): runs line 5; "
+        "keep only rows of cluster a100"
+    )
+    proc = run("autotune.calibrate", f"data={data}", "name=x", cwd=tmp_path)
+    assert proc.returncode == 2 and "rows of 2 clusters: a100 (runs line 2" in proc.stderr
+
+
+def test_rows_of_another_model_are_refused(tmp_path: Path) -> None:
+    data = _csv(tmp_path, *_layouts(), {"scenario": "s2", "model": "other", "step_time_s": 0.5})
+    proc = run("autotune.calibrate", f"data={data}", "name=x", "rows.model=toy", cwd=tmp_path)
+    assert proc.returncode == 2 and "another model than toy (other): runs line 5" in proc.stderr
+
+
+def test_only_failed_rows_is_an_error_and_only_oom_rows_a_note(tmp_path: Path) -> None:
+    data = _csv(tmp_path, {"status": "error", "step_time_s": None})
+    proc = run("autotune.calibrate", f"data={data}", "name=x", cwd=tmp_path)
+    assert proc.returncode == 2 and "no row to calibrate on" in proc.stderr
+    data = _csv(tmp_path, {"status": "oom", "step_time_s": None})
+    out = tmp_path / "oom.yaml"
+    proc = run("autotune.calibrate", f"data={data}", "name=x", f"out={out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "no row ran: the step-time factors stay at their prior" in proc.stderr
+
+
+def test_a_calibration_for_another_simulator_or_cluster_is_one_error_line(tmp_path: Path) -> None:
+    out = tmp_path / "cal.yaml"
+    out.write_text("simulator: analytical\ncluster: a100\nfactors: {host_overhead: 1.2}\n")
+    proc = run(
+        "autotune.simulate",
+        "model=llama2_7b",
+        "cluster=a100",
+        "cluster.num_nodes=1",
+        "simulator=hierarchical",
+        f"calibration={out}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: calibration 'cal' is for the analytical simulator; this job uses hierarchical "
+        "(simulator=analytical, or calibrate hierarchical)"
+    ]
+    with pytest.raises(UserError, match="is for cluster a100; this job runs on h100"):
+        calibrated_job(catalog.load_job("llama2_7b", "h100"), str(out), None)
+    out.write_text("simulator: analytical\nfactors: {speed: 2}\n")
+    with pytest.raises(UserError, match="unknown factor"):
+        catalog.load_calibration(str(out))

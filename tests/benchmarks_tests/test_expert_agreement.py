@@ -1,0 +1,29 @@
+"""The expert-agreement benchmark places each shipped config among the searched layouts."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.mark.slow
+def test_two_jobs_of_one_source_rank_and_speed_up_sanely() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        bench = importlib.import_module("bench_expert_agreement")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    results = bench.run(["megatron_bridge"], limit=2)
+    assert len(results) == 2
+    for a in results:
+        assert a.source == "megatron_bridge"
+        assert 1 <= a.rank <= a.priced
+        assert a.priced >= 1 and a.valid >= 0
+        assert a.speedup > 0 and (a.rank > 1 or a.speedup == 1.0)
+        assert 0.0 <= a.percentile <= 100.0
+    assert "| **all** | 2 |" in bench.report(results, bench.SAMPLE)

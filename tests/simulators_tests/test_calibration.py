@@ -1,0 +1,138 @@
+"""The calibrated simulator: what each factor changes, and what it must keep."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import catalog
+from simulators import Layout
+from simulators import UserError
+from simulators.calibration import CalibratedSimulator
+from simulators.calibration import Calibration
+from simulators.calibration import calibrated
+from simulators.calibration import constant_overrides
+
+JOB = catalog.load_job("llama70b", "a100", ["cluster.num_nodes=8"])
+LAYOUT = Layout.resolve(JOB.cluster.num_devices, tp=8, pp=2)
+
+
+def _predict(factors: dict[str, float], margin: float = 0.0):  # noqa: ANN202
+    sim = calibrated(JOB.simulator, Calibration(simulator="analytical", factors=factors), margin)
+    return sim.simulate(JOB.model, JOB.cluster, JOB.train, LAYOUT)
+
+
+def test_an_empty_calibration_changes_nothing() -> None:
+    base = JOB.simulator.simulate(JOB.model, JOB.cluster, JOB.train, LAYOUT)
+    assert _predict({}).as_dict() == base.as_dict()
+
+
+@pytest.mark.parametrize(
+    ("factor", "part"),
+    [
+        ("matmul_efficiency", "compute"),
+        ("intra_node_efficiency", "tp_comm"),
+        ("inter_node_efficiency", "dp_comm"),
+    ],
+)
+def test_a_lower_efficiency_slows_its_part(factor: str, part: str) -> None:
+    base, slower = _predict({}), _predict({factor: 0.5})
+    assert slower.breakdown[part] > base.breakdown[part]
+    assert slower.step_time_s > base.step_time_s
+
+
+def test_overlaps_hide_communication_and_the_breakdown_still_sums() -> None:
+    base, hidden = _predict({}), _predict({"tp_overlap": 0.5, "dp_overlap": 0.5})
+    assert hidden.breakdown["tp_comm"] == pytest.approx(0.5 * base.breakdown["tp_comm"])
+    assert hidden.breakdown["dp_comm"] == pytest.approx(0.5 * base.breakdown["dp_comm"])
+    assert hidden.breakdown["bubble"] < base.breakdown["bubble"]
+    assert sum(hidden.breakdown.values()) == pytest.approx(hidden.step_time_s)
+    assert hidden.mfu > base.mfu
+
+
+def test_memory_factor_spares_the_reserved_memory_which_the_constant_sets() -> None:
+    base = _predict({})
+    scaled = _predict({"memory_factor": 2.0, "memory_constant_gib": 1.0})
+    reserved = base.memory_breakdown_gib["reserved"]
+    assert scaled.memory_breakdown_gib["reserved"] == 1.0
+    assert scaled.memory_gib == pytest.approx(2 * (base.memory_gib - reserved) + 1.0)
+
+
+def test_the_memory_margin_lowers_the_capacity_a_layout_must_fit() -> None:
+    base, safe = _predict({}), _predict({}, margin=0.1)
+    assert safe.memory_gib == base.memory_gib
+    assert safe.memory_capacity_gib == pytest.approx(base.memory_capacity_gib / 1.1)
+    assert safe.detail["memory_margin"] == 0.1
+
+
+def test_host_overhead_scales_the_simulator_constant() -> None:
+    calibration = Calibration(simulator="analytical", factors={"host_overhead": 2.0})
+    overrides = constant_overrides(JOB.simulator, JOB.cluster, calibration)
+    assert overrides["simulator.host_op_overhead_us"] == 2 * 20.0
+    assert overrides["cluster.device.matmul_efficiency"] == JOB.cluster.device.matmul_efficiency
+
+
+def test_efficiencies_are_capped_at_one() -> None:
+    calibration = Calibration(simulator="analytical", factors={"matmul_efficiency": 5.0})
+    overrides = constant_overrides(JOB.simulator, JOB.cluster, calibration)
+    assert overrides["cluster.device.matmul_efficiency"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "factors",
+    [{"speed": 2.0}, {"matmul_efficiency": 0.0}, {"tp_overlap": 1.0}, {"memory_constant_gib": -1}],
+)
+def test_bad_factors_are_refused(factors: dict[str, float]) -> None:
+    with pytest.raises(UserError):
+        Calibration(simulator="analytical", factors=factors)
+
+
+def test_a_calibration_of_another_simulator_is_refused() -> None:
+    with pytest.raises(UserError, match="hierarchical simulator, not analytical"):
+        CalibratedSimulator(JOB.simulator, Calibration(simulator="hierarchical"))
+
+
+def test_a_calibrated_simulator_pickles_for_worker_processes() -> None:
+    sim = calibrated(
+        JOB.simulator, Calibration(simulator="analytical", factors={"tp_overlap": 0.2})
+    )
+    again = pickle.loads(pickle.dumps(sim))
+    args = (JOB.model, JOB.cluster, JOB.train, LAYOUT)
+    assert again.simulate(*args).step_time_s == sim.simulate(*args).step_time_s
+
+
+@pytest.mark.slow
+def test_the_hierarchical_simulator_takes_the_same_calibration() -> None:
+    job = catalog.load_job("llama2_7b", "a100", ["cluster.num_nodes=1"], simulator="hierarchical")
+    layout = Layout.resolve(job.cluster.num_devices, tp=2, pp=2)
+    args = (job.model, job.cluster, job.train, layout)
+    base = job.simulator.simulate(*args)
+    assert calibrated(job.simulator, None).simulate(*args).step_time_s == pytest.approx(
+        base.step_time_s
+    )
+    slower = calibrated(
+        job.simulator, Calibration(simulator="hierarchical", factors={"matmul_efficiency": 0.5})
+    ).simulate(*args)
+    assert slower.breakdown["compute"] > base.breakdown["compute"]
+
+
+def test_batch_pricing_passes_through_calibrated() -> None:
+    class Batch:
+        def __init__(self, predictions: list) -> None:  # noqa: ANN001 - test double
+            self.predictions = predictions
+
+        def prediction(self, index: int):  # noqa: ANN201
+            return self.predictions[index]
+
+    class Many(type(JOB.simulator)):  # the analytical simulator with a batch method
+        def simulate_many(self, model, cluster, train, layouts):  # noqa: ANN001, ANN201
+            return Batch([self.simulate(model, cluster, train, lay) for lay in layouts])
+
+    plain = calibrated(JOB.simulator, Calibration(simulator="analytical"))
+    assert plain.simulate_many is None
+    base = Many(JOB.simulator.constants)
+    sim = calibrated(base, Calibration(simulator="analytical", factors={"tp_overlap": 0.3}), 0.1)
+    batch = sim.simulate_many(JOB.model, JOB.cluster, JOB.train, [LAYOUT])
+    one = sim.simulate(JOB.model, JOB.cluster, JOB.train, LAYOUT)
+    assert batch.prediction(0).as_dict() == one.as_dict()

@@ -60,8 +60,7 @@ class BatchPrediction:
     """The predictions of many layouts, as numpy arrays with one entry per layout.
 
     The fields mean what :class:`simulators.Prediction`'s do; :meth:`prediction` gives one
-    layout's as a :class:`simulators.Prediction` (its ``detail`` too), :meth:`predictions`
-    all of them.
+    layout's as a :class:`simulators.Prediction`, ``detail`` included.
     """
 
     step_time_s: Array
@@ -72,6 +71,7 @@ class BatchPrediction:
     tokens_per_s_per_device: Array
     mfu: Array
     _detail: _Detail
+    _lists: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # filled on first use
 
     @property
     def fits(self) -> Array:
@@ -81,41 +81,34 @@ class BatchPrediction:
         return len(self.step_time_s)
 
     def prediction(self, index: int) -> Prediction:
-        """The prediction of layout ``index``."""
-        return self._predictions(range(len(self))[index : index + 1 or None])[0]
-
-    def predictions(self) -> list[Prediction]:
-        """The prediction of every layout, in order."""
-        return self._predictions(range(len(self)))
-
-    def _predictions(self, rows: range) -> list[Prediction]:
-        def values(array: Array) -> list[Any]:
-            return array[rows.start : rows.stop].tolist()  # type: ignore[no-any-return]
-
-        breakdown = {key: values(v) for key, v in self.breakdown.items()}
-        memory = {key: values(v) for key, v in self.memory_breakdown_gib.items()}
-        columns = zip(
-            values(self.step_time_s),
-            values(self.memory_gib),
-            values(self.tokens_per_s_per_device),
-            values(self.mfu),
-            strict=True,
+        """The prediction of layout ``index`` (negative counts from the end)."""
+        row = range(len(self))[index]
+        if not self._lists:  # Python floats once, so that taking every prediction is cheap
+            self._lists.update(self._columns())
+        lists = self._lists
+        return Prediction(
+            step_time_s=lists["step_time_s"][row],
+            memory_gib=lists["memory_gib"][row],
+            memory_capacity_gib=self.memory_capacity_gib,
+            breakdown={key: lists[key][row] for key in self.breakdown},
+            memory_breakdown_gib={
+                key: lists[f"memory:{key}"][row] for key in self.memory_breakdown_gib
+            },
+            tokens_per_s_per_device=lists["tokens_per_s_per_device"][row],
+            mfu=lists["mfu"][row],
+            detail=StageDetail(partial(self._detail.of, row)),
         )
-        return [
-            Prediction(
-                step_time_s=step_s,
-                memory_gib=memory_gib,
-                memory_capacity_gib=self.memory_capacity_gib,
-                breakdown={key: v[k] for key, v in breakdown.items()},
-                memory_breakdown_gib={key: v[k] for key, v in memory.items()},
-                tokens_per_s_per_device=tokens,
-                mfu=mfu,
-                detail=StageDetail(partial(self._detail.of, row)),
-            )
-            for k, (row, (step_s, memory_gib, tokens, mfu)) in enumerate(
-                zip(rows, columns, strict=True)
-            )
-        ]
+
+    def _columns(self) -> dict[str, list[Any]]:
+        arrays = {
+            "step_time_s": self.step_time_s,
+            "memory_gib": self.memory_gib,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "mfu": self.mfu,
+            **self.breakdown,
+            **{f"memory:{key}": v for key, v in self.memory_breakdown_gib.items()},
+        }
+        return {name: array.tolist() for name, array in arrays.items()}
 
 
 @dataclass(frozen=True, slots=True)

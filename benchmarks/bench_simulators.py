@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from _results import add_output_options
 from _results import write_result
@@ -65,12 +66,14 @@ JOBS = {
 }
 
 
-def _rate(count: int, run: Callable[[], object], repeats: int) -> float:
-    """Median layouts per CPU second of ``run`` over ``repeats``."""
+def _rate(count: int, price: Callable[[Any], object], repeats: int, warm: Any = None) -> float:
+    """Median layouts per CPU second of ``price(simulator)`` over ``repeats``: a fresh
+    simulator each time (built before the clock starts), or ``warm`` every time."""
     rates = []
     for _ in range(repeats):
+        simulator = warm or catalog.load_simulator("analytical")
         started = time.process_time()
-        run()
+        price(simulator)
         rates.append(count / (time.process_time() - started))
     return statistics.median(rates)
 
@@ -79,27 +82,24 @@ def throughput(overrides: tuple[str, ...], repeats: int) -> tuple[int, float, fl
     """(valid layouts, scalar, vectorized cold, vectorized warm) layouts per second."""
     cfg = load_config(AutotuneConfig, [*overrides, "tracking.enabled=false"])
     job = job_from_config(cfg)
-    space = build_space(
-        job.model, job.cluster, job.train, cfg.search, fixed_layout_values(cfg.parallel)
-    )
+    fixed = fixed_layout_values(cfg.parallel)
+    space = build_space(job.model, job.cluster, job.train, cfg.search, fixed)
     model, cluster, train, layouts = job.model, job.cluster, job.train, space.layouts
 
-    def scalar() -> None:
-        simulator = catalog.load_simulator("analytical")
+    def scalar(simulator: Any) -> None:
         for layout in layouts:
             simulator.simulate(model, cluster, train, layout)
 
-    def vectorized() -> None:
-        simulator = catalog.load_simulator("analytical")
-        simulator.simulate_many(model, cluster, train, layouts)  # type: ignore[attr-defined]
+    def vectorized(simulator: Any) -> None:
+        simulator.simulate_many(model, cluster, train, layouts)
 
     warm = catalog.load_simulator("analytical")
-    warm.simulate_many(model, cluster, train, layouts)  # type: ignore[attr-defined]
+    vectorized(warm)
     return (
         space.size,
         _rate(space.size, scalar, repeats),
         _rate(space.size, vectorized, repeats),
-        _rate(space.size, lambda: warm.simulate_many(model, cluster, train, layouts), repeats),  # type: ignore[attr-defined]
+        _rate(space.size, vectorized, repeats, warm=warm),
     )
 
 

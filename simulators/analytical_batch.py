@@ -22,6 +22,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import NamedTuple
 from typing import TypeVar
 
 import numpy as np
@@ -43,7 +44,6 @@ from simulators.analytical_stages import step_breakdown
 from simulators.analytical_stages import throughput
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
-from simulators.prediction import BREAKDOWN_KEYS
 from simulators.prediction import Prediction
 
 if TYPE_CHECKING:
@@ -60,8 +60,7 @@ class BatchPrediction:
     """The predictions of many layouts, as numpy arrays with one entry per layout.
 
     The fields mean what :class:`simulators.Prediction`'s do; :meth:`prediction` gives one
-    layout's as a :class:`simulators.Prediction` (its ``detail`` too), :meth:`predictions`
-    all of them.
+    layout's as a :class:`simulators.Prediction`, ``detail`` included.
     """
 
     step_time_s: Array
@@ -72,6 +71,7 @@ class BatchPrediction:
     tokens_per_s_per_device: Array
     mfu: Array
     _detail: _Detail
+    _lists: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # filled on first use
 
     @property
     def fits(self) -> Array:
@@ -81,41 +81,34 @@ class BatchPrediction:
         return len(self.step_time_s)
 
     def prediction(self, index: int) -> Prediction:
-        """The prediction of layout ``index``."""
-        return self._predictions(range(len(self))[index : index + 1 or None])[0]
-
-    def predictions(self) -> list[Prediction]:
-        """The prediction of every layout, in order."""
-        return self._predictions(range(len(self)))
-
-    def _predictions(self, rows: range) -> list[Prediction]:
-        def values(array: Array) -> list[Any]:
-            return array[rows.start : rows.stop].tolist()  # type: ignore[no-any-return]
-
-        breakdown = {key: values(v) for key, v in self.breakdown.items()}
-        memory = {key: values(v) for key, v in self.memory_breakdown_gib.items()}
-        columns = zip(
-            values(self.step_time_s),
-            values(self.memory_gib),
-            values(self.tokens_per_s_per_device),
-            values(self.mfu),
-            strict=True,
+        """The prediction of layout ``index`` (negative counts from the end)."""
+        row = range(len(self))[index]
+        if not self._lists:  # Python floats once, so that taking every prediction is cheap
+            self._lists.update(self._columns())
+        lists = self._lists
+        return Prediction(
+            step_time_s=lists["step_time_s"][row],
+            memory_gib=lists["memory_gib"][row],
+            memory_capacity_gib=self.memory_capacity_gib,
+            breakdown={key: lists[key][row] for key in self.breakdown},
+            memory_breakdown_gib={
+                key: lists[f"memory:{key}"][row] for key in self.memory_breakdown_gib
+            },
+            tokens_per_s_per_device=lists["tokens_per_s_per_device"][row],
+            mfu=lists["mfu"][row],
+            detail=StageDetail(partial(self._detail.of, row)),
         )
-        return [
-            Prediction(
-                step_time_s=step_s,
-                memory_gib=memory_gib,
-                memory_capacity_gib=self.memory_capacity_gib,
-                breakdown={key: v[k] for key, v in breakdown.items()},
-                memory_breakdown_gib={key: v[k] for key, v in memory.items()},
-                tokens_per_s_per_device=tokens,
-                mfu=mfu,
-                detail=StageDetail(partial(self._detail.of, row)),
-            )
-            for k, (row, (step_s, memory_gib, tokens, mfu)) in enumerate(
-                zip(rows, columns, strict=True)
-            )
-        ]
+
+    def _columns(self) -> dict[str, list[Any]]:
+        arrays = {
+            "step_time_s": self.step_time_s,
+            "memory_gib": self.memory_gib,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "mfu": self.mfu,
+            **self.breakdown,
+            **{f"memory:{key}": v for key, v in self.memory_breakdown_gib.items()},
+        }
+        return {name: array.tolist() for name, array in arrays.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +213,11 @@ def _layer_costs(job: _Job, columns: _Columns) -> tuple[LayerCost, LayerCost]:
     )
 
 
+# The arrays of _kinds, first the four of a kind's key (StageShape.kinds); all floats, which
+# mix with the other arrays at full speed and hold these small integers exactly.
+_KIND_ARRAYS = ("n_dense", "n_moe", "first", "last", "first_rank", "ranks", "share")
+
+
 def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[str, Array]]:
     """Every layout's stage shape (the shapes met, and which one each layout has) and its
     kinds as (layouts x kinds) arrays: ``n_dense``, ``n_moe``, ``first``, ``last``,
@@ -235,13 +233,13 @@ def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[
     width = max((len(shape.kinds) for shape, _ in found), default=1)
     rows: dict[str, list[list[Any]]] = {name: [] for name in _KIND_ARRAYS}
     for shape, shares in found:
-        kinds = len(shape.kinds)
-        padded = list(range(kinds)) + [0] * (width - kinds)
+        count = len(shape.kinds)
+        padded = list(range(count)) + [0] * (width - count)
         for name, values in zip(_KIND_ARRAYS, zip(*shape.kinds, strict=True), strict=False):
             rows[name].append([values[k] for k in padded])
         rows["first_rank"].append([shape.first_ranks[k] for k in padded])
         rows["ranks"].append(
-            [shape.rank_kinds.count(k) for k in range(kinds)] + [0] * (width - kinds)
+            [shape.rank_kinds.count(k) for k in range(count)] + [0] * (width - count)
         )
         rows["share"].append([shares[k] for k in padded])
     per_kind = {
@@ -249,11 +247,6 @@ def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[
         for name, table in rows.items()
     }
     return [shape for shape, _ in found], group, per_kind
-
-
-# The arrays of _kinds, first the four of a kind's key (StageShape.kinds); all floats, which
-# mix with the other arrays at full speed and hold these small integers exactly.
-_KIND_ARRAYS = ("n_dense", "n_moe", "first", "last", "first_rank", "ranks", "share")
 
 
 def _pick(array: Array, index: Array) -> Array:
@@ -297,14 +290,14 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     terms = _rank_terms(job, columns, kinds, stages)
     framework = job.train.framework
     dp_s = exposed_dp_s(
-        terms["reduce_s"],
-        terms["gather_s"],
+        terms.reduce_s,
+        terms.gather_s,
         stages.last_backward_s,
         framework.overlap_grad_reduce,
         framework.overlap_param_gather,
         ARRAYS,
     )
-    dp_kind = (dp_s + terms["optimizer_s"]).argmax(axis=1)
+    dp_kind = (dp_s + terms.optimizer_s).argmax(axis=1)
     microbatches, m_group = columns.each(
         ("micro_batch", "dp"), lambda lay: lay.num_microbatches(job.train)
     )
@@ -314,17 +307,17 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
         slowest,
         _pick(dp_s, dp_kind),
         bubble_s,
-        _pick(terms["optimizer_s"], dp_kind),
+        _pick(terms.optimizer_s, dp_kind),
     )
     step_s: np.ndarray = functools.reduce(operator.add, breakdown.values())  # as sum()
     # The first rank of a kind holds the most micro-batches in flight: its worst rank.
     factor = held_factor(pp, vpp, ARRAYS)
     activations = stages.activation_bytes * in_flight(m, pp, kinds["first_rank"], factor, ARRAYS)
     kind_bytes = memory_bytes(
-        terms["state_bytes"], activations, stages.working_bytes, job.reserved_bytes
+        terms.state_bytes, activations, stages.working_bytes, job.reserved_bytes
     )
     worst = kind_bytes.argmax(axis=1)
-    memory = {name: _pick(terms[name], worst) for name in terms["states"]}
+    memory = {name: _pick(values, worst) for name, values in terms.states.items()}
     memory["activations"] = _pick(activations, worst)
     memory["working"] = _pick(stages.working_bytes, worst)
     memory["reserved"] = np.full(len(layouts), job.reserved_bytes)
@@ -336,7 +329,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
         step_time_s=step_s,
         memory_gib=_pick(kind_bytes, worst) / GIB,
         memory_capacity_gib=job.cluster.device.memory_gib,
-        breakdown={key: np.asarray(breakdown[key], dtype=np.float64) for key in BREAKDOWN_KEYS},
+        breakdown={key: np.asarray(value) for key, value in breakdown.items()},
         memory_breakdown_gib={key: v / GIB for key, v in memory.items()},
         tokens_per_s_per_device=tokens_per_s_per_device,
         mfu=mfu,
@@ -344,7 +337,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
             shapes=shapes,
             shape_of=shape_of,
             kind_s=kind_s,
-            states=terms["state_bytes"],
+            states=terms.state_bytes,
             activations=np.broadcast_to(stages.activation_bytes, kind_s.shape),
             working=np.broadcast_to(stages.working_bytes, kind_s.shape),
             microbatches=m[:, 0],
@@ -354,12 +347,19 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     )
 
 
-def _rank_terms(
-    job: _Job, columns: _Columns, kinds: dict[str, Array], stages: Stage
-) -> dict[str, Any]:
-    """What each kind of rank's parameters cost beyond its layers, as (layouts x kinds)
-    arrays, computed once per kind and data-parallel layout (which fix the parameters);
-    ``states`` names the state entries."""
+class _Terms(NamedTuple):
+    """:class:`simulators.analytical_stages.RankTerms` as (layouts x kinds) arrays."""
+
+    reduce_s: Array
+    gather_s: Array
+    optimizer_s: Array
+    states: dict[str, Array]
+    state_bytes: Array
+
+
+def _rank_terms(job: _Job, columns: _Columns, kinds: dict[str, Array], stages: Stage) -> _Terms:
+    """What each kind of rank's parameters cost beyond its layers, computed once per kind and
+    data-parallel layout (which fix the parameters)."""
     _, group = columns.groups(job.TERMS_FIELDS)
     shape = kinds["n_dense"].shape
     key = np.broadcast_to(group[:, None], shape).reshape(-1)
@@ -382,8 +382,10 @@ def _rank_terms(
         return np.asarray(values, dtype=np.float64)[spread_index]
 
     names = list(found[0].states) if found else []
-    terms: dict[str, Any] = {name: spread([t.states[name] for t in found]) for name in names}
-    for name in ("reduce_s", "gather_s", "optimizer_s", "state_bytes"):
-        terms[name] = spread([getattr(t, name) for t in found])
-    terms["states"] = names
-    return terms
+    return _Terms(
+        reduce_s=spread([t.reduce_s for t in found]),
+        gather_s=spread([t.gather_s for t in found]),
+        optimizer_s=spread([t.optimizer_s for t in found]),
+        states={name: spread([t.states[name] for t in found]) for name in names},
+        state_bytes=spread([t.state_bytes for t in found]),
+    )

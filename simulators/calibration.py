@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -263,7 +264,9 @@ def _adjusted(
         memory_capacity_gib=prediction.memory_capacity_gib / (1 + memory_margin),
         tokens_per_s_per_device=prediction.tokens_per_s_per_device * speedup,
         mfu=prediction.mfu * speedup,
-        detail={**prediction.detail, "memory_margin": memory_margin},
+        # A view, not a copy: the wrapped simulator's detail may be computed when first read
+        # (a ChainMap writes only into its first map, so a read-only one is fine after it).
+        detail=ChainMap({"memory_margin": memory_margin}, prediction.detail),  # type: ignore[arg-type]
     )
 
 

@@ -49,7 +49,8 @@ class Evaluator:
         started = time.perf_counter()
         if many is not None and fresh:
             batch = many(self.model, self.cluster, self.train, fresh)
-            self._cache.update(zip(fresh, batch.predictions(), strict=True))
+            for index, layout in enumerate(fresh):
+                self._cache[layout] = batch.prediction(index)
             self.simulations += len(fresh)
             self.seconds += time.perf_counter() - started
         else:

@@ -125,6 +125,8 @@ def build_space(
     checked = [name for name in SEARCHED if name not in free]
     place = [(checked + free).index(name) for name in SEARCHED]  # to the order of SEARCHED
     free_combos = list(itertools.product(*(enumerate(candidates[name]) for name in free)))
+    for free_combo in free_combos:  # each value checked on its own, as every layout checks it
+        Layout(**{name: value for name, (_, value) in zip(free, free_combo, strict=True)})
     world = cluster.num_devices
     variants: dict[int, dict[str, tuple[int, ...]]] = {}  # the framework's splits, by pp
     found: list[tuple[list[int], str, Layout]] = []  # candidate indices + variant, kind, layout
@@ -139,12 +141,14 @@ def build_space(
         for order, (kind, layout) in enumerate(_split_variants(base, variants[pp])):
             if layout.violations(model, cluster, train):
                 continue
-            held = {k: v for k, v in layout.as_dict().items() if k not in free}
+            fields = layout.as_dict()
             for free_combo in free_combos:
                 at = [i for i, _ in combo] + [i for i, _ in free_combo]
                 index = [at[k] for k in place]
-                chosen = {name: value for name, (_, value) in zip(free, free_combo, strict=True)}
-                found.append(([*index, order], kind, Layout(**held, **chosen)))
+                fields.update(
+                    (name, value) for name, (_, value) in zip(free, free_combo, strict=True)
+                )
+                found.append(([*index, order], kind, _layout(fields)))
     if not found:
         raise LayoutError(_explain_empty(model, cluster, train, fixed))
     found.sort(key=lambda item: item[0])  # the order of the product, as when checking it all
@@ -157,6 +161,16 @@ def build_space(
         choices=choices,
         _positions=positions,
     )
+
+
+def _layout(fields: Mapping[str, Any]) -> Layout:
+    """The layout of ``fields`` (every one), as ``Layout(**fields)`` would build it but
+    without its field checks: they look at one field at a time (docs/conventions.md rule 4)
+    and every value here passed them already. A space holds tens of thousands of layouts."""
+    layout = object.__new__(Layout)
+    for name, value in fields.items():
+        object.__setattr__(layout, name, value)
+    return layout
 
 
 def _choices(

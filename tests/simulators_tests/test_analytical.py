@@ -300,7 +300,7 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
 
 def test_unfused_attention_by_hand() -> None:
     """Megatron's pre-flash attention: score-matrix traffic when the stack runs no flash."""
-    from simulators.analytical import _unfused_attention_s
+    from simulators.analytical_layer import _unfused_attention_s
 
     train = make_train(seq_len=32, global_batch_size=1, flash_attention=False)
     forward, backward = _unfused_attention_s(

@@ -20,6 +20,8 @@ from simulators import Layout
 from simulators import Prediction
 from simulators.analytical import AnalyticalSimulator
 from simulators.analytical import BatchPrediction
+from simulators.calibration import Calibration
+from simulators.calibration import calibrated
 
 # Catalog jobs whose valid layouts cover what the formulas branch on.
 JOBS = {
@@ -119,7 +121,8 @@ def test_vectorized_equals_scalar_on_every_valid_layout(overrides: tuple[str, ..
     batch = simulator.simulate_many(job.model, job.cluster, job.train, layouts)
     fresh = catalog.load_simulator("analytical")  # the scalar path, its caches cold
     assert len(batch) == len(layouts)
-    for index, (layout, vector) in enumerate(zip(layouts, batch.predictions(), strict=True)):
+    for index, layout in enumerate(layouts):
+        vector = batch.prediction(index)
         scalar = fresh.simulate(job.model, job.cluster, job.train, layout)
         assert_same(vector, scalar)
         assert _close(batch.step_time_s[index], scalar.step_time_s)
@@ -159,19 +162,33 @@ def test_the_scalar_caches_are_keyed_by_every_field_that_matters() -> None:
         assert shared.simulate(job.model, job.cluster, job.train, layout) == alone
 
 
+def test_a_calibrated_simulator_prices_a_batch_as_one_by_one() -> None:
+    job, layouts = _job(*JOBS["moe-ep-fp8-h100"])
+    calibration = Calibration(simulator="analytical", factors={"tp_overlap": 0.3})
+    simulator = calibrated(catalog.load_simulator("analytical"), calibration, memory_margin=0.1)
+    batch = simulator.simulate_many(job.model, job.cluster, job.train, layouts[:40])
+    for index, layout in enumerate(layouts[:40]):
+        one = simulator.simulate(job.model, job.cluster, job.train, layout)
+        assert_same(batch.prediction(index), one)
+
+
 def test_batch_prediction_holds_arrays_and_gives_predictions() -> None:
     job, layouts = _job(*JOBS["gqa-uneven-splits-vpp-cp"])
     simulator = catalog.load_simulator("analytical")
     batch = simulator.simulate_many(job.model, job.cluster, job.train, layouts[:10])
     assert isinstance(batch, BatchPrediction) and len(batch) == 10
     assert isinstance(batch.step_time_s, np.ndarray) and batch.step_time_s.shape == (10,)
-    assert batch.fits.dtype == bool and list(batch.fits) == [p.fits for p in batch.predictions()]
+    assert batch.fits.dtype == bool and list(batch.fits) == [
+        batch.prediction(i).fits for i in range(10)
+    ]
     assert set(batch.breakdown) == set(batch.prediction(0).breakdown)
     np.testing.assert_allclose(sum(batch.breakdown.values()), batch.step_time_s, rtol=1e-12)
-    assert batch.prediction(-1) == batch.prediction(9) == batch.predictions()[-1]
+    assert batch.prediction(-1) == batch.prediction(9)
     assert isinstance(batch.prediction(3).step_time_s, float)
     with pytest.raises(IndexError):
         batch.prediction(10)
     assert pickle.loads(pickle.dumps(batch.prediction(2))) == batch.prediction(2)
     empty = simulator.simulate_many(job.model, job.cluster, job.train, [])
-    assert len(empty) == 0 and empty.predictions() == []
+    assert len(empty) == 0
+    with pytest.raises(IndexError):
+        empty.prediction(0)

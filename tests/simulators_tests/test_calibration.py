@@ -129,7 +129,8 @@ def test_batch_pricing_passes_through_calibrated() -> None:
         def simulate_many(self, model, cluster, train, layouts):  # noqa: ANN001, ANN201
             return Batch([self.simulate(model, cluster, train, lay) for lay in layouts])
 
-    plain = calibrated(JOB.simulator, Calibration(simulator="analytical"))
+    hierarchical = catalog.load_simulator("hierarchical")
+    plain = calibrated(hierarchical, Calibration(simulator="hierarchical"))
     assert plain.simulate_many is None
     base = Many(JOB.simulator.constants)
     sim = calibrated(base, Calibration(simulator="analytical", factors={"tp_overlap": 0.3}), 0.1)

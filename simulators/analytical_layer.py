@@ -1,0 +1,313 @@
+"""One layer of the analytical simulator on one device, for one micro-batch.
+
+Roofline GEMMs (FP8 where the step runs them), flash or Megatron's unfused core attention,
+memory-bound elementwise traffic, kernel launches and a host-dispatch floor; the exposed
+tensor, expert and context parallel collectives (:mod:`simulators.collectives`); and what the
+layer saves for its backward (Korthikanti et al. 2022, docs/reference.md 3.3). The seconds
+(:func:`layer_times_s`) do not depend on the recompute mode, what the layer keeps
+(:func:`layer_bytes`) does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from typing import NamedTuple
+
+from simulators.collectives import all_gather_time_s
+from simulators.collectives import all_reduce_time_s
+from simulators.collectives import all_to_all_time_s
+from simulators.layout import Layout
+from simulators.specs import ClusterSpec
+from simulators.specs import DeviceSpec
+from simulators.specs import ModelSpec
+from simulators.specs import TrainSpec
+
+if TYPE_CHECKING:
+    from simulators.analytical import AnalyticalConstants
+
+__all__ = ["dtype_bytes", "gemm_time_s", "layer_bytes", "layer_times_s"]
+
+
+def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str) -> float:
+    """Roofline time of an (m x k) @ (k x n) GEMM in ``precision``: compute- or memory-bound.
+
+    An ``fp8`` GEMM reads FP8 operands and writes a bf16 result (Transformer Engine).
+    """
+    return _Roofline.of(device, precision).gemm_s(m, k, n)
+
+
+class _Roofline(NamedTuple):
+    """What a GEMM's roofline time needs of a device and a precision."""
+
+    operand_bytes: int
+    result_bytes: int
+    flops_per_s: float  # achieved: peak times the matmul efficiency
+    bytes_per_s: float
+
+    @classmethod
+    def of(cls, device: DeviceSpec, precision: str) -> _Roofline:
+        return cls(
+            operand_bytes=1 if precision == "fp8" else dtype_bytes(precision),
+            result_bytes=dtype_bytes(precision),
+            flops_per_s=device.peak_flops(precision) * device.matmul_efficiency,
+            bytes_per_s=device.achieved_memory_bytes_per_s,
+        )
+
+    def gemm_s(self, m: float, k: float, n: float) -> float:
+        flops = 2.0 * m * k * n
+        nbytes = self.operand_bytes * (m * k + k * n) + self.result_bytes * m * n
+        return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+
+
+def dtype_bytes(precision: str) -> int:
+    """Bytes of an activation element: fp32 4, else 2 (fp8 runs keep bf16 activations)."""
+    return 4 if precision == "fp32" else 2
+
+
+def _kv_local_width(model: ModelSpec, tp: int) -> float:
+    """K+V width held by one TP rank (KV heads are replicated when tp > num_kv_heads)."""
+    if model.attention == "mla":
+        return model.kv_width / tp
+    return model.kv_width / min(tp, model.num_kv_heads)
+
+
+def _attention_gemms(model: ModelSpec, tokens: float, tp: int) -> list[tuple[float, float, float]]:
+    """(m, k, n) of the attention projections of one layer on one TP rank."""
+    h = model.hidden_size
+    out = (tokens, model.attn_out_width / tp, h)
+    if model.attention == "gqa":
+        return [(tokens, h, model.q_width / tp + _kv_local_width(model, tp)), out]
+    a = model.num_attention_heads
+    gemms = [
+        (tokens, h, model.kv_lora_rank + model.qk_rope_head_dim),
+        (tokens, model.kv_lora_rank, a * (model.qk_nope_head_dim + model.v_head_dim) / tp),
+        out,
+    ]
+    if model.q_lora_rank:
+        gemms += [(tokens, h, model.q_lora_rank), (tokens, model.q_lora_rank, model.q_width / tp)]
+    else:
+        gemms.append((tokens, h, model.q_width / tp))
+    return gemms
+
+
+def _mlp_gemms(
+    model: ModelSpec, tokens: float, width: float, tp: int, count: float = 1.0
+) -> list[tuple[float, float, float, float]]:
+    """(m, k, n, count) of one MLP: the fused gate/up (or fc1) GEMM and the down GEMM."""
+    h = model.hidden_size
+    return [
+        (tokens, h, (model.mlp_matrices - 1) * width / tp, count),
+        (tokens, width / tp, h, count),
+    ]
+
+
+def _linear_gemms(
+    model: ModelSpec, moe: bool, tokens: float, layout: Layout
+) -> list[tuple[float, float, float, float]]:
+    """(m, k, n, count) of a layer's linear layers: what FP8 runs in FP8 (not the router)."""
+    tp = layout.tp
+    gemms = [(m, k, n, 1.0) for m, k, n in _attention_gemms(model, tokens, tp)]
+    if not moe:
+        return gemms + _mlp_gemms(model, tokens, model.ffn_hidden_size, tp)
+    local_experts = model.num_experts / layout.ep
+    tokens_per_expert = model.moe_top_k * tokens / local_experts
+    gemms += _mlp_gemms(model, tokens_per_expert, model.expert_ffn_hidden_size, tp, local_experts)
+    if model.shared_expert_ffn_hidden_size:
+        gemms += _mlp_gemms(model, tokens, model.shared_expert_ffn_hidden_size, tp)
+    return gemms
+
+
+def _gemms_s(
+    model: ModelSpec,
+    moe: bool,
+    tokens: float,
+    layout: Layout,
+    train: TrainSpec,
+    device: DeviceSpec,
+) -> float:
+    """Forward GEMM seconds of one layer: linear layers (FP8 when the step runs it), router."""
+    linear = _Roofline.of(device, "fp8" if train.fp8 else train.compute_dtype)
+    seconds = sum(
+        count * linear.gemm_s(m, k, n)
+        for m, k, n, count in _linear_gemms(model, moe, tokens, layout)
+    )
+    if moe:
+        router = (tokens, model.hidden_size, model.num_experts)
+        seconds += gemm_time_s(*router, device, train.compute_dtype)
+    return seconds
+
+
+def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, act: int) -> float:
+    """HBM traffic of one layer's forward memory-bound kernels, per token on one device.
+
+    Two norms (read + write h) and two residual adds (read 2h, write h), rotary embedding on
+    Q and K, the MLP activation (SwiGLU reads gate and up, writes their product), and for MoE
+    the permutation of the top-k token copies before and after the experts.
+    """
+    tp = layout.tp
+    seq_shard = tp if layout.sequence_parallel else 1
+    h = model.hidden_size
+    norms_residuals = act * (2 * 2 * h + 2 * 3 * h) / seq_shard
+    rope = 2 * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
+    per_f = act * (3 if model.activation == "swiglu" else 2)
+    if not moe:
+        return norms_residuals + rope + per_f * model.ffn_hidden_size / tp
+    k = model.moe_top_k
+    mlp = k * per_f * model.expert_ffn_hidden_size / tp + per_f * (
+        model.shared_expert_ffn_hidden_size / tp
+    )
+    permute = 2 * 2 * k * act * h
+    return norms_residuals + rope + mlp + permute
+
+
+def _unfused_attention_s(
+    model: ModelSpec,
+    tokens: float,
+    train: TrainSpec,
+    layout: Layout,
+    device: DeviceSpec,
+    c: AnalyticalConstants,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of Megatron's unfused core attention on one TP rank.
+
+    The scores of every local head form a [s, s] matrix per sequence, written and read in HBM
+    (no causal skipping: the masked half is computed and stored too). The two batched GEMMs
+    (QK^T, PV; dQ, dK, dP, dV backward) are rooflines over their score traffic; the masked
+    softmax and the dropout are memory-bound passes over the scores (Korthikanti et al. 2022
+    Table 2: fp16 scores, softmax output and dropout output, 1-byte dropout mask).
+    """
+    heads = model.num_attention_heads / layout.tp
+    scores = tokens * heads * train.seq_len  # score elements of this micro-batch
+    flops = 2.0 * model.core_attention_flops_per_token(train.seq_len) * tokens / layout.tp
+    peak = device.peak_flops(train.compute_dtype) * device.matmul_efficiency
+    bandwidth = device.achieved_memory_bytes_per_s
+    b = c.unfused_attention_bytes_per_score
+    forward = max(flops / peak, scores * b["forward_gemm"] / bandwidth)
+    forward += scores * b["forward_elementwise"] / bandwidth
+    backward = max(2 * flops / peak, scores * b["backward_gemm"] / bandwidth)
+    backward += scores * b["backward_elementwise"] / bandwidth
+    return forward, backward
+
+
+def _activation_bytes_per_token(
+    model: ModelSpec, moe: bool, layout: Layout, act: int, linear_in: int
+) -> float:
+    """Bytes one layer saves for backward per token, with flash attention (docs/reference.md 3.3).
+
+    Norm inputs and outputs (4 tensors of h, split by TP only with SP), Q/K/V and the attention
+    output plus fp32 log-sum-exp per head, MLA latents, and the MLP's gate, up and activation
+    outputs (SwiGLU) or fc1 and GeLU outputs; an MoE layer keeps the dispatched top-k token
+    copies, their expert activations and fp32 router probabilities. The inputs of the linear
+    layers (norm outputs, attention output, MLP activation output, dispatched tokens) take
+    ``linear_in`` bytes per element: 1 where FP8 layers save them quantized (docs/reference.md
+    7.6), else ``act``.
+    """
+    tp = layout.tp
+    seq_shard = tp if layout.sequence_parallel else 1
+    h = model.hidden_size
+    norms = 2 * (act + linear_in) * h / seq_shard
+    attention = act * (model.q_width / tp + _kv_local_width(model, tp))
+    attention += linear_in * model.attn_out_width / tp
+    lse = 0.0 if layout.recompute == "selective" else 4 * model.num_attention_heads / tp
+    if model.attention == "mla":
+        attention += act * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+    per_f = act * (2 if model.activation == "swiglu" else 1) + linear_in
+    if not moe:
+        mlp = per_f * model.ffn_hidden_size / tp
+    else:
+        k = model.moe_top_k
+        mlp = k * (linear_in * h + per_f * model.expert_ffn_hidden_size / tp)
+        mlp += 4 * model.num_experts + per_f * model.shared_expert_ffn_hidden_size / tp
+    return norms + attention + lse + mlp
+
+
+def layer_times_s(
+    model: ModelSpec,
+    moe: bool,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+    layout: Layout,
+    c: AnalyticalConstants,
+) -> tuple[float, ...]:
+    """The seconds of one layer (:class:`LayerCost`'s first eight fields): compute, the core
+    attention that selective recompute repeats, and the exposed TP, EP and CP communication.
+    Recompute does not change them, only what a layer keeps (:func:`layer_bytes`)."""
+    device = cluster.device
+    precision = train.compute_dtype
+    act = dtype_bytes(precision)
+    tokens = layout.micro_batch * train.seq_len / layout.cp
+    gemm_s = _gemms_s(model, moe, tokens, layout, train, device)
+    core_flops = tokens * model.core_attention_flops_per_token(train.seq_len) / layout.tp
+    if train.uses_flash_attention(cluster):
+        core_s = core_flops / (device.peak_flops(precision) * c.attention_efficiency)
+        core_backward_s = c.attention_backward_factor * core_s
+    else:
+        core_s, core_backward_s = _unfused_attention_s(model, tokens, train, layout, device, c)
+    elementwise_s = (
+        tokens
+        * _elementwise_bytes_per_token(model, moe, layout, act)
+        / (device.achieved_memory_bytes_per_s)
+    )
+    launch_s = c.kernels_per_layer_forward * c.kernel_overhead_us * 1e-6
+    # Eager PyTorch issues every operator from one host thread; when the GPU work of a layer is
+    # shorter than the host's dispatch of its operators, the host sets the pace. The backward
+    # walks one autograd node per recorded forward operator.
+    host_s = c.host_ops_per_layer_forward * c.host_op_overhead_us * 1e-6
+    forward_s = max(gemm_s + core_s + elementwise_s + launch_s, host_s)
+    backward_s = max(2 * (gemm_s + elementwise_s + launch_s) + core_backward_s, host_s)
+
+    # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
+    tp_group = layout.group("tp", cluster.devices_per_node)
+    tp_one = all_reduce_time_s(tokens * model.hidden_size * act, tp_group, cluster)
+    tp_exposed = 0.0 if train.framework.tp_comm_overlap else 2 * tp_one
+
+    # Expert parallel: dispatch and combine all-to-alls of the top-k token copies.
+    ep_exposed = 0.0
+    if moe and layout.ep > 1:
+        ep_group = layout.group("ep", cluster.devices_per_node)
+        seq_shard = layout.tp if layout.sequence_parallel else 1
+        send = model.moe_top_k * tokens / seq_shard * model.hidden_size * act
+        ep_exposed = 2 * all_to_all_time_s(send, ep_group, cluster)
+
+    # Context parallel: the ring passes K and V (forward) and K, V, dK, dV (backward).
+    cp_s = 0.0
+    if layout.cp > 1:
+        cp_group = layout.group("cp", cluster.devices_per_node)
+        kv_bytes = tokens * _kv_local_width(model, layout.tp) * act
+        ring_s = all_gather_time_s(layout.cp * kv_bytes, cp_group, cluster)
+        hidden_fwd = core_s if c.cp_comm_overlap else 0.0
+        hidden_bwd = c.attention_backward_factor * core_s if c.cp_comm_overlap else 0.0
+        cp_s = max(0.0, ring_s - hidden_fwd) + max(0.0, 2 * ring_s - hidden_bwd)
+    return (
+        forward_s,
+        backward_s,
+        core_s,
+        tp_exposed,
+        tp_exposed,
+        ep_exposed,
+        ep_exposed,
+        cp_s,
+    )
+
+
+def layer_bytes(
+    model: ModelSpec,
+    moe: bool,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+    layout: Layout,
+    c: AnalyticalConstants,
+) -> tuple[float, float]:
+    """(saved activation bytes, input bytes) of one layer: :class:`LayerCost`'s last fields."""
+    act = dtype_bytes(train.compute_dtype)
+    tokens = layout.micro_batch * train.seq_len / layout.cp
+    seq_shard = layout.tp if layout.sequence_parallel else 1
+    linear_in = 1 if train.fp8 else act
+    activation_bytes = tokens * _activation_bytes_per_token(model, moe, layout, act, linear_in)
+    if not train.uses_flash_attention(cluster) and layout.recompute != "selective":
+        # The unfused path keeps softmax output, dropout mask and dropout output: 5as/h per
+        # token-hidden in Korthikanti et al. 2022 Table 2 (docs/reference.md 3.3).
+        heads = model.num_attention_heads / layout.tp
+        saved = c.unfused_attention_bytes_per_score["saved"]
+        activation_bytes += tokens * heads * train.seq_len * saved
+    return activation_bytes, tokens * model.hidden_size * act / seq_shard

@@ -113,9 +113,23 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is when a record is emitted, not as it was when the
+    handler was made (a caller that swaps stderr, e.g. a test harness, then closes it)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
+
+
 def _setup_logging() -> None:
     """Progress and notes on stderr, so stdout holds only the result (one JSON object)."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr, force=True)
+    handler = _StderrHandler()
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[handler], force=True)
     for noisy in ("optuna", "alembic", "mlflow", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

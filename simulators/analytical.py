@@ -65,6 +65,8 @@ from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
 from simulators.states import StateBytes
+from simulators.states import fp8_primary_params
+from simulators.states import gathered_weight_bytes
 from simulators.states import optimizer_step_s
 from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
@@ -309,8 +311,13 @@ class _Job:
         framework = train.framework
         layout, sizes, grad_bytes = parallel.layout, parallel.sizes, parallel.grad_bytes
         reduce_s = gather_s = 0.0
-        groups = ((dense_params, parallel.dense_group), (expert_params, parallel.expert_group))
-        for params, group in groups:
+        fp8_primary = fp8_primary_params(train, layout, linear_params)
+        expert_fp8 = expert_params if fp8_primary else 0.0  # the experts are all linear
+        groups = (
+            (dense_params, fp8_primary - expert_fp8, parallel.dense_group),
+            (expert_params, expert_fp8, parallel.expert_group),
+        )
+        for params, fp8_params, group in groups:
             if group.size == 1 or params == 0:
                 continue
             if layout.distributed_optimizer and framework.reduce_scatter_grads:
@@ -318,7 +325,8 @@ class _Job:
             else:
                 reduce_s += all_reduce_time_s(params * grad_bytes, group, cluster)
             if sizes.sharded_optimizer:  # each rank updated its shard: gather the new weights
-                gather_s += all_gather_time_s(params * sizes.weight, group, cluster)
+                weight_bytes = gathered_weight_bytes(params, fp8_params, sizes)
+                gather_s += all_gather_time_s(weight_bytes, group, cluster)
         optimizer_s = optimizer_step_s(
             dense_params,
             expert_params,
@@ -327,7 +335,7 @@ class _Job:
             self.constants.optimizer_traffic_bytes_per_param,
             cluster.device,
         )
-        states = state_memory_bytes(dense_params, expert_params, layout, sizes)
+        states = state_memory_bytes(dense_params, expert_params, layout, sizes, fp8_primary)
         if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
             states["fp8_weights"] = linear_params * cluster.device.fp8_weight_copies
         return RankTerms(

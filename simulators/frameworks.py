@@ -101,7 +101,9 @@ class FrameworkSpec:
     optimizer reduce-scatters the gradients (else every rank all-reduces them).
     ``state_bytes_per_param``: what a rank keeps per parameter, by precision and optimizer
     mode (:class:`StateBytes`). ``tp_comm_overlap``: TP collectives hide behind GEMMs.
-    ``fp8``: FP8 GEMMs through Transformer Engine.
+    ``fp8``: FP8 GEMMs through Transformer Engine. ``fp8_param_gather``: FP8 runs keep the
+    linear layers' weights only in FP8 (``--fp8-param-gather``; no bf16 copy of them) and
+    all-gather them in FP8.
     """
 
     name: str
@@ -117,6 +119,7 @@ class FrameworkSpec:
     state_bytes_per_param: Mapping[str, Mapping[str, StateBytes]] = field(hash=False)
     tp_comm_overlap: bool
     fp8: bool
+    fp8_param_gather: bool
 
     @classmethod
     def from_mapping(cls, name: str, values: Mapping[str, Any]) -> FrameworkSpec:

@@ -14,7 +14,18 @@ from simulators.layout import Layout
 from simulators.specs import DeviceSpec
 from simulators.specs import TrainSpec
 
-__all__ = ["StateBytes", "optimizer_step_s", "state_bytes_of", "state_memory_bytes"]
+__all__ = [
+    "FP8_BYTES",
+    "StateBytes",
+    "fp8_primary",
+    "fp8_primary_params",
+    "gathered_weight_bytes",
+    "optimizer_step_s",
+    "state_bytes_of",
+    "state_memory_bytes",
+]
+
+FP8_BYTES = 1  # an FP8 element (E4M3 or E5M2)
 
 
 def state_bytes_of(train: TrainSpec, layout: Layout) -> StateBytes:
@@ -28,21 +39,45 @@ def _shards(layout: Layout) -> tuple[int, int]:
 
 
 def state_memory_bytes(
-    dense_params: float, expert_params: float, layout: Layout, sizes: StateBytes
+    dense_params: float,
+    expert_params: float,
+    layout: Layout,
+    sizes: StateBytes,
+    fp8_primary: float = 0.0,
 ) -> dict[str, float]:
     """``weights``, ``gradients`` and ``optimizer`` bytes of one rank's parameters.
 
     ``dense_params`` are the rank's parameters reduced over DP x CP (already split by TP
     and PP), ``expert_params`` its routed-expert parameters (reduced over expert-DP).
+    ``fp8_primary`` of them keep no weight in the model dtype: their weight is Transformer
+    Engine's FP8 copy, counted with the FP8 copies (docs/reference.md 7.6).
     """
     dense_shards, expert_shards = _shards(layout)
     params = dense_params + expert_params
     sharded = dense_params / dense_shards + expert_params / expert_shards
     return {
-        "weights": params * sizes.weight,
+        "weights": (params - fp8_primary) * sizes.weight,
         "gradients": params * sizes.grad,
         "optimizer": params * sizes.optimizer + sharded * sizes.sharded_optimizer,
     }
+
+
+def gathered_weight_bytes(params: float, fp8_primary: float, sizes: StateBytes) -> float:
+    """Bytes of the distributed optimizer's parameter all-gather of ``params`` parameters:
+    the model dtype, or one byte for the ``fp8_primary`` of them (``--fp8-param-gather``)."""
+    return (params - fp8_primary) * sizes.weight + fp8_primary * FP8_BYTES
+
+
+def fp8_primary(train: TrainSpec, layout: Layout) -> bool:
+    """Whether the linear layers' only weight is FP8: an FP8 step on a framework that keeps
+    FP8 primary weights (``--fp8-param-gather``, which needs the distributed optimizer)."""
+    return train.fp8 and train.framework.fp8_param_gather and layout.distributed_optimizer
+
+
+def fp8_primary_params(train: TrainSpec, layout: Layout, linear_params: float) -> float:
+    """The parameters whose only weight is FP8: the linear layers' (``linear_params``) when
+    :func:`fp8_primary`, else none."""
+    return linear_params if fp8_primary(train, layout) else 0.0
 
 
 def optimizer_step_s(

@@ -29,6 +29,7 @@ from autotune.launch._script import run_group
 from autotune.launch._script import uses_rope
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import field_info
+from simulators.states import fp8_primary
 
 SCRIPT_NAME = "launch_megatron.sh"
 
@@ -229,6 +230,8 @@ def _precision_flags(job: LaunchJob) -> tuple[Flag, ...]:
     flags = [flag(f"--{job.dtype}")] if job.dtype != "fp32" else []
     if job.train.fp8:
         flags.append(flag("--fp8-format", "hybrid"))
+    if fp8_primary(job.train, job.layout):  # the priced memory keeps no bf16 linear weights
+        flags.append(flag("--fp8-param-gather"))
     flags.append(flag("--attention-backend", "auto" if job.flash_attention else "unfused"))
     return tuple(flags)
 

@@ -45,8 +45,8 @@ from autotune.search._space import build_space
 from autotune.search._study import POLISHED
 from autotune.search._study import SAMPLERS
 from autotune.search._study import StopFlag
+from autotune.search._study import StudyResult
 from autotune.search._study import add_priced_trials
-from autotune.search._study import evaluated_trials
 from autotune.search._study import open_storage
 from autotune.search._study import open_study
 from autotune.search._study import optimize
@@ -212,26 +212,31 @@ def _run(
         return pairs, len(study.trials), bool(stop)
     polish = search.polish if mode in POLISHED else 0.0
     workers = []
+    sampled = search.n_trials - int(search.n_trials * polish)  # the rest polishes
     if place is not None:
-        sampled = search.n_trials - int(search.n_trials * polish)
         workers = start_workers(config, job, place, search.workers - 1, sampled)
         log.info(f"  {search.workers} workers sample the study {place.study_name!r}")
     progress = Progress("trials", search.n_trials, unit="trials")
-    try:
-        result = optimize(
+
+    def run(n_trials: int, polish_fraction: float) -> StudyResult:
+        return optimize(
             study,
             space,
             evaluate,
-            n_trials=search.n_trials,
-            polish_fraction=polish,
+            n_trials=n_trials,
+            polish_fraction=polish_fraction,
             stop=stop,
             progress=lambda done, _: progress.update(done),
         )
+
+    try:
+        if workers:  # the polish starts once no worker has a trial in flight: it then
+            run(sampled, 0.0)  # spends exactly what is missing
     finally:
         stop_workers(workers, stopped=bool(stop))
-    evaluated = evaluated_trials(study, space, evaluate) if workers else result.evaluated
-    pairs = [(layout, prediction) for _, layout, prediction in evaluated]
-    return pairs, len(evaluated), bool(stop)
+    result = run(search.n_trials, polish)
+    pairs = [(layout, prediction) for _, layout, prediction in result.evaluated]
+    return pairs, len(result.evaluated), bool(stop)
 
 
 def _rerank(search: SearchConfig, job: Job, outcome: Outcome) -> Rerank:

@@ -36,6 +36,8 @@ from simulators.prediction import Prediction
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
+from simulators.states import fp8_primary_params
+from simulators.states import gathered_weight_bytes
 from simulators.states import optimizer_step_s
 from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
@@ -219,11 +221,16 @@ class HierarchicalSimulator:
             consts.optimizer_traffic_bytes_per_param,
             cluster.device,
         )
+        linear = sum(g.params for plan in plans for g in plan.layers) + sum(experts)
+        fp8_primary = fp8_primary_params(train, layout, linear)
+        expert_fp8 = sum(experts) if fp8_primary else 0.0  # the experts are all linear
         gather_s = 0.0
         if states.sharded_optimizer and not framework.overlap_param_gather:
-            gather_s = comm.time_s(
-                "all_gather", sum(dense) * states.weight, "dp_cp"
-            ) + comm.time_s("all_gather", sum(experts) * states.weight, "edp")
+            dense_bytes = gathered_weight_bytes(sum(dense), fp8_primary - expert_fp8, states)
+            expert_bytes = gathered_weight_bytes(sum(experts), expert_fp8, states)
+            gather_s = comm.time_s("all_gather", dense_bytes, "dp_cp") + comm.time_s(
+                "all_gather", expert_bytes, "edp"
+            )
         breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         categories = dict.fromkeys(COMPUTE_CATEGORIES, 0.0)
         for forward, backward in blocks:
@@ -237,9 +244,8 @@ class HierarchicalSimulator:
         breakdown["dp_comm"] = synced - finish + gather_s
         breakdown["optimizer"] = optimizer_s
         step_s = synced + optimizer_s + gather_s
-        state_bytes = state_memory_bytes(sum(dense), sum(experts), layout, states)
+        state_bytes = state_memory_bytes(sum(dense), sum(experts), layout, states, fp8_primary)
         if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
-            linear = sum(g.params for plan in plans for g in plan.layers) + sum(experts)
             state_bytes["fp8_weights"] = linear * cluster.device.fp8_weight_copies
         memory = {
             **{key: value / _GIB for key, value in state_bytes.items()},

@@ -265,6 +265,7 @@ MEGATRON: dict[str, Opt] = {
     "--rope-type": choice("rope", "yarn"),
     "--fp8-format": choice("e4m3", "hybrid"),
     "--fp8-recipe": choice("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
+    "--fp8-param-gather": SWITCH,
     "--transformer-impl": choice("local", "transformer_engine", "inference_optimized"),
     "--no-rope-fusion": SWITCH,
     "--tokenizer-type": choice(*_TOKENIZERS, "SFTTokenizer"),

@@ -230,6 +230,8 @@ def megatron_problems(
     impl = args.get("--transformer-impl", "transformer_engine")
     if args.get("--fp8-format") and impl != "transformer_engine":
         found.append("X5: FP8 runs through Transformer Engine only")
+    if "--fp8-param-gather" in args and "--use-distributed-optimizer" not in args:
+        found.append("R30: --fp8-param-gather needs the distributed optimizer")
     found += _data_problems(args, mindspeed)
     if mindspeed:
         found += _mindspeed_problems(args, tp, cp, heads, seq, impl)

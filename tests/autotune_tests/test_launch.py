@@ -213,6 +213,7 @@ def test_megatron_details_follow_the_job(tmp_path: Path) -> None:
         _write(case, tmp_path / case.name)
         paths[case.name] = (tmp_path / case.name / "launch_megatron.sh").read_text()
     assert "--fp8-format hybrid" in paths["fp8_cp_full"]
+    assert "--fp8-param-gather" in paths["fp8_cp_full"]  # as priced: no bf16 linear weights
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in paths["fp8_cp_full"]
     assert "--moe-layer-freq '([0]*3+[1]*58)'" in paths["mla_moe_uneven"]
     assert (
@@ -566,11 +567,12 @@ def test_the_rules_catch_broken_launches() -> None:
         base
         + ["--tensor-model-parallel-size", "2", "--context-parallel-size", "3"]
         + ["--recompute-granularity", "selective", "--recompute-method", "uniform"]
-        + ["--overlap-param-gather", "--num-layers-per-virtual-pipeline-stage", "4"],
+        + ["--overlap-param-gather", "--num-layers-per-virtual-pipeline-stage", "4"]
+        + ["--fp8-format", "hybrid", "--fp8-param-gather"],
         _argrules.MEGATRON,
     )
     found = " ".join(megatron_problems(broken, {}, 12))
-    for rule in ("R18", "R22", "R11", "R10", "R25"):
+    for rule in ("R18", "R22", "R11", "R10", "R25", "R30"):
         assert rule in found
     listed = _argrules.parse(
         [*base, "--pipeline-model-parallel-size", "4", "--num-layer-list", "8,8,8,9"],

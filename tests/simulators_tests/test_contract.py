@@ -105,3 +105,22 @@ def test_fp8_is_faster_and_keeps_its_weight_copies(simulator: Simulator) -> None
     assert fp8.memory_breakdown_gib["fp8_weights"] > 0  # Hopper: two FP8 copies per weight
     assert fp8.memory_breakdown_gib["activations"] < bf16.memory_breakdown_gib["activations"]
     assert "fp8_weights" not in bf16.memory_breakdown_gib
+
+
+def test_fp8_primary_weights_replace_the_bf16_copy(simulator: Simulator) -> None:
+    """Megatron-Core's ``--fp8-param-gather`` (with the distributed optimizer): the linear
+    layers keep no bf16 weight, only Transformer Engine's FP8 copies (two bytes on Hopper)."""
+    cluster = catalog.load_cluster("h100", ["cluster.num_nodes=2"])
+    fp8_train = make_train(seq_len=2048, global_batch_size=32, precision="fp8")
+    sharded = Layout.resolve(16, tp=2, pp=2)
+    replicated = Layout.resolve(16, tp=2, pp=2, distributed_optimizer=False)
+    bf16 = simulator.simulate(MODEL, cluster, TRAIN, sharded).memory_breakdown_gib
+    fp8 = simulator.simulate(MODEL, cluster, fp8_train, sharded).memory_breakdown_gib
+    h, ffn = MODEL.hidden_size, MODEL.ffn_hidden_size
+    linear_per_rank = 4 * (4 * h * h + 3 * h * ffn) / 2  # 4 layers a stage, split over TP 2
+    dropped = (bf16["weights"] - fp8["weights"]) * 2**30
+    assert dropped == pytest.approx(2 * linear_per_rank, rel=1e-3)
+    assert fp8["fp8_weights"] * 2**30 == pytest.approx(2 * linear_per_rank, rel=1e-3)
+    kept = simulator.simulate(MODEL, cluster, fp8_train, replicated).memory_breakdown_gib
+    bf16_kept = simulator.simulate(MODEL, cluster, TRAIN, replicated).memory_breakdown_gib
+    assert kept["weights"] == bf16_kept["weights"]  # the flag needs the distributed optimizer

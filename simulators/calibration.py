@@ -353,6 +353,22 @@ class CalibratedSimulator:
 
         return calibrated_many
 
+    @property
+    def write_trace(self) -> Any:
+        """The wrapped simulator's Chrome-trace writer (``write_trace(model, cluster, train,
+        layout, path)``) on the calibrated cluster and constants; None without one. The
+        overlap factors scale step totals only, so the timeline does not show them."""
+        write = getattr(self._inner, "write_trace", None)
+        if write is None:
+            return None
+
+        def calibrated_write(
+            model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout, path: Any
+        ) -> Any:
+            return write(model, self._cluster(cluster), train, layout, path)
+
+        return calibrated_write
+
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("base", "calibration", "memory_margin")}
 

@@ -124,6 +124,21 @@ def test_simulate_one_layout_as_json(tmp_path: Path) -> None:
     assert payload["prediction"]["step_time_s"] > 0
 
 
+def test_simulate_writes_the_hierarchical_timeline_as_a_chrome_trace(tmp_path: Path) -> None:
+    """The README's ``trace=`` example: the search's calibrated wrapper keeps the trace."""
+    proc = run(
+        "autotune.simulate",
+        *SMALL,
+        "parallel.tp=2",
+        "simulator=hierarchical",
+        "trace=trace.json",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert {e["ph"] for e in events} >= {"X"} and len(events) > 100
+
+
 @pytest.mark.parametrize(
     ("module", "args", "message"),
     [

@@ -137,6 +137,24 @@ def _gemms_s(
     return seconds
 
 
+def _fp8_cast_bytes(
+    model: ModelSpec, moe: bool, tokens: float, layout: Layout, act: int
+) -> tuple[float, float]:
+    """HBM bytes of one layer's FP8 casts (forward, backward) on one device.
+
+    Every FP8 GEMM operand that is an activation is quantized first: read in ``act`` bytes,
+    written in one. Forward: each linear layer's input (m x k); backward: the gradient of its
+    output (m x n) for the input- and weight-gradient GEMMs (Transformer Engine's
+    ``cast_to_fp8`` / ``fp8_cast_transpose``; docs/reference.md 7.6). Weights are cast once a
+    step, not per micro-batch (the cached copies).
+    """
+    gemms = _linear_gemms(model, moe, tokens, layout)
+    per_element = act + 1
+    forward = per_element * sum(count * m * k for m, k, _, count in gemms)
+    backward = per_element * sum(count * m * n for m, _, n, count in gemms)
+    return forward, backward
+
+
 def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, act: int) -> float:
     """HBM traffic of one layer's forward memory-bound kernels, per token on one device.
 
@@ -248,13 +266,18 @@ def layer_times_s(
         * _elementwise_bytes_per_token(model, moe, layout, act)
         / (device.achieved_memory_bytes_per_s)
     )
+    cast_s = (0.0, 0.0)
+    if train.fp8:
+        bandwidth = device.achieved_memory_bytes_per_s
+        cast_bytes = _fp8_cast_bytes(model, moe, tokens, layout, act)
+        cast_s = (cast_bytes[0] / bandwidth, cast_bytes[1] / bandwidth)
     launch_s = c.kernels_per_layer_forward * c.kernel_overhead_us * 1e-6
     # Eager PyTorch issues every operator from one host thread; when the GPU work of a layer is
     # shorter than the host's dispatch of its operators, the host sets the pace. The backward
     # walks one autograd node per recorded forward operator.
     host_s = c.host_ops_per_layer_forward * c.host_op_overhead_us * 1e-6
-    forward_s = max(gemm_s + core_s + elementwise_s + launch_s, host_s)
-    backward_s = max(2 * (gemm_s + elementwise_s + launch_s) + core_backward_s, host_s)
+    forward_s = max(gemm_s + core_s + elementwise_s + cast_s[0] + launch_s, host_s)
+    backward_s = max(2 * (gemm_s + elementwise_s + launch_s) + core_backward_s + cast_s[1], host_s)
 
     # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
     tp_group = layout.group("tp", cluster.devices_per_node)

@@ -48,9 +48,11 @@ class _FP8Matmul(torch.autograd.Function):
     """A Transformer Engine FP8 linear layer: GEMMs in FP8, the input saved quantized.
 
     Forward, input gradient and weight gradient run as FP8 GEMMs (recorded with dtype
-    ``fp8``); the input is kept for the weight gradient in FP8, 1 byte per element instead of
-    2 (TE ``module/linear.py``; docs/reference.md 7.6). ``batched``: experts' ``[e, t, h]``
-    inputs against ``[e, h, f]`` weights; else ``x @ weight.T`` as ``F.linear``.
+    ``fp8``); their activation operands are cast first (the input in the forward, the output
+    gradient in the backward: read bf16, write FP8); the input is kept for the weight gradient
+    in FP8, 1 byte per element instead of 2 (TE ``module/linear.py``; docs/reference.md 7.6).
+    ``batched``: experts' ``[e, t, h]`` inputs against ``[e, h, f]`` weights; else
+    ``x @ weight.T`` as ``F.linear``.
     """
 
     @staticmethod
@@ -73,8 +75,10 @@ class _FP8Matmul(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         quantized, weight = ctx.saved_tensors
         recorder = _recorder()
-        with recorder.paused():  # the FP8 GEMM reads the FP8 input directly
+        grad_quantized = grad.to(torch.float8_e5m2)  # the output gradient, cast once for both
+        with recorder.paused():  # the FP8 GEMMs read the FP8 operands directly
             x = quantized.to(ctx.dtype)
+            grad = grad_quantized.to(ctx.dtype)
         with recorder.fp8():
             if ctx.batched:
                 d_x = torch.bmm(grad, weight.transpose(1, 2))

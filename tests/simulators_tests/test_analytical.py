@@ -376,3 +376,15 @@ def test_pipeline_p2p_sends_a_tp_slice_and_all_gathers_it_by_hand() -> None:
         TINY, cluster(2), train, dataclasses.replace(layout, sequence_parallel=True)
     )
     assert sp.breakdown["pp_comm"] == pytest.approx(m * 2 * send)
+
+
+def test_fp8_casts_by_hand() -> None:
+    """Llama-2-7B at tp=1: the forward casts each linear input (QKV, proj, fc1 read h, fc2
+    reads f), the backward each output gradient (3h, h, 2f, h); 2 bytes read, 1 written."""
+    from simulators.analytical_layer import _fp8_cast_bytes
+
+    model = catalog.load_model("llama2_7b")
+    h, f, tokens = model.hidden_size, model.ffn_hidden_size, 4096.0
+    forward, backward = _fp8_cast_bytes(model, False, tokens, Layout(), act=2)
+    assert forward == pytest.approx(3 * tokens * (3 * h + f))
+    assert backward == pytest.approx(3 * tokens * (5 * h + 2 * f))

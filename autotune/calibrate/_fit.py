@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from simulators import ClusterSpec
 from simulators import Layout
@@ -275,7 +275,7 @@ def _linear_solve(
         _, slope = _gaussian((x - x0) / widths)
         return np.vstack([jac_rows, np.diag(slope / widths)])
 
-    solution = least_squares(
+    solution = _least_squares(
         fun, at, jac=jac, bounds=bounds, loss="soft_l1", f_scale=1.0, x_scale=widths
     )
     return np.asarray(solution.x)
@@ -316,7 +316,7 @@ def _solve_time(
             _, slope = _gaussian((x - x0) / widths)
             return np.vstack([model.log_jacobian(x, upper) / noise, np.diag(slope / widths)])
 
-        solution = least_squares(
+        solution = _least_squares(
             fun,
             start,
             jac=jac,
@@ -397,6 +397,14 @@ def _memory_residuals(
     return out / noise
 
 
+def _least_squares(*args: Any, **kwargs: Any) -> Any:
+    """scipy's ``least_squares``, imported on first use: a search never fits, and importing
+    ``scipy.optimize`` takes about half a second."""
+    from scipy.optimize import least_squares
+
+    return least_squares(*args, **kwargs)
+
+
 def _solve_memory(
     data: _MemoryData, rows: np.ndarray, y0: np.ndarray, widths: np.ndarray, noise: float
 ) -> np.ndarray:
@@ -408,7 +416,7 @@ def _solve_memory(
         prior, _ = _gaussian((y - y0) / widths)
         return np.concatenate([_memory_residuals(y, data, rows, noise), prior])
 
-    solution = least_squares(fun, start, bounds=(lower, upper), loss="soft_l1", x_scale=widths)
+    solution = _least_squares(fun, start, bounds=(lower, upper), loss="soft_l1", x_scale=widths)
     return np.asarray(solution.x)
 
 

@@ -19,6 +19,7 @@ import json
 from autotune.launch._megatron import pipeline_flags
 from autotune.launch._script import LaunchFile
 from autotune.launch._script import LaunchJob
+from simulators.states import fp8_primary
 
 FILE_NAME = "nemo_pretrain.py"
 
@@ -169,6 +170,11 @@ def _settings(job: LaunchJob) -> list[str]:
         f"recipe.data.micro_batch_size = {layout.micro_batch}",
         f"recipe.data.global_batch_size = {job.train.global_batch_size}",
         f"recipe.trainer.plugins = {plugin}",
+        *(  # the recipe's FP8 default, set as priced (docs/reference.md 7.6)
+            [f"recipe.trainer.plugins.fp8_param_gather = {fp8_primary(job.train, layout)}"]
+            if job.train.fp8
+            else []
+        ),
         "recipe.trainer.max_steps = MAX_STEPS",
     ]
 

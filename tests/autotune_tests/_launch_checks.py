@@ -403,4 +403,6 @@ def nemo_problems(recipe: Mapping[str, Mapping[str, Any]], world: int) -> list[s
         found.append("overlap_param_gather needs the distributed optimizer and overlap")
     if optim["use_distributed_optimizer"] != ddp["use_distributed_optimizer"]:
         found.append("optimizer and DDP disagree on the distributed optimizer")
+    if recipe["plugin"].get("fp8_param_gather") and not ddp["use_distributed_optimizer"]:
+        found.append("R30: fp8_param_gather needs the distributed optimizer")
     return found

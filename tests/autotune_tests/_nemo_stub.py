@@ -108,7 +108,7 @@ def nemo_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
 
     llm = _module("nemo.collections.llm", __getattr__=_recipe)
     plugins = {
-        name: (lambda name=name: ("plugin", name))
+        name: (lambda name=name: Fields("plugin", factory=name))
         for name in ("bf16_mixed", "fp16_mixed", "bf16_with_fp8_mixed")
     }
     modules = {
@@ -150,4 +150,5 @@ def recorded(recipe: Any) -> dict[str, Any]:
         "optim": recipe.optim.config.values,
         "ddp": ddp.kwargs,
         "trainer": {k: v for k, v in recipe.trainer.values.items() if k != "strategy"},
+        "plugin": getattr(recipe.trainer.plugins, "values", {}),
     }

@@ -169,6 +169,13 @@ MEGATRON_CASES = [
         ("train.precision=fp8",),
         dict(tp=2, cp=2, recompute="full"),
     ),
+    Case(  # --fp8-param-gather needs the distributed optimizer: bf16 weights kept
+        "fp8_replicated_optimizer",
+        "llama3_8b",
+        "h100",
+        ("train.precision=fp8",),
+        dict(tp=2, distributed_optimizer=False),
+    ),
     Case(
         "block_recompute_vpp",
         "llama70b",
@@ -478,7 +485,9 @@ def test_nemo_override_passes_nemo_rules(
     assert settings["ddp"]["overlap_grad_reduce"] == job.train.framework.overlap_grad_reduce
     assert settings["optim"]["use_distributed_optimizer"] == layout.distributed_optimizer
     plugin = "bf16_with_fp8_mixed" if job.train.fp8 else "bf16_mixed"
-    assert recipe.trainer.plugins == ("plugin", plugin)
+    assert recipe.trainer.plugins.factory == plugin
+    if job.train.fp8:  # FP8 primary weights exactly when priced so (docs/reference.md 7.6)
+        assert settings["plugin"]["fp8_param_gather"] == layout.distributed_optimizer
     assert (recipe.trainer.num_nodes, recipe.trainer.devices) == (
         job.cluster.num_nodes,
         job.cluster.devices_per_node,

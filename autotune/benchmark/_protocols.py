@@ -33,6 +33,7 @@ from autotune.calibrate import fit
 from autotune.calibrate import memory_margin
 from autotune.calibrate._probe import choose_probes
 from autotune.calibrate._probe import job_level
+from autotune.calibrate._rows import row_runs
 from autotune.order import order_key
 from simulators import Simulator
 from simulators.calibration import CalibratedSimulator
@@ -66,25 +67,7 @@ class ProtocolSettings:
 def measured_runs(table: pd.DataFrame, specs: Sequence[Specs]) -> list[Run | None]:
     """Each row as a :class:`Run`, None when it was not measured (status error) or its layout
     breaks a rule (no simulator prices it)."""
-    status = table["status"].astype(str).tolist()
-    times = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)
-    memory = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
-    groups = (table["source"].astype(str) + "/" + table["scenario"].astype(str)).tolist()
-    runs: list[Run | None] = []
-    for i, spec in enumerate(specs):
-        if status[i] not in ("ok", "oom") or spec[3].violations(*spec[:3]):
-            runs.append(None)
-            continue
-        runs.append(
-            Run(
-                specs=spec,
-                status=status[i],
-                step_time_s=float(times[i]) if status[i] == "ok" else math.nan,
-                peak_memory_gib=float(memory[i]),
-                group=groups[i],
-            )
-        )
-    return runs
+    return [run if isinstance(run, Run) else None for run in row_runs(table, specs)]
 
 
 def _margins_elsewhere(table: pd.DataFrame, zero: Ranking) -> dict[str, float]:

@@ -11,9 +11,10 @@ import pandas as pd
 
 import dataset
 from autotune.calibrate._fit import Run
+from autotune.calibrate._fit import Specs
 from simulators import UserError
 
-__all__ = ["row_names", "runs_of", "single_value", "span_text"]
+__all__ = ["row_names", "row_runs", "runs_of", "single_value", "span_text"]
 
 log = logging.getLogger("autotune.calibrate")
 _SHOWN = 8  # rows named in a message before "and N more"
@@ -70,36 +71,46 @@ def single_value(
     return distinct[0] if distinct else None
 
 
-def runs_of(table: pd.DataFrame, data: str) -> tuple[list[Run], list[str]]:
-    """The rows as :class:`Run` (ok and oom rows whose layout keeps the rules), and notes on
-    the rows left out."""
-    names = row_names(table)
-    specs = dataset.table_specs(table)
-    runs: list[Run] = []
-    errors, broken = [], []
+def row_runs(
+    table: pd.DataFrame, specs: Sequence[Specs], labels: Sequence[str] = ()
+) -> list[Run | str]:
+    """Each row as a :class:`Run`, or why it is not one: ``"error"`` when it was not measured
+    (status error), ``"broken"`` when its layout breaks a rule (no simulator prices it).
+    ``labels`` name the runs (none: unnamed)."""
     status = table["status"].astype(str).tolist()
     times = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)
     memory = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
     groups = (
         table["source"].fillna("").astype(str) + "/" + table["scenario"].astype(str)
     ).tolist()
+    runs: list[Run | str] = []
     for i, spec in enumerate(specs):
         if status[i] not in ("ok", "oom"):
-            errors.append(names[i])
-            continue
-        if spec[3].violations(*spec[:3]):
-            broken.append(names[i])
-            continue
-        runs.append(
-            Run(
-                specs=spec,
-                status=status[i],
-                step_time_s=float(times[i]) if status[i] == "ok" else math.nan,
-                peak_memory_gib=float(memory[i]),
-                group=groups[i],
-                label=names[i],
+            runs.append("error")
+        elif spec[3].violations(*spec[:3]):
+            runs.append("broken")
+        else:
+            runs.append(
+                Run(
+                    specs=spec,
+                    status=status[i],
+                    step_time_s=float(times[i]) if status[i] == "ok" else math.nan,
+                    peak_memory_gib=float(memory[i]),
+                    group=groups[i],
+                    label=labels[i] if labels else "",
+                )
             )
-        )
+    return runs
+
+
+def runs_of(table: pd.DataFrame, data: str) -> tuple[list[Run], list[str]]:
+    """The rows as :class:`Run` (ok and oom rows whose layout keeps the rules), and notes on
+    the rows left out."""
+    names = row_names(table)
+    rows = row_runs(table, dataset.table_specs(table), names)
+    runs = [run for run in rows if isinstance(run, Run)]
+    errors = [name for name, run in zip(names, rows, strict=True) if run == "error"]
+    broken = [name for name, run in zip(names, rows, strict=True) if run == "broken"]
     notes = []
     if errors:
         notes.append(f"{len(errors)} row(s) with status error left out: {span_text(errors)}")

@@ -206,6 +206,8 @@ _TRAINING = (
     Column("precision", _choice(PRECISIONS), default="bf16"),
     # Not in the v1 table of docs/architecture.md: whether the stack ran fused attention.
     Column("flash_attention", _bool, default=True),
+    # Whether bf16 gradients were accumulated and reduced in fp32; empty: the framework's default.
+    Column("grad_reduce_in_fp32", _bool),
 )
 
 _MEASUREMENT = (

@@ -66,7 +66,7 @@ def row_to_specs(row: Mapping[str, Any]) -> Specs:
     model = _model(str(row["model"]), tuple(model_values.items()))
     overrides = _given(row, _OVERRIDES)
     cluster = sized_cluster(str(row["cluster"]), int(row["num_devices"]), **overrides)
-    training = _given(row, ("framework", "precision", "flash_attention"))
+    training = _given(row, ("framework", "precision", "flash_attention", "grad_reduce_in_fp32"))
     framework = catalog.load_framework(training.get("framework") or cluster.default_framework)
     train = TrainSpec(
         framework=framework,
@@ -74,6 +74,7 @@ def row_to_specs(row: Mapping[str, Any]) -> Specs:
         global_batch_size=int(row["global_batch_size"]),
         precision=str(training.get("precision", "bf16")),
         flash_attention=bool(training.get("flash_attention") in (None, True)),
+        grad_reduce_in_fp32=training.get("grad_reduce_in_fp32"),
     )
     train.check_on(cluster)
     layout = _layout(tuple(_given(row, LAYOUT_FIELDS).items()))

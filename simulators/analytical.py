@@ -289,7 +289,7 @@ class _Job:
         return _DataParallel(
             layout=layout,
             sizes=state_bytes_of(train, layout),
-            grad_bytes=train.framework.grad_reduce_bytes(train.precision),
+            grad_bytes=train.grad_reduce_bytes,
             dense_group=layout.group("dp_cp", cluster.devices_per_node),
             expert_group=layout.group("edp", cluster.devices_per_node),
         )

@@ -568,6 +568,9 @@ class TrainSpec:
     everything else stay bf16). ``flash_attention`` says whether the stack runs fused attention
     (Megatron ``--use-flash-attn``, TransformerEngine); without it, Megatron's unfused path
     keeps the [s, s] scores of every head in memory (baddbmm, masked softmax, dropout, bmm).
+    ``grad_reduce_in_fp32`` says whether half-precision gradients are accumulated and reduced
+    over data parallelism in fp32 (Megatron's ``--grad-reduce-in-bf16`` turns it off, NeMo's
+    ``grad_reduce_in_fp32``, Apex's ``grad_sync_dtype``); None: the framework's default.
     """
 
     framework: FrameworkSpec
@@ -576,6 +579,7 @@ class TrainSpec:
     precision: str = "bf16"
     optimizer: str = "adam"
     flash_attention: bool = True
+    grad_reduce_in_fp32: bool | None = None
 
     def uses_flash_attention(self, cluster: ClusterSpec) -> bool:
         """Fused attention when the stack asks for it and the device has the kernels."""
@@ -585,6 +589,8 @@ class TrainSpec:
         sizes = {"seq_len": self.seq_len, "global_batch_size": self.global_batch_size}
         require_integers("train", **sizes)
         require_bools("train", flash_attention=self.flash_attention)
+        if self.grad_reduce_in_fp32 is not None:
+            require_bools("train", grad_reduce_in_fp32=self.grad_reduce_in_fp32)
         require_positive("train", **sizes)
         require_at_most(
             "train", MAX_SEQ_LEN, "the longest contexts are ~1e7", seq_len=self.seq_len
@@ -612,6 +618,18 @@ class TrainSpec:
     def compute_dtype(self) -> str:
         """The dtype of activations and of every GEMM that is not an FP8 linear layer."""
         return "bf16" if self.fp8 else self.precision
+
+    @property
+    def reduces_grads_in_fp32(self) -> bool:
+        """Whether the gradient buffer and its data-parallel reduction are fp32."""
+        if self.grad_reduce_in_fp32 is None or self.precision == "fp32":
+            return self.framework.grad_reduce_bytes(self.precision) == 4
+        return self.grad_reduce_in_fp32
+
+    @property
+    def grad_reduce_bytes(self) -> float:
+        """Bytes per element of the gradient buffer and of its data-parallel reduction."""
+        return 4.0 if self.reduces_grads_in_fp32 else 2.0
 
     def check_on(self, cluster: ClusterSpec) -> None:
         """Refuse a step the cluster cannot run (FP8 on a device without FP8 tensor cores).

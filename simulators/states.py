@@ -9,6 +9,8 @@ DP x CP, routed experts over expert-DP. What the bytes are is the framework's
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulators.frameworks import StateBytes
 from simulators.layout import Layout
 from simulators.specs import DeviceSpec
@@ -29,8 +31,14 @@ FP8_BYTES = 1  # an FP8 element (E4M3 or E5M2)
 
 
 def state_bytes_of(train: TrainSpec, layout: Layout) -> StateBytes:
-    """What a rank keeps per parameter for this step's framework, precision and optimizer."""
-    return train.framework.state_bytes(train.compute_dtype, layout.distributed_optimizer)
+    """What a rank keeps per parameter for this step's framework, precision and optimizer.
+
+    The framework's table holds its default gradient buffer; a step that reduces gradients in
+    another dtype (``TrainSpec.grad_reduce_in_fp32``) keeps that buffer in that dtype.
+    """
+    sizes = train.framework.state_bytes(train.compute_dtype, layout.distributed_optimizer)
+    buffer_change = train.grad_reduce_bytes - train.framework.grad_reduce_bytes(train.precision)
+    return replace(sizes, grad=sizes.grad + buffer_change) if buffer_change else sizes
 
 
 def _shards(layout: Layout) -> tuple[int, int]:

@@ -223,11 +223,26 @@ def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
     return tuple(flags)
 
 
+def dtype_flags(job: LaunchJob) -> list[Flag]:
+    """The training dtype and the gradient buffer's, where it is not Megatron's default for
+    that dtype (bf16 reduces in fp32 unless ``--grad-reduce-in-bf16``; fp16 in fp16 unless
+    ``--accumulate-allreduce-grads-in-fp32``)."""
+    if job.dtype == "fp32":
+        return []
+    flags = [flag(f"--{job.dtype}")]
+    fp32_grads = job.train.reduces_grads_in_fp32
+    if job.dtype == "bf16" and not fp32_grads:
+        flags.append(flag("--grad-reduce-in-bf16"))
+    elif job.dtype == "fp16" and fp32_grads:
+        flags.append(flag("--accumulate-allreduce-grads-in-fp32"))
+    return flags
+
+
 def _precision_flags(job: LaunchJob) -> tuple[Flag, ...]:
     """Training dtype, FP8 through Transformer Engine (the default ``--transformer-impl``;
     docs/reference.md 7.6), and the attention kernel: TransformerEngine picks flash or cuDNN
     fused attention (``auto``), or none where the device has no kernel (``unfused``)."""
-    flags = [flag(f"--{job.dtype}")] if job.dtype != "fp32" else []
+    flags = dtype_flags(job)
     if job.train.fp8:
         flags.append(flag("--fp8-format", "hybrid"))
     if fp8_primary(job.train, job.layout):  # the priced memory keeps no bf16 linear weights

@@ -15,6 +15,7 @@ Context parallelism is the ring (``megatron_cp_algo``), the one the simulators p
 from __future__ import annotations
 
 from autotune.launch._megatron import MODEL_CARD_VARIABLES
+from autotune.launch._megatron import dtype_flags
 from autotune.launch._megatron import model_flags
 from autotune.launch._megatron import moe_layout_flags
 from autotune.launch._megatron import one_to_one_flags
@@ -89,9 +90,7 @@ def _implementation_flags(job: LaunchJob) -> tuple[Flag, ...]:
         flags.append(flag("--use-fused-swiglu"))
     if uses_rope(model):
         flags += [flag("--use-rotary-position-embeddings"), flag("--use-fused-rotary-pos-emb")]
-    if job.dtype != "fp32":
-        flags.append(flag(f"--{job.dtype}"))
-    return tuple(flags)
+    return (*flags, *dtype_flags(job))
 
 
 def _data_group(job: LaunchJob) -> ArgGroup:

@@ -145,7 +145,7 @@ def _settings(job: LaunchJob) -> list[str]:
     plugin, _ = _plugin(job)
     overlap = framework.overlap_grad_reduce
     ddp = {
-        "grad_reduce_in_fp32": job.dtype == "bf16" and framework.grad_reduce_in_fp32,
+        "grad_reduce_in_fp32": job.dtype != "fp32" and job.train.reduces_grads_in_fp32,
         "overlap_grad_reduce": overlap,
         "overlap_param_gather": overlap
         and framework.overlap_param_gather

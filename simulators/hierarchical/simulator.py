@@ -197,7 +197,7 @@ class HierarchicalSimulator:
         experts = [_params(plan, expert=True, tied=tied) for plan in plans]
         sharded = layout.distributed_optimizer and framework.reduce_scatter_grads
         kind = "reduce_scatter" if sharded else "all_reduce"
-        grad_bytes = framework.grad_reduce_bytes(train.precision)
+        grad_bytes = train.grad_reduce_bytes
         dp = layout.dp * layout.cp
         buckets = [
             _buckets(d, framework.grad_buckets(d, dp), kind, "dp_cp", grad_bytes, comm)

@@ -202,6 +202,8 @@ _MEGATRON_COMMON: dict[str, Opt] = {
     # precision, attention, implementation
     "--bf16": SWITCH,
     "--fp16": SWITCH,
+    "--grad-reduce-in-bf16": SWITCH,
+    "--accumulate-allreduce-grads-in-fp32": SWITCH,
     "--fp8-param-gather": SWITCH,
     "--use-flash-attn": SWITCH,
     "--attention-backend": choice("flash", "fused", "unfused", "local", "auto"),

@@ -186,6 +186,10 @@ MEGATRON_CASES = [
     Case("replicated_optimizer", "llama3_8b", "a100", (), dict(tp=4, distributed_optimizer=False)),
     Case("gpt3_tied_biases", "gpt3_175b", "a100", ("cluster.num_nodes=16",), dict(tp=8, pp=8)),
     Case("legacy_v100", "llama2_7b", "v100", (), dict(tp=8, pp=2)),
+    Case("bf16_grads", "llama3_8b", "h100", ("train.grad_reduce_in_fp32=false",), dict(tp=2)),
+    Case(  # fp16 on the V100, gradients accumulated in fp32 on request
+        "fp16_fp32_grads", "llama2_7b", "v100", ("train.grad_reduce_in_fp32=true",), dict(tp=8)
+    ),
     Case("no_nemo_recipe", "internlm2_7b", "h100", ("cluster.num_nodes=1",), dict(tp=2)),
 ]
 
@@ -212,6 +216,9 @@ def test_megatron_script_passes_megatron_rules(case: Case, tmp_path: Path) -> No
     flash = job.train.uses_flash_attention(cluster)
     assert args["--attention-backend"] == ("auto" if flash else "unfused")
     assert "--mock-data" in args  # no DATA_PATH: a smoke run on mock data
+    fp32_grads = job.train.reduces_grads_in_fp32  # Megatron's defaults: bf16 in fp32, fp16 not
+    assert ("--grad-reduce-in-bf16" in args) == ("--bf16" in args and not fp32_grads)
+    assert ("--accumulate-allreduce-grads-in-fp32" in args) == ("--fp16" in args and fp32_grads)
 
 
 def test_megatron_details_follow_the_job(tmp_path: Path) -> None:
@@ -348,12 +355,15 @@ def test_mindspeed_flags_follow_the_framework_facts(tmp_path: Path) -> None:
     framework = dataclasses.replace(
         job.train.framework, overlap_grad_reduce=True, overlap_param_gather=True
     )
-    train = dataclasses.replace(job.train, framework=framework, flash_attention=False)
+    train = dataclasses.replace(
+        job.train, framework=framework, flash_attention=False, grad_reduce_in_fp32=False
+    )
     write_launch_files(job.model, job.cluster, train, layout, tmp_path / "out")
     script = tmp_path / "out" / "launch_mindspeed.sh"
     launched = _run(script, tmp_path, _argrules.MINDSPEED, **_mindspeed_env(tmp_path))
     args = launched.args
     assert "--overlap-grad-reduce" in args and "--overlap-param-gather" in args
+    assert "--grad-reduce-in-bf16" in args and "--bf16" in args
     assert "--use-flash-attn" not in args and "--no-masked-softmax-fusion" not in args
     problems = megatron_problems(args, launched.env, 64, core_0_12=True, mindspeed=True)
     assert problems == []
@@ -392,6 +402,13 @@ DEEPSPEED_CASES = [
         ("cluster.num_nodes=8",),
         dict(tp=8, pp=8, recompute="selective"),
     ),
+    Case(
+        "fp32_grads",
+        "llama2_7b",
+        "vtrain_a100",
+        ("cluster.num_nodes=1", "train.grad_reduce_in_fp32=true"),
+        dict(tp=2, pp=2),
+    ),
     Case("qkv_bias", "qwen2_5_7b", "vtrain_a100", ("cluster.num_nodes=1",), dict(tp=4)),
 ]
 
@@ -423,6 +440,9 @@ def test_deepspeed_script_and_config_pass_deepspeed_rules(case: Case, tmp_path: 
         == args["--micro-batch-size"] * dp * (config["gradient_accumulation_steps"])
     )
     assert config["zero_optimization"]["stage"] == int(layout.distributed_optimizer)
+    asked = job.train.grad_reduce_in_fp32  # DeepSpeed's own default unless the job says
+    grads = "fp32" if job.train.reduces_grads_in_fp32 else job.train.precision
+    assert config.get("data_types") == (None if asked is None else {"grad_accum_dtype": grads})
     assert ("--deepspeed-activation-checkpointing" in args) == (layout.recompute == "full")
     assert args["--tensor-model-parallel-size"] == layout.tp
     assert args["--pipeline-model-parallel-size"] == layout.pp
@@ -483,6 +503,7 @@ def test_nemo_override_passes_nemo_rules(
     assert settings["data"]["micro_batch_size"] == layout.micro_batch
     assert settings["data"]["global_batch_size"] == job.train.global_batch_size
     assert settings["ddp"]["overlap_grad_reduce"] == job.train.framework.overlap_grad_reduce
+    assert settings["ddp"]["grad_reduce_in_fp32"] == job.train.reduces_grads_in_fp32
     assert settings["optim"]["use_distributed_optimizer"] == layout.distributed_optimizer
     plugin = "bf16_with_fp8_mixed" if job.train.fp8 else "bf16_mixed"
     assert recipe.trainer.plugins.factory == plugin

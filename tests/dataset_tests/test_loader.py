@@ -123,6 +123,24 @@ def test_row_to_specs_applies_overrides_and_small_jobs(tmp_path: Path) -> None:
     assert layout.world_size == cluster.num_devices
 
 
+def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "t.csv",
+        {"grad_reduce_in_fp32": "false", "framework": "megatron_core"},
+        {"grad_reduce_in_fp32": ""},
+        {"grad_reduce_in_fp32": "fp32"},
+    )
+    with pytest.raises(DataFileError, match="line 4, column grad_reduce_in_fp32"):
+        dataset.load_measurements(path)
+    path = write(tmp_path / "t.csv", {"grad_reduce_in_fp32": "false"}, {})
+    bf16, default = (
+        dataset.row_to_specs(r)[2] for r in dataset.load_measurements(path).to_dict("records")
+    )
+    assert bf16.grad_reduce_in_fp32 is False and bf16.grad_reduce_bytes == 2
+    assert default.grad_reduce_in_fp32 is None
+    assert default.reduces_grads_in_fp32 == default.framework.grad_reduce_in_fp32
+
+
 def test_shipped_data_loads_and_breaks_no_layout_rule() -> None:
     table = dataset.load_public()
     assert set(table["source"]) == set(dataset.public_sources())

@@ -107,6 +107,32 @@ def test_fp8_is_faster_and_keeps_its_weight_copies(simulator: Simulator) -> None
     assert "fp8_weights" not in bf16.memory_breakdown_gib
 
 
+@pytest.mark.parametrize("framework", ["megatron_core", "megatron_deepspeed", "megatron_lm"])
+def test_gradient_dtype_sets_the_buffer_and_the_reduction(
+    simulator: Simulator, framework: str
+) -> None:
+    """``train.grad_reduce_in_fp32`` flips the framework's default: the gradient buffer keeps
+    2 bytes per parameter more or less, and the data-parallel reduction moves that many more
+    or fewer bytes (Megatron-LM of 2021-22 all-reduces after the backward, so all of it is
+    exposed; without the distributed optimizer no parameter all-gather shares the DP time)."""
+    layout = Layout.resolve(16, tp=2, pp=2, distributed_optimizer=False)  # dp 4
+    default = make_train(framework, seq_len=2048, global_batch_size=32)
+    in_fp32 = default.reduces_grads_in_fp32
+    same = make_train(framework, seq_len=2048, global_batch_size=32, grad_reduce_in_fp32=in_fp32)
+    flipped = make_train(
+        framework, seq_len=2048, global_batch_size=32, grad_reduce_in_fp32=not in_fp32
+    )
+    base = simulator.simulate(MODEL, CLUSTER, default, layout)
+    assert simulator.simulate(MODEL, CLUSTER, same, layout) == base
+    other = simulator.simulate(MODEL, CLUSTER, flipped, layout)
+    params = base.memory_breakdown_gib["weights"] / 2  # bf16 weights
+    change = other.memory_breakdown_gib["gradients"] - base.memory_breakdown_gib["gradients"]
+    assert change == pytest.approx((-2 if in_fp32 else 2) * params, rel=1e-6)
+    if framework == "megatron_lm":
+        ratio = other.breakdown["dp_comm"] / base.breakdown["dp_comm"]
+        assert ratio == pytest.approx(0.5 if in_fp32 else 2.0, rel=0.05)
+
+
 def test_fp8_primary_weights_replace_the_bf16_copy(simulator: Simulator) -> None:
     """Megatron-Core's ``--fp8-param-gather`` (with the distributed optimizer): the linear
     layers keep no bf16 weight, only Transformer Engine's FP8 copies (two bytes on Hopper)."""

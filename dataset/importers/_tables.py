@@ -235,12 +235,15 @@ def megatron_core_row(
     cluster: str,
     seq_len: int,
     recompute: str = "none",
+    grad_reduce_in_fp32: bool = False,
     **changes: object,
 ) -> dict[str, object]:
     """A kept row of an NVIDIA table (NeMo, Megatron-Bridge, dgxc-benchmarking).
 
     Sequence parallelism where tp > 1 and the distributed optimizer, as the NeMo and
-    Megatron-Bridge recipes set them (NOTICE.md); ``changes`` replace architecture fields.
+    Megatron-Bridge recipes set them (NOTICE.md); gradients reduced in bf16 unless
+    ``grad_reduce_in_fp32``, as the performance configs of these tables set them (NOTICE.md);
+    ``changes`` replace architecture fields.
     """
     layout = layout_columns(row)
     return {
@@ -251,6 +254,7 @@ def megatron_core_row(
         "sequence_parallel": layout["tp"] > 1,
         "distributed_optimizer": True,
         "framework": "megatron_core",
+        "grad_reduce_in_fp32": grad_reduce_in_fp32,
     }
 
 

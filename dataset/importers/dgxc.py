@@ -71,6 +71,13 @@ _RECIPES = {
 }
 
 
+# The one README whose config reduces gradients in fp32: Nemotron4-15B of v25.02 runs
+# mcore_distributed_optim without grad_sync_dtype, whose NeMo default is fp32. Every other config
+# syncs bf16 gradients (NeMo 1 grad_sync_dtype: bf16; NeMo 2 performance mode
+# grad_reduce_in_fp32 = False). Sources: NOTICE.md.
+_FP32_GRADS = {("dgxc-benchmarking v25.02", "nemotron/README_15b.md")}
+
+
 def _readme(row: Row) -> str:
     """The README path of ``source_ref`` (``owner/repo@commit:path (table ...)``)."""
     return row["source_ref"].split(":", 1)[1].split(" ", 1)[0]
@@ -114,7 +121,10 @@ def _record(row: Row) -> dict[str, object]:
     if recipe.gpt2_tokenizer:
         changes["vocab_size"] = _padded_gpt2_vocab(int(row["tp"]))
     cluster = _CLUSTERS[row["hardware"]]
-    return megatron_core_row(SOURCE, row, cluster, _seq_len(row), recipe.recompute, **changes)
+    fp32_grads = (row["release"], _readme(row)) in _FP32_GRADS
+    return megatron_core_row(
+        SOURCE, row, cluster, _seq_len(row), recipe.recompute, fp32_grads, **changes
+    )
 
 
 def convert(path: Path) -> pd.DataFrame:

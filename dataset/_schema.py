@@ -206,8 +206,9 @@ _TRAINING = (
     Column("precision", _choice(PRECISIONS), default="bf16"),
     # Not in the v1 table of docs/architecture.md: whether the stack ran fused attention.
     Column("flash_attention", _bool, default=True),
-    # Whether bf16 gradients were accumulated and reduced in fp32; empty: the framework's default.
-    Column("grad_reduce_in_fp32", _bool),
+    # Optional training settings; empty: the framework's default (TrainSpec's fields).
+    Column("grad_reduce_in_fp32", _bool),  # bf16 gradients accumulated and reduced in fp32
+    Column("tp_comm_overlap", _bool),  # TP collectives overlapped with the GEMMs
 )
 
 _MEASUREMENT = (

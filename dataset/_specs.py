@@ -25,6 +25,9 @@ MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.name != 
 _OVERRIDES = ("devices_per_node", "device_memory_gib", "intra_node_gbps", "inter_node_gbps")
 
 
+_TRAINING = ("framework", "precision", "flash_attention", "grad_reduce_in_fp32", "tp_comm_overlap")
+
+
 def _given(row: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     """The row's values of ``keys`` that are given (not absent, None, NaN or ""), as Python."""
     given = {}
@@ -66,7 +69,7 @@ def row_to_specs(row: Mapping[str, Any]) -> Specs:
     model = _model(str(row["model"]), tuple(model_values.items()))
     overrides = _given(row, _OVERRIDES)
     cluster = sized_cluster(str(row["cluster"]), int(row["num_devices"]), **overrides)
-    training = _given(row, ("framework", "precision", "flash_attention", "grad_reduce_in_fp32"))
+    training = _given(row, _TRAINING)
     framework = catalog.load_framework(training.get("framework") or cluster.default_framework)
     train = TrainSpec(
         framework=framework,
@@ -75,6 +78,7 @@ def row_to_specs(row: Mapping[str, Any]) -> Specs:
         precision=str(training.get("precision", "bf16")),
         flash_attention=bool(training.get("flash_attention") in (None, True)),
         grad_reduce_in_fp32=training.get("grad_reduce_in_fp32"),
+        tp_comm_overlap=training.get("tp_comm_overlap"),
     )
     train.check_on(cluster)
     layout = _layout(tuple(_given(row, LAYOUT_FIELDS).items()))

@@ -282,7 +282,7 @@ def layer_times_s(
     # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
     tp_group = layout.group("tp", cluster.devices_per_node)
     tp_one = all_reduce_time_s(tokens * model.hidden_size * act, tp_group, cluster)
-    tp_exposed = 0.0 if train.framework.tp_comm_overlap else 2 * tp_one
+    tp_exposed = 0.0 if layout.hides_tp_comm(train) else 2 * tp_one
 
     # Expert parallel: dispatch and combine all-to-alls of the top-k token copies.
     ep_exposed = 0.0

@@ -330,6 +330,12 @@ class Layout:
         """Micro-batches per step and per data-parallel rank: GBS / (mbs * DP)."""
         return train.global_batch_size // (self.micro_batch * self.dp)
 
+    def hides_tp_comm(self, train: TrainSpec) -> bool:
+        """Whether the TP collectives hide behind the GEMMs: the run overlaps them (Transformer
+        Engine's userbuffers, MindSpeed's COC) and the layout has sequence parallelism, which
+        the overlap needs (Megatron asserts it, docs/reference.md 7.5)."""
+        return train.overlaps_tp_comm and self.sequence_parallel
+
     def stage_layers(self, model: ModelSpec, train: TrainSpec) -> tuple[int, ...]:
         """Transformer layers of each pipeline stage, first to last.
 

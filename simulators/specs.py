@@ -570,7 +570,9 @@ class TrainSpec:
     keeps the [s, s] scores of every head in memory (baddbmm, masked softmax, dropout, bmm).
     ``grad_reduce_in_fp32`` says whether half-precision gradients are accumulated and reduced
     over data parallelism in fp32 (Megatron's ``--grad-reduce-in-bf16`` turns it off, NeMo's
-    ``grad_reduce_in_fp32``, Apex's ``grad_sync_dtype``); None: the framework's default.
+    ``grad_reduce_in_fp32``, Apex's ``grad_sync_dtype``); ``tp_comm_overlap`` whether tensor-
+    parallel collectives run overlapped with the GEMMs (Megatron's ``--tp-comm-overlap``,
+    MindSpeed's ``--use-ascend-coc``). None: the framework's default.
     """
 
     framework: FrameworkSpec
@@ -580,6 +582,7 @@ class TrainSpec:
     optimizer: str = "adam"
     flash_attention: bool = True
     grad_reduce_in_fp32: bool | None = None
+    tp_comm_overlap: bool | None = None
 
     def uses_flash_attention(self, cluster: ClusterSpec) -> bool:
         """Fused attention when the stack asks for it and the device has the kernels."""
@@ -589,8 +592,9 @@ class TrainSpec:
         sizes = {"seq_len": self.seq_len, "global_batch_size": self.global_batch_size}
         require_integers("train", **sizes)
         require_bools("train", flash_attention=self.flash_attention)
-        if self.grad_reduce_in_fp32 is not None:
-            require_bools("train", grad_reduce_in_fp32=self.grad_reduce_in_fp32)
+        settings = {"grad_reduce_in_fp32": self.grad_reduce_in_fp32}
+        settings["tp_comm_overlap"] = self.tp_comm_overlap
+        require_bools("train", **{k: v for k, v in settings.items() if v is not None})
         require_positive("train", **sizes)
         require_at_most(
             "train", MAX_SEQ_LEN, "the longest contexts are ~1e7", seq_len=self.seq_len
@@ -625,6 +629,14 @@ class TrainSpec:
         if self.grad_reduce_in_fp32 is None or self.precision == "fp32":
             return self.framework.grad_reduce_bytes(self.precision) == 4
         return self.grad_reduce_in_fp32
+
+    @property
+    def overlaps_tp_comm(self) -> bool:
+        """Whether the run overlaps tensor-parallel collectives with the GEMMs (where the layout
+        allows it: :meth:`simulators.Layout.hides_tp_comm`)."""
+        if self.tp_comm_overlap is None:
+            return self.framework.tp_comm_overlap
+        return self.tp_comm_overlap
 
     @property
     def grad_reduce_bytes(self) -> float:

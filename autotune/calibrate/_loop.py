@@ -151,7 +151,10 @@ def _measured(job: Job, path: str) -> tuple[list[tuple[Layout, Run]], list[str]]
 
 def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: str) -> pd.DataFrame:
     """The probes as measurement rows (schema v1) with the columns to fill left empty."""
-    fp32_grads = job.train.grad_reduce_in_fp32
+    settings = {  # the run's own settings; empty: the framework's default
+        key: "" if getattr(job.train, key) is None else getattr(job.train, key)
+        for key in ("grad_reduce_in_fp32", "tp_comm_overlap")
+    }
     rows = []
     for rank, (layout, prediction) in enumerate(probes, start=1):
         fields = layout.as_dict()
@@ -172,7 +175,7 @@ def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: st
                 "framework": job.train.framework.name,
                 "precision": job.train.precision,
                 "flash_attention": job.train.flash_attention,
-                "grad_reduce_in_fp32": "" if fp32_grads is None else fp32_grads,
+                **settings,
                 **dict.fromkeys(_FILL, ""),
                 "predictor": f"{job.simulator.name} probe {rank}",
                 "predicted_step_time_s": round(prediction.step_time_s, 6),

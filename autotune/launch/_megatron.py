@@ -218,7 +218,7 @@ def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
         *overlap_flags(job),
         *moe_layout_flags(job),
     ]
-    if job.train.framework.tp_comm_overlap and job.layout.sequence_parallel:
+    if job.layout.hides_tp_comm(job.train):
         flags.append(flag("--tp-comm-overlap"))  # docs/reference.md 7.5: needs SP
     return tuple(flags)
 

@@ -72,7 +72,7 @@ def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
     ]
     if job.layout.cp > 1:
         flags.append(flag("--context-parallel-algo", "megatron_cp_algo"))
-    if job.train.framework.tp_comm_overlap and job.layout.tp > 1:
+    if job.layout.hides_tp_comm(job.train):
         flags.append(flag("--use-ascend-coc"))
     return tuple(flags)
 

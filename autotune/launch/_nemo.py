@@ -6,8 +6,9 @@ and overrides what the layout and the job decide, by the field names NeMo's own 
 ``nl.MegatronStrategy`` (parallel sizes, ``sequence_parallel``, ``pipeline_dtype``, the layer
 split), Megatron-Core's ``DistributedDataParallelConfig`` (the framework's overlaps), the
 optimizer's ``use_distributed_optimizer``, the model config's sizes, sequence and recompute,
-the data module's batch and sequence, and the precision plugin
-(``recipes/precision/mixed_precision.py``). Every split field is written, since recipes set
+the data module's batch and sequence, the precision plugin
+(``recipes/precision/mixed_precision.py``; its gradient dtype overrides the DDP config's), and
+TP communication overlap (``MegatronCommOverlapCallback``). Every split field is written, since recipes set
 their own (DeepSeek-V3 first/last stages, Llama-3.1-405B's embedding and loss accounting). The
 file runs under torchrun on every node and trains in each worker (``run.run(direct=True)``).
 """
@@ -170,13 +171,36 @@ def _settings(job: LaunchJob) -> list[str]:
         f"recipe.data.micro_batch_size = {layout.micro_batch}",
         f"recipe.data.global_batch_size = {job.train.global_batch_size}",
         f"recipe.trainer.plugins = {plugin}",
+        *(  # the plugin's gradient dtype overrides the DDP config's (NeMo's dtype overrides)
+            [f"recipe.trainer.plugins.grad_reduce_in_fp32 = {ddp['grad_reduce_in_fp32']}"]
+            if job.dtype != "fp32"
+            else []
+        ),
         *(  # the recipe's FP8 default, set as priced (docs/reference.md 7.6)
             [f"recipe.trainer.plugins.fp8_param_gather = {fp8_primary(job.train, layout)}"]
             if job.train.fp8
             else []
         ),
+        *_tp_overlap_statements(layout.hides_tp_comm(job.train)),
         "recipe.trainer.max_steps = MAX_STEPS",
     ]
+
+
+def _tp_overlap_statements(overlap: bool) -> list[str]:
+    """TP communication overlap as priced: NeMo's ``MegatronCommOverlapCallback`` decides it
+    (some recipes add one, with either value); set it on theirs, or add one to turn it on."""
+    statements = [
+        "callbacks = recipe.trainer.callbacks = list(recipe.trainer.callbacks or [])",
+        "overlaps = [c for c in callbacks if c.__fn_or_cls__ is MegatronCommOverlapCallback]",
+        "for callback in overlaps:",
+        f"    callback.tp_comm_overlap = {overlap}",
+    ]
+    if overlap:
+        statements += [
+            "if not overlaps:",
+            "    callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))",
+        ]
+    return statements
 
 
 def _header(job: LaunchJob, title: str) -> list[str]:
@@ -212,6 +236,9 @@ def recipe_text(job: LaunchJob, title: str) -> str:
         "from megatron.core.distributed import DistributedDataParallelConfig",
         "from nemo.collections import llm",
         plugin_import,
+        "from nemo.lightning.pytorch.callbacks.megatron_comm_overlap import (",
+        "    MegatronCommOverlapCallback,",
+        ")",
         "",
         'MAX_STEPS = int(os.environ.get("MAX_STEPS", "100"))',
         'CHECKPOINT_DIR = os.environ.get("CHECKPOINT_DIR", "checkpoints")',

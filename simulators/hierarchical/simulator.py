@@ -114,7 +114,7 @@ class HierarchicalSimulator:
         coster = StageCoster(
             cost=cost,
             comm=comm,
-            tp_overlap=train.framework.tp_comm_overlap,
+            tp_overlap=layout.hides_tp_comm(train),
             host_op_s=consts.host_op_overhead_us * 1e-6,
         )
         head = shapes["head"]

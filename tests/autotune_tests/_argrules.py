@@ -476,7 +476,9 @@ NEMO_FIELDS: dict[str, frozenset[str]] = {
     ),
     "data": frozenset({"seq_length", "micro_batch_size", "global_batch_size"}),
     "optim": frozenset({"use_distributed_optimizer", "bf16", "fp16", "lr"}),
-    "trainer": frozenset({"plugins", "max_steps", "strategy", "num_nodes", "devices"}),
+    "trainer": frozenset(
+        {"plugins", "max_steps", "strategy", "num_nodes", "devices", "callbacks"}
+    ),
     # MegatronMixedPrecision (nemo/lightning/pytorch/plugins/mixed_precision.py)
     "plugin": frozenset({"fp8_param_gather", "grad_reduce_in_fp32"}),
     "ddp": frozenset(

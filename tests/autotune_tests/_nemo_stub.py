@@ -53,10 +53,25 @@ class Fields:
 
 
 class Config:
-    """``run.Config(target, **kwargs)`` as recorded."""
+    """``run.Config(target, **kwargs)`` as recorded; like fiddle's, it names its target
+    ``__fn_or_cls__`` and takes the target's arguments as attributes."""
 
     def __init__(self, target: Any, **kwargs: Any) -> None:
         self.target, self.kwargs = target, kwargs
+
+    @property
+    def __fn_or_cls__(self) -> Any:
+        return self.target
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("target", "kwargs"):
+            object.__setattr__(self, name, value)
+        else:
+            self.kwargs[name] = value
+
+
+class MegatronCommOverlapCallback:
+    """NeMo's communication-overlap callback class, as a marker."""
 
 
 class DistributedDataParallelConfig:
@@ -75,8 +90,18 @@ def _recipe(recipe_name: str) -> types.SimpleNamespace:
         if unknown:
             raise TypeError(f"{recipe_name}.pretrain_recipe takes no {sorted(unknown)}")
         strategy = Fields("strategy")
+        # DeepSeek-V3's recipe brings an overlap callback with TP overlap off (8cfedd72 L145)
+        callbacks = (
+            [Config(MegatronCommOverlapCallback, tp_comm_overlap=False)]
+            if recipe_name == "deepseek_v3"
+            else None
+        )
         trainer = Fields(
-            "trainer", strategy=strategy, num_nodes=num_nodes, devices=num_gpus_per_node
+            "trainer",
+            strategy=strategy,
+            num_nodes=num_nodes,
+            devices=num_gpus_per_node,
+            callbacks=callbacks,
         )
         return types.SimpleNamespace(
             factory=recipe_name,
@@ -121,6 +146,12 @@ def nemo_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
         ),
         "nemo": _module("nemo"),
         "nemo.lightning": _module("nemo.lightning", MegatronMixedPrecision=object),
+        "nemo.lightning.pytorch": _module("nemo.lightning.pytorch"),
+        "nemo.lightning.pytorch.callbacks": _module("nemo.lightning.pytorch.callbacks"),
+        "nemo.lightning.pytorch.callbacks.megatron_comm_overlap": _module(
+            "nemo.lightning.pytorch.callbacks.megatron_comm_overlap",
+            MegatronCommOverlapCallback=MegatronCommOverlapCallback,
+        ),
         "nemo.collections": _module("nemo.collections", llm=llm),
         "nemo.collections.llm": llm,
         "nemo.collections.llm.recipes": _module("nemo.collections.llm.recipes"),
@@ -149,6 +180,13 @@ def recorded(recipe: Any) -> dict[str, Any]:
         "data": recipe.data.values,
         "optim": recipe.optim.config.values,
         "ddp": ddp.kwargs,
-        "trainer": {k: v for k, v in recipe.trainer.values.items() if k != "strategy"},
+        "trainer": {
+            k: v for k, v in recipe.trainer.values.items() if k not in ("strategy", "callbacks")
+        },
+        "tp_comm_overlap": [
+            c.kwargs.get("tp_comm_overlap")
+            for c in recipe.trainer.callbacks or []
+            if c.target is MegatronCommOverlapCallback
+        ],
         "plugin": getattr(recipe.trainer.plugins, "values", {}),
     }

@@ -132,13 +132,14 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
     )
     with pytest.raises(DataFileError, match="line 4, column grad_reduce_in_fp32"):
         dataset.load_measurements(path)
-    path = write(tmp_path / "t.csv", {"grad_reduce_in_fp32": "false"}, {})
-    bf16, default = (
-        dataset.row_to_specs(r)[2] for r in dataset.load_measurements(path).to_dict("records")
-    )
-    assert bf16.grad_reduce_in_fp32 is False and bf16.grad_reduce_bytes == 2
-    assert default.grad_reduce_in_fp32 is None
+    path = write(tmp_path / "t.csv", {"grad_reduce_in_fp32": "false", "tp_comm_overlap": "1"}, {})
+    rows = dataset.load_measurements(path).to_dict("records")
+    given, default = (dataset.row_to_specs(row)[2] for row in rows)
+    assert given.grad_reduce_in_fp32 is False and given.grad_reduce_bytes == 2
+    assert given.tp_comm_overlap is True and given.overlaps_tp_comm
+    assert default.grad_reduce_in_fp32 is None and default.tp_comm_overlap is None
     assert default.reduces_grads_in_fp32 == default.framework.grad_reduce_in_fp32
+    assert default.overlaps_tp_comm == default.framework.tp_comm_overlap
 
 
 def test_shipped_data_loads_and_breaks_no_layout_rule() -> None:

@@ -133,6 +133,29 @@ def test_gradient_dtype_sets_the_buffer_and_the_reduction(
         assert ratio == pytest.approx(0.5 if in_fp32 else 2.0, rel=0.05)
 
 
+def test_tp_comm_overlap_hides_the_tp_collectives_with_sequence_parallelism(
+    simulator: Simulator,
+) -> None:
+    """``train.tp_comm_overlap`` (Transformer Engine's userbuffers) hides the TP collectives
+    behind the GEMMs; Megatron needs sequence parallelism for it, so without SP it changes
+    nothing."""
+    exposed = make_train(seq_len=2048, global_batch_size=32)
+    hidden = make_train(seq_len=2048, global_batch_size=32, tp_comm_overlap=True)
+    assert not exposed.overlaps_tp_comm and hidden.overlaps_tp_comm
+    with_sp = Layout.resolve(16, tp=4, pp=2)
+    without_sp = Layout.resolve(16, tp=4, pp=2, sequence_parallel=False)
+    assert with_sp.hides_tp_comm(hidden) and not without_sp.hides_tp_comm(hidden)
+    slow = simulator.simulate(MODEL, CLUSTER, exposed, with_sp)
+    fast = simulator.simulate(MODEL, CLUSTER, hidden, with_sp)
+    # the hierarchical hides a phase's TP collectives up to its GEMM time (the embedding's
+    # reduction has little to hide behind); the analytical hides the layers' whole
+    assert 0 <= fast.breakdown["tp_comm"] < 0.2 * slow.breakdown["tp_comm"]
+    assert fast.step_time_s < slow.step_time_s
+    assert fast.memory_gib == slow.memory_gib
+    plain = simulator.simulate(MODEL, CLUSTER, exposed, without_sp)
+    assert simulator.simulate(MODEL, CLUSTER, hidden, without_sp) == plain
+
+
 def test_fp8_primary_weights_replace_the_bf16_copy(simulator: Simulator) -> None:
     """Megatron-Core's ``--fp8-param-gather`` (with the distributed optimizer): the linear
     layers keep no bf16 weight, only Transformer Engine's FP8 copies (two bytes on Hopper)."""

@@ -236,14 +236,16 @@ def megatron_core_row(
     seq_len: int,
     recompute: str = "none",
     grad_reduce_in_fp32: bool = False,
+    tp_comm_overlap: bool = True,
     **changes: object,
 ) -> dict[str, object]:
     """A kept row of an NVIDIA table (NeMo, Megatron-Bridge, dgxc-benchmarking).
 
     Sequence parallelism where tp > 1 and the distributed optimizer, as the NeMo and
     Megatron-Bridge recipes set them (NOTICE.md); gradients reduced in bf16 unless
-    ``grad_reduce_in_fp32``, as the performance configs of these tables set them (NOTICE.md);
-    ``changes`` replace architecture fields.
+    ``grad_reduce_in_fp32`` and TP communication overlapped where tp > 1 unless not
+    ``tp_comm_overlap`` (False: not known, the framework's default), as the performance configs
+    of these tables set them (NOTICE.md); ``changes`` replace architecture fields.
     """
     layout = layout_columns(row)
     return {
@@ -255,6 +257,7 @@ def megatron_core_row(
         "distributed_optimizer": True,
         "framework": "megatron_core",
         "grad_reduce_in_fp32": grad_reduce_in_fp32,
+        "tp_comm_overlap": True if tp_comm_overlap and layout["tp"] > 1 else None,
     }
 
 

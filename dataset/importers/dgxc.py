@@ -13,7 +13,9 @@ Read in the recipe of the row's own commit where the README is silent (NeMo 1.0 
 releases v24.11.1 and v25.02): the sequence length, which those tables omit (each README's MFU
 notes state it, and tokens/s = global batch * seq / step time checks it), Nemotron4-340B's
 selective recompute, Llama 3.1 405B's 16 KV groups, and the GPT-2 BPE tokenizer of Llama 3.1
-405B and GPT-3 175B (vocabulary 50257 padded to a multiple of 128 * tp). Assumed (NOTICE.md):
+405B and GPT-3 175B (vocabulary 50257 padded to a multiple of 128 * tp), and of every release:
+the gradient dtype (bf16 but one config, ``_FP32_GRADS``) and TP communication overlap (on
+wherever tp > 1). Assumed (NOTICE.md):
 recompute none elsewhere, sequence parallelism where tp > 1, the distributed optimizer, 64 GPUs
 of each NVL72 rack for jobs of more than 72 GB200 GPUs. Each row is its own scenario.
 """

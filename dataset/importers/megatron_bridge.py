@@ -12,7 +12,8 @@ Assumed (NOTICE.md): dp = devices / (tp * pp * cp), checked against the publishe
 VP or EP is 1; recompute none (not published); sequence parallelism where tp > 1 and the
 distributed optimizer, as every pre-training recipe of ``src/megatron/bridge/perf_recipes`` sets;
 an empty FSDP cell is no FSDP; jobs of more than 72 GB200 GPUs use 64 GPUs of each NVL72 rack;
-Megatron-Core (``framework``). Each row is its own scenario: error, not regret.
+Megatron-Core (``framework``). Read in the performance configs of every release: bf16 gradients,
+and TP communication overlap where tp > 1. Each row is its own scenario: error, not regret.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ rows (layout not published).
 Assumed (NOTICE.md): dp = devices / (tp * pp * cp); VP=1 is no interleaving; recompute none
 (not published); sequence parallelism where tp > 1 and the distributed optimizer (as in the NeMo
 recipes of the dgxc-benchmarking Hydra configs and NeMo 2.0's performance scripts); Megatron-Core
-(``framework``). Each row is its own scenario: it counts for step-time error, not for regret.
+(``framework``); bf16 gradients and, for the 24.07 models whose launcher configs say so, TP
+communication overlap. Each row is its own scenario: it counts for step-time error, not for
+regret.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ _RUN = ("model_key", "num_devices", "seq_len", "global_batch", "tp", "pp", "cp")
 _RUN_METRIC = "model_tflops_per_gpu"
 
 Row = Mapping[str, str]
+# 24.07 models whose launcher config (or the dgxc-benchmarking config of the same layout, for
+# Nemotron-340B) runs with TP communication overlap; source: NOTICE.md.
+_TP_OVERLAP_24_07 = frozenset({"LLAMA2-70B", "LLAMA3-70B", "Nemotron-340B"})
 
 
 def _run_key(row: Row) -> tuple[str, ...]:
@@ -88,10 +93,23 @@ def skipped(path: Path) -> list[tuple[str, str]]:
     return [(row_label(r), _reason(r)) for r in _rows(path) if _reason(r)]
 
 
+def _tp_overlap_known(row: Row) -> bool:
+    """Whether the row's run is known to overlap TP communication: the 24.07 launcher configs
+    of its layout set ``ub_tp_comm_overlap: true`` (NOTICE.md); GPT3-175B's says false and the
+    long-sequence page names no config."""
+    return row["release"] == "NeMo 24.07" and row["model"] in _TP_OVERLAP_24_07
+
+
 def convert(path: Path) -> pd.DataFrame:
     """Schema-v1 rows of the kept NeMo measurements."""
     records = [
-        megatron_core_row(SOURCE, r, _CLUSTERS[r["hardware"]], int(r["seq_len"]))
+        megatron_core_row(
+            SOURCE,
+            r,
+            _CLUSTERS[r["hardware"]],
+            int(r["seq_len"]),
+            tp_comm_overlap=_tp_overlap_known(r),
+        )
         for r in _rows(path)
         if not _reason(r)
     ]

@@ -194,7 +194,7 @@ class _Job:
         self.rates = JobRates(
             tokens_per_step=train.tokens_per_step,
             model_flops=model.flops_per_token(train.seq_len) * train.tokens_per_step,
-            peak_flops=cluster.device.peak_flops(train.compute_dtype),
+            peak_flops=cluster.device.peak_flops(train.precision),  # FP8: of the FP8 peak
         )
         self.reserved_bytes = c.reserved_memory_gib * GIB
         self._layers: dict[tuple[object, ...], tuple[LayerCost, LayerCost]] = {}

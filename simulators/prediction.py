@@ -28,8 +28,10 @@ class Prediction:
 
     ``breakdown`` splits ``step_time_s`` into the categories of :data:`BREAKDOWN_KEYS`
     (seconds, summing to the step time). ``memory_gib`` is the peak memory of the worst rank;
-    ``fits`` says whether it stays within ``memory_capacity_gib``. ``detail`` holds optional
-    simulator-specific views (per-rank figures, memory breakdown, events).
+    ``fits`` says whether it stays within ``memory_capacity_gib``. ``mfu`` is model FLOPs per
+    second over the devices' peak in the step's precision (FP8 runs: the FP8 peak, as NVIDIA's
+    benchmark tables count it). ``detail`` holds optional simulator-specific views (per-rank
+    figures, memory breakdown, events).
     """
 
     step_time_s: float

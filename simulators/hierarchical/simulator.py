@@ -162,7 +162,7 @@ class HierarchicalSimulator:
             tokens_per_s_per_device=tokens / step_s / world,
             mfu=model.flops_per_token(train.seq_len)
             * tokens
-            / (step_s * world * cluster.device.peak_flops(train.compute_dtype)),
+            / (step_s * world * cluster.device.peak_flops(train.precision)),
             detail=detail,
         )
 

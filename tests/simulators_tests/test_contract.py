@@ -103,6 +103,9 @@ def test_fp8_is_faster_and_keeps_its_weight_copies(simulator: Simulator) -> None
     fp8 = simulator.simulate(MODEL, cluster, fp8_train, layout)
     assert fp8.step_time_s < bf16.step_time_s
     assert fp8.memory_breakdown_gib["fp8_weights"] > 0  # Hopper: two FP8 copies per weight
+    # MFU of an FP8 run is of the FP8 peak (as NVIDIA's DGX Cloud benchmarks state it)
+    peaks = cluster.device.peak_flops("fp8") / cluster.device.peak_flops("bf16")
+    assert fp8.mfu == pytest.approx(bf16.mfu * bf16.step_time_s / fp8.step_time_s / peaks)
     assert fp8.memory_breakdown_gib["activations"] < bf16.memory_breakdown_gib["activations"]
     assert "fp8_weights" not in bf16.memory_breakdown_gib
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
         reason = next((line for line in said if not line.startswith(frame)), _first_lines(exc))
         raise UserError(f"cannot parse the override {exc.override!r}: {reason}") from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise UserError(_first_lines(exc)) from None
+        raise UserError(_with_allowed_type(_first_lines(exc))) from None
     unknown = _undeclared_keys(cfg)
     if unknown:
         listed = "; ".join(f"{key} (allowed: {allowed})" for key, allowed in unknown)
@@ -93,6 +94,24 @@ def _missing_message(exc: MissingConfigException) -> str:
     if group and exc.options is not None:
         return f"unknown {group} {name!r}; available: {', '.join(sorted(exc.options))}"
     return str(exc).splitlines()[0]
+
+
+_ALLOWED_VALUES = {"bool": "true or false", "Integer": "an integer", "Float": "a number"}
+_WRONG_TYPE = re.compile(
+    r"Value '(?P<value>[^']*)' (?:is not a valid (?P<kind>bool)|of type '\w+' could not be "
+    r"converted to (?P<number>Integer|Float))\b.*"
+)
+
+
+def _with_allowed_type(message: str) -> str:
+    """A value of the wrong type said with what the key takes (OmegaConf names the type,
+    then adds its parser's own complaint, which is dropped)."""
+    match = _WRONG_TYPE.search(message)
+    if match is None:
+        return message
+    kind = match["kind"] or match["number"]
+    said = f"{match['value']!r} is not {_ALLOWED_VALUES[kind]}"
+    return message[: match.start()] + said
 
 
 def _first_lines(exc: BaseException) -> str:

@@ -235,9 +235,10 @@ def megatron_core_row(
     cluster: str,
     seq_len: int,
     recompute: str = "none",
+    *,
     grad_reduce_in_fp32: bool = False,
     tp_comm_overlap: bool = True,
-    **changes: object,
+    changes: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """A kept row of an NVIDIA table (NeMo, Megatron-Bridge, dgxc-benchmarking).
 
@@ -250,7 +251,7 @@ def megatron_core_row(
     layout = layout_columns(row)
     return {
         **measured_row(source, row, seq_len, layout),
-        **architecture(row, **changes),
+        **architecture(row, **(changes or {})),
         **cluster_columns(cluster, int(row["num_devices"])),
         "recompute": recompute,
         "sequence_parallel": layout["tp"] > 1,

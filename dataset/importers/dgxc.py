@@ -125,7 +125,13 @@ def _record(row: Row) -> dict[str, object]:
     cluster = _CLUSTERS[row["hardware"]]
     fp32_grads = (row["release"], _readme(row)) in _FP32_GRADS
     return megatron_core_row(
-        SOURCE, row, cluster, _seq_len(row), recipe.recompute, fp32_grads, **changes
+        SOURCE,
+        row,
+        cluster,
+        _seq_len(row),
+        recipe.recompute,
+        grad_reduce_in_fp32=fp32_grads,
+        changes=changes,
     )
 
 

@@ -282,7 +282,11 @@ def layer_times_s(
     # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
     tp_group = layout.group("tp", cluster.devices_per_node)
     tp_one = all_reduce_time_s(tokens * model.hidden_size * act, tp_group, cluster)
-    tp_exposed = 0.0 if layout.hides_tp_comm(train) else 2 * tp_one
+    # With the overlap (userbuffers) the collectives run chunk by chunk under the GEMMs they
+    # feed, so they hide up to those GEMMs' time (the backward has twice the GEMMs).
+    hidden = layout.hides_tp_comm(train)
+    tp_forward = max(0.0, 2 * tp_one - gemm_s) if hidden else 2 * tp_one
+    tp_backward = max(0.0, 2 * tp_one - 2 * gemm_s) if hidden else 2 * tp_one
 
     # Expert parallel: dispatch and combine all-to-alls of the top-k token copies.
     ep_exposed = 0.0
@@ -305,8 +309,8 @@ def layer_times_s(
         forward_s,
         backward_s,
         core_s,
-        tp_exposed,
-        tp_exposed,
+        tp_forward,
+        tp_backward,
         ep_exposed,
         ep_exposed,
         cp_s,

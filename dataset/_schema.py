@@ -20,6 +20,7 @@ from simulators.layout import Layout
 from simulators.layout import field_info
 from simulators.specs import ACTIVATIONS
 from simulators.specs import ATTENTIONS
+from simulators.specs import MOE_DISPATCHERS
 from simulators.specs import PRECISIONS
 
 __all__ = ["COLUMNS", "SCHEMA_VERSION", "STATUSES", "Column"]
@@ -209,6 +210,7 @@ _TRAINING = (
     # Optional training settings; empty: the framework's default (TrainSpec's fields).
     Column("grad_reduce_in_fp32", _bool),  # bf16 gradients accumulated and reduced in fp32
     Column("tp_comm_overlap", _bool),  # TP collectives overlapped with the GEMMs
+    Column("moe_dispatcher", _choice(MOE_DISPATCHERS)),  # how MoE tokens reach their experts
 )
 
 _MEASUREMENT = (

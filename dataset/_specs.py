@@ -25,7 +25,14 @@ MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.name != 
 _OVERRIDES = ("devices_per_node", "device_memory_gib", "intra_node_gbps", "inter_node_gbps")
 
 
-_TRAINING = ("framework", "precision", "flash_attention", "grad_reduce_in_fp32", "tp_comm_overlap")
+_TRAINING = (
+    "framework",
+    "precision",
+    "flash_attention",
+    "grad_reduce_in_fp32",
+    "tp_comm_overlap",
+    "moe_dispatcher",
+)
 
 
 def _given(row: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -79,6 +86,7 @@ def row_to_specs(row: Mapping[str, Any]) -> Specs:
         flash_attention=bool(training.get("flash_attention") in (None, True)),
         grad_reduce_in_fp32=training.get("grad_reduce_in_fp32"),
         tp_comm_overlap=training.get("tp_comm_overlap"),
+        moe_dispatcher=training.get("moe_dispatcher"),
     )
     train.check_on(cluster)
     layout = _layout(tuple(_given(row, LAYOUT_FIELDS).items()))

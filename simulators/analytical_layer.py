@@ -16,6 +16,7 @@ from typing import NamedTuple
 from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
+from simulators.collectives import deepep_time_s
 from simulators.layout import Layout
 from simulators.specs import ClusterSpec
 from simulators.specs import DeviceSpec
@@ -293,8 +294,11 @@ def layer_times_s(
     if moe and layout.ep > 1:
         ep_group = layout.group("ep", cluster.devices_per_node)
         seq_shard = layout.tp if layout.sequence_parallel else 1
-        send = model.moe_top_k * tokens / seq_shard * model.hidden_size * act
-        ep_exposed = 2 * all_to_all_time_s(send, ep_group, cluster)
+        token_bytes = tokens / seq_shard * model.hidden_size * act
+        if train.token_dispatcher == "deepep":
+            ep_exposed = 2 * deepep_time_s(token_bytes, model.moe_top_k, ep_group, cluster)
+        else:
+            ep_exposed = 2 * all_to_all_time_s(model.moe_top_k * token_bytes, ep_group, cluster)
 
     # Context parallel: the ring passes K and V (forward) and K, V, dK, dV (backward).
     cp_s = 0.0

@@ -20,6 +20,7 @@ __all__ = [
     "all_gather_time_s",
     "all_reduce_time_s",
     "all_to_all_time_s",
+    "deepep_time_s",
     "p2p_time_s",
     "place_group",
     "reduce_scatter_time_s",
@@ -111,6 +112,35 @@ def all_to_all_time_s(send_bytes: float, group: GroupPlacement, cluster: Cluster
             time, send_bytes * inter_peers / n / _gbps(link.bandwidth_gbps * link.efficiency)
         )
         latency = max(latency, link.latency_us)
+    return time + latency * 1e-6
+
+
+def deepep_time_s(
+    token_bytes: float, copies: int, group: GroupPlacement, cluster: ClusterSpec
+) -> float:
+    """DeepEP's dispatch (or combine): each rank sends ``token_bytes`` of tokens, each token to
+    ``copies`` experts spread evenly over the group (even routing, as benchmarks force it).
+
+    Within a node it is the all-to-all of the copies. Across nodes a token crosses once to each
+    other node it is routed to, reaching the rank of the same local index there, which forwards
+    it over the node's links to the ranks that hold its experts (DeepEP's internode kernels).
+    Of N nodes a token reaches (N - 1)(1 - (1 - 1/N)^copies) others, against the all-to-all's
+    copies (N - 1) / N. The node's links (the copies for local peers and the forwarded ones) and
+    the NIC work at once; the slower sets the time.
+    """
+    if group.nodes <= 1:
+        return all_to_all_time_s(token_bytes * copies, group, cluster)
+    n, local, nodes = group.size, group.per_node, group.nodes
+    inter_bytes = token_bytes * (nodes - 1) * (1 - (1 - 1 / nodes) ** copies)
+    remote_copies = copies * (nodes - 1) / nodes
+    intra_bytes = token_bytes * (copies * (local - 1) / n + remote_copies * (local - 1) / local)
+    inter = cluster.inter_node
+    time = inter_bytes / _gbps(inter.bandwidth_gbps * inter.efficiency)
+    latency = inter.latency_us
+    if local > 1:
+        bw = _gbps(cluster.intra_node.group_bandwidth_gbps(local))
+        time = max(time, intra_bytes / bw)
+        latency = max(latency, cluster.intra_node.latency_us)
     return time + latency * 1e-6
 
 

@@ -103,7 +103,8 @@ class FrameworkSpec:
     mode (:class:`StateBytes`). ``tp_comm_overlap``: TP collectives hide behind GEMMs.
     ``fp8``: FP8 GEMMs through Transformer Engine. ``fp8_param_gather``: FP8 runs keep the
     linear layers' weights only in FP8 (``--fp8-param-gather``; no bf16 copy of them) and
-    all-gather them in FP8.
+    all-gather them in FP8. ``deepep``: the MoE tokens can go through DeepEP (Megatron-Core's
+    ``flex`` dispatcher), which sends a token once to each node it is routed to.
     """
 
     name: str
@@ -120,6 +121,7 @@ class FrameworkSpec:
     tp_comm_overlap: bool
     fp8: bool
     fp8_param_gather: bool
+    deepep: bool
 
     @classmethod
     def from_mapping(cls, name: str, values: Mapping[str, Any]) -> FrameworkSpec:

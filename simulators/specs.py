@@ -39,6 +39,9 @@ ACTIVATIONS = ("swiglu", "gelu")
 ATTENTIONS = ("gqa", "mla")
 # fp8: bf16 mixed precision whose linear-layer GEMMs run in FP8 (Transformer Engine).
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+# MoE token dispatch: alltoall (Megatron's --moe-token-dispatcher-type alltoall, the default as
+# run), deepep (--moe-token-dispatcher-type flex with the DeepEP backend).
+MOE_DISPATCHERS = ("alltoall", "deepep")
 OPTIMIZERS = ("adam",)
 TOPOLOGIES = ("switch", "full_mesh")
 
@@ -572,7 +575,10 @@ class TrainSpec:
     over data parallelism in fp32 (Megatron's ``--grad-reduce-in-bf16`` turns it off, NeMo's
     ``grad_reduce_in_fp32``, Apex's ``grad_sync_dtype``); ``tp_comm_overlap`` whether tensor-
     parallel collectives run overlapped with the GEMMs (Megatron's ``--tp-comm-overlap``,
-    MindSpeed's ``--use-ascend-coc``). None: the framework's default.
+    MindSpeed's ``--use-ascend-coc``). None: the framework's default. ``moe_dispatcher`` is how
+    MoE tokens reach their experts: ``alltoall`` (a copy per routed expert; None) or ``deepep``
+    (Megatron-Core's ``flex`` dispatcher with DeepEP: one copy per destination node, forwarded
+    over the node's links there).
     """
 
     framework: FrameworkSpec
@@ -583,6 +589,7 @@ class TrainSpec:
     flash_attention: bool = True
     grad_reduce_in_fp32: bool | None = None
     tp_comm_overlap: bool | None = None
+    moe_dispatcher: str | None = None
 
     def uses_flash_attention(self, cluster: ClusterSpec) -> bool:
         """Fused attention when the stack asks for it and the device has the kernels."""
@@ -607,6 +614,12 @@ class TrainSpec:
         )
         require_choice("train", "precision", self.precision, PRECISIONS)
         require_choice("train", "optimizer", self.optimizer, OPTIMIZERS)
+        require_choice("train", "moe_dispatcher", self.token_dispatcher, MOE_DISPATCHERS)
+        if self.token_dispatcher == "deepep" and not self.framework.deepep:
+            raise SpecError(
+                f"train: moe_dispatcher deepep needs Megatron-Core's flex dispatcher; framework "
+                f"{self.framework.name!r} has none (use alltoall)"
+            )
         if self.fp8 and not self.framework.fp8:
             raise SpecError(
                 f"train: precision fp8 needs Transformer Engine FP8; framework "
@@ -629,6 +642,11 @@ class TrainSpec:
         if self.grad_reduce_in_fp32 is None or self.precision == "fp32":
             return self.framework.grad_reduce_bytes(self.precision) == 4
         return self.grad_reduce_in_fp32
+
+    @property
+    def token_dispatcher(self) -> str:
+        """How MoE tokens reach their experts (:data:`MOE_DISPATCHERS`; default alltoall)."""
+        return self.moe_dispatcher or MOE_DISPATCHERS[0]
 
     @property
     def overlaps_tp_comm(self) -> bool:

@@ -202,10 +202,16 @@ def overlap_flags(job: LaunchJob) -> list[Flag]:
 
 
 def moe_layout_flags(job: LaunchJob) -> list[Flag]:
-    """All-to-all token dispatch when experts are split over ranks."""
-    if job.model.is_moe and job.layout.ep > 1:
-        return [flag("--moe-token-dispatcher-type", "alltoall")]
-    return []
+    """The token dispatcher as priced when experts are split over ranks: the all-to-all, or
+    the flex dispatcher with DeepEP (docs/reference.md 7.7)."""
+    if not (job.model.is_moe and job.layout.ep > 1):
+        return []
+    if job.train.token_dispatcher == "deepep":
+        return [
+            flag("--moe-token-dispatcher-type", "flex"),
+            flag("--moe-flex-dispatcher-backend", "deepep"),
+        ]
+    return [flag("--moe-token-dispatcher-type", "alltoall")]
 
 
 def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:

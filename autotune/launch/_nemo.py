@@ -66,11 +66,14 @@ def _model_fields(job: LaunchJob) -> list[tuple[str, object]]:
         fields.append(("ffn_hidden_size", model.ffn_hidden_size))
     if model.attention == "gqa":
         fields.append(("num_query_groups", model.num_kv_heads))
-    if model.is_moe:
+    if model.is_moe:  # the dispatcher as priced (recipes set their own)
+        deepep = job.train.token_dispatcher == "deepep" and layout.ep > 1
         fields += [
             ("num_moe_experts", model.num_experts),
             ("moe_router_topk", model.moe_top_k),
             ("moe_ffn_hidden_size", model.expert_ffn_hidden_size),
+            ("moe_token_dispatcher_type", "flex" if deepep else "alltoall"),
+            ("moe_enable_deepep", deepep),
         ]
     method: object = None
     count: object = None

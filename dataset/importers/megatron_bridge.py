@@ -13,7 +13,8 @@ VP or EP is 1; recompute none (not published); sequence parallelism where tp > 1
 distributed optimizer, as every pre-training recipe of ``src/megatron/bridge/perf_recipes`` sets;
 an empty FSDP cell is no FSDP; jobs of more than 72 GB200 GPUs use 64 GPUs of each NVL72 rack;
 Megatron-Core (``framework``). Read in the performance configs of every release: bf16 gradients,
-and TP communication overlap where tp > 1. Each row is its own scenario: error, not regret.
+TP communication overlap where tp > 1, and DeepEP where they use it (``_DEEPEP``). Each row is
+its own scenario: error, not regret.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ _CLUSTERS = {"h100": "h100", "b200": "b200", "gb200": "gb200"}
 _EXPERT_TP = "mixture of experts with tp > 1 (recipes set expert TP 1; the layout has ETP = TP)"
 
 Row = Mapping[str, str]
+# (release, model, hardware) whose performance config sends MoE tokens through DeepEP (the flex
+# dispatcher, backend deepep); the others use the all-to-all, or HybridEP inside one NVLink
+# domain, and are left to the default. Source: NOTICE.md.
+_DEEPEP = frozenset(
+    {
+        ("NeMo 26.02", "Qwen3_30B_a3B", "h100"),
+        ("NeMo 26.02.01", "Qwen3_30B_a3B", "h100"),
+        ("NeMo 26.04.01", "DeepSeekV3", "b200"),
+    }
+)
 
 
 def _expert_tp_differs(row: Row) -> bool:
@@ -62,7 +73,15 @@ def skipped(path: Path) -> list[tuple[str, str]]:
 def convert(path: Path) -> pd.DataFrame:
     """Schema-v1 rows of the kept Megatron-Bridge measurements."""
     records = [
-        megatron_core_row(SOURCE, r, _CLUSTERS[r["hardware"]], int(r["seq_len"]))
+        megatron_core_row(
+            SOURCE,
+            r,
+            _CLUSTERS[r["hardware"]],
+            int(r["seq_len"]),
+            moe_dispatcher="deepep"
+            if (r["release"], r["model"], r["hardware"]) in _DEEPEP
+            else None,
+        )
         for r in read_rows(path)
         if not _reason(r)
     ]

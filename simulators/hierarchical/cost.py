@@ -20,6 +20,7 @@ from pathlib import Path
 from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
+from simulators.collectives import deepep_time_s
 from simulators.collectives import p2p_time_s
 from simulators.collectives import reduce_scatter_time_s
 from simulators.errors import DataFileError
@@ -157,12 +158,15 @@ class CommCost:
     """Collective times for the parallel groups of one layout on one cluster.
 
     Groups are placed by :meth:`simulators.Layout.group` in Megatron's rank order;
-    ``efficiency`` replaces the links' own efficiency when given.
+    ``efficiency`` replaces the links' own efficiency when given. With ``deepep_copies`` (the
+    experts a token goes to) the expert all-to-all is DeepEP's, which sends a token once per
+    node (:func:`simulators.collectives.deepep_time_s`).
     """
 
     cluster: ClusterSpec
     layout: Layout
     efficiency: float | None = None
+    deepep_copies: int = 0
 
     def time_s(self, kind: str, nbytes: float, group: str) -> float:
         """Seconds for collective ``kind`` moving ``nbytes`` (docs/reference.md 3.6 buffer sizes).
@@ -178,6 +182,9 @@ class CommCost:
         if kind not in _COLLECTIVES:
             raise ValueError(f"unknown collective {kind!r}")
         cluster = _with_efficiency(self.cluster, self.efficiency)
+        if kind == "all_to_all" and group == "ep" and self.deepep_copies:
+            copies = self.deepep_copies
+            return deepep_time_s(nbytes / copies, copies, placement, cluster)
         return _COLLECTIVES[kind](nbytes, placement, cluster)
 
     def p2p_s(self, nbytes: float, src: int, dst: int, group: str) -> float:

@@ -110,7 +110,12 @@ class HierarchicalSimulator:
         cost: RooflineCost | ProfiledCost = roofline
         if consts.op_costs:
             cost = ProfiledCost(table=load_cost_table(consts.op_costs), fallback=roofline)
-        comm = CommCost(cluster=cluster, layout=layout, efficiency=consts.efficiency.comm)
+        comm = CommCost(
+            cluster=cluster,
+            layout=layout,
+            efficiency=consts.efficiency.comm,
+            deepep_copies=model.moe_top_k if train.token_dispatcher == "deepep" else 0,
+        )
         coster = StageCoster(
             cost=cost,
             comm=comm,

@@ -254,6 +254,7 @@ MEGATRON: dict[str, Opt] = {
         "learned_absolute", "rope", "yarn", "mrope", "relative", "none"
     ),
     "--moe-token-dispatcher-type": choice("allgather", "alltoall", "flex"),
+    "--moe-flex-dispatcher-backend": choice("deepep", "hybridep", "ncclep"),
     "--moe-router-load-balancing-type": choice(
         "aux_loss",
         "seq_aux_loss",
@@ -472,6 +473,8 @@ NEMO_FIELDS: dict[str, frozenset[str]] = {
             "recompute_method",
             "recompute_num_layers",
             "recompute_modules",
+            "moe_token_dispatcher_type",
+            "moe_enable_deepep",
         }
     ),
     "data": frozenset({"seq_length", "micro_batch_size", "global_batch_size"}),

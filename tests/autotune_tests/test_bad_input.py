@@ -61,6 +61,8 @@ HYDRA = [
     ("simulate", ["train.flash_attention=maybe"], "'maybe' is not true or false"),
     ("simulate", ["train.tp_comm_overlap=maybe"], "'maybe' is not true or false"),
     ("simulate", ["train.grad_reduce_in_fp32=[1]"], "'[1]' is not true or false"),
+    ("simulate", ["train.moe_dispatcher=nccl"], "moe_dispatcher='nccl' is not one of alltoall"),
+    ("simulate", ["train.moe_dispatcher=deepep"], "framework 'mindspeed' has none"),
     ("simulate", ["parallel.tp=abc"], "parallel.tp=abc"),
     ("simulate", ["parallel.layer_split=5"], "is not a ListConfig"),
     ("simulate", ["parallel.layer_split=[1,2,a]"], "'a' is not an integer"),

@@ -188,6 +188,13 @@ MEGATRON_CASES = [
     Case("legacy_v100", "llama2_7b", "v100", (), dict(tp=8, pp=2)),
     Case("bf16_grads", "llama3_8b", "h100", ("train.grad_reduce_in_fp32=false",), dict(tp=2)),
     Case("tp_overlap", "llama70b", "h100", ("train.tp_comm_overlap=true",), dict(tp=8, pp=4)),
+    Case(
+        "deepep_across_nodes",
+        "qwen3_30b_a3b",
+        "h100",
+        ("cluster.num_nodes=2", "train.moe_dispatcher=deepep"),
+        dict(ep=16),
+    ),
     Case(  # fp16 on the V100, gradients accumulated in fp32 on request
         "fp16_fp32_grads", "llama2_7b", "v100", ("train.grad_reduce_in_fp32=true",), dict(tp=8)
     ),
@@ -218,6 +225,10 @@ def test_megatron_script_passes_megatron_rules(case: Case, tmp_path: Path) -> No
     assert args["--attention-backend"] == ("auto" if flash else "unfused")
     assert "--mock-data" in args  # no DATA_PATH: a smoke run on mock data
     assert ("--tp-comm-overlap" in args) == layout.hides_tp_comm(job.train)
+    if job.model.is_moe and layout.ep > 1:  # the dispatcher as priced
+        deepep = job.train.token_dispatcher == "deepep"
+        assert args["--moe-token-dispatcher-type"] == ("flex" if deepep else "alltoall")
+        assert args.get("--moe-flex-dispatcher-backend") == ("deepep" if deepep else None)
     fp32_grads = job.train.reduces_grads_in_fp32  # Megatron's defaults: bf16 in fp32, fp16 not
     assert ("--grad-reduce-in-bf16" in args) == ("--bf16" in args and not fp32_grads)
     assert ("--accumulate-allreduce-grads-in-fp32" in args) == ("--fp16" in args and fp32_grads)
@@ -506,6 +517,10 @@ def test_nemo_override_passes_nemo_rules(
     assert settings["data"]["global_batch_size"] == job.train.global_batch_size
     assert settings["ddp"]["overlap_grad_reduce"] == job.train.framework.overlap_grad_reduce
     assert settings["ddp"]["grad_reduce_in_fp32"] == job.train.reduces_grads_in_fp32
+    if job.model.is_moe:
+        deepep = job.train.token_dispatcher == "deepep" and layout.ep > 1
+        assert settings["model"]["moe_enable_deepep"] == deepep
+        assert settings["model"]["moe_token_dispatcher_type"] == ("flex" if deepep else "alltoall")
     # the plugin's gradient dtype wins over the DDP config's (NeMo's dtype overrides)
     assert settings["plugin"]["grad_reduce_in_fp32"] == job.train.reduces_grads_in_fp32
     overlap = layout.hides_tp_comm(job.train)  # on the recipe's callbacks, or one added

@@ -129,14 +129,23 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
         {"grad_reduce_in_fp32": "false", "framework": "megatron_core"},
         {"grad_reduce_in_fp32": ""},
         {"grad_reduce_in_fp32": "fp32"},
+        {"moe_dispatcher": "nccl"},
     )
-    with pytest.raises(DataFileError, match="line 4, column grad_reduce_in_fp32"):
+    with pytest.raises(DataFileError) as caught:
         dataset.load_measurements(path)
-    path = write(tmp_path / "t.csv", {"grad_reduce_in_fp32": "false", "tp_comm_overlap": "1"}, {})
+    assert "line 4, column grad_reduce_in_fp32" in str(caught.value)
+    assert "line 5, column moe_dispatcher: expected one of alltoall, deepep" in str(caught.value)
+    given_settings = {
+        "grad_reduce_in_fp32": "false",
+        "tp_comm_overlap": "1",
+        "moe_dispatcher": "deepep",
+    }
+    path = write(tmp_path / "t.csv", given_settings, {})
     rows = dataset.load_measurements(path).to_dict("records")
     given, default = (dataset.row_to_specs(row)[2] for row in rows)
     assert given.grad_reduce_in_fp32 is False and given.grad_reduce_bytes == 2
     assert given.tp_comm_overlap is True and given.overlaps_tp_comm
+    assert given.token_dispatcher == "deepep" and default.token_dispatcher == "alltoall"
     assert default.grad_reduce_in_fp32 is None and default.tp_comm_overlap is None
     assert default.reduces_grads_in_fp32 == default.framework.grad_reduce_in_fp32
     assert default.overlaps_tp_comm == default.framework.tp_comm_overlap

@@ -17,6 +17,7 @@ from simulators.analytical import AnalyticalSimulator
 from simulators.analytical import gemm_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
+from simulators.collectives import deepep_time_s
 from simulators.collectives import place_group
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import make_train
@@ -140,6 +141,26 @@ def test_all_to_all_strided_group_spans_nodes() -> None:
     intra = send * 1 / 4 / (100e9 * 0.8)
     inter = send * 2 / 4 / (25e9 * 0.5)
     assert all_to_all_time_s(send, group, cluster(2)) == pytest.approx(max(intra, inter) + 20e-6)
+
+
+def test_deepep_sends_a_token_once_per_node_by_hand() -> None:
+    """EP=32 over 4 nodes, top-8: a token reaches 3 (1 - (3/4)^8) = 2.70 other nodes, once
+    each, against the all-to-all's 8 x 3/4 = 6 copies; in the node, the copies for the 7 local
+    peers (8 x 7/32 of a token) and those forwarded to them (6 x 7/8)."""
+    group = place_group(32, 1, 8)
+    assert (group.per_node, group.nodes) == (8, 4)
+    token_bytes, copies = 1e8, 8
+    remote = 3 * (1 - 0.75**8)
+    inter = token_bytes * remote / (25e9 * 0.5)
+    intra = token_bytes * (8 * 7 / 32 + 6 * 7 / 8) / (100e9 * 0.8)
+    expected = max(inter, intra) + 20e-6
+    assert deepep_time_s(token_bytes, copies, group, cluster(4)) == pytest.approx(expected)
+    plain = all_to_all_time_s(token_bytes * copies, group, cluster(4))
+    assert plain == pytest.approx(token_bytes * 6 / (25e9 * 0.5) + 20e-6)  # 2.2x the bytes
+    inside = place_group(8, 1, 8)  # one node: DeepEP's NVLink kernels are the all-to-all
+    assert deepep_time_s(token_bytes, copies, inside, cluster()) == all_to_all_time_s(
+        token_bytes * copies, inside, cluster()
+    )
 
 
 LLAMA = ModelSpec(

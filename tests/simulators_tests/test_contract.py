@@ -159,6 +159,23 @@ def test_tp_comm_overlap_hides_the_tp_collectives_with_sequence_parallelism(
     assert simulator.simulate(MODEL, CLUSTER, hidden, without_sp) == plain
 
 
+def test_deepep_cuts_the_cross_node_expert_all_to_all(simulator: Simulator) -> None:
+    """DeepEP sends a token once to each node it is routed to: across 2 nodes the expert
+    all-to-all moves about a quarter of the all-to-all's bytes (top-8); inside one node it is
+    the all-to-all."""
+    moe = model("qwen3_30b_a3b", num_layers=2)
+    h100 = catalog.load_cluster("h100", ["cluster.num_nodes=2"])
+    plain = make_train(seq_len=2048, global_batch_size=32)
+    deepep = make_train(seq_len=2048, global_batch_size=32, moe_dispatcher="deepep")
+    across, within = Layout.resolve(16, ep=16), Layout.resolve(16, ep=8)
+    slow = simulator.simulate(moe, h100, plain, across)
+    fast = simulator.simulate(moe, h100, deepep, across)
+    assert 0 < fast.breakdown["ep_comm"] < 0.6 * slow.breakdown["ep_comm"]
+    assert fast.memory_gib == slow.memory_gib
+    inside = simulator.simulate(moe, h100, plain, within)
+    assert simulator.simulate(moe, h100, deepep, within) == inside
+
+
 def test_fp8_primary_weights_replace_the_bf16_copy(simulator: Simulator) -> None:
     """Megatron-Core's ``--fp8-param-gather`` (with the distributed optimizer): the linear
     layers keep no bf16 weight, only Transformer Engine's FP8 copies (two bytes on Hopper)."""

@@ -162,7 +162,14 @@ def test_link_and_train_spec_errors() -> None:
         make_train(seq_len=4096, global_batch_size=8, precision="fp4")
     with pytest.raises(SpecError, match="framework 'megatron_deepspeed' has none"):
         make_train("megatron_deepspeed", seq_len=4096, global_batch_size=8, precision="fp8")
+    with pytest.raises(SpecError, match="moe_dispatcher='nccl'.*alltoall, deepep"):
+        make_train(seq_len=4096, global_batch_size=8, moe_dispatcher="nccl")
+    with pytest.raises(SpecError, match="deepep needs .* framework 'mindspeed' has none"):
+        make_train("mindspeed", seq_len=4096, global_batch_size=8, moe_dispatcher="deepep")
+    with pytest.raises(SpecError, match="tp_comm_overlap=2 must be true or false"):
+        make_train(seq_len=4096, global_batch_size=8, tp_comm_overlap=2)
     assert make_train(seq_len=4096, global_batch_size=256).tokens_per_step == 1_048_576
+    assert make_train(seq_len=4096, global_batch_size=8).token_dispatcher == "alltoall"
 
 
 def test_specs_are_frozen() -> None:

@@ -61,7 +61,7 @@ def simulate_layout(config: AutotuneConfig) -> None:
     print(
         f"{model.name} on {cluster.name} ({cluster.num_devices} devices), seq {train.seq_len}, "
         f"global batch {train.global_batch_size}, {layout.num_microbatches(train)} "
-        f"micro-batches per step; {simulator.name} simulator"
+        f"micro-batches per step\n{train.describe()}; {simulator.name} simulator"
         + (f", calibration {config.calibration}" if config.calibration else "")
         + f"\n{margin.text()}\n"
     )

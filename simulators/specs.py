@@ -643,6 +643,20 @@ class TrainSpec:
             return self.framework.grad_reduce_bytes(self.precision) == 4
         return self.grad_reduce_in_fp32
 
+    def describe(self) -> str:
+        """The framework, the precision and the settings the run gives explicitly, for headers
+        (``megatron_core, fp8, bf16 gradients, TP overlap``)."""
+        parts = [self.framework.name, self.precision]
+        if not self.flash_attention:
+            parts.append("unfused attention")
+        if self.grad_reduce_in_fp32 is not None:
+            parts.append(f"{'fp32' if self.grad_reduce_in_fp32 else 'bf16'} gradients")
+        if self.tp_comm_overlap is not None:
+            parts.append("TP overlap" if self.tp_comm_overlap else "no TP overlap")
+        if self.moe_dispatcher is not None:
+            parts.append(f"{self.moe_dispatcher} dispatch")
+        return ", ".join(parts)
+
     @property
     def token_dispatcher(self) -> str:
         """How MoE tokens reach their experts (:data:`MOE_DISPATCHERS`; default alltoall)."""

@@ -148,10 +148,10 @@ def search_job(
         mode = "grid" if grid_s <= search.grid_budget_s else "tpe"
     log.info(
         f"{job.model.name} on {job.cluster.name} ({job.cluster.num_nodes} x "
-        f"{job.cluster.devices_per_node} = {job.cluster.num_devices} devices), "
-        f"{job.train.framework.name}, seq {job.train.seq_len}, global batch "
-        f"{job.train.global_batch_size}\n{space.size} valid layouts; {job.simulator.name} "
-        f"simulator, " + ("every layout priced (grid)" if mode == "grid" else f"{mode} sampler")
+        f"{job.cluster.devices_per_node} = {job.cluster.num_devices} devices), seq "
+        f"{job.train.seq_len}, global batch {job.train.global_batch_size}\n"
+        f"{job.train.describe()}\n{space.size} valid layouts; {job.simulator.name} simulator, "
+        + ("every layout priced (grid)" if mode == "grid" else f"{mode} sampler")
     )
     name = search.study_name or _study_name(job, mode)
     fingerprint = _fingerprint(config, job, space)

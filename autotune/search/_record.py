@@ -138,7 +138,7 @@ def _description(config: AutotuneConfig, job: Job, outcome: Outcome) -> str:
     return "\n".join(
         [
             f"**{job.model.name}** on {job.cluster.num_nodes} x {job.cluster.devices_per_node} "
-            f"{job.cluster.device.name} ({job.train.framework.name}, {job.train.precision}), "
+            f"{job.cluster.device.name} ({job.train.describe()}), "
             f"sequence {job.train.seq_len}, global batch {job.train.global_batch_size}; "
             f"{job.simulator.name} simulator, {outcome.mode} over {outcome.valid} valid layouts.",
             "",

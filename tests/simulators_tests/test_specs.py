@@ -172,6 +172,20 @@ def test_link_and_train_spec_errors() -> None:
     assert make_train(seq_len=4096, global_batch_size=8).token_dispatcher == "alltoall"
 
 
+def test_a_training_step_describes_what_it_sets() -> None:
+    plain = make_train(seq_len=4096, global_batch_size=8)
+    assert plain.describe() == "megatron_core, bf16"
+    nvidia = make_train(
+        seq_len=4096,
+        global_batch_size=8,
+        precision="fp8",
+        grad_reduce_in_fp32=False,
+        tp_comm_overlap=True,
+        moe_dispatcher="deepep",
+    )
+    assert nvidia.describe() == "megatron_core, fp8, bf16 gradients, TP overlap, deepep dispatch"
+
+
 def test_specs_are_frozen() -> None:
     spec = model("llama2_7b")
     with pytest.raises(AttributeError):

@@ -211,6 +211,7 @@ _TRAINING = (
     Column("grad_reduce_in_fp32", _bool),  # bf16 gradients accumulated and reduced in fp32
     Column("tp_comm_overlap", _bool),  # TP collectives overlapped with the GEMMs
     Column("moe_dispatcher", _choice(MOE_DISPATCHERS)),  # how MoE tokens reach their experts
+    Column("moe_a2a_overlap", _bool),  # expert all-to-all under another micro-batch's compute
 )
 
 _MEASUREMENT = (

@@ -32,6 +32,7 @@ _TRAINING = (
     "grad_reduce_in_fp32",
     "tp_comm_overlap",
     "moe_dispatcher",
+    "moe_a2a_overlap",
 )
 
 
@@ -87,6 +88,7 @@ def row_to_specs(row: Mapping[str, Any]) -> Specs:
         grad_reduce_in_fp32=training.get("grad_reduce_in_fp32"),
         tp_comm_overlap=training.get("tp_comm_overlap"),
         moe_dispatcher=training.get("moe_dispatcher"),
+        moe_a2a_overlap=bool(training.get("moe_a2a_overlap", False)),
     )
     train.check_on(cluster)
     layout = _layout(tuple(_given(row, LAYOUT_FIELDS).items()))

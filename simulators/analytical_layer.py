@@ -299,6 +299,11 @@ def layer_times_s(
             ep_exposed = 2 * deepep_time_s(token_bytes, model.moe_top_k, ep_group, cluster)
         else:
             ep_exposed = 2 * all_to_all_time_s(model.moe_top_k * token_bytes, ep_group, cluster)
+    # With the EP all-to-all overlap, one micro-batch's forward runs beside another's backward
+    # (Megatron-Core's combined 1F1B): each all-to-all hides under the other pass's compute.
+    # The warm-up and cool-down passes, which have no partner, are not told apart.
+    ep_forward = max(0.0, ep_exposed - backward_s) if train.moe_a2a_overlap else ep_exposed
+    ep_backward = max(0.0, ep_exposed - forward_s) if train.moe_a2a_overlap else ep_exposed
 
     # Context parallel: the ring passes K and V (forward) and K, V, dK, dV (backward).
     cp_s = 0.0
@@ -315,8 +320,8 @@ def layer_times_s(
         core_s,
         tp_forward,
         tp_backward,
-        ep_exposed,
-        ep_exposed,
+        ep_forward,
+        ep_backward,
         cp_s,
     )
 

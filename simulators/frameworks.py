@@ -105,6 +105,8 @@ class FrameworkSpec:
     linear layers' weights only in FP8 (``--fp8-param-gather``; no bf16 copy of them) and
     all-gather them in FP8. ``deepep``: the MoE tokens can go through DeepEP (Megatron-Core's
     ``flex`` dispatcher), which sends a token once to each node it is routed to.
+    ``moe_a2a_overlap``: the expert all-to-all can run under another micro-batch's compute
+    (Megatron-Core's ``--overlap-moe-expert-parallel-comm``).
     """
 
     name: str
@@ -122,6 +124,7 @@ class FrameworkSpec:
     fp8: bool
     fp8_param_gather: bool
     deepep: bool
+    moe_a2a_overlap: bool
 
     @classmethod
     def from_mapping(cls, name: str, values: Mapping[str, Any]) -> FrameworkSpec:

@@ -596,6 +596,23 @@ def _recompute(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: Train
     return []
 
 
+def _expert_overlap(
+    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
+) -> list[str]:
+    """The EP all-to-all overlap needs EP, virtual stages when pp > 1, and no full recompute
+    (Megatron-Core's transformer_config.py asserts each)."""
+    if not (train.moe_a2a_overlap and model.is_moe):
+        return []
+    found = []
+    if lay.ep == 1:
+        found.append("moe_a2a_overlap needs ep > 1")
+    if lay.pp > 1 and lay.vpp == 1:
+        found.append(f"moe_a2a_overlap with pp={lay.pp} needs vpp > 1")
+    if lay.recompute == "full":
+        found.append("moe_a2a_overlap does not run with recompute=full")
+    return found
+
+
 def _divides(divisor: int, value: int) -> bool:
     return divisor > 0 and value % divisor == 0
 
@@ -610,4 +627,5 @@ _RULES: tuple[Rule, ...] = (
     _sequence_parallel,
     _batch,
     _recompute,
+    _expert_overlap,
 )

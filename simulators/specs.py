@@ -578,7 +578,9 @@ class TrainSpec:
     MindSpeed's ``--use-ascend-coc``). None: the framework's default. ``moe_dispatcher`` is how
     MoE tokens reach their experts: ``alltoall`` (a copy per routed expert; None) or ``deepep``
     (Megatron-Core's ``flex`` dispatcher with DeepEP: one copy per destination node, forwarded
-    over the node's links there).
+    over the node's links there). ``moe_a2a_overlap`` runs each micro-batch's expert all-to-all
+    under another micro-batch's compute (Megatron-Core's ``--overlap-moe-expert-parallel-comm``
+    with ``--delay-wgrad-compute``).
     """
 
     framework: FrameworkSpec
@@ -590,6 +592,7 @@ class TrainSpec:
     grad_reduce_in_fp32: bool | None = None
     tp_comm_overlap: bool | None = None
     moe_dispatcher: str | None = None
+    moe_a2a_overlap: bool = False
 
     def uses_flash_attention(self, cluster: ClusterSpec) -> bool:
         """Fused attention when the stack asks for it and the device has the kernels."""
@@ -598,7 +601,9 @@ class TrainSpec:
     def __post_init__(self) -> None:
         sizes = {"seq_len": self.seq_len, "global_batch_size": self.global_batch_size}
         require_integers("train", **sizes)
-        require_bools("train", flash_attention=self.flash_attention)
+        require_bools(
+            "train", flash_attention=self.flash_attention, moe_a2a_overlap=self.moe_a2a_overlap
+        )
         settings = {"grad_reduce_in_fp32": self.grad_reduce_in_fp32}
         settings["tp_comm_overlap"] = self.tp_comm_overlap
         require_bools("train", **{k: v for k, v in settings.items() if v is not None})
@@ -619,6 +624,16 @@ class TrainSpec:
             raise SpecError(
                 f"train: moe_dispatcher deepep needs Megatron-Core's flex dispatcher; framework "
                 f"{self.framework.name!r} has none (use alltoall)"
+            )
+        if self.moe_a2a_overlap and not self.framework.moe_a2a_overlap:
+            raise SpecError(
+                "train: moe_a2a_overlap needs Megatron-Core's "
+                f"--overlap-moe-expert-parallel-comm; framework {self.framework.name!r} has none "
+                "(use false)"
+            )
+        if self.moe_a2a_overlap and self.precision == "fp32":
+            raise SpecError(
+                "train: moe_a2a_overlap needs a bf16, fp16 or fp8 step (Megatron asserts)"
             )
         if self.fp8 and not self.framework.fp8:
             raise SpecError(
@@ -655,6 +670,8 @@ class TrainSpec:
             parts.append("TP overlap" if self.tp_comm_overlap else "no TP overlap")
         if self.moe_dispatcher is not None:
             parts.append(f"{self.moe_dispatcher} dispatch")
+        if self.moe_a2a_overlap:
+            parts.append("EP all-to-all overlap")
         return ", ".join(parts)
 
     @property

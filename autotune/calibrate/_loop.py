@@ -153,7 +153,7 @@ def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: st
     """The probes as measurement rows (schema v1) with the columns to fill left empty."""
     settings = {  # the run's own settings; empty: the framework's default
         key: "" if getattr(job.train, key) is None else getattr(job.train, key)
-        for key in ("grad_reduce_in_fp32", "tp_comm_overlap", "moe_dispatcher")
+        for key in ("grad_reduce_in_fp32", "tp_comm_overlap", "moe_dispatcher", "moe_a2a_overlap")
     }
     rows = []
     for rank, (layout, prediction) in enumerate(probes, start=1):

@@ -207,11 +207,15 @@ def moe_layout_flags(job: LaunchJob) -> list[Flag]:
     if not (job.model.is_moe and job.layout.ep > 1):
         return []
     if job.train.token_dispatcher == "deepep":
-        return [
+        flags = [
             flag("--moe-token-dispatcher-type", "flex"),
             flag("--moe-flex-dispatcher-backend", "deepep"),
         ]
-    return [flag("--moe-token-dispatcher-type", "alltoall")]
+    else:
+        flags = [flag("--moe-token-dispatcher-type", "alltoall")]
+    if job.train.moe_a2a_overlap:  # Megatron-Core's MoE README: both flags together
+        flags += [flag("--overlap-moe-expert-parallel-comm"), flag("--delay-wgrad-compute")]
+    return flags
 
 
 def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:

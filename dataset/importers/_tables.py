@@ -238,7 +238,7 @@ def megatron_core_row(
     *,
     grad_reduce_in_fp32: bool = False,
     tp_comm_overlap: bool = True,
-    moe_dispatcher: str | None = None,
+    moe: Mapping[str, object] | None = None,
     changes: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """A kept row of an NVIDIA table (NeMo, Megatron-Bridge, dgxc-benchmarking).
@@ -247,8 +247,8 @@ def megatron_core_row(
     Megatron-Bridge recipes set them (NOTICE.md); gradients reduced in bf16 unless
     ``grad_reduce_in_fp32`` and TP communication overlapped where tp > 1 unless not
     ``tp_comm_overlap`` (False: not known, the framework's default), as the performance configs
-    of these tables set them (NOTICE.md); ``moe_dispatcher`` where the config names one;
-    ``changes`` replace architecture fields.
+    of these tables set them (NOTICE.md); ``moe`` the MoE settings the config names
+    (``moe_dispatcher``, ``moe_a2a_overlap``); ``changes`` replace architecture fields.
     """
     layout = layout_columns(row)
     return {
@@ -261,7 +261,9 @@ def megatron_core_row(
         "framework": "megatron_core",
         "grad_reduce_in_fp32": grad_reduce_in_fp32,
         "tp_comm_overlap": True if tp_comm_overlap and layout["tp"] > 1 else None,
-        "moe_dispatcher": moe_dispatcher,
+        "moe_dispatcher": None,
+        "moe_a2a_overlap": None,
+        **(moe or {}),
     }
 
 

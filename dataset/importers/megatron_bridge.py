@@ -13,8 +13,8 @@ VP or EP is 1; recompute none (not published); sequence parallelism where tp > 1
 distributed optimizer, as every pre-training recipe of ``src/megatron/bridge/perf_recipes`` sets;
 an empty FSDP cell is no FSDP; jobs of more than 72 GB200 GPUs use 64 GPUs of each NVL72 rack;
 Megatron-Core (``framework``). Read in the performance configs of every release: bf16 gradients,
-TP communication overlap where tp > 1, and DeepEP where they use it (``_DEEPEP``). Each row is
-its own scenario: error, not regret.
+TP communication overlap where tp > 1, and DeepEP and the EP all-to-all overlap where they use
+them (``_MOE_SETTINGS``). Each row is its own scenario: error, not regret.
 """
 
 from __future__ import annotations
@@ -40,16 +40,22 @@ _CLUSTERS = {"h100": "h100", "b200": "b200", "gb200": "gb200"}
 _EXPERT_TP = "mixture of experts with tp > 1 (recipes set expert TP 1; the layout has ETP = TP)"
 
 Row = Mapping[str, str]
-# (release, model, hardware) whose performance config sends MoE tokens through DeepEP (the flex
-# dispatcher, backend deepep); the others use the all-to-all, or HybridEP inside one NVLink
-# domain, and are left to the default. Source: NOTICE.md.
-_DEEPEP = frozenset(
-    {
-        ("NeMo 26.02", "Qwen3_30B_a3B", "h100"),
-        ("NeMo 26.02.01", "Qwen3_30B_a3B", "h100"),
-        ("NeMo 26.04.01", "DeepSeekV3", "b200"),
-    }
-)
+# The MoE settings of the performance configs, by (release, model, hardware), where they are
+# not the defaults: DeepEP (the flex dispatcher, backend deepep) and the EP all-to-all overlap.
+# The other rows run the all-to-all, or HybridEP inside one NVLink domain, without the overlap.
+# Source: NOTICE.md.
+_DEEPEP: dict[str, object] = {"moe_dispatcher": "deepep"}
+_OVERLAP: dict[str, object] = {"moe_a2a_overlap": True}
+_MOE_SETTINGS: dict[tuple[str, str, str], dict[str, object]] = {
+    ("NeMo 26.02", "Qwen3_30B_a3B", "h100"): {**_DEEPEP, **_OVERLAP},
+    ("NeMo 26.02.01", "Qwen3_30B_a3B", "h100"): {**_DEEPEP, **_OVERLAP},
+    ("NeMo 26.04.01", "DeepSeekV3", "b200"): {**_DEEPEP, **_OVERLAP},
+    **{
+        (release, model, "gb200"): _OVERLAP
+        for release in ("NeMo 26.06", "NeMo 26.06.01", "NeMo 26.08")
+        for model in ("DeepSeekV3", "Qwen3_235B_a22B", "Qwen3_30B_a3B")
+    },
+}
 
 
 def _expert_tp_differs(row: Row) -> bool:
@@ -78,9 +84,7 @@ def convert(path: Path) -> pd.DataFrame:
             r,
             _CLUSTERS[r["hardware"]],
             int(r["seq_len"]),
-            moe_dispatcher="deepep"
-            if (r["release"], r["model"], r["hardware"]) in _DEEPEP
-            else None,
+            moe=_MOE_SETTINGS.get((r["release"], r["model"], r["hardware"])),
         )
         for r in read_rows(path)
         if not _reason(r)

@@ -124,6 +124,7 @@ class StageCoster:
     comm: CommCost
     tp_overlap: bool
     host_op_s: float = 0.0
+    ep_overlap: bool = False
     memo: dict[tuple[int, str], Block] = field(default_factory=dict)
 
     def graph_phase(self, graph: LayerGraph, which: str) -> Block:
@@ -154,6 +155,8 @@ class StageCoster:
         parts["recompute"] += recomputed.duration_s
         categories = {k: v + recomputed.categories[k] for k, v in backward.categories.items()}
         backward = Block(duration_s=sum(parts.values()), parts=parts, categories=categories)
+        if self.ep_overlap:
+            forward, backward = _hide_ep(forward, backward), _hide_ep(backward, forward)
         forward_ops = sum(g.host_forward for g in graphs)
         backward_ops = sum(g.host_backward for g in graphs) + sum(
             g.host_forward if which == "forward" else g.host_core for g, which in redone
@@ -162,6 +165,15 @@ class StageCoster:
             _host_bound(forward, forward_ops * self.host_op_s),
             _host_bound(backward, backward_ops * self.host_op_s),
         )
+
+
+def _hide_ep(block: Block, partner: Block) -> Block:
+    """``block`` with its expert all-to-all run under ``partner``'s compute: Megatron-Core's
+    EP all-to-all overlap pairs one micro-batch's forward with another's backward (combined
+    1F1B); the unpaired warm-up and cool-down passes are not told apart."""
+    parts = dict(block.parts)
+    parts["ep_comm"] = max(0.0, parts["ep_comm"] - partner.parts["compute"])
+    return Block(duration_s=sum(parts.values()), parts=parts, categories=block.categories)
 
 
 def _host_bound(block: Block, host_s: float) -> Block:

@@ -120,6 +120,7 @@ class HierarchicalSimulator:
             cost=cost,
             comm=comm,
             tp_overlap=layout.hides_tp_comm(train),
+            ep_overlap=train.moe_a2a_overlap,
             host_op_s=consts.host_op_overhead_us * 1e-6,
         )
         head = shapes["head"]

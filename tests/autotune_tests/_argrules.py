@@ -255,6 +255,8 @@ MEGATRON: dict[str, Opt] = {
     ),
     "--moe-token-dispatcher-type": choice("allgather", "alltoall", "flex"),
     "--moe-flex-dispatcher-backend": choice("deepep", "hybridep", "ncclep"),
+    "--overlap-moe-expert-parallel-comm": SWITCH,
+    "--delay-wgrad-compute": SWITCH,
     "--moe-router-load-balancing-type": choice(
         "aux_loss",
         "seq_aux_loss",

@@ -135,6 +135,32 @@ def _moe_problems(args: Args, world: int, core_0_12: bool, mindspeed: bool) -> l
     pattern = args.get("--moe-layer-freq")
     if isinstance(pattern, list) and len(pattern) != args["--num-layers"]:
         found.append(f"--moe-layer-freq has {len(pattern)} entries, not --num-layers")
+    found += _expert_overlap_problems(args, pp, ep)
+    return found
+
+
+def _expert_overlap_problems(args: Args, pp: int, ep: int) -> list[str]:
+    """Megatron-Core's transformer_config.py asserts for --overlap-moe-expert-parallel-comm."""
+    if "--delay-wgrad-compute" in args and "--overlap-moe-expert-parallel-comm" not in args:
+        return ["A2A: --delay-wgrad-compute needs --overlap-moe-expert-parallel-comm"]
+    if "--overlap-moe-expert-parallel-comm" not in args:
+        return []
+    found = []
+    if ep == 1:
+        found.append("A2A: the EP all-to-all overlap needs expert parallelism")
+    virtual = (
+        "--num-layers-per-virtual-pipeline-stage",
+        "--num-virtual-stages-per-pipeline-rank",
+        "--pipeline-model-parallel-layout",  # a layout string gives the virtual stages
+    )
+    if pp > 1 and not any(name in args for name in virtual):
+        found.append("A2A: with pp > 1 the overlap needs virtual pipeline stages")
+    if args.get("--moe-token-dispatcher-type") not in ("alltoall", "flex"):
+        found.append("A2A: the overlap needs the alltoall or flex dispatcher")
+    if args.get("--recompute-granularity") == "full":
+        found.append("A2A: no full recomputation with the overlap")
+    if "--bf16" not in args and "--fp16" not in args:
+        found.append("A2A: the overlap needs a bf16 or fp16 model")
     return found
 
 

@@ -195,6 +195,13 @@ MEGATRON_CASES = [
         ("cluster.num_nodes=2", "train.moe_dispatcher=deepep"),
         dict(ep=16),
     ),
+    Case(  # no NeMo file: NeMo 8cfedd72's Megatron-Core predates the overlap
+        "ep_a2a_overlap",
+        "deepseek_v3",
+        "h100",
+        ("cluster.num_nodes=32", "train.moe_dispatcher=deepep", "train.moe_a2a_overlap=true"),
+        dict(pp=8, vpp=2, ep=32),
+    ),
     Case(  # fp16 on the V100, gradients accumulated in fp32 on request
         "fp16_fp32_grads", "llama2_7b", "v100", ("train.grad_reduce_in_fp32=true",), dict(tp=8)
     ),
@@ -229,6 +236,11 @@ def test_megatron_script_passes_megatron_rules(case: Case, tmp_path: Path) -> No
         deepep = job.train.token_dispatcher == "deepep"
         assert args["--moe-token-dispatcher-type"] == ("flex" if deepep else "alltoall")
         assert args.get("--moe-flex-dispatcher-backend") == ("deepep" if deepep else None)
+        overlap = job.train.moe_a2a_overlap
+        assert ("--overlap-moe-expert-parallel-comm" in args) == overlap
+        assert ("--delay-wgrad-compute" in args) == overlap
+        if overlap:  # NeMo's recipes cannot set it: no NeMo file
+            assert [path.name for path in written] == ["launch_megatron.sh"]
     fp32_grads = job.train.reduces_grads_in_fp32  # Megatron's defaults: bf16 in fp32, fp16 not
     assert ("--grad-reduce-in-bf16" in args) == ("--bf16" in args and not fp32_grads)
     assert ("--accumulate-allreduce-grads-in-fp32" in args) == ("--fp16" in args and fp32_grads)
@@ -487,7 +499,11 @@ def test_deepspeed_refuses_what_it_cannot_run(
     )
 
 
-NEMO_CASES = [c for c in MEGATRON_CASES if c.cluster != "v100" and c.name != "no_nemo_recipe"]
+NEMO_CASES = [
+    c
+    for c in MEGATRON_CASES
+    if c.cluster != "v100" and c.name not in ("no_nemo_recipe", "ep_a2a_overlap")
+]
 
 
 @pytest.mark.parametrize("case", NEMO_CASES, ids=lambda c: c.name)

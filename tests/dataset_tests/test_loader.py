@@ -139,6 +139,7 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
         "grad_reduce_in_fp32": "false",
         "tp_comm_overlap": "1",
         "moe_dispatcher": "deepep",
+        "moe_a2a_overlap": "true",
     }
     path = write(tmp_path / "t.csv", given_settings, {})
     rows = dataset.load_measurements(path).to_dict("records")
@@ -146,6 +147,7 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
     assert given.grad_reduce_in_fp32 is False and given.grad_reduce_bytes == 2
     assert given.tp_comm_overlap is True and given.overlaps_tp_comm
     assert given.token_dispatcher == "deepep" and default.token_dispatcher == "alltoall"
+    assert given.moe_a2a_overlap and not default.moe_a2a_overlap
     assert default.grad_reduce_in_fp32 is None and default.tp_comm_overlap is None
     assert default.reduces_grads_in_fp32 == default.framework.grad_reduce_in_fp32
     assert default.overlaps_tp_comm == default.framework.tp_comm_overlap

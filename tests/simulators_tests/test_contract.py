@@ -176,6 +176,30 @@ def test_deepep_cuts_the_cross_node_expert_all_to_all(simulator: Simulator) -> N
     assert simulator.simulate(moe, h100, deepep, within) == inside
 
 
+def test_ep_overlap_hides_the_all_to_all_under_the_partner_pass(simulator: Simulator) -> None:
+    """Megatron-Core's EP all-to-all overlap runs one micro-batch's forward beside another's
+    backward: each pass's all-to-all hides up to the other's compute; it needs ep > 1,
+    virtual stages when pp > 1 and no full recompute."""
+    moe = model("qwen3_30b_a3b", num_layers=2)
+    h100 = catalog.load_cluster("h100", ["cluster.num_nodes=2"])
+    plain = make_train(seq_len=2048, global_batch_size=32)
+    overlap = make_train(seq_len=2048, global_batch_size=32, moe_a2a_overlap=True)
+    layout = Layout.resolve(16, ep=16)
+    exposed = simulator.simulate(moe, h100, plain, layout)
+    hidden = simulator.simulate(moe, h100, overlap, layout)
+    # each layer's all-to-all of one pass against the other pass's compute of that layer
+    assert 0 <= hidden.breakdown["ep_comm"] < 0.5 * exposed.breakdown["ep_comm"]
+    assert hidden.breakdown["compute"] == pytest.approx(exposed.breakdown["compute"])
+    assert hidden.memory_gib == exposed.memory_gib
+    rules = Layout.resolve(16, pp=2, ep=8, recompute="full").violations(moe, h100, overlap)
+    assert rules == [
+        "moe_a2a_overlap with pp=2 needs vpp > 1",
+        "moe_a2a_overlap does not run with recompute=full",
+    ]
+    assert Layout.resolve(16).violations(moe, h100, overlap) == ["moe_a2a_overlap needs ep > 1"]
+    assert not Layout.resolve(16, pp=2, ep=8).violations(moe, h100, plain)
+
+
 def test_fp8_primary_weights_replace_the_bf16_copy(simulator: Simulator) -> None:
     """Megatron-Core's ``--fp8-param-gather`` (with the distributed optimizer): the linear
     layers keep no bf16 weight, only Transformer Engine's FP8 copies (two bytes on Hopper)."""

@@ -166,6 +166,10 @@ def test_link_and_train_spec_errors() -> None:
         make_train(seq_len=4096, global_batch_size=8, moe_dispatcher="nccl")
     with pytest.raises(SpecError, match="deepep needs .* framework 'mindspeed' has none"):
         make_train("mindspeed", seq_len=4096, global_batch_size=8, moe_dispatcher="deepep")
+    with pytest.raises(SpecError, match="moe_a2a_overlap needs .* 'mindspeed' has none"):
+        make_train("mindspeed", seq_len=4096, global_batch_size=8, moe_a2a_overlap=True)
+    with pytest.raises(SpecError, match="moe_a2a_overlap needs a bf16, fp16 or fp8 step"):
+        make_train(seq_len=4096, global_batch_size=8, precision="fp32", moe_a2a_overlap=True)
     with pytest.raises(SpecError, match="tp_comm_overlap=2 must be true or false"):
         make_train(seq_len=4096, global_batch_size=8, tp_comm_overlap=2)
     assert make_train(seq_len=4096, global_batch_size=256).tokens_per_step == 1_048_576
@@ -182,8 +186,11 @@ def test_a_training_step_describes_what_it_sets() -> None:
         grad_reduce_in_fp32=False,
         tp_comm_overlap=True,
         moe_dispatcher="deepep",
+        moe_a2a_overlap=True,
     )
-    assert nvidia.describe() == "megatron_core, fp8, bf16 gradients, TP overlap, deepep dispatch"
+    assert nvidia.describe() == (
+        "megatron_core, fp8, bf16 gradients, TP overlap, deepep dispatch, EP all-to-all overlap"
+    )
 
 
 def test_specs_are_frozen() -> None:

@@ -604,9 +604,11 @@ class TrainSpec:
         require_bools(
             "train", flash_attention=self.flash_attention, moe_a2a_overlap=self.moe_a2a_overlap
         )
-        settings = {"grad_reduce_in_fp32": self.grad_reduce_in_fp32}
-        settings["tp_comm_overlap"] = self.tp_comm_overlap
-        require_bools("train", **{k: v for k, v in settings.items() if v is not None})
+        defaulted = {  # None: the framework's default
+            "grad_reduce_in_fp32": self.grad_reduce_in_fp32,
+            "tp_comm_overlap": self.tp_comm_overlap,
+        }
+        require_bools("train", **{key: v for key, v in defaulted.items() if v is not None})
         require_positive("train", **sizes)
         require_at_most(
             "train", MAX_SEQ_LEN, "the longest contexts are ~1e7", seq_len=self.seq_len
@@ -619,7 +621,8 @@ class TrainSpec:
         )
         require_choice("train", "precision", self.precision, PRECISIONS)
         require_choice("train", "optimizer", self.optimizer, OPTIMIZERS)
-        require_choice("train", "moe_dispatcher", self.token_dispatcher, MOE_DISPATCHERS)
+        if self.moe_dispatcher is not None:
+            require_choice("train", "moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
         if self.token_dispatcher == "deepep" and not self.framework.deepep:
             raise SpecError(
                 f"train: moe_dispatcher deepep needs Megatron-Core's flex dispatcher; framework "

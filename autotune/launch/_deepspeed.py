@@ -156,8 +156,9 @@ def ds_config(job: LaunchJob) -> dict[str, object]:
         config["bf16"] = {"enabled": True}
     elif job.dtype == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0}  # 0: dynamic loss scaling
-    if train.grad_reduce_in_fp32 is not None and job.dtype != "fp32":
-        config["data_types"] = {"grad_accum_dtype": "fp32" if train.reduces_grads_in_fp32 else job.dtype}
+    if train.grad_reduce_in_fp32 is not None and job.dtype != "fp32":  # else DeepSpeed's own
+        accumulate = "fp32" if train.reduces_grads_in_fp32 else job.dtype
+        config["data_types"] = {"grad_accum_dtype": accumulate}
     return config
 
 

@@ -8,9 +8,10 @@ split), Megatron-Core's ``DistributedDataParallelConfig`` (the framework's overl
 optimizer's ``use_distributed_optimizer``, the model config's sizes, sequence and recompute,
 the data module's batch and sequence, the precision plugin
 (``recipes/precision/mixed_precision.py``; its gradient dtype overrides the DDP config's), and
-TP communication overlap (``MegatronCommOverlapCallback``). Every split field is written, since recipes set
-their own (DeepSeek-V3 first/last stages, Llama-3.1-405B's embedding and loss accounting). The
-file runs under torchrun on every node and trains in each worker (``run.run(direct=True)``).
+TP communication overlap (``MegatronCommOverlapCallback``). Every split field is written, since
+recipes set their own (DeepSeek-V3 first/last stages, Llama-3.1-405B's embedding and loss
+accounting). The file runs under torchrun on every node and trains in each worker
+(``run.run(direct=True)``).
 """
 
 from __future__ import annotations

@@ -271,12 +271,12 @@ def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[s
         "model": dataclasses.asdict(job.model),
         "cluster": job.cluster.name,
         "devices": job.cluster.num_devices,
-        "train": {
-            "framework": job.train.framework.name,
-            "seq_len": job.train.seq_len,
-            "global_batch_size": job.train.global_batch_size,
-            "precision": job.train.precision,
-        },
+        "train": {  # every setting of the step: each changes what a layout costs
+            field.name: getattr(job.train, field.name)
+            for field in dataclasses.fields(job.train)
+            if field.name != "framework"
+        }
+        | {"framework": job.train.framework.name},
         "simulator": job.simulator.name,
         "calibration": _calibration_name(job),
         "parallel": {k: str(v) for k, v in fixed_layout_values(config.parallel).items()},

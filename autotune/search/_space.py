@@ -96,8 +96,9 @@ def _candidates(
 
 
 # Layout fields that no rule of Layout.violations reads (recompute: unless recompute_layers is
-# pinned), so layouts that differ only in them are valid or invalid together and the rules run
-# once for them all (tests/autotune_tests/test_space.py holds the rules to this).
+# pinned or the run overlaps the EP all-to-all), so layouts that differ only in them are valid
+# or invalid together and the rules run once for them all (tests/autotune_tests/test_space.py
+# holds the rules to this).
 _RULE_FREE = ("distributed_optimizer", "recompute")
 
 
@@ -121,7 +122,8 @@ def build_space(
         if name in candidates:
             candidates[name] = [value]
     extra = {k: v for k, v in fixed.items() if k not in candidates}
-    free = [name for name in _RULE_FREE if name != "recompute" or "recompute_layers" not in extra]
+    ruled = "recompute_layers" in extra or (train.moe_a2a_overlap and model.is_moe)
+    free = [name for name in _RULE_FREE if name != "recompute" or not ruled]
     checked = [name for name in SEARCHED if name not in free]
     place = [(checked + free).index(name) for name in SEARCHED]  # to the order of SEARCHED
     free_combos = list(itertools.product(*(enumerate(candidates[name]) for name in free)))

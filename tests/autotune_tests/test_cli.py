@@ -109,6 +109,23 @@ def test_search_table_shows_layouts_breakdown_and_flags(tmp_path: Path) -> None:
     assert max(len(line) for line in lines) <= 120, max(lines, key=len)
 
 
+def test_a_stored_study_is_bound_to_the_training_settings(tmp_path: Path) -> None:
+    """A study resumed with another setting of the step (here the gradient dtype) would mix
+    two objectives: it is refused."""
+    study = [
+        *SMALL,
+        "search.sampler=tpe",
+        "search.n_trials=4",
+        f"search.storage=sqlite:///{tmp_path / 'study.db'}",
+        "search.study_name=bound",
+        "tracking.enabled=false",
+    ]
+    first = run("autotune", *study, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    other = run("autotune", *study, "train.grad_reduce_in_fp32=false", cwd=tmp_path)
+    assert other.returncode == 2 and "made for another job or sampler" in other.stderr
+
+
 def test_simulate_one_layout_as_json(tmp_path: Path) -> None:
     proc = run(
         "autotune.simulate",

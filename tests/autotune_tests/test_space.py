@@ -71,6 +71,12 @@ JOBS = {
         "cluster.num_nodes=4",
         "train.seq_len=8192",
     ),
+    "moe-a2a-overlap-reads-recompute": (
+        "model=qwen3_30b_a3b",
+        "cluster=h100",
+        "cluster.num_nodes=2",
+        "train.moe_a2a_overlap=true",
+    ),
 }
 
 
@@ -128,8 +134,9 @@ def test_space_is_every_valid_product_in_order(overrides: tuple[str, ...]) -> No
 
 
 def test_rules_ignore_the_fields_the_space_checks_once() -> None:
-    """Layouts that differ in optimizer sharding, or (without recompute_layers) in the
-    recompute mode, break the same rules: build_space checks the rules once for them."""
+    """Layouts that differ in optimizer sharding, or (without recompute_layers and the EP
+    all-to-all overlap) in the recompute mode, break the same rules: build_space checks the
+    rules once for them."""
     cfg = load_config(AutotuneConfig, [*JOBS["uneven-deepspeed"], "tracking.enabled=false"])
     job = job_from_config(cfg)
     checked = 0

@@ -83,6 +83,7 @@ class AnalyticalConstants:
     kernels_per_layer_forward: int
     kernel_overhead_us: float
     host_ops_per_layer_forward: int
+    host_ops_per_layer_backward: int
     host_op_overhead_us: float
     unfused_attention_bytes_per_score: Mapping[str, float]
     cp_comm_overlap: bool

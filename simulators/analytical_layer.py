@@ -275,10 +275,14 @@ def layer_times_s(
     launch_s = c.kernels_per_layer_forward * c.kernel_overhead_us * 1e-6
     # Eager PyTorch issues every operator from one host thread; when the GPU work of a layer is
     # shorter than the host's dispatch of its operators, the host sets the pace. The backward
-    # walks one autograd node per recorded forward operator.
-    host_s = c.host_ops_per_layer_forward * c.host_op_overhead_us * 1e-6
-    forward_s = max(gemm_s + core_s + elementwise_s + cast_s[0] + launch_s, host_s)
-    backward_s = max(2 * (gemm_s + elementwise_s + launch_s) + core_backward_s + cast_s[1], host_s)
+    # runs the autograd engine's nodes (weight-gradient accumulation included).
+    host_op_s = c.host_op_overhead_us * 1e-6
+    host_forward_s = c.host_ops_per_layer_forward * host_op_s
+    host_backward_s = c.host_ops_per_layer_backward * host_op_s
+    forward_s = max(gemm_s + core_s + elementwise_s + cast_s[0] + launch_s, host_forward_s)
+    backward_s = max(
+        2 * (gemm_s + elementwise_s + launch_s) + core_backward_s + cast_s[1], host_backward_s
+    )
 
     # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
     tp_group = layout.group("tp", cluster.devices_per_node)

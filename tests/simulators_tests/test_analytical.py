@@ -306,11 +306,15 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     train = make_train(seq_len=32, global_batch_size=1)
     pred = analytical().simulate(TINY, cluster(), train, Layout(recompute="none"))
     host = 33 * 20e-6  # 33 eager ops per layer forward, 20 us each (analytical.yaml)
+    host_backward = 55 * 20e-6  # 55 autograd nodes per layer backward
     assert c.host_ops_per_layer_forward * c.host_op_overhead_us * 1e-6 == pytest.approx(host)
+    assert c.host_ops_per_layer_backward * c.host_op_overhead_us * 1e-6 == pytest.approx(
+        host_backward
+    )
     # Logits: forward + 2 backward GEMMs of 32 x 64 x 1000, plus 2 passes over 6 B per logit.
     logits = 3 * gemm_time_s(32, 64, 1000, DEVICE, "bf16") + 2 * 32 * 1000 * 6 / (2000e9 * 0.8)
     # Two layers, each a forward and a backward pass at the host's pace.
-    assert pred.breakdown["compute"] == pytest.approx(2 * 2 * host + logits)
+    assert pred.breakdown["compute"] == pytest.approx(2 * (host + host_backward) + logits)
     # Without the host bound the same layers are far faster (the GPU work is sub-microsecond
     # plus 16 launches of 4 us forward, twice that backward).
     fast = analytical("simulator.host_op_overhead_us=0").simulate(

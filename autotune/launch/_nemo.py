@@ -267,6 +267,6 @@ def recipe_text(job: LaunchJob, title: str) -> str:
 def launch_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
     """The recipe override, for a model NeMo has a recipe of and a job its recipes can set
     (none otherwise: NeMo 8cfedd72's Megatron-Core predates the EP all-to-all overlap)."""
-    if job.model.name not in RECIPES or job.train.moe_a2a_overlap:
+    if job.model.name not in RECIPES or (job.model.is_moe and job.train.moe_a2a_overlap):
         return ()
     return (LaunchFile(FILE_NAME, recipe_text(job, title), executable=True),)

@@ -24,6 +24,8 @@ COMMAND = Command(
         ("cluster.num_nodes", "nodes of the cluster"),
         ("train.seq_len", "tokens per sequence"),
         ("train.global_batch_size", "sequences per step"),
+        ("train.framework", "a framework of conf/framework/ (unset: the cluster's)"),
+        ("train.precision", "bf16, fp16, fp32 or fp8"),
         ("simulator", "analytical or hierarchical"),
         ("search.sampler", "tpe, gp, random, nsga2 or grid"),
         ("search.n_trials", "trials of the study"),

@@ -13,6 +13,7 @@ import catalog
 from dataset._clusters import sized_cluster
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
+from simulators.specs import RUN_SETTINGS
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
@@ -23,17 +24,7 @@ Specs = tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]
 # The architecture columns: every ModelSpec field but the display name (``model``).
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.name != "name")
 _OVERRIDES = ("devices_per_node", "device_memory_gib", "intra_node_gbps", "inter_node_gbps")
-
-
-_TRAINING = (
-    "framework",
-    "precision",
-    "flash_attention",
-    "grad_reduce_in_fp32",
-    "tp_comm_overlap",
-    "moe_dispatcher",
-    "moe_a2a_overlap",
-)
+_TRAINING = ("framework", "precision", "flash_attention", *RUN_SETTINGS)
 
 
 def _given(row: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

@@ -42,6 +42,9 @@ PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 # MoE token dispatch: alltoall (Megatron's --moe-token-dispatcher-type alltoall, the default as
 # run), deepep (--moe-token-dispatcher-type flex with the DeepEP backend).
 MOE_DISPATCHERS = ("alltoall", "deepep")
+# TrainSpec's settings of the run that measurement rows and probe files may carry (empty: the
+# default); each is a field of TrainSpec.
+RUN_SETTINGS = ("grad_reduce_in_fp32", "tp_comm_overlap", "moe_dispatcher", "moe_a2a_overlap")
 OPTIMIZERS = ("adam",)
 TOPOLOGIES = ("switch", "full_mesh")
 

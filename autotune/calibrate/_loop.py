@@ -48,6 +48,7 @@ from simulators import Prediction
 from simulators import UserError
 from simulators.calibration import FACTORS
 from simulators.calibration import CalibratedSimulator
+from simulators.specs import RUN_SETTINGS
 
 __all__ = ["ProbeRound", "probe_round"]
 
@@ -153,7 +154,7 @@ def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: st
     """The probes as measurement rows (schema v1) with the columns to fill left empty."""
     settings = {  # the run's own settings; empty: the framework's default
         key: "" if getattr(job.train, key) is None else getattr(job.train, key)
-        for key in ("grad_reduce_in_fp32", "tp_comm_overlap", "moe_dispatcher", "moe_a2a_overlap")
+        for key in RUN_SETTINGS
     }
     rows = []
     for rank, (layout, prediction) in enumerate(probes, start=1):

@@ -240,6 +240,12 @@ def _activation_bytes_per_token(
     return norms + attention + lse + mlp
 
 
+def _hide(seconds: float, idle_s: float) -> tuple[float, float]:
+    """(exposed, idle left) of ``seconds`` of communication run in ``idle_s`` of device idle
+    time."""
+    return max(0.0, seconds - idle_s), max(0.0, idle_s - seconds)
+
+
 def layer_times_s(
     model: ModelSpec,
     moe: bool,
@@ -273,16 +279,18 @@ def layer_times_s(
         cast_bytes = _fp8_cast_bytes(model, moe, tokens, layout, act)
         cast_s = (cast_bytes[0] / bandwidth, cast_bytes[1] / bandwidth)
     launch_s = c.kernels_per_layer_forward * c.kernel_overhead_us * 1e-6
+    device_forward_s = gemm_s + core_s + elementwise_s + cast_s[0] + launch_s
+    device_backward_s = 2 * (gemm_s + elementwise_s + launch_s) + core_backward_s + cast_s[1]
     # Eager PyTorch issues every operator from one host thread; when the GPU work of a layer is
     # shorter than the host's dispatch of its operators, the host sets the pace. The backward
     # runs the autograd engine's nodes (weight-gradient accumulation included).
     host_op_s = c.host_op_overhead_us * 1e-6
-    host_forward_s = c.host_ops_per_layer_forward * host_op_s
-    host_backward_s = c.host_ops_per_layer_backward * host_op_s
-    forward_s = max(gemm_s + core_s + elementwise_s + cast_s[0] + launch_s, host_forward_s)
-    backward_s = max(
-        2 * (gemm_s + elementwise_s + launch_s) + core_backward_s + cast_s[1], host_backward_s
-    )
+    forward_s = max(device_forward_s, c.host_ops_per_layer_forward * host_op_s)
+    backward_s = max(device_backward_s, c.host_ops_per_layer_backward * host_op_s)
+    # The collectives below run on the device in the same sequence as the compute: while the
+    # host sets the pace, they fill the device's idle time first (as the hierarchical
+    # simulator's phases, max(device time with collectives, host time)).
+    idle_fwd, idle_bwd = forward_s - device_forward_s, backward_s - device_backward_s
 
     # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
     tp_group = layout.group("tp", cluster.devices_per_node)
@@ -290,8 +298,10 @@ def layer_times_s(
     # With the overlap (userbuffers) the collectives run chunk by chunk under the GEMMs they
     # feed, so they hide up to those GEMMs' time (the backward has twice the GEMMs).
     hidden = layout.hides_tp_comm(train)
-    tp_forward = max(0.0, 2 * tp_one - gemm_s) if hidden else 2 * tp_one
-    tp_backward = max(0.0, 2 * tp_one - 2 * gemm_s) if hidden else 2 * tp_one
+    tp_forward, idle_fwd = _hide(max(0.0, 2 * tp_one - gemm_s) if hidden else 2 * tp_one, idle_fwd)
+    tp_backward, idle_bwd = _hide(
+        max(0.0, 2 * tp_one - 2 * gemm_s) if hidden else 2 * tp_one, idle_bwd
+    )
 
     # Expert parallel: dispatch and combine all-to-alls of the top-k token copies.
     ep_exposed = 0.0
@@ -308,6 +318,8 @@ def layer_times_s(
     # The warm-up and cool-down passes, which have no partner, are not told apart.
     ep_forward = max(0.0, ep_exposed - backward_s) if train.moe_a2a_overlap else ep_exposed
     ep_backward = max(0.0, ep_exposed - forward_s) if train.moe_a2a_overlap else ep_exposed
+    ep_forward, idle_fwd = _hide(ep_forward, idle_fwd)
+    ep_backward, idle_bwd = _hide(ep_backward, idle_bwd)
 
     # Context parallel: the ring passes K and V (forward) and K, V, dK, dV (backward).
     cp_s = 0.0
@@ -317,7 +329,8 @@ def layer_times_s(
         ring_s = all_gather_time_s(layout.cp * kv_bytes, cp_group, cluster)
         hidden_fwd = core_s if c.cp_comm_overlap else 0.0
         hidden_bwd = c.attention_backward_factor * core_s if c.cp_comm_overlap else 0.0
-        cp_s = max(0.0, ring_s - hidden_fwd) + max(0.0, 2 * ring_s - hidden_bwd)
+        cp_s = _hide(max(0.0, ring_s - hidden_fwd), idle_fwd)[0]
+        cp_s += _hide(max(0.0, 2 * ring_s - hidden_bwd), idle_bwd)[0]
     return (
         forward_s,
         backward_s,

@@ -323,6 +323,32 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     assert fast.breakdown["compute"] < pred.breakdown["compute"] / 2
 
 
+
+def test_collectives_fill_the_device_idle_time_of_a_host_bound_layer() -> None:
+    """While the host sets a layer's pace, the TP all-reduces run in the device's idle time:
+    exposed only beyond it (the hierarchical simulator's max(device with collectives, host))."""
+    from simulators.analytical_layer import layer_times_s
+
+    train = make_train(seq_len=32, global_batch_size=2)
+    layout = Layout.resolve(2, tp=2, recompute="none")
+    bound = analytical()
+    free = analytical("simulator.host_op_overhead_us=0")
+    # (forward, backward, core, tp forward, tp backward, ...) of one dense layer
+    host = layer_times_s(TINY, False, cluster(), train, layout, bound.constants)
+    device = layer_times_s(TINY, False, cluster(), train, layout, free.constants)
+    tp_one = all_reduce_time_s(32 * 64 * 2, layout.group("tp", 8), cluster())
+    assert device[3] == pytest.approx(2 * tp_one) and device[4] == pytest.approx(2 * tp_one)
+    idle_forward, idle_backward = host[0] - device[0], host[1] - device[1]
+    assert idle_forward > 2 * tp_one and idle_backward > 2 * tp_one  # 20 us per host op
+    assert host[3] == 0.0 and host[4] == 0.0
+    # A layer whose kernels outlast the host's dispatch keeps every collective exposed.
+    wide = dataclasses.replace(TINY, hidden_size=8192, ffn_hidden_size=32768)
+    big = make_train(seq_len=4096, global_batch_size=2)
+    times = layer_times_s(wide, False, cluster(), big, layout, bound.constants)
+    assert times[3] == pytest.approx(
+        2 * all_reduce_time_s(4096 * 8192 * 2, layout.group("tp", 8), cluster())
+    )
+
 def test_unfused_attention_by_hand() -> None:
     """Megatron's pre-flash attention: score-matrix traffic when the stack runs no flash."""
     from simulators.analytical_layer import _unfused_attention_s

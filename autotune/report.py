@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -63,9 +64,19 @@ def layout_row(layout: Layout, prediction: Prediction) -> dict[str, object]:
 
 
 def layout_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
-    """The top layouts: degrees, options, step time, tokens/s, MFU, memory vs capacity."""
+    """The top layouts: degrees, options, step time, tokens/s, MFU, memory vs capacity.
+
+    A ``split`` column (layers per pipeline stage) appears when a listed layout sets its own
+    split: two layouts that differ only there would otherwise look the same."""
+    show_split = any(lay.layer_split is not None for lay, _ in ranked)
     rows = []
     for rank, (lay, pred) in enumerate(ranked, start=1):
+        recompute = lay.recompute
+        if lay.recompute_layers is not None:
+            recompute += f":{lay.recompute_layers}"
+        split = {}
+        if show_split:
+            split["split"] = "default" if lay.layer_split is None else _split_text(lay.layer_split)
         rows.append(
             {
                 "#": rank,
@@ -75,8 +86,9 @@ def layout_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
                 "cp": lay.cp,
                 "ep": lay.ep,
                 "vpp": lay.vpp,
+                **split,
                 "mbs": lay.micro_batch,
-                "recompute": lay.recompute,
+                "recompute": recompute,
                 "sp": "yes" if lay.sequence_parallel else "no",
                 "dist-opt": "yes" if lay.distributed_optimizer else "no",
                 "step s": f"{pred.step_time_s:.3f}",
@@ -87,6 +99,12 @@ def layout_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
             }
         )
     return pd.DataFrame(rows).to_string(index=False)
+
+
+def _split_text(split: Sequence[int]) -> str:
+    """Layers per stage with runs folded: (2, 4, 4, 4, 3) -> ``2/4x3/3``."""
+    runs = [(count, len(list(group))) for count, group in itertools.groupby(split)]
+    return "/".join(f"{count}x{times}" if times > 1 else str(count) for count, times in runs)
 
 
 def breakdown_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:

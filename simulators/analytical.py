@@ -70,6 +70,7 @@ from simulators.states import gathered_weight_bytes
 from simulators.states import optimizer_step_s
 from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
+from simulators.states import tied_embedding_grad_bytes
 
 __all__ = ["AnalyticalConstants", "AnalyticalSimulator", "BatchPrediction", "gemm_time_s"]
 
@@ -182,6 +183,7 @@ class _Job:
         "sequence_parallel",
         "distributed_optimizer",
     )
+    EMBEDDING_FIELDS = ("dp", "tp", "pp", "cp")  # the tied embedding's gradient all-reduce
     PIPELINE_FIELDS = _fields_but("distributed_optimizer")  # the stages
     TERMS_FIELDS = _fields_but(  # what a rank's parameters cost beyond its layers
         "micro_batch", "recompute", "recompute_layers", "layer_split", "sequence_parallel", "vpp"
@@ -206,6 +208,7 @@ class _Job:
         self._p2p: dict[tuple[object, ...], float] = {}
         self._logits: dict[tuple[object, ...], tuple[float, float]] = {}
         self._data_parallel: dict[tuple[object, ...], _DataParallel] = {}
+        self._embedding_sync: dict[tuple[object, ...], float] = {}
 
     def layer_costs(self, layout: Layout) -> tuple[LayerCost, LayerCost]:
         """(dense, MoE) layer of ``layout`` (the dense one twice for a dense model)."""
@@ -261,6 +264,18 @@ class _Job:
             logits = _logits(self.model, self.cluster, self.train, layout, tokens, self.constants)
             self._logits[key] = logits
         return logits
+
+    def embedding_sync_s(self, layout: Layout) -> float:
+        """The all-reduce of a tied embedding's gradient between the first and the last stage,
+        once per step after the data-parallel reduction (s; 0 when there is none)."""
+        key = _EMBEDDING_KEY(layout)
+        seconds = self._embedding_sync.get(key)
+        if seconds is None:
+            nbytes = tied_embedding_grad_bytes(self.model, self.train, layout)
+            group = layout.group("embedding", self.cluster.devices_per_node)
+            seconds = all_reduce_time_s(nbytes, group, self.cluster) if nbytes else 0.0
+            self._embedding_sync[key] = seconds
+        return seconds
 
     def pipeline(self, layout: Layout) -> _Pipeline:
         """The stages of ``layout``, one per kind of pipeline rank, and the pace they set."""
@@ -353,6 +368,7 @@ _LAYER_TIMES_KEY = attrgetter(*_Job.LAYER_TIMES_FIELDS)
 _P2P_KEY = attrgetter(*_Job.P2P_FIELDS)
 _LOGITS_KEY = attrgetter(*_Job.LOGITS_FIELDS)
 _PIPELINE_KEY = attrgetter(*_Job.PIPELINE_FIELDS)
+_EMBEDDING_KEY = attrgetter(*_Job.EMBEDDING_FIELDS)
 _TERMS_KEY = attrgetter(*_Job.TERMS_FIELDS)
 
 
@@ -459,8 +475,9 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
     shape, stages, slowest, bubble_s = job.pipeline(layout)
     m = layout.num_microbatches(job.train)
     factor = held_factor(layout.pp, layout.vpp, FLOATS)
+    embedding_s = job.embedding_sync_s(layout)
     terms, kind_dp, kind_bytes = [], [], []
-    for s, first_rank in zip(stages, shape.first_ranks, strict=True):
+    for s, first_rank, kind in zip(stages, shape.first_ranks, shape.kinds, strict=True):
         t = job.rank_terms(s.dense_params, s.expert_params, s.linear_params, layout)
         terms.append(t)
         dp_s = exposed_dp_s(
@@ -471,6 +488,8 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
             framework.overlap_param_gather,
             FLOATS,
         )
+        _, _, first, last = kind
+        dp_s += embedding_s * (first or last)  # the two ends wait for the tied embedding
         kind_dp.append((dp_s, t.optimizer_s))
         # The first rank of a kind holds the most micro-batches in flight: its worst rank.
         activations = s.activation_bytes * in_flight(m, layout.pp, first_rank, factor, FLOATS)

@@ -297,6 +297,9 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
         framework.overlap_param_gather,
         ARRAYS,
     )
+    embedding, embedding_group = columns.each(job.EMBEDDING_FIELDS, job.embedding_sync_s)
+    ends = np.maximum(kinds["first"], kinds["last"])  # the two ends wait for a tied embedding
+    dp_s = dp_s + ends * _column(embedding, embedding_group)
     dp_kind = (dp_s + terms.optimizer_s).argmax(axis=1)
     microbatches, m_group = columns.each(
         ("micro_batch", "dp"), lambda lay: lay.num_microbatches(job.train)

@@ -45,11 +45,12 @@ class GroupPlacement:
 
 
 def place_group(size: int, stride: int, devices_per_node: int) -> GroupPlacement:
-    """Members per node of a group of ``size`` ranks taken every ``stride`` ranks."""
+    """Members per node of a group of ``size`` ranks taken every ``stride`` ranks (the last
+    node may hold fewer: 6 members 2 apart on nodes of 8 take 2 nodes)."""
     if size <= 1:
         return GroupPlacement(1, stride, 1, 1)
     per_node = max(1, min(size, devices_per_node // stride)) if stride < devices_per_node else 1
-    return GroupPlacement(size, stride, per_node, size // per_node)
+    return GroupPlacement(size, stride, per_node, -(-size // per_node))
 
 
 def _gbps(value: float) -> float:

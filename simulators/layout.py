@@ -377,10 +377,18 @@ class Layout:
         Ranks are numbered TP fastest, then CP, DP, PP (``order="tp-cp-ep-dp-pp"`` in
         ``megatron/core/parallel_state.py``); the expert grid numbers TP, EP, expert-DP, PP.
         Groups: ``tp``, ``cp``, ``dp``, ``dp_cp`` (dense gradients: DP x CP), ``ep``,
-        ``edp`` (expert data parallel) and ``pp``.
+        ``edp`` (expert data parallel), ``pp`` and ``embedding``: the first and the last
+        pipeline stage, which hold the two copies of a tied embedding (Megatron's embedding
+        group; one rank without pipelining).
         """
         if name not in GROUPS:
             raise ValueError(f"unknown process group {name!r}; known: {', '.join(GROUPS)}")
+        if name == "embedding":  # the first and last stage: one node when the pipeline is
+            stride = (self.pp - 1) * (self.world_size // self.pp)
+            if self.pp == 1:
+                return place_group(1, stride, devices_per_node)
+            one_node = self.group("pp", devices_per_node).nodes == 1
+            return GroupPlacement(2, stride, 2 if one_node else 1, 1 if one_node else 2)
         size, stride = {
             "tp": (self.tp, 1),
             "cp": (self.cp, self.tp),
@@ -448,7 +456,7 @@ LAYOUT_FIELDS: tuple[str, ...] = tuple(_FIELDS)
 DEGREES: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).degree)
 SEARCHED: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).searched)
 LAYER_COST_FIELDS: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).layer_cost)
-GROUPS = ("tp", "cp", "dp", "dp_cp", "ep", "edp", "pp")
+GROUPS = ("tp", "cp", "dp", "dp_cp", "ep", "edp", "pp", "embedding")
 
 Rule = Callable[[Layout, ModelSpec, ClusterSpec, TrainSpec], list[str]]
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 from simulators.frameworks import StateBytes
 from simulators.layout import Layout
 from simulators.specs import DeviceSpec
+from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "optimizer_step_s",
     "state_bytes_of",
     "state_memory_bytes",
+    "tied_embedding_grad_bytes",
 ]
 
 FP8_BYTES = 1  # an FP8 element (E4M3 or E5M2)
@@ -101,3 +103,19 @@ def optimizer_step_s(
     dense_shards, expert_shards = _shards(layout) if sizes.sharded_optimizer else (1, 1)
     local = dense_params / dense_shards + expert_params / expert_shards
     return local * traffic_bytes_per_param / device.achieved_memory_bytes_per_s
+
+
+def tied_embedding_grad_bytes(model: ModelSpec, train: TrainSpec, layout: Layout) -> float:
+    """Bytes of the tied embedding's gradient that the first and the last pipeline stage
+    all-reduce once per step, after the data-parallel reduction (0 without a tied embedding or
+    without pipelining).
+
+    With pipelining the last stage holds a copy of the word embedding as its output layer;
+    Megatron all-reduces the two copies' gradients over the embedding group
+    (``finalize_model_grads._allreduce_word_embedding_grads``), DeepSpeed's pipeline engine
+    does the same in ``ReduceTiedGrads`` before ``ReduceGrads`` (docs/reference.md 7.2). The
+    gradient is the TP rank's vocab / tp rows, in the reduction's dtype.
+    """
+    if not model.tied_embeddings or layout.pp == 1:
+        return 0.0
+    return model.vocab_size / layout.tp * model.hidden_size * train.grad_reduce_bytes

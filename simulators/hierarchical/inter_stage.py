@@ -39,7 +39,8 @@ class Event(NamedTuple):
 
 
 LANES = ("compute", "p2p", "dp")
-_FIELDS = 7  # rank, lane, kind (0 F, 1 B, 2 grad bucket), index, chunk, start, duration
+# rank, lane, kind (0 F, 1 B, 2 grad bucket, 3 tied embedding), index, chunk, start, duration
+_FIELDS = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,8 @@ class Timeline:
             rank, lane, kind, index, chunk, start, duration = self.values[i : i + _FIELDS]
             if kind == 2:
                 name = f"grad bucket {int(chunk)}.{int(index)}"
+            elif kind == 3:
+                name = "tied embedding grads"
             else:
                 name = ("F" if kind == 0 else "B") + str(int(index))
                 name += f".c{int(chunk)}" if self.chunked and lane == 0 else ""
@@ -250,13 +253,15 @@ def grad_sync(
     after_s: float,
     overlap: bool,
     timeline: list[float],
+    tied_s: float = 0.0,
 ) -> float:
     """End time of the gradient reduction of one pipeline rank (spans go to ``timeline``).
 
     ``buckets[c]`` are the reduction times of chunk ``c``'s buckets. With ``overlap``, bucket
     k of n is ready at ``start + (k + 1) / n`` of the chunk's last backward window and the
     buckets run one after another on the communication stream; without it, all start at
-    ``after_s`` (the end of the rank's compute).
+    ``after_s`` (the end of the rank's compute). ``tied_s``: the tied embedding's all-reduce,
+    which the first and last stages run once the reduction is done.
     """
     clock = 0.0
     for chunk in sorted(range(len(windows)), key=lambda c: windows[c][1]):
@@ -267,4 +272,7 @@ def grad_sync(
             begin = max(clock, ready)
             clock = begin + seconds
             timeline += (rank, 2, 2, k, chunk, begin, seconds)
-    return max(clock, after_s)
+    end = max(clock, after_s)
+    if tied_s:
+        timeline += (rank, 2, 3, 0, 0, end, tied_s)
+    return end + tied_s

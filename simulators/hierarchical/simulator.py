@@ -41,6 +41,7 @@ from simulators.states import gathered_weight_bytes
 from simulators.states import optimizer_step_s
 from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
+from simulators.states import tied_embedding_grad_bytes
 
 __all__ = ["HierarchicalSimulator"]
 
@@ -142,8 +143,24 @@ class HierarchicalSimulator:
             transient_bytes=[plan.transient_bytes() for plan in plans],
             record=record,
         )
+        # The first and last stages all-reduce a tied embedding's gradient after the DP sync.
+        tied_s = comm.time_s(
+            "all_reduce", tied_embedding_grad_bytes(model, train, layout), "embedding"
+        )
         ranks = [
-            self._rank(r, plans[r::p], blocks[r::p], run, m, cluster, train, layout, comm, tied)
+            self._rank(
+                r,
+                plans[r::p],
+                blocks[r::p],
+                run,
+                m,
+                cluster,
+                train,
+                layout,
+                comm,
+                tied,
+                tied_s if r in (0, p - 1) else 0.0,
+            )
             for r in range(p)
         ]
         slowest = max(range(p), key=lambda r: ranks[r][0])
@@ -195,6 +212,7 @@ class HierarchicalSimulator:
         layout: Layout,
         comm: CommCost,
         tied: bool,
+        tied_sync_s: float,
     ) -> _Rank:
         """Step time, breakdown, op classes and memory (GiB) of one rank; DP spans to the run."""
         consts, framework = self.constants, train.framework
@@ -218,6 +236,7 @@ class HierarchicalSimulator:
             finish,
             framework.overlap_grad_reduce,
             run.timeline,
+            tied_sync_s,
         )
         optimizer_s = optimizer_step_s(
             sum(dense),

@@ -323,7 +323,6 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     assert fast.breakdown["compute"] < pred.breakdown["compute"] / 2
 
 
-
 def test_collectives_fill_the_device_idle_time_of_a_host_bound_layer() -> None:
     """While the host sets a layer's pace, the TP all-reduces run in the device's idle time:
     exposed only beyond it (the hierarchical simulator's max(device with collectives, host))."""
@@ -348,6 +347,7 @@ def test_collectives_fill_the_device_idle_time_of_a_host_bound_layer() -> None:
     assert times[3] == pytest.approx(
         2 * all_reduce_time_s(4096 * 8192 * 2, layout.group("tp", 8), cluster())
     )
+
 
 def test_unfused_attention_by_hand() -> None:
     """Megatron's pre-flash attention: score-matrix traffic when the stack runs no flash."""
@@ -439,3 +439,28 @@ def test_fp8_casts_by_hand() -> None:
     forward, backward = _fp8_cast_bytes(model, False, tokens, Layout(), act=2)
     assert forward == pytest.approx(3 * tokens * (3 * h + f))
     assert backward == pytest.approx(3 * tokens * (5 * h + 2 * f))
+
+
+def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages() -> None:
+    """At dp 1 the step's DP time is the tied embedding's all-reduce between the first and the
+    last stage: vocab / tp x hidden gradients in the reduction's dtype, over 2 ranks."""
+    tied = dataclasses.replace(TINY, num_layers=4, tied_embeddings=True)
+    train = make_train(seq_len=32, global_batch_size=4)
+    layout = Layout.resolve(8, dp=1, tp=2, pp=4)
+    pred = analytical().simulate(tied, cluster(), train, layout)
+    group = layout.group("embedding", 8)
+    assert (group.size, group.stride) == (2, 6)  # stages 0 and 3, tp 2 apart per stage
+    expected = all_reduce_time_s(1000 / 2 * 64 * 4, group, cluster())  # fp32 main grads
+    assert pred.breakdown["dp_comm"] == pytest.approx(expected)
+    untied = dataclasses.replace(tied, tied_embeddings=False)
+    assert analytical().simulate(untied, cluster(), train, layout).breakdown["dp_comm"] == 0.0
+    # Without pipelining the one copy needs no sync.
+    flat = Layout.resolve(8, dp=1, tp=8)
+    assert analytical().simulate(tied, cluster(), train, flat).breakdown["dp_comm"] == 0.0
+
+
+def test_a_group_that_does_not_fill_its_last_node_still_spans_it() -> None:
+    # 6 members 2 apart on nodes of 8: ranks 0, 2, 4, 6 | 8, 10.
+    group = place_group(6, 2, 8)
+    assert (group.per_node, group.nodes) == (4, 2)
+    assert place_group(8, 2, 8).nodes == 2 and place_group(4, 2, 8).nodes == 1

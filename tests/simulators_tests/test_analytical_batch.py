@@ -72,6 +72,12 @@ JOBS = {
         "parallel.layer_split=[6,8,8,6]",
     ),
     "fp32": ("model=qwen2_5_7b", "cluster=a100", "cluster.num_nodes=1", "train.precision=fp32"),
+    "tied-embedding-across-nodes": (
+        "model=gpt3_175b",
+        "model.num_layers=8",
+        "cluster=a100",
+        "cluster.num_nodes=2",
+    ),
 }
 
 

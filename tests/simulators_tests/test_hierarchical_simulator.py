@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from simulators import BREAKDOWN_KEYS
 from simulators import Layout
 from simulators import ModelSpec
 from simulators import SpecError
+from simulators.collectives import all_reduce_time_s
 from simulators.hierarchical import HierarchicalSimulator
 from simulators.hierarchical.cost import CommCost
 from simulators.hierarchical.cost import RooflineCost
@@ -215,3 +217,21 @@ def test_unfused_attention_is_slower_and_needs_more_memory() -> None:
     unfused = SIM.simulate(MODEL, CLUSTER, unfused_train, lay)
     assert unfused.step_time_s > flash.step_time_s
     assert unfused.memory_breakdown_gib["activations"] > flash.memory_breakdown_gib["activations"]
+
+
+def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages(tmp_path: Path) -> None:
+    """At dp 1 there is no DP reduction: the first and last ranks' DP time is the tied
+    embedding's all-reduce (vocab / tp x hidden, fp32 main grads), the middle ranks' none."""
+    tied = dataclasses.replace(MODEL, tied_embeddings=True)
+    lay = Layout.resolve(CLUSTER.num_devices, dp=1, tp=4, pp=4)
+    pred = SIM.simulate(tied, CLUSTER, TRAIN, lay)
+    nbytes = 2048 / 4 * 512 * 4  # MindSpeed, the cluster's framework: fp32 gradients
+    expected = all_reduce_time_s(nbytes, lay.group("embedding", 8), CLUSTER)
+    assert lay.group("embedding", 8).nodes == 2  # first and last stage on different nodes
+    per_rank = [b["dp_comm"] for b in pred.detail["rank_breakdown_s"]]
+    assert per_rank == pytest.approx([expected, 0.0, 0.0, expected])
+    untied = SIM.simulate(MODEL, CLUSTER, TRAIN, lay).detail["rank_breakdown_s"]
+    assert [b["dp_comm"] for b in untied] == [0.0] * 4
+    trace = json.loads(SIM.write_trace(tied, CLUSTER, TRAIN, lay, tmp_path / "t.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e.get("name") == "tied embedding grads"]
+    assert sorted(e["pid"] for e in spans) == [0, 3]

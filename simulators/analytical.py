@@ -5,10 +5,11 @@ flash attention, memory-bound elementwise work and kernel launches, plus the exp
 context and expert parallel communication. The pipeline runs ``m`` micro-batches at the pace
 of the slowest stage plus a fill-and-drain bubble divided by the virtual stages
 (Narayanan et al. 2021, docs/reference.md 3.4). Data-parallel gradient reduction hides behind the
-last micro-batch's backward. Memory is weights, gradients and optimizer states (sharded by
-DP or expert-DP with the distributed optimizer, docs/reference.md 3.2) plus the activations of the
-micro-batches the schedule holds in flight (Korthikanti et al. 2022 with flash attention,
-docs/reference.md 3.3), checked on every pipeline rank.
+last micro-batch's backward where the framework overlaps it; then the first and last stages
+all-reduce a tied embedding's gradient. Memory is weights, gradients and optimizer states
+(sharded by DP or expert-DP with the distributed optimizer, docs/reference.md 3.2) plus the
+activations of the micro-batches the schedule holds in flight (Korthikanti et al. 2022 with
+flash attention, docs/reference.md 3.3), checked on every pipeline rank.
 
 One layer is priced in :mod:`simulators.analytical_layer`, a pipeline stage in
 :mod:`simulators.analytical_stages` (for one layout and for many), many layouts at once in

@@ -2,7 +2,8 @@
 
 Roofline GEMMs (FP8 where the step runs them), flash or Megatron's unfused core attention,
 memory-bound elementwise traffic, kernel launches and a host-dispatch floor; the exposed
-tensor, expert and context parallel collectives (:mod:`simulators.collectives`); and what the
+tensor, expert and context parallel collectives (:mod:`simulators.collectives`), which first
+fill the device's idle time under that floor; and what the
 layer saves for its backward (Korthikanti et al. 2022, docs/reference.md 3.3). The seconds
 (:func:`layer_times_s`) do not depend on the recompute mode, what the layer keeps
 (:func:`layer_bytes`) does.

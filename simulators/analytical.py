@@ -86,6 +86,8 @@ class AnalyticalConstants:
     kernel_overhead_us: float
     host_ops_per_layer_forward: int
     host_ops_per_layer_backward: int
+    host_ops_per_checkpoint_forward: int
+    host_ops_per_checkpoint_backward: int
     host_op_overhead_us: float
     unfused_attention_bytes_per_score: Mapping[str, float]
     cp_comm_overlap: bool

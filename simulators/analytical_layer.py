@@ -255,9 +255,11 @@ def layer_times_s(
     layout: Layout,
     c: AnalyticalConstants,
 ) -> tuple[float, ...]:
-    """The seconds of one layer (:class:`LayerCost`'s first eight fields): compute, the core
-    attention that selective recompute repeats, and the exposed TP, EP and CP communication.
-    Recompute does not change them, only what a layer keeps (:func:`layer_bytes`)."""
+    """The seconds of one layer (:class:`LayerCost`'s first nine fields): compute, the core
+    attention that selective recompute repeats, the exposed TP, EP and CP communication, and
+    what an activation checkpoint's own host calls add when the layer is recomputed. The
+    recompute mode only says how often each applies, and what a layer keeps
+    (:func:`layer_bytes`)."""
     device = cluster.device
     precision = train.compute_dtype
     act = dtype_bytes(precision)
@@ -286,8 +288,10 @@ def layer_times_s(
     # shorter than the host's dispatch of its operators, the host sets the pace. The backward
     # runs the autograd engine's nodes (weight-gradient accumulation included).
     host_op_s = c.host_op_overhead_us * 1e-6
-    forward_s = max(device_forward_s, c.host_ops_per_layer_forward * host_op_s)
-    backward_s = max(device_backward_s, c.host_ops_per_layer_backward * host_op_s)
+    host_forward_s = c.host_ops_per_layer_forward * host_op_s
+    host_backward_s = c.host_ops_per_layer_backward * host_op_s
+    forward_s = max(device_forward_s, host_forward_s)
+    backward_s = max(device_backward_s, host_backward_s)
     # The collectives below run on the device in the same sequence as the compute: while the
     # host sets the pace, they fill the device's idle time first (as the hierarchical
     # simulator's phases, max(device time with collectives, host time)).
@@ -323,15 +327,23 @@ def layer_times_s(
     ep_backward, idle_bwd = _hide(ep_backward, idle_bwd)
 
     # Context parallel: the ring passes K and V (forward) and K, V, dK, dV (backward).
-    cp_s = 0.0
+    cp_forward = cp_backward = 0.0
     if layout.cp > 1:
         cp_group = layout.group("cp", cluster.devices_per_node)
         kv_bytes = tokens * _kv_local_width(model, layout.tp) * act
         ring_s = all_gather_time_s(layout.cp * kv_bytes, cp_group, cluster)
         hidden_fwd = core_s if c.cp_comm_overlap else 0.0
         hidden_bwd = c.attention_backward_factor * core_s if c.cp_comm_overlap else 0.0
-        cp_s = _hide(max(0.0, ring_s - hidden_fwd), idle_fwd)[0]
-        cp_s += _hide(max(0.0, 2 * ring_s - hidden_bwd), idle_bwd)[0]
+        cp_forward = _hide(max(0.0, ring_s - hidden_fwd), idle_fwd)[0]
+        cp_backward = _hide(max(0.0, 2 * ring_s - hidden_bwd), idle_bwd)[0]
+
+    # An activation checkpoint's own host calls (RNG states saved and restored, inputs
+    # detached, the inner backward) add to a pass's host time: they cost what they exceed the
+    # margin by which the device's work (collectives included) outlasts the host's.
+    margin_fwd = forward_s + tp_forward + ep_forward + cp_forward - host_forward_s
+    margin_bwd = backward_s + tp_backward + ep_backward + cp_backward - host_backward_s
+    checkpoint_s = max(0.0, c.host_ops_per_checkpoint_forward * host_op_s - margin_fwd)
+    checkpoint_s += max(0.0, c.host_ops_per_checkpoint_backward * host_op_s - margin_bwd)
     return (
         forward_s,
         backward_s,
@@ -340,7 +352,8 @@ def layer_times_s(
         tp_backward,
         ep_forward,
         ep_backward,
-        cp_s,
+        cp_forward + cp_backward,
+        checkpoint_s,
     )
 
 

@@ -83,6 +83,7 @@ class LayerCost:
     ep_forward_s: Real  # expert all-to-alls of one forward
     ep_backward_s: Real
     cp_s: Real  # exposed context-parallel exchange, forward + backward
+    checkpoint_s: Real  # host calls of an activation checkpoint beyond the passes' own time
     activation_bytes: Real  # saved for backward without recompute
     input_bytes: Real  # the layer input, all that full recompute keeps
 
@@ -205,6 +206,8 @@ def stage(
     inputs = n_dense * dense.input_bytes + n_moe * moe.input_bytes
     recompute_s = share * (forward + tp_forward + ep_forward)
     recompute_s += selective * core
+    # Full recompute checkpoints each recomputed layer, selective each core attention.
+    recompute_s += (share + selective) * (n_dense * dense.checkpoint_s + n_moe * moe.checkpoint_s)
     linear_params = (n_dense * params.dense_layer + n_moe * params.moe_layer_non_expert) / tp
     dense_params = linear_params + first * (params.embedding / tp) + last * params.hidden
     # The output layer: its own weight, or a tied one copied to the last of several stages.

@@ -25,6 +25,8 @@ class HierarchicalConstants:
     traffic of one Adam update.
     ``host_op_overhead_us`` is the CPU time eager PyTorch spends on one Python-level torch call
     or autograd node (a chunk's phase lasts at least its host calls times this);
+    ``host_ops_per_checkpoint_*`` the calls an activation checkpoint adds around a recomputed
+    layer or core attention (forward, and backward with the recomputation);
     ``unfused_attention_dropout`` records attention dropout on the unfused (pre-flash) path;
     ``logits_bytes_per_element`` sizes the last stage's logits working set;
     ``reserved_memory_gib`` is what the runtime holds beyond tensors.
@@ -35,6 +37,8 @@ class HierarchicalConstants:
     efficiency: Efficiencies
     optimizer_traffic_bytes_per_param: float
     host_op_overhead_us: float
+    host_ops_per_checkpoint_forward: int
+    host_ops_per_checkpoint_backward: int
     unfused_attention_dropout: bool
     logits_bytes_per_element: float
     reserved_memory_gib: float
@@ -46,7 +50,13 @@ class HierarchicalConstants:
                 f"simulator.schedule={self.schedule!r} is not one of {allowed} "
                 "(interleaved 1F1B is used whenever vpp > 1)"
             )
-        for key in ("host_op_overhead_us", "logits_bytes_per_element", "reserved_memory_gib"):
+        for key in (
+            "host_op_overhead_us",
+            "host_ops_per_checkpoint_forward",
+            "host_ops_per_checkpoint_backward",
+            "logits_bytes_per_element",
+            "reserved_memory_gib",
+        ):
             if not getattr(self, key) >= 0:
                 raise SpecError(f"simulator.{key}={getattr(self, key)!r} must be >= 0")
 

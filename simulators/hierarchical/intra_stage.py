@@ -124,6 +124,7 @@ class StageCoster:
     comm: CommCost
     tp_overlap: bool
     host_op_s: float = 0.0
+    checkpoint_ops: tuple[int, int] = (0, 0)  # host calls of one checkpoint: forward, backward
     ep_overlap: bool = False
     memo: dict[tuple[int, str], Block] = field(default_factory=dict)
 
@@ -139,7 +140,8 @@ class StageCoster:
         """(forward, backward) of a chunk; backward includes the recomputed forward.
 
         Each phase lasts at least its host calls times ``host_op_s`` (host dispatch): the
-        forward's Python-level torch calls, the backward's autograd nodes (see ``LayerGraph``).
+        forward's Python-level torch calls, the backward's autograd nodes (see ``LayerGraph``),
+        and ``checkpoint_ops`` for each recomputed layer or core attention.
         """
         ends = tuple(g for g in (plan.embedding, plan.head) if g is not None)
         graphs = (*plan.layers, *ends)
@@ -161,6 +163,8 @@ class StageCoster:
         backward_ops = sum(g.host_backward for g in graphs) + sum(
             g.host_forward if which == "forward" else g.host_core for g, which in redone
         )
+        forward_ops += len(redone) * self.checkpoint_ops[0]
+        backward_ops += len(redone) * self.checkpoint_ops[1]
         return (
             _host_bound(forward, forward_ops * self.host_op_s),
             _host_bound(backward, backward_ops * self.host_op_s),

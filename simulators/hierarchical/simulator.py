@@ -123,6 +123,10 @@ class HierarchicalSimulator:
             tp_overlap=layout.hides_tp_comm(train),
             ep_overlap=train.moe_a2a_overlap,
             host_op_s=consts.host_op_overhead_us * 1e-6,
+            checkpoint_ops=(
+                consts.host_ops_per_checkpoint_forward,
+                consts.host_ops_per_checkpoint_backward,
+            ),
         )
         head = shapes["head"]
         logits = head.micro_batch * head.seq_q * head.vocab * consts.logits_bytes_per_element

@@ -464,3 +464,28 @@ def test_a_group_that_does_not_fill_its_last_node_still_spans_it() -> None:
     group = place_group(6, 2, 8)
     assert (group.per_node, group.nodes) == (4, 2)
     assert place_group(8, 2, 8).nodes == 2 and place_group(4, 2, 8).nodes == 1
+
+
+def test_each_activation_checkpoint_adds_its_host_calls_where_the_host_sets_the_pace() -> None:
+    """Megatron's CheckpointFunction issues 3 torch calls in the forward and 11 in the
+    backward of each recomputed layer: a host-bound layer pays them, a device-bound one
+    hides them."""
+    from simulators.analytical_layer import layer_times_s
+
+    c = analytical().constants
+    assert (c.host_ops_per_checkpoint_forward, c.host_ops_per_checkpoint_backward) == (3, 11)
+    train = make_train(seq_len=32, global_batch_size=1)
+    layout = Layout(recompute="full")
+    tiny = layer_times_s(TINY, False, cluster(), train, layout, c)
+    assert tiny[8] == pytest.approx((3 + 11) * 20e-6)  # LayerCost.checkpoint_s
+    wide = dataclasses.replace(TINY, hidden_size=8192, ffn_hidden_size=32768)
+    big = make_train(seq_len=4096, global_batch_size=1)
+    assert layer_times_s(wide, False, cluster(), big, layout, c)[8] == 0.0
+    # A step with full recompute of the tiny model: every layer of every micro-batch pays it.
+    free = analytical(
+        "simulator.host_ops_per_checkpoint_forward=0",
+        "simulator.host_ops_per_checkpoint_backward=0",
+    )
+    paid = analytical().simulate(TINY, cluster(), train, layout).breakdown["recompute"]
+    unpaid = free.simulate(TINY, cluster(), train, layout).breakdown["recompute"]
+    assert paid - unpaid == pytest.approx(TINY.num_layers * (3 + 11) * 20e-6)

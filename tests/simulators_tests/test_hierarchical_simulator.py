@@ -195,6 +195,33 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     assert compute == pytest.approx(lay.num_microbatches(train) * per_microbatch)
 
 
+def test_each_activation_checkpoint_adds_its_host_calls_to_a_host_bound_layer() -> None:
+    """Full recompute of a tiny layer: the forward pass and the backward with the
+    recomputation each last their recorded calls plus the checkpoint's 3 and 11."""
+    tiny = dataclasses.replace(
+        MODEL,
+        num_layers=2,
+        hidden_size=64,
+        ffn_hidden_size=128,
+        num_attention_heads=2,
+        num_kv_heads=2,
+        head_dim=32,
+        vocab_size=128,
+    )
+    train = make_train(seq_len=64, global_batch_size=64)
+    plain = Layout.resolve(CLUSTER.num_devices, pp=1)
+    full = dataclasses.replace(plain, recompute="full")
+    free = HierarchicalSimulator.from_config(
+        constants(host_ops_per_checkpoint_forward=0, host_ops_per_checkpoint_backward=0)
+    )
+    checkpointed = SIM.simulate(tiny, CLUSTER, train, full).step_time_s
+    uncounted = free.simulate(tiny, CLUSTER, train, full).step_time_s
+    per_step = plain.num_microbatches(train) * tiny.num_layers * (3 + 11) * 20e-6
+    assert checkpointed - uncounted == pytest.approx(per_step)
+    # Without recompute there is no checkpoint to pay for.
+    assert SIM.simulate(tiny, CLUSTER, train, plain) == free.simulate(tiny, CLUSTER, train, plain)
+
+
 def test_memory_includes_the_reserve_and_the_logits_working_set() -> None:
     plain = simulate(tp=2, pp=2)
     assert plain.memory_breakdown_gib["reserved"] == SIM.constants.reserved_memory_gib

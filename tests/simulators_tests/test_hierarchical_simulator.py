@@ -38,6 +38,18 @@ MODEL = ModelSpec(
 )
 CLUSTER = ascend(2)
 TRAIN = make_train(seq_len=1024, global_batch_size=32)
+# A model of tiny kernels, where the host's dispatch sets every layer's pace.
+MICRO = ModelSpec(
+    name="micro",
+    num_layers=2,
+    hidden_size=64,
+    ffn_hidden_size=128,
+    num_attention_heads=2,
+    num_kv_heads=2,
+    head_dim=32,
+    vocab_size=128,
+)
+MICRO_TRAIN = make_train(seq_len=64, global_batch_size=64)
 
 
 def constants(**changes: Any) -> dict[str, Any]:
@@ -168,17 +180,7 @@ def test_profiled_table_replaces_roofline_times(tmp_path: Path) -> None:
 
 def test_host_dispatch_bounds_a_tiny_layer() -> None:
     """A layer of tiny kernels lasts its host calls x the per-call host overhead."""
-    tiny = ModelSpec(
-        name="micro",
-        num_layers=2,
-        hidden_size=64,
-        ffn_hidden_size=128,
-        num_attention_heads=2,
-        num_kv_heads=2,
-        head_dim=32,
-        vocab_size=128,
-    )
-    train = make_train(seq_len=64, global_batch_size=64)
+    tiny, train = MICRO, MICRO_TRAIN
     lay = Layout.resolve(CLUSTER.num_devices, pp=1)
     assert lay.violations(tiny, CLUSTER, train) == [] and lay.num_microbatches(train) == 4
     free = HierarchicalSimulator.from_config(constants(host_op_overhead_us=0.0))
@@ -198,17 +200,7 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
 def test_each_activation_checkpoint_adds_its_host_calls_to_a_host_bound_layer() -> None:
     """Full recompute of a tiny layer: the forward pass and the backward with the
     recomputation each last their recorded calls plus the checkpoint's 3 and 11."""
-    tiny = dataclasses.replace(
-        MODEL,
-        num_layers=2,
-        hidden_size=64,
-        ffn_hidden_size=128,
-        num_attention_heads=2,
-        num_kv_heads=2,
-        head_dim=32,
-        vocab_size=128,
-    )
-    train = make_train(seq_len=64, global_batch_size=64)
+    tiny, train = MICRO, MICRO_TRAIN
     plain = Layout.resolve(CLUSTER.num_devices, pp=1)
     full = dataclasses.replace(plain, recompute="full")
     free = HierarchicalSimulator.from_config(

@@ -1,6 +1,7 @@
 """One layer of the analytical simulator on one device, for one micro-batch.
 
-Roofline GEMMs (FP8 where the step runs them), flash or Megatron's unfused core attention,
+Roofline GEMMs (FP8 where the step runs them; the tile and wave quantization of each shape,
+:mod:`simulators.gemm_waves`), flash or Megatron's unfused core attention,
 memory-bound elementwise traffic, kernel launches and a host-dispatch floor; the exposed
 tensor, expert and context parallel collectives (:mod:`simulators.collectives`), which first
 fill the device's idle time under that floor; and what the
@@ -18,6 +19,7 @@ from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import deepep_time_s
+from simulators.gemm_waves import wave_efficiency
 from simulators.layout import Layout
 from simulators.specs import ClusterSpec
 from simulators.specs import DeviceSpec
@@ -31,7 +33,8 @@ __all__ = ["dtype_bytes", "gemm_time_s", "layer_bytes", "layer_times_s"]
 
 
 def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str) -> float:
-    """Roofline time of an (m x k) @ (k x n) GEMM in ``precision``: compute- or memory-bound.
+    """Roofline time of an (m x k) @ (k x n) GEMM in ``precision``: compute- or memory-bound,
+    at the throughput its shape's tiles and waves leave (:mod:`simulators.gemm_waves`).
 
     An ``fp8`` GEMM reads FP8 operands and writes a bf16 result (Transformer Engine).
     """
@@ -43,8 +46,9 @@ class _Roofline(NamedTuple):
 
     operand_bytes: int
     result_bytes: int
-    flops_per_s: float  # achieved: peak times the matmul efficiency
+    flops_per_s: float  # achieved on a shape of whole tiles and waves: peak x matmul efficiency
     bytes_per_s: float
+    sm_count: int | None  # for the tile and wave quantization of each shape
 
     @classmethod
     def of(cls, device: DeviceSpec, precision: str) -> _Roofline:
@@ -53,12 +57,14 @@ class _Roofline(NamedTuple):
             result_bytes=dtype_bytes(precision),
             flops_per_s=device.peak_flops(precision) * device.matmul_efficiency,
             bytes_per_s=device.achieved_memory_bytes_per_s,
+            sm_count=device.sm_count,
         )
 
     def gemm_s(self, m: float, k: float, n: float) -> float:
         flops = 2.0 * m * k * n
         nbytes = self.operand_bytes * (m * k + k * n) + self.result_bytes * m * n
-        return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+        flops_per_s = self.flops_per_s * wave_efficiency(m, n, k, self.sm_count)
+        return max(flops / flops_per_s, nbytes / self.bytes_per_s)
 
 
 def dtype_bytes(precision: str) -> int:

@@ -19,6 +19,7 @@ __all__ = [
     "MAX_MEMORY_GIB",
     "MAX_SEED",
     "MAX_SEQ_LEN",
+    "MAX_SM_COUNT",
     "MAX_STEP_S",
     "MAX_TFLOPS",
     "MAX_TOKENS_PER_S",
@@ -38,6 +39,7 @@ MAX_MEMORY_GIB = 1e5  # GiB per device: the largest device memory today is 288 G
 MAX_GBPS = 1e6  # GB/s per device and direction (links and HBM): NVLink 5 gives 900, HBM3e 8e3
 MAX_TOKENS_PER_S = 1e9  # tokens/s per device: a small model on one GPU reaches ~1e6
 MAX_TFLOPS = 1e6  # dense TFLOP/s per device: a B200 gives 4.5e3 in FP8
+MAX_SM_COUNT = 100_000  # streaming multiprocessors (AI cores) per device: a B200 has 148
 MAX_LATENCY_US = 1e7  # microseconds per collective call: 10 s, a timeout rather than a latency
 # A simulator's or a framework's constant (a time, a byte count, a factor): 1e15 keeps every
 # product of constants and job sizes finite, and no constant comes near it (the largest,

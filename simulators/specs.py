@@ -29,6 +29,7 @@ from simulators.limits import MAX_LATENCY_US
 from simulators.limits import MAX_LAYERS
 from simulators.limits import MAX_MEMORY_GIB
 from simulators.limits import MAX_SEQ_LEN
+from simulators.limits import MAX_SM_COUNT
 from simulators.limits import MAX_TFLOPS
 from simulators.limits import MAX_VOCAB
 from simulators.limits import MAX_WIDTH
@@ -400,6 +401,10 @@ class DeviceSpec:
     # Transformer Engine caches (2 on Hopper: rowwise and transposed; 1 on Blackwell).
     fp8_tflops: float = 0.0
     fp8_weight_copies: int = 0
+    # Streaming multiprocessors, for the tile and wave quantization of GEMM shapes
+    # (simulators.gemm_waves); None where matmul_efficiency already includes those losses or
+    # the device's tiling is not modelled.
+    sm_count: int | None = None
 
     def __post_init__(self) -> None:
         owner = f"device {self.name!r}"
@@ -420,6 +425,10 @@ class DeviceSpec:
         )
         require_integers(owner, fp8_weight_copies=self.fp8_weight_copies)
         require_bools(owner, supports_flash_attention=self.supports_flash_attention)
+        if self.sm_count is not None:
+            require_integers(owner, sm_count=self.sm_count)
+            require_positive(owner, sm_count=self.sm_count)
+            require_at_most(owner, MAX_SM_COUNT, "a B200 has 148", sm_count=self.sm_count)
         require_positive(
             owner,
             fp16_tflops=self.fp16_tflops,

@@ -24,6 +24,7 @@ from simulators.collectives import deepep_time_s
 from simulators.collectives import p2p_time_s
 from simulators.collectives import reduce_scatter_time_s
 from simulators.errors import DataFileError
+from simulators.gemm_waves import wave_efficiency
 from simulators.hierarchical.graph import Op
 from simulators.layout import Layout
 from simulators.specs import ClusterSpec
@@ -55,7 +56,11 @@ class Efficiencies:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RooflineCost:
-    """Roofline time of a compute op: max(FLOPs / achieved FLOP/s, bytes / achieved GB/s)."""
+    """Roofline time of a compute op: max(FLOPs / achieved FLOP/s, bytes / achieved GB/s).
+
+    A matmul's FLOP/s are scaled by the tile and wave quantization of its shape
+    (:mod:`simulators.gemm_waves`).
+    """
 
     device: DeviceSpec
     precision: str
@@ -65,6 +70,9 @@ class RooflineCost:
         fraction = self.efficiency.matmul or self.device.matmul_efficiency
         if op.category == "attention":
             fraction = self.efficiency.attention or fraction
+        if op.gemm is not None:
+            batch, rows, depth, cols = op.gemm
+            fraction *= wave_efficiency(rows, cols, depth, self.device.sm_count, batch)
         dtype = "fp8" if op.dtype == "fp8" else self.precision  # FP8 linear-layer GEMMs
         flops_per_s = self.device.peak_flops(dtype) * fraction
         memory = self.efficiency.memory or self.device.memory_efficiency

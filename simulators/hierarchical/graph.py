@@ -43,6 +43,8 @@ class Op:
     all-gather: the full buffer; all-to-all: the send buffer; ring: what one rank passes on in
     all steps together). ``overlap`` marks a collective that runs beside the next compute op.
     ``signature`` keys the profiled cost table: tensor shapes and the literal arguments.
+    ``gemm`` is a matmul's ``(batch, rows, depth, cols)`` (an output of ``batch`` matrices of
+    ``rows x cols``, each a sum over ``depth``), for its tile and wave quantization.
     """
 
     name: str
@@ -55,6 +57,7 @@ class Op:
     signature: str = ""
     group: str = ""
     overlap: bool = False
+    gemm: tuple[int, int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

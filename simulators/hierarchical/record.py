@@ -10,6 +10,7 @@ and its mirror in backward, and hand back tensors of the right shape.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -41,6 +42,7 @@ _ATTENTION = {
     _aten._scaled_dot_product_efficient_attention_backward,
 }
 _MATMUL = {_aten.mm, _aten.addmm, _aten.bmm, _aten.baddbmm, _aten.matmul, _aten.linear}
+_BATCHED_MATMUL = {_aten.bmm, _aten.baddbmm}
 # Allocations and metadata: no kernel runs for them.
 _FREE = {
     _aten.empty,
@@ -314,7 +316,25 @@ def _op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, regi
         bytes=float(nbytes),
         dtype=dtype,
         signature=_signature(args, kwargs),
+        gemm=_gemm_shape(packet, outputs[0], flops) if category == "matmul" and outputs else None,
     )
+
+
+def _gemm_shape(packet: Any, out: torch.Tensor, flops: float) -> tuple[int, int, int, int]:
+    """``(batch, rows, depth, cols)`` of a matmul from its output and FLOPs (2 per multiply-add).
+
+    Batched products (``bmm``, ``baddbmm``) keep their leading dimension; the others (``mm``,
+    ``addmm``, ``linear``, ``matmul`` of activations by a weight) fold every leading dimension
+    into the rows, as the GEMM that runs them does.
+    """
+    shape = tuple(out.shape) or (1,)
+    if packet in _BATCHED_MATMUL and len(shape) == 3:
+        batch, rows, cols = shape
+    else:
+        batch, rows, cols = 1, math.prod(shape[:-1]), shape[-1]
+    outputs = batch * rows * cols
+    depth = round(flops / (2 * outputs)) if outputs else 0
+    return batch, rows, depth, cols
 
 
 def _named_args(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

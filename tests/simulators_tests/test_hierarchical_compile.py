@@ -268,6 +268,26 @@ def test_fp8_layer_runs_linear_gemms_in_fp8_and_saves_their_inputs_in_one_byte()
     assert graph.model_flops() == pytest.approx(bf16.model_flops())
 
 
+def test_recorded_gemms_carry_their_shape() -> None:
+    """Each matmul keeps (batch, rows, depth, cols) for its tile and wave quantization: the
+    forward QKV projection is tokens x h by h x (heads + 2 kv heads) x d, and the unfused
+    attention's batched products keep one batch entry per local head."""
+    shape = layer_shapes(TINY_LLAMA, Layout(), TRAIN)["dense"]
+    graph = compile_mod.compile_layer(shape)
+    gemms = [op for op in graph.forward + graph.backward if op.category == "matmul"]
+    assert gemms
+    for op in gemms:
+        assert op.gemm is not None
+        batch, rows, depth, cols = op.gemm
+        assert 2 * batch * rows * depth * cols == pytest.approx(op.flops)
+    tokens = shape.micro_batch * shape.seq_q
+    assert (1, tokens, 256, (8 + 2 * 2) * 32) in {op.gemm for op in graph.forward}
+    unfused = make_train(seq_len=512, global_batch_size=8, flash_attention=False)
+    gpt = compile_mod.compile_layer(layer_shapes(TINY_GPT, Layout(), unfused)["dense"])
+    batched = [op.gemm for op in gpt.forward if op.gemm and op.gemm[0] > 1]
+    assert batched and all(b == 8 * shape.micro_batch for b, *_ in batched)
+
+
 def test_a_storage_key_names_one_storage_while_recording() -> None:
     """Freed storages are kept alive: a new tensor never inherits a dead one's address (the
     FP8 rows of the benchmark changed memory between runs before)."""

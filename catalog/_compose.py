@@ -70,7 +70,7 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
         reason = next((line for line in said if not line.startswith(frame)), _first_lines(exc))
         raise UserError(f"cannot parse the override {exc.override!r}: {reason}") from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise UserError(_with_allowed_type(_first_lines(exc))) from None
+        raise UserError(_unknown_key(exc) or _with_allowed_type(_first_lines(exc))) from None
     unknown = _undeclared_keys(cfg)
     if unknown:
         listed = "; ".join(f"{key} (allowed: {allowed})" for key, allowed in unknown)
@@ -112,6 +112,22 @@ def _with_allowed_type(message: str) -> str:
     kind = match["kind"] or match["number"]
     said = f"{match['value']!r} is not {_ALLOWED_VALUES[kind]}"
     return message[: match.start()] + said
+
+
+def _unknown_key(exc: BaseException) -> str | None:
+    """An override of a key that its structured node does not declare, said with the keys it
+    does (OmegaConf names only the schema: "Key 'mbs' not in 'ParallelConfig'")."""
+    current: BaseException | None = exc
+    while current is not None:
+        kind = getattr(current, "object_type", None)
+        key = getattr(current, "key", None)
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind) and key is not None:
+            declared = sorted(f.name for f in dataclasses.fields(kind))
+            if str(key) not in declared:
+                full = getattr(current, "full_key", None) or key
+                return f"unknown key {str(full)!r}; allowed there: {', '.join(declared)}"
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _first_lines(exc: BaseException) -> str:

@@ -36,11 +36,15 @@ DATA = "{data}"  # replaced by the path of a small valid measurement file
 
 # (command, overrides, words the error must contain)
 HYDRA = [
-    ("simulate", ["model.layerz=3"], "Key 'layerz' not in 'ModelConfig'"),
+    ("simulate", ["model.layerz=3"], "unknown key 'model.layerz'; allowed there: "),
     ("simulate", ["+model.layerz=3"], "unknown key(s) model.layerz (allowed: "),
     ("simulate", ["++model.layerz=3"], "unknown key(s) model.layerz"),
-    ("simulate", ["cluster.device.hbm=3"], "Key 'hbm' not in"),
-    ("simulate", ["parallel.tpp=2"], "Key 'tpp' not in"),
+    ("simulate", ["cluster.device.hbm=3"], "; allowed there: bf16_tflops, fp16_tflops"),
+    (
+        "simulate",
+        ["parallel.tpp=2"],
+        "allowed there: cp, distributed_optimizer, dp, ep, layer_split, micro_batch",
+    ),
     ("simulate", ["model=schema"], "unknown model 'schema'; available: "),
     ("simulate", ["model=nope"], "unknown model 'nope'; available: "),
     ("simulate", ["model="], "unknown model ''"),
@@ -80,7 +84,7 @@ HYDRA = [
     ("search", ["search.micro_batch=5"], "is not a ListConfig"),
     ("search", ["search.distributed_optimizer=[maybe]"], "'maybe' is not true or false"),
     ("search", ["tracking.enabled=maybe"], "'maybe' is not true or false"),
-    ("search", ["search.samplr=tpe"], "Key 'samplr' not in 'SearchConfig'"),
+    ("search", ["search.samplr=tpe"], "unknown key 'search.samplr'; allowed there: "),
     ("benchmark", ["top_k=abc"], "top_k=abc"),
     ("benchmark", ["peers=maybe"], "'maybe' is not true or false"),
     ("benchmark", ["simulator@analytical=nope"], "unknown simulator 'nope'"),
@@ -88,7 +92,7 @@ HYDRA = [
     ("benchmark", ["+nope=1"], "nope"),
     ("profile", ["repeats=abc"], "repeats=abc"),
     ("profile", ["limit=abc"], "limit=abc"),
-    ("profile", ["model.layerz=3"], "Key 'layerz' not in 'ModelConfig'"),
+    ("profile", ["model.layerz=3"], "unknown key 'model.layerz'"),
     ("profile", ["model=nope"], "unknown model 'nope'"),
     ("profile", ["parallel.tp=abc"], "parallel.tp=abc"),
     ("profile", ["-x"], "unknown option '-x'"),
@@ -498,7 +502,7 @@ def _process(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[
     [
         ("autotune", ["search.seed=-1"], "search.seed=-1 must be from 0"),
         ("autotune.simulate", ["cluster.device.memory_gib=inf"], "memory_gib=inf must be <="),
-        ("autotune.simulate", ["model.layerz=3"], "Key 'layerz' not in 'ModelConfig'"),
+        ("autotune.simulate", ["model.layerz=3"], "unknown key 'model.layerz'"),
         ("autotune.simulate", ["parallel.tp=["], "cannot parse the override"),
         ("autotune.benchmark", ["oom_penalty_regret=nan"], "oom_penalty_regret=nan must be"),
         ("autotune.profile", ["repeats=0"], "repeats=0 must be from 1"),

@@ -195,7 +195,7 @@ def test_simulate_writes_the_hierarchical_timeline_as_a_chrome_trace(tmp_path: P
         ("autotune", ["search.storage=notaurl"], "is not a storage URL"),
         ("autotune", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
         ("autotune", ["+model.layerz=3"], "unknown key(s) model.layerz (allowed: "),
-        ("autotune", ["model.layerz=3"], "Could not override 'model.layerz'"),
+        ("autotune", ["model.layerz=3"], "unknown key 'model.layerz'"),
         ("autotune", ["parallel.tp=abc"], "parallel.tp"),
         ("autotune", ["model=schema"], "unknown model 'schema'; available: "),
         ("autotune", ["--verbose"], "unknown option '--verbose'"),

@@ -32,6 +32,7 @@ from simulators._checks import require_positive
 from simulators.analytical_batch import BatchPrediction
 from simulators.analytical_batch import simulate_batch
 from simulators.analytical_layer import dtype_bytes
+from simulators.analytical_layer import gemm_pass_s
 from simulators.analytical_layer import gemm_time_s
 from simulators.analytical_layer import layer_bytes
 from simulators.analytical_layer import layer_times_s
@@ -466,8 +467,8 @@ def _logits(
 ) -> tuple[float, float]:
     """(seconds, bytes) of the output layer and loss of one micro-batch on the last stage."""
     vocab = model.vocab_size / layout.tp
-    seconds = 3 * gemm_time_s(
-        tokens, model.hidden_size, vocab, cluster.device, train.compute_dtype
+    seconds = sum(
+        gemm_pass_s(tokens, model.hidden_size, vocab, cluster.device, train.compute_dtype)
     )
     nbytes = tokens * vocab * c.logits_bytes_per_element
     return seconds + 2 * nbytes / cluster.device.achieved_memory_bytes_per_s, nbytes

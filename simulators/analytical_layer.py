@@ -29,7 +29,7 @@ from simulators.specs import TrainSpec
 if TYPE_CHECKING:
     from simulators.analytical import AnalyticalConstants
 
-__all__ = ["dtype_bytes", "gemm_time_s", "layer_bytes", "layer_times_s"]
+__all__ = ["dtype_bytes", "gemm_pass_s", "gemm_time_s", "layer_bytes", "layer_times_s"]
 
 
 def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str) -> float:
@@ -39,6 +39,14 @@ def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str
     An ``fp8`` GEMM reads FP8 operands and writes a bf16 result (Transformer Engine).
     """
     return _Roofline.of(device, precision).gemm_s(m, k, n)
+
+
+def gemm_pass_s(
+    m: float, k: float, n: float, device: DeviceSpec, precision: str
+) -> tuple[float, float]:
+    """Forward and backward seconds of a linear layer's (m x k) @ (k x n) GEMM: the backward
+    runs the input gradient (m x n) @ (n x k) and the weight gradient (k x m) @ (m x n)."""
+    return _Roofline.of(device, precision).pass_s(m, k, n)
 
 
 class _Roofline(NamedTuple):
@@ -65,6 +73,11 @@ class _Roofline(NamedTuple):
         nbytes = self.operand_bytes * (m * k + k * n) + self.result_bytes * m * n
         flops_per_s = self.flops_per_s * wave_efficiency(m, n, k, self.sm_count)
         return max(flops / flops_per_s, nbytes / self.bytes_per_s)
+
+    def pass_s(self, m: float, k: float, n: float) -> tuple[float, float]:
+        """Forward and backward of a linear layer's GEMM: the backward is the input gradient
+        (m x n) @ (n x k) and the weight gradient (k x m) @ (m x n), each at its own shape."""
+        return self.gemm_s(m, k, n), self.gemm_s(m, n, k) + self.gemm_s(k, m, n)
 
 
 def dtype_bytes(precision: str) -> int:
@@ -132,17 +145,16 @@ def _gemms_s(
     layout: Layout,
     train: TrainSpec,
     device: DeviceSpec,
-) -> float:
-    """Forward GEMM seconds of one layer: linear layers (FP8 when the step runs it), router."""
+) -> tuple[float, float]:
+    """Forward and backward GEMM seconds of one layer: linear layers (FP8 when the step runs
+    it) and the router, the backward's GEMMs at their own shapes (:meth:`_Roofline.pass_s`)."""
     linear = _Roofline.of(device, "fp8" if train.fp8 else train.compute_dtype)
-    seconds = sum(
-        count * linear.gemm_s(m, k, n)
-        for m, k, n, count in _linear_gemms(model, moe, tokens, layout)
-    )
+    gemms = [(linear, m, k, n, c) for m, k, n, c in _linear_gemms(model, moe, tokens, layout)]
     if moe:
-        router = (tokens, model.hidden_size, model.num_experts)
-        seconds += gemm_time_s(*router, device, train.compute_dtype)
-    return seconds
+        router = _Roofline.of(device, train.compute_dtype)
+        gemms.append((router, tokens, model.hidden_size, model.num_experts, 1.0))
+    passes = [(c, r.pass_s(m, k, n)) for r, m, k, n, c in gemms]
+    return sum(c * f for c, (f, _) in passes), sum(c * b for c, (_, b) in passes)
 
 
 def _fp8_cast_bytes(
@@ -270,7 +282,7 @@ def layer_times_s(
     precision = train.compute_dtype
     act = dtype_bytes(precision)
     tokens = layout.micro_batch * train.seq_len / layout.cp
-    gemm_s = _gemms_s(model, moe, tokens, layout, train, device)
+    gemm_s, gemm_backward_s = _gemms_s(model, moe, tokens, layout, train, device)
     core_flops = tokens * model.core_attention_flops_per_token(train.seq_len) / layout.tp
     if train.uses_flash_attention(cluster):
         core_s = core_flops / (device.peak_flops(precision) * c.attention_efficiency)
@@ -289,7 +301,9 @@ def layer_times_s(
         cast_s = (cast_bytes[0] / bandwidth, cast_bytes[1] / bandwidth)
     launch_s = c.kernels_per_layer_forward * c.kernel_overhead_us * 1e-6
     device_forward_s = gemm_s + core_s + elementwise_s + cast_s[0] + launch_s
-    device_backward_s = 2 * (gemm_s + elementwise_s + launch_s) + core_backward_s + cast_s[1]
+    device_backward_s = (
+        gemm_backward_s + 2 * (elementwise_s + launch_s) + core_backward_s + cast_s[1]
+    )
     # Eager PyTorch issues every operator from one host thread; when the GPU work of a layer is
     # shorter than the host's dispatch of its operators, the host sets the pace. The backward
     # runs the autograd engine's nodes (weight-gradient accumulation included).
@@ -307,11 +321,11 @@ def layer_times_s(
     tp_group = layout.group("tp", cluster.devices_per_node)
     tp_one = all_reduce_time_s(tokens * model.hidden_size * act, tp_group, cluster)
     # With the overlap (userbuffers) the collectives run chunk by chunk under the GEMMs they
-    # feed, so they hide up to those GEMMs' time (the backward has twice the GEMMs).
+    # feed, so they hide up to those GEMMs' time.
     hidden = layout.hides_tp_comm(train)
     tp_forward, idle_fwd = _hide(max(0.0, 2 * tp_one - gemm_s) if hidden else 2 * tp_one, idle_fwd)
     tp_backward, idle_bwd = _hide(
-        max(0.0, 2 * tp_one - 2 * gemm_s) if hidden else 2 * tp_one, idle_bwd
+        max(0.0, 2 * tp_one - gemm_backward_s) if hidden else 2 * tp_one, idle_bwd
     )
 
     # Expert parallel: dispatch and combine all-to-alls of the top-k token copies.

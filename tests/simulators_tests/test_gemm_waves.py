@@ -9,6 +9,7 @@ import pytest
 from simulators import DeviceSpec
 from simulators import SpecError
 from simulators.analytical import gemm_time_s
+from simulators.analytical_layer import gemm_pass_s
 from simulators.gemm_waves import MIN_SPLIT_DEPTH
 from simulators.gemm_waves import wave_efficiency
 
@@ -99,3 +100,14 @@ def test_the_hierarchical_roofline_prices_a_recorded_gemm_by_its_shape() -> None
     cost = RooflineCost(device=A100, precision="bf16", efficiency=Efficiencies())
     unshaped = dataclasses.replace(gemm, gemm=None)
     assert cost.op_time_s(gemm) == pytest.approx(cost.op_time_s(unshaped) * 108 / 64)
+
+
+def test_the_backward_runs_its_two_gemms_at_their_own_shapes() -> None:
+    """1024 x 2048 x 2048 on the A100: the forward and the input gradient write 1024 x 2048
+    (64 tiles of 256 x 128: 64/108 of the SMs busy); the weight gradient writes 2048 x 2048,
+    best in 128 x 128 tiles (256 tiles, three waves: 256/324)."""
+    whole = dataclasses.replace(A100, sm_count=None)
+    base = gemm_time_s(1024, 2048, 2048, whole, "bf16")
+    forward, backward = gemm_pass_s(1024, 2048, 2048, A100, "bf16")
+    assert forward == pytest.approx(base * 108 / 64)
+    assert backward == pytest.approx(base * 108 / 64 + base * 324 / 256)

@@ -210,7 +210,8 @@ def _unfused_attention_s(
 
     The scores of every local head form a [s, s] matrix per sequence, written and read in HBM
     (no causal skipping: the masked half is computed and stored too). The two batched GEMMs
-    (QK^T, PV; dQ, dK, dP, dV backward) are rooflines over their score traffic; the masked
+    (QK^T, PV; dQ, dK, dP, dV backward) are rooflines over their score traffic, each at the
+    tiles and waves of its shape (:mod:`simulators.gemm_waves`); the masked
     softmax and the dropout are memory-bound passes over the scores (Korthikanti et al. 2022
     Table 2: fp16 scores, softmax output and dropout output, 1-byte dropout mask).
     """
@@ -220,9 +221,20 @@ def _unfused_attention_s(
     peak = device.peak_flops(train.compute_dtype) * device.matmul_efficiency
     bandwidth = device.achieved_memory_bytes_per_s
     b = c.unfused_attention_bytes_per_score
-    forward = max(flops / peak, scores * b["forward_gemm"] / bandwidth)
+    # Each product is one batch of per-head GEMMs with half the FLOPs, at its own tiles and
+    # waves: scores and dP write [s_q, s_k] (depth d); context and dQ write [s_q, d] (depth
+    # s_k); dK and dV write [s_k, d] (depth s_q).
+    s_q, s_k, d = tokens / layout.micro_batch, train.seq_len, model.head_dim
+    batch = layout.micro_batch * heads
+    sms = device.sm_count
+    score_w = wave_efficiency(s_q, s_k, d, sms, batch)
+    query_w = wave_efficiency(s_q, d, s_k, sms, batch)
+    key_w = wave_efficiency(s_k, d, s_q, sms, batch)
+    forward_gemm_s = flops / 2 * (1 / score_w + 1 / query_w) / peak
+    backward_gemm_s = flops / 2 * (1 / score_w + 1 / query_w + 2 / key_w) / peak
+    forward = max(forward_gemm_s, scores * b["forward_gemm"] / bandwidth)
     forward += scores * b["forward_elementwise"] / bandwidth
-    backward = max(2 * flops / peak, scores * b["backward_gemm"] / bandwidth)
+    backward = max(backward_gemm_s, scores * b["backward_gemm"] / bandwidth)
     backward += scores * b["backward_elementwise"] / bandwidth
     return forward, backward
 

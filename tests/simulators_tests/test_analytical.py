@@ -372,6 +372,37 @@ def test_unfused_attention_by_hand() -> None:
     assert extra == pytest.approx(640 * 32 * 2)
 
 
+def test_unfused_attention_gemms_run_at_their_tiles_and_waves() -> None:
+    """The same products on a device of 108 SMs, where they are compute-bound: 4 heads of 128,
+    seq 2048, micro-batch 1. QK^T and dP write 4 x [2048, 2048]: 4 x 128 tiles of 256 x 128 =
+    512, five waves of which the last is 80/108 full (512/540). PV, dQ, dK and dV write
+    4 x [2048, 128] with K = 2048: 32 tiles of 256 x 128, split three ways over K, 96 blocks in
+    one wave of 108 (96/108). Forward: half the FLOPs at each; backward: dP at the first, the
+    other three at the second."""
+    from simulators.analytical_layer import _unfused_attention_s
+
+    model = dataclasses.replace(TINY, hidden_size=512, head_dim=128)
+    train = make_train(seq_len=2048, global_batch_size=1, flash_attention=False)
+    sms = dataclasses.replace(DEVICE, sm_count=108)
+    constants = analytical().constants
+    plain = _unfused_attention_s(model, 2048, train, Layout(), DEVICE, constants)
+    tiled = _unfused_attention_s(model, 2048, train, Layout(), sms, constants)
+    flops = 2.0 * model.core_attention_flops_per_token(2048) * 2048  # QK^T and PV
+    peak = 100e12 * 0.5
+    scores = 4 * 2048 * 2048
+    assert flops / peak > 4 * scores / 1.6e12  # the GEMMs outlast their traffic
+    forward_rest = 9 * scores / 1.6e12
+    backward_rest = 11 * scores / 1.6e12
+    assert plain == pytest.approx((flops / peak + forward_rest, 2 * flops / peak + backward_rest))
+    score_w, narrow_w = 512 / 540, 96 / 108
+    assert tiled[0] == pytest.approx(
+        flops / 2 * (1 / score_w + 1 / narrow_w) / peak + forward_rest
+    )
+    assert tiled[1] == pytest.approx(
+        flops / 2 * (1 / score_w + 3 / narrow_w) / peak + backward_rest
+    )
+
+
 def test_a_device_without_flash_kernels_runs_unfused_attention() -> None:
     no_flash = DeviceSpec(
         name="v100-like",

@@ -209,6 +209,8 @@ _TRAINING = (
     Column("flash_attention", _bool, default=True),
     # Optional training settings; empty: the framework's default (TrainSpec's fields).
     Column("grad_reduce_in_fp32", _bool),  # bf16 gradients accumulated and reduced in fp32
+    Column("overlap_grad_reduce", _bool),  # DP gradient reduction during the backward
+    Column("overlap_param_gather", _bool),  # DP parameter all-gather in the next forward
     Column("tp_comm_overlap", _bool),  # TP collectives overlapped with the GEMMs
     Column("moe_dispatcher", _choice(MOE_DISPATCHERS)),  # how MoE tokens reach their experts
     Column("moe_a2a_overlap", _bool),  # expert all-to-all under another micro-batch's compute

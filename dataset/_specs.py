@@ -77,6 +77,8 @@ def row_to_specs(row: Mapping[str, Any]) -> Specs:
         precision=str(training.get("precision", "bf16")),
         flash_attention=bool(training.get("flash_attention") in (None, True)),
         grad_reduce_in_fp32=training.get("grad_reduce_in_fp32"),
+        overlap_grad_reduce=training.get("overlap_grad_reduce"),
+        overlap_param_gather=training.get("overlap_param_gather"),
         tp_comm_overlap=training.get("tp_comm_overlap"),
         moe_dispatcher=training.get("moe_dispatcher"),
         moe_a2a_overlap=bool(training.get("moe_a2a_overlap", False)),

@@ -475,7 +475,6 @@ def _logits(
 
 
 def _simulate(job: _Job, layout: Layout) -> Prediction:
-    framework = job.train.framework
     shape, stages, slowest, bubble_s = job.pipeline(layout)
     m = layout.num_microbatches(job.train)
     factor = held_factor(layout.pp, layout.vpp, FLOATS)
@@ -488,8 +487,8 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
             t.reduce_s,
             t.gather_s,
             s.last_backward_s,
-            framework.overlap_grad_reduce,
-            framework.overlap_param_gather,
+            job.train.overlaps_grad_reduce,
+            job.train.overlaps_param_gather,
             FLOATS,
         )
         _, _, first, last = kind

@@ -288,13 +288,12 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     slowest = Stage(*(_pick(field, kind_s.argmax(axis=1)) for field in stages))
     bubble_s = ((kinds["ranks"] * kind_s).sum(axis=1) - slowest.per_microbatch_s) / vpp[:, 0]
     terms = _rank_terms(job, columns, kinds, stages)
-    framework = job.train.framework
     dp_s = exposed_dp_s(
         terms.reduce_s,
         terms.gather_s,
         stages.last_backward_s,
-        framework.overlap_grad_reduce,
-        framework.overlap_param_gather,
+        job.train.overlaps_grad_reduce,
+        job.train.overlaps_param_gather,
         ARRAYS,
     )
     embedding, embedding_group = columns.each(job.EMBEDDING_FIELDS, job.embedding_sync_s)

@@ -92,9 +92,11 @@ class FrameworkSpec:
     each TP rank's 1/tp slice of the activation, all-gathered over TP by the receiver
     (DeepSpeed's partitioned pipeline, Megatron-LM's old scatter/gather); otherwise each rank
     sends the whole activation (1/tp of it only with sequence parallelism).
-    ``overlap_grad_reduce``: the data-parallel gradient reduction runs in buckets during the
-    last micro-batch's backward (else after the whole pipeline). ``overlap_param_gather``: the
-    distributed optimizer's parameter all-gather hides in the next forward.
+    ``can_overlap_grad_reduce``: the data-parallel gradient reduction can run in buckets during
+    the last micro-batch's backward (Megatron-Core's DDP); ``overlap_grad_reduce``: it does as
+    the framework is usually run (else after the whole pipeline). ``overlap_param_gather``: the
+    distributed optimizer's parameter all-gather hides in the next forward. A run may say
+    otherwise (:class:`simulators.TrainSpec`).
     ``grad_reduce_in_fp32``: bf16 gradients are reduced in fp32 (Megatron's fp32 main grads),
     else in the model's dtype. Buckets hold ``max(grad_bucket_params_min,
     grad_bucket_params_per_dp * dp)`` gradients; ``reduce_scatter_grads``: a distributed
@@ -113,6 +115,7 @@ class FrameworkSpec:
     layer_split: str
     virtual_pipeline: bool
     p2p_tp_sliced: bool
+    can_overlap_grad_reduce: bool
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     grad_reduce_in_fp32: bool
@@ -145,6 +148,10 @@ class FrameworkSpec:
             grad_bucket_params_min=self.grad_bucket_params_min,
             grad_bucket_params_per_dp=self.grad_bucket_params_per_dp,
         )
+        if self.overlap_grad_reduce and not self.can_overlap_grad_reduce:
+            raise SpecError(f"{owner}: overlap_grad_reduce needs can_overlap_grad_reduce")
+        if self.overlap_param_gather and not self.overlap_grad_reduce:
+            raise SpecError(f"{owner}: overlap_param_gather needs overlap_grad_reduce")
 
     def default_split(self, num_layers: int, pp: int) -> tuple[int, ...]:
         """Layers per pipeline stage when the layout gives no explicit split.
@@ -210,8 +217,9 @@ class FrameworkSpec:
         """Gradients per reduction bucket for a data-parallel group of ``dp``."""
         return max(self.grad_bucket_params_min, self.grad_bucket_params_per_dp * dp)
 
-    def grad_buckets(self, params: float, dp: int) -> int:
-        """Buckets the gradients of ``params`` parameters are reduced in (at least one)."""
-        if not self.overlap_grad_reduce:
+    def grad_buckets(self, params: float, dp: int, overlapped: bool) -> int:
+        """Buckets the gradients of ``params`` parameters are reduced in (at least one): one
+        collective per bucket when ``overlapped`` with the backward."""
+        if not overlapped:
             return 1  # without overlap the whole buffer is one collective after the pipeline
         return max(1, math.ceil(params / self.grad_bucket_params(dp)))

@@ -45,7 +45,14 @@ PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 MOE_DISPATCHERS = ("alltoall", "deepep")
 # TrainSpec's settings of the run that measurement rows and probe files may carry (empty: the
 # default); each is a field of TrainSpec.
-RUN_SETTINGS = ("grad_reduce_in_fp32", "tp_comm_overlap", "moe_dispatcher", "moe_a2a_overlap")
+RUN_SETTINGS = (
+    "grad_reduce_in_fp32",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "tp_comm_overlap",
+    "moe_dispatcher",
+    "moe_a2a_overlap",
+)
 OPTIMIZERS = ("adam",)
 TOPOLOGIES = ("switch", "full_mesh")
 
@@ -585,7 +592,11 @@ class TrainSpec:
     keeps the [s, s] scores of every head in memory (baddbmm, masked softmax, dropout, bmm).
     ``grad_reduce_in_fp32`` says whether half-precision gradients are accumulated and reduced
     over data parallelism in fp32 (Megatron's ``--grad-reduce-in-bf16`` turns it off, NeMo's
-    ``grad_reduce_in_fp32``, Apex's ``grad_sync_dtype``); ``tp_comm_overlap`` whether tensor-
+    ``grad_reduce_in_fp32``, Apex's ``grad_sync_dtype``); ``overlap_grad_reduce`` whether that
+    reduction runs in buckets during the last micro-batch's backward (Megatron's
+    ``--overlap-grad-reduce``) or after the pipeline, ``overlap_param_gather`` whether the
+    distributed optimizer's parameter all-gather hides in the next forward
+    (``--overlap-param-gather``, which needs the former); ``tp_comm_overlap`` whether tensor-
     parallel collectives run overlapped with the GEMMs (Megatron's ``--tp-comm-overlap``,
     MindSpeed's ``--use-ascend-coc``). None: the framework's default. ``moe_dispatcher`` is how
     MoE tokens reach their experts: ``alltoall`` (a copy per routed expert; None) or ``deepep``
@@ -602,6 +613,8 @@ class TrainSpec:
     optimizer: str = "adam"
     flash_attention: bool = True
     grad_reduce_in_fp32: bool | None = None
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
     moe_dispatcher: str | None = None
     moe_a2a_overlap: bool = False
@@ -618,6 +631,8 @@ class TrainSpec:
         )
         defaulted = {  # None: the framework's default
             "grad_reduce_in_fp32": self.grad_reduce_in_fp32,
+            "overlap_grad_reduce": self.overlap_grad_reduce,
+            "overlap_param_gather": self.overlap_param_gather,
             "tp_comm_overlap": self.tp_comm_overlap,
         }
         require_bools("train", **{key: v for key, v in defaulted.items() if v is not None})
@@ -633,6 +648,7 @@ class TrainSpec:
         )
         require_choice("train", "precision", self.precision, PRECISIONS)
         require_choice("train", "optimizer", self.optimizer, OPTIMIZERS)
+        self._check_dp_overlap()
         if self.moe_dispatcher is not None:
             require_choice("train", "moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
         if self.token_dispatcher == "deepep" and not self.framework.deepep:
@@ -654,6 +670,20 @@ class TrainSpec:
             raise SpecError(
                 f"train: precision fp8 needs Transformer Engine FP8; framework "
                 f"{self.framework.name!r} has none (use bf16)"
+            )
+
+    def _check_dp_overlap(self) -> None:
+        """Refuse a data-parallel overlap that the framework or Megatron's rules cannot run."""
+        if self.overlap_grad_reduce and not self.framework.can_overlap_grad_reduce:
+            raise SpecError(
+                f"train: overlap_grad_reduce needs gradients reduced in buckets during the "
+                f"backward (Megatron-Core's DDP); framework {self.framework.name!r} reduces them "
+                "after the pipeline (use false)"
+            )
+        if self.overlap_param_gather and not self.overlaps_grad_reduce:
+            raise SpecError(
+                "train: overlap_param_gather needs overlap_grad_reduce (Megatron asserts "
+                "--overlap-param-gather only with --overlap-grad-reduce)"
             )
 
     @property
@@ -681,6 +711,10 @@ class TrainSpec:
             parts.append("unfused attention")
         if self.grad_reduce_in_fp32 is not None:
             parts.append(f"{'fp32' if self.grad_reduce_in_fp32 else 'bf16'} gradients")
+        if self.overlap_grad_reduce is not None:
+            parts.append("DP overlap" if self.overlap_grad_reduce else "no DP overlap")
+        if self.overlap_param_gather is not None:
+            parts.append("gather overlap" if self.overlap_param_gather else "no gather overlap")
         if self.tp_comm_overlap is not None:
             parts.append("TP overlap" if self.tp_comm_overlap else "no TP overlap")
         if self.moe_dispatcher is not None:
@@ -693,6 +727,22 @@ class TrainSpec:
     def token_dispatcher(self) -> str:
         """How MoE tokens reach their experts (:data:`MOE_DISPATCHERS`; default alltoall)."""
         return self.moe_dispatcher or MOE_DISPATCHERS[0]
+
+    @property
+    def overlaps_grad_reduce(self) -> bool:
+        """Whether the data-parallel gradient reduction runs in buckets during the last
+        micro-batch's backward (else one collective after the pipeline)."""
+        if self.overlap_grad_reduce is None:
+            return self.framework.overlap_grad_reduce
+        return self.overlap_grad_reduce
+
+    @property
+    def overlaps_param_gather(self) -> bool:
+        """Whether the distributed optimizer's parameter all-gather hides in the next forward
+        (only with the gradient overlap; unset: the framework's default)."""
+        if self.overlap_param_gather is None:
+            return self.framework.overlap_param_gather and self.overlaps_grad_reduce
+        return self.overlap_param_gather
 
     @property
     def overlaps_tp_comm(self) -> bool:

@@ -191,12 +191,12 @@ def recompute_flags(job: LaunchJob, per_stage_option: str = "") -> list[Flag]:
 
 def overlap_flags(job: LaunchJob) -> list[Flag]:
     """Bucketed gradient reduction and the parameter all-gather in the next forward, exactly
-    when the framework runs them (docs/reference.md 7.2); the all-gather overlap needs the
+    when the run has them (docs/reference.md 7.2); the all-gather overlap needs the
     distributed optimizer and the gradient overlap (arguments.py validate_args)."""
-    framework, flags = job.train.framework, []
-    if framework.overlap_grad_reduce:
+    train, flags = job.train, []
+    if train.overlaps_grad_reduce:
         flags.append(flag("--overlap-grad-reduce"))
-        if framework.overlap_param_gather and job.layout.distributed_optimizer:
+        if train.overlaps_param_gather and job.layout.distributed_optimizer:
             flags.append(flag("--overlap-param-gather"))
     return flags
 

@@ -146,15 +146,12 @@ def _literal(value: object) -> str:
 
 def _settings(job: LaunchJob) -> list[str]:
     """The statements of ``configure()`` after the recipe is built, in order."""
-    layout, framework = job.layout, job.train.framework
+    layout = job.layout
     plugin, _ = _plugin(job)
-    overlap = framework.overlap_grad_reduce
     ddp = {
         "grad_reduce_in_fp32": job.dtype != "fp32" and job.train.reduces_grads_in_fp32,
-        "overlap_grad_reduce": overlap,
-        "overlap_param_gather": overlap
-        and framework.overlap_param_gather
-        and layout.distributed_optimizer,
+        "overlap_grad_reduce": job.train.overlaps_grad_reduce,
+        "overlap_param_gather": job.train.overlaps_param_gather and layout.distributed_optimizer,
         "use_distributed_optimizer": layout.distributed_optimizer,
     }
     pipeline_dtype = _TORCH_DTYPES[job.dtype] if layout.pp > 1 else "None"

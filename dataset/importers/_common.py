@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import re
+from collections.abc import Collection
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ __all__ = [
     "catalog_architecture",
     "gpt_model",
     "configs",
+    "dp_overlap",
     "job_columns",
     "knobs",
     "leading_int",
@@ -121,6 +123,16 @@ def knobs(text: str) -> dict[str, str]:
         key, _, value = part.partition("=")
         found[key.strip()] = value.strip()
     return found
+
+
+def dp_overlap(flags: Collection[str] | str) -> dict[str, bool | None]:
+    """The data-parallel overlap columns of a launch script's ``flags`` (a set of flag names,
+    or a text listing them): True where it passes ``--overlap-grad-reduce`` or
+    ``--overlap-param-gather``, else empty (the framework's default)."""
+    return {
+        "overlap_grad_reduce": True if "overlap-grad-reduce" in flags else None,
+        "overlap_param_gather": True if "overlap-param-gather" in flags else None,
+    }
 
 
 def leading_int(text: str) -> int:

@@ -8,8 +8,10 @@ and models whose architecture is not in the catalog (``conf/model/``).
 Parsed: ``vpp`` cells such as ``4 (num-layers-per-virtual-pipeline-stage=5)`` (the number of
 model chunks), ``recompute`` cells (``full/uniform/num_layers=1`` is full recompute of every
 layer; ``none+swap-attention`` is no recompute, the attention swap to host not being modelled),
-``use-distributed-optimizer`` in ``notes``. Step time = global batch * sequence length /
-(tokens/s/device * devices). Each row is its own scenario: useful for error, not for regret.
+``use-distributed-optimizer``, ``overlap-grad-reduce`` and ``overlap-param-gather`` in ``notes``
+(each read from the row's example script at the same commit). Step time = global batch *
+sequence length / (tokens/s/device * devices). Each row is its own scenario: useful for error,
+not for regret.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pandas as pd
 
 from dataset.importers._common import catalog_architecture
 from dataset.importers._common import configs
+from dataset.importers._common import dp_overlap
 from dataset.importers._common import leading_int
 from dataset.importers._common import metric
 from dataset.importers._common import order_columns
@@ -111,6 +114,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "recompute": _RECOMPUTE[row["recompute"]],
                 "sequence_parallel": row["seq_parallel"] == "yes" and tp > 1,
                 "distributed_optimizer": "use-distributed-optimizer" in row["notes"],
+                **dp_overlap(row["notes"]),
                 "precision": row["precision"],
                 "framework": "mindspeed",
                 "status": "ok",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dataset.importers._common import dp_overlap
 from dataset.importers._tables import architecture
 from dataset.importers._tables import layout_columns
 from dataset.importers._tables import layout_reason
@@ -73,6 +74,7 @@ def _record(row: Row) -> dict[str, object]:
         "recompute": _RECOMPUTE[row["recompute"]],
         "sequence_parallel": "sequence-parallel" in flags and layout["tp"] > 1,
         "distributed_optimizer": "use-distributed-optimizer" in flags,
+        **dp_overlap(flags),
         "framework": "mindspeed",
     }
 

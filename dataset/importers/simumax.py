@@ -4,9 +4,11 @@ Parsed: the ``model`` cell (``llama3-70b (truncated to 12 layers)``) names the c
 its layer count; ``other_knobs`` gives ``distributed_optimizer``. Each configuration carries
 measured step time and peak allocated memory, and SimuMax's own prediction (kept as the peer
 ``predictor=simumax``). Assumed (NOTICE.md): recompute none (the launcher passes
-``--recompute-num-layers 0``); sequence parallelism as stated, which Megatron turns off at
-tp=1; the truncated DeepSeek proxies keep one dense first layer (the release notes say so for
-V3; V2 has one); no multi-token prediction layer.
+``--recompute-num-layers 0``); no data-parallel overlap (its launchers
+``simu_tools/megatron_scripts/scripts/run_pretrain_{llama3,deepseekv2}.sh`` pass neither
+``--overlap-grad-reduce`` nor ``--overlap-param-gather``); sequence parallelism as stated,
+which Megatron turns off at tp=1; the truncated DeepSeek proxies keep one dense first layer (the
+release notes say so for V3; V2 has one); no multi-token prediction layer.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ def convert(path: Path) -> pd.DataFrame:
                 "distributed_optimizer": "distributed_optimizer" in knobs(row["other_knobs"]),
                 "precision": "bf16",
                 "framework": "megatron_core",
+                # The launchers pass neither --overlap-grad-reduce nor --overlap-param-gather.
+                "overlap_grad_reduce": False,
+                "overlap_param_gather": False,
                 "status": row["status"],
                 "step_time_s": metric(config, "iteration_time_measured", "ms") / 1000.0,
                 "peak_memory_gib": metric(config, "peak_alloc_measured", "GiB"),

@@ -227,9 +227,10 @@ class HierarchicalSimulator:
         kind = "reduce_scatter" if sharded else "all_reduce"
         grad_bytes = train.grad_reduce_bytes
         dp = layout.dp * layout.cp
+        overlapped = train.overlaps_grad_reduce
         buckets = [
-            _buckets(d, framework.grad_buckets(d, dp), kind, "dp_cp", grad_bytes, comm)
-            + _buckets(e, framework.grad_buckets(e, dp), kind, "edp", grad_bytes, comm)
+            _buckets(d, framework.grad_buckets(d, dp, overlapped), kind, "dp_cp", grad_bytes, comm)
+            + _buckets(e, framework.grad_buckets(e, dp, overlapped), kind, "edp", grad_bytes, comm)
             for d, e in zip(dense, experts, strict=True)
         ]
         finish = run.finish_s[rank]
@@ -238,7 +239,7 @@ class HierarchicalSimulator:
             run.last_backward[rank],
             buckets,
             finish,
-            framework.overlap_grad_reduce,
+            overlapped,
             run.timeline,
             tied_sync_s,
         )
@@ -254,7 +255,7 @@ class HierarchicalSimulator:
         fp8_primary = fp8_primary_params(train, layout, linear)
         expert_fp8 = sum(experts) if fp8_primary else 0.0  # the experts are all linear
         gather_s = 0.0
-        if states.sharded_optimizer and not framework.overlap_param_gather:
+        if states.sharded_optimizer and not train.overlaps_param_gather:
             dense_bytes = gathered_weight_bytes(sum(dense), fp8_primary - expert_fp8, states)
             expert_bytes = gathered_weight_bytes(sum(experts), expert_fp8, states)
             gather_s = comm.time_s("all_gather", dense_bytes, "dp_cp") + comm.time_s(

@@ -65,6 +65,17 @@ HYDRA = [
     ("simulate", ["train.flash_attention=maybe"], "'maybe' is not true or false"),
     ("simulate", ["train.tp_comm_overlap=maybe"], "'maybe' is not true or false"),
     ("simulate", ["train.grad_reduce_in_fp32=[1]"], "'[1]' is not true or false"),
+    ("simulate", ["train.overlap_grad_reduce=maybe"], "'maybe' is not true or false"),
+    (
+        "simulate",
+        ["train.framework=megatron_deepspeed", "train.overlap_grad_reduce=true"],
+        "framework 'megatron_deepspeed' reduces them after the pipeline (use false)",
+    ),
+    (
+        "simulate",
+        ["train.overlap_param_gather=true"],  # MindSpeed, the ascend default, leaves both off
+        "overlap_param_gather needs overlap_grad_reduce",
+    ),
     ("simulate", ["train.moe_dispatcher=nccl"], "moe_dispatcher='nccl' is not one of alltoall"),
     ("simulate", ["train.moe_dispatcher=deepep"], "framework 'mindspeed' has none"),
     ("simulate", ["parallel.tp=abc"], "parallel.tp=abc"),

@@ -223,10 +223,10 @@ def test_megatron_script_passes_megatron_rules(case: Case, tmp_path: Path) -> No
     assert launched.launcher["--nnodes"] == str(cluster.num_nodes)
     assert megatron_problems(launched.args, launched.env, cluster.num_devices) == []
     _check_layout(launched.args, job, layout)
-    args, framework = launched.args, job.train.framework
-    assert ("--overlap-grad-reduce" in args) == framework.overlap_grad_reduce
-    gather = framework.overlap_param_gather and layout.distributed_optimizer
-    assert ("--overlap-param-gather" in args) == (framework.overlap_grad_reduce and gather)
+    args, train = launched.args, job.train
+    assert ("--overlap-grad-reduce" in args) == train.overlaps_grad_reduce
+    gather = train.overlaps_param_gather and layout.distributed_optimizer
+    assert ("--overlap-param-gather" in args) == gather
     assert "--use-flash-attn" not in args  # a no-op on Megatron-LM main
     flash = job.train.uses_flash_attention(cluster)
     assert args["--attention-backend"] == ("auto" if flash else "unfused")
@@ -270,6 +270,21 @@ def test_megatron_details_follow_the_job(tmp_path: Path) -> None:
     assert "ROTARY_BASE" not in paths["gpt3_tied_biases"]
     replicated = paths["replicated_optimizer"]
     assert "--overlap-grad-reduce" in replicated and "--overlap-param-gather" not in replicated
+
+
+def test_a_run_without_the_dp_overlap_launches_without_it(tmp_path: Path) -> None:
+    job, layout = MEGATRON_CASES[0].specs()
+    assert job.train.overlaps_grad_reduce and layout.distributed_optimizer  # the default
+    for values, flags in (
+        ({"overlap_grad_reduce": False}, set()),
+        ({"overlap_param_gather": False}, {"--overlap-grad-reduce"}),
+    ):
+        train = dataclasses.replace(job.train, **values)
+        out = tmp_path / str(len(flags))
+        write_launch_files(job.model, job.cluster, train, layout, out)
+        text = (out / "launch_megatron.sh").read_text()
+        found = {f for f in ("--overlap-grad-reduce", "--overlap-param-gather") if f in text}
+        assert found == flags
 
 
 def test_megatron_script_takes_real_data_and_refuses_half_of_it(tmp_path: Path) -> None:
@@ -365,7 +380,7 @@ def test_mindspeed_script_passes_mindspeed_rules(case: Case, tmp_path: Path) -> 
     _check_layout(args, job, layout)
     assert args["--transformer-impl"] == "local" and "--use-mcore-models" in args
     assert "--use-flash-attn" in args  # the 910B has fused attention and the job asks for it
-    assert ("--overlap-grad-reduce" in args) == job.train.framework.overlap_grad_reduce
+    assert ("--overlap-grad-reduce" in args) == job.train.overlaps_grad_reduce
     assert args.get("--context-parallel-algo") == ("megatron_cp_algo" if layout.cp > 1 else None)
     assert args["--padded-vocab-size"] == job.model.vocab_size
     if layout.recompute_layers and layout.vpp > 1:
@@ -373,15 +388,16 @@ def test_mindspeed_script_passes_mindspeed_rules(case: Case, tmp_path: Path) -> 
         assert "--enable-recompute-layers-per-pp-rank" in args
 
 
-def test_mindspeed_flags_follow_the_framework_facts(tmp_path: Path) -> None:
-    """Overlaps and flash attention come from the framework's facts and the job, not
+def test_mindspeed_flags_follow_the_run_settings(tmp_path: Path) -> None:
+    """Overlaps and flash attention come from the run's settings and the job, not
     constants: turn them over and the flags follow, still passing the rules."""
     job, layout = MINDSPEED_CASES[0].specs()
-    framework = dataclasses.replace(
-        job.train.framework, overlap_grad_reduce=True, overlap_param_gather=True
-    )
     train = dataclasses.replace(
-        job.train, framework=framework, flash_attention=False, grad_reduce_in_fp32=False
+        job.train,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        flash_attention=False,
+        grad_reduce_in_fp32=False,
     )
     write_launch_files(job.model, job.cluster, train, layout, tmp_path / "out")
     script = tmp_path / "out" / "launch_mindspeed.sh"
@@ -531,7 +547,7 @@ def test_nemo_override_passes_nemo_rules(
     )
     assert settings["data"]["micro_batch_size"] == layout.micro_batch
     assert settings["data"]["global_batch_size"] == job.train.global_batch_size
-    assert settings["ddp"]["overlap_grad_reduce"] == job.train.framework.overlap_grad_reduce
+    assert settings["ddp"]["overlap_grad_reduce"] == job.train.overlaps_grad_reduce
     assert settings["ddp"]["grad_reduce_in_fp32"] == job.train.reduces_grads_in_fp32
     if job.model.is_moe:
         deepep = job.train.token_dispatcher == "deepep" and layout.ep > 1

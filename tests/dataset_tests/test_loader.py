@@ -137,6 +137,8 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
     assert "line 5, column moe_dispatcher: expected one of alltoall, deepep" in str(caught.value)
     given_settings = {
         "grad_reduce_in_fp32": "false",
+        "overlap_grad_reduce": "true",
+        "overlap_param_gather": "false",
         "tp_comm_overlap": "1",
         "moe_dispatcher": "deepep",
         "moe_a2a_overlap": "true",
@@ -151,6 +153,20 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
     assert default.grad_reduce_in_fp32 is None and default.tp_comm_overlap is None
     assert default.reduces_grads_in_fp32 == default.framework.grad_reduce_in_fp32
     assert default.overlaps_tp_comm == default.framework.tp_comm_overlap
+    assert given.overlaps_grad_reduce and not given.overlaps_param_gather
+    assert default.overlap_grad_reduce is None and default.overlap_param_gather is None
+    assert default.overlaps_grad_reduce == default.framework.overlap_grad_reduce
+
+
+def test_shipped_rows_carry_the_dp_overlap_their_scripts_ran() -> None:
+    """SimuMax's launchers pass neither overlap flag; MindSpeed-LLM's Mixtral script passes
+    both, its LLaMA2-7B script only the gradient one (dataset/importers)."""
+    simumax = dataset.load_measurements(dataset.DATA_DIR / "simumax.csv")
+    assert simumax["overlap_grad_reduce"].eq(False).all()
+    mindspeed = dataset.load_measurements(dataset.DATA_DIR / "mindspeed.csv").set_index("model")
+    assert mindspeed.loc["Mixtral 8x7B", ["overlap_grad_reduce", "overlap_param_gather"]].all()
+    llama = mindspeed.loc["LLaMA2 7B"]
+    assert llama["overlap_grad_reduce"] and pd.isna(llama["overlap_param_gather"])
 
 
 def test_shipped_data_loads_and_breaks_no_layout_rule() -> None:

@@ -7,6 +7,7 @@ import pytest
 import catalog
 from simulators import Layout
 from simulators import SpecError
+from simulators import TrainSpec
 from simulators.frameworks import FrameworkSpec
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import ascend
@@ -52,9 +53,58 @@ def test_gradient_reduction_sizes() -> None:
     assert CORE.grad_reduce_bytes("bf16") == 4  # Megatron reduces bf16 grads in fp32
     assert DEEPSPEED.grad_reduce_bytes("bf16") == 2  # DeepSpeed in the model's dtype
     assert CORE.grad_reduce_bytes("fp16") == DEEPSPEED.grad_reduce_bytes("fp16") == 2
-    assert CORE.grad_buckets(100e6, dp=8) == 3  # buckets of max(40M, 8M) parameters
-    assert CORE.grad_buckets(100e6, dp=64) == 2  # buckets of 64M
-    assert DEEPSPEED.grad_buckets(100e6, dp=8) == 1  # reduced after the pipeline, at once
+    assert CORE.grad_buckets(100e6, dp=8, overlapped=True) == 3  # buckets of max(40M, 8M)
+    assert CORE.grad_buckets(100e6, dp=64, overlapped=True) == 2  # buckets of 64M
+    assert CORE.grad_buckets(100e6, dp=8, overlapped=False) == 1  # after the pipeline, at once
+
+
+def _step(framework: str = "megatron_core", **values: object) -> TrainSpec:
+    return make_train(framework, seq_len=2048, global_batch_size=16, **values)
+
+
+def test_unset_dp_overlap_follows_the_framework() -> None:
+    assert _step().overlaps_grad_reduce and _step().overlaps_param_gather
+    assert not _step("megatron_deepspeed").overlaps_grad_reduce
+    assert not _step("mindspeed").overlaps_grad_reduce  # most of its scripts leave it off
+    assert _step("mindspeed", overlap_grad_reduce=True).overlaps_grad_reduce
+    # Megatron runs the parameter all-gather overlap only with the gradient overlap.
+    quiet = _step(overlap_grad_reduce=False)
+    assert not quiet.overlaps_grad_reduce and not quiet.overlaps_param_gather
+    assert not _step(overlap_param_gather=False).overlaps_param_gather
+
+
+def test_a_dp_overlap_the_stack_cannot_run_is_refused() -> None:
+    with pytest.raises(SpecError, match="framework 'megatron_deepspeed' reduces them after"):
+        _step("megatron_deepspeed", overlap_grad_reduce=True)
+    with pytest.raises(SpecError, match="overlap_param_gather needs overlap_grad_reduce"):
+        _step(overlap_grad_reduce=False, overlap_param_gather=True)
+    with pytest.raises(SpecError, match="overlap_param_gather needs overlap_grad_reduce"):
+        _step("mindspeed", overlap_param_gather=True)  # MindSpeed's default leaves it off
+    with pytest.raises(SpecError, match="overlap_grad_reduce needs can_overlap_grad_reduce"):
+        FrameworkSpec.from_mapping("x", {**_values(DEEPSPEED), "overlap_grad_reduce": True})
+    with pytest.raises(SpecError, match="train: overlap_grad_reduce=.yes. must be true or false"):
+        _step(overlap_grad_reduce="yes")
+
+
+@pytest.mark.parametrize("name", ["analytical", "hierarchical"])
+def test_a_run_without_the_dp_overlap_waits_for_its_reduction(name: str) -> None:
+    """Same job and layout: without --overlap-grad-reduce the reduce-scatter runs after the
+    pipeline, without --overlap-param-gather the all-gather before the next step."""
+    llama = model("llama2_7b", num_layers=4)
+    layout = Layout.resolve(8, tp=1, pp=1, dp=8, distributed_optimizer=True)
+    runs = [
+        catalog.load_simulator(name).simulate(
+            llama, ascend(1), make_train(seq_len=2048, global_batch_size=16, **values), layout
+        )
+        for values in (
+            {},
+            {"overlap_param_gather": False},
+            {"overlap_grad_reduce": False},
+        )
+    ]
+    dp = [run.breakdown["dp_comm"] for run in runs]
+    assert dp[0] < dp[1] < dp[2]
+    assert runs[0].step_time_s < runs[1].step_time_s < runs[2].step_time_s
 
 
 def test_a_framework_file_with_a_typo_is_refused() -> None:

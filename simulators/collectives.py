@@ -5,8 +5,10 @@ Groups are placed as Megatron-LM places them: ranks are numbered node by node, a
 stride world/pp; the expert grid puts EP at stride tp). Multi-node collectives are
 hierarchical, as NCCL and HCCL run them (docs/reference.md 3.6): reduce-scatter inside the
 node, the node-level collective on 1/g of the data across nodes (all g NICs busy), all-gather
-inside the node. Each level used adds its ``latency_us`` once: a fixed cost per collective call
-(launch and synchronisation, msmodeling's ``comm_op_cost_s``), not per ring step.
+inside the node. Each level used adds its ``latency_us`` once, a fixed cost per collective call
+(launch and synchronisation, msmodeling's ``comm_op_cost_s``), and ``step_latency_us`` for each
+member beyond the first of that level (the slope of a measured latency curve, where the cluster
+has one).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulators.specs import ClusterSpec
+from simulators.specs import LinkSpec
 
 __all__ = [
     "GroupPlacement",
@@ -66,13 +69,18 @@ def _level_times_s(
     if group.per_node > 1:
         n = group.per_node
         bw = _gbps(cluster.intra_node.group_bandwidth_gbps(n))
-        time += factor * (n - 1) / n * nbytes / bw + cluster.intra_node.latency_us * 1e-6
+        time += factor * (n - 1) / n * nbytes / bw + _latency_s(cluster.intra_node, n)
     if group.nodes > 1:
         k = group.nodes
         link = cluster.inter_node
         bw = _gbps(link.bandwidth_gbps * link.efficiency)
-        time += factor * (k - 1) / k * (nbytes / group.per_node) / bw + link.latency_us * 1e-6
+        time += factor * (k - 1) / k * (nbytes / group.per_node) / bw + _latency_s(link, k)
     return time
+
+
+def _latency_s(link: LinkSpec, members: int) -> float:
+    """Latency of one collective call over ``members`` ranks of one level."""
+    return (link.latency_us + (members - 1) * link.step_latency_us) * 1e-6
 
 
 def all_reduce_time_s(nbytes: float, group: GroupPlacement, cluster: ClusterSpec) -> float:

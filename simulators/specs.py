@@ -497,12 +497,15 @@ class LinkSpec:
     ``mesh_size`` devices form one mesh (4 on the older Ascend 910 node, whose two meshes talk
     through ``cross_mesh_gbps`` of PCIe). ``efficiency`` is the achievable fraction (busbw /
     link bandwidth) of the collective library; ``latency_us`` is the fixed cost of one
-    collective call on this level (launch and synchronisation), not a per-ring-step latency.
+    collective call on this level (launch and synchronisation); ``step_latency_us`` what each
+    further member of the group adds to it (the slope of a measured latency curve: NCCL's rings
+    take n - 1 steps per pass), 0 where no curve was measured.
     """
 
     bandwidth_gbps: float
     latency_us: float
     efficiency: float
+    step_latency_us: float = 0.0
     topology: str = "switch"
     peer_link_gbps: float = 0.0
     mesh_size: int = 0
@@ -514,18 +517,19 @@ class LinkSpec:
             "peer_link_gbps": self.peer_link_gbps,
             "cross_mesh_gbps": self.cross_mesh_gbps,
         }
-        require_numbers("link", **rates, latency_us=self.latency_us, efficiency=self.efficiency)
+        latencies = {"latency_us": self.latency_us, "step_latency_us": self.step_latency_us}
+        require_numbers("link", **rates, **latencies, efficiency=self.efficiency)
         require_integers("link", mesh_size=self.mesh_size)
         require_positive("link", bandwidth_gbps=self.bandwidth_gbps)
         require_non_negative(
             "link",
-            latency_us=self.latency_us,
+            **latencies,
             peer_link_gbps=self.peer_link_gbps,
             mesh_size=self.mesh_size,
             cross_mesh_gbps=self.cross_mesh_gbps,
         )
         require_at_most("link", MAX_GBPS, "NVLink 5 gives 900", **rates)
-        require_at_most("link", MAX_LATENCY_US, "10 s per call", latency_us=self.latency_us)
+        require_at_most("link", MAX_LATENCY_US, "10 s per call", **latencies)
         require_at_most("link", MAX_DEVICES, "the largest clusters", mesh_size=self.mesh_size)
         require_fraction("link", efficiency=self.efficiency)
         require_choice("link", "topology", self.topology, TOPOLOGIES)

@@ -15,6 +15,7 @@ from simulators import LinkSpec
 from simulators import ModelSpec
 from simulators.analytical import AnalyticalSimulator
 from simulators.analytical import gemm_time_s
+from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import deepep_time_s
@@ -117,6 +118,21 @@ def test_all_reduce_across_nodes_is_hierarchical() -> None:
     intra = 2 * 7 / 8 * nbytes / (100e9 * 0.8) + 10e-6
     inter = 2 * 1 / 2 * (nbytes / 8) / (25e9 * 0.5) + 20e-6
     assert all_reduce_time_s(nbytes, group, cluster(2)) == pytest.approx(intra + inter)
+
+
+def test_a_measured_latency_slope_adds_per_further_rank_and_level() -> None:
+    """With ``step_latency_us`` each rank beyond the first of a level adds to the call's
+    latency (SimuMax's B200 fits, docs/reference.md 1.6): 8 in the node, 2 nodes."""
+    sloped = cluster(2, dataclasses.replace(SWITCH, step_latency_us=3.0))
+    nic = dataclasses.replace(NIC, step_latency_us=4.0)
+    sloped = dataclasses.replace(sloped, inter_node=nic)
+    nbytes = 1e9
+    node = place_group(8, 1, 8)
+    flat = all_gather_time_s(nbytes, node, cluster())
+    assert all_gather_time_s(nbytes, node, sloped) == pytest.approx(flat + 7 * 3e-6)
+    both = place_group(16, 1, 8)
+    plain = all_reduce_time_s(nbytes, both, cluster(2))
+    assert all_reduce_time_s(nbytes, both, sloped) == pytest.approx(plain + 7 * 3e-6 + 1 * 4e-6)
 
 
 def test_full_mesh_group_uses_only_its_own_links() -> None:

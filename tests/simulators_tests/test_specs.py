@@ -231,6 +231,12 @@ def test_specs_are_frozen() -> None:
             lambda: LinkSpec(bandwidth_gbps=100.0, latency_us=float("nan"), efficiency=0.7),
             "latency_us=nan must be >= 0",
         ),
+        (
+            lambda: LinkSpec(
+                bandwidth_gbps=100.0, latency_us=1.0, efficiency=0.7, step_latency_us=-1.0
+            ),
+            "step_latency_us=-1.0 must be >= 0",
+        ),
     ],
 )
 def test_specs_check_types_bounds_and_relations(build: object, message: str) -> None:

@@ -7,7 +7,9 @@ matmul_interpolator_data.h``, Apache-2.0): measured FLOP/s of cuBLAS GEMMs of b 
 (k x n), every dimension 256-4096, per GPU generation (``sm_90``: H100, ``sm_100...``: B200).
 Prints each one's BF16 efficiency against the dense peak of ``conf/cluster/h100.yaml`` and
 ``b200.yaml``: the largest shapes, and how it falls as one dimension shrinks (m = 4096, b = 1).
-docs/accuracy.md 11 reads it against the matmul efficiencies of those two files.
+docs/accuracy.md 11 reads it against the matmul efficiencies of those two files. With
+``--csv PATH`` it also writes the ``sm_90`` BF16 entries in the form the H100's ``gemm_table``
+ships them (``simulators/data/gemm_h100_xla.csv``).
 """
 
 from __future__ import annotations
@@ -37,12 +39,26 @@ def read_table(text: str) -> dict[str, dict[tuple[int, int, int, int], float]]:
     return tables
 
 
+def write_h100_csv(table: dict[tuple[int, int, int, int], float], path: str) -> None:
+    """The shipped form: ``b,m,n,k,bf16_tflops``, sorted, TFLOP/s to three decimals."""
+    lines = ["b,m,n,k,bf16_tflops"]
+    lines += [
+        f"{b},{m},{n},{k},{flops / 1e12:.3f}" for (b, m, n, k), flops in sorted(table.items())
+    ]
+    with open(path, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    print(f"wrote {path} ({len(lines) - 1} shapes)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", help="XLA's matmul_interpolator_data.h")
+    parser.add_argument("--csv", help="write the sm_90 BF16 entries here")
     args = parser.parse_args()
     with open(args.table) as handle:
         tables = read_table(handle.read())
+    if args.csv:
+        write_h100_csv(tables["sm_90"], args.csv)
     for arch, table in tables.items():
         cluster = next((c for prefix, c in CLUSTERS.items() if arch.startswith(prefix)), None)
         if cluster is None:

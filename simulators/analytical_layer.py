@@ -1,7 +1,7 @@
 """One layer of the analytical simulator on one device, for one micro-batch.
 
-Roofline GEMMs (FP8 where the step runs them; the tile and wave quantization of each shape,
-:mod:`simulators.gemm_waves`), flash or Megatron's unfused core attention,
+Roofline GEMMs (FP8 where the step runs them; what each shape reaches of the device's
+efficiency, :mod:`simulators.gemm_table`), flash or Megatron's unfused core attention,
 memory-bound elementwise traffic, kernel launches and a host-dispatch floor; the exposed
 tensor, expert and context parallel collectives (:mod:`simulators.collectives`), which first
 fill the device's idle time under that floor; and what the
@@ -19,7 +19,7 @@ from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import deepep_time_s
-from simulators.gemm_waves import wave_efficiency
+from simulators.gemm_table import shape_efficiency
 from simulators.layout import Layout
 from simulators.specs import ClusterSpec
 from simulators.specs import DeviceSpec
@@ -34,7 +34,7 @@ __all__ = ["dtype_bytes", "gemm_pass_s", "gemm_time_s", "layer_bytes", "layer_ti
 
 def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str) -> float:
     """Roofline time of an (m x k) @ (k x n) GEMM in ``precision``: compute- or memory-bound,
-    at the throughput its shape's tiles and waves leave (:mod:`simulators.gemm_waves`).
+    at the throughput its shape reaches (:mod:`simulators.gemm_table`).
 
     An ``fp8`` GEMM reads FP8 operands and writes a bf16 result (Transformer Engine).
     """
@@ -54,9 +54,9 @@ class _Roofline(NamedTuple):
 
     operand_bytes: int
     result_bytes: int
-    flops_per_s: float  # achieved on a shape of whole tiles and waves: peak x matmul efficiency
+    flops_per_s: float  # achieved on the device's best shapes: peak x matmul efficiency
     bytes_per_s: float
-    sm_count: int | None  # for the tile and wave quantization of each shape
+    device: DeviceSpec  # for what each shape reaches of it (simulators.gemm_table)
 
     @classmethod
     def of(cls, device: DeviceSpec, precision: str) -> _Roofline:
@@ -65,13 +65,13 @@ class _Roofline(NamedTuple):
             result_bytes=dtype_bytes(precision),
             flops_per_s=device.peak_flops(precision) * device.matmul_efficiency,
             bytes_per_s=device.achieved_memory_bytes_per_s,
-            sm_count=device.sm_count,
+            device=device,
         )
 
     def gemm_s(self, m: float, k: float, n: float) -> float:
         flops = 2.0 * m * k * n
         nbytes = self.operand_bytes * (m * k + k * n) + self.result_bytes * m * n
-        flops_per_s = self.flops_per_s * wave_efficiency(m, n, k, self.sm_count)
+        flops_per_s = self.flops_per_s * shape_efficiency(self.device, m, n, k)
         return max(flops / flops_per_s, nbytes / self.bytes_per_s)
 
     def pass_s(self, m: float, k: float, n: float) -> tuple[float, float]:
@@ -211,7 +211,7 @@ def _unfused_attention_s(
     The scores of every local head form a [s, s] matrix per sequence, written and read in HBM
     (no causal skipping: the masked half is computed and stored too). The two batched GEMMs
     (QK^T, PV; dQ, dK, dP, dV backward) are rooflines over their score traffic, each at the
-    tiles and waves of its shape (:mod:`simulators.gemm_waves`); the masked
+    throughput of its shape (:mod:`simulators.gemm_table`); the masked
     softmax and the dropout are memory-bound passes over the scores (Korthikanti et al. 2022
     Table 2: fp16 scores, softmax output and dropout output, 1-byte dropout mask).
     """
@@ -226,10 +226,9 @@ def _unfused_attention_s(
     # s_k); dK and dV write [s_k, d] (depth s_q).
     s_q, s_k, d = tokens / layout.micro_batch, train.seq_len, model.head_dim
     batch = layout.micro_batch * heads
-    sms = device.sm_count
-    score_w = wave_efficiency(s_q, s_k, d, sms, batch)
-    query_w = wave_efficiency(s_q, d, s_k, sms, batch)
-    key_w = wave_efficiency(s_k, d, s_q, sms, batch)
+    score_w = shape_efficiency(device, s_q, s_k, d, batch)
+    query_w = shape_efficiency(device, s_q, d, s_k, batch)
+    key_w = shape_efficiency(device, s_k, d, s_q, batch)
     forward_gemm_s = flops / 2 * (1 / score_w + 1 / query_w) / peak
     backward_gemm_s = flops / 2 * (1 / score_w + 1 / query_w + 2 / key_w) / peak
     forward = max(forward_gemm_s, scores * b["forward_gemm"] / bandwidth)

@@ -13,8 +13,8 @@ among several tiles; the model takes the best of three large ones (``TILES``), e
 efficiency, and leaves out the smaller tiles, which quantize less but run slower per tile.
 An output of fewer tiles than SMs splits its K loop over the idle SMs (split-K, which cuBLAS
 uses for such shapes), in slices of at least ``MIN_SPLIT_DEPTH``. A device applies it when its
-file sets ``sm_count`` (A100, V100); docs/reference.md 1.5 says why Hopper, Blackwell and
-Ascend do not.
+file sets ``sm_count`` (A100, V100; :func:`simulators.gemm_table.shape_efficiency` chooses);
+docs/reference.md 1.5 says why Hopper (a measured table instead), Blackwell and Ascend do not.
 """
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 # MoE token dispatch: alltoall (Megatron's --moe-token-dispatcher-type alltoall, the default as
 # run), deepep (--moe-token-dispatcher-type flex with the DeepEP backend).
 MOE_DISPATCHERS = ("alltoall", "deepep")
+# Measured tables of GEMM throughput by shape that a device may name (simulators.gemm_table).
+GEMM_TABLES = ("xla_h100",)
 # TrainSpec's settings of the run that measurement rows and probe files may carry (empty: the
 # default); each is a field of TrainSpec.
 RUN_SETTINGS = (
@@ -412,6 +414,9 @@ class DeviceSpec:
     # (simulators.gemm_waves); None where matmul_efficiency already includes those losses or
     # the device's tiling is not modelled.
     sm_count: int | None = None
+    # A measured table of GEMM throughput by shape (GEMM_TABLES), the other way to price
+    # shapes; None: every shape at matmul_efficiency (or the waves of sm_count).
+    gemm_table: str | None = None
 
     def __post_init__(self) -> None:
         owner = f"device {self.name!r}"
@@ -436,6 +441,10 @@ class DeviceSpec:
             require_integers(owner, sm_count=self.sm_count)
             require_positive(owner, sm_count=self.sm_count)
             require_at_most(owner, MAX_SM_COUNT, "a B200 has 148", sm_count=self.sm_count)
+        if self.gemm_table is not None:
+            require_choice(owner, "gemm_table", self.gemm_table, GEMM_TABLES)
+            if self.sm_count is not None:
+                raise SpecError(f"{owner}: set sm_count or gemm_table, not both")
         require_positive(
             owner,
             fp16_tflops=self.fp16_tflops,

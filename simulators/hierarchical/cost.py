@@ -24,7 +24,7 @@ from simulators.collectives import deepep_time_s
 from simulators.collectives import p2p_time_s
 from simulators.collectives import reduce_scatter_time_s
 from simulators.errors import DataFileError
-from simulators.gemm_waves import wave_efficiency
+from simulators.gemm_table import shape_efficiency
 from simulators.hierarchical.graph import Op
 from simulators.layout import Layout
 from simulators.specs import ClusterSpec
@@ -72,7 +72,7 @@ class RooflineCost:
             fraction = self.efficiency.attention or fraction
         if op.gemm is not None:
             batch, rows, depth, cols = op.gemm
-            fraction *= wave_efficiency(rows, cols, depth, self.device.sm_count, batch)
+            fraction *= shape_efficiency(self.device, rows, cols, depth, batch)
         dtype = "fp8" if op.dtype == "fp8" else self.precision  # FP8 linear-layer GEMMs
         flops_per_s = self.device.peak_flops(dtype) * fraction
         memory = self.efficiency.memory or self.device.memory_efficiency

@@ -1,0 +1,84 @@
+"""GEMM throughput by shape from a measured table (OpenXLA's H100 table, simulators/data/)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import catalog
+import simulators
+from simulators import SpecError
+from simulators.analytical import gemm_time_s
+from simulators.gemm_table import load_gemm_table
+from simulators.gemm_table import shape_efficiency
+
+H100 = catalog.load_cluster("h100").device
+TABLE = load_gemm_table("xla_h100")
+SHIPPED = Path(simulators.__file__).resolve().parent / "data" / "gemm_h100_xla.csv"
+
+
+def _entry(b: int, m: int, n: int, k: int) -> float:
+    """One entry of the shipped file, read without the module under test."""
+    with SHIPPED.open() as handle:
+        for row in csv.DictReader(handle):
+            if (int(row["b"]), int(row["m"]), int(row["n"]), int(row["k"])) == (b, m, n, k):
+                return float(row["bf16_tflops"])
+    raise KeyError((b, m, n, k))
+
+
+def test_the_h100_reads_the_shipped_table() -> None:
+    assert H100.gemm_table == "xla_h100" and H100.sm_count is None
+    assert TABLE.best == pytest.approx(804.715)  # 0.81 of the 989 TFLOP/s peak
+    assert TABLE.best / 989.0 == pytest.approx(H100.matmul_efficiency, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "depth", "entry"),
+    [
+        (4096, 4096, 4096, (1, 4096, 4096, 4096)),
+        (256, 2048, 1024, (1, 256, 2048, 1024)),
+        (8192, 1024, 4096, (2, 4096, 1024, 4096)),  # 8192 rows: the b = 2 entries
+        (16384, 512, 512, (4, 4096, 512, 512)),
+    ],
+)
+def test_a_shape_on_the_grid_reads_its_entry(
+    rows: int, cols: int, depth: int, entry: tuple[int, int, int, int]
+) -> None:
+    expected = _entry(*entry) / TABLE.best
+    assert shape_efficiency(H100, rows, cols, depth) == pytest.approx(expected, rel=1e-9)
+
+
+def test_between_grid_points_it_interpolates_in_log2() -> None:
+    low, high = _entry(1, 1024, 2048, 2048), _entry(1, 2048, 2048, 2048)
+    middle = shape_efficiency(H100, 1024 * 2**0.5, 2048, 2048) * TABLE.best
+    assert middle == pytest.approx((low + high) / 2)
+
+
+def test_shapes_beyond_the_table_take_its_edge() -> None:
+    edge = shape_efficiency(H100, 16384, 4096, 4096)
+    assert shape_efficiency(H100, 65536, 28672, 8192) == pytest.approx(edge)
+    assert shape_efficiency(H100, 100, 100, 100) == pytest.approx(
+        shape_efficiency(H100, 256, 256, 256)
+    )
+    # a batch of GEMMs fills the device as one of its total rows
+    assert shape_efficiency(H100, 2048, 1024, 1024, batch=4) == pytest.approx(
+        shape_efficiency(H100, 8192, 1024, 1024)
+    )
+
+
+def test_small_moe_expert_gemms_run_far_below_the_best_shape() -> None:
+    """256 tokens per expert (a fine-grained MoE at micro-batch 1) against a dense layer."""
+    expert = gemm_time_s(256, 2048, 1536, H100, "bf16")
+    dense = gemm_time_s(16384, 2048, 1536, H100, "bf16")
+    assert expert * 64 > 3 * dense  # same FLOPs, more than three times the time
+    assert 0.9 < shape_efficiency(H100, 16384, 8192, 8192) <= 1.0
+
+
+def test_a_table_is_one_of_the_shipped_ones_and_excludes_sm_count() -> None:
+    with pytest.raises(SpecError, match="gemm_table='xla_b200' is not one of xla_h100"):
+        dataclasses.replace(H100, gemm_table="xla_b200")
+    with pytest.raises(SpecError, match="set sm_count or gemm_table, not both"):
+        dataclasses.replace(H100, sm_count=132)

@@ -8,14 +8,16 @@ and models whose architecture is not in the catalog (``conf/model/``).
 Parsed: ``vpp`` cells such as ``4 (num-layers-per-virtual-pipeline-stage=5)`` (the number of
 model chunks), ``recompute`` cells (``full/uniform/num_layers=1`` is full recompute of every
 layer; ``none+swap-attention`` is no recompute, the attention swap to host not being modelled),
-``use-distributed-optimizer``, ``overlap-grad-reduce`` and ``overlap-param-gather`` in ``notes``
-(each read from the row's example script at the same commit). Step time = global batch *
+``use-distributed-optimizer``, ``overlap-grad-reduce``, ``overlap-param-gather`` and
+``num-layer-list`` (the uneven split, as ``layer_split``) in ``notes`` (each read from the row's
+example script at the same commit). Step time = global batch *
 sequence length / (tokens/s/device * devices). Each row is its own scenario: useful for error,
 not for regret.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -85,6 +87,12 @@ def _skip_reason(row: dict[str, str], metrics: set[str]) -> str:
     return ""
 
 
+def _layer_list(notes: str) -> str | None:
+    """The script's ``--num-layer-list`` (layers per pipeline stage, ``11/13/19/21``), if any."""
+    match = re.search(r"num-layer-list=([0-9/]+)", notes)
+    return match[1] if match else None
+
+
 def convert(path: Path) -> pd.DataFrame:
     """Schema-v1 rows of the README table's 910B measurements of catalog models."""
     records = []
@@ -114,6 +122,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "recompute": _RECOMPUTE[row["recompute"]],
                 "sequence_parallel": row["seq_parallel"] == "yes" and tp > 1,
                 "distributed_optimizer": "use-distributed-optimizer" in row["notes"],
+                "layer_split": _layer_list(row["notes"]),
                 **dp_overlap(row["notes"]),
                 "precision": row["precision"],
                 "framework": "mindspeed",

@@ -158,7 +158,7 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
     assert default.overlaps_grad_reduce == default.framework.overlap_grad_reduce
 
 
-def test_shipped_rows_carry_the_dp_overlap_their_scripts_ran() -> None:
+def test_shipped_rows_carry_what_their_scripts_ran() -> None:
     """SimuMax's launchers pass neither overlap flag; MindSpeed-LLM's Mixtral script passes
     both, its LLaMA2-7B script only the gradient one (dataset/importers)."""
     simumax = dataset.load_measurements(dataset.DATA_DIR / "simumax.csv")
@@ -167,6 +167,9 @@ def test_shipped_rows_carry_the_dp_overlap_their_scripts_ran() -> None:
     assert mindspeed.loc["Mixtral 8x7B", ["overlap_grad_reduce", "overlap_param_gather"]].all()
     llama = mindspeed.loc["LLaMA2 7B"]
     assert llama["overlap_grad_reduce"] and pd.isna(llama["overlap_param_gather"])
+    # and the uneven splits their scripts pass as --num-layer-list
+    assert mindspeed.loc["InternLM2 20B", "layer_split"] == (22, 26)
+    assert mindspeed["layer_split"].notna().sum() == 3
 
 
 def test_shipped_data_loads_and_breaks_no_layout_rule() -> None:

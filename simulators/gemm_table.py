@@ -26,16 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulators.gemm_waves import wave_efficiency
-from simulators.specs import GEMM_TABLES
 from simulators.specs import DeviceSpec
 
 __all__ = ["GemmTable", "load_gemm_table", "shape_efficiency"]
 
 _DATA = Path(__file__).resolve().parent / "data"
-_FILES = {"xla_h100": "gemm_h100_xla.csv"}
-assert set(_FILES) == set(GEMM_TABLES)
+_FILES = {"xla_h100": "gemm_h100_xla.csv"}  # one per name of GEMM_TABLES
 # (batch, rows) of the table's entries along its row axis, in order of b * m.
 _ROW_ENTRIES = ((1, 256), (1, 512), (1, 1024), (1, 2048), (1, 4096), (2, 4096), (4, 4096))
+_ROW_AXIS = tuple(b * m for b, m in _ROW_ENTRIES)
 _SIZES = (256, 512, 1024, 2048, 4096)
 
 
@@ -49,9 +48,8 @@ class GemmTable:
     def relative(self, rows: float, cols: float, depth: float, batch: float = 1.0) -> float:
         """Throughput of a ``batch`` of ``(rows x depth) @ (depth x cols)`` GEMMs against the
         table's best shape, trilinear in log2 of total rows, columns and depth."""
-        row_axis = tuple(b * m for b, m in _ROW_ENTRIES)
         value = 0.0
-        for r, wr in _bracket(row_axis, rows * batch):
+        for r, wr in _bracket(_ROW_AXIS, rows * batch):
             for n, wn in _bracket(_SIZES, cols):
                 for k, wk in _bracket(_SIZES, depth):
                     value += wr * wn * wk * self.tflops[(r, n, k)]

@@ -10,9 +10,8 @@ model chunks), ``recompute`` cells (``full/uniform/num_layers=1`` is full recomp
 layer; ``none+swap-attention`` is no recompute, the attention swap to host not being modelled),
 ``use-distributed-optimizer``, ``overlap-grad-reduce``, ``overlap-param-gather`` and
 ``num-layer-list`` (the uneven split, as ``layer_split``) in ``notes`` (each read from the row's
-example script at the same commit). Step time = global batch *
-sequence length / (tokens/s/device * devices). Each row is its own scenario: useful for error,
-not for regret.
+example script at the same commit). Step time = global batch * sequence length /
+(tokens/s/device * devices). Each row is its own scenario: useful for error, not for regret.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from simulators import SpecError
 from simulators.analytical import gemm_time_s
 from simulators.gemm_table import load_gemm_table
 from simulators.gemm_table import shape_efficiency
+from simulators.specs import GEMM_TABLES
 
 H100 = catalog.load_cluster("h100").device
 TABLE = load_gemm_table("xla_h100")
@@ -75,6 +76,13 @@ def test_small_moe_expert_gemms_run_far_below_the_best_shape() -> None:
     dense = gemm_time_s(16384, 2048, 1536, H100, "bf16")
     assert expert * 64 > 3 * dense  # same FLOPs, more than three times the time
     assert 0.9 < shape_efficiency(H100, 16384, 8192, 8192) <= 1.0
+
+
+@pytest.mark.parametrize("name", GEMM_TABLES)
+def test_every_table_a_device_may_name_ships_a_full_grid(name: str) -> None:
+    table = load_gemm_table(name)
+    assert len(table.tflops) == 7 * 5 * 5  # rows (b x m) by n by k
+    assert max(table.relative(r, n, k) for r, n, k in table.tflops) == pytest.approx(1.0)
 
 
 def test_a_table_is_one_of_the_shipped_ones_and_excludes_sm_count() -> None:

@@ -8,19 +8,21 @@ matmul_interpolator_data.h``, Apache-2.0): measured FLOP/s of cuBLAS GEMMs of b 
 Prints each one's BF16 efficiency against the dense peak of ``conf/cluster/h100.yaml`` and
 ``b200.yaml``: the largest shapes, and how it falls as one dimension shrinks (m = 4096, b = 1).
 docs/accuracy.md 11 reads it against the matmul efficiencies of those two files. With
-``--csv PATH`` it also writes the ``sm_90`` BF16 entries in the form the H100's ``gemm_table``
-ships them (``simulators/data/gemm_h100_xla.csv``).
+``--csv-dir DIR`` it also writes each one's BF16 entries in the form the devices' ``gemm_table``
+ships them (``simulators/data/gemm_h100_xla.csv``, ``gemm_b200_xla.csv``).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 import catalog
 
 BF16 = "bf16xbf16->bf16"
 CLUSTERS = {"sm_90": "h100", "sm_100": "b200"}
+SHIPPED = {"sm_90": "gemm_h100_xla.csv", "sm_100": "gemm_b200_xla.csv"}
 SIZES = (256, 512, 1024, 2048, 4096)
 _ENTRY = re.compile(r"entries \{\s*b: (\d+)\s*m: (\d+)\s*n: (\d+)\s*k: (\d+)\s*(.*?)\n\s*\}", re.S)
 _FLOPS = re.compile(r'flops \{ key: "([^"]+)" value: (\d+) \}')
@@ -39,7 +41,7 @@ def read_table(text: str) -> dict[str, dict[tuple[int, int, int, int], float]]:
     return tables
 
 
-def write_h100_csv(table: dict[tuple[int, int, int, int], float], path: str) -> None:
+def write_csv(table: dict[tuple[int, int, int, int], float], path: Path) -> None:
     """The shipped form: ``b,m,n,k,bf16_tflops``, sorted, TFLOP/s to three decimals."""
     lines = ["b,m,n,k,bf16_tflops"]
     lines += [
@@ -53,12 +55,15 @@ def write_h100_csv(table: dict[tuple[int, int, int, int], float], path: str) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", help="XLA's matmul_interpolator_data.h")
-    parser.add_argument("--csv", help="write the sm_90 BF16 entries here")
+    parser.add_argument("--csv-dir", help="write the shipped BF16 tables into this folder")
     args = parser.parse_args()
     with open(args.table) as handle:
         tables = read_table(handle.read())
-    if args.csv:
-        write_h100_csv(tables["sm_90"], args.csv)
+    if args.csv_dir:
+        for arch, table in tables.items():
+            name = next((f for prefix, f in SHIPPED.items() if arch.startswith(prefix)), None)
+            if name:
+                write_csv(table, Path(args.csv_dir) / name)
     for arch, table in tables.items():
         cluster = next((c for prefix, c in CLUSTERS.items() if arch.startswith(prefix)), None)
         if cluster is None:

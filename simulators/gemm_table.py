@@ -6,10 +6,13 @@ sources (docs/reference.md 1.5):
 
 * ``sm_count`` (A100, V100): the tile and wave quantization of cuBLAS's kernels
   (:mod:`simulators.gemm_waves`);
-* ``gemm_table`` (H100, H200): a measured table of GEMM throughput by shape, relative to its
-  best entry. The one shipped, ``xla_h100``, is OpenXLA's default GEMM performance table for
-  ``sm_90`` (``simulators/data/gemm_h100_xla.csv``, NOTICE.md there): BF16 cuBLAS GEMMs of
+* ``gemm_table`` (H100, H200, B200, GB200): a measured table of GEMM throughput by shape,
+  relative to the shape the device's efficiency stands for. The tables are OpenXLA's default
+  GEMM performance tables (``simulators/data/``, NOTICE.md there): BF16 cuBLAS GEMMs of
   ``b x (m x k) @ (k x n)``, each dimension 256-4096, interpolated in log2 of each dimension.
+  H100's efficiency is the best shape of a sweep (MAMF), so ``xla_h100`` is relative to its
+  best entry; B200's is SimuMax's mean over training shapes of 4096 tokens, so ``xla_b200`` is
+  relative to 4096^3 and capped at 1 (larger shapes already hold that level).
 
 A batch of ``b`` GEMMs fills the device like one GEMM of ``b * m`` rows, so rows beyond 4096
 read the table's batched entries (8192 rows: ``b = 2``; 16384 and more: ``b = 4``). Sizes
@@ -31,7 +34,12 @@ from simulators.specs import DeviceSpec
 __all__ = ["GemmTable", "load_gemm_table", "shape_efficiency"]
 
 _DATA = Path(__file__).resolve().parent / "data"
-_FILES = {"xla_h100": "gemm_h100_xla.csv"}  # one per name of GEMM_TABLES
+# Per name of GEMM_TABLES: the file, and the (rows, cols, depth) at which the devices that name
+# it measured their matmul_efficiency (None: the table's best shape).
+_SOURCES: dict[str, tuple[str, tuple[int, int, int] | None]] = {
+    "xla_h100": ("gemm_h100_xla.csv", None),
+    "xla_b200": ("gemm_b200_xla.csv", (4096, 4096, 4096)),
+}
 # (batch, rows) of the table's entries along its row axis, in order of b * m.
 _ROW_ENTRIES = ((1, 256), (1, 512), (1, 1024), (1, 2048), (1, 4096), (2, 4096), (4, 4096))
 _ROW_AXIS = tuple(b * m for b, m in _ROW_ENTRIES)
@@ -43,17 +51,21 @@ class GemmTable:
     """Measured TFLOP/s by (rows, cols, depth) on the grid of ``_ROW_ENTRIES`` x ``_SIZES``^2."""
 
     tflops: dict[tuple[int, int, int], float]  # keyed by (b * m, n, k)
-    best: float
+    reference: float  # TFLOP/s of the shape the device's matmul_efficiency stands for
 
     def relative(self, rows: float, cols: float, depth: float, batch: float = 1.0) -> float:
         """Throughput of a ``batch`` of ``(rows x depth) @ (depth x cols)`` GEMMs against the
-        table's best shape, trilinear in log2 of total rows, columns and depth."""
+        reference shape (at most 1), trilinear in log2 of total rows, columns and depth."""
+        return min(1.0, self.interpolate(rows * batch, cols, depth) / self.reference)
+
+    def interpolate(self, rows: float, cols: float, depth: float) -> float:
+        """TFLOP/s of a ``(rows x depth) @ (depth x cols)`` GEMM, from the grid around it."""
         value = 0.0
-        for r, wr in _bracket(_ROW_AXIS, rows * batch):
+        for r, wr in _bracket(_ROW_AXIS, rows):
             for n, wn in _bracket(_SIZES, cols):
                 for k, wk in _bracket(_SIZES, depth):
                     value += wr * wn * wk * self.tflops[(r, n, k)]
-        return value / self.best
+        return value
 
 
 def _bracket(axis: tuple[int, ...], x: float) -> list[tuple[int, float]]:
@@ -68,7 +80,8 @@ def _bracket(axis: tuple[int, ...], x: float) -> list[tuple[int, float]]:
 @functools.cache
 def load_gemm_table(name: str) -> GemmTable:
     """The shipped table ``name`` (one of :data:`simulators.specs.GEMM_TABLES`)."""
-    with (_DATA / _FILES[name]).open(newline="") as handle:
+    file, reference = _SOURCES[name]
+    with (_DATA / file).open(newline="") as handle:
         entries = {
             (int(row["b"]) * int(row["m"]), int(row["n"]), int(row["k"])): float(
                 row["bf16_tflops"]
@@ -76,7 +89,10 @@ def load_gemm_table(name: str) -> GemmTable:
             for row in csv.DictReader(handle)
             if (int(row["b"]), int(row["m"])) in _ROW_ENTRIES
         }
-    return GemmTable(tflops=entries, best=max(entries.values()))
+    table = GemmTable(tflops=entries, reference=max(entries.values()))
+    if reference is None:
+        return table
+    return GemmTable(tflops=entries, reference=table.interpolate(*reference))
 
 
 def shape_efficiency(

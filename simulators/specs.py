@@ -44,7 +44,7 @@ PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 # run), deepep (--moe-token-dispatcher-type flex with the DeepEP backend).
 MOE_DISPATCHERS = ("alltoall", "deepep")
 # Measured tables of GEMM throughput by shape that a device may name (simulators.gemm_table).
-GEMM_TABLES = ("xla_h100",)
+GEMM_TABLES = ("xla_h100", "xla_b200")
 # TrainSpec's settings of the run that measurement rows and probe files may carry (empty: the
 # default); each is a field of TrainSpec.
 RUN_SETTINGS = (

@@ -15,6 +15,7 @@ from typing import Any
 
 import catalog
 from simulators import limits
+from simulators.frameworks import CP_COMM_TYPES
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
 from simulators.layout import field_info
@@ -214,6 +215,7 @@ _TRAINING = (
     Column("tp_comm_overlap", _bool),  # TP collectives overlapped with the GEMMs
     Column("moe_dispatcher", _choice(MOE_DISPATCHERS)),  # how MoE tokens reach their experts
     Column("moe_a2a_overlap", _bool),  # expert all-to-all under another micro-batch's compute
+    Column("cp_comm_type", _choice(CP_COMM_TYPES)),  # the CP exchange: p2p ring or a2a Ulysses
 )
 
 _MEASUREMENT = (

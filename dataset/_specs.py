@@ -82,6 +82,7 @@ def row_to_specs(row: Mapping[str, Any]) -> Specs:
         tp_comm_overlap=training.get("tp_comm_overlap"),
         moe_dispatcher=training.get("moe_dispatcher"),
         moe_a2a_overlap=bool(training.get("moe_a2a_overlap", False)),
+        cp_comm_type=training.get("cp_comm_type"),
     )
     train.check_on(cluster)
     layout = _layout(tuple(_given(row, LAYOUT_FIELDS).items()))

@@ -8,6 +8,7 @@ import numbers
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 from typing import TypeVar
 
@@ -142,11 +143,20 @@ def _check_constant(owner: str, key: str, value: Any, kind: str) -> None:
         "bool": ("true or false", lambda v: isinstance(v, bool)),
         "str": ("a text", lambda v: isinstance(v, str)),
         "str | None": ("a text or null", lambda v: v is None or isinstance(v, str)),
+        "tuple[str, ...]": ("a list of texts", _is_text_list),
     }.get(kind, ("a mapping", lambda v: isinstance(v, Mapping)))
     if not expected[1](value):
         raise SpecError(f"{owner}: {key}={value!r} must be {expected[0]}")
     if isinstance(value, Mapping) or _is_number(value):
         _check_numbers(owner, key, value, efficiency=key.endswith("efficiency"))
+
+
+def _is_text_list(value: Any) -> bool:
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and all(isinstance(item, str) for item in value)
+    )
 
 
 def _check_numbers(owner: str, key: str, value: Any, efficiency: bool) -> None:

@@ -270,6 +270,32 @@ def _activation_bytes_per_token(
     return norms + attention + lse + mlp
 
 
+def _ulysses_s(
+    model: ModelSpec, token_bytes: float, train: TrainSpec, layout: Layout, cluster: ClusterSpec
+) -> tuple[float, float]:
+    """(forward, backward) seconds of the Ulysses all-to-alls on one TP rank, one call per
+    tensor over the CP group (``token_bytes``: tokens times the activation bytes).
+
+    Forward sends Q, K, V and the output. Transformer Engine's style sends K and V with the
+    rank's KV heads, and in backward the kept output again beside its gradient, then dQ, dK,
+    dV; DeepSpeed's style repeats K and V to the query heads and sends the four gradients
+    (docs/reference.md 3.5).
+    """
+    group = layout.group("cp", cluster.devices_per_node)
+    q_width, out_width = model.q_width / layout.tp, model.attn_out_width / layout.tp
+    forward: tuple[float, ...] = (q_width, q_width, q_width, out_width)
+    backward = forward
+    if train.framework.cp_a2a_style == "te":
+        kv_width = _kv_local_width(model, layout.tp) / 2
+        forward = (q_width, kv_width, kv_width, out_width)
+        backward = (out_width, *forward)
+
+    def exchanges_s(widths: tuple[float, ...]) -> float:
+        return sum(all_to_all_time_s(token_bytes * width, group, cluster) for width in widths)
+
+    return exchanges_s(forward), exchanges_s(backward)
+
+
 def _hide(seconds: float, idle_s: float) -> tuple[float, float]:
     """(exposed, idle left) of ``seconds`` of communication run in ``idle_s`` of device idle
     time."""
@@ -284,7 +310,7 @@ def layer_times_s(
     layout: Layout,
     c: AnalyticalConstants,
 ) -> tuple[float, ...]:
-    """The seconds of one layer (:class:`LayerCost`'s first nine fields): compute, the core
+    """The seconds of one layer (:class:`LayerCost`'s first ten fields): compute, the core
     attention that selective recompute repeats, the exposed TP, EP and CP communication, and
     what an activation checkpoint's own host calls add when the layer is recomputed. The
     recompute mode only says how often each applies, and what a layer keeps
@@ -357,9 +383,14 @@ def layer_times_s(
     ep_forward, idle_fwd = _hide(ep_forward, idle_fwd)
     ep_backward, idle_bwd = _hide(ep_backward, idle_bwd)
 
-    # Context parallel: the ring passes K and V (forward) and K, V, dK, dV (backward).
     cp_forward = cp_backward = 0.0
-    if layout.cp > 1:
+    if layout.cp > 1 and train.context_exchange == "a2a":
+        # Ulysses: all-to-alls around the attention kernel, which waits for them.
+        a2a_forward, a2a_backward = _ulysses_s(model, tokens * act, train, layout, cluster)
+        cp_forward = _hide(a2a_forward, idle_fwd)[0]
+        cp_backward = _hide(a2a_backward, idle_bwd)[0]
+    elif layout.cp > 1:
+        # The ring passes K and V (forward) and K, V, dK, dV (backward) beside attention.
         cp_group = layout.group("cp", cluster.devices_per_node)
         kv_bytes = tokens * _kv_local_width(model, layout.tp) * act
         ring_s = all_gather_time_s(layout.cp * kv_bytes, cp_group, cluster)
@@ -383,7 +414,8 @@ def layer_times_s(
         tp_backward,
         ep_forward,
         ep_backward,
-        cp_forward + cp_backward,
+        cp_forward,
+        cp_backward,
         checkpoint_s,
     )
 
@@ -408,4 +440,12 @@ def layer_bytes(
         heads = model.num_attention_heads / layout.tp
         saved = c.unfused_attention_bytes_per_score["saved"]
         activation_bytes += tokens * heads * train.seq_len * saved
+    deepspeed_a2a = train.framework.cp_a2a_style == "deepspeed"
+    if layout.cp > 1 and train.context_exchange == "a2a" and deepspeed_a2a:
+        # DeepSpeed-style Ulysses: the kernel keeps its own output (before the exchange back)
+        # and K and V repeated to the query heads (docs/reference.md 3.5).
+        extra = 2 * model.q_width / layout.tp - _kv_local_width(model, layout.tp)
+        extra += model.attn_out_width / layout.tp
+        if layout.recompute != "selective":
+            activation_bytes += tokens * extra * act
     return activation_bytes, tokens * model.hidden_size * act / seq_shard

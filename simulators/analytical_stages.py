@@ -82,7 +82,8 @@ class LayerCost:
     tp_backward_s: Real
     ep_forward_s: Real  # expert all-to-alls of one forward
     ep_backward_s: Real
-    cp_s: Real  # exposed context-parallel exchange, forward + backward
+    cp_forward_s: Real  # exposed context-parallel exchange of one forward
+    cp_backward_s: Real
     checkpoint_s: Real  # host calls of an activation checkpoint beyond the passes' own time
     activation_bytes: Real  # saved for backward without recompute
     input_bytes: Real  # the layer input, all that full recompute keeps
@@ -201,10 +202,14 @@ def stage(
     tp_backward = n_dense * dense.tp_backward_s + n_moe * moe.tp_backward_s
     ep_forward = n_dense * dense.ep_forward_s + n_moe * moe.ep_forward_s
     ep_backward = n_dense * dense.ep_backward_s + n_moe * moe.ep_backward_s
+    cp_forward = n_dense * dense.cp_forward_s + n_moe * moe.cp_forward_s
+    cp_backward = n_dense * dense.cp_backward_s + n_moe * moe.cp_backward_s
     core = n_dense * dense.core_attention_s + n_moe * moe.core_attention_s
     saved = n_dense * dense.activation_bytes + n_moe * moe.activation_bytes
     inputs = n_dense * dense.input_bytes + n_moe * moe.input_bytes
-    recompute_s = share * (forward + tp_forward + ep_forward)
+    # Full recompute repeats a layer's forward: its compute here, its collectives (they
+    # repeat too) with the other communication below.
+    recompute_s = share * forward
     recompute_s += selective * core
     # Full recompute checkpoints each recomputed layer, selective each core attention.
     recompute_s += (share + selective) * (n_dense * dense.checkpoint_s + n_moe * moe.checkpoint_s)
@@ -222,7 +227,8 @@ def stage(
         compute_s=forward + backward + last * logits_s,
         recompute_s=recompute_s,
         tp_s=tp_forward + tp_backward + share * tp_forward,
-        cp_s=n_dense * dense.cp_s + n_moe * moe.cp_s,
+        # Selective recompute reruns core attention, the CP exchange inside it included.
+        cp_s=cp_forward + cp_backward + (share + selective) * cp_forward,
         ep_s=ep_forward + ep_backward + share * ep_forward,
         pp_s=2 * vpp * p2p_s,
         last_backward_s=backward / vpp,

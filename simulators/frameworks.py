@@ -19,7 +19,29 @@ from simulators._checks import require_choice
 from simulators._checks import require_non_negative
 from simulators.errors import SpecError
 
-__all__ = ["LAYER_SPLITS", "OPTIMIZER_MODES", "FrameworkSpec", "StateBytes"]
+__all__ = [
+    "CP_A2A_STYLES",
+    "CP_COMM_TYPES",
+    "LAYER_SPLITS",
+    "OPTIMIZER_MODES",
+    "FrameworkSpec",
+    "StateBytes",
+]
+
+# How context parallelism exchanges the sequence (docs/reference.md 3.5):
+#   p2p  ring attention: K and V blocks pass round the CP ring beside the attention kernels
+#        (Megatron-Core --cp-comm-type p2p, MindSpeed --context-parallel-algo megatron_cp_algo)
+#   a2a  Ulysses: all-to-alls scatter the heads and gather the sequence before attention, and
+#        the reverse after it (--cp-comm-type a2a, MindSpeed ulysses_cp_algo)
+CP_COMM_TYPES = ("p2p", "a2a")
+# How the a2a exchange is built (docs/reference.md 3.5):
+#   te         Transformer Engine's AttnFuncWithCPAndQKVOA2A: one autograd function; Q and the
+#              KV heads split as they are; the output is kept once, after its exchange, and sent
+#              back again in backward beside its gradient
+#   deepspeed  DeepSpeed-Ulysses' structure (MindSpeed's UlyssesContextAttention): an autograd
+#              all-to-all around the local attention for each of Q, K, V and the output; the KV
+#              heads are repeated to the query heads first (--kv-head-repeat-before-uly-alltoall)
+CP_A2A_STYLES = ("te", "deepspeed")
 
 # How the optimizer states are held: ``replicated`` on every data-parallel rank, or
 # ``distributed`` (Megatron's distributed optimizer, DeepSpeed ZeRO-1; Layout
@@ -108,7 +130,10 @@ class FrameworkSpec:
     all-gather them in FP8. ``deepep``: the MoE tokens can go through DeepEP (Megatron-Core's
     ``flex`` dispatcher), which sends a token once to each node it is routed to.
     ``moe_a2a_overlap``: the expert all-to-all can run under another micro-batch's compute
-    (Megatron-Core's ``--overlap-moe-expert-parallel-comm``).
+    (Megatron-Core's ``--overlap-moe-expert-parallel-comm``). ``cp_comm_types``: the context-
+    parallel exchanges the stack can run (:data:`CP_COMM_TYPES`), its default first; empty: no
+    context parallelism. ``cp_a2a_style``: how its all-to-all exchange is built
+    (:data:`CP_A2A_STYLES`; None without one).
     """
 
     name: str
@@ -128,6 +153,8 @@ class FrameworkSpec:
     fp8_param_gather: bool
     deepep: bool
     moe_a2a_overlap: bool
+    cp_comm_types: tuple[str, ...]
+    cp_a2a_style: str | None
 
     @classmethod
     def from_mapping(cls, name: str, values: Mapping[str, Any]) -> FrameworkSpec:
@@ -136,7 +163,7 @@ class FrameworkSpec:
             cls,
             values,
             f"framework {name!r}",
-            {"state_bytes_per_param": _state_table},
+            {"state_bytes_per_param": _state_table, "cp_comm_types": tuple},
             fixed={"name": name},
         )
 
@@ -152,6 +179,15 @@ class FrameworkSpec:
             raise SpecError(f"{owner}: overlap_grad_reduce needs can_overlap_grad_reduce")
         if self.overlap_param_gather and not self.overlap_grad_reduce:
             raise SpecError(f"{owner}: overlap_param_gather needs overlap_grad_reduce")
+        for kind in self.cp_comm_types:
+            require_choice(owner, "cp_comm_types", kind, CP_COMM_TYPES)
+        if "a2a" in self.cp_comm_types:
+            require_choice(owner, "cp_a2a_style", str(self.cp_a2a_style), CP_A2A_STYLES)
+
+    @property
+    def cp_comm_type(self) -> str | None:
+        """The context-parallel exchange the stack runs unless told (None: it has no CP)."""
+        return self.cp_comm_types[0] if self.cp_comm_types else None
 
     def default_split(self, num_layers: int, pp: int) -> tuple[int, ...]:
         """Layers per pipeline stage when the layout gives no explicit split.

@@ -544,10 +544,36 @@ def _virtual_pipeline(
 
 
 def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
-    """CP > 1 needs seq_len % (2*CP) == 0 (arguments.py; load-balanced ring chunks)."""
-    if lay.cp > 1 and train.seq_len % (2 * lay.cp):
-        return [f"cp={lay.cp} needs seq_len={train.seq_len} divisible by 2*cp={2 * lay.cp}"]
-    return []
+    """CP > 1 needs a framework with context parallelism and seq_len % (2*CP) == 0
+    (arguments.py; load-balanced chunks). The all-to-all exchange splits heads over CP: the
+    query heads of a TP rank, and its KV heads where Transformer Engine splits them as they
+    are (DeepSpeed-style Ulysses repeats them to the query heads first); MLA has no all-to-all
+    path (docs/reference.md 3.5)."""
+    if lay.cp == 1:
+        return []
+    framework = train.framework
+    if not framework.cp_comm_types:
+        return [f"cp={lay.cp}: {framework.name} has no context parallelism (use cp=1)"]
+    found = []
+    if train.seq_len % (2 * lay.cp):
+        found.append(f"cp={lay.cp} needs seq_len={train.seq_len} divisible by 2*cp={2 * lay.cp}")
+    if train.context_exchange != "a2a":
+        return found
+    if model.attention == "mla":
+        return [*found, f"cp={lay.cp} with cp_comm_type a2a: MLA attention has no a2a path"]
+    heads = model.num_attention_heads // lay.tp
+    if heads % lay.cp:
+        found.append(
+            f"cp={lay.cp} with cp_comm_type a2a needs cp to divide the {heads} attention heads "
+            f"per TP rank"
+        )
+    kv_heads = max(1, model.num_kv_heads // lay.tp)
+    if framework.cp_a2a_style == "te" and kv_heads % lay.cp:
+        found.append(
+            f"cp={lay.cp} with cp_comm_type a2a needs cp to divide the {kv_heads} KV heads per "
+            f"TP rank ({framework.name} splits them as they are)"
+        )
+    return found
 
 
 def _experts(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:

@@ -20,6 +20,7 @@ from simulators._checks import require_non_negative
 from simulators._checks import require_numbers
 from simulators._checks import require_positive
 from simulators.errors import SpecError
+from simulators.frameworks import CP_COMM_TYPES
 from simulators.frameworks import FrameworkSpec
 from simulators.limits import MAX_BATCH
 from simulators.limits import MAX_DEVICES
@@ -54,6 +55,7 @@ RUN_SETTINGS = (
     "tp_comm_overlap",
     "moe_dispatcher",
     "moe_a2a_overlap",
+    "cp_comm_type",
 )
 OPTIMIZERS = ("adam",)
 TOPOLOGIES = ("switch", "full_mesh")
@@ -616,7 +618,9 @@ class TrainSpec:
     (Megatron-Core's ``flex`` dispatcher with DeepEP: one copy per destination node, forwarded
     over the node's links there). ``moe_a2a_overlap`` runs each micro-batch's expert all-to-all
     under another micro-batch's compute (Megatron-Core's ``--overlap-moe-expert-parallel-comm``
-    with ``--delay-wgrad-compute``).
+    with ``--delay-wgrad-compute``). ``cp_comm_type`` is how context parallelism exchanges the
+    sequence (:data:`simulators.frameworks.CP_COMM_TYPES`: the ``p2p`` ring or ``a2a``
+    Ulysses); None: the framework's default.
     """
 
     framework: FrameworkSpec
@@ -631,6 +635,7 @@ class TrainSpec:
     tp_comm_overlap: bool | None = None
     moe_dispatcher: str | None = None
     moe_a2a_overlap: bool = False
+    cp_comm_type: str | None = None
 
     def uses_flash_attention(self, cluster: ClusterSpec) -> bool:
         """Fused attention when the stack asks for it and the device has the kernels."""
@@ -684,6 +689,20 @@ class TrainSpec:
                 f"train: precision fp8 needs Transformer Engine FP8; framework "
                 f"{self.framework.name!r} has none (use bf16)"
             )
+        self._check_cp_comm()
+
+    def _check_cp_comm(self) -> None:
+        """Refuse a context-parallel exchange that is unknown or that the framework lacks."""
+        if self.cp_comm_type is None:
+            return
+        require_choice("train", "cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
+        runs = self.framework.cp_comm_types
+        if self.cp_comm_type not in runs:
+            allowed = f"use {' or '.join(runs)}" if runs else "it has no context parallelism"
+            raise SpecError(
+                f"train: cp_comm_type {self.cp_comm_type} is not run by framework "
+                f"{self.framework.name!r} ({allowed})"
+            )
 
     def _check_dp_overlap(self) -> None:
         """Refuse a data-parallel overlap that the framework or Megatron's rules cannot run."""
@@ -734,7 +753,16 @@ class TrainSpec:
             parts.append(f"{self.moe_dispatcher} dispatch")
         if self.moe_a2a_overlap:
             parts.append("EP all-to-all overlap")
+        if self.cp_comm_type is not None:
+            parts.append(f"{self.cp_comm_type} CP")
         return ", ".join(parts)
+
+    @property
+    def context_exchange(self) -> str:
+        """How context parallelism exchanges the sequence: the run's ``cp_comm_type``, else
+        the framework's default (``p2p`` where the framework has no CP; the rules refuse cp > 1
+        there)."""
+        return self.cp_comm_type or self.framework.cp_comm_type or CP_COMM_TYPES[0]
 
     @property
     def token_dispatcher(self) -> str:

@@ -9,8 +9,9 @@ DeepSpeed requires ``train_batch_size = micro batch * gradient accumulation * da
 size`` (``deepspeed/runtime/config.py``), and Megatron-DeepSpeed resets DeepSpeed's batch from
 its own flags every step, so the JSON repeats the flags' batch exactly.
 
-What this stack cannot launch is refused: ring context parallelism, Megatron's MoE and MLA
-layers, and a block recompute count (its pipeline recomputes uniformly only).
+What this stack cannot launch is refused: Megatron's MoE and MLA layers, and a block
+recompute count (its pipeline recomputes uniformly only); the layout rules already refuse
+context parallelism, which it does not have.
 """
 
 from __future__ import annotations
@@ -48,8 +49,6 @@ _GRADIENT_CLIPPING = 1.0
 def refusals(job: LaunchJob) -> list[str]:
     """What Megatron-DeepSpeed cannot run of this job, one sentence each."""
     found = []
-    if job.layout.cp > 1:
-        found.append(f"cp={job.layout.cp}: Megatron-DeepSpeed has no ring context parallelism")
     if job.model.is_moe:
         found.append(f"{job.model.name} is MoE: Megatron-DeepSpeed runs DeepSpeed-MoE, not these")
     if job.model.attention == "mla":

@@ -230,6 +230,8 @@ def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
     ]
     if job.layout.hides_tp_comm(job.train):
         flags.append(flag("--tp-comm-overlap"))  # docs/reference.md 7.5: needs SP
+    if job.layout.cp > 1 and job.train.context_exchange == "a2a":
+        flags.append(flag("--cp-comm-type", "a2a"))  # docs/reference.md 3.5; default p2p
     return tuple(flags)
 
 

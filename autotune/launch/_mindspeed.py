@@ -9,7 +9,8 @@ the CANN environment and the HCCL and allocator settings most of those scripts e
 (docs/reference.md 7.4). An uneven split without virtual stages is ``--num-layer-list``; with
 them, the layout string MindSpeed back-ports from Megatron
 (``mindspeed/features_manager/pipeline_parallel/pipeline_model_parallel_layout_feature.py``).
-Context parallelism is the ring (``megatron_cp_algo``), the one the simulators price.
+Context parallelism is named explicitly: the ring (``megatron_cp_algo``) or Ulysses
+(``ulysses_cp_algo``), as the run's ``cp_comm_type`` says (docs/reference.md 3.5).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
         *moe_layout_flags(job),
     ]
     if job.layout.cp > 1:
-        flags.append(flag("--context-parallel-algo", "megatron_cp_algo"))
+        algo = "ulysses_cp_algo" if job.train.context_exchange == "a2a" else "megatron_cp_algo"
+        flags.append(flag("--context-parallel-algo", algo))
     if job.layout.hides_tp_comm(job.train):
         flags.append(flag("--use-ascend-coc"))
     return tuple(flags)

@@ -67,6 +67,8 @@ def _model_fields(job: LaunchJob) -> list[tuple[str, object]]:
         fields.append(("ffn_hidden_size", model.ffn_hidden_size))
     if model.attention == "gqa":
         fields.append(("num_query_groups", model.num_kv_heads))
+    if layout.cp > 1:  # recipes may set their own exchange
+        fields.append(("cp_comm_type", job.train.context_exchange))
     if model.is_moe:  # the dispatcher as priced (recipes set their own)
         deepep = job.train.token_dispatcher == "deepep" and layout.ep > 1
         fields += [

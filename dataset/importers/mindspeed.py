@@ -92,6 +92,20 @@ def _layer_list(notes: str) -> str | None:
     return match[1] if match else None
 
 
+# --context-parallel-algo of the example scripts; hybrid_cp_algo (Ulysses inside a group, the
+# ring across groups) is neither exchange and stays empty: the framework's default.
+_CP_EXCHANGES = {"ulysses_cp_algo": "a2a", "megatron_cp_algo": "p2p"}
+
+
+def _cp_comm_type(notes: str, cp: int) -> str | None:
+    """The context-parallel exchange of a row's script (``ulysses_cp_algo``, the default at
+    d58c5688fe, where the script names none)."""
+    if cp == 1:
+        return None
+    match = re.search(r"cp_algo=(\w+)", notes)
+    return _CP_EXCHANGES.get(match[1] if match else "ulysses_cp_algo")
+
+
 def convert(path: Path) -> pd.DataFrame:
     """Schema-v1 rows of the README table's 910B measurements of catalog models."""
     records = []
@@ -123,6 +137,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "distributed_optimizer": "use-distributed-optimizer" in row["notes"],
                 "layer_split": _layer_list(row["notes"]),
                 **dp_overlap(row["notes"]),
+                "cp_comm_type": _cp_comm_type(row["notes"], int(row["cp"])),
                 "precision": row["precision"],
                 "framework": "mindspeed",
                 "status": "ok",

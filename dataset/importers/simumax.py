@@ -73,6 +73,8 @@ def convert(path: Path) -> pd.DataFrame:
                 # The launchers pass neither --overlap-grad-reduce nor --overlap-param-gather.
                 "overlap_grad_reduce": False,
                 "overlap_param_gather": False,
+                # run_pretrain_{llama3,deepseekv2}.sh: CP_COMM_TYPE=${CP_COMM_TYPE:-a2a}
+                "cp_comm_type": "a2a" if int(row["cp"]) > 1 else None,
                 "status": row["status"],
                 "step_time_s": metric(config, "iteration_time_measured", "ms") / 1000.0,
                 "peak_memory_gib": metric(config, "peak_alloc_measured", "GiB"),

@@ -71,7 +71,8 @@ class LayerShape:
     ``expert_tokens`` is the number of token copies each local expert receives (balanced
     top-k routing). ``flash_attention`` picks the fused kernel or Megatron's unfused path
     (which records ``attention_dropout`` when set); ``fp8`` runs the linear layers' GEMMs in
-    FP8 and saves their inputs quantized (Transformer Engine).
+    FP8 and saves their inputs quantized (Transformer Engine). ``cp_comm`` is the CP exchange
+    (``p2p`` ring or ``a2a`` Ulysses), ``cp_a2a_style`` how the framework builds the latter.
     """
 
     kind: str
@@ -106,6 +107,8 @@ class LayerShape:
     flash_attention: bool = True
     attention_dropout: bool = False
     fp8: bool = False
+    cp_comm: str = "p2p"
+    cp_a2a_style: str | None = None
 
     @property
     def gpt(self) -> bool:
@@ -219,6 +222,8 @@ def layer_shapes(
         sp=tp if layout.sequence_parallel else 1,
         tp=tp,
         cp=cp,
+        cp_comm=train.context_exchange if cp > 1 else "p2p",
+        cp_a2a_style=train.framework.cp_a2a_style if cp > 1 else None,
         ep=layout.ep,
         hidden=model.hidden_size,
         dtype=train.compute_dtype,

@@ -135,7 +135,7 @@ def _leave(x: torch.Tensor, shape: LayerShape) -> torch.Tensor:
 def _core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: LayerShape) -> torch.Tensor:
     """Core attention: one fused (flash) kernel, or Megatron's unfused path."""
     if s.flash_attention:
-        return core_attention(q, k, v, s.cp)
+        return core_attention(q, k, v, s.cp, s.cp_comm, s.cp_a2a_style)
     return unfused_attention(q, k, v, s.cp, s.attention_dropout)
 
 

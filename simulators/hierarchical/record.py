@@ -454,67 +454,188 @@ def cp_ring(x: torch.Tensor, size: int) -> torch.Tensor:
     return _Ring.apply(x, size)  # type: ignore[no-any-return]
 
 
-class _CoreAttention(torch.autograd.Function):
-    """One fused causal attention kernel (forward and backward), as flash kernels run it.
+class _Ulysses(torch.autograd.Function):
+    """CP all-to-all (Ulysses): scatter dim ``split`` over the group, gather dim ``join``.
 
-    GQA: the query heads of one KV group are stacked along the query axis, so the fused op
-    sees ``g`` heads of ``rep * s_q`` queries (same FLOPs and bytes, no K/V copies).
+    Q, K and V go in with the heads split and the whole sequence gathered; the output comes
+    back the other way. Each is one blocking call whose send buffer is the local tensor;
+    backward sends the gradient back the same size (docs/reference.md 3.5).
     """
 
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        b, sq, heads, d = q.shape
-        groups = k.shape[1]
-        with _recorder().paused():
-            folded = q.reshape(b, sq, groups, heads // groups, d).permute(0, 2, 3, 1, 4)
-            folded = folded.reshape(b, groups, heads // groups * sq, d)
-            # The kernel takes contiguous K and V (TE's flash path: `.contiguous()` of the
-            # sbhd inputs; MindSpeed's npu_fusion_attention: [s, b, h] reshapes), so it keeps
-            # V's own copy, not the fused QKV projection output V is a view of.
-            k, v = k.contiguous(), v.contiguous()
-        out, lse, seed, offset = _aten._scaled_dot_product_efficient_attention(
-            folded, k, v, None, True, 0.0, True
-        )
-        ctx.save_for_backward(folded, k, v, out, lse, seed, offset)
-        ctx.q_shape = tuple(q.shape)
-        # Flash kernels write the output in the layout the projection reads ([b, s, heads, d]
-        # or sbhd): a view of the saved output, no second copy. The meta device carries no
-        # values, so the folded GQA order needs no un-permute here.
-        width = heads * v.shape[-1]
-        with _recorder().paused():
-            return out.as_strided((b, sq, width), (sq * width, width, 1))
+    def forward(ctx: Any, x: torch.Tensor, size: int, split: int, join: int) -> torch.Tensor:  # type: ignore[override]
+        ctx.shape, ctx.nbytes = tuple(x.shape), _nbytes(x)
+        _recorder().host_call()  # the exchange's autograd.Function .apply
+        _recorder().comm("all_to_all", "cp", ctx.nbytes)
+        shape = list(x.shape)
+        shape[split] //= size
+        shape[join] *= size
+        return _new(x, tuple(shape))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        folded, k, v, out, lse, seed, offset = ctx.saved_tensors
-        with _recorder().paused():
-            grad_out = grad.new_empty(out.shape)
-        dq, dk, dv, _ = _aten._scaled_dot_product_efficient_attention_backward(
-            grad_out,
-            folded,
-            k,
-            v,
-            None,
-            out,
-            lse,
-            seed,
-            offset,
-            0.0,
-            [True, True, True, False],
-            True,
-        )
+        _recorder().comm("all_to_all", "cp", ctx.nbytes)
+        return _new(grad, ctx.shape), None, None, None
+
+
+def _ulysses(x: torch.Tensor, size: int, split: int, join: int) -> torch.Tensor:
+    return _Ulysses.apply(x, size, split, join)  # type: ignore[no-any-return]
+
+
+_Saved = tuple[torch.Tensor, ...]
+
+
+def _attention_kernel(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, _Saved]:
+    """One fused causal attention kernel: ``(output, what its backward needs)``.
+
+    ``q [b, s_q, heads, d]`` and ``k, v [b, groups, s_kv, d]`` give ``[b, s_q, heads*d_v]``.
+    GQA: the query heads of one KV group are stacked along the query axis, so the fused op
+    sees ``g`` heads of ``rep * s_q`` queries (same FLOPs and bytes, no K/V copies).
+    """
+    b, sq, heads, d = q.shape
+    groups = k.shape[1]
+    with _recorder().paused():
+        folded = q.reshape(b, sq, groups, heads // groups, d).permute(0, 2, 3, 1, 4)
+        folded = folded.reshape(b, groups, heads // groups * sq, d)
+        # The kernel takes contiguous K and V (TE's flash path: `.contiguous()` of the
+        # sbhd inputs; MindSpeed's npu_fusion_attention: [s, b, h] reshapes), so it keeps
+        # V's own copy, not the fused QKV projection output V is a view of.
+        k, v = k.contiguous(), v.contiguous()
+    out, lse, seed, offset = _aten._scaled_dot_product_efficient_attention(
+        folded, k, v, None, True, 0.0, True
+    )
+    # Flash kernels write the output in the layout the projection reads ([b, s, heads, d]
+    # or sbhd): a view of the kernel's output, no second copy. The meta device carries no
+    # values, so the folded GQA order needs no un-permute here.
+    width = heads * v.shape[-1]
+    with _recorder().paused():
+        view = out.as_strided((b, sq, width), (sq * width, width, 1))
+    return view, (folded, k, v, out, lse, seed, offset)
+
+
+def _attention_kernel_backward(
+    saved: _Saved, grad: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The kernel's backward: ``(dq folded, dk, dv)`` from :func:`_attention_kernel`'s saved."""
+    folded, k, v, out, lse, seed, offset = saved
+    with _recorder().paused():
+        grad_out = grad.new_empty(out.shape)
+    dq, dk, dv, _ = _aten._scaled_dot_product_efficient_attention_backward(
+        grad_out,
+        folded,
+        k,
+        v,
+        None,
+        out,
+        lse,
+        seed,
+        offset,
+        0.0,
+        [True, True, True, False],
+        True,
+    )
+    return dq, dk, dv
+
+
+class _CoreAttention(torch.autograd.Function):
+    """One fused causal attention kernel (forward and backward), as flash kernels run it."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        out, saved = _attention_kernel(q, k, v)
+        ctx.save_for_backward(*saved)
+        ctx.q_shape = tuple(q.shape)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        _, dk, dv = _attention_kernel_backward(ctx.saved_tensors, grad)
         return _new(grad, ctx.q_shape), dk, dv
 
 
-def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: int) -> torch.Tensor:
-    """Causal attention of this rank's queries against the whole sequence (CP ring for K, V).
+class _FusedUlysses(torch.autograd.Function):
+    """Transformer Engine's all-to-all context parallelism (``AttnFuncWithCPAndQKVOA2A``).
+
+    One function: Q, K and V trade heads for sequence by an all-to-all each, the kernel runs,
+    the output trades back; it saves the output after that exchange (the tensor the output
+    projection keeps too) and sends it back again in backward beside its gradient, then the
+    gradients of Q, K and V (docs/reference.md 3.5).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, size: int
+    ) -> torch.Tensor:  # type: ignore[override]
+        recorder = _recorder()
+        recorder.host_call()  # the function's .apply
+        for x in (q, k, v):
+            recorder.comm("all_to_all", "cp", _nbytes(x))
+        b, sq, heads, d = q.shape
+        groups, skv = k.shape[1], k.shape[2]
+        local, saved = _attention_kernel(
+            _new(q, (b, sq * size, heads // size, d)),
+            _new(k, (b, groups // size, skv * size, d)),
+            _new(v, (b, groups // size, skv * size, v.shape[-1])),
+        )
+        recorder.comm("all_to_all", "cp", _nbytes(local))
+        out = _new(local, (b, sq, local.shape[2] * size))
+        folded, k_local, v_local, kernel_out, lse, seed, offset = saved
+        ctx.save_for_backward(folded, k_local, v_local, out, lse, seed, offset)
+        ctx.shapes = (tuple(q.shape), tuple(k.shape), tuple(v.shape))
+        ctx.local_shape, ctx.kernel_out_shape = tuple(local.shape), tuple(kernel_out.shape)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        recorder = _recorder()
+        folded, k_local, v_local, out, lse, seed, offset = ctx.saved_tensors
+        for x in (out, grad):
+            recorder.comm("all_to_all", "cp", _nbytes(x))
+        kernel_out = _new(out, ctx.kernel_out_shape)
+        saved = (folded, k_local, v_local, kernel_out, lse, seed, offset)
+        dq, dk, dv = _attention_kernel_backward(saved, _new(grad, ctx.local_shape))
+        for x in (dq, dk, dv):
+            recorder.comm("all_to_all", "cp", _nbytes(x))
+        q_shape, k_shape, v_shape = ctx.shapes
+        return _new(grad, q_shape), _new(dk, k_shape), _new(dv, v_shape), None
+
+
+def core_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cp: int,
+    exchange: str = "p2p",
+    a2a_style: str | None = None,
+) -> torch.Tensor:
+    """Causal attention of this rank's queries against the whole sequence.
 
     ``q [b, s_q, heads, d]`` and ``k, v [b, groups, s_kv / cp, d]`` give ``[b, s_q, heads*d_v]``.
+    Context parallelism brings the rest of the sequence by the ``p2p`` ring (K and V pass
+    round it beside the kernel) or by ``a2a`` (Ulysses: all-to-alls trade heads for sequence
+    before the kernel and back after it), in ``a2a_style`` ``te`` (one fused function) or
+    ``deepspeed`` (an autograd function per exchange around the kernel, the KV heads repeated
+    up to the query heads first; MindSpeed).
     """
     recorder = _recorder()
     recorder.core_inputs |= {_storage(q), _storage(k), _storage(v)}
     with recorder.tagged("core"):
-        return _CoreAttention.apply(q, cp_ring(k, cp), cp_ring(v, cp))  # type: ignore[no-any-return]
+        if cp == 1 or exchange == "p2p":
+            return _CoreAttention.apply(q, cp_ring(k, cp), cp_ring(v, cp))  # type: ignore[no-any-return]
+        if a2a_style == "te":
+            return _FusedUlysses.apply(q, k, v, cp)  # type: ignore[no-any-return]
+        heads, groups = q.shape[2], k.shape[1]
+        if groups < heads:
+            k = k.repeat_interleave(heads // groups, dim=1)
+            v = v.repeat_interleave(heads // groups, dim=1)
+        out = _CoreAttention.apply(
+            _ulysses(q, cp, split=2, join=1),
+            _ulysses(k, cp, split=1, join=2),
+            _ulysses(v, cp, split=1, join=2),
+        )
+        return _ulysses(out, cp, split=1, join=2)
 
 
 class _UnfusedAttention(torch.autograd.Function):

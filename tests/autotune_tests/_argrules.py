@@ -477,6 +477,7 @@ NEMO_FIELDS: dict[str, frozenset[str]] = {
             "recompute_modules",
             "moe_token_dispatcher_type",
             "moe_enable_deepep",
+            "cp_comm_type",  # TransformerConfig; NeMo's Mistral config defaults it to a2a
         }
     ),
     "data": frozenset({"seq_length", "micro_batch_size", "global_batch_size"}),

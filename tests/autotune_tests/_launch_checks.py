@@ -234,6 +234,10 @@ def megatron_problems(
         found.append(f"T4: query groups {groups} and tp={tp}")
     if cp > 1 and seq % (2 * cp):
         found.append(f"R18: seq {seq} not a multiple of 2*cp={2 * cp}")
+    if cp > 1 and args.get("--cp-comm-type") == ["a2a"]:
+        kv_heads = max(1, groups // tp)  # TE AttnFuncWithCPAndQKVOA2A asserts both
+        if (heads // tp) % cp or kv_heads % cp:
+            found.append(f"TE: a2a needs cp={cp} to divide the Q and KV heads of a TP rank")
     if args["--max-position-embeddings"] < seq:
         found.append("R19: --max-position-embeddings below --seq-length")
     if "--save" in args and not args.get("--save-interval"):

@@ -78,6 +78,18 @@ HYDRA = [
     ),
     ("simulate", ["train.moe_dispatcher=nccl"], "moe_dispatcher='nccl' is not one of alltoall"),
     ("simulate", ["train.moe_dispatcher=deepep"], "framework 'mindspeed' has none"),
+    ("simulate", ["train.cp_comm_type=ring"], "cp_comm_type='ring' is not one of p2p, a2a"),
+    (
+        "simulate",
+        ["train.framework=megatron_lm", "train.cp_comm_type=a2a"],
+        "not run by framework 'megatron_lm' (it has no context parallelism)",
+    ),
+    (
+        "simulate",
+        ["train.framework=megatron_core", "train.cp_comm_type=a2a", "parallel.tp=8"]
+        + ["parallel.cp=8", "cluster.num_nodes=8"],
+        "needs cp to divide the 4 attention heads per TP rank",
+    ),
     ("simulate", ["parallel.tp=abc"], "parallel.tp=abc"),
     ("simulate", ["parallel.layer_split=5"], "is not a ListConfig"),
     ("simulate", ["parallel.layer_split=[1,2,a]"], "'a' is not an integer"),

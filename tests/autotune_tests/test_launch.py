@@ -184,6 +184,7 @@ MEGATRON_CASES = [
         dict(tp=8, pp=4, vpp=2, recompute="full", recompute_layers=5),
     ),
     Case("replicated_optimizer", "llama3_8b", "a100", (), dict(tp=4, distributed_optimizer=False)),
+    Case("cp_a2a", "llama3_8b", "h100", ("train.cp_comm_type=a2a",), dict(tp=2, cp=4)),
     Case("gpt3_tied_biases", "gpt3_175b", "a100", ("cluster.num_nodes=16",), dict(tp=8, pp=8)),
     Case("legacy_v100", "llama2_7b", "v100", (), dict(tp=8, pp=2)),
     Case("bf16_grads", "llama3_8b", "h100", ("train.grad_reduce_in_fp32=false",), dict(tp=2)),
@@ -254,6 +255,8 @@ def test_megatron_details_follow_the_job(tmp_path: Path) -> None:
     assert "--fp8-format hybrid" in paths["fp8_cp_full"]
     assert "--fp8-param-gather" in paths["fp8_cp_full"]  # as priced: no bf16 linear weights
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in paths["fp8_cp_full"]
+    assert "--cp-comm-type a2a" in paths["cp_a2a"]
+    assert "--cp-comm-type" not in paths["fp8_cp_full"]  # Megatron's default: the p2p ring
     assert "--moe-layer-freq '([0]*3+[1]*58)'" in paths["mla_moe_uneven"]
     assert (
         "--pipeline-model-parallel-layout 'Et*7|t*7|t*8|t*8|t*8|t*8|t*8|t*7L'"
@@ -317,6 +320,7 @@ def test_megatron_script_takes_real_data_and_refuses_half_of_it(tmp_path: Path) 
 
 MINDSPEED_CASES = [
     Case("dense_cp", "llama70b", "ascend", (), dict(tp=8, pp=2, cp=2)),
+    Case("ulysses_cp", "llama70b", "ascend", ("train.cp_comm_type=a2a",), dict(tp=8, pp=2, cp=2)),
     Case("uneven_layer_list", "llama70b", "ascend", ("cluster.num_nodes=6",), dict(tp=8, pp=3)),
     Case("uneven_vpp", "llama70b", "ascend", ("cluster.num_nodes=6",), dict(tp=8, pp=3, vpp=2)),
     Case(
@@ -381,7 +385,8 @@ def test_mindspeed_script_passes_mindspeed_rules(case: Case, tmp_path: Path) -> 
     assert args["--transformer-impl"] == "local" and "--use-mcore-models" in args
     assert "--use-flash-attn" in args  # the 910B has fused attention and the job asks for it
     assert ("--overlap-grad-reduce" in args) == job.train.overlaps_grad_reduce
-    assert args.get("--context-parallel-algo") == ("megatron_cp_algo" if layout.cp > 1 else None)
+    algo = {"p2p": "megatron_cp_algo", "a2a": "ulysses_cp_algo"}[job.train.context_exchange]
+    assert args.get("--context-parallel-algo") == (algo if layout.cp > 1 else None)
     assert args["--padded-vocab-size"] == job.model.vocab_size
     if layout.recompute_layers and layout.vpp > 1:
         assert args["--recompute-num-layers"] == layout.recompute_layers
@@ -498,7 +503,6 @@ def test_deepspeed_notes_what_it_cannot_spell(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("model", "layout", "refusal"),
     [
-        ("llama2_7b", dict(tp=2, cp=2), "no ring context parallelism"),
         ("mixtral_8x7b", dict(tp=2, ep=2), "is MoE"),
     ],
 )
@@ -540,6 +544,8 @@ def test_nemo_override_passes_nemo_rules(
         layout.pp,
     )
     assert strategy["context_parallel_size"] == layout.cp
+    exchange = job.train.context_exchange if layout.cp > 1 else None  # recipes set their own
+    assert settings["model"].get("cp_comm_type") == exchange
     assert strategy["expert_model_parallel_size"] == layout.ep
     assert strategy["sequence_parallel"] == layout.sequence_parallel
     assert strategy["virtual_pipeline_model_parallel_size"] == (

@@ -130,11 +130,13 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
         {"grad_reduce_in_fp32": ""},
         {"grad_reduce_in_fp32": "fp32"},
         {"moe_dispatcher": "nccl"},
+        {"cp_comm_type": "ring"},
     )
     with pytest.raises(DataFileError) as caught:
         dataset.load_measurements(path)
     assert "line 4, column grad_reduce_in_fp32" in str(caught.value)
     assert "line 5, column moe_dispatcher: expected one of alltoall, deepep" in str(caught.value)
+    assert "line 6, column cp_comm_type: expected one of p2p, a2a" in str(caught.value)
     given_settings = {
         "grad_reduce_in_fp32": "false",
         "overlap_grad_reduce": "true",
@@ -142,6 +144,7 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
         "tp_comm_overlap": "1",
         "moe_dispatcher": "deepep",
         "moe_a2a_overlap": "true",
+        "cp_comm_type": "a2a",
     }
     path = write(tmp_path / "t.csv", given_settings, {})
     rows = dataset.load_measurements(path).to_dict("records")
@@ -156,11 +159,13 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
     assert given.overlaps_grad_reduce and not given.overlaps_param_gather
     assert default.overlap_grad_reduce is None and default.overlap_param_gather is None
     assert default.overlaps_grad_reduce == default.framework.overlap_grad_reduce
+    assert given.context_exchange == "a2a" and default.cp_comm_type is None
+    assert default.context_exchange == default.framework.cp_comm_type
 
 
 def test_shipped_rows_carry_what_their_scripts_ran() -> None:
     """SimuMax's launchers pass neither overlap flag; MindSpeed-LLM's Mixtral script passes
-    both, its LLaMA2-7B script only the gradient one (dataset/importers)."""
+    both, its LLaMA2-7B script only the gradient one; the CP exchanges (dataset/importers)."""
     simumax = dataset.load_measurements(dataset.DATA_DIR / "simumax.csv")
     assert simumax["overlap_grad_reduce"].eq(False).all()
     mindspeed = dataset.load_measurements(dataset.DATA_DIR / "mindspeed.csv").set_index("model")
@@ -170,6 +175,13 @@ def test_shipped_rows_carry_what_their_scripts_ran() -> None:
     # and the uneven splits their scripts pass as --num-layer-list
     assert mindspeed.loc["InternLM2 20B", "layer_split"] == (22, 26)
     assert mindspeed["layer_split"].notna().sum() == 3
+    # and their context-parallel exchange: SimuMax's CP_COMM_TYPE defaults to a2a; MindSpeed's
+    # --context-parallel-algo (ulysses_cp_algo by default then, hybrid left to the framework)
+    assert simumax.loc[simumax["cp"] > 1, "cp_comm_type"].eq("a2a").all()
+    assert simumax.loc[simumax["cp"] == 1, "cp_comm_type"].isna().all()
+    chatglm = mindspeed.loc["ChatGLM3 6B"].set_index("cp")["cp_comm_type"]
+    assert chatglm[8] == "a2a" and pd.isna(chatglm[16])  # the second runs hybrid_cp_algo
+    assert mindspeed.loc["Mixtral 8x7B", "cp_comm_type"] == "p2p"
 
 
 def test_shipped_data_loads_and_breaks_no_layout_rule() -> None:

@@ -13,6 +13,7 @@ from simulators import DeviceSpec
 from simulators import Layout
 from simulators import LinkSpec
 from simulators import ModelSpec
+from simulators import TrainSpec
 from simulators.analytical import AnalyticalSimulator
 from simulators.analytical import gemm_time_s
 from simulators.collectives import all_gather_time_s
@@ -518,16 +519,20 @@ def test_each_activation_checkpoint_adds_its_host_calls_where_the_host_sets_the_
     backward of each recomputed layer: a host-bound layer pays them, a device-bound one
     hides them."""
     from simulators.analytical_layer import layer_times_s
+    from simulators.analytical_stages import LayerCost
 
     c = analytical().constants
     assert (c.host_ops_per_checkpoint_forward, c.host_ops_per_checkpoint_backward) == (3, 11)
     train = make_train(seq_len=32, global_batch_size=1)
     layout = Layout(recompute="full")
-    tiny = layer_times_s(TINY, False, cluster(), train, layout, c)
-    assert tiny[8] == pytest.approx((3 + 11) * 20e-6)  # LayerCost.checkpoint_s
+
+    def checkpoint_s(model: ModelSpec, step: TrainSpec) -> float:
+        times = layer_times_s(model, False, cluster(), step, layout, c)
+        return LayerCost(*times, activation_bytes=0.0, input_bytes=0.0).checkpoint_s
+
+    assert checkpoint_s(TINY, train) == pytest.approx((3 + 11) * 20e-6)
     wide = dataclasses.replace(TINY, hidden_size=8192, ffn_hidden_size=32768)
-    big = make_train(seq_len=4096, global_batch_size=1)
-    assert layer_times_s(wide, False, cluster(), big, layout, c)[8] == 0.0
+    assert checkpoint_s(wide, make_train(seq_len=4096, global_batch_size=1)) == 0.0
     # A step with full recompute of the tiny model: every layer of every micro-batch pays it.
     free = analytical(
         "simulator.host_ops_per_checkpoint_forward=0",
@@ -536,3 +541,28 @@ def test_each_activation_checkpoint_adds_its_host_calls_where_the_host_sets_the_
     paid = analytical().simulate(TINY, cluster(), train, layout).breakdown["recompute"]
     unpaid = free.simulate(TINY, cluster(), train, layout).breakdown["recompute"]
     assert paid - unpaid == pytest.approx(TINY.num_layers * (3 + 11) * 20e-6)
+
+
+def test_full_recompute_repeats_each_forward_collective_once() -> None:
+    """Full recompute reruns a layer's forward, its two TP all-reduces included: they count
+    once more with the TP time, not a second time inside the recompute (which is the forward's
+    compute). The hierarchical simulator, which replays the recorded forward, agrees."""
+    llama = dataclasses.replace(catalog.load_model("llama2_7b"), num_layers=4)
+    ascend = catalog.load_cluster("ascend", ["cluster.num_nodes=1"])
+    train = make_train("mindspeed", seq_len=4096, global_batch_size=8)
+    runs = {
+        (name, recompute): catalog.load_simulator(name).simulate(
+            llama, ascend, train, Layout.resolve(8, tp=8, recompute=recompute)
+        )
+        for name in ("analytical", "hierarchical")
+        for recompute in ("none", "full")
+    }
+    plain, full = runs["analytical", "none"].breakdown, runs["analytical", "full"].breakdown
+    assert full["tp_comm"] == pytest.approx(1.5 * plain["tp_comm"])  # 2 + 2 + 2 all-reduces
+    assert full["compute"] == pytest.approx(plain["compute"])
+
+    def added(name: str) -> float:
+        with_full, without = runs[name, "full"].breakdown, runs[name, "none"].breakdown
+        return sum(with_full[k] - without[k] for k in ("recompute", "tp_comm"))
+
+    assert added("analytical") == pytest.approx(added("hierarchical"), rel=0.05)

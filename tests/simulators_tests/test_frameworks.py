@@ -137,3 +137,66 @@ def test_deepspeed_reduces_gradients_after_the_pipeline() -> None:
     assert deepspeed.memory_breakdown_gib["optimizer"] == pytest.approx(
         core.memory_breakdown_gib["optimizer"] / 16
     )
+
+
+def test_unset_cp_exchange_follows_the_framework() -> None:
+    assert _step().context_exchange == _step("mindspeed").context_exchange == "p2p"
+    assert _step(cp_comm_type="a2a").context_exchange == "a2a"
+    assert CORE.cp_comm_types == ("p2p", "a2a") and DEEPSPEED.cp_comm_types == ()
+
+
+def test_a_cp_exchange_the_stack_cannot_run_is_refused() -> None:
+    with pytest.raises(SpecError, match="cp_comm_type='ring' is not one of p2p, a2a"):
+        _step(cp_comm_type="ring")
+    with pytest.raises(SpecError, match="'megatron_deepspeed' .it has no context parallelism"):
+        _step("megatron_deepspeed", cp_comm_type="a2a")
+    with pytest.raises(SpecError, match="cp_comm_types='all_gather' is not one of p2p, a2a"):
+        FrameworkSpec.from_mapping("x", {**_values(CORE), "cp_comm_types": ["all_gather"]})
+    with pytest.raises(SpecError, match="cp_a2a_style='ulysses' is not one of te, deepspeed"):
+        FrameworkSpec.from_mapping("x", {**_values(CORE), "cp_a2a_style": "ulysses"})
+
+
+def _cp_runs(framework: str, layout: Layout) -> dict[tuple[str, str], object]:
+    """Both simulators, the ring and the all-to-all, on Llama-3-8B (32 heads, 8 KV heads) at
+    a 32K sequence on one Atlas node."""
+    llama = model("llama3_8b", num_layers=4)
+    return {
+        (name, exchange): catalog.load_simulator(name).simulate(
+            llama,
+            ascend(1),
+            make_train(framework, seq_len=32768, global_batch_size=4, cp_comm_type=exchange),
+            layout,
+        )
+        for name in ("analytical", "hierarchical")
+        for exchange in ("p2p", "a2a")
+    }
+
+
+@pytest.mark.parametrize("framework", ["megatron_core", "mindspeed"])
+def test_both_simulators_price_the_ulysses_all_to_alls_alike(framework: str) -> None:
+    """The all-to-alls block the step where the ring hides partly under attention; the two
+    simulators, one by formula and one by recorded ops, agree on them and on memory."""
+    runs = _cp_runs(framework, Layout.resolve(8, tp=2, cp=4, sequence_parallel=True))
+    for name in ("analytical", "hierarchical"):
+        assert runs[name, "a2a"].breakdown["cp_comm"] > 0
+        assert runs[name, "a2a"].step_time_s != runs[name, "p2p"].step_time_s
+    a2a = [runs[name, "a2a"] for name in ("analytical", "hierarchical")]
+    assert a2a[0].breakdown["cp_comm"] == pytest.approx(a2a[1].breakdown["cp_comm"], rel=0.03)
+    assert a2a[0].memory_gib == pytest.approx(a2a[1].memory_gib, rel=0.01)
+
+
+def test_deepspeed_style_ulysses_keeps_more_than_transformer_engine() -> None:
+    """Per layer, MindSpeed's Ulysses keeps K and V repeated to the 16 query heads of a TP
+    rank (not its 4 KV heads) and the kernel's own output (TE keeps only the exchanged one):
+    (2 * 16 - 2 * 4 + 16) * 128 bf16 values per token more (docs/reference.md 3.5)."""
+    layout = Layout.resolve(8, tp=2, cp=4, sequence_parallel=True)
+    te, deepspeed = (_cp_runs(framework, layout) for framework in ("megatron_core", "mindspeed"))
+    tokens = 32768 // 4
+    extra_gib = 4 * tokens * (2 * 16 - 2 * 4 + 16) * 128 * 2 / 2**30
+    for name in ("analytical", "hierarchical"):
+        grown = {
+            style: runs[name, "a2a"].memory_breakdown_gib["activations"]
+            - runs[name, "p2p"].memory_breakdown_gib["activations"]
+            for style, runs in (("te", te), ("deepspeed", deepspeed))
+        }
+        assert grown["deepspeed"] - grown["te"] == pytest.approx(extra_gib, rel=0.02)

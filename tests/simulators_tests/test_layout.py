@@ -88,10 +88,43 @@ def test_vpp_needs_enough_microbatches() -> None:
 
 
 def test_cp_needs_seq_divisible_by_2cp() -> None:
+    lay = Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=True)
     train = make_train(seq_len=4098, global_batch_size=1024)
+    assert _violations(lay, train=train) == ["cp=2 needs seq_len=4098 divisible by 2*cp=4"]
+    assert _violations(lay, train=make_train(seq_len=4096, global_batch_size=1024)) == []
+
+
+@pytest.mark.parametrize("framework", ["megatron_lm", "megatron_deepspeed"])
+def test_cp_needs_a_framework_with_context_parallelism(framework: str) -> None:
+    train = make_train(framework, seq_len=4096, global_batch_size=1024)
     found = _violations(Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=True), train=train)
-    assert found == ["cp=2 needs seq_len=4098 divisible by 2*cp=4"]
-    assert _violations(Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=True)) == []
+    assert found == [f"cp=2: {framework} has no context parallelism (use cp=1)"]
+
+
+def test_a2a_cp_splits_the_heads_of_a_tp_rank() -> None:
+    """Llama-2-70B: 64 heads, 8 KV heads. TE splits both as they are; MindSpeed repeats the KV
+    heads to the query heads first, so only the query heads must divide."""
+    te = make_train(seq_len=4096, global_batch_size=1024, cp_comm_type="a2a")
+    mindspeed = make_train("mindspeed", seq_len=4096, global_batch_size=1024, cp_comm_type="a2a")
+    four_kv_heads = Layout(dp=1, tp=2, pp=4, cp=4, sequence_parallel=True)
+    assert _violations(four_kv_heads, train=te) == []
+    one_kv_head = Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=True)
+    assert _violations(one_kv_head, train=te) == [
+        "cp=2 with cp_comm_type a2a needs cp to divide the 1 KV heads per TP rank "
+        "(megatron_core splits them as they are)"
+    ]
+    assert _violations(one_kv_head, train=mindspeed) == []
+    ten_heads = Layout(dp=1, tp=4, pp=2, cp=4, sequence_parallel=True)  # Llama-2-13B: 40 heads
+    assert _violations(ten_heads, model("llama2_13b"), train=mindspeed) == [
+        "cp=4 with cp_comm_type a2a needs cp to divide the 10 attention heads per TP rank"
+    ]
+
+
+def test_a2a_cp_refuses_mla() -> None:
+    deepseek = model("deepseek_v2_lite")
+    train = make_train(seq_len=4096, global_batch_size=1024, cp_comm_type="a2a")
+    found = _violations(Layout(dp=16, cp=2), deepseek, train=train)
+    assert found == ["cp=2 with cp_comm_type a2a: MLA attention has no a2a path"]
 
 
 def test_ep_needs_moe() -> None:

@@ -440,12 +440,12 @@ def layer_bytes(
         heads = model.num_attention_heads / layout.tp
         saved = c.unfused_attention_bytes_per_score["saved"]
         activation_bytes += tokens * heads * train.seq_len * saved
-    deepspeed_a2a = train.framework.cp_a2a_style == "deepspeed"
-    if layout.cp > 1 and train.context_exchange == "a2a" and deepspeed_a2a:
+    ulysses = layout.cp > 1 and train.context_exchange == "a2a"
+    if ulysses and train.framework.cp_a2a_style == "deepspeed" and layout.recompute != "selective":
         # DeepSpeed-style Ulysses: the kernel keeps its own output (before the exchange back)
-        # and K and V repeated to the query heads (docs/reference.md 3.5).
+        # and K and V repeated to the query heads (docs/reference.md 3.5); selective recompute
+        # keeps neither.
         extra = 2 * model.q_width / layout.tp - _kv_local_width(model, layout.tp)
         extra += model.attn_out_width / layout.tp
-        if layout.recompute != "selective":
-            activation_bytes += tokens * extra * act
+        activation_bytes += tokens * extra * act
     return activation_bytes, tokens * model.hidden_size * act / seq_shard

@@ -133,7 +133,10 @@ class FrameworkSpec:
     (Megatron-Core's ``--overlap-moe-expert-parallel-comm``). ``cp_comm_types``: the context-
     parallel exchanges the stack can run (:data:`CP_COMM_TYPES`), its default first; empty: no
     context parallelism. ``cp_a2a_style``: how its all-to-all exchange is built
-    (:data:`CP_A2A_STYLES`; None without one).
+    (:data:`CP_A2A_STYLES`; None without one); ``cp_a2a_gqa``: that exchange runs models with
+    fewer KV heads than query heads (else multi-head attention only);
+    ``cp_excludes_sequence_parallel``: context parallelism and Megatron's sequence parallelism
+    cannot run together.
     """
 
     name: str
@@ -155,6 +158,8 @@ class FrameworkSpec:
     moe_a2a_overlap: bool
     cp_comm_types: tuple[str, ...]
     cp_a2a_style: str | None
+    cp_a2a_gqa: bool
+    cp_excludes_sequence_parallel: bool
 
     @classmethod
     def from_mapping(cls, name: str, values: Mapping[str, Any]) -> FrameworkSpec:

@@ -547,8 +547,9 @@ def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
     """CP > 1 needs a framework with context parallelism and seq_len % (2*CP) == 0
     (arguments.py; load-balanced chunks). The all-to-all exchange splits heads over CP: the
     query heads of a TP rank, and its KV heads where Transformer Engine splits them as they
-    are (DeepSpeed-style Ulysses repeats them to the query heads first); MLA has no all-to-all
-    path (docs/reference.md 3.5)."""
+    are (DeepSpeed-style Ulysses repeats them to the query heads first, or, on
+    Megatron-DeepSpeed, takes multi-head attention only); MLA has no all-to-all path; and
+    Megatron-DeepSpeed's sequence parallelism excludes Megatron's (docs/reference.md 3.5)."""
     if lay.cp == 1:
         return []
     framework = train.framework
@@ -557,6 +558,8 @@ def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
     found = []
     if train.seq_len % (2 * lay.cp):
         found.append(f"cp={lay.cp} needs seq_len={train.seq_len} divisible by 2*cp={2 * lay.cp}")
+    if framework.cp_excludes_sequence_parallel and lay.sequence_parallel:
+        found.append(f"cp={lay.cp} does not run with sequence_parallel on {framework.name}")
     if train.context_exchange != "a2a":
         return found
     if model.attention == "mla":
@@ -566,6 +569,11 @@ def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
         found.append(
             f"cp={lay.cp} with cp_comm_type a2a needs cp to divide the {heads} attention heads "
             f"per TP rank"
+        )
+    if not framework.cp_a2a_gqa and model.num_kv_heads < model.num_attention_heads:
+        found.append(
+            f"cp={lay.cp}: {framework.name}'s all-to-all needs as many KV heads as attention "
+            f"heads ({model.name} has {model.num_kv_heads} of {model.num_attention_heads})"
         )
     kv_heads = max(1, model.num_kv_heads // lay.tp)
     if framework.cp_a2a_style == "te" and kv_heads % lay.cp:

@@ -9,9 +9,9 @@ DeepSpeed requires ``train_batch_size = micro batch * gradient accumulation * da
 size`` (``deepspeed/runtime/config.py``), and Megatron-DeepSpeed resets DeepSpeed's batch from
 its own flags every step, so the JSON repeats the flags' batch exactly.
 
-What this stack cannot launch is refused: Megatron's MoE and MLA layers, and a block
-recompute count (its pipeline recomputes uniformly only); the layout rules already refuse
-context parallelism, which it does not have.
+Context parallelism is DeepSpeed-Ulysses (``--ds-sequence-parallel-size``), the stack's only
+one. What this stack cannot launch is refused: Megatron's MoE and MLA layers, and a block
+recompute count (its pipeline recomputes uniformly only).
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
 
 
 def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
-    """Degrees, batch, sequence parallelism, recompute (uniform, one layer per group)."""
+    """Degrees, batch, sequence parallelism (Megatron's, or DeepSpeed-Ulysses for context
+    parallelism), recompute (uniform, one layer per group)."""
     layout = job.layout
     flags = [
         flag("--tensor-model-parallel-size", layout.tp),
@@ -101,6 +102,8 @@ def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
         flag("--micro-batch-size", layout.micro_batch),
         flag("--global-batch-size", job.train.global_batch_size),
     ]
+    if layout.cp > 1:
+        flags.append(flag("--ds-sequence-parallel-size", layout.cp))
     if layout.sequence_parallel:
         flags.append(flag("--sequence-parallel"))
     if layout.recompute == "selective":

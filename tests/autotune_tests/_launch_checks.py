@@ -326,6 +326,10 @@ def deepspeed_problems(
         found.append("R-M4: --bf16 and --fp16 exclude each other")
     if heads % tp or heads % args.get("--num-key-value-heads", heads):
         found.append("heads must divide by tp and by the KV heads")
+    if ulysses > 1 and (heads % ulysses or args.get("--num-key-value-heads", heads) != heads):
+        found.append("DeepSpeed-Ulysses: heads % sp == 0 and no fewer KV heads (transformer.py)")
+    if ulysses > 1 and "--sequence-parallel" in args:
+        found.append("--ds-sequence-parallel-size excludes --sequence-parallel (initialize.py)")
     if args["--max-position-embeddings"] < seq:
         found.append("R-M5: --max-position-embeddings below --seq-length")
     if "--save" in args and not args.get("--save-interval"):

@@ -456,6 +456,13 @@ DEEPSPEED_CASES = [
         dict(tp=2, pp=2),
     ),
     Case("qkv_bias", "qwen2_5_7b", "vtrain_a100", ("cluster.num_nodes=1",), dict(tp=4)),
+    Case(  # DeepSpeed-Ulysses, which excludes Megatron's sequence parallelism
+        "ulysses",
+        "llama2_7b",
+        "vtrain_a100",
+        ("cluster.num_nodes=2", "train.seq_len=16384"),
+        dict(tp=2, cp=4, sequence_parallel=False),
+    ),
 ]
 
 
@@ -480,7 +487,8 @@ def test_deepspeed_script_and_config_pass_deepspeed_rules(case: Case, tmp_path: 
     config = json.loads(config_path.read_text())
     world = job.cluster.num_devices
     assert deepspeed_problems(args, launched.env, world, config) == []
-    dp = world // (layout.tp * layout.pp)
+    dp = world // (layout.tp * layout.pp * layout.cp)  # DeepSpeed-Ulysses ranks are not DP
+    assert args.get("--ds-sequence-parallel-size", 1) == layout.cp
     assert (
         config["train_batch_size"]
         == args["--micro-batch-size"] * dp * (config["gradient_accumulation_steps"])
@@ -496,7 +504,8 @@ def test_deepspeed_script_and_config_pass_deepspeed_rules(case: Case, tmp_path: 
 
 
 def test_deepspeed_notes_what_it_cannot_spell(tmp_path: Path) -> None:
-    job, layout, written = _write(DEEPSPEED_CASES[-1], tmp_path)
+    qkv_bias = next(case for case in DEEPSPEED_CASES if case.name == "qkv_bias")
+    job, layout, written = _write(qkv_bias, tmp_path)
     assert "QKV biases are off" in written[0].read_text()
 
 

@@ -142,14 +142,17 @@ def test_deepspeed_reduces_gradients_after_the_pipeline() -> None:
 def test_unset_cp_exchange_follows_the_framework() -> None:
     assert _step().context_exchange == _step("mindspeed").context_exchange == "p2p"
     assert _step(cp_comm_type="a2a").context_exchange == "a2a"
-    assert CORE.cp_comm_types == ("p2p", "a2a") and DEEPSPEED.cp_comm_types == ()
+    assert CORE.cp_comm_types == ("p2p", "a2a") and LEGACY.cp_comm_types == ()
+    assert _step("megatron_deepspeed").context_exchange == "a2a"  # DeepSpeed-Ulysses only
 
 
 def test_a_cp_exchange_the_stack_cannot_run_is_refused() -> None:
     with pytest.raises(SpecError, match="cp_comm_type='ring' is not one of p2p, a2a"):
         _step(cp_comm_type="ring")
-    with pytest.raises(SpecError, match="'megatron_deepspeed' .it has no context parallelism"):
-        _step("megatron_deepspeed", cp_comm_type="a2a")
+    with pytest.raises(SpecError, match="'megatron_lm' .it has no context parallelism"):
+        _step("megatron_lm", cp_comm_type="a2a")
+    with pytest.raises(SpecError, match="'megatron_deepspeed' .use a2a"):
+        _step("megatron_deepspeed", cp_comm_type="p2p")
     with pytest.raises(SpecError, match="cp_comm_types='all_gather' is not one of p2p, a2a"):
         FrameworkSpec.from_mapping("x", {**_values(CORE), "cp_comm_types": ["all_gather"]})
     with pytest.raises(SpecError, match="cp_a2a_style='ulysses' is not one of te, deepspeed"):

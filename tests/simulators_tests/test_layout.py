@@ -94,11 +94,25 @@ def test_cp_needs_seq_divisible_by_2cp() -> None:
     assert _violations(lay, train=make_train(seq_len=4096, global_batch_size=1024)) == []
 
 
-@pytest.mark.parametrize("framework", ["megatron_lm", "megatron_deepspeed"])
-def test_cp_needs_a_framework_with_context_parallelism(framework: str) -> None:
-    train = make_train(framework, seq_len=4096, global_batch_size=1024)
+def test_cp_needs_a_framework_with_context_parallelism() -> None:
+    train = make_train("megatron_lm", seq_len=4096, global_batch_size=1024)
     found = _violations(Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=True), train=train)
-    assert found == [f"cp=2: {framework} has no context parallelism (use cp=1)"]
+    assert found == ["cp=2: megatron_lm has no context parallelism (use cp=1)"]
+
+
+def test_deepspeed_ulysses_takes_multi_head_attention_without_megatron_sp() -> None:
+    """Megatron-DeepSpeed's context parallelism is DeepSpeed-Ulysses: its attention asserts as
+    many KV heads as query heads, and it refuses Megatron's sequence parallelism."""
+    train = make_train("megatron_deepspeed", seq_len=4096, global_batch_size=1024)
+    assert train.context_exchange == "a2a"
+    assert _violations(Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=True), train=train) == [
+        "cp=2 does not run with sequence_parallel on megatron_deepspeed",
+        "cp=2: megatron_deepspeed's all-to-all needs as many KV heads as attention heads "
+        "(Llama-2-70B has 8 of 64)",
+    ]
+    llama2_13b = model("llama2_13b")  # 40 heads, 40 KV heads
+    lay = Layout(dp=1, tp=4, pp=4, cp=2, sequence_parallel=False)
+    assert _violations(lay, llama2_13b, train=train) == []
 
 
 def test_a2a_cp_splits_the_heads_of_a_tp_rank() -> None:

@@ -278,12 +278,12 @@ def _ulysses_s(
 
     Forward sends Q, K, V and the output. Transformer Engine's style sends K and V with the
     rank's KV heads, and in backward the kept output again beside its gradient, then dQ, dK,
-    dV; DeepSpeed's style repeats K and V to the query heads and sends the four gradients
-    (docs/reference.md 3.5).
+    dV; DeepSpeed's style repeats K and V to the query heads (K as wide as Q, V as the output)
+    and sends the four gradients (docs/reference.md 3.5).
     """
     group = layout.group("cp", cluster.devices_per_node)
     q_width, out_width = model.q_width / layout.tp, model.attn_out_width / layout.tp
-    forward: tuple[float, ...] = (q_width, q_width, q_width, out_width)
+    forward: tuple[float, ...] = (q_width, q_width, out_width, out_width)
     backward = forward
     if train.framework.cp_a2a_style == "te":
         kv_width = _kv_local_width(model, layout.tp) / 2
@@ -445,7 +445,7 @@ def layer_bytes(
         # DeepSpeed-style Ulysses: the kernel keeps its own output (before the exchange back)
         # and K and V repeated to the query heads (docs/reference.md 3.5); selective recompute
         # keeps neither.
-        extra = 2 * model.q_width / layout.tp - _kv_local_width(model, layout.tp)
-        extra += model.attn_out_width / layout.tp
+        repeated_kv = (model.q_width + model.attn_out_width) / layout.tp
+        extra = repeated_kv - _kv_local_width(model, layout.tp) + model.attn_out_width / layout.tp
         activation_bytes += tokens * extra * act
     return activation_bytes, tokens * model.hidden_size * act / seq_shard

@@ -548,8 +548,9 @@ def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
     (arguments.py; load-balanced chunks). The all-to-all exchange splits heads over CP: the
     query heads of a TP rank, and its KV heads where Transformer Engine splits them as they
     are (DeepSpeed-style Ulysses repeats them to the query heads first, or, on
-    Megatron-DeepSpeed, takes multi-head attention only); MLA has no all-to-all path; and
-    Megatron-DeepSpeed's sequence parallelism excludes Megatron's (docs/reference.md 3.5)."""
+    Megatron-DeepSpeed, takes multi-head attention only); Transformer Engine has no MLA
+    all-to-all; and Megatron-DeepSpeed's sequence parallelism excludes Megatron's
+    (docs/reference.md 3.5)."""
     if lay.cp == 1:
         return []
     framework = train.framework
@@ -562,8 +563,8 @@ def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
         found.append(f"cp={lay.cp} does not run with sequence_parallel on {framework.name}")
     if train.context_exchange != "a2a":
         return found
-    if model.attention == "mla":
-        return [*found, f"cp={lay.cp} with cp_comm_type a2a: MLA attention has no a2a path"]
+    if model.attention == "mla" and framework.cp_a2a_style == "te":
+        return [*found, f"cp={lay.cp} with cp_comm_type a2a: Transformer Engine runs no MLA a2a"]
     heads = model.num_attention_heads // lay.tp
     if heads % lay.cp:
         found.append(

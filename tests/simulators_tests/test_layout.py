@@ -134,11 +134,15 @@ def test_a2a_cp_splits_the_heads_of_a_tp_rank() -> None:
     ]
 
 
-def test_a2a_cp_refuses_mla() -> None:
+def test_a2a_cp_with_mla_runs_on_mindspeed_only() -> None:
+    """Transformer Engine's all-to-all has no MLA path; MindSpeed's Ulysses splits MLA's
+    per-head K and V like any other heads."""
     deepseek = model("deepseek_v2_lite")
     train = make_train(seq_len=4096, global_batch_size=1024, cp_comm_type="a2a")
     found = _violations(Layout(dp=16, cp=2), deepseek, train=train)
-    assert found == ["cp=2 with cp_comm_type a2a: MLA attention has no a2a path"]
+    assert found == ["cp=2 with cp_comm_type a2a: Transformer Engine runs no MLA a2a"]
+    mindspeed = make_train("mindspeed", seq_len=4096, global_batch_size=1024, cp_comm_type="a2a")
+    assert _violations(Layout(dp=16, cp=2), deepseek, train=mindspeed) == []
 
 
 def test_ep_needs_moe() -> None:

@@ -555,6 +555,49 @@ class _CoreAttention(torch.autograd.Function):
         return _new(grad, ctx.q_shape), dk, dv
 
 
+class _RingAttention(torch.autograd.Function):
+    """Transformer Engine's ring attention (``AttnFuncWithCPAndKVP2P``): this rank's K and V
+    pass round the CP ring beside the kernel, which so covers the whole sequence; only the
+    local K and V chunks are kept, and backward passes them round again with their gradients
+    (docs/reference.md 3.5). Recorded as one kernel over the gathered sequence (the FLOPs and
+    bytes of the ring's steps together)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, size: int
+    ) -> torch.Tensor:
+        recorder = _recorder()
+        recorder.host_call()  # the function's .apply
+        with recorder.paused():  # the local chunks the ring sends and the function keeps
+            k, v = k.contiguous(), v.contiguous()
+        for x in (k, v):
+            recorder.comm("ring_send_recv", "cp", _nbytes(x) * (size - 1), overlap=True)
+        b, groups, skv = k.shape[:3]
+        out, saved = _attention_kernel(
+            q,
+            _new(k, (b, groups, skv * size, k.shape[3])),
+            _new(v, (b, groups, skv * size, v.shape[3])),
+        )
+        folded, _, _, kernel_out, lse, seed, offset = saved
+        ctx.save_for_backward(folded, k, v, kernel_out, lse, seed, offset)
+        ctx.size, ctx.q_shape = size, tuple(q.shape)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        recorder = _recorder()
+        folded, k, v, kernel_out, lse, seed, offset = ctx.saved_tensors
+        size = ctx.size
+        for x in (k, v):  # K, V and their gradients circulate: twice the forward volume
+            recorder.comm("ring_send_recv", "cp", 2 * _nbytes(x) * (size - 1), overlap=True)
+        b, groups, skv = k.shape[:3]
+        full_k = _new(k, (b, groups, skv * size, k.shape[3]))
+        full_v = _new(v, (b, groups, skv * size, v.shape[3]))
+        saved = (folded, full_k, full_v, kernel_out, lse, seed, offset)
+        _attention_kernel_backward(saved, grad)
+        return _new(grad, ctx.q_shape), _new(k, tuple(k.shape)), _new(v, tuple(v.shape)), None
+
+
 class _FusedUlysses(torch.autograd.Function):
     """Transformer Engine's all-to-all context parallelism (``AttnFuncWithCPAndQKVOA2A``).
 
@@ -622,8 +665,10 @@ def core_attention(
     recorder = _recorder()
     recorder.core_inputs |= {_storage(q), _storage(k), _storage(v)}
     with recorder.tagged("core"):
-        if cp == 1 or exchange == "p2p":
-            return _CoreAttention.apply(q, cp_ring(k, cp), cp_ring(v, cp))  # type: ignore[no-any-return]
+        if cp == 1:
+            return _CoreAttention.apply(q, k, v)  # type: ignore[no-any-return]
+        if exchange == "p2p":
+            return _RingAttention.apply(q, k, v, cp)  # type: ignore[no-any-return]
         if a2a_style == "te":
             return _FusedUlysses.apply(q, k, v, cp)  # type: ignore[no-any-return]
         heads, groups = q.shape[2], k.shape[1]

@@ -203,3 +203,17 @@ def test_deepspeed_style_ulysses_keeps_more_than_transformer_engine() -> None:
             for style, runs in (("te", te), ("deepspeed", deepspeed))
         }
         assert grown["deepspeed"] - grown["te"] == pytest.approx(extra_gib, rel=0.02)
+
+
+def test_ring_attention_keeps_only_the_local_kv_chunks() -> None:
+    """Transformer Engine's ring keeps this rank's K and V and passes them round again in
+    backward: the hierarchical simulator's recorded saves match the analytical count, which
+    never held the gathered sequence (Llama-2-7B: as many KV heads as query heads)."""
+    llama = model("llama2_7b", num_layers=4)
+    train = make_train(seq_len=32768, global_batch_size=4)
+    layout = Layout.resolve(8, tp=2, cp=4, sequence_parallel=True)
+    memory = [
+        catalog.load_simulator(name).simulate(llama, ascend(1), train, layout).memory_gib
+        for name in ("analytical", "hierarchical")
+    ]
+    assert memory[1] == pytest.approx(memory[0], rel=0.005)

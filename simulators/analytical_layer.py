@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from typing import NamedTuple
 
-from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import deepep_time_s
+from simulators.collectives import ring_exchange_time_s
 from simulators.gemm_table import shape_efficiency
 from simulators.layout import Layout
 from simulators.specs import ClusterSpec
@@ -393,7 +393,7 @@ def layer_times_s(
         # The ring passes K and V (forward) and K, V, dK, dV (backward) beside attention.
         cp_group = layout.group("cp", cluster.devices_per_node)
         kv_bytes = tokens * _kv_local_width(model, layout.tp) * act
-        ring_s = all_gather_time_s(layout.cp * kv_bytes, cp_group, cluster)
+        ring_s = ring_exchange_time_s((layout.cp - 1) * kv_bytes, cp_group, cluster)
         hidden_fwd = core_s if c.cp_comm_overlap else 0.0
         hidden_bwd = c.attention_backward_factor * core_s if c.cp_comm_overlap else 0.0
         cp_forward = _hide(max(0.0, ring_s - hidden_fwd), idle_fwd)[0]

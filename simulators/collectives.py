@@ -27,6 +27,7 @@ __all__ = [
     "p2p_time_s",
     "place_group",
     "reduce_scatter_time_s",
+    "ring_exchange_time_s",
 ]
 
 
@@ -151,6 +152,17 @@ def deepep_time_s(
         time = max(time, intra_bytes / bw)
         latency = max(latency, cluster.intra_node.latency_us)
     return time + latency * 1e-6
+
+
+def ring_exchange_time_s(nbytes: float, group: GroupPlacement, cluster: ClusterSpec) -> float:
+    """Each rank passes ``nbytes`` to its ring neighbour in ``size - 1`` equal steps (the CP
+    ring): every step crosses one link between two ranks (on a full mesh one peer link, not
+    the node's aggregate), and the slowest hop, between nodes when the group spans them,
+    paces each step."""
+    if group.size <= 1:
+        return 0.0
+    steps = group.size - 1
+    return steps * p2p_time_s(nbytes / steps, group.nodes == 1, cluster)
 
 
 def p2p_time_s(nbytes: float, same_node: bool, cluster: ClusterSpec) -> float:

@@ -23,13 +23,13 @@ from simulators.collectives import all_to_all_time_s
 from simulators.collectives import deepep_time_s
 from simulators.collectives import p2p_time_s
 from simulators.collectives import reduce_scatter_time_s
+from simulators.collectives import ring_exchange_time_s
 from simulators.errors import DataFileError
 from simulators.gemm_table import shape_efficiency
 from simulators.hierarchical.graph import Op
 from simulators.layout import Layout
 from simulators.specs import ClusterSpec
 from simulators.specs import DeviceSpec
-from simulators.specs import LinkSpec
 
 __all__ = [
     "COST_TABLE_COLUMNS",
@@ -180,13 +180,11 @@ class CommCost:
         """Seconds for collective ``kind`` moving ``nbytes`` (docs/reference.md 3.6 buffer sizes).
 
         The collectives are those of :mod:`simulators.collectives`, shared with the analytical
-        simulator; only the CP ring's neighbour exchange is priced here.
+        simulator (``ring_send_recv``: the CP ring's neighbour exchange).
         """
         placement = self.layout.group(group, self.cluster.devices_per_node)
         if placement.size == 1 or nbytes <= 0:
             return 0.0
-        if kind == "ring_send_recv":
-            return self._ring_s(nbytes, placement.size, placement.stride)
         if kind not in _COLLECTIVES:
             raise ValueError(f"unknown collective {kind!r}")
         cluster = _with_efficiency(self.cluster, self.efficiency)
@@ -201,26 +199,13 @@ class CommCost:
         same_node = placement.same_node(src, dst, self.cluster.devices_per_node)
         return p2p_time_s(nbytes, same_node, _with_efficiency(self.cluster, self.efficiency))
 
-    def _ring_s(self, nbytes: float, size: int, stride: int) -> float:
-        """CP ring: size-1 neighbour steps; the slowest hop (inter-node if any) paces it."""
-        spans_nodes = size * stride > self.cluster.devices_per_node
-        link = self.cluster.inter_node if spans_nodes else self.cluster.intra_node
-        alpha, beta = self._level(link, 2)
-        return (size - 1) * alpha + nbytes * beta
-
-    def _level(self, link: LinkSpec, members: int) -> tuple[float, float]:
-        """(latency s, seconds per byte) of one link level for a group of ``members``."""
-        bandwidth = link.group_bandwidth_gbps(members)
-        if self.efficiency is not None:
-            bandwidth = bandwidth / link.efficiency * self.efficiency
-        return link.latency_us * 1e-6, 1.0 / (bandwidth * 1e9)
-
 
 _COLLECTIVES = {
     "all_reduce": all_reduce_time_s,
     "all_gather": all_gather_time_s,
     "reduce_scatter": reduce_scatter_time_s,
     "all_to_all": all_to_all_time_s,
+    "ring_send_recv": ring_exchange_time_s,
 }
 
 

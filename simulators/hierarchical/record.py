@@ -10,7 +10,9 @@ and its mirror in backward, and hand back tensors of the right shape.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -430,6 +432,18 @@ def all_to_all(x: torch.Tensor, group: str, size: int) -> torch.Tensor:
     return _Collective.apply(x, ("all_to_all", "all_to_all"), group, 1)  # type: ignore[no-any-return]
 
 
+def _in_core(backward: Callable[..., tuple[Any, ...]]) -> Callable[..., tuple[Any, ...]]:
+    """A core-attention function's backward with its ops tagged ``core``, as its forward's
+    are: the CP ring hides under the attention kernels of both passes."""
+
+    @functools.wraps(backward)
+    def run(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        with _recorder().tagged("core"):
+            return backward(ctx, *grads)
+
+    return run
+
+
 class _Ring(torch.autograd.Function):
     """CP ring exchange of a K or V chunk: c-1 steps overlapping attention (reference.md 3.5)."""
 
@@ -441,6 +455,7 @@ class _Ring(torch.autograd.Function):
         return _new(x, (*x.shape[:2], x.shape[2] * size, x.shape[3]))
 
     @staticmethod
+    @_in_core
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         # KV and dKV circulate in backward: about twice the forward volume (docs/reference.md 3.5).
         _recorder().comm("ring_send_recv", "cp", 2 * ctx.nbytes, overlap=True)
@@ -473,6 +488,7 @@ class _Ulysses(torch.autograd.Function):
         return _new(x, tuple(shape))
 
     @staticmethod
+    @_in_core
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         _recorder().comm("all_to_all", "cp", ctx.nbytes)
         return _new(grad, ctx.shape), None, None, None
@@ -550,6 +566,7 @@ class _CoreAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @_in_core
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         _, dk, dv = _attention_kernel_backward(ctx.saved_tensors, grad)
         return _new(grad, ctx.q_shape), dk, dv
@@ -584,6 +601,7 @@ class _RingAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @_in_core
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         recorder = _recorder()
         folded, k, v, kernel_out, lse, seed, offset = ctx.saved_tensors
@@ -631,6 +649,7 @@ class _FusedUlysses(torch.autograd.Function):
         return out
 
     @staticmethod
+    @_in_core
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         recorder = _recorder()
         folded, k_local, v_local, out, lse, seed, offset = ctx.saved_tensors
@@ -728,6 +747,7 @@ class _UnfusedAttention(torch.autograd.Function):
             return context.view(b, heads, sq, dv).permute(0, 2, 1, 3).reshape(b, sq, heads * dv)
 
     @staticmethod
+    @_in_core
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         context, q_shape, k_shape, v_shape = ctx.graph
         b, sq, heads, _ = q_shape

@@ -217,3 +217,18 @@ def test_ring_attention_keeps_only_the_local_kv_chunks() -> None:
         for name in ("analytical", "hierarchical")
     ]
     assert memory[1] == pytest.approx(memory[0], rel=0.005)
+
+
+def test_the_ring_hides_under_attention_in_both_passes_alike() -> None:
+    """The CP ring's steps cross one peer link each (a full mesh gives a pair one HCCS link,
+    not the node's aggregate), and run beside the attention kernels of the forward and of the
+    backward: both simulators expose about the same part of it."""
+    llama = model("llama2_7b", num_layers=4)
+    train = make_train(seq_len=32768, global_batch_size=4)
+    layout = Layout.resolve(8, tp=2, cp=4, sequence_parallel=True)
+    exposed = [
+        catalog.load_simulator(name).simulate(llama, ascend(1), train, layout).breakdown["cp_comm"]
+        for name in ("analytical", "hierarchical")
+    ]
+    assert exposed[0] > 0
+    assert exposed[1] == pytest.approx(exposed[0], rel=0.2)

@@ -444,6 +444,13 @@ def _in_core(backward: Callable[..., tuple[Any, ...]]) -> Callable[..., tuple[An
     return run
 
 
+def _whole_sequence(chunk: torch.Tensor, size: int) -> torch.Tensor:
+    """An empty ``[b, g, s, d]`` K or V for this rank's ``[b, g, s/size, d]`` chunk: what
+    the CP ring brings the attention kernel."""
+    b, groups, length, width = chunk.shape
+    return _new(chunk, (b, groups, length * size, width))
+
+
 class _Ring(torch.autograd.Function):
     """CP ring exchange of a K or V chunk: c-1 steps overlapping attention (reference.md 3.5)."""
 
@@ -452,7 +459,7 @@ class _Ring(torch.autograd.Function):
         ctx.shape, ctx.nbytes = tuple(x.shape), _nbytes(x) * (size - 1)
         _recorder().host_call()
         _recorder().comm("ring_send_recv", "cp", ctx.nbytes, overlap=True)
-        return _new(x, (*x.shape[:2], x.shape[2] * size, x.shape[3]))
+        return _whole_sequence(x, size)
 
     @staticmethod
     @_in_core
@@ -589,12 +596,7 @@ class _RingAttention(torch.autograd.Function):
             k, v = k.contiguous(), v.contiguous()
         for x in (k, v):
             recorder.comm("ring_send_recv", "cp", _nbytes(x) * (size - 1), overlap=True)
-        b, groups, skv = k.shape[:3]
-        out, saved = _attention_kernel(
-            q,
-            _new(k, (b, groups, skv * size, k.shape[3])),
-            _new(v, (b, groups, skv * size, v.shape[3])),
-        )
+        out, saved = _attention_kernel(q, _whole_sequence(k, size), _whole_sequence(v, size))
         folded, _, _, kernel_out, lse, seed, offset = saved
         ctx.save_for_backward(folded, k, v, kernel_out, lse, seed, offset)
         ctx.size, ctx.q_shape = size, tuple(q.shape)
@@ -608,10 +610,15 @@ class _RingAttention(torch.autograd.Function):
         size = ctx.size
         for x in (k, v):  # K, V and their gradients circulate: twice the forward volume
             recorder.comm("ring_send_recv", "cp", 2 * _nbytes(x) * (size - 1), overlap=True)
-        b, groups, skv = k.shape[:3]
-        full_k = _new(k, (b, groups, skv * size, k.shape[3]))
-        full_v = _new(v, (b, groups, skv * size, v.shape[3]))
-        saved = (folded, full_k, full_v, kernel_out, lse, seed, offset)
+        saved = (
+            folded,
+            _whole_sequence(k, size),
+            _whole_sequence(v, size),
+            kernel_out,
+            lse,
+            seed,
+            offset,
+        )
         _attention_kernel_backward(saved, grad)
         return _new(grad, ctx.q_shape), _new(k, tuple(k.shape)), _new(v, tuple(v.shape)), None
 

@@ -13,7 +13,11 @@ has one).
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from simulators.specs import ClusterSpec
 from simulators.specs import LinkSpec
@@ -41,20 +45,53 @@ class GroupPlacement:
     nodes: int  # nodes the group spans
 
     def same_node(self, member_a: int, member_b: int, devices_per_node: int) -> bool:
-        """Whether two members (0-based positions in the group) share a node."""
-        return (
-            member_a * self.stride // devices_per_node
-            == member_b * self.stride // devices_per_node
+        """Whether two members (0-based positions in the group) share a node in every group
+        of this kind (in one that straddles a node boundary they may not)."""
+        return all(
+            (first + member_a * self.stride) // devices_per_node
+            == (first + member_b * self.stride) // devices_per_node
+            for first in _first_positions(self.size, self.stride, devices_per_node)
         )
 
 
+@functools.lru_cache(maxsize=4096)
 def place_group(size: int, stride: int, devices_per_node: int) -> GroupPlacement:
-    """Members per node of a group of ``size`` ranks taken every ``stride`` ranks (the last
-    node may hold fewer: 6 members 2 apart on nodes of 8 take 2 nodes)."""
+    """Members per node of a group of ``size`` ranks taken every ``stride`` ranks.
+
+    All groups of one kind run their collectives at once and the step waits for the slowest,
+    so the placement is that of the worst group: the fewest members any of its nodes holds
+    (that node's NICs carry the largest share of the data), over as many nodes as the group
+    needs at that density. A group may straddle a node boundary: tp 3 on nodes of 8 puts
+    ranks 6, 7 | 8 in one group, which crosses nodes like three single-member nodes. 6 members
+    2 apart (0, 2, 4, 6 | 8, 10) hold 2 on their emptier node, so they count as 3 nodes of 2.
+    """
     if size <= 1:
         return GroupPlacement(1, stride, 1, 1)
-    per_node = max(1, min(size, devices_per_node // stride)) if stride < devices_per_node else 1
-    return GroupPlacement(size, stride, per_node, -(-size // per_node))
+    if stride >= devices_per_node:  # every member on a node of its own
+        return GroupPlacement(size, stride, 1, size)
+    fewest = size
+    for first in _first_positions(size, stride, devices_per_node):
+        members = np.bincount((first + np.arange(size) * stride) // devices_per_node)
+        fewest = min(fewest, int(members[members > 0].min()))
+    return GroupPlacement(size, stride, fewest, -(-size // fewest))
+
+
+@functools.lru_cache(maxsize=4096)
+def _first_positions(size: int, stride: int, devices_per_node: int) -> tuple[int, ...]:
+    """Where in its node the first member of each group of this kind sits (a group's spread
+    over nodes depends on nothing else). Groups start at block * size * stride + offset, with
+    offset < stride, so the positions repeat after devices_per_node / gcd(size * stride,
+    devices_per_node) blocks."""
+    blocks = devices_per_node // math.gcd(size * stride, devices_per_node)
+    return tuple(
+        sorted(
+            {
+                (block * size * stride + offset) % devices_per_node
+                for block in range(blocks)
+                for offset in range(min(stride, devices_per_node))
+            }
+        )
+    )
 
 
 def _gbps(value: float) -> float:

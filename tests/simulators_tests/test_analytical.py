@@ -507,11 +507,41 @@ def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages() -> None:
     assert analytical().simulate(tied, cluster(), train, flat).breakdown["dp_comm"] == 0.0
 
 
-def test_a_group_that_does_not_fill_its_last_node_still_spans_it() -> None:
-    # 6 members 2 apart on nodes of 8: ranks 0, 2, 4, 6 | 8, 10.
+def test_a_group_that_does_not_fill_its_last_node_is_priced_at_its_emptiest_node() -> None:
+    # 6 members 2 apart on nodes of 8: ranks 0, 2, 4, 6 | 8, 10; the second node's two
+    # members carry half the data each over the network.
     group = place_group(6, 2, 8)
-    assert (group.per_node, group.nodes) == (4, 2)
+    assert (group.per_node, group.nodes) == (2, 3)
     assert place_group(8, 2, 8).nodes == 2 and place_group(4, 2, 8).nodes == 1
+    # 12 consecutive ranks: 0-7 | 8-11, and the next group 12-15 | 16-23.
+    assert (place_group(12, 1, 8).per_node, place_group(12, 1, 8).nodes) == (4, 3)
+
+
+def test_a_tensor_parallel_group_that_straddles_two_nodes_pays_the_network() -> None:
+    """TP 3 on nodes of 8: the group of ranks 6, 7 | 8 crosses nodes, and every TP group
+    waits for it, so TP 3 costs more than TP 4, which stays inside a node."""
+    assert (place_group(3, 1, 8).per_node, place_group(3, 1, 8).nodes) == (1, 3)
+    nbytes = 64e6
+    tp3 = all_reduce_time_s(nbytes, place_group(3, 1, 8), cluster())
+    tp4 = all_reduce_time_s(nbytes, place_group(4, 1, 8), cluster())
+    assert tp3 > 2 * tp4
+    # The simulator prices whole layouts the same way, on 3 nodes of 8.
+    model = dataclasses.replace(
+        TINY,
+        hidden_size=3072,
+        ffn_hidden_size=12288,
+        num_attention_heads=12,
+        num_kv_heads=12,
+        head_dim=256,
+    )
+    train = make_train(seq_len=2048, global_batch_size=24)
+    tp_comm = {
+        tp: analytical()
+        .simulate(model, cluster(nodes=3), train, Layout.resolve(24, tp=tp))
+        .breakdown["tp_comm"]
+        for tp in (2, 3, 4)
+    }
+    assert tp_comm[3] > 2 * tp_comm[4] > 2 * tp_comm[2]
 
 
 def test_each_activation_checkpoint_adds_its_host_calls_where_the_host_sets_the_pace() -> None:

@@ -48,13 +48,18 @@ def layout_regrets(measured_s: np.ndarray, ok: np.ndarray, oom_penalty: float) -
     return np.where(ok, measured_s / best - 1.0, oom_penalty)
 
 
-def pick_order(score: np.ndarray, fits: np.ndarray) -> np.ndarray:
-    """Indices from first pick to last: predicted to fit first, then by score, NaN last
-    (:func:`autotune.order.order_key`).
+def pick_order(
+    score: np.ndarray, fits: np.ndarray, memory_gib: np.ndarray | None = None
+) -> np.ndarray:
+    """Indices from first pick to last: predicted to fit first, then by score, NaN last, then
+    by predicted memory (:func:`autotune.order.order_key`).
 
-    Ties keep the table's order (a stable sort), so a ranking is deterministic.
+    Remaining ties keep the table's order (a stable sort), so a ranking is deterministic.
     """
-    keys = [order_key(bool(f), float(c)) for f, c in zip(fits, score, strict=True)]
+    memory = np.full(len(score), np.nan) if memory_gib is None else memory_gib
+    keys = [
+        order_key(bool(f), float(c), float(m)) for f, c, m in zip(fits, score, memory, strict=True)
+    ]
     return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=int)
 
 

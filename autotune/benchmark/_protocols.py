@@ -152,6 +152,7 @@ class _Scenario:
 
     rows: np.ndarray  # table positions
     predicted_s: np.ndarray
+    memory_gib: np.ndarray
     fits: np.ndarray  # with the margin
     margin: float
 
@@ -171,7 +172,7 @@ def _scenarios(
             continue
         margin = margins[str(source)]
         fits = zero.memory_gib[rows] * (1 + margin) <= capacity[rows]
-        found.append(_Scenario(rows, zero.predicted_s[rows], fits, margin))
+        found.append(_Scenario(rows, zero.predicted_s[rows], zero.memory_gib[rows], fits, margin))
     return found
 
 
@@ -241,7 +242,11 @@ def probe_rankings(
         specs = [runs[i].specs for i in scenario.rows]  # type: ignore[union-attr]
         order = sorted(
             range(len(scenario.rows)),
-            key=lambda j: order_key(bool(scenario.fits[j]), float(scenario.predicted_s[j])),
+            key=lambda j: order_key(
+                bool(scenario.fits[j]),
+                float(scenario.predicted_s[j]),
+                float(scenario.memory_gib[j]),
+            ),
         )
         drawn = list(rng.permutation(len(scenario.rows)))
         for k in ks:

@@ -200,7 +200,7 @@ def _ranked_record(
     record = _empty_record(len(rows), int(ok.sum()))
     if record["eligible"]:
         regrets = layout_regrets(measured, ok, settings.oom_penalty_regret)
-        order = pick_order(ranking.score[local], fits)
+        order = pick_order(ranking.score[local], fits, ranking.memory_gib[local])
         record.update(
             best_step_time_s=float(np.min(measured[ok])),
             pick=labels[rows[order[0]]],
@@ -266,7 +266,9 @@ def _row_frame(table: pd.DataFrame, labels: Sequence[str], ranking: Ranking) -> 
             "score": ranking.score,
         }
     )
-    picked = sort_frame(frame, "predicted_fits", "score", within=("source", "scenario"))
+    picked = sort_frame(
+        frame, "predicted_fits", "score", "predicted_memory_gib", within=("source", "scenario")
+    )
     return picked.drop(columns="score")
 
 

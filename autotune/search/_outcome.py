@@ -13,9 +13,10 @@ from simulators import Prediction
 __all__ = ["Outcome", "Rerank", "Timings", "pareto_front", "rank_key", "ranked"]
 
 
-def rank_key(prediction: Prediction) -> tuple[bool, bool, float]:
-    """Layouts that fit first, then by step time (:func:`autotune.order.order_key`)."""
-    return order_key(prediction.fits, prediction.step_time_s)
+def rank_key(prediction: Prediction) -> tuple[bool, bool, float, float]:
+    """Layouts that fit first, then by step time, then by memory
+    (:func:`autotune.order.order_key`)."""
+    return order_key(prediction.fits, prediction.step_time_s, prediction.memory_gib)
 
 
 def ranked(pairs: Iterable[tuple[Layout, Prediction]]) -> list[tuple[Layout, Prediction]]:

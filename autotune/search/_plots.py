@@ -46,7 +46,9 @@ def memory_window(trials: pd.DataFrame) -> MemoryWindow:
     the capacity, into a sliver; when no layout lies within the window, every one is shown.
     """
     layout_columns = [c for c in LAYOUT_FIELDS if c in trials.columns]
-    layouts = sort_frame(trials, "fits", "step_time_s").drop_duplicates(layout_columns)
+    layouts = sort_frame(trials, "fits", "step_time_s", "memory_gib").drop_duplicates(
+        layout_columns
+    )
     capacity = float(layouts["memory_capacity_gib"].iloc[0])
     limit = MEMORY_WINDOW * capacity
     inside = layouts["memory_gib"] <= limit

@@ -541,7 +541,7 @@ def test_a_tensor_parallel_group_that_straddles_two_nodes_pays_the_network() -> 
         .breakdown["tp_comm"]
         for tp in (2, 3, 4)
     }
-    assert tp_comm[3] > 2 * tp_comm[4] > 2 * tp_comm[2]
+    assert tp_comm[3] > 2 * tp_comm[4] and tp_comm[4] > tp_comm[2]
 
 
 def test_each_activation_checkpoint_adds_its_host_calls_where_the_host_sets_the_pace() -> None:

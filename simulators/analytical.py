@@ -209,7 +209,7 @@ class _Job:
         self._shapes: dict[tuple[int, tuple[int, ...] | None], StageShape] = {}
         self._terms: dict[tuple[object, ...], RankTerms] = {}
         self._pipelines: dict[tuple[object, ...], _Pipeline] = {}
-        self._p2p: dict[tuple[object, ...], float] = {}
+        self._p2p: dict[tuple[object, ...], tuple[float, float]] = {}
         self._logits: dict[tuple[object, ...], tuple[float, float]] = {}
         self._data_parallel: dict[tuple[object, ...], _DataParallel] = {}
         self._embedding_sync: dict[tuple[object, ...], float] = {}
@@ -249,8 +249,9 @@ class _Job:
         """Per kind of rank, the share of its layers that full recompute checkpoints."""
         return [layout.recomputed_layers(d + m) / (d + m) for d, m, _, _ in shape.kinds]
 
-    def p2p_s(self, layout: Layout) -> float:
-        """One pipeline send of one micro-batch (:func:`_p2p_s`)."""
+    def p2p_s(self, layout: Layout) -> tuple[float, float]:
+        """A micro-batch's transfer over each of a rank's two pipeline boundaries, the slower
+        first (:func:`_p2p_s`)."""
         key = _P2P_KEY(layout)
         seconds = self._p2p.get(key)
         if seconds is None:
@@ -404,7 +405,7 @@ class _Pipeline(NamedTuple):
 def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
     dense, moe = job.layer_costs(layout)
     shape = job.shape(layout)
-    p2p_s, logits = job.p2p_s(layout), job.logits(layout)
+    sends, logits = job.p2p_s(layout), job.logits(layout)
     selective = layout.recompute == "selective"
     stages = [
         stage(
@@ -418,7 +419,8 @@ def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
             ep=layout.ep,
             pp=layout.pp,
             vpp=layout.vpp,
-            p2p_s=p2p_s,
+            sends=sends,
+            overlap_p2p=job.train.framework.overlap_p2p_comm,
             logits=logits,
             ops=FLOATS,
         )
@@ -435,26 +437,31 @@ def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
 
 def _p2p_s(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout, tokens: float
-) -> float:
-    """One pipeline send of one micro-batch (a rank makes 2 * vpp of them: forward and
-    backward, every chunk).
+) -> tuple[float, float]:
+    """A micro-batch's transfer over each of the two pipeline boundaries of the rank whose
+    links are slowest, the slower first (docs/reference.md 7.3).
 
     The boundary activation is ``tokens x hidden``, 1/tp of it with sequence parallelism.
     Frameworks that slice sends over TP (DeepSpeed's partitioned pipeline, Megatron-LM's old
-    scatter/gather; docs/reference.md 7.3) send each rank's 1/tp slice and all-gather it over
-    TP on the receiver, inside the node.
+    scatter/gather) send each rank's 1/tp slice and all-gather it over TP on the receiver,
+    inside the node. A pipeline inside one node crosses no node boundary; one with a stage
+    per node crosses one at every boundary; in between, the stages at a node's edge have one
+    boundary on each kind of link.
     """
     if layout.pp == 1:
-        return 0.0
+        return 0.0, 0.0
     act = dtype_bytes(train.compute_dtype)
     sliced = train.framework.p2p_tp_sliced and not layout.sequence_parallel
     full = tokens * model.hidden_size * act
     send = full / layout.tp if (layout.sequence_parallel or sliced) else full
-    same_node = layout.group("pp", cluster.devices_per_node).per_node > 1
-    seconds = p2p_time_s(send, same_node, cluster)
+    gather = 0.0
     if sliced and layout.tp > 1:
-        seconds += all_gather_time_s(full, layout.group("tp", cluster.devices_per_node), cluster)
-    return seconds
+        gather = all_gather_time_s(full, layout.group("tp", cluster.devices_per_node), cluster)
+    near, far = (p2p_time_s(send, same_node, cluster) + gather for same_node in (True, False))
+    pipeline = layout.group("pp", cluster.devices_per_node)
+    if pipeline.nodes == 1:
+        return near, near
+    return far, far if pipeline.per_node == 1 else near
 
 
 def _logits(

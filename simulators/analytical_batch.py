@@ -263,7 +263,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     tp, pp, ep, vpp = (columns.number(name) for name in ("tp", "pp", "ep", "vpp"))
     dense, moe = _layer_costs(job, columns)
     shapes, shape_of, kinds = _kinds(job, columns)
-    p2p, p2p_group = columns.each(job.P2P_FIELDS, job.p2p_s)
+    sends, sends_group = columns.each(job.P2P_FIELDS, job.p2p_s)
     logits, logits_group = columns.each(job.LOGITS_FIELDS, job.logits)
     stages = stage(
         job.params,
@@ -276,7 +276,11 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
         ep=ep,
         pp=pp,
         vpp=vpp,
-        p2p_s=_column(p2p, p2p_group),
+        sends=(
+            _column([slower for slower, _ in sends], sends_group),
+            _column([faster for _, faster in sends], sends_group),
+        ),
+        overlap_p2p=job.train.framework.overlap_p2p_comm,
         logits=(
             _column([s for s, _ in logits], logits_group),
             _column([b for _, b in logits], logits_group),

@@ -183,7 +183,8 @@ def stage(
     ep: Real,
     pp: Real,
     vpp: Real,
-    p2p_s: Real,
+    sends: tuple[Real, Real],
+    overlap_p2p: bool,
     logits: tuple[Real, Real],
     ops: Ops,
 ) -> Stage:
@@ -191,9 +192,10 @@ def stage(
 
     ``kind`` is ``(n_dense, n_moe, first, last)``; ``share`` the fraction of the stage's
     layers that full recompute checkpoints (0 without full recompute), ``selective`` 1 with
-    selective recompute; ``p2p_s`` one pipeline send of a micro-batch (a rank makes 2 * vpp:
-    forward and backward, every chunk); ``logits`` the (seconds, bytes) of the output layer
-    and loss.
+    selective recompute; ``sends`` a micro-batch's transfer over each of the rank's two
+    pipeline boundaries, the slower first (:func:`pipeline_sends_s`); ``overlap_p2p`` whether
+    the framework runs interleaved sends beside the next chunk; ``logits`` the (seconds,
+    bytes) of the output layer and loss.
     """
     n_dense, n_moe, first, last = kind
     forward = n_dense * dense.forward_s + n_moe * moe.forward_s
@@ -230,7 +232,9 @@ def stage(
         # Selective recompute reruns core attention, the CP exchange inside it included.
         cp_s=cp_forward + cp_backward + (share + selective) * cp_forward,
         ep_s=ep_forward + ep_backward + share * ep_forward,
-        pp_s=2 * vpp * p2p_s,
+        pp_s=pipeline_sends_s(
+            sends, vpp, forward / vpp, (backward + recompute_s) / vpp, overlap_p2p, ops
+        ),
         last_backward_s=backward / vpp,
         dense_params=dense_params,
         expert_params=expert_params,
@@ -238,6 +242,33 @@ def stage(
         activation_bytes=(1 - share) * saved + share * inputs,
         working_bytes=working,
     )
+
+
+def pipeline_sends_s(
+    sends: tuple[Real, Real],
+    vpp: Real,
+    forward_chunk_s: Real,
+    backward_chunk_s: Real,
+    overlap: bool,
+    ops: Ops,
+) -> Real:
+    """Seconds per micro-batch that a rank spends in pipeline transfers (docs/reference.md 7.3).
+
+    ``sends`` holds a micro-batch's transfer over the rank's slower and faster boundary.
+    1F1B exchanges with the next stage (send the activation, receive its gradient), then with
+    the previous one, blocking: both. The interleaved schedule makes one exchange per chunk
+    with both neighbours at once (``batch_isend_irecv``), paced by the slower link; Megatron-
+    Core runs it beside the compute (``overlap_p2p_comm``): the forward's exchange during
+    the backward chunk, the backward's during the next forward, exposed only beyond them.
+    """
+    slower, faster = sends
+    blocking = ops.where(vpp > 1, vpp * slower, slower + faster)
+    if not overlap:
+        return blocking
+    hidden = vpp * (
+        ops.maximum(0.0, slower - backward_chunk_s) + ops.maximum(0.0, slower - forward_chunk_s)
+    )
+    return ops.where(vpp > 1, hidden, blocking)
 
 
 def held_factor(pp: Real, vpp: Real, ops: Ops) -> Real:

@@ -114,6 +114,8 @@ class FrameworkSpec:
     each TP rank's 1/tp slice of the activation, all-gathered over TP by the receiver
     (DeepSpeed's partitioned pipeline, Megatron-LM's old scatter/gather); otherwise each rank
     sends the whole activation (1/tp of it only with sequence parallelism).
+    ``overlap_p2p_comm``: the interleaved schedule runs its pipeline transfers beside the next
+    chunk's compute (Megatron-Core's default with virtual stages); otherwise they block.
     ``can_overlap_grad_reduce``: the data-parallel gradient reduction can run in buckets during
     the last micro-batch's backward (Megatron-Core's DDP); ``overlap_grad_reduce``: it does as
     the framework is usually run (else after the whole pipeline). ``overlap_param_gather``: the
@@ -143,6 +145,7 @@ class FrameworkSpec:
     layer_split: str
     virtual_pipeline: bool
     p2p_tp_sliced: bool
+    overlap_p2p_comm: bool
     can_overlap_grad_reduce: bool
     overlap_grad_reduce: bool
     overlap_param_gather: bool

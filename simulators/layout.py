@@ -518,7 +518,9 @@ def _layers(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpe
 def _virtual_pipeline(
     lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
 ) -> list[str]:
-    """VPP needs the framework's interleaved schedule, PP > 1, m >= PP and whole chunks.
+    """VPP needs the framework's interleaved schedule, PP > 1 (PP > 2 where its sends block:
+    two blocking exchanges with the same neighbour would meet in one batch; arguments.py), m
+    >= PP and whole chunks.
 
     With an even split Megatron needs vpp to divide the layers per stage (arguments.py); an
     uneven split may leave a chunk empty, as the chunks that hold only the embedding or the
@@ -531,6 +533,11 @@ def _virtual_pipeline(
         found.append(f"vpp={lay.vpp}: {train.framework.name} has no virtual pipeline stages")
     if lay.pp == 1:
         found.append(f"vpp={lay.vpp} needs pp > 1")
+    elif lay.pp == 2 and not train.framework.overlap_p2p_comm:
+        found.append(
+            f"vpp={lay.vpp} needs pp > 2 on {train.framework.name} (its interleaved schedule "
+            "blocks on its sends)"
+        )
     elif lay.layer_split is None and model.num_layers % lay.pp == 0:
         if (model.num_layers // lay.pp) % lay.vpp:
             found.append(

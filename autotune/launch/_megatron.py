@@ -192,12 +192,16 @@ def recompute_flags(job: LaunchJob, per_stage_option: str = "") -> list[Flag]:
 def overlap_flags(job: LaunchJob) -> list[Flag]:
     """Bucketed gradient reduction and the parameter all-gather in the next forward, exactly
     when the run has them (docs/reference.md 7.2); the all-gather overlap needs the
-    distributed optimizer and the gradient overlap (arguments.py validate_args)."""
+    distributed optimizer and the gradient overlap (arguments.py validate_args). Interleaved
+    sends run beside the next chunk by default; a stack that blocks on them turns that off
+    (docs/reference.md 7.3)."""
     train, flags = job.train, []
     if train.overlaps_grad_reduce:
         flags.append(flag("--overlap-grad-reduce"))
         if train.overlaps_param_gather and job.layout.distributed_optimizer:
             flags.append(flag("--overlap-param-gather"))
+    if job.layout.vpp > 1 and not train.framework.overlap_p2p_comm:
+        flags.append(flag("--no-overlap-p2p-communication"))
     return flags
 
 

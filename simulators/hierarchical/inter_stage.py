@@ -128,10 +128,13 @@ def run_pipeline(
     activation_bytes: Sequence[float],
     transient_bytes: Sequence[float],
     record: bool = True,
+    blocking: bool = False,
 ) -> PipelineRun:
     """Run the schedule; per-virtual-stage inputs are indexed ``chunk * p + rank``.
 
-    ``p2p_s[k]`` is the transfer between virtual stages k and k+1 (either direction).
+    ``p2p_s[k]`` is the transfer between virtual stages k and k+1 (either direction). A
+    receiver waits for the transfer; with ``blocking`` the sender waits for it too before its
+    next block (sends that do not run beside the compute, docs/reference.md 7.3).
     ``record``: keep the spans in ``timeline`` (left empty otherwise: the figures are the same,
     without a list of seven numbers per block).
     """
@@ -182,6 +185,11 @@ def run_pipeline(
                     if final:
                         last[r][chunk] = (start, end)
                 ends[own] = end
+                if blocking:
+                    out = vs if forward else vs - 1
+                    if 0 <= out < stages - 1:
+                        rank_wait += p2p_s[out]
+                        end += p2p_s[out]
                 if record:
                     if link:
                         sender = (vs - 1) % p if forward else (vs + 1) % p

@@ -146,6 +146,7 @@ class HierarchicalSimulator:
             activation_bytes=[plan.activation_bytes() for plan in plans],
             transient_bytes=[plan.transient_bytes() for plan in plans],
             record=record,
+            blocking=not (v > 1 and train.framework.overlap_p2p_comm),
         )
         # The first and last stages all-reduce a tied embedding's gradient after the DP sync.
         tied_s = comm.time_s(

@@ -20,6 +20,7 @@ from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import all_to_all_time_s
 from simulators.collectives import deepep_time_s
+from simulators.collectives import p2p_time_s
 from simulators.collectives import place_group
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import make_train
@@ -475,6 +476,46 @@ def test_pipeline_p2p_sends_a_tp_slice_and_all_gathers_it_by_hand() -> None:
         TINY, cluster(2), train, dataclasses.replace(layout, sequence_parallel=True)
     )
     assert sp.breakdown["pp_comm"] == pytest.approx(m * 2 * send)
+
+
+def test_a_pipeline_rank_pays_the_network_only_on_the_boundaries_that_cross_it() -> None:
+    """1F1B exchanges with the next stage, then with the previous one, blocking. The rank
+    whose links are slowest pays its two boundaries: both over the network with a stage per
+    node, one over it when two stages share a node (ranks 0, 4 | 8, 12), none inside one."""
+    train = make_train(seq_len=2048, global_batch_size=8)
+    send = 2048 * 64 * 2  # tokens x hidden x 2 B, the whole activation (tp 1)
+    near, far = (p2p_time_s(send, same_node, cluster(2)) for same_node in (True, False))
+    assert far > 2 * near
+    expected = {
+        (16, 8, 2): 2 * far,  # stages 8 ranks apart: a node each
+        (16, 4, 4): far + near,  # 4 apart: two per node
+        (8, 2, 4): 2 * near,  # the whole pipeline in one node
+    }
+    for (world, dp, pp), per_microbatch in expected.items():
+        layout = Layout.resolve(world, dp=dp, pp=pp)
+        model = dataclasses.replace(TINY, num_layers=pp)
+        pred = analytical().simulate(model, cluster(world // 8), train, layout)
+        m = 8 // dp
+        assert pred.breakdown["pp_comm"] == pytest.approx(m * per_microbatch), (world, dp, pp)
+
+
+def test_interleaved_sends_hide_behind_the_next_chunk_where_the_framework_overlaps_them() -> None:
+    """The interleaved schedule exchanges with both neighbours once per chunk. Megatron-Core
+    runs that beside the next chunk's compute (overlap_p2p_comm, on with vpp), so a send
+    shorter than a chunk costs nothing; Megatron-LM's 2021 schedule blocks on it."""
+    model = dataclasses.replace(
+        TINY, num_layers=8, hidden_size=2048, ffn_hidden_size=8192, head_dim=512
+    )
+    layout = Layout.resolve(16, dp=8, pp=2, vpp=2, sequence_parallel=False)
+    far = p2p_time_s(2048 * 2048 * 2, False, cluster(2))  # a stage per node: every link crosses
+    for framework, per_microbatch in (("megatron_core", 0.0), ("megatron_lm", 2 * far)):
+        train = make_train(framework, seq_len=2048, global_batch_size=16)
+        pred = analytical().simulate(model, cluster(2), train, layout)
+        assert pred.breakdown["pp_comm"] == pytest.approx(2 * per_microbatch), framework
+        # Without virtual stages both run blocking 1F1B.
+        flat = dataclasses.replace(layout, vpp=1)
+        pred = analytical().simulate(model, cluster(2), train, flat)
+        assert pred.breakdown["pp_comm"] == pytest.approx(2 * 2 * far), framework
 
 
 def test_fp8_casts_by_hand() -> None:

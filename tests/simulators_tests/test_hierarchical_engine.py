@@ -73,6 +73,26 @@ def test_p2p_wait_is_told_apart_from_the_bubble() -> None:
         assert run.finish_s[r] == pytest.approx(run.busy_s[r] + run.bubble_s[r] + run.pp_comm_s[r])
 
 
+def test_a_blocking_send_holds_its_sender_too() -> None:
+    """1F1B without overlap: a rank waits for its own send before its next block.
+
+    p 2, m 4, forward 1 s, backward 2 s, a 0.5 s link. Rank 0: F0 0-1 (send to 1.5), F1
+    1.5-2.5 (to 3.0), B0 5.0-7.0 (rank 1's B0 ran 2.5-4.5, its send to 5.0), F2 7-8 (to 8.5),
+    B1 8.5-10.5, F3 10.5-11.5 (to 12), B2 12-14, B3 15.5-17.5. Without blocking the sends only
+    delay their receivers: 17.0.
+    """
+    args = ("1f1b", 2, 4, 1, [1.0, 1.0], [2.0, 2.0], [0.5], [1.0, 1.0], [0.0, 0.0])
+    blocking = run_pipeline(*args, blocking=True)
+    assert blocking.finish_s == pytest.approx((17.5, 15.5))
+    # Its 4 sends, and the link before B0 and B3 (it was idle when their inputs left).
+    assert blocking.pp_comm_s[0] == pytest.approx(3.0)
+    assert max(run_pipeline(*args).finish_s) == pytest.approx(17.0)
+    for r in range(2):
+        assert blocking.finish_s[r] == pytest.approx(
+            blocking.busy_s[r] + blocking.bubble_s[r] + blocking.pp_comm_s[r]
+        )
+
+
 def test_grad_buckets_overlap_the_last_backward() -> None:
     timeline: list[float] = []
     hidden = grad_sync(0, [(10.0, 14.0)], [[1.0] * 4], 14.0, True, timeline)

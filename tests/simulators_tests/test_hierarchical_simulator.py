@@ -138,6 +138,22 @@ def test_vpp_shrinks_the_bubble_and_gpipe_holds_more_activations() -> None:
     )
 
 
+def test_interleaved_sends_block_only_where_the_framework_does_not_overlap_them() -> None:
+    """Megatron-Core runs interleaved pipeline sends beside the next chunk; Megatron-LM's 2021
+    schedule and every plain 1F1B block on them (docs/reference.md 7.3)."""
+    layout = Layout.resolve(CLUSTER.num_devices, tp=2, pp=4, vpp=2)
+    pp_comm = {
+        framework: SIM.simulate(
+            MODEL,
+            CLUSTER,
+            dataclasses.replace(TRAIN, framework=catalog.load_framework(framework)),
+            layout,
+        ).breakdown["pp_comm"]
+        for framework in ("megatron_core", "megatron_lm")
+    }
+    assert pp_comm["megatron_lm"] > 2 * pp_comm["megatron_core"]
+
+
 def test_trace_is_valid_json_with_events_on_every_rank(tmp_path: Path) -> None:
     lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=4, vpp=2)
     path = SIM.write_trace(MODEL, CLUSTER, TRAIN, lay, tmp_path / "trace.json")

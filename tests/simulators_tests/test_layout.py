@@ -75,6 +75,18 @@ def test_vpp_needs_pp() -> None:
     assert found == ["vpp=2 needs pp > 1"]
 
 
+def test_vpp_with_two_stages_needs_a_schedule_that_overlaps_its_sends() -> None:
+    """Megatron's interleaved schedule without the p2p overlap (Megatron-LM of 2020-22, or
+    --no-overlap-p2p-communication today) asserts pp > 2 (arguments.py)."""
+    lay = Layout(dp=2, tp=8, pp=2, vpp=2, sequence_parallel=True)
+    core = make_train("megatron_core", seq_len=4096, global_batch_size=1024)
+    assert _violations(lay, train=core) == []
+    found = _violations(lay)  # TRAIN runs megatron_lm
+    assert found == [
+        "vpp=2 needs pp > 2 on megatron_lm (its interleaved schedule blocks on its sends)"
+    ]
+
+
 def test_vpp_must_divide_layers_per_stage() -> None:
     found = _violations(Layout(dp=1, tp=8, pp=4, vpp=3, sequence_parallel=True))
     assert found == ["vpp=3 does not divide the 80/4 layers per stage"]

@@ -57,11 +57,17 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
     Raises:
         UserError: one line saying what is wrong and what is allowed.
     """
+    _refuse_keyless(overrides)
     _refuse_paths(overrides)
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
         OmegaConf.resolve(cfg)
+    except AssertionError:  # Hydra checks some override forms with bare asserts
+        raise UserError(
+            f"cannot apply the overrides {' '.join(overrides)!r}; write key=value "
+            "(e.g. model=llama70b parallel.tp=8)"
+        ) from None
     except MissingConfigException as exc:
         raise UserError(_missing_message(exc)) from None
     except OverrideParseException as exc:
@@ -76,6 +82,18 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
         listed = "; ".join(f"{key} (allowed: {allowed})" for key, allowed in unknown)
         raise UserError(f"unknown key(s) {listed}")
     return cfg
+
+
+def _refuse_keyless(overrides: Sequence[str]) -> None:
+    """An override must name a key: ``+=``, ``=1`` or ``~@pkg`` name none (Hydra asserts on
+    some of them, or says "Config group override must be a string")."""
+    for override in overrides:
+        key = override.partition("=")[0].lstrip("+~").partition("@")[0]
+        if not key.strip():
+            raise UserError(
+                f"cannot parse the override {override!r}: it names no key; write key=value "
+                "(e.g. model=llama70b parallel.tp=8), +key=value to add one, ~key to delete one"
+            )
 
 
 def _refuse_paths(overrides: Sequence[str]) -> None:

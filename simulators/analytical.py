@@ -69,6 +69,7 @@ from simulators.specs import TrainSpec
 from simulators.states import StateBytes
 from simulators.states import fp8_primary_params
 from simulators.states import gathered_weight_bytes
+from simulators.states import grad_accumulation_bytes
 from simulators.states import optimizer_step_s
 from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
@@ -188,7 +189,9 @@ class _Job:
         "distributed_optimizer",
     )
     EMBEDDING_FIELDS = ("dp", "tp", "pp", "cp")  # the tied embedding's gradient all-reduce
-    PIPELINE_FIELDS = _fields_but("distributed_optimizer")  # the stages
+    # a micro-batch's gradient accumulation: the optimizer's buffers, the micro-batches
+    ACCUMULATE_FIELDS = ("distributed_optimizer", "dp", "micro_batch")
+    PIPELINE_FIELDS = LAYOUT_FIELDS  # the stages (the optimizer's buffers: their accumulation)
     TERMS_FIELDS = _fields_but(  # what a rank's parameters cost beyond its layers
         "micro_batch", "recompute", "recompute_layers", "layer_split", "sequence_parallel", "vpp"
     )
@@ -259,6 +262,15 @@ class _Job:
             seconds = _p2p_s(self.model, self.cluster, self.train, layout, tokens)
             self._p2p[key] = seconds
         return seconds
+
+    def accumulate_s(self, layout: Layout) -> tuple[float, float]:
+        """Seconds per (dense, routed-expert) parameter held that a micro-batch's gradient
+        accumulation takes."""
+        bandwidth = self.cluster.device.achieved_memory_bytes_per_s
+        return (
+            grad_accumulation_bytes(self.train, layout) / bandwidth,
+            grad_accumulation_bytes(self.train, layout, expert=True) / bandwidth,
+        )
 
     def logits(self, layout: Layout) -> tuple[float, float]:
         """(seconds, bytes) of the output layer and loss on the last stage (:func:`_logits`)."""
@@ -421,6 +433,7 @@ def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
             vpp=layout.vpp,
             sends=sends,
             overlap_p2p=job.train.framework.overlap_p2p_comm,
+            accumulate_s=job.accumulate_s(layout),
             logits=logits,
             ops=FLOATS,
         )

@@ -264,6 +264,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     dense, moe = _layer_costs(job, columns)
     shapes, shape_of, kinds = _kinds(job, columns)
     sends, sends_group = columns.each(job.P2P_FIELDS, job.p2p_s)
+    accumulate, accumulate_group = columns.each(job.ACCUMULATE_FIELDS, job.accumulate_s)
     logits, logits_group = columns.each(job.LOGITS_FIELDS, job.logits)
     stages = stage(
         job.params,
@@ -281,6 +282,10 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
             _column([faster for _, faster in sends], sends_group),
         ),
         overlap_p2p=job.train.framework.overlap_p2p_comm,
+        accumulate_s=(
+            _column([dense for dense, _ in accumulate], accumulate_group),
+            _column([expert for _, expert in accumulate], accumulate_group),
+        ),
         logits=(
             _column([s for s, _ in logits], logits_group),
             _column([b for _, b in logits], logits_group),

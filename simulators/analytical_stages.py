@@ -185,6 +185,7 @@ def stage(
     vpp: Real,
     sends: tuple[Real, Real],
     overlap_p2p: bool,
+    accumulate_s: tuple[Real, Real],
     logits: tuple[Real, Real],
     ops: Ops,
 ) -> Stage:
@@ -194,7 +195,9 @@ def stage(
     layers that full recompute checkpoints (0 without full recompute), ``selective`` 1 with
     selective recompute; ``sends`` a micro-batch's transfer over each of the rank's two
     pipeline boundaries, the slower first (:func:`pipeline_sends_s`); ``overlap_p2p`` whether
-    the framework runs interleaved sends beside the next chunk; ``logits`` the (seconds,
+    the framework runs interleaved sends beside the next chunk; ``accumulate_s`` the seconds
+    per dense and per routed-expert parameter held that a micro-batch's gradient accumulation
+    takes (:func:`simulators.states.grad_accumulation_bytes`); ``logits`` the (seconds,
     bytes) of the output layer and loss.
     """
     n_dense, n_moe, first, last = kind
@@ -225,6 +228,8 @@ def stage(
         ops.maximum(dense.activation_bytes, moe.activation_bytes), last * logits_bytes
     )
     expert_params = n_moe * params.expert_per_layer / (ep * tp)
+    # Each backward adds its weight gradients to the buffer the step reduces.
+    backward += accumulate_s[0] * dense_params + accumulate_s[1] * expert_params
     return Stage(
         compute_s=forward + backward + last * logits_s,
         recompute_s=recompute_s,

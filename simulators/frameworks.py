@@ -22,6 +22,7 @@ from simulators.errors import SpecError
 __all__ = [
     "CP_A2A_STYLES",
     "CP_COMM_TYPES",
+    "GRAD_ACCUMULATIONS",
     "LAYER_SPLITS",
     "OPTIMIZER_MODES",
     "FrameworkSpec",
@@ -42,6 +43,17 @@ CP_COMM_TYPES = ("p2p", "a2a")
 #              all-to-all around the local attention for each of Q, K, V and the output; the KV
 #              heads are repeated to the query heads first (--kv-head-repeat-before-uly-alltoall)
 CP_A2A_STYLES = ("te", "deepspeed")
+
+# How a rank adds each micro-batch's weight gradients to what the step reduces
+# (docs/reference.md 7.2):
+#   fused      the weight-gradient GEMM accumulates into the gradient buffer in its epilogue
+#              (Megatron's --gradient-accumulation-fusion, TE's fuse_wgrad_accumulation)
+#   main_grad  the GEMM writes the gradient in the model dtype and Megatron's DDP hook adds it
+#              into the buffer (param.main_grad.add_; --no-gradient-accumulation-fusion)
+#   autograd   PyTorch adds it into param.grad in the model dtype (DeepSpeed's engine); an
+#              optimizer that keeps a wider buffer (DeepSpeed's BF16_Optimizer) clears
+#              param.grad before each backward and adds a cast copy into that buffer after it
+GRAD_ACCUMULATIONS = ("fused", "main_grad", "autograd")
 
 # How the optimizer states are held: ``replicated`` on every data-parallel rank, or
 # ``distributed`` (Megatron's distributed optimizer, DeepSpeed ZeRO-1; Layout
@@ -121,10 +133,13 @@ class FrameworkSpec:
     the framework is usually run (else after the whole pipeline). ``overlap_param_gather``: the
     distributed optimizer's parameter all-gather hides in the next forward. A run may say
     otherwise (:class:`simulators.TrainSpec`).
-    ``grad_reduce_in_fp32``: bf16 gradients are reduced in fp32 (Megatron's fp32 main grads),
-    else in the model's dtype. Buckets hold ``max(grad_bucket_params_min,
-    grad_bucket_params_per_dp * dp)`` gradients; ``reduce_scatter_grads``: a distributed
-    optimizer reduce-scatters the gradients (else every rank all-reduces them).
+    ``grad_accumulation``: how each micro-batch's weight gradients reach the gradient buffer
+    (:data:`GRAD_ACCUMULATIONS`); ``expert_grad_accumulation``: the same for the routed
+    experts' grouped GEMMs. ``grad_reduce_in_fp32``: bf16 gradients are reduced in fp32
+    (Megatron's fp32 main grads), else in the model's dtype. Buckets hold
+    ``max(grad_bucket_params_min, grad_bucket_params_per_dp * dp)`` gradients;
+    ``reduce_scatter_grads``: a distributed optimizer reduce-scatters the gradients (else
+    every rank all-reduces them).
     ``state_bytes_per_param``: what a rank keeps per parameter, by precision and optimizer
     mode (:class:`StateBytes`). ``tp_comm_overlap``: TP collectives hide behind GEMMs.
     ``fp8``: FP8 GEMMs through Transformer Engine. ``fp8_param_gather``: FP8 runs keep the
@@ -146,6 +161,8 @@ class FrameworkSpec:
     virtual_pipeline: bool
     p2p_tp_sliced: bool
     overlap_p2p_comm: bool
+    grad_accumulation: str
+    expert_grad_accumulation: str
     can_overlap_grad_reduce: bool
     overlap_grad_reduce: bool
     overlap_param_gather: bool
@@ -178,6 +195,8 @@ class FrameworkSpec:
     def __post_init__(self) -> None:
         owner = f"framework {self.name!r}"
         require_choice(owner, "layer_split", self.layer_split, LAYER_SPLITS)
+        for name in ("grad_accumulation", "expert_grad_accumulation"):
+            require_choice(owner, name, getattr(self, name), GRAD_ACCUMULATIONS)
         require_non_negative(
             owner,
             grad_bucket_params_min=self.grad_bucket_params_min,

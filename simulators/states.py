@@ -23,6 +23,7 @@ __all__ = [
     "fp8_primary",
     "fp8_primary_params",
     "gathered_weight_bytes",
+    "grad_accumulation_bytes",
     "optimizer_step_s",
     "state_bytes_of",
     "state_memory_bytes",
@@ -41,6 +42,37 @@ def state_bytes_of(train: TrainSpec, layout: Layout) -> StateBytes:
     sizes = train.framework.state_bytes(train.compute_dtype, layout.distributed_optimizer)
     buffer_change = train.grad_reduce_bytes - train.framework.grad_reduce_bytes(train.precision)
     return replace(sizes, grad=sizes.grad + buffer_change) if buffer_change else sizes
+
+
+def grad_accumulation_bytes(train: TrainSpec, layout: Layout, expert: bool = False) -> float:
+    """Memory traffic per parameter a rank holds (a routed expert's with ``expert``), each
+    micro-batch, to add that micro-batch's weight gradient to the gradients the step reduces,
+    beyond the weight-gradient GEMM's own output (docs/reference.md 7.2). With ``w`` bytes
+    per model-dtype element and a ``g``-byte gradient buffer:
+
+    - ``fused``: none, the GEMM accumulates in its epilogue;
+    - ``main_grad``: read the gradient and the buffer, write the buffer, ``w + 2g``;
+    - ``autograd``: ``param.grad += grad`` in the model dtype, ``3w``, except in the step's
+      first micro-batch, whose gradient becomes ``param.grad`` (the optimizer set it to None);
+      an optimizer with a wider buffer of ``b = g - w`` bytes (DeepSpeed's BF16_Optimizer)
+      sets ``param.grad`` to None before every backward instead, then casts the gradient
+      (``w + b``) and adds it into its buffer (``3b``).
+
+    The mean over the step's micro-batches.
+    """
+    framework = train.framework
+    mode = framework.expert_grad_accumulation if expert else framework.grad_accumulation
+    if mode == "fused":
+        return 0.0
+    sizes = state_bytes_of(train, layout)
+    w, g = sizes.weight, sizes.grad
+    if mode == "main_grad":
+        return w + 2 * g
+    wider = max(0.0, g - w)
+    if wider:
+        return w + 4 * wider
+    m = max(1, layout.num_microbatches(train))
+    return 3 * w * (m - 1) / m
 
 
 def _shards(layout: Layout) -> tuple[int, int]:

@@ -121,9 +121,14 @@ def _moe_flags(job: LaunchJob) -> list[Flag]:
         flags.append(flag("--moe-layer-freq", f"([0]*{dense}+[1]*{moe})"))
     if model.moe_top_k == 1:
         flags.append(flag("--moe-router-pre-softmax"))
-    if job.dtype == "bf16":
+    if uses_grouped_gemm(job):
         flags.append(flag("--moe-grouped-gemm"))
     return flags
+
+
+def uses_grouped_gemm(job: LaunchJob) -> bool:
+    """The experts run as grouped GEMMs (``--moe-grouped-gemm``: bf16 on core_v0.12.1)."""
+    return job.model.is_moe and job.dtype == "bf16"
 
 
 def one_to_one_flags(job: LaunchJob, skip: frozenset[str] = frozenset()) -> list[Flag]:

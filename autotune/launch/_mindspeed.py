@@ -23,6 +23,7 @@ from autotune.launch._megatron import one_to_one_flags
 from autotune.launch._megatron import overlap_flags
 from autotune.launch._megatron import pipeline_flags
 from autotune.launch._megatron import recompute_flags
+from autotune.launch._megatron import uses_grouped_gemm
 from autotune.launch._script import CLUSTER_VARIABLES
 from autotune.launch._script import RUN_HINT
 from autotune.launch._script import RUN_VARIABLES
@@ -92,6 +93,13 @@ def _implementation_flags(job: LaunchJob) -> tuple[Flag, ...]:
         flags.append(flag("--use-fused-swiglu"))
     if uses_rope(model):
         flags += [flag("--use-rotary-position-embeddings"), flag("--use-fused-rotary-pos-emb")]
+    # The weight gradients are accumulated as priced (docs/reference.md 7.2): through the DDP
+    # hook, as most example scripts run them, and the grouped experts' inside their GEMM.
+    framework = job.train.framework
+    if framework.grad_accumulation != "fused":
+        flags.append(flag("--no-gradient-accumulation-fusion"))
+    if uses_grouped_gemm(job) and framework.expert_grad_accumulation == "fused":
+        flags.append(flag("--gemm-gradient-accumulation-fusion"))
     return (*flags, *dtype_flags(job))
 
 

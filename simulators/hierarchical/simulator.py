@@ -38,6 +38,7 @@ from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
 from simulators.states import fp8_primary_params
 from simulators.states import gathered_weight_bytes
+from simulators.states import grad_accumulation_bytes
 from simulators.states import optimizer_step_s
 from simulators.states import state_bytes_of
 from simulators.states import state_memory_bytes
@@ -132,7 +133,18 @@ class HierarchicalSimulator:
         logits = head.micro_batch * head.seq_q * head.vocab * consts.logits_bytes_per_element
         plans = _plans(model, train, layout, graphs, logits)
         tied = model.tied_embeddings
-        blocks = [coster.chunk_blocks(plan) for plan in plans]
+        # Each backward adds its chunk's weight gradients to the buffer the step reduces.
+        bandwidth = cluster.device.achieved_memory_bytes_per_s
+        dense_s = grad_accumulation_bytes(train, layout) / bandwidth
+        expert_s = grad_accumulation_bytes(train, layout, expert=True) / bandwidth
+        blocks = [
+            _with_accumulation(
+                *coster.chunk_blocks(plan),
+                dense_s * _params(plan, expert=False, tied=tied)
+                + expert_s * _params(plan, expert=True, tied=tied),
+            )
+            for plan in plans
+        ]
         p, v, m = layout.pp, layout.vpp, layout.num_microbatches(train)
         p2p_s = _p2p_s(graphs["head"].input_bytes, train, layout, comm)
         run = run_pipeline(
@@ -389,6 +401,18 @@ def _p2p_s(
     send = boundary_bytes / layout.tp if sliced else boundary_bytes
     gather_s = comm.time_s("all_gather", boundary_bytes, "tp") if sliced else 0.0
     return lambda src, dst: comm.p2p_s(send, src, dst, "pp") + gather_s
+
+
+def _with_accumulation(forward: Block, backward: Block, seconds: float) -> tuple[Block, Block]:
+    """The chunk's blocks, its backward followed by ``seconds`` of gradient accumulation (a
+    memory-bound pass on the compute stream)."""
+    if not seconds:
+        return forward, backward
+    parts = {**backward.parts, "compute": backward.parts["compute"] + seconds}
+    categories = {**backward.categories, "memory": backward.categories["memory"] + seconds}
+    return forward, Block(
+        duration_s=backward.duration_s + seconds, parts=parts, categories=categories
+    )
 
 
 def _params(plan: ChunkPlan, expert: bool, tied: bool) -> int:

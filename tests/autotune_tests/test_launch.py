@@ -388,6 +388,9 @@ def test_mindspeed_script_passes_mindspeed_rules(case: Case, tmp_path: Path) -> 
     algo = {"p2p": "megatron_cp_algo", "a2a": "ulysses_cp_algo"}[job.train.context_exchange]
     assert args.get("--context-parallel-algo") == (algo if layout.cp > 1 else None)
     assert args["--padded-vocab-size"] == job.model.vocab_size
+    # Gradients accumulate as priced: the DDP hook, the grouped experts inside their GEMM.
+    assert "--no-gradient-accumulation-fusion" in args
+    assert ("--gemm-gradient-accumulation-fusion" in args) == job.model.is_moe
     if layout.recompute_layers and layout.vpp > 1:
         assert args["--recompute-num-layers"] == layout.recompute_layers
         assert "--enable-recompute-layers-per-pp-rank" in args

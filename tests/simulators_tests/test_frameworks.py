@@ -232,3 +232,56 @@ def test_the_ring_hides_under_attention_in_both_passes_alike() -> None:
     ]
     assert exposed[0] > 0
     assert exposed[1] == pytest.approx(exposed[0], rel=0.2)
+
+
+def test_each_stack_accumulates_weight_gradients_its_own_way() -> None:
+    """Bytes moved per parameter and micro-batch to accumulate weight gradients, beyond the
+    weight-gradient GEMM (docs/reference.md 7.2), worked out by hand."""
+    from simulators.states import grad_accumulation_bytes
+
+    def per_param(framework: str, distributed: bool = False, **values: object) -> float:
+        train = make_train(framework, **{"seq_len": 2048, "global_batch_size": 32, **values})
+        layout = Layout(dp=8, micro_batch=1, distributed_optimizer=distributed)  # m = 4
+        return grad_accumulation_bytes(train, layout)
+
+    assert per_param("megatron_core") == per_param("megatron_lm") == 0.0  # in the GEMM
+    # MindSpeed's DDP hook: main_grad.add_(grad) reads 2 + 4, writes 4; a bf16 buffer 2 + 2 + 2.
+    assert per_param("mindspeed") == 10.0
+    assert per_param("mindspeed", grad_reduce_in_fp32=False) == 6.0
+    # DeepSpeed: param.grad += grad (2 + 2 + 2) in 3 of the 4 micro-batches; the first one's
+    # gradient becomes param.grad. BF16_Optimizer (bf16 without ZeRO) sets param.grad to None
+    # before every backward, casts the gradient (2 + 4) and adds it into its fp32 buffer
+    # (4 + 4 + 4): 18.
+    assert per_param("megatron_deepspeed", distributed=True) == pytest.approx(6 * 3 / 4)
+    assert per_param("megatron_deepspeed", precision="fp16") == pytest.approx(6 * 3 / 4)
+    assert per_param("megatron_deepspeed") == 18.0
+    # One micro-batch: autograd's gradient is the gradient, nothing to add.
+    one = make_train("megatron_deepspeed", seq_len=2048, global_batch_size=8, precision="fp16")
+    assert grad_accumulation_bytes(one, Layout(dp=8, micro_batch=1)) == 0.0
+    # Grouped-GEMM experts accumulate inside their GEMM on MindSpeed.
+    ascend_train = make_train("mindspeed", seq_len=2048, global_batch_size=32)
+    assert grad_accumulation_bytes(ascend_train, Layout(dp=8), expert=True) == 0.0
+
+
+def test_gradient_accumulation_adds_to_the_backward_in_both_simulators() -> None:
+    """One pipeline rank holding every parameter: the step's compute grows by m x bytes x
+    parameters / achieved HBM bandwidth when the framework accumulates outside the GEMM."""
+    import dataclasses
+
+    from simulators.hierarchical import HierarchicalSimulator
+
+    spec = dataclasses.replace(model("llama2_7b"), num_layers=2)
+    cluster = ascend(1)
+    fused = dataclasses.replace(catalog.load_framework("mindspeed"), grad_accumulation="fused")
+    train = make_train("mindspeed", seq_len=1024, global_batch_size=16)
+    layout = Layout.resolve(8, tp=8)  # m = 16
+    hierarchical = HierarchicalSimulator.from_config(catalog.simulator_constants("hierarchical"))
+    for simulator in (analytical(), hierarchical):
+        hooked = simulator.simulate(spec, cluster, train, layout)
+        in_gemm = simulator.simulate(
+            spec, cluster, dataclasses.replace(train, framework=fused), layout
+        )
+        params = spec.num_params / 8  # split over TP 8 (the replicated norms: a rounding error)
+        expected = 16 * 10 * params / cluster.device.achieved_memory_bytes_per_s
+        extra = hooked.breakdown["compute"] - in_gemm.breakdown["compute"]
+        assert extra == pytest.approx(expected, rel=0.02), type(simulator).__name__

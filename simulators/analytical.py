@@ -191,7 +191,8 @@ class _Job:
     EMBEDDING_FIELDS = ("dp", "tp", "pp", "cp")  # the tied embedding's gradient all-reduce
     # a micro-batch's gradient accumulation: the optimizer's buffers, the micro-batches
     ACCUMULATE_FIELDS = ("distributed_optimizer", "dp", "micro_batch")
-    PIPELINE_FIELDS = LAYOUT_FIELDS  # the stages (the optimizer's buffers: their accumulation)
+    # the stages; the optimizer mode only through the accumulation, keyed by its value
+    PIPELINE_FIELDS = _fields_but("distributed_optimizer")
     TERMS_FIELDS = _fields_but(  # what a rank's parameters cost beyond its layers
         "micro_batch", "recompute", "recompute_layers", "layer_split", "sequence_parallel", "vpp"
     )
@@ -213,6 +214,7 @@ class _Job:
         self._terms: dict[tuple[object, ...], RankTerms] = {}
         self._pipelines: dict[tuple[object, ...], _Pipeline] = {}
         self._p2p: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._accumulate: dict[tuple[object, ...], tuple[float, float]] = {}
         self._logits: dict[tuple[object, ...], tuple[float, float]] = {}
         self._data_parallel: dict[tuple[object, ...], _DataParallel] = {}
         self._embedding_sync: dict[tuple[object, ...], float] = {}
@@ -266,11 +268,15 @@ class _Job:
     def accumulate_s(self, layout: Layout) -> tuple[float, float]:
         """Seconds per (dense, routed-expert) parameter held that a micro-batch's gradient
         accumulation takes."""
-        bandwidth = self.cluster.device.achieved_memory_bytes_per_s
-        return (
-            grad_accumulation_bytes(self.train, layout) / bandwidth,
-            grad_accumulation_bytes(self.train, layout, expert=True) / bandwidth,
-        )
+        key = _ACCUMULATE_KEY(layout)
+        seconds = self._accumulate.get(key)
+        if seconds is None:
+            bandwidth = self.cluster.device.achieved_memory_bytes_per_s
+            seconds = self._accumulate[key] = (
+                grad_accumulation_bytes(self.train, layout) / bandwidth,
+                grad_accumulation_bytes(self.train, layout, expert=True) / bandwidth,
+            )
+        return seconds
 
     def logits(self, layout: Layout) -> tuple[float, float]:
         """(seconds, bytes) of the output layer and loss on the last stage (:func:`_logits`)."""
@@ -296,10 +302,11 @@ class _Job:
 
     def pipeline(self, layout: Layout) -> _Pipeline:
         """The stages of ``layout``, one per kind of pipeline rank, and the pace they set."""
-        key = _PIPELINE_KEY(layout)
+        accumulate_s = self.accumulate_s(layout)
+        key = (_PIPELINE_KEY(layout), accumulate_s)
         pipeline = self._pipelines.get(key)
         if pipeline is None:
-            pipeline = self._pipelines[key] = _pipeline(self, layout)
+            pipeline = self._pipelines[key] = _pipeline(self, layout, accumulate_s)
         return pipeline
 
     def rank_terms(
@@ -385,6 +392,7 @@ _LAYER_TIMES_KEY = attrgetter(*_Job.LAYER_TIMES_FIELDS)
 _P2P_KEY = attrgetter(*_Job.P2P_FIELDS)
 _LOGITS_KEY = attrgetter(*_Job.LOGITS_FIELDS)
 _PIPELINE_KEY = attrgetter(*_Job.PIPELINE_FIELDS)
+_ACCUMULATE_KEY = attrgetter(*_Job.ACCUMULATE_FIELDS)
 _EMBEDDING_KEY = attrgetter(*_Job.EMBEDDING_FIELDS)
 _TERMS_KEY = attrgetter(*_Job.TERMS_FIELDS)
 
@@ -414,7 +422,7 @@ class _Pipeline(NamedTuple):
     bubble_s: float
 
 
-def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
+def _pipeline(job: _Job, layout: Layout, accumulate_s: tuple[float, float]) -> _Pipeline:
     dense, moe = job.layer_costs(layout)
     shape = job.shape(layout)
     sends, logits = job.p2p_s(layout), job.logits(layout)
@@ -433,7 +441,7 @@ def _pipeline(job: _Job, layout: Layout) -> _Pipeline:
             vpp=layout.vpp,
             sends=sends,
             overlap_p2p=job.train.framework.overlap_p2p_comm,
-            accumulate_s=job.accumulate_s(layout),
+            accumulate_s=accumulate_s,
             logits=logits,
             ops=FLOATS,
         )

@@ -56,8 +56,8 @@ log = logging.getLogger("autotune")
 # constraints set in the objective (Optuna 5 `trial.set_constraint`).
 SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
     # 64 expected-improvement candidates instead of 24: 20 of 20 seeds within 2% of the
-    # exhaustive optimum on llama70b/ascend's 2,268 layouts, against 17 of 20; 8 of 10 on its
-    # 4,860 layouts with uneven splits (benchmarks/bench_autotune.py, README).
+    # exhaustive optimum on llama70b/ascend's 2,268 layouts, against 17 of 20, when chosen;
+    # today's figures: benchmarks/results/autotune.md (README, "Measured figures").
     "tpe": lambda seed: optuna.samplers.TPESampler(
         seed=seed, multivariate=True, n_ei_candidates=64
     ),

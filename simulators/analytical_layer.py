@@ -180,13 +180,19 @@ def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, ac
 
     Two norms (read + write h) and two residual adds (read 2h, write h), rotary embedding on
     Q and K, the MLP activation (SwiGLU reads gate and up, writes their product), and for MoE
-    the permutation of the top-k token copies before and after the experts.
+    the permutation of the top-k token copies before and after the experts. The GPT family
+    has learned positions instead of RoPE, and its two residual adds apply hidden dropout,
+    writing a 1-byte mask each (Megatron's ``bias_dropout_add``).
     """
     tp = layout.tp
     seq_shard = tp if layout.sequence_parallel else 1
     h = model.hidden_size
     norms_residuals = act * (2 * 2 * h + 2 * 3 * h) / seq_shard
-    rope = 2 * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
+    if model.is_gpt_family:
+        norms_residuals += 2 * h / seq_shard
+        rope = 0.0
+    else:
+        rope = 2 * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
     per_f = act * (3 if model.activation == "swiglu" else 2)
     if not moe:
         return norms_residuals + rope + per_f * model.ffn_hidden_size / tp
@@ -246,7 +252,9 @@ def _activation_bytes_per_token(
     Norm inputs and outputs (4 tensors of h, split by TP only with SP), Q/K/V and the attention
     output plus fp32 log-sum-exp per head, MLA latents, and the MLP's gate, up and activation
     outputs (SwiGLU) or fc1 and GeLU outputs; an MoE layer keeps the dispatched top-k token
-    copies, their expert activations and fp32 router probabilities. The inputs of the linear
+    copies, their expert activations and fp32 router probabilities; the GPT family keeps the
+    1-byte masks of its two hidden dropouts (the ``sbh`` mask terms of Korthikanti et al. 2022
+    Table 2), split by TP only with SP. The inputs of the linear
     layers (norm outputs, attention output, MLP activation output, dispatched tokens) take
     ``linear_in`` bytes per element: 1 where FP8 layers save them quantized (docs/reference.md
     7.6), else ``act``.
@@ -267,7 +275,8 @@ def _activation_bytes_per_token(
         k = model.moe_top_k
         mlp = k * (linear_in * h + per_f * model.expert_ffn_hidden_size / tp)
         mlp += 4 * model.num_experts + per_f * model.shared_expert_ffn_hidden_size / tp
-    return norms + attention + lse + mlp
+    masks = 2 * h / seq_shard if model.is_gpt_family else 0.0
+    return norms + attention + lse + mlp + masks
 
 
 def _ulysses_s(

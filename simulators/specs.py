@@ -61,6 +61,17 @@ OPTIMIZERS = ("adam",)
 TOPOLOGIES = ("switch", "full_mesh")
 
 
+def gpt_family(norm: str, activation: str, qkv_bias: bool) -> bool:
+    """Whether a model is Megatron's GPT-2/3 family, the model its defaults build: LayerNorm,
+    GeLU and biases on every linear layer (``add_bias_linear``), which its GPT scripts keep
+    along with the other defaults, learned absolute positions and hidden dropout 0.1
+    (``--hidden-dropout``). ``ModelSpec`` names no position embedding or dropout: this is what
+    tells the GPT rows (vTrain, DLPerf, Korthikanti, GPT-3) from the RoPE models, the Llama
+    family (RMSNorm, SwiGLU) and Nemotron-4 (LayerNorm and a non-gated MLP, but no biases,
+    RoPE and no dropout) (docs/reference.md 3.3)."""
+    return norm == "layernorm" and activation == "gelu" and qkv_bias
+
+
 def _require_unset(owner: str, because: str, values: dict[str, int]) -> None:
     """Fields that ``because`` makes meaningless must be 0, not silently ignored."""
     bad = [f"{name}={value}" for name, value in values.items() if value]
@@ -222,6 +233,11 @@ class ModelSpec:
         return self.num_experts > 0
 
     @property
+    def is_gpt_family(self) -> bool:
+        """Megatron's GPT-2/3 family (:func:`gpt_family`)."""
+        return gpt_family(self.norm, self.activation, self.qkv_bias)
+
+    @property
     def num_moe_layers(self) -> int:
         return self.num_layers - self.first_dense_layers if self.is_moe else 0
 
@@ -277,9 +293,9 @@ class ModelSpec:
         return params
 
     def mlp_params(self, ffn_hidden_size: int) -> int:
-        """Parameters of one MLP of the given width (biases for the GeLU/GPT family)."""
+        """Parameters of one MLP of the given width (biases for the GPT family)."""
         params = self.mlp_matrices * self.hidden_size * ffn_hidden_size
-        if self.activation == "gelu":
+        if self.is_gpt_family:
             params += ffn_hidden_size + self.hidden_size
         return params
 

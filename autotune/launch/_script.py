@@ -66,17 +66,14 @@ class LaunchJob:
 
 
 def uses_rope(model: ModelSpec) -> bool:
-    """Rotary positions for every model but the GPT-2/3 family (GeLU with LayerNorm).
-
-    ModelSpec does not name its position embedding; of the catalog's models (docs/reference.md
-    2) only GPT-3 pairs GeLU with LayerNorm, and it learns absolute positions.
-    """
-    return not (model.activation == "gelu" and model.norm == "layernorm")
+    """Rotary positions for every model but the GPT-2/3 family
+    (:func:`simulators.specs.gpt_family`), which learns absolute positions."""
+    return not model.is_gpt_family
 
 
 def has_linear_bias(model: ModelSpec) -> bool:
-    """Biases on every linear layer: the GeLU family, as ``ModelSpec.mlp_params`` counts them."""
-    return model.activation == "gelu"
+    """Biases on every linear layer: the GPT family, as ``ModelSpec.mlp_params`` counts them."""
+    return model.is_gpt_family
 
 
 @dataclass(frozen=True, slots=True)

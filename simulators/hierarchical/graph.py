@@ -17,6 +17,7 @@ from simulators.layout import Layout
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
 from simulators.specs import TrainSpec
+from simulators.specs import gpt_family
 
 __all__ = [
     "COMM_CATEGORY",
@@ -112,12 +113,9 @@ class LayerShape:
 
     @property
     def gpt(self) -> bool:
-        """GPT-2/3 family (LayerNorm and GeLU): learned positions, biases, hidden dropout.
-
-        ``ModelSpec`` has no position-embedding field; LayerNorm + GeLU is what tells Megatron's
-        GPT (vTrain, DLPerf, Korthikanti rows) from RoPE models (Llama, Qwen: RMSNorm + SwiGLU).
-        """
-        return self.norm == "layernorm" and self.activation == "gelu"
+        """GPT-2/3 family (:func:`simulators.specs.gpt_family`): learned positions, biases,
+        hidden dropout."""
+        return gpt_family(self.norm, self.activation, self.qkv_bias)
 
     @property
     def tokens(self) -> int:

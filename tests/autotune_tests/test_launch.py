@@ -275,6 +275,16 @@ def test_megatron_details_follow_the_job(tmp_path: Path) -> None:
     assert "--overlap-grad-reduce" in replicated and "--overlap-param-gather" not in replicated
 
 
+def test_nemotron_launches_with_rope_and_without_biases(tmp_path: Path) -> None:
+    """Nemotron-4 pairs LayerNorm with a non-gated MLP like GPT-3's, but it has RoPE and no
+    biases: it is not the GPT family (simulators.specs.gpt_family)."""
+    case = Case("nemotron", "nemotron4_15b", "h100", (), dict(tp=8))
+    _write(case, tmp_path)
+    script = (tmp_path / "launch_megatron.sh").read_text()
+    assert "--position-embedding-type rope" in script
+    assert "--disable-bias-linear" in script and "--add-qkv-bias" not in script
+
+
 def test_a_run_without_the_dp_overlap_launches_without_it(tmp_path: Path) -> None:
     job, layout = MEGATRON_CASES[0].specs()
     assert job.train.overlaps_grad_reduce and layout.distributed_optimizer  # the default

@@ -518,6 +518,29 @@ def test_interleaved_sends_hide_behind_the_next_chunk_where_the_framework_overla
         assert pred.breakdown["pp_comm"] == pytest.approx(2 * 2 * far), framework
 
 
+def test_a_gpt_layer_keeps_korthikanti_s_activations_and_nemotron_no_dropout_masks() -> None:
+    """With SP and flash attention a GPT layer keeps 34/t bytes per token and hidden size
+    (Korthikanti et al. 2022 Table 2 without the attention scores), the two 1-byte hidden
+    dropout masks among them; Nemotron-4's layer, LayerNorm and a non-gated MLP too but no
+    dropout, keeps 2/t less per token and hidden size."""
+    from simulators.analytical_layer import layer_bytes
+
+    gpt = catalog.load_model("gpt3_175b")
+    nemotron = dataclasses.replace(gpt, qkv_bias=False)  # Nemotron-4's block at GPT-3's size
+    assert gpt.is_gpt_family and not nemotron.is_gpt_family
+    assert not catalog.load_model("nemotron4_340b").is_gpt_family
+    assert not catalog.load_model("llama2_7b").is_gpt_family
+    train = make_train(seq_len=2048, global_batch_size=8)
+    layout = Layout(dp=2, tp=4, sequence_parallel=True)
+    c = analytical().constants
+    h, tokens, heads = gpt.hidden_size, 2048, gpt.num_attention_heads
+    lse = 4 * heads / 4  # flash attention's fp32 log-sum-exp per head and token
+    saved, _ = layer_bytes(gpt, False, cluster(), train, layout, c)
+    assert saved == pytest.approx(tokens * (34 * h / 4 + lse))
+    saved, _ = layer_bytes(nemotron, False, cluster(), train, layout, c)
+    assert saved == pytest.approx(tokens * (32 * h / 4 + lse))
+
+
 def test_fp8_casts_by_hand() -> None:
     """Llama-2-7B at tp=1: the forward casts each linear input (QKV, proj, fc1 read h, fc2
     reads f), the backward each output gradient (3h, h, 2f, h); 2 bytes read, 1 written."""

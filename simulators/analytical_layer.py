@@ -443,18 +443,24 @@ def layer_bytes(
     seq_shard = layout.tp if layout.sequence_parallel else 1
     linear_in = 1 if train.fp8 else act
     activation_bytes = tokens * _activation_bytes_per_token(model, moe, layout, act, linear_in)
-    if not train.uses_flash_attention(cluster) and layout.recompute != "selective":
+    flash = train.uses_flash_attention(cluster)
+    kept = layout.recompute != "selective"  # selective recompute reruns core attention
+    if not flash and kept:
         # The unfused path keeps softmax output, dropout mask and dropout output: 5as/h per
         # token-hidden in Korthikanti et al. 2022 Table 2 (docs/reference.md 3.3).
         heads = model.num_attention_heads / layout.tp
         saved = c.unfused_attention_bytes_per_score["saved"]
         activation_bytes += tokens * heads * train.seq_len * saved
     ulysses = layout.cp > 1 and train.context_exchange == "a2a"
-    if ulysses and train.framework.cp_a2a_style == "deepspeed" and layout.recompute != "selective":
+    if ulysses and train.framework.cp_a2a_style == "deepspeed" and kept:
         # DeepSpeed-style Ulysses: the kernel keeps its own output (before the exchange back)
         # and K and V repeated to the query heads (docs/reference.md 3.5); selective recompute
         # keeps neither.
         repeated_kv = (model.q_width + model.attn_out_width) / layout.tp
         extra = repeated_kv - _kv_local_width(model, layout.tp) + model.attn_out_width / layout.tp
         activation_bytes += tokens * extra * act
+    elif flash and kept and train.framework.flash_output_copy:
+        # The kernel's output, kept for its backward beside the projection's rearranged copy
+        # (docs/reference.md 3.3).
+        activation_bytes += tokens * model.attn_out_width / layout.tp * act
     return activation_bytes, tokens * model.hidden_size * act / seq_shard

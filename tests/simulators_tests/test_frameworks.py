@@ -285,3 +285,28 @@ def test_gradient_accumulation_adds_to_the_backward_in_both_simulators() -> None
         expected = 16 * 10 * params / cluster.device.achieved_memory_bytes_per_s
         extra = hooked.breakdown["compute"] - in_gemm.breakdown["compute"]
         assert extra == pytest.approx(expected, rel=0.02), type(simulator).__name__
+
+
+def test_megatron_deepspeed_keeps_flash_attention_s_output_twice() -> None:
+    """Its FlashSelfAttention's output is saved by flash-attn and, rearranged, by the output
+    projection: one attention output more per layer than Megatron-Core keeps, unless selective
+    recompute reruns the kernel or the path is unfused (docs/reference.md 3.3)."""
+    from simulators.analytical_layer import layer_bytes
+
+    spec = model("llama2_7b")
+    cluster = ascend(1)
+    c = analytical().constants
+
+    def saved(framework: str, recompute: str = "none", flash: bool = True) -> float:
+        train = make_train(framework, seq_len=2048, global_batch_size=8, flash_attention=flash)
+        layout = Layout(dp=4, tp=2, recompute=recompute, sequence_parallel=False)
+        return layer_bytes(spec, False, cluster, train, layout, c)[0]
+
+    copy = 2048 * spec.attn_out_width / 2 * 2  # tokens x width / tp x 2 bytes
+    assert saved("megatron_deepspeed") - saved("megatron_core") == pytest.approx(copy)
+    assert saved("megatron_deepspeed", "selective") == pytest.approx(
+        saved("megatron_core", "selective")
+    )
+    assert saved("megatron_deepspeed", flash=False) == pytest.approx(
+        saved("megatron_core", flash=False)
+    )

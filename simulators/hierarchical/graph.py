@@ -71,9 +71,11 @@ class LayerShape:
     widths and the vocabulary are already divided by TP; ``local_experts`` by EP.
     ``expert_tokens`` is the number of token copies each local expert receives (balanced
     top-k routing). ``flash_attention`` picks the fused kernel or Megatron's unfused path
-    (which records ``attention_dropout`` when set); ``fp8`` runs the linear layers' GEMMs in
-    FP8 and saves their inputs quantized (Transformer Engine). ``cp_comm`` is the CP exchange
-    (``p2p`` ring or ``a2a`` Ulysses), ``cp_a2a_style`` how the framework builds the latter.
+    (which records ``attention_dropout`` when set); ``flash_output_copy``: the output
+    projection reads a rearranged copy of the kernel's output (Megatron-DeepSpeed); ``fp8``
+    runs the linear layers' GEMMs in FP8 and saves their inputs quantized (Transformer Engine).
+    ``cp_comm`` is the CP exchange (``p2p`` ring or ``a2a`` Ulysses), ``cp_a2a_style`` how the
+    framework builds the latter.
     """
 
     kind: str
@@ -106,6 +108,7 @@ class LayerShape:
     shared_ffn: int = 0
     vocab: int = 0
     flash_attention: bool = True
+    flash_output_copy: bool = False
     attention_dropout: bool = False
     fp8: bool = False
     cp_comm: str = "p2p"
@@ -244,6 +247,7 @@ def layer_shapes(
         qk_rope_head_dim=model.qk_rope_head_dim,
         v_head_dim=model.v_head_dim,
         flash_attention=flash,
+        flash_output_copy=flash and train.framework.flash_output_copy,
         attention_dropout=attention_dropout and not flash,
     )
     shapes = {

@@ -171,7 +171,10 @@ class Attention(nn.Module):
         if not s.gpt:
             q, k = _rope(q, self.table), _rope(k, self.table)
         v = v.view(b, n, s.kv_heads, s.head_dim).transpose(1, 2)
-        return self.out(_core(q, k.transpose(1, 2), v, s))
+        context = _core(q, k.transpose(1, 2), v, s)
+        if s.flash_output_copy:  # rearranged with .contiguous() for the projection
+            context = context.clone()
+        return self.out(context)
 
 
 class MLAttention(nn.Module):

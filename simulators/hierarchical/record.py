@@ -521,7 +521,9 @@ def _attention_kernel(
     groups = k.shape[1]
     with _recorder().paused():
         folded = q.reshape(b, sq, groups, heads // groups, d).permute(0, 2, 3, 1, 4)
-        folded = folded.reshape(b, groups, heads // groups * sq, d)
+        # Its own copy even where the fold is a view (one query head per group): a view would
+        # keep the whole fused QKV output, which the kernel's contiguous Q does not.
+        folded = folded.reshape(b, groups, heads // groups * sq, d).contiguous()
         # The kernel takes contiguous K and V (TE's flash path: `.contiguous()` of the
         # sbhd inputs; MindSpeed's npu_fusion_attention: [s, b, h] reshapes), so it keeps
         # V's own copy, not the fused QKV projection output V is a view of.

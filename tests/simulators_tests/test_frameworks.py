@@ -304,6 +304,16 @@ def test_megatron_deepspeed_keeps_flash_attention_s_output_twice() -> None:
 
     copy = 2048 * spec.attn_out_width / 2 * 2  # tokens x width / tp x 2 bytes
     assert saved("megatron_deepspeed") - saved("megatron_core") == pytest.approx(copy)
+    # The hierarchical simulator records the copy (a clone the projection saves).
+    from simulators.hierarchical.compile import compile_layer
+    from simulators.hierarchical.graph import layer_shapes
+
+    def recorded(framework: str) -> float:
+        train = make_train(framework, seq_len=2048, global_batch_size=8)
+        layout = Layout(dp=4, tp=2, sequence_parallel=False)
+        return compile_layer(layer_shapes(spec, layout, train, cluster)["dense"]).saved_bytes
+
+    assert recorded("megatron_deepspeed") - recorded("megatron_core") == pytest.approx(copy)
     assert saved("megatron_deepspeed", "selective") == pytest.approx(
         saved("megatron_core", "selective")
     )

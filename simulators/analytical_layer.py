@@ -254,10 +254,9 @@ def _activation_bytes_per_token(
     outputs (SwiGLU) or fc1 and GeLU outputs; an MoE layer keeps the dispatched top-k token
     copies, their expert activations and fp32 router probabilities; the GPT family keeps the
     1-byte masks of its two hidden dropouts (the ``sbh`` mask terms of Korthikanti et al. 2022
-    Table 2), split by TP only with SP. The inputs of the linear
-    layers (norm outputs, attention output, MLP activation output, dispatched tokens) take
-    ``linear_in`` bytes per element: 1 where FP8 layers save them quantized (docs/reference.md
-    7.6), else ``act``.
+    Table 2), split by TP only with SP. The inputs of the linear layers (norm outputs,
+    attention output, MLP activation output, dispatched tokens) take ``linear_in`` bytes per
+    element: 1 where FP8 layers save them quantized (docs/reference.md 7.6), else ``act``.
     """
     tp = layout.tp
     seq_shard = tp if layout.sequence_parallel else 1

@@ -24,6 +24,7 @@ from autotune.launch._script import device_connections_export
 from autotune.launch._script import distributed_group
 from autotune.launch._script import flag
 from autotune.launch._script import has_linear_bias
+from autotune.launch._script import no_dropout_flags
 from autotune.launch._script import require
 from autotune.launch._script import run_group
 from autotune.launch._script import uses_rope
@@ -41,7 +42,7 @@ MODEL_CARD_VARIABLES = (
 
 
 def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
-    """The architecture: sizes, attention, positions, norm, activation, biases, MoE.
+    """The architecture: sizes, attention, positions, norm, activation, biases, dropout, MoE.
 
     An all-MoE model (no dense layer, ``ffn_hidden_size`` 0) passes its expert width as
     ``--ffn-hidden-size`` too, as Megatron's Mixtral example does.
@@ -67,7 +68,8 @@ def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
         flags.append(flag("--disable-bias-linear"))
         if model.qkv_bias:
             flags.append(flag("--add-qkv-bias"))
-    return (*flags, *_moe_flags(job))
+    return (*flags, *no_dropout_flags(model), *_moe_flags(job))
+
 
 
 def _attention_flags(job: LaunchJob) -> list[Flag]:

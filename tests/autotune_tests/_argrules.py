@@ -372,6 +372,8 @@ MEGATRON_DEEPSPEED: dict[str, Opt] = {
     "--swiglu": SWITCH,
     "--untie-embeddings-and-output-weights": SWITCH,
     "--disable-bias-linear": SWITCH,
+    "--attention-dropout": FLOAT,
+    "--hidden-dropout": FLOAT,
     "--num-experts": Opt(type=int, nargs="+"),
     "--topk": INT,
     "--moe-expert-parallel-size": INT,

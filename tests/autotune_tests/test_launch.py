@@ -269,6 +269,10 @@ def test_megatron_details_follow_the_job(tmp_path: Path) -> None:
     assert "--fp16" in paths["legacy_v100"] and "--overlap-grad-reduce" not in paths["legacy_v100"]
     assert "--position-embedding-type learned_absolute" in paths["gpt3_tied_biases"]
     assert "--disable-bias-linear" not in paths["gpt3_tied_biases"]
+    # Dropout as priced: Megatron's default 0.1 for the GPT family, off for the others.
+    assert "dropout" not in paths["gpt3_tied_biases"]
+    assert "--attention-dropout 0.0" in paths["fp8_cp_full"]
+    assert "--hidden-dropout 0.0" in paths["fp8_cp_full"]
     assert "--untie-embeddings" not in paths["gpt3_tied_biases"]
     assert "ROTARY_BASE" not in paths["gpt3_tied_biases"]
     replicated = paths["replicated_optimizer"]
@@ -283,6 +287,7 @@ def test_nemotron_launches_with_rope_and_without_biases(tmp_path: Path) -> None:
     script = (tmp_path / "launch_megatron.sh").read_text()
     assert "--position-embedding-type rope" in script
     assert "--disable-bias-linear" in script and "--add-qkv-bias" not in script
+    assert "--hidden-dropout 0.0" in script
 
 
 def test_a_run_without_the_dp_overlap_launches_without_it(tmp_path: Path) -> None:

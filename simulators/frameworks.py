@@ -128,7 +128,9 @@ class FrameworkSpec:
     sends the whole activation (1/tp of it only with sequence parallelism).
     ``overlap_p2p_comm``: the interleaved schedule runs its pipeline transfers beside the next
     chunk's compute (Megatron-Core's default with virtual stages); otherwise they block.
-    ``flash_output_copy``: the flash-attention path keeps the kernel's output for its backward
+    ``flash_attention``: the stack has fused (flash) attention; without it every job runs
+    Megatron's unfused path. ``flash_output_copy``: the flash-attention path keeps the kernel's
+    output for its backward
     and, apart from it, the rearranged copy the output projection reads (Megatron-DeepSpeed's
     ``FlashSelfAttention``); otherwise the projection reads the kernel's output itself.
     ``can_overlap_grad_reduce``: the data-parallel gradient reduction can run in buckets during
@@ -164,6 +166,7 @@ class FrameworkSpec:
     virtual_pipeline: bool
     p2p_tp_sliced: bool
     overlap_p2p_comm: bool
+    flash_attention: bool
     flash_output_copy: bool
     grad_accumulation: str
     expert_grad_accumulation: str

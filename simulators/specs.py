@@ -654,8 +654,13 @@ class TrainSpec:
     cp_comm_type: str | None = None
 
     def uses_flash_attention(self, cluster: ClusterSpec) -> bool:
-        """Fused attention when the stack asks for it and the device has the kernels."""
-        return self.flash_attention and cluster.device.supports_flash_attention
+        """Fused attention when the run asks for it, the framework has it and the device has
+        the kernels."""
+        return (
+            self.flash_attention
+            and self.framework.flash_attention
+            and cluster.device.supports_flash_attention
+        )
 
     def __post_init__(self) -> None:
         sizes = {"seq_len": self.seq_len, "global_batch_size": self.global_batch_size}
@@ -755,7 +760,7 @@ class TrainSpec:
         """The framework, the precision and the settings the run gives explicitly, for headers
         (``megatron_core, fp8, bf16 gradients, TP overlap``)."""
         parts = [self.framework.name, self.precision]
-        if not self.flash_attention:
+        if not (self.flash_attention and self.framework.flash_attention):
             parts.append("unfused attention")
         if self.grad_reduce_in_fp32 is not None:
             parts.append(f"{'fp32' if self.grad_reduce_in_fp32 else 'bf16'} gradients")

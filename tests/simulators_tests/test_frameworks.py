@@ -320,3 +320,15 @@ def test_megatron_deepspeed_keeps_flash_attention_s_output_twice() -> None:
     assert saved("megatron_deepspeed", flash=False) == pytest.approx(
         saved("megatron_core", flash=False)
     )
+
+
+def test_a_stack_without_flash_attention_runs_the_unfused_path() -> None:
+    """Megatron-LM of 2020-22 predates FlashAttention in Megatron (2022-12): its jobs run the
+    unfused path on any device, and say so (docs/reference.md 3.3)."""
+    a100 = catalog.load_cluster("a100")
+    legacy = make_train("megatron_lm", seq_len=2048, global_batch_size=8)
+    core = make_train("megatron_core", seq_len=2048, global_batch_size=8)
+    assert legacy.flash_attention and not legacy.uses_flash_attention(a100)
+    assert core.uses_flash_attention(a100)
+    assert "unfused attention" in legacy.describe()
+    assert "unfused attention" not in core.describe()

@@ -91,7 +91,7 @@ class Recorder(TorchDispatchMode):
         self.paused_depth = 0
         self.saved: dict[int, tuple[float, set[str]]] = {}
         self.excluded: set[int] = set()
-        self.core_inputs: set[int] = set()
+        self.core_inputs: dict[int, float] = {}  # storage -> bytes of core attention's inputs
         self.regathered: dict[int, float] = {}
         # Every storage whose address keys the maps above, kept alive while recording: a
         # freed storage's address is reused, and a new tensor would inherit its entries.
@@ -178,6 +178,14 @@ class Recorder(TorchDispatchMode):
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             yield
 
+    def keep_core_inputs(self, *tensors: torch.Tensor) -> None:
+        """Mark the inputs of core attention: selective recompute keeps them (its checkpoint
+        saves them), whatever else saves them or not. Each counts its own bytes: a view of
+        the fused QKV output is not taken to keep that whole output (NVIDIA's selective
+        recompute configs fit as measured only without it; docs/accuracy.md 17)."""
+        for tensor in tensors:
+            self.core_inputs[_storage(tensor)] = float(tensor.numel() * tensor.element_size())
+
     def copy_regather(self, source: torch.Tensor, copy: torch.Tensor) -> None:
         """``copy`` (a cast of ``source``) is kept the way ``source`` would be: when
         ``source`` is a sequence all-gather that backward re-gathers, only the local shard."""
@@ -187,11 +195,15 @@ class Recorder(TorchDispatchMode):
 
     def saved_bytes(self, selective: bool) -> float:
         """Unique saved bytes; with ``selective``, without what only core attention keeps."""
-        return sum(
-            size
+        kept = {
+            key: size
             for key, (size, regions) in self.saved.items()
             if not (selective and regions == {"core"} and key not in self.core_inputs)
-        )
+        }
+        if selective:  # the checkpoint around core attention keeps its inputs
+            for key, size in self.core_inputs.items():
+                kept.setdefault(key, size)
+        return sum(kept.values())
 
     def comm(self, name: str, group: str, nbytes: float, overlap: bool = False) -> None:
         self.host_call()  # the torch.distributed call
@@ -691,7 +703,7 @@ def core_attention(
     up to the query heads first; MindSpeed).
     """
     recorder = _recorder()
-    recorder.core_inputs |= {_storage(q), _storage(k), _storage(v)}
+    recorder.keep_core_inputs(q, k, v)
     with recorder.tagged("core"):
         if cp == 1:
             return _CoreAttention.apply(q, k, v)  # type: ignore[no-any-return]
@@ -739,7 +751,6 @@ class _UnfusedAttention(torch.autograd.Function):
             q3 = q.new_empty(b * heads, sq, d).requires_grad_()
             k3 = k.new_empty(b * groups, skv, d).requires_grad_()
             v3 = v.new_empty(b * groups, skv, dv).requires_grad_()
-        recorder.core_inputs |= {_storage(q3), _storage(k3), _storage(v3)}
         with torch.enable_grad(), recorder.scaled_model_flops(0.5):
             keys, values = k3, v3
             if heads != groups:
@@ -772,6 +783,6 @@ def unfused_attention(
 ) -> torch.Tensor:
     """Unfused causal attention (Megatron without flash): same shapes as :func:`core_attention`."""
     recorder = _recorder()
-    recorder.core_inputs |= {_storage(q), _storage(k), _storage(v)}
+    recorder.keep_core_inputs(q, k, v)
     with recorder.tagged("core"):
         return _UnfusedAttention.apply(q, cp_ring(k, cp), cp_ring(v, cp), dropout)  # type: ignore[no-any-return]

@@ -91,7 +91,8 @@ class Recorder(TorchDispatchMode):
         self.paused_depth = 0
         self.saved: dict[int, tuple[float, set[str]]] = {}
         self.excluded: set[int] = set()
-        self.core_inputs: dict[int, float] = {}  # storage -> bytes of core attention's inputs
+        # Core attention's inputs: (storage, offset, shape) -> (storage, their own bytes)
+        self.core_inputs: dict[tuple[object, ...], tuple[int, float]] = {}
         self.regathered: dict[int, float] = {}
         # Every storage whose address keys the maps above, kept alive while recording: a
         # freed storage's address is reused, and a new tensor would inherit its entries.
@@ -183,8 +184,11 @@ class Recorder(TorchDispatchMode):
         saves them), whatever else saves them or not. Each counts its own bytes: a view of
         the fused QKV output is not taken to keep that whole output (NVIDIA's selective
         recompute configs fit as measured only without it; docs/accuracy.md 17)."""
-        for tensor in tensors:
-            self.core_inputs[_storage(tensor)] = float(tensor.numel() * tensor.element_size())
+        with self.paused():  # metadata, not calls the host makes
+            for tensor in tensors:
+                storage = _storage(tensor)
+                key = (storage, tensor.storage_offset(), tuple(tensor.shape))
+                self.core_inputs[key] = (storage, float(tensor.numel() * tensor.element_size()))
 
     def copy_regather(self, source: torch.Tensor, copy: torch.Tensor) -> None:
         """``copy`` (a cast of ``source``) is kept the way ``source`` would be: when
@@ -198,12 +202,13 @@ class Recorder(TorchDispatchMode):
         kept = {
             key: size
             for key, (size, regions) in self.saved.items()
-            if not (selective and regions == {"core"} and key not in self.core_inputs)
+            if not (selective and regions == {"core"})
         }
+        total = sum(kept.values())
         if selective:  # the checkpoint around core attention keeps its inputs
-            for key, size in self.core_inputs.items():
-                kept.setdefault(key, size)
-        return sum(kept.values())
+            inputs = self.core_inputs.values()
+            total += sum(size for storage, size in inputs if storage not in kept)
+        return total
 
     def comm(self, name: str, group: str, nbytes: float, overlap: bool = False) -> None:
         self.host_call()  # the torch.distributed call

@@ -435,8 +435,9 @@ def layer_bytes(
     train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
-) -> tuple[float, float]:
-    """(saved activation bytes, input bytes) of one layer: :class:`LayerCost`'s last fields."""
+) -> tuple[float, float, float]:
+    """(saved activation bytes, input bytes, core attention's bytes that selective recompute
+    rebuilds) of one layer: :class:`LayerCost`'s last fields."""
     act = dtype_bytes(train.compute_dtype)
     tokens = layout.micro_batch * train.seq_len / layout.cp
     seq_shard = layout.tp if layout.sequence_parallel else 1
@@ -444,12 +445,14 @@ def layer_bytes(
     activation_bytes = tokens * _activation_bytes_per_token(model, moe, layout, act, linear_in)
     flash = train.uses_flash_attention(cluster)
     kept = layout.recompute != "selective"  # selective recompute reruns core attention
-    if not flash and kept:
+    core_bytes = 0.0
+    if not flash:
         # The unfused path keeps softmax output, dropout mask and dropout output: 5as/h per
         # token-hidden in Korthikanti et al. 2022 Table 2 (docs/reference.md 3.3).
         heads = model.num_attention_heads / layout.tp
-        saved = c.unfused_attention_bytes_per_score["saved"]
-        activation_bytes += tokens * heads * train.seq_len * saved
+        core_bytes = tokens * heads * train.seq_len * c.unfused_attention_bytes_per_score["saved"]
+        if kept:
+            activation_bytes += core_bytes
     ulysses = layout.cp > 1 and train.context_exchange == "a2a"
     if ulysses and train.framework.cp_a2a_style == "deepspeed" and kept:
         # DeepSpeed-style Ulysses: the kernel keeps its own output (before the exchange back)
@@ -462,4 +465,4 @@ def layer_bytes(
         # The kernel's output, kept for its backward beside the projection's rearranged copy
         # (docs/reference.md 3.3).
         activation_bytes += tokens * model.attn_out_width / layout.tp * act
-    return activation_bytes, tokens * model.hidden_size * act / seq_shard
+    return activation_bytes, tokens * model.hidden_size * act / seq_shard, core_bytes

@@ -87,6 +87,8 @@ class LayerCost:
     checkpoint_s: Real  # host calls of an activation checkpoint beyond the passes' own time
     activation_bytes: Real  # saved for backward without recompute
     input_bytes: Real  # the layer input, all that full recompute keeps
+    # what selective recompute drops from core attention and rebuilds in the layer's backward
+    core_bytes: Real = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,9 +225,15 @@ def stage(
     # The output layer: its own weight, or a tied one copied to the last of several stages.
     dense_params += last * ops.maximum(params.has_output, pp > 1) * (params.head / tp)
     logits_s, logits_bytes = logits
-    # The logits live until the loss backward is done, before any layer's backward starts.
+    # The logits live until the loss backward is done, before any layer's backward starts; a
+    # layer's backward holds what it saved and, with selective recompute, the core attention
+    # it rebuilds (the unfused path's scores).
     working = ops.maximum(
-        ops.maximum(dense.activation_bytes, moe.activation_bytes), last * logits_bytes
+        ops.maximum(
+            dense.activation_bytes + selective * dense.core_bytes,
+            moe.activation_bytes + selective * moe.core_bytes,
+        ),
+        last * logits_bytes,
     )
     expert_params = n_moe * params.expert_per_layer / (ep * tp)
     # Each backward adds its weight gradients to the buffer the step reduces.

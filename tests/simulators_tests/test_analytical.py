@@ -535,10 +535,27 @@ def test_a_gpt_layer_keeps_korthikanti_s_activations_and_nemotron_no_dropout_mas
     c = analytical().constants
     h, tokens, heads = gpt.hidden_size, 2048, gpt.num_attention_heads
     lse = 4 * heads / 4  # flash attention's fp32 log-sum-exp per head and token
-    saved, _ = layer_bytes(gpt, False, cluster(), train, layout, c)
+    saved = layer_bytes(gpt, False, cluster(), train, layout, c)[0]
     assert saved == pytest.approx(tokens * (34 * h / 4 + lse))
-    saved, _ = layer_bytes(nemotron, False, cluster(), train, layout, c)
+    saved = layer_bytes(nemotron, False, cluster(), train, layout, c)[0]
     assert saved == pytest.approx(tokens * (32 * h / 4 + lse))
+
+
+def test_a_selectively_recomputed_layer_holds_its_rebuilt_scores_in_its_backward() -> None:
+    """Selective recompute drops the unfused path's attention scores from what a layer keeps,
+    and rebuilds them in its backward: the working set is the whole layer's activations, as
+    the hierarchical simulator records it (benchmarks/bench_memory_agreement.py)."""
+    from simulators.analytical_layer import layer_bytes
+
+    unfused = make_train(seq_len=4096, global_batch_size=64, flash_attention=False)
+    layout = Layout.resolve(16, tp=2, pp=2, recompute="selective")
+    c = analytical().constants
+    kept, _, scores = layer_bytes(LLAMA, False, cluster(2), unfused, layout, c)
+    whole = layer_bytes(LLAMA, False, cluster(2), unfused, Layout.resolve(16, tp=2, pp=2), c)[0]
+    lse = 4096 * 4 * LLAMA.num_attention_heads / 2  # counted without recompute either way
+    assert scores > 0 and kept + scores + lse == pytest.approx(whole)
+    pred = analytical().simulate(LLAMA, cluster(2), unfused, layout)
+    assert pred.memory_breakdown_gib["working"] == pytest.approx((kept + scores) / GIB)
 
 
 def test_fp8_casts_by_hand() -> None:

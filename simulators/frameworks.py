@@ -130,9 +130,9 @@ class FrameworkSpec:
     chunk's compute (Megatron-Core's default with virtual stages); otherwise they block.
     ``flash_attention``: the stack has fused (flash) attention; without it every job runs
     Megatron's unfused path. ``flash_output_copy``: the flash-attention path keeps the kernel's
-    output for its backward
-    and, apart from it, the rearranged copy the output projection reads (Megatron-DeepSpeed's
-    ``FlashSelfAttention``); otherwise the projection reads the kernel's output itself.
+    output for its backward and, apart from it, the rearranged copy the output projection
+    reads (Megatron-DeepSpeed's ``FlashSelfAttention``); otherwise the projection reads the
+    kernel's output itself.
     ``can_overlap_grad_reduce``: the data-parallel gradient reduction can run in buckets during
     the last micro-batch's backward (Megatron-Core's DDP); ``overlap_grad_reduce``: it does as
     the framework is usually run (else after the whole pipeline). ``overlap_param_gather``: the

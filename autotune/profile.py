@@ -43,14 +43,7 @@ def profile_layout(config: ProfileConfig) -> None:
     layout = Layout.resolve(job.cluster.num_devices, **fixed_layout_values(config.parallel))
     layout.check(job.model, job.cluster, job.train)
     device = resolve_device(config.device)
-    dropout = getattr(job.simulator, "constants", None)
-    shapes = layer_shapes(
-        job.model,
-        layout,
-        job.train,
-        job.cluster,
-        getattr(dropout, "unfused_attention_dropout", True),
-    )
+    shapes = layer_shapes(job.model, layout, job.train, job.cluster)
     progress: Progress | None = None
 
     def report(done: int, total: int, left_s: float) -> None:

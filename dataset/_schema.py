@@ -85,6 +85,17 @@ class _Positive:
         return value
 
 
+def _probability(cell: str) -> float:
+    """A number in [0, 1) (a dropout probability)."""
+    try:
+        value = float(cell)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1:
+        raise ValueError("a probability from 0 to below 1")
+    return value
+
+
 def _bool(cell: str) -> bool:
     lowered = cell.lower()
     if lowered in _TRUE:
@@ -128,7 +139,7 @@ class Column:
     @property
     def dtype(self) -> str:
         """The pandas dtype of the parsed column (nullable, so an empty cell stays missing)."""
-        if isinstance(self.parse, _Positive):
+        if isinstance(self.parse, _Positive) or self.parse is _probability:
             return "Float64"
         if self.parse is _bool:
             return "boolean"
@@ -216,6 +227,7 @@ _TRAINING = (
     Column("moe_dispatcher", _choice(MOE_DISPATCHERS)),  # how MoE tokens reach their experts
     Column("moe_a2a_overlap", _bool),  # expert all-to-all under another micro-batch's compute
     Column("cp_comm_type", _choice(CP_COMM_TYPES)),  # the CP exchange: p2p ring or a2a Ulysses
+    Column("dropout", _probability),  # attention and hidden dropout; empty: the model's recipe
 )
 
 _MEASUREMENT = (

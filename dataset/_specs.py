@@ -83,6 +83,7 @@ def row_to_specs(row: Mapping[str, Any]) -> Specs:
         moe_dispatcher=training.get("moe_dispatcher"),
         moe_a2a_overlap=bool(training.get("moe_a2a_overlap", False)),
         cp_comm_type=training.get("cp_comm_type"),
+        dropout=training.get("dropout"),
     )
     train.check_on(cluster)
     layout = _layout(tuple(_given(row, LAYOUT_FIELDS).items()))

@@ -59,6 +59,7 @@ from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import p2p_time_s
 from simulators.collectives import reduce_scatter_time_s
+from simulators.errors import SpecError
 from simulators.layout import LAYER_COST_FIELDS
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
@@ -78,6 +79,23 @@ from simulators.states import tied_embedding_grad_bytes
 __all__ = ["AnalyticalConstants", "AnalyticalSimulator", "BatchPrediction", "gemm_time_s"]
 
 
+# The keys of the unfused attention's bytes per score element (conf/simulator/analytical.yaml).
+_SCORE_BYTES_KEYS = {
+    "unfused_attention_bytes_per_score": {
+        "forward_gemm",
+        "forward_elementwise",
+        "backward_gemm",
+        "backward_elementwise",
+        "saved",
+    },
+    "unfused_attention_dropout_bytes_per_score": {
+        "forward_elementwise",
+        "backward_elementwise",
+        "saved",
+    },
+}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AnalyticalConstants:
     """The simulator's own constants; ``conf/simulator/analytical.yaml`` gives their sources."""
@@ -92,6 +110,7 @@ class AnalyticalConstants:
     host_ops_per_checkpoint_backward: int
     host_op_overhead_us: float
     unfused_attention_bytes_per_score: Mapping[str, float]
+    unfused_attention_dropout_bytes_per_score: Mapping[str, float]
     cp_comm_overlap: bool
     optimizer_traffic_bytes_per_param: float
     logits_bytes_per_element: float
@@ -103,6 +122,13 @@ class AnalyticalConstants:
             attention_efficiency=self.attention_efficiency,
             attention_backward_factor=self.attention_backward_factor,
         )
+        for name, keys in _SCORE_BYTES_KEYS.items():
+            given = set(getattr(self, name))
+            if given != keys:
+                raise SpecError(
+                    f"simulator analytical: {name} has keys {', '.join(sorted(given))}; "
+                    f"expected {', '.join(sorted(keys))}"
+                )
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> AnalyticalConstants:

@@ -175,23 +175,25 @@ def _fp8_cast_bytes(
     return forward, backward
 
 
-def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, layout: Layout, act: int) -> float:
+def _elementwise_bytes_per_token(
+    model: ModelSpec, moe: bool, layout: Layout, act: int, dropout: bool
+) -> float:
     """HBM traffic of one layer's forward memory-bound kernels, per token on one device.
 
     Two norms (read + write h) and two residual adds (read 2h, write h), rotary embedding on
     Q and K, the MLP activation (SwiGLU reads gate and up, writes their product), and for MoE
     the permutation of the top-k token copies before and after the experts. The GPT family
-    has learned positions instead of RoPE, and its two residual adds apply hidden dropout,
-    writing a 1-byte mask each (Megatron's ``bias_dropout_add``).
+    has learned positions instead of RoPE. With ``dropout`` the two residual adds apply hidden
+    dropout, writing a 1-byte mask each (Megatron's ``bias_dropout_add``).
     """
     tp = layout.tp
     seq_shard = tp if layout.sequence_parallel else 1
     h = model.hidden_size
     norms_residuals = act * (2 * 2 * h + 2 * 3 * h) / seq_shard
-    if model.is_gpt_family:
+    if dropout:
         norms_residuals += 2 * h / seq_shard
-        rope = 0.0
-    else:
+    rope = 0.0
+    if not model.is_gpt_family:
         rope = 2 * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
     per_f = act * (3 if model.activation == "swiglu" else 2)
     if not moe:
@@ -218,15 +220,16 @@ def _unfused_attention_s(
     (no causal skipping: the masked half is computed and stored too). The two batched GEMMs
     (QK^T, PV; dQ, dK, dP, dV backward) are rooflines over their score traffic, each at the
     throughput of its shape (:mod:`simulators.gemm_table`); the masked
-    softmax and the dropout are memory-bound passes over the scores (Korthikanti et al. 2022
-    Table 2: fp16 scores, softmax output and dropout output, 1-byte dropout mask).
+    softmax and, when the run drops out, the dropout are memory-bound passes over the scores
+    (Korthikanti et al. 2022 Table 2: fp16 scores, softmax output and dropout output, 1-byte
+    dropout mask).
     """
     heads = model.num_attention_heads / layout.tp
     scores = tokens * heads * train.seq_len  # score elements of this micro-batch
     flops = 2.0 * model.core_attention_flops_per_token(train.seq_len) * tokens / layout.tp
     peak = device.peak_flops(train.compute_dtype) * device.matmul_efficiency
     bandwidth = device.achieved_memory_bytes_per_s
-    b = c.unfused_attention_bytes_per_score
+    b = _unfused_attention_bytes(model, train, c)
     # Each product is one batch of per-head GEMMs with half the FLOPs, at its own tiles and
     # waves: scores and dP write [s_q, s_k] (depth d); context and dQ write [s_q, d] (depth
     # s_k); dK and dV write [s_k, d] (depth s_q).
@@ -244,16 +247,29 @@ def _unfused_attention_s(
     return forward, backward
 
 
+def _unfused_attention_bytes(
+    model: ModelSpec, train: TrainSpec, c: AnalyticalConstants
+) -> dict[str, float]:
+    """Bytes per score element of the unfused core attention: the softmax's, plus the
+    dropout's where the run drops out (at probability 0 PyTorch skips the kernel and keeps
+    the softmax output as the probabilities)."""
+    b = dict(c.unfused_attention_bytes_per_score)
+    if train.drops_out(model):
+        for key, value in c.unfused_attention_dropout_bytes_per_score.items():
+            b[key] += value
+    return b
+
+
 def _activation_bytes_per_token(
-    model: ModelSpec, moe: bool, layout: Layout, act: int, linear_in: int
+    model: ModelSpec, moe: bool, layout: Layout, act: int, linear_in: int, dropout: bool
 ) -> float:
     """Bytes one layer saves for backward per token, with flash attention (docs/reference.md 3.3).
 
     Norm inputs and outputs (4 tensors of h, split by TP only with SP), Q/K/V and the attention
     output plus fp32 log-sum-exp per head, MLA latents, and the MLP's gate, up and activation
     outputs (SwiGLU) or fc1 and GeLU outputs; an MoE layer keeps the dispatched top-k token
-    copies, their expert activations and fp32 router probabilities; the GPT family keeps the
-    1-byte masks of its two hidden dropouts (the ``sbh`` mask terms of Korthikanti et al. 2022
+    copies, their expert activations and fp32 router probabilities; with ``dropout`` the
+    1-byte masks of the two hidden dropouts (the ``sbh`` mask terms of Korthikanti et al. 2022
     Table 2), split by TP only with SP. The inputs of the linear layers (norm outputs,
     attention output, MLP activation output, dispatched tokens) take ``linear_in`` bytes per
     element: 1 where FP8 layers save them quantized (docs/reference.md 7.6), else ``act``.
@@ -274,7 +290,7 @@ def _activation_bytes_per_token(
         k = model.moe_top_k
         mlp = k * (linear_in * h + per_f * model.expert_ffn_hidden_size / tp)
         mlp += 4 * model.num_experts + per_f * model.shared_expert_ffn_hidden_size / tp
-    masks = 2 * h / seq_shard if model.is_gpt_family else 0.0
+    masks = 2 * h / seq_shard if dropout else 0.0
     return norms + attention + lse + mlp + masks
 
 
@@ -336,7 +352,7 @@ def layer_times_s(
         core_s, core_backward_s = _unfused_attention_s(model, tokens, train, layout, device, c)
     elementwise_s = (
         tokens
-        * _elementwise_bytes_per_token(model, moe, layout, act)
+        * _elementwise_bytes_per_token(model, moe, layout, act, train.drops_out(model))
         / (device.achieved_memory_bytes_per_s)
     )
     cast_s = (0.0, 0.0)
@@ -442,15 +458,20 @@ def layer_bytes(
     tokens = layout.micro_batch * train.seq_len / layout.cp
     seq_shard = layout.tp if layout.sequence_parallel else 1
     linear_in = 1 if train.fp8 else act
-    activation_bytes = tokens * _activation_bytes_per_token(model, moe, layout, act, linear_in)
+    dropout = train.drops_out(model)
+    activation_bytes = tokens * _activation_bytes_per_token(
+        model, moe, layout, act, linear_in, dropout
+    )
     flash = train.uses_flash_attention(cluster)
     kept = layout.recompute != "selective"  # selective recompute reruns core attention
     core_bytes = 0.0
     if not flash:
         # The unfused path keeps softmax output, dropout mask and dropout output: 5as/h per
-        # token-hidden in Korthikanti et al. 2022 Table 2 (docs/reference.md 3.3).
+        # token-hidden in Korthikanti et al. 2022 Table 2 (docs/reference.md 3.3); without
+        # dropout, the softmax output alone.
         heads = model.num_attention_heads / layout.tp
-        core_bytes = tokens * heads * train.seq_len * c.unfused_attention_bytes_per_score["saved"]
+        saved = _unfused_attention_bytes(model, train, c)["saved"]
+        core_bytes = tokens * heads * train.seq_len * saved
         if kept:
             activation_bytes += core_bytes
     ulysses = layout.cp > 1 and train.context_exchange == "a2a"

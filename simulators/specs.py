@@ -49,6 +49,7 @@ GEMM_TABLES = ("xla_h100", "xla_b200")
 # TrainSpec's settings of the run that measurement rows and probe files may carry (empty: the
 # default); each is a field of TrainSpec.
 RUN_SETTINGS = (
+    "dropout",
     "grad_reduce_in_fp32",
     "overlap_grad_reduce",
     "overlap_param_gather",
@@ -58,17 +59,20 @@ RUN_SETTINGS = (
     "cp_comm_type",
 )
 OPTIMIZERS = ("adam",)
+# Megatron's --attention-dropout and --hidden-dropout default (arguments.py), which its GPT-family
+# scripts keep (docs/reference.md 3.3).
+MEGATRON_DROPOUT = 0.1
 TOPOLOGIES = ("switch", "full_mesh")
 
 
 def gpt_family(norm: str, activation: str, qkv_bias: bool) -> bool:
     """Whether a model is Megatron's GPT-2/3 family, the model its defaults build: LayerNorm,
     GeLU and biases on every linear layer (``add_bias_linear``), which its GPT scripts keep
-    along with the other defaults, learned absolute positions and hidden dropout 0.1
-    (``--hidden-dropout``). ``ModelSpec`` names no position embedding or dropout: this is what
-    tells the GPT rows (vTrain, DLPerf, Korthikanti, GPT-3) from the RoPE models, the Llama
-    family (RMSNorm, SwiGLU) and Nemotron-4 (LayerNorm and a non-gated MLP, but no biases,
-    RoPE and no dropout) (docs/reference.md 3.3)."""
+    along with the other defaults, learned absolute positions and dropout 0.1 (the default of
+    a run that names none: :meth:`TrainSpec.drops_out`). ``ModelSpec`` names no position
+    embedding: this is what tells the GPT rows (vTrain, DLPerf, Korthikanti, GPT-3) from the
+    RoPE models, the Llama family (RMSNorm, SwiGLU) and Nemotron-4 (LayerNorm and a non-gated
+    MLP, but no biases, RoPE and no dropout) (docs/reference.md 3.3)."""
     return norm == "layernorm" and activation == "gelu" and qkv_bias
 
 
@@ -636,7 +640,9 @@ class TrainSpec:
     under another micro-batch's compute (Megatron-Core's ``--overlap-moe-expert-parallel-comm``
     with ``--delay-wgrad-compute``). ``cp_comm_type`` is how context parallelism exchanges the
     sequence (:data:`simulators.frameworks.CP_COMM_TYPES`: the ``p2p`` ring or ``a2a``
-    Ulysses); None: the framework's default.
+    Ulysses); None: the framework's default. ``dropout`` is the probability of Megatron's
+    ``--attention-dropout`` and ``--hidden-dropout`` (every recipe sets both alike); None: the
+    model's recipe (:meth:`drops_out`).
     """
 
     framework: FrameworkSpec
@@ -652,6 +658,7 @@ class TrainSpec:
     moe_dispatcher: str | None = None
     moe_a2a_overlap: bool = False
     cp_comm_type: str | None = None
+    dropout: float | None = None
 
     def uses_flash_attention(self, cluster: ClusterSpec) -> bool:
         """Fused attention when the run asks for it, the framework has it and the device has
@@ -675,6 +682,7 @@ class TrainSpec:
             "tp_comm_overlap": self.tp_comm_overlap,
         }
         require_bools("train", **{key: v for key, v in defaulted.items() if v is not None})
+        self._check_dropout()
         require_positive("train", **sizes)
         require_at_most(
             "train", MAX_SEQ_LEN, "the longest contexts are ~1e7", seq_len=self.seq_len
@@ -711,6 +719,30 @@ class TrainSpec:
                 f"{self.framework.name!r} has none (use bf16)"
             )
         self._check_cp_comm()
+
+    def _check_dropout(self) -> None:
+        """Refuse a dropout probability outside [0, 1)."""
+        if self.dropout is None:
+            return
+        require_numbers("train", dropout=self.dropout)
+        if not 0 <= self.dropout < 1:
+            raise SpecError(
+                f"train: dropout={self.dropout!r} must be a probability in [0, 1) (0: no "
+                "dropout; null: the model's recipe, 0.1 for Megatron's GPT family, else 0)"
+            )
+
+    def dropout_of(self, model: ModelSpec) -> float:
+        """The dropout probability of the layers: the run's ``dropout``, else the model's
+        recipe. Megatron's defaults are 0.1, which its GPT-family scripts keep; the recipes of
+        every other family set 0 (docs/reference.md 3.3)."""
+        if self.dropout is None:
+            return MEGATRON_DROPOUT if model.is_gpt_family else 0.0
+        return float(self.dropout)
+
+    def drops_out(self, model: ModelSpec) -> bool:
+        """Whether the layers apply dropout. At 0, PyTorch's dropout returns its input: no
+        kernel, no mask."""
+        return self.dropout_of(model) > 0
 
     def _check_cp_comm(self) -> None:
         """Refuse a context-parallel exchange that is unknown or that the framework lacks."""
@@ -776,6 +808,8 @@ class TrainSpec:
             parts.append("EP all-to-all overlap")
         if self.cp_comm_type is not None:
             parts.append(f"{self.cp_comm_type} CP")
+        if self.dropout is not None:
+            parts.append(f"dropout {self.dropout:g}" if self.dropout else "no dropout")
         return ", ".join(parts)
 
     @property

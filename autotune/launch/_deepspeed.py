@@ -36,7 +36,7 @@ from autotune.launch._script import has_linear_bias
 from autotune.launch._script import require
 from autotune.launch._script import run_group
 from autotune.launch._script import uses_rope
-from autotune.launch._script import no_dropout_flags
+from autotune.launch._script import dropout_flags
 from simulators import LayoutError
 
 SCRIPT_NAME = "launch_megatron_deepspeed.sh"
@@ -90,7 +90,7 @@ def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
         flags.append(flag("--untie-embeddings-and-output-weights"))
     if not has_linear_bias(model):
         flags.append(flag("--disable-bias-linear"))
-    return (*flags, *no_dropout_flags(model))
+    return (*flags, *dropout_flags(model, job.train))
 
 
 def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:

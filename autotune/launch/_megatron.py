@@ -24,7 +24,7 @@ from autotune.launch._script import device_connections_export
 from autotune.launch._script import distributed_group
 from autotune.launch._script import flag
 from autotune.launch._script import has_linear_bias
-from autotune.launch._script import no_dropout_flags
+from autotune.launch._script import dropout_flags
 from autotune.launch._script import require
 from autotune.launch._script import run_group
 from autotune.launch._script import uses_rope
@@ -68,7 +68,7 @@ def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
         flags.append(flag("--disable-bias-linear"))
         if model.qkv_bias:
             flags.append(flag("--add-qkv-bias"))
-    return (*flags, *no_dropout_flags(model), *_moe_flags(job))
+    return (*flags, *dropout_flags(model, job.train), *_moe_flags(job))
 
 
 

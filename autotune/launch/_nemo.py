@@ -54,14 +54,17 @@ _TORCH_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "tor
 
 
 def _model_fields(job: LaunchJob) -> list[tuple[str, object]]:
-    """Sizes the layout's validity rests on, the sequence, and recompute (docs/reference.md
-    4.1: full of every layer is uniform groups of one; a count is the block method)."""
+    """Sizes the layout's validity rests on, the sequence, the dropout as priced (recipes
+    set their own), and recompute (docs/reference.md 4.1: full of every layer is uniform
+    groups of one; a count is the block method)."""
     model, layout = job.model, job.layout
     fields: list[tuple[str, object]] = [
         ("num_layers", model.num_layers),
         ("hidden_size", model.hidden_size),
         ("num_attention_heads", model.num_attention_heads),
         ("seq_length", job.train.seq_len),
+        ("hidden_dropout", job.train.dropout_of(model)),
+        ("attention_dropout", job.train.dropout_of(model)),
     ]
     if model.ffn_hidden_size:
         fields.append(("ffn_hidden_size", model.ffn_hidden_size))

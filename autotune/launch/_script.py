@@ -76,13 +76,14 @@ def has_linear_bias(model: ModelSpec) -> bool:
     return model.is_gpt_family
 
 
-def no_dropout_flags(model: ModelSpec) -> list[Flag]:
-    """Dropout off for every model but the GPT family, as their recipes train them; the
-    Megatron stacks' default of 0.1 stays for the GPT family, whose masks the simulators
-    price (docs/reference.md 3.3)."""
-    if model.is_gpt_family:
+def dropout_flags(model: ModelSpec, train: TrainSpec) -> list[Flag]:
+    """The dropout the simulators price (``TrainSpec.dropout_of``): the run's, else off for
+    every model but the GPT family, as their recipes train them; for the GPT family the
+    Megatron stacks' own default of 0.1 (docs/reference.md 3.3)."""
+    if train.dropout is None and model.is_gpt_family:
         return []
-    return [flag("--attention-dropout", "0.0"), flag("--hidden-dropout", "0.0")]
+    value = str(train.dropout_of(model))
+    return [flag("--attention-dropout", value), flag("--hidden-dropout", value)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,10 @@ model chunks), ``recompute`` cells (``full/uniform/num_layers=1`` is full recomp
 layer; ``none+swap-attention`` is no recompute, the attention swap to host not being modelled),
 ``use-distributed-optimizer``, ``overlap-grad-reduce``, ``overlap-param-gather`` and
 ``num-layer-list`` (the uneven split, as ``layer_split``) in ``notes`` (each read from the row's
-example script at the same commit). Step time = global batch * sequence length /
-(tokens/s/device * devices). Each row is its own scenario: useful for error, not for regret.
+example script at the same commit). Every one of those scripts passes ``--attention-dropout 0.0
+--hidden-dropout 0.0``, GPT-3's included: ``dropout`` 0. Step time = global batch * sequence
+length / (tokens/s/device * devices). Each row is its own scenario: useful for error, not for
+regret.
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "layer_split": _layer_list(row["notes"]),
                 **dp_overlap(row["notes"]),
                 "cp_comm_type": _cp_comm_type(row["notes"], int(row["cp"])),
+                "dropout": 0.0,
                 "precision": row["precision"],
                 "framework": "mindspeed",
                 "status": "ok",

@@ -27,7 +27,6 @@ class HierarchicalConstants:
     or autograd node (a chunk's phase lasts at least its host calls times this);
     ``host_ops_per_checkpoint_*`` the calls an activation checkpoint adds around a recomputed
     layer or core attention (forward, and backward with the recomputation);
-    ``unfused_attention_dropout`` records attention dropout on the unfused (pre-flash) path;
     ``logits_bytes_per_element`` sizes the last stage's logits working set;
     ``reserved_memory_gib`` is what the runtime holds beyond tensors.
     """
@@ -39,7 +38,6 @@ class HierarchicalConstants:
     host_op_overhead_us: float
     host_ops_per_checkpoint_forward: int
     host_ops_per_checkpoint_backward: int
-    unfused_attention_dropout: bool
     logits_bytes_per_element: float
     reserved_memory_gib: float
 

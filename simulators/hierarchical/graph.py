@@ -70,10 +70,12 @@ class LayerShape:
     query length ``s / cp`` (the CP ring brings keys and values of all ``s``). Heads, FFN
     widths and the vocabulary are already divided by TP; ``local_experts`` by EP.
     ``expert_tokens`` is the number of token copies each local expert receives (balanced
-    top-k routing). ``flash_attention`` picks the fused kernel or Megatron's unfused path
-    (which records ``attention_dropout`` when set); ``flash_output_copy``: the output
-    projection reads a rearranged copy of the kernel's output (Megatron-DeepSpeed); ``fp8``
-    runs the linear layers' GEMMs in FP8 and saves their inputs quantized (Transformer Engine).
+    top-k routing). ``dropout``: the residual adds apply hidden dropout
+    (:meth:`simulators.TrainSpec.drops_out`); ``flash_attention`` picks the fused kernel or
+    Megatron's unfused path (which records ``attention_dropout`` when set);
+    ``flash_output_copy``: the output projection reads a rearranged copy of the kernel's output
+    (Megatron-DeepSpeed); ``fp8`` runs the linear layers' GEMMs in FP8 and saves their inputs
+    quantized (Transformer Engine).
     ``cp_comm`` is the CP exchange (``p2p`` ring or ``a2a`` Ulysses), ``cp_a2a_style`` how the
     framework builds the latter.
     """
@@ -109,6 +111,7 @@ class LayerShape:
     vocab: int = 0
     flash_attention: bool = True
     flash_output_copy: bool = False
+    dropout: bool = False
     attention_dropout: bool = False
     fp8: bool = False
     cp_comm: str = "p2p"
@@ -116,8 +119,7 @@ class LayerShape:
 
     @property
     def gpt(self) -> bool:
-        """GPT-2/3 family (:func:`simulators.specs.gpt_family`): learned positions, biases,
-        hidden dropout."""
+        """GPT-2/3 family (:func:`simulators.specs.gpt_family`): learned positions, biases."""
         return gpt_family(self.norm, self.activation, self.qkv_bias)
 
     @property
@@ -201,13 +203,12 @@ def layer_shapes(
     layout: Layout,
     train: TrainSpec,
     cluster: ClusterSpec | None = None,
-    attention_dropout: bool = True,
 ) -> dict[str, LayerShape]:
     """Per-rank shapes of every layer kind of ``model`` under ``layout``.
 
     Attention is fused (flash) when ``train.uses_flash_attention(cluster)`` (without a cluster:
     ``train.flash_attention``); otherwise Megatron's unfused path, with its attention dropout
-    when ``attention_dropout``.
+    where the run drops out (:meth:`simulators.TrainSpec.drops_out`, as the hidden dropout).
 
     Keys: ``embedding``, ``head``, and ``dense`` and/or ``moe`` for the decoder layers.
     TP divides heads (KV heads replicate when TP exceeds them), FFN widths and the vocabulary;
@@ -215,6 +216,7 @@ def layer_shapes(
     """
     tp, cp = layout.tp, layout.cp
     flash = train.uses_flash_attention(cluster) if cluster else train.flash_attention
+    dropout = train.drops_out(model)
     seq_q = train.seq_len // cp
     base = LayerShape(
         kind="dense",
@@ -248,7 +250,8 @@ def layer_shapes(
         v_head_dim=model.v_head_dim,
         flash_attention=flash,
         flash_output_copy=flash and train.framework.flash_output_copy,
-        attention_dropout=attention_dropout and not flash,
+        dropout=dropout,
+        attention_dropout=dropout and not flash,
     )
     shapes = {
         "embedding": _only(base, kind="embedding", vocab=math.ceil(model.vocab_size / tp)),

@@ -274,9 +274,9 @@ def _bias_dropout_add(
 ) -> torch.Tensor:
     """Megatron's ``bias_dropout_add``: residual + dropout(x + bias), one jit-fused call.
 
-    With hidden dropout (GPT family: Megatron's ``--hidden-dropout`` default 0.1) the 1-byte
-    mask is saved, the ``sbh`` dropout-mask term of Korthikanti et al. 2022 Table 2 (twice per
-    layer); without it, a plain residual add.
+    With hidden dropout (where the run drops out: :meth:`simulators.TrainSpec.drops_out`) the
+    1-byte mask is saved, the ``sbh`` dropout-mask term of Korthikanti et al. 2022 Table 2
+    (twice per layer); without it, a plain residual add.
     """
     if bias is None and not dropout:
         return residual + x
@@ -358,11 +358,11 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.shape
         attn = _leave(self.attention(_enter(self.norm1(x), s)), s)
-        x = _bias_dropout_add(attn, self.out_bias, x, s.gpt)
+        x = _bias_dropout_add(attn, self.out_bias, x, s.dropout)
         if s.kind == "moe":
             return x + self.mlp(self.norm2(x))
         mlp = _leave(self.mlp(_enter(self.norm2(x), s)), s)
-        return _bias_dropout_add(mlp, self.fc2_bias, x, s.gpt)
+        return _bias_dropout_add(mlp, self.fc2_bias, x, s.dropout)
 
 
 class Embedding(nn.Module):

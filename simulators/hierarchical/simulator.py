@@ -104,7 +104,7 @@ class HierarchicalSimulator:
         from simulators.hierarchical.compile import compile_layer  # torch loads here
 
         consts = self.constants
-        shapes = layer_shapes(model, layout, train, cluster, consts.unfused_attention_dropout)
+        shapes = layer_shapes(model, layout, train, cluster)
         graphs = {kind: compile_layer(s) for kind, s in shapes.items()}
         roofline = RooflineCost(
             device=cluster.device, precision=train.compute_dtype, efficiency=consts.efficiency

@@ -480,6 +480,8 @@ NEMO_FIELDS: dict[str, frozenset[str]] = {
             "moe_token_dispatcher_type",
             "moe_enable_deepep",
             "cp_comm_type",  # TransformerConfig; NeMo's Mistral config defaults it to a2a
+            "hidden_dropout",  # TransformerConfig, 0.1 by default
+            "attention_dropout",  # TransformerConfig, 0.1 by default
         }
     ),
     "data": frozenset({"seq_length", "micro_batch_size", "global_batch_size"}),

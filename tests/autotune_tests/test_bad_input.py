@@ -79,6 +79,10 @@ HYDRA = [
     ("simulate", ["train.moe_dispatcher=nccl"], "moe_dispatcher='nccl' is not one of alltoall"),
     ("simulate", ["train.moe_dispatcher=deepep"], "framework 'mindspeed' has none"),
     ("simulate", ["train.cp_comm_type=ring"], "cp_comm_type='ring' is not one of p2p, a2a"),
+    ("simulate", ["train.dropout=1.5"], "dropout=1.5 must be a probability in [0, 1)"),
+    ("simulate", ["train.dropout=-0.1"], "dropout=-0.1 must be a probability in [0, 1)"),
+    ("simulate", ["train.dropout=1"], "dropout=1.0 must be a probability in [0, 1)"),
+    ("search", ["train.dropout=lots"], "dropout"),
     (
         "simulate",
         ["train.framework=megatron_lm", "train.cp_comm_type=a2a"],
@@ -323,8 +327,8 @@ CONSTANTS = [
     ),
     (
         "simulate",
-        ["simulator=hierarchical", "simulator.unfused_attention_dropout=7"],
-        "unfused_attention_dropout=7 must be true or false",
+        ["+simulator.unfused_attention_dropout_bytes_per_score.mask=1"],
+        "has keys backward_elementwise, forward_elementwise, mask, saved; expected",
     ),
     ("benchmark", ["analytical.kernel_overhead_us=-1"], "kernel_overhead_us=-1 must be a finite"),
     ("benchmark", ["analytical.attention_efficiency=5"], "attention_efficiency=5 must be in"),

@@ -290,6 +290,32 @@ def test_nemotron_launches_with_rope_and_without_biases(tmp_path: Path) -> None:
     assert "--hidden-dropout 0.0" in script
 
 
+@pytest.mark.parametrize(
+    ("model", "dropout", "expected"),
+    [("gpt3_175b", "0", "0.0"), ("llama2_7b", "0.1", "0.1"), ("gpt3_175b", "0.05", "0.05")],
+)
+def test_dropout_launches_as_priced(
+    model: str, dropout: str, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's ``train.dropout`` reaches every stack's flags and NeMo's model config."""
+    case = Case("dropout", model, "a100", (f"train.dropout={dropout}",), dict(tp=8))
+    job, _, written = _write(case, tmp_path / "core")
+    script = written[0].read_text()
+    assert f"--attention-dropout {expected}" in script
+    assert f"--hidden-dropout {expected}" in script
+    with nemo_modules(monkeypatch) as ran:
+        runpy.run_path(str(written[1]), run_name="__main__")
+    (recipe,) = ran
+    settings = recorded(recipe)
+    assert settings["model"]["hidden_dropout"] == float(expected)
+    assert settings["model"]["attention_dropout"] == float(expected)
+    train = dataclasses.replace(job.train, framework=catalog.load_framework("megatron_deepspeed"))
+    layout = Layout.resolve(job.cluster.num_devices, tp=8)
+    write_launch_files(job.model, job.cluster, train, layout, tmp_path / "mds")
+    script = (tmp_path / "mds" / "launch_megatron_deepspeed.sh").read_text()
+    assert f"--attention-dropout {expected}" in script
+
+
 def test_a_run_without_the_dp_overlap_launches_without_it(tmp_path: Path) -> None:
     job, layout = MEGATRON_CASES[0].specs()
     assert job.train.overlaps_grad_reduce and layout.distributed_optimizer  # the default
@@ -582,6 +608,7 @@ def test_nemo_override_passes_nemo_rules(
     assert settings["data"]["global_batch_size"] == job.train.global_batch_size
     assert settings["ddp"]["overlap_grad_reduce"] == job.train.overlaps_grad_reduce
     assert settings["ddp"]["grad_reduce_in_fp32"] == job.train.reduces_grads_in_fp32
+    assert settings["model"]["hidden_dropout"] == job.train.dropout_of(job.model)
     if job.model.is_moe:
         deepep = job.train.token_dispatcher == "deepep" and layout.ep > 1
         assert settings["model"]["moe_enable_deepep"] == deepep

@@ -368,26 +368,33 @@ def test_collectives_fill_the_device_idle_time_of_a_host_bound_layer() -> None:
 
 
 def test_unfused_attention_by_hand() -> None:
-    """Megatron's pre-flash attention: score-matrix traffic when the stack runs no flash."""
+    """Megatron's pre-flash attention: score-matrix traffic when the stack runs no flash, with
+    and without attention dropout."""
     from simulators.analytical_layer import _unfused_attention_s
 
-    train = make_train(seq_len=32, global_batch_size=1, flash_attention=False)
-    forward, backward = _unfused_attention_s(
-        TINY, 32, train, Layout(), DEVICE, analytical().constants
-    )
+    train = make_train(seq_len=32, global_batch_size=1, flash_attention=False, dropout=0.1)
+    plain = dataclasses.replace(train, dropout=None)  # TINY is no GPT: no dropout
+    c = analytical().constants
+    forward, backward = _unfused_attention_s(TINY, 32, train, Layout(), DEVICE, c)
     # 4 heads x 32 queries x 32 keys = 4096 scores; HBM 2000 GB/s x 0.8 = 1.6e12 B/s.
     # QK^T + PV, no causal skip: 2 * 2*32*(64+64)/2 FLOPs per token x 32 tokens = 262144 FLOPs
-    # at 100 TF x 0.5 = 5.24 ns, below their 4 B/score = 10.24 ns of traffic.
+    # at 100 TF x 0.5 = 5.24 ns, below their 4 B/score = 10.24 ns of traffic. Softmax 4 and
+    # dropout 5 B/score forward, 6 and 5 backward.
     assert forward == pytest.approx(4 * 4096 / 1.6e12 + 9 * 4096 / 1.6e12)
     assert backward == pytest.approx(8 * 4096 / 1.6e12 + 11 * 4096 / 1.6e12)
+    forward, backward = _unfused_attention_s(TINY, 32, plain, Layout(), DEVICE, c)
+    assert forward == pytest.approx(4 * 4096 / 1.6e12 + 4 * 4096 / 1.6e12)
+    assert backward == pytest.approx(8 * 4096 / 1.6e12 + 6 * 4096 / 1.6e12)
     # Saved for backward: 5 B per score (softmax output, dropout mask and output), per token
-    # 4 heads x 32 keys x 5 = 640 B on top of the flash-attention tensors of the memory test.
+    # 4 heads x 32 keys x 5 = 640 B on top of the flash-attention tensors of the memory test,
+    # and the 1-byte masks of the two hidden dropouts (2 x 64); without dropout 2 B per score.
     layout = Layout(recompute="none", distributed_optimizer=False)
     fused = make_train(seq_len=32, global_batch_size=1)
     new_mem = analytical().simulate(TINY, cluster(), fused, layout).memory_breakdown_gib
-    old_mem = analytical().simulate(TINY, cluster(), train, layout).memory_breakdown_gib
-    extra = (old_mem["activations"] - new_mem["activations"]) * GIB
-    assert extra == pytest.approx(640 * 32 * 2)
+    for run, per_token in ((train, 640 + 2 * 64), (plain, 4 * 32 * 2)):
+        old_mem = analytical().simulate(TINY, cluster(), run, layout).memory_breakdown_gib
+        extra = (old_mem["activations"] - new_mem["activations"]) * GIB
+        assert extra == pytest.approx(per_token * 32 * 2)
 
 
 def test_unfused_attention_gemms_run_at_their_tiles_and_waves() -> None:
@@ -400,7 +407,7 @@ def test_unfused_attention_gemms_run_at_their_tiles_and_waves() -> None:
     from simulators.analytical_layer import _unfused_attention_s
 
     model = dataclasses.replace(TINY, hidden_size=512, head_dim=128)
-    train = make_train(seq_len=2048, global_batch_size=1, flash_attention=False)
+    train = make_train(seq_len=2048, global_batch_size=1, flash_attention=False, dropout=0.1)
     sms = dataclasses.replace(DEVICE, sm_count=108)
     constants = analytical().constants
     plain = _unfused_attention_s(model, 2048, train, Layout(), DEVICE, constants)
@@ -538,6 +545,10 @@ def test_a_gpt_layer_keeps_korthikanti_s_activations_and_nemotron_no_dropout_mas
     saved = layer_bytes(gpt, False, cluster(), train, layout, c)[0]
     assert saved == pytest.approx(tokens * (34 * h / 4 + lse))
     saved = layer_bytes(nemotron, False, cluster(), train, layout, c)[0]
+    assert saved == pytest.approx(tokens * (32 * h / 4 + lse))
+    # A GPT run without dropout (BLOOM's, NeMo 2's GPT-3) keeps no masks either.
+    no_dropout = dataclasses.replace(train, dropout=0.0)
+    saved = layer_bytes(gpt, False, cluster(), no_dropout, layout, c)[0]
     assert saved == pytest.approx(tokens * (32 * h / 4 + lse))
 
 

@@ -6,6 +6,7 @@ import pytest
 
 import catalog
 from simulators import Layout
+from simulators import ModelSpec
 from simulators import SpecError
 from simulators import TrainSpec
 from simulators.frameworks import FrameworkSpec
@@ -332,3 +333,59 @@ def test_a_stack_without_flash_attention_runs_the_unfused_path() -> None:
     assert core.uses_flash_attention(a100)
     assert "unfused attention" in legacy.describe()
     assert "unfused attention" not in core.describe()
+
+
+def test_dropout_is_a_setting_of_the_run_in_both_simulators() -> None:
+    """Dropout follows the run: by hand, the unfused path keeps 5 bytes per score with it
+    (Korthikanti's 5as/h: softmax output, 1-byte mask, dropout output) and the softmax output
+    alone without it, and each residual add keeps a 1-byte hidden mask; unset, the model's
+    recipe decides (GPT family 0.1, the others 0). Both simulators keep the same bytes."""
+    from simulators.analytical_layer import layer_bytes
+    from simulators.hierarchical.compile import compile_layer
+    from simulators.hierarchical.graph import layer_shapes
+
+    gpt, llama = model("gpt3_175b"), model("llama2_7b")
+    cluster = ascend(1)
+    c = analytical().constants
+    layout = Layout(dp=4, tp=2, sequence_parallel=False)
+    tokens = 1024
+
+    def saved(spec: ModelSpec, dropout: float | None, flash: bool) -> tuple[float, float]:
+        train = make_train(
+            "megatron_core",
+            seq_len=tokens,
+            global_batch_size=8,
+            flash_attention=flash,
+            dropout=dropout,
+        )
+        analytical_bytes = layer_bytes(spec, False, cluster, train, layout, c)[0]
+        shape = layer_shapes(spec, layout, train, cluster)["dense"]
+        return analytical_bytes, compile_layer(shape).saved_bytes
+
+    for spec in (gpt, llama):
+        heads = spec.num_attention_heads / layout.tp
+        scores = tokens * heads * tokens
+        masks = 2 * tokens * spec.hidden_size  # two 1-byte hidden masks, no SP
+        for flash, attention in ((True, 0.0), (False, 3 * scores)):
+            off, on = saved(spec, 0.0, flash), saved(spec, 0.1, flash)
+            for a, b in zip(on, off, strict=True):
+                assert a - b == pytest.approx(masks + attention), (spec.name, flash)
+            assert off[0] == pytest.approx(off[1], rel=1e-3)
+            assert on[0] == pytest.approx(on[1], rel=1e-3)
+            default = saved(spec, None, flash)
+            assert default == (on if spec.is_gpt_family else off)
+
+
+def test_dropout_probability_is_checked_and_described() -> None:
+    gpt, llama = model("gpt3_175b"), model("llama2_7b")
+    unset = make_train(seq_len=2048, global_batch_size=8)
+    assert unset.dropout_of(gpt) == 0.1 and unset.drops_out(gpt)
+    assert unset.dropout_of(llama) == 0.0 and not unset.drops_out(llama)
+    assert "dropout" not in unset.describe()
+    off = make_train(seq_len=2048, global_batch_size=8, dropout=0)
+    assert not off.drops_out(gpt) and "no dropout" in off.describe()
+    on = make_train(seq_len=2048, global_batch_size=8, dropout=0.05)
+    assert on.drops_out(llama) and "dropout 0.05" in on.describe()
+    for bad in (1.0, -0.1, float("nan"), True, "0.1"):
+        with pytest.raises(SpecError, match="dropout"):
+            make_train(seq_len=2048, global_batch_size=8, dropout=bad)

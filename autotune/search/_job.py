@@ -1,12 +1,17 @@
 """One search, end to end: space -> pricing or an Optuna study -> rerank -> output -> MLflow.
 
 The mode is ``grid`` (price every valid layout: the answer is the simulator's optimum) when
-that fits ``search.grid_budget_s`` (``search.sampler=auto``, the default) or is asked for;
-otherwise an Optuna sampler drives the search, and every valid layout is still priced beside
-it when the budget allows, so the answer is always the best layout the tool knows of. With
-``search.rerank``, a finer simulator re-prices the best ``search.rerank_top`` layouts in
-``search.workers`` processes. SIGINT and SIGTERM stop the search after the trial in flight:
-the best layout so far is printed and recorded, and the command exits 130 or 143.
+that fits ``search.grid_budget_s`` (``search.sampler=auto``, the default) or is asked for.
+Under ``auto``, a simulator too slow for the grid (the hierarchical one) gets ``screen``
+instead where the analytical simulator can price every layout within the budget: it does, and
+the chosen simulator re-prices the best ``search.rerank_top``, which finds the chosen
+simulator's own optimum where an Optuna sampler of the same cost misses it by several percent
+(``benchmarks/bench_autotune.py``). Otherwise an Optuna sampler drives the search, and every
+valid layout is still priced beside it when the budget allows, so the answer is always the
+best layout the tool knows of. With ``search.rerank``, a finer simulator re-prices the best
+``search.rerank_top`` layouts in ``search.workers`` processes. SIGINT and SIGTERM stop the
+search after the trial in flight: the best layout so far is printed and recorded, and the
+command exits 130 or 143.
 """
 
 from __future__ import annotations
@@ -59,12 +64,14 @@ from autotune.tracking import check_tracking
 from catalog import Job
 from catalog import job_from_config
 from simulators import UserError
+from simulators.calibration import calibrated
 from simulators.registry import SIMULATOR_NAMES
 
 __all__ = ["MODES", "run_search_job", "search_job"]
 
 log = logging.getLogger("autotune")
-MODES = ("auto", "grid", *SAMPLERS)
+MODES = ("auto", "grid", "screen", *SAMPLERS)
+SCREENING = "analytical"  # the simulator that screens every layout for a slower one
 _SAMPLE = 24  # layouts priced to measure the simulator's cost per layout
 
 
@@ -144,28 +151,40 @@ def search_job(
     sample = list(space.layouts[:: max(1, space.size // _SAMPLE)])
     grid_s = evaluate.seconds_per_layout(sample) * space.size
     mode = search.sampler
+    screen = None
     if mode == "auto":
         mode = "grid" if grid_s <= search.grid_budget_s else "tpe"
+        if mode == "tpe" and search.rerank is None and job.simulator.name != SCREENING:
+            screen = Evaluator(_screening_job(job))
+            if screen.seconds_per_layout(sample) * space.size <= search.grid_budget_s:
+                mode = "screen"
+    elif mode == "screen":
+        screen = Evaluator(_screening_job(job))
     log.info(
         f"{job.model.name} on {job.cluster.name} ({job.cluster.num_nodes} x "
         f"{job.cluster.devices_per_node} = {job.cluster.num_devices} devices), seq "
         f"{job.train.seq_len}, global batch {job.train.global_batch_size}\n"
         f"{job.train.describe()}\n{space.size} valid layouts; {job.simulator.name} simulator, "
-        + ("every layout priced (grid)" if mode == "grid" else f"{mode} sampler")
+        + _mode_text(mode, search)
     )
     name = search.study_name or _study_name(job, mode)
     fingerprint = _fingerprint(config, job, space)
-    parallel = mode != "grid" and search.workers > 1
+    parallel = mode not in ("grid", "screen") and search.workers > 1
     with shared_study(search.storage, parallel) as url:
         if parallel and storage is None:  # a journal file that lives as long as the search
             storage = open_storage(url)
         study = open_study(storage, name, mode, search.seed, fingerprint)
         place = StudyPlace(url, name, mode, fingerprint) if parallel and url else None
-        pairs, trials, stopped = _run(mode, config, job, space, evaluate, study, stop, place)
+        if mode == "screen":
+            assert screen is not None
+            rerank, stopped = _screen(config, job, space, screen, study, stop)
+            pairs, trials = rerank.reranked, len(study.trials)
+        else:
+            pairs, trials, stopped = _run(mode, config, job, space, evaluate, study, stop, place)
         if parallel and search.storage is None:
             study = in_memory_copy(study)
     exhaustive = mode == "grid" and not stopped
-    if not exhaustive and not stopped and grid_s <= search.grid_budget_s:
+    if mode != "screen" and not exhaustive and not stopped and grid_s <= search.grid_budget_s:
         log.info(f"  pricing all {space.size} layouts beside the search (~{duration(grid_s)})")
         pairs += list(zip(space.layouts, evaluate.price(space.layouts), strict=True))
         exhaustive = True
@@ -180,6 +199,7 @@ def search_job(
         trials=trials,
         stopped=stopped,
         study=study,
+        rerank=rerank if mode == "screen" else None,
     )
     if search.rerank and not stopped:
         rerank = _rerank(search, job, outcome)
@@ -237,6 +257,52 @@ def _run(
     result = run(search.n_trials, polish)
     pairs = [(layout, prediction) for _, layout, prediction in result.evaluated]
     return pairs, len(result.evaluated), bool(stop)
+
+
+def _mode_text(mode: str, search: SearchConfig) -> str:
+    if mode == "grid":
+        return "every layout priced (grid)"
+    if mode == "screen":
+        return (
+            f"every layout screened by the {SCREENING} simulator, the best "
+            f"{search.rerank_top} priced again (screen)"
+        )
+    return f"{mode} sampler"
+
+
+def _screening_job(job: Job) -> Job:
+    """``job`` priced by the screening simulator, with the same memory margin (so that a
+    layout fits the screen as it fits the search)."""
+    margin = getattr(job.simulator, "memory_margin", 0.0)
+    screening = calibrated(catalog.load_simulator(SCREENING), None, margin)
+    return dataclasses.replace(job, simulator=screening)
+
+
+def _screen(
+    config: AutotuneConfig,
+    job: Job,
+    space: SearchSpace,
+    screen: Evaluator,
+    study: Any,
+    stop: StopFlag,
+) -> tuple[Rerank, bool]:
+    """Every layout priced by ``screen``, the best ``search.rerank_top`` by ``job.simulator``
+    (in ``search.workers`` processes); the re-priced layouts become the study's trials."""
+    search = config.search
+    progress = Progress(SCREENING, space.size, unit="layouts")
+    predictions = screen.price(space.layouts, lambda done, _: progress.update(done))
+    screened = ranked(zip(space.layouts, predictions, strict=True))[: search.rerank_top]
+    if stop:
+        return Rerank(job.simulator.name, screened, screened), True
+    log.info(
+        f"  pricing the best {len(screened)} with the {job.simulator.name} simulator in "
+        f"{search.workers} process(es)"
+    )
+    finer = price_in_processes(job, [lay for lay, _ in screened], search.workers)
+    reranked = ranked(zip((lay for lay, _ in screened), finer, strict=True))
+    if not study.trials:  # a resumed screen study already holds them
+        add_priced_trials(study, space, reranked, origin="screen")
+    return Rerank(job.simulator.name, screened, reranked), bool(stop)
 
 
 def _rerank(search: SearchConfig, job: Job, outcome: Outcome) -> Rerank:

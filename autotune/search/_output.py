@@ -91,6 +91,12 @@ def _calibration_text(job: Job) -> str:
 def _headline(outcome: Outcome, shown: int, timings: Timings) -> str:
     if outcome.mode == "grid":
         how = "grid: every layout priced, the simulator's optimum first"
+    elif outcome.mode == "screen":
+        assert outcome.rerank is not None
+        how = (
+            f"screen: every layout screened, the best {len(outcome.rerank.screened)} "
+            f"priced by the {outcome.rerank.simulator} simulator"
+        )
     elif outcome.exhaustive:
         how = f"{outcome.mode}, {outcome.trials} trials; every layout also priced"
     else:

@@ -369,7 +369,7 @@ SEARCH = [
     ("search", ["search.rerank_top=-1"], "search.rerank_top=-1 must be >= 1"),
     ("search", ["search.workers=0"], "search.workers=0 must be >= 1"),
     ("search", ["search.study_name="], "search.study_name='' is empty"),
-    ("search", ["search.sampler=cmaes"], "available: auto, grid, tpe, gp, random, nsga2"),
+    ("search", ["search.sampler=cmaes"], "available: auto, grid, screen, tpe, gp, random, nsga2"),
     ("search", ["search.sampler="], "unknown sampler ''"),
     ("search", ["search.rerank=nope"], "unknown search.rerank simulator 'nope'"),
     ("search", ["output=xml"], "unknown output 'xml'; allowed: table, json"),

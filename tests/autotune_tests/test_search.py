@@ -269,6 +269,27 @@ def test_rerank_prices_the_best_layouts_again_in_processes(
     assert outcome.ranked[:6] == outcome.rerank.reranked
 
 
+def test_auto_screens_a_slow_simulator_and_finds_its_optimum(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    """With a grid too slow for the hierarchical simulator but not for the analytical one,
+    auto screens every layout with the latter and re-prices the best with the former: the
+    answer is the hierarchical simulator's own optimum over the whole space."""
+    cfg, space, evaluate, _ = _job(
+        make_cfg, "model.num_layers=4", "simulator=hierarchical", "search.grid_budget_s=2"
+    )
+    outcome = search_job(cfg, evaluate.job, StopFlag())
+    assert outcome.mode == "screen" and not outcome.exhaustive
+    assert outcome.rerank is not None and outcome.rerank.simulator == "hierarchical"
+    assert len(outcome.ranked) == cfg.search.rerank_top == outcome.trials
+    everything = sorted(
+        zip(space.layouts, evaluate.price(space.layouts), strict=True),
+        key=lambda pair: order_key(pair[1].fits, pair[1].step_time_s, pair[1].memory_gib),
+    )
+    assert outcome.best_layout == everything[0][0]
+    assert outcome.best.step_time_s == everything[0][1].step_time_s
+
+
 def test_space_covers_uneven_splits_and_their_variants(
     make_cfg: Callable[..., AutotuneConfig],
 ) -> None:

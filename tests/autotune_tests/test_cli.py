@@ -189,7 +189,11 @@ def test_simulate_writes_the_hierarchical_timeline_as_a_chrome_trace(tmp_path: P
             ["parallel.pp=7", "train.framework=megatron_lm"],
             "pp=7 does not divide num_layers=32",
         ),
-        ("autotune", ["search.sampler=cmaes"], "available: auto, grid, screen, tpe, gp, random, nsga2"),
+        (
+            "autotune",
+            ["search.sampler=cmaes"],
+            "available: auto, grid, screen, tpe, gp, random, nsga2",
+        ),
         ("autotune", ["search.rerank=nope"], "unknown search.rerank simulator 'nope'"),
         ("autotune", ["search.rerank_top=0"], "search.rerank_top=0 must be >= 1"),
         ("autotune", ["search.storage=notaurl"], "is not a storage URL"),

@@ -261,18 +261,26 @@ def _unfused_attention_bytes(
 
 
 def _activation_bytes_per_token(
-    model: ModelSpec, moe: bool, layout: Layout, act: int, linear_in: int, dropout: bool
+    model: ModelSpec,
+    moe: bool,
+    layout: Layout,
+    act: int,
+    linear_in: int,
+    dropout: bool,
+    flash: bool,
 ) -> float:
-    """Bytes one layer saves for backward per token, with flash attention (docs/reference.md 3.3).
+    """Bytes one layer saves for backward per token, but the unfused path's scores
+    (docs/reference.md 3.3).
 
     Norm inputs and outputs (4 tensors of h, split by TP only with SP), Q/K/V and the attention
-    output plus fp32 log-sum-exp per head, MLA latents, and the MLP's gate, up and activation
-    outputs (SwiGLU) or fc1 and GeLU outputs; an MoE layer keeps the dispatched top-k token
-    copies, their expert activations and fp32 router probabilities; with ``dropout`` the
-    1-byte masks of the two hidden dropouts (the ``sbh`` mask terms of Korthikanti et al. 2022
-    Table 2), split by TP only with SP. The inputs of the linear layers (norm outputs,
-    attention output, MLP activation output, dispatched tokens) take ``linear_in`` bytes per
-    element: 1 where FP8 layers save them quantized (docs/reference.md 7.6), else ``act``.
+    output plus, with flash attention, its fp32 log-sum-exp per head, MLA latents, and the
+    MLP's gate, up and activation outputs (SwiGLU) or fc1 and GeLU outputs; an MoE layer keeps
+    the dispatched top-k token copies, their expert activations and fp32 router probabilities;
+    with ``dropout`` the 1-byte masks of the two hidden dropouts (the ``sbh`` mask terms of
+    Korthikanti et al. 2022 Table 2), split by TP only with SP. The inputs of the linear layers
+    (norm outputs, attention output, MLP activation output, dispatched tokens) take
+    ``linear_in`` bytes per element: 1 where FP8 layers save them quantized (docs/reference.md
+    7.6), else ``act``.
     """
     tp = layout.tp
     seq_shard = tp if layout.sequence_parallel else 1
@@ -280,7 +288,8 @@ def _activation_bytes_per_token(
     norms = 2 * (act + linear_in) * h / seq_shard
     attention = act * (model.q_width / tp + _kv_local_width(model, tp))
     attention += linear_in * model.attn_out_width / tp
-    lse = 0.0 if layout.recompute == "selective" else 4 * model.num_attention_heads / tp
+    kernel_keeps_lse = flash and layout.recompute != "selective"
+    lse = 4 * model.num_attention_heads / tp if kernel_keeps_lse else 0.0
     if model.attention == "mla":
         attention += act * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
     per_f = act * (2 if model.activation == "swiglu" else 1) + linear_in
@@ -459,10 +468,10 @@ def layer_bytes(
     seq_shard = layout.tp if layout.sequence_parallel else 1
     linear_in = 1 if train.fp8 else act
     dropout = train.drops_out(model)
-    activation_bytes = tokens * _activation_bytes_per_token(
-        model, moe, layout, act, linear_in, dropout
-    )
     flash = train.uses_flash_attention(cluster)
+    activation_bytes = tokens * _activation_bytes_per_token(
+        model, moe, layout, act, linear_in, dropout, flash
+    )
     kept = layout.recompute != "selective"  # selective recompute reruns core attention
     core_bytes = 0.0
     if not flash:

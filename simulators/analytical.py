@@ -46,7 +46,6 @@ from simulators.analytical_stages import Stage
 from simulators.analytical_stages import StageDetail
 from simulators.analytical_stages import StageShape
 from simulators.analytical_stages import exposed_dp_s
-from simulators.analytical_stages import held_factor
 from simulators.analytical_stages import in_flight
 from simulators.analytical_stages import memory_bytes
 from simulators.analytical_stages import stage
@@ -531,7 +530,6 @@ def _logits(
 def _simulate(job: _Job, layout: Layout) -> Prediction:
     shape, stages, slowest, bubble_s = job.pipeline(layout)
     m = layout.num_microbatches(job.train)
-    factor = held_factor(layout.pp, layout.vpp, FLOATS)
     embedding_s = job.embedding_sync_s(layout)
     terms, kind_dp, kind_bytes = [], [], []
     for s, first_rank, kind in zip(stages, shape.first_ranks, shape.kinds, strict=True):
@@ -549,7 +547,7 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
         dp_s += embedding_s * (first or last)  # the two ends wait for the tied embedding
         kind_dp.append((dp_s, t.optimizer_s))
         # The first rank of a kind holds the most micro-batches in flight: its worst rank.
-        activations = s.activation_bytes * in_flight(m, layout.pp, first_rank, factor, FLOATS)
+        activations = s.activation_bytes * in_flight(m, layout.pp, layout.vpp, first_rank, FLOATS)
         kind_bytes.append(
             memory_bytes(t.state_bytes, activations, s.working_bytes, job.reserved_bytes)
         )
@@ -560,7 +558,7 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
     memory = {
         **terms[worst].states,
         "activations": stages[worst].activation_bytes
-        * in_flight(m, layout.pp, shape.first_ranks[worst], factor, FLOATS),
+        * in_flight(m, layout.pp, layout.vpp, shape.first_ranks[worst], FLOATS),
         "working": stages[worst].working_bytes,
         "reserved": job.reserved_bytes,
     }
@@ -573,7 +571,9 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
         memory_breakdown_gib={k: v / GIB for k, v in memory.items()},
         tokens_per_s_per_device=tokens_per_s_per_device,
         mfu=mfu,
-        detail=StageDetail(partial(_detail, shape, stages, terms, job.reserved_bytes, m, factor)),
+        detail=StageDetail(
+            partial(_detail, shape, stages, terms, job.reserved_bytes, m, layout.vpp)
+        ),
     )
 
 
@@ -583,7 +583,7 @@ def _detail(
     terms: list[RankTerms],
     reserved: float,
     microbatches: int,
-    factor: float,
+    vpp: int,
 ) -> dict[str, object]:
     return stage_detail(
         shape,
@@ -593,5 +593,5 @@ def _detail(
         [s.working_bytes for s in stages],
         reserved=reserved,
         microbatches=microbatches,
-        factor=factor,
+        vpp=vpp,
     )

@@ -35,7 +35,6 @@ from simulators.analytical_stages import Stage
 from simulators.analytical_stages import StageDetail
 from simulators.analytical_stages import StageShape
 from simulators.analytical_stages import exposed_dp_s
-from simulators.analytical_stages import held_factor
 from simulators.analytical_stages import in_flight
 from simulators.analytical_stages import memory_bytes
 from simulators.analytical_stages import stage
@@ -123,7 +122,7 @@ class _Detail:
     activations: Array
     working: Array
     microbatches: Array
-    factor: Array
+    vpp: Array
     reserved: float
 
     def of(self, row: int) -> dict[str, object]:
@@ -137,7 +136,7 @@ class _Detail:
             self.working[row, :kinds].tolist(),
             reserved=self.reserved,
             microbatches=int(self.microbatches[row]),
-            factor=float(self.factor[row]),
+            vpp=int(self.vpp[row]),
         )
 
 
@@ -322,8 +321,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     )
     step_s: np.ndarray = functools.reduce(operator.add, breakdown.values())  # as sum()
     # The first rank of a kind holds the most micro-batches in flight: its worst rank.
-    factor = held_factor(pp, vpp, ARRAYS)
-    activations = stages.activation_bytes * in_flight(m, pp, kinds["first_rank"], factor, ARRAYS)
+    activations = stages.activation_bytes * in_flight(m, pp, vpp, kinds["first_rank"], ARRAYS)
     kind_bytes = memory_bytes(
         terms.state_bytes, activations, stages.working_bytes, job.reserved_bytes
     )
@@ -352,7 +350,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
             activations=np.broadcast_to(stages.activation_bytes, kind_s.shape),
             working=np.broadcast_to(stages.working_bytes, kind_s.shape),
             microbatches=m[:, 0],
-            factor=np.broadcast_to(factor, m.shape)[:, 0],
+            vpp=np.broadcast_to(vpp, m.shape)[:, 0],
             reserved=job.reserved_bytes,
         ),
     )

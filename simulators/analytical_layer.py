@@ -268,6 +268,7 @@ def _activation_bytes_per_token(
     linear_in: int,
     dropout: bool,
     flash: bool,
+    weighted: bool,
 ) -> float:
     """Bytes one layer saves for backward per token, but the unfused path's scores
     (docs/reference.md 3.3).
@@ -275,7 +276,10 @@ def _activation_bytes_per_token(
     Norm inputs and outputs (4 tensors of h, split by TP only with SP), Q/K/V and the attention
     output plus, with flash attention, its fp32 log-sum-exp per head, MLA latents, and the
     MLP's gate, up and activation outputs (SwiGLU) or fc1 and GeLU outputs; an MoE layer keeps
-    the dispatched top-k token copies, their expert activations and fp32 router probabilities;
+    the dispatched top-k token copies, their expert activations and fp32 router probabilities,
+    the router's own bf16 input (where FP8 layers keep a 1-byte copy of it: the shared
+    experts'), and, unless ``weighted`` (the experts weight their activation by the
+    probabilities), the top-k expert outputs the combine multiplies by them;
     with ``dropout`` the 1-byte masks of the two hidden dropouts (the ``sbh`` mask terms of
     Korthikanti et al. 2022 Table 2), split by TP only with SP. The inputs of the linear layers
     (norm outputs, attention output, MLP activation output, dispatched tokens) take
@@ -292,6 +296,9 @@ def _activation_bytes_per_token(
     lse = 4 * model.num_attention_heads / tp if kernel_keeps_lse else 0.0
     if model.attention == "mla":
         attention += act * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+        if linear_in != act:  # FP8: each projection keeps its own 1-byte copy of its input
+            latents = model.q_lora_rank + model.kv_lora_rank  # the up-projections'
+            attention += linear_in * (h / seq_shard + latents)  # a second down-projection
     per_f = act * (2 if model.activation == "swiglu" else 1) + linear_in
     if not moe:
         mlp = per_f * model.ffn_hidden_size / tp
@@ -299,6 +306,11 @@ def _activation_bytes_per_token(
         k = model.moe_top_k
         mlp = k * (linear_in * h + per_f * model.expert_ffn_hidden_size / tp)
         mlp += 4 * model.num_experts + per_f * model.shared_expert_ffn_hidden_size / tp
+        mlp += (act - linear_in) * h / seq_shard  # the router keeps the norm output in bf16
+        if model.shared_expert_ffn_hidden_size and linear_in != act:
+            mlp += linear_in * h / seq_shard  # the shared experts' FP8 copy of it
+        if not weighted:
+            mlp += k * act * h / seq_shard  # the combine keeps the experts' outputs
     masks = 2 * h / seq_shard if dropout else 0.0
     return norms + attention + lse + mlp + masks
 
@@ -469,8 +481,9 @@ def layer_bytes(
     linear_in = 1 if train.fp8 else act
     dropout = train.drops_out(model)
     flash = train.uses_flash_attention(cluster)
+    weighted = train.framework.moe_weighted_activation
     activation_bytes = tokens * _activation_bytes_per_token(
-        model, moe, layout, act, linear_in, dropout, flash
+        model, moe, layout, act, linear_in, dropout, flash, weighted
     )
     kept = layout.recompute != "selective"  # selective recompute reruns core attention
     core_bytes = 0.0
@@ -491,8 +504,8 @@ def layer_bytes(
         repeated_kv = (model.q_width + model.attn_out_width) / layout.tp
         extra = repeated_kv - _kv_local_width(model, layout.tp) + model.attn_out_width / layout.tp
         activation_bytes += tokens * extra * act
-    elif flash and kept and train.framework.flash_output_copy:
+    elif flash and kept and (train.framework.flash_output_copy or train.fp8):
         # The kernel's output, kept for its backward beside the projection's rearranged copy
-        # (docs/reference.md 3.3).
+        # (docs/reference.md 3.3) or its FP8 one (7.6).
         activation_bytes += tokens * model.attn_out_width / layout.tp * act
     return activation_bytes, tokens * model.hidden_size * act / seq_shard, core_bytes

@@ -40,7 +40,6 @@ __all__ = [
     "StageDetail",
     "StageShape",
     "exposed_dp_s",
-    "held_factor",
     "in_flight",
     "memory_bytes",
     "stage",
@@ -284,15 +283,6 @@ def pipeline_sends_s(
     return ops.where(vpp > 1, hidden, blocking)
 
 
-def held_factor(pp: Real, vpp: Real, ops: Ops) -> Real:
-    """How many more micro-batches interleaving keeps in flight: 1 + (p-1)/(p*v) for v > 1.
-
-    1F1B: stage i holds p - i micro-batches (at most m). Interleaved: the first stage holds
-    p * (1 + (p-1)/(p*v)) (Megatron theoretical_memory_usage.py, docs/reference.md 3.3).
-    """
-    return ops.where(vpp > 1, 1 + (pp - 1) / (pp * vpp), 1)
-
-
 def exposed_dp_s(
     reduce_s: Real,
     gather_s: Real,
@@ -318,10 +308,17 @@ class RankTerms(NamedTuple):
     state_bytes: float  # their sum
 
 
-def in_flight(microbatches: Real, pp: Real, rank: Real, factor: Real, ops: Ops) -> Real:
-    """Micro-batches whose activations pipeline rank ``rank`` holds at its peak: p - rank (at
-    most m), times :func:`held_factor`."""
-    return ops.minimum(microbatches, pp - rank) * factor
+def in_flight(microbatches: Real, pp: Real, vpp: Real, rank: Real, ops: Ops) -> Real:
+    """Micro-batches whose activations pipeline rank ``rank`` holds at its peak, in units of
+    its whole stage (all its chunks).
+
+    1F1B: p - rank (at most m). Interleaved (Megatron ``schedules.py``): the rank warms up with
+    ``(p - rank - 1) * 2 + (v - 1) * p`` chunk forwards and holds one more, at most all m * v
+    of its chunk passes; over v per stage. The first rank thus holds p + (p-1)/v, Korthikanti's
+    p (1 + (p-1)/(p v)) (docs/reference.md 3.3), and the last (v-1) p / v + 1/v, nearly as many.
+    """
+    chunks = ops.minimum(microbatches * vpp, (pp - rank - 1) * 2 + (vpp - 1) * pp + 1)
+    return ops.where(vpp > 1, chunks / vpp, ops.minimum(microbatches, pp - rank))
 
 
 def memory_bytes(states: Real, activations: Real, working: Real, reserved: Real) -> Real:
@@ -373,7 +370,7 @@ def stage_detail(
     *,
     reserved: float,
     microbatches: int,
-    factor: float,
+    vpp: int,
 ) -> dict[str, object]:
     """A prediction's per-rank views: ``stage_layers``, ``stage_time_s`` (seconds per
     micro-batch) and ``stage_memory_gib`` of every pipeline rank, first to last, from each
@@ -383,7 +380,7 @@ def stage_detail(
     rank_bytes = [
         memory_bytes(
             kind_states[kind],
-            kind_activations[kind] * in_flight(microbatches, pp, rank, factor, FLOATS),
+            kind_activations[kind] * in_flight(microbatches, pp, vpp, rank, FLOATS),
             kind_working[kind],
             reserved,
         )

@@ -152,7 +152,11 @@ class FrameworkSpec:
     all-gather them in FP8. ``deepep``: the MoE tokens can go through DeepEP (Megatron-Core's
     ``flex`` dispatcher), which sends a token once to each node it is routed to.
     ``moe_a2a_overlap``: the expert all-to-all can run under another micro-batch's compute
-    (Megatron-Core's ``--overlap-moe-expert-parallel-comm``). ``cp_comm_types``: the context-
+    (Megatron-Core's ``--overlap-moe-expert-parallel-comm``). ``moe_weighted_activation``: the
+    routed experts weight their activation by the router's probabilities, so the combine only
+    sums the experts' outputs; otherwise the combine multiplies those outputs by the
+    probabilities and keeps them for the probabilities' gradient (top-k copies of the hidden
+    state per token). ``cp_comm_types``: the context-
     parallel exchanges the stack can run (:data:`CP_COMM_TYPES`), its default first; empty: no
     context parallelism. ``cp_a2a_style``: how its all-to-all exchange is built
     (:data:`CP_A2A_STYLES`; None without one); ``cp_a2a_gqa``: that exchange runs models with
@@ -183,6 +187,7 @@ class FrameworkSpec:
     fp8_param_gather: bool
     deepep: bool
     moe_a2a_overlap: bool
+    moe_weighted_activation: bool
     cp_comm_types: tuple[str, ...]
     cp_a2a_style: str | None
     cp_a2a_gqa: bool

@@ -70,7 +70,9 @@ class LayerShape:
     query length ``s / cp`` (the CP ring brings keys and values of all ``s``). Heads, FFN
     widths and the vocabulary are already divided by TP; ``local_experts`` by EP.
     ``expert_tokens`` is the number of token copies each local expert receives (balanced
-    top-k routing). ``dropout``: the residual adds apply hidden dropout
+    top-k routing); ``moe_weighted_activation``: the experts weight their activation by the
+    router's probabilities (:class:`simulators.frameworks.FrameworkSpec`), else the combine
+    does. ``dropout``: the residual adds apply hidden dropout
     (:meth:`simulators.TrainSpec.drops_out`); ``flash_attention`` picks the fused kernel or
     Megatron's unfused path (which records ``attention_dropout`` when set);
     ``flash_output_copy``: the output projection reads a rearranged copy of the kernel's output
@@ -108,6 +110,7 @@ class LayerShape:
     expert_ffn: int = 0
     expert_tokens: int = 0
     shared_ffn: int = 0
+    moe_weighted_activation: bool = False
     vocab: int = 0
     flash_attention: bool = True
     flash_output_copy: bool = False
@@ -272,6 +275,7 @@ def layer_shapes(
             expert_ffn=model.expert_ffn_hidden_size // tp,
             expert_tokens=math.ceil(copies / local),
             shared_ffn=model.shared_expert_ffn_hidden_size // tp,
+            moe_weighted_activation=train.framework.moe_weighted_activation,
         )
     return shapes
 

@@ -262,10 +262,36 @@ class _SwiGLU(torch.autograd.Function):
         return torch.cat([d_gate, d_up], dim=-1)
 
 
-def _activate(x: torch.Tensor, swiglu: bool) -> torch.Tensor:
+class _WeightedSwiGLU(torch.autograd.Function):
+    """Megatron-Core's ``WeightedSwiGLUFunction``: SwiGLU times each routed copy's router
+    probability, one kernel that saves its input and the probabilities."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x, weights)
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up * weights
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, weights = ctx.saved_tensors
+        gate, up = x.chunk(2, dim=-1)
+        silu = F.silu(gate)
+        d_up = grad * weights * silu
+        d_gate = torch.ops.aten.silu_backward(grad * weights * up, gate)
+        d_weights = (grad * silu * up).sum(dim=-1, keepdim=True)
+        return torch.cat([d_gate, d_up], dim=-1), d_weights
+
+
+def _activate(x: torch.Tensor, swiglu: bool, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The MLP activation; with ``weights``, times each routed copy's router probability."""
     if swiglu:
         with _recorder().fused():
+            if weights is not None:
+                return _WeightedSwiGLU.apply(x, weights)  # type: ignore[no-any-return]
             return _SwiGLU.apply(x)  # type: ignore[no-any-return]
+    if weights is not None:
+        return F.gelu(x) * weights
     return F.gelu(x)
 
 
@@ -301,14 +327,20 @@ class Experts(nn.Module):
         self.b1 = None if self.swiglu else nn.Parameter(torch.empty(e, 1, f))
         self.b2 = None if self.swiglu else nn.Parameter(torch.empty(e, 1, h))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        """``x``: [local experts, tokens each, hidden]; ``weights``: each copy's router
+        probability, applied in the activation when given."""
         s = self.shape
-        hidden = _activate(_grouped(s, x, self.w1, self.b1), self.swiglu)
+        hidden = _activate(_grouped(s, x, self.w1, self.b1), self.swiglu, weights)
         return _grouped(s, hidden, self.w2, self.b2)
 
 
 class MoE(nn.Module):
-    """Router, top-k dispatch by EP all-to-all, local experts, combine; shared experts."""
+    """Router, top-k dispatch by EP all-to-all, local experts, combine; shared experts.
+
+    The router's probabilities weight the experts' activation (they travel with the tokens)
+    or, where the framework does not (``moe_weighted_activation`` false), the combine, which
+    then keeps the experts' outputs for their gradient."""
 
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
@@ -322,20 +354,33 @@ class MoE(nn.Module):
         b, n, h = x.shape
         tokens = x.reshape(b * n, h)
         probs, index = torch.topk(torch.softmax(self.router(tokens), dim=-1), s.top_k, dim=-1)
-        routed = tokens.index_select(0, index.flatten()).unsqueeze(0)
-        routed = all_to_all(routed, "ep", s.ep)
-        routed = _enter(routed, s)
-        copies = routed.shape[1]
-        padded = s.local_experts * s.expert_tokens
-        if padded > copies:
-            routed = F.pad(routed, (0, 0, 0, padded - copies))
-        out = self.experts(routed.view(s.local_experts, s.expert_tokens, h))
-        out = _leave(out.view(1, padded, h)[:, :copies], s)
+        routed, copies = self._dispatch(tokens.index_select(0, index.flatten()).unsqueeze(0))
+        weights = None
+        if s.moe_weighted_activation:
+            weights, _ = self._dispatch(probs.reshape(1, -1, 1).to(x.dtype))
+        out = self.experts(routed, weights)
+        out = _leave(out.view(1, -1, h)[:, :copies], s)
         out = all_to_all(out, "ep", s.ep).view(b * n, s.top_k, h)
-        combined = (out * probs.unsqueeze(-1).to(out.dtype)).sum(dim=1).view(b, n, h)
+        if weights is None:
+            out = out * probs.unsqueeze(-1).to(out.dtype)
+        combined = out.sum(dim=1).view(b, n, h)
         if self.shared is not None:
             combined = combined + _leave(self.shared(_enter(x, s)), s)
         return combined
+
+    def _dispatch(self, copies: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """``copies`` [1, copies, width] to this rank's experts: EP all-to-all, the TP region,
+        padding to the local experts' balanced share; [local experts, tokens each, width] and
+        how many copies arrived."""
+        s = self.shape
+        copies = all_to_all(copies, "ep", s.ep)
+        # The dispatcher gathers over TP itself; the experts keep what it gathered.
+        copies = gather(copies, "tp", s.tp, regather=False) if s.sp > 1 else _enter(copies, s)
+        arrived = copies.shape[1]
+        padded = s.local_experts * s.expert_tokens
+        if padded > arrived:
+            copies = F.pad(copies, (0, 0, 0, padded - arrived))
+        return copies.view(s.local_experts, s.expert_tokens, copies.shape[-1]), arrived
 
 
 class DecoderLayer(nn.Module):

@@ -393,14 +393,19 @@ class _Collective(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, x: torch.Tensor, names: tuple[str, str], group: str, factor: float
+        ctx: Any,
+        x: torch.Tensor,
+        names: tuple[str, str],
+        group: str,
+        factor: float,
+        regather: bool = True,
     ) -> torch.Tensor:
         ctx.names, ctx.group, ctx.shape = names, group, tuple(x.shape)
         _recorder().host_call()  # Megatron's autograd.Function .apply
         shape = (x.shape[0], int(x.shape[1] * factor), *x.shape[2:])
         out = _new(x, shape)
         ctx.nbytes = max(_nbytes(x), _nbytes(out))
-        if names[0] == "all_gather":
+        if names[0] == "all_gather" and regather:
             # Megatron keeps the local shard and gathers again in backward (SP memory).
             _recorder().regathered[_storage(out)] = _nbytes(x)
         if names[0] != "none":
@@ -411,14 +416,19 @@ class _Collective(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         if ctx.names[1] != "none":
             _recorder().comm(ctx.names[1], ctx.group, ctx.nbytes)
-        return _new(grad, ctx.shape), None, None, None
+        return _new(grad, ctx.shape), None, None, None, None
 
 
-def gather(x: torch.Tensor, group: str, size: int) -> torch.Tensor:
-    """All-gather tokens over ``group`` (``size`` ranks); backward reduce-scatters."""
+def gather(x: torch.Tensor, group: str, size: int, regather: bool = True) -> torch.Tensor:
+    """All-gather tokens over ``group`` (``size`` ranks); backward reduce-scatters.
+
+    ``regather``: the layer that reads the result keeps only the local shard and gathers
+    again in its backward (Megatron's sequence-parallel linear layers); otherwise whoever
+    saves the result keeps it whole (the MoE dispatcher's gather before the experts)."""
     if size == 1:
         return x
-    return _Collective.apply(x, ("all_gather", "reduce_scatter"), group, size)  # type: ignore[no-any-return]
+    names = ("all_gather", "reduce_scatter")
+    return _Collective.apply(x, names, group, size, regather)  # type: ignore[no-any-return]
 
 
 def scatter(x: torch.Tensor, group: str, size: int) -> torch.Tensor:

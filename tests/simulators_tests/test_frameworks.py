@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import catalog
@@ -389,3 +391,42 @@ def test_dropout_probability_is_checked_and_described() -> None:
     for bad in (1.0, -0.1, float("nan"), True, "0.1"):
         with pytest.raises(SpecError, match="dropout"):
             make_train(seq_len=2048, global_batch_size=8, dropout=bad)
+
+
+def _moe_saved(framework: str, precision: str = "bf16", tp: int = 1) -> tuple[float, float]:
+    """Bytes one Mixtral-shaped MoE layer keeps for backward (analytical, hierarchical)."""
+    from simulators.analytical_layer import layer_bytes
+    from simulators.hierarchical.compile import compile_layer
+    from simulators.hierarchical.graph import layer_shapes
+
+    spec = dataclasses.replace(model("mixtral_8x7b"), num_layers=2)
+    cluster = catalog.load_cluster("h100", ["cluster.num_nodes=1"])
+    fw = catalog.load_framework(framework)
+    train = TrainSpec(framework=fw, seq_len=1024, global_batch_size=8, precision=precision)
+    layout = Layout.resolve(8, tp=tp, ep=8 // tp, sequence_parallel=tp > 1)
+    analytical_bytes = layer_bytes(spec, True, cluster, train, layout, analytical().constants)[0]
+    shape = layer_shapes(spec, layout, train, cluster)["moe"]
+    return analytical_bytes, compile_layer(shape).saved_bytes
+
+
+def test_the_combine_keeps_the_experts_outputs_unless_they_weight_their_activation() -> None:
+    """Megatron-Core since core_v0.13.0 multiplies the router's probabilities into the experts'
+    SwiGLU, and the combine only sums; the older combine multiplies the outputs by them and
+    keeps the top-k outputs for the probabilities' gradient: k x h x 2 bytes per token more.
+    Both simulators, and they agree (benchmarks/bench_memory_agreement.py)."""
+    weighted, combined = _moe_saved("megatron_core"), _moe_saved("mindspeed")
+    spec = model("mixtral_8x7b")
+    outputs = 1024 * spec.moe_top_k * spec.hidden_size * 2
+    for a, b in zip(combined, weighted, strict=True):
+        assert a - b == pytest.approx(outputs, rel=1e-3)
+    for pair in (weighted, combined, _moe_saved("megatron_core", tp=2)):
+        assert pair[0] == pytest.approx(pair[1], rel=2e-3)
+
+
+def test_fp8_layers_keep_their_own_copies_and_attention_its_bf16_output() -> None:
+    """Under FP8 each Transformer Engine linear layer keeps a 1-byte copy of its input, while
+    flash attention keeps its bf16 output and the router the MoE block's bf16 norm output: the
+    simulators agree on an FP8 MoE layer, and FP8 saves less than bf16 but not half."""
+    bf16, fp8 = _moe_saved("megatron_core"), _moe_saved("megatron_core", "fp8")
+    assert fp8[0] == pytest.approx(fp8[1], rel=2e-3)
+    assert 0.5 * bf16[0] < fp8[0] < bf16[0]

@@ -133,3 +133,20 @@ def test_p2p_placement_by_node() -> None:
     comm = CommCost(cluster=ascend(2), layout=Layout(tp=4, pp=4))
     same, other = comm.p2p_s(1e6, 0, 1, "pp"), comm.p2p_s(1e6, 1, 2, "pp")
     assert same < other  # ranks 0 and 4 share node 0; rank 8 is on node 1
+
+
+def test_the_analytical_in_flight_count_is_the_schedule_s_on_every_rank() -> None:
+    """What each rank holds at its peak, in whole stages: the most forwards the hierarchical
+    schedule has run and not yet backed, over v, equals the analytical simulator's count, on
+    every rank (the last rank of an interleaved pipeline holds nearly as much as the first)."""
+    from simulators.analytical_stages import FLOATS
+    from simulators.analytical_stages import in_flight
+
+    for p, m, v in ((4, 8, 1), (4, 8, 2), (2, 32, 24), (8, 16, 5), (4, 2, 1), (3, 3, 2)):
+        schedule = "interleaved" if v > 1 else "1f1b"
+        for rank in range(p):
+            held = peak = 0
+            for forward, _, _ in schedule_order(schedule, rank, p, m, v):
+                held += 1 if forward else -1
+                peak = max(peak, held)
+            assert in_flight(m, p, v, rank, FLOATS) == pytest.approx(peak / v), (p, m, v, rank)

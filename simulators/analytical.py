@@ -531,7 +531,7 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
     shape, stages, slowest, bubble_s = job.pipeline(layout)
     m = layout.num_microbatches(job.train)
     embedding_s = job.embedding_sync_s(layout)
-    terms, kind_dp, kind_bytes = [], [], []
+    terms, kind_dp, kind_bytes, kind_activations = [], [], [], []
     for s, first_rank, kind in zip(stages, shape.first_ranks, shape.kinds, strict=True):
         t = job.rank_terms(s.dense_params, s.expert_params, s.linear_params, layout)
         terms.append(t)
@@ -548,6 +548,7 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
         kind_dp.append((dp_s, t.optimizer_s))
         # The first rank of a kind holds the most micro-batches in flight: its worst rank.
         activations = s.activation_bytes * in_flight(m, layout.pp, layout.vpp, first_rank, FLOATS)
+        kind_activations.append(activations)
         kind_bytes.append(
             memory_bytes(t.state_bytes, activations, s.working_bytes, job.reserved_bytes)
         )
@@ -557,8 +558,7 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
     worst = kind_bytes.index(max(kind_bytes))
     memory = {
         **terms[worst].states,
-        "activations": stages[worst].activation_bytes
-        * in_flight(m, layout.pp, layout.vpp, shape.first_ranks[worst], FLOATS),
+        "activations": kind_activations[worst],
         "working": stages[worst].working_bytes,
         "reserved": job.reserved_bytes,
     }

@@ -175,10 +175,11 @@ def search_job(
             storage = open_storage(url)
         study = open_study(storage, name, mode, search.seed, fingerprint)
         place = StudyPlace(url, name, mode, fingerprint) if parallel and url else None
+        screened = None
         if mode == "screen":
             assert screen is not None
-            rerank, stopped = _screen(config, job, space, screen, study, stop)
-            pairs, trials = rerank.reranked, len(study.trials)
+            screened, stopped = _screen(config, job, space, screen, study, stop)
+            pairs, trials = screened.reranked, len(study.trials)
         else:
             pairs, trials, stopped = _run(mode, config, job, space, evaluate, study, stop, place)
         if parallel and search.storage is None:
@@ -199,7 +200,7 @@ def search_job(
         trials=trials,
         stopped=stopped,
         study=study,
-        rerank=rerank if mode == "screen" else None,
+        rerank=screened if screened is not None and not stopped else None,
     )
     if search.rerank and not stopped:
         rerank = _rerank(search, job, outcome)
@@ -287,13 +288,16 @@ def _screen(
     stop: StopFlag,
 ) -> tuple[Rerank, bool]:
     """Every layout priced by ``screen``, the best ``search.rerank_top`` by ``job.simulator``
-    (in ``search.workers`` processes); the re-priced layouts become the study's trials."""
+    (in ``search.workers`` processes); the re-priced layouts become the study's trials. A
+    signal during the screen leaves its best layouts, by the screening simulator, as
+    ``reranked`` (and says so)."""
     search = config.search
     progress = Progress(SCREENING, space.size, unit="layouts")
     predictions = screen.price(space.layouts, lambda done, _: progress.update(done))
     screened = ranked(zip(space.layouts, predictions, strict=True))[: search.rerank_top]
     if stop:
-        return Rerank(job.simulator.name, screened, screened), True
+        log.warning(f"  stopped: the best layouts of the {SCREENING} screen, not re-priced")
+        return Rerank(SCREENING, screened, screened), True
     log.info(
         f"  pricing the best {len(screened)} with the {job.simulator.name} simulator in "
         f"{search.workers} process(es)"

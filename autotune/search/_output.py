@@ -91,12 +91,13 @@ def _calibration_text(job: Job) -> str:
 def _headline(outcome: Outcome, shown: int, timings: Timings) -> str:
     if outcome.mode == "grid":
         how = "grid: every layout priced, the simulator's optimum first"
-    elif outcome.mode == "screen":
-        assert outcome.rerank is not None
+    elif outcome.mode == "screen" and outcome.rerank is not None:
         how = (
             f"screen: every layout screened, the best {len(outcome.rerank.screened)} "
             f"priced by the {outcome.rerank.simulator} simulator"
         )
+    elif outcome.mode == "screen":
+        how = "screen stopped before the best layouts were priced again"
     elif outcome.exhaustive:
         how = f"{outcome.mode}, {outcome.trials} trials; every layout also priced"
     else:

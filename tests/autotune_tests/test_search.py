@@ -290,6 +290,20 @@ def test_auto_screens_a_slow_simulator_and_finds_its_optimum(
     assert outcome.best.step_time_s == everything[0][1].step_time_s
 
 
+def test_a_screen_stopped_by_a_signal_says_its_layouts_were_not_priced_again(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    cfg, _, evaluate, _ = _job(
+        make_cfg, "model.num_layers=4", "simulator=hierarchical", "search.sampler=screen"
+    )
+    stop = StopFlag()
+    stop.set(15)  # SIGTERM before the screen ends: it is not re-priced
+    outcome = search_job(cfg, evaluate.job, stop)
+    assert outcome.mode == "screen" and outcome.stopped and outcome.rerank is None
+    assert len(outcome.ranked) == cfg.search.rerank_top
+    assert "stage_memory_gib" in outcome.best.detail  # the analytical screen's prediction
+
+
 def test_space_covers_uneven_splits_and_their_variants(
     make_cfg: Callable[..., AutotuneConfig],
 ) -> None:

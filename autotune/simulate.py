@@ -122,6 +122,7 @@ COMMAND = Command(
         ("cluster.num_nodes", "nodes of the cluster"),
         ("train.framework", "a framework of conf/framework/ (unset: the cluster's)"),
         ("train.precision", "bf16, fp16, fp32 or fp8"),
+        ("train.dropout", "dropout probability (unset: the model's recipe)"),
         ("simulator", "analytical or hierarchical"),
         ("parallel.<field>", "a layout field, e.g. parallel.tp=8 parallel.pp=4"),
         ("trace", "write a Chrome trace of the timeline (hierarchical)"),

@@ -9,7 +9,7 @@ the GEMMs too fast predicts FP8 saving less than it does, and time it misses out
 is missed alike in both precisions. For each cluster: the pairs, the median of predicted over
 measured savings (step time bf16 minus FP8; 1: the GEMMs' share priced right), and the median
 missing time (measured minus predicted) as a share of the measured bf16 step, in bf16 and in
-FP8. Writes benchmark_results/fp8_savings.md (``--refresh``: benchmarks/results/).
+FP8. Writes benchmark_results/fp8_savings_<simulator>.md (``--refresh``: benchmarks/results/).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from _results import write_result
 
 import catalog
 import dataset
+from autotune.benchmark._report import markdown_table
 
 SOURCES = ("dgxc", "megatron_bridge", "nemo")
 # What makes two rows the same job but for the precision.
@@ -86,11 +87,7 @@ def summary(matched: pd.DataFrame) -> pd.DataFrame:
 
 def markdown(frame: pd.DataFrame) -> str:
     """``frame`` as a Markdown table, its index first."""
-    head = [frame.index.name or "", *frame.columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for index, row in frame.iterrows():
-        lines.append("| " + " | ".join([str(index), *(f"{v:g}" for v in row)]) + " |")
-    return "\n".join(lines)
+    return markdown_table(frame.reset_index())
 
 
 def main() -> None:

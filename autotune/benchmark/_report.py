@@ -192,7 +192,8 @@ def console_tables(result: BenchmarkResult, top_k: int) -> str:
     return "\n".join(lines)
 
 
-def _markdown(frame: pd.DataFrame) -> str:
+def markdown_table(frame: pd.DataFrame) -> str:
+    """``frame`` as a Markdown table (columns as they are, no index)."""
     header = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     body = ["| " + " | ".join(map(str, row)) + " |" for row in frame.itertuples(index=False)]
@@ -211,11 +212,11 @@ def markdown_report(
         "",
         "## Overall",
         "",
-        _markdown(overall_table(result, top_k)),
+        markdown_table(overall_table(result, top_k)),
         "",
         "## Per source",
         "",
-        _markdown(source_table(result, top_k)),
+        markdown_table(source_table(result, top_k)),
         "",
         *_protocol_sections(result),
         "## Definitions",
@@ -235,7 +236,7 @@ def _protocol_sections(result: BenchmarkResult) -> list[str]:
         "Regret@1 mean per source; MAPE over the rows that no probe measured "
         "(docs/calibration.md).",
         "",
-        _markdown(protocol_table(result)),
+        markdown_table(protocol_table(result)),
         "",
     ]
     curve = curve_table(result)
@@ -243,7 +244,7 @@ def _protocol_sections(result: BenchmarkResult) -> list[str]:
         lines += [
             "## Regret against the number of probes",
             "",
-            _markdown(curve),
+            markdown_table(curve),
             "",
             "![regret against K](regret_vs_probes.png)",
             "",

@@ -13,9 +13,11 @@ import os
 import random
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +60,18 @@ def _start(folder: Path, n_trials: int) -> subprocess.Popen[str]:
 
 
 def _complete_trials(folder: Path) -> int:
-    if not (folder / "study.db").exists():
+    """Complete trials so far, read without writing: Optuna's ``load_study`` would create the
+    schema itself and race the search that is creating it."""
+    database = folder / "study.db"
+    if not database.exists():
         return 0
     try:
-        study = optuna.load_study(study_name="faults", storage=f"sqlite:///{folder / 'study.db'}")
-    except KeyError:  # not created yet
+        with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as db:
+            query = "SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'"
+            (count,) = db.execute(query).fetchone()
+    except sqlite3.OperationalError:  # the schema is not there yet, or a writer holds the lock
         return 0
-    return sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    return int(count)
 
 
 def _runs(folder: Path) -> list[Any]:
@@ -80,11 +87,16 @@ def test_a_signal_stops_the_search_with_its_best_layout(
     tmp_path: Path, number: int, code: int
 ) -> None:
     proc = _start(tmp_path, n_trials=5000)
-    deadline = time.monotonic() + 120
-    while _complete_trials(tmp_path) < 5 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    proc.send_signal(number)
-    out, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 120
+        while _complete_trials(tmp_path) < 5 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        proc.send_signal(number)
+        out, err = proc.communicate(timeout=120)
+    finally:  # a failure here must not leave the search running into the next test
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == code, err
     assert "Traceback" not in err and "stopping after the trial in flight" in err
     assert "Top 5 of " in out  # the best layout so far

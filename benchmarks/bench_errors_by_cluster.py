@@ -6,7 +6,8 @@
 The benchmark reports error per source; a change to one device (docs/accuracy.md 11, 12) shows
 per cluster. Prints, per simulator and cluster, the measured rows, the median predicted /
 measured ratio and the MAPE, then the same over the sources of today's hardware (dgxc,
-megatron_bridge, nemo).
+megatron_bridge, nemo): all their rows, and those out of fit (``in_fit`` false: rows of no
+source that a constant of their cluster was fit on, docs/accuracy.md 21).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def main() -> None:
     modern = ran[ran["source"].isin(MODERN_SOURCES)]
     print(f"\n{', '.join(MODERN_SOURCES)} together:")
     print(_summary(modern, ["simulator"]).to_string())
+    if "in_fit" in modern:
+        print("\nthe same, out of fit:")
+        print(_summary(modern[~modern["in_fit"]], ["simulator"]).to_string())
 
 
 if __name__ == "__main__":

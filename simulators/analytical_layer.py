@@ -54,7 +54,7 @@ class _Roofline(NamedTuple):
 
     operand_bytes: int
     result_bytes: int
-    flops_per_s: float  # achieved on the device's best shapes: peak x matmul efficiency
+    flops_per_s: float  # achieved on the device's best shapes: peak x GEMM efficiency
     bytes_per_s: float
     device: DeviceSpec  # for what each shape reaches of it (simulators.gemm_table)
 
@@ -63,7 +63,7 @@ class _Roofline(NamedTuple):
         return cls(
             operand_bytes=1 if precision == "fp8" else dtype_bytes(precision),
             result_bytes=dtype_bytes(precision),
-            flops_per_s=device.peak_flops(precision) * device.matmul_efficiency,
+            flops_per_s=device.peak_flops(precision) * device.gemm_efficiency(precision),
             bytes_per_s=device.achieved_memory_bytes_per_s,
             device=device,
         )
@@ -227,7 +227,7 @@ def _unfused_attention_s(
     heads = model.num_attention_heads / layout.tp
     scores = tokens * heads * train.seq_len  # score elements of this micro-batch
     flops = 2.0 * model.core_attention_flops_per_token(train.seq_len) * tokens / layout.tp
-    peak = device.peak_flops(train.compute_dtype) * device.matmul_efficiency
+    peak = device.peak_flops(train.compute_dtype) * device.gemm_efficiency(train.compute_dtype)
     bandwidth = device.achieved_memory_bytes_per_s
     b = _unfused_attention_bytes(model, train, c)
     # Each product is one batch of per-head GEMMs with half the FLOPs, at its own tiles and

@@ -7,9 +7,10 @@ exists, the terms of the prediction:
 ==========================  ===================================================================
 factor                      what it changes
 ==========================  ===================================================================
-``matmul_efficiency``       x ``cluster.device.matmul_efficiency`` and the simulator's attention
-                            efficiency (analytical ``attention_efficiency``, hierarchical
-                            ``efficiency.attention`` and ``efficiency.matmul`` when set)
+``matmul_efficiency``       x ``cluster.device.matmul_efficiency`` (and ``fp8_matmul_efficiency``
+                            when set) and the simulator's attention efficiency (analytical
+                            ``attention_efficiency``, hierarchical ``efficiency.attention`` and
+                            ``efficiency.matmul`` when set)
 ``memory_efficiency``       x ``cluster.device.memory_efficiency`` (hierarchical
                             ``efficiency.memory`` when set)
 ``intra_node_efficiency``   x ``cluster.intra_node.efficiency``
@@ -144,11 +145,12 @@ def _capped(value: float) -> float:
 
 def calibrate_cluster(cluster: ClusterSpec, calibration: Calibration) -> ClusterSpec:
     """The cluster with the calibrated device and link efficiencies."""
+    matmul = calibration.factor("matmul_efficiency")
+    fp8 = cluster.device.fp8_matmul_efficiency
     device = dataclasses.replace(
         cluster.device,
-        matmul_efficiency=_capped(
-            cluster.device.matmul_efficiency * calibration.factor("matmul_efficiency")
-        ),
+        matmul_efficiency=_capped(cluster.device.matmul_efficiency * matmul),
+        fp8_matmul_efficiency=None if fp8 is None else _capped(fp8 * matmul),
         memory_efficiency=_capped(
             cluster.device.memory_efficiency * calibration.factor("memory_efficiency")
         ),
@@ -211,6 +213,10 @@ def constant_overrides(
         "simulator.host_op_overhead_us": constants.host_op_overhead_us,
         "simulator.reserved_memory_gib": constants.reserved_memory_gib,
     }
+    if calibrated_cluster.device.fp8_matmul_efficiency is not None:
+        values["cluster.device.fp8_matmul_efficiency"] = (
+            calibrated_cluster.device.fp8_matmul_efficiency
+        )
     if hasattr(constants, "attention_efficiency"):
         values["simulator.attention_efficiency"] = constants.attention_efficiency
     efficiency = getattr(constants, "efficiency", None)

@@ -8,6 +8,7 @@ properties computed from the fields, following Megatron-LM's own accounting
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simulators._checks import require_at_most
@@ -432,6 +433,9 @@ class DeviceSpec:
     # Transformer Engine caches (2 on Hopper: rowwise and transposed; 1 on Blackwell).
     fp8_tflops: float = 0.0
     fp8_weight_copies: int = 0
+    # The fraction of the FP8 peak that FP8 GEMMs of the best shapes reach, where it differs
+    # from matmul_efficiency (None: the same fraction as the device's other GEMMs).
+    fp8_matmul_efficiency: float | None = None
     # Streaming multiprocessors, for the tile and wave quantization of GEMM shapes
     # (simulators.gemm_waves); None where matmul_efficiency already includes those losses or
     # the device's tiling is not modelled.
@@ -496,6 +500,20 @@ class DeviceSpec:
             matmul_efficiency=self.matmul_efficiency,
             memory_efficiency=self.memory_efficiency,
         )
+        if self.fp8_matmul_efficiency is not None:
+            require_numbers(owner, fp8_matmul_efficiency=self.fp8_matmul_efficiency)
+            require_fraction(owner, fp8_matmul_efficiency=self.fp8_matmul_efficiency)
+            if not self.fp8_tflops:
+                raise SpecError(
+                    f"{owner}: fp8_matmul_efficiency is set but the device has no FP8 tensor "
+                    "cores (fp8_tflops=0); set fp8_tflops or leave fp8_matmul_efficiency unset"
+                )
+
+    def gemm_efficiency(self, dtype: str) -> float:
+        """The fraction of ``dtype``'s peak that GEMMs of the best shapes reach."""
+        if dtype == "fp8" and self.fp8_matmul_efficiency is not None:
+            return self.fp8_matmul_efficiency
+        return self.matmul_efficiency
 
     @property
     def achieved_memory_bytes_per_s(self) -> float:
@@ -596,10 +614,19 @@ class ClusterSpec:
     # The framework a job on this cluster runs unless train.framework names another
     # (a name of conf/framework/: mindspeed on Ascend, megatron_core on NVIDIA GPUs).
     default_framework: str = "megatron_core"
+    # The measured sources (dataset/) whose rows on this cluster some of its constants were fit
+    # on; the benchmark scores those rows apart as in-sample (docs/accuracy.md says which
+    # constants and how).
+    fitted_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"cluster {self.name!r}"
         require_name(owner, self.name)
+        if isinstance(self.fitted_on, str) or not isinstance(self.fitted_on, Sequence):
+            raise SpecError(f"{owner}: fitted_on={self.fitted_on!r} must be a list of sources")
+        for source in self.fitted_on:
+            require_name(f"{owner} fitted_on", source)
+        object.__setattr__(self, "fitted_on", tuple(self.fitted_on))  # a list from a config
         sizes = {"devices_per_node": self.devices_per_node, "num_nodes": self.num_nodes}
         require_integers(owner, **sizes)
         require_positive(owner, **sizes)

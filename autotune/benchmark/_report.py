@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from autotune._csv import write_csv
+from autotune.benchmark._metrics import ape
 from autotune.benchmark._score import BenchmarkResult
 
 __all__ = ["console_tables", "json_payload", "write_report"]
@@ -78,6 +79,39 @@ def source_table(result: BenchmarkResult, top_k: int) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(records).sort_values(["source", "simulator"], kind="stable")
+
+
+def fit_table(result: BenchmarkResult) -> pd.DataFrame:
+    """Per simulator and per cluster with fitted constants: MAPE on the rows of the sources they
+    were fit on (in-sample) and on the cluster's other rows; then every cluster's rows but the
+    in-sample ones. Empty when no row is in a fit."""
+    rows = result.rows
+    if not len(rows) or not rows["in_fit"].any():
+        return pd.DataFrame()
+    rows = rows[rows["status"] == "ok"].assign(
+        ape=ape(rows["predicted_step_time_s"].to_numpy(float), rows["step_time_s"].to_numpy(float))
+    )
+    rows = rows[np.isfinite(rows["ape"])]
+    clusters = sorted(rows.loc[rows["in_fit"], "cluster"].unique())
+    records = []
+    for name, mine in rows.groupby("simulator", sort=False):
+        for cluster in [*clusters, "all"]:
+            here = mine if cluster == "all" else mine[mine["cluster"] == cluster]
+            fit, rest = here[here["in_fit"]], here[~here["in_fit"]]
+            if here.empty:
+                continue
+            records.append(
+                {
+                    "simulator": name,
+                    "cluster": cluster,
+                    "fit on": ", ".join(sorted(fit["source"].unique())) or "-",
+                    "rows in fit": len(fit),
+                    "MAPE in fit": _pct(fit["ape"].mean() if len(fit) else math.nan),
+                    "rows out of fit": len(rest),
+                    "MAPE out of fit": _pct(rest["ape"].mean() if len(rest) else math.nan),
+                }
+            )
+    return pd.DataFrame(records)
 
 
 _ZERO_SHOT = "zero_shot"
@@ -176,6 +210,9 @@ def console_tables(result: BenchmarkResult, top_k: int) -> str:
         source_table(result, top_k).to_string(index=False),
         "",
     ]
+    fits = fit_table(result)
+    if not fits.empty:
+        lines += [_FIT_TITLE, fits.to_string(index=False), ""]
     if has_protocols(result):
         lines += [
             "Protocols side by side: regret@1 mean per source (MAPE: rows no probe measured)",
@@ -218,6 +255,7 @@ def markdown_report(
         "",
         markdown_table(source_table(result, top_k)),
         "",
+        *_fit_section(result),
         *_protocol_sections(result),
         "## Definitions",
         "",
@@ -225,6 +263,18 @@ def markdown_report(
         "",
     ]
     return "\n".join(lines)
+
+
+_FIT_TITLE = (
+    "Fitted constants (docs/accuracy.md): MAPE on the rows they were fit on, and on the rest"
+)
+
+
+def _fit_section(result: BenchmarkResult) -> list[str]:
+    fits = fit_table(result)
+    if fits.empty:
+        return []
+    return ["## Fitted constants", "", _FIT_TITLE + ".", "", markdown_table(fits), ""]
 
 
 def _protocol_sections(result: BenchmarkResult) -> list[str]:
@@ -261,6 +311,7 @@ def json_payload(result: BenchmarkResult, settings: Mapping[str, Any]) -> dict[s
             "scenarios": scenarios,
             "settings": dict(settings),
             "regret_vs_probes": regret_curve(result).to_dict(orient="records"),
+            "fits": fit_table(result).to_dict(orient="records"),
         }
     )
 

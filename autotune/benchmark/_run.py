@@ -248,7 +248,11 @@ def run_benchmark(
         bootstrap_samples=config.bootstrap_samples,
         seed=config.seed,
     )
-    return score(table, labels, rankings, settings, with_random=RANDOM in baselines)
+    in_fit = [
+        source in cluster.fitted_on
+        for source, (_, cluster, _, _) in zip(table["source"], specs, strict=True)
+    ]
+    return score(table, labels, rankings, settings, RANDOM in baselines, in_fit)
 
 
 def _settings(cfg: BenchmarkConfig) -> dict[str, Any]:

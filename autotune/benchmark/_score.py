@@ -57,6 +57,7 @@ def score(
     rankings: Sequence[Ranking],
     settings: ScoreSettings,
     with_random: bool,
+    in_fit: Sequence[bool] | None = None,
 ) -> BenchmarkResult:
     """Score ``rankings`` (and the exact ``random`` baseline) on the scenarios of ``table``.
 
@@ -66,7 +67,10 @@ def score(
         rankings: what each simulator, baseline or peer thinks of the rows it covers.
         settings: penalty, k and bootstrap settings.
         with_random: whether to add the ``random`` baseline.
+        in_fit: per row, whether a constant of its cluster was fit on its source's rows
+            (``ClusterSpec.fitted_on``); the row frame keeps it as ``in_fit``. None: no row.
     """
+    fitted = np.zeros(len(table), bool) if in_fit is None else np.asarray(in_fit, bool)
     groups = table.groupby(["source", "scenario"], sort=False).indices
     columns = _Columns.of(table)
     scenario_rows: list[dict[str, Any]] = []
@@ -91,7 +95,7 @@ def score(
             scenario_rows.append(
                 {"simulator": ranking.name, **columns.job(source, scenario, positions), **record}
             )
-        row_frames.append(_row_frame(table, labels, ranking))
+        row_frames.append(_row_frame(table, labels, ranking, fitted))
     scenarios = pd.DataFrame(scenario_rows).rename(
         columns={"regret_at_k": f"regret_at_{settings.top_k}"}
     )
@@ -244,7 +248,9 @@ def _empty_record(n_layouts: int, n_ok: int) -> dict[str, Any]:
     }
 
 
-def _row_frame(table: pd.DataFrame, labels: Sequence[str], ranking: Ranking) -> pd.DataFrame:
+def _row_frame(
+    table: pd.DataFrame, labels: Sequence[str], ranking: Ranking, in_fit: np.ndarray
+) -> pd.DataFrame:
     """One row per layout the ranking covers, each scenario's layouts in its pick order."""
     rows = ranking.rows
     frame = pd.DataFrame(
@@ -263,6 +269,7 @@ def _row_frame(table: pd.DataFrame, labels: Sequence[str], ranking: Ranking) -> 
             ],
             "predicted_memory_gib": ranking.memory_gib,
             "predicted_fits": ranking.fits,
+            "in_fit": in_fit[rows],
             "score": ranking.score,
         }
     )

@@ -209,7 +209,10 @@ def _time_bounds(simulator: Simulator, runs: Sequence[Run]) -> tuple[np.ndarray,
     efficiency = getattr(getattr(simulator, "constants", None), "efficiency", None)
     comm = getattr(efficiency, "comm", None)
     highest = {
-        "matmul_efficiency": max(c.device.matmul_efficiency for c in clusters),
+        "matmul_efficiency": max(
+            max(c.device.matmul_efficiency, c.device.fp8_matmul_efficiency or 0.0)
+            for c in clusters
+        ),
         "memory_efficiency": max(c.device.memory_efficiency for c in clusters),
         "intra_node_efficiency": comm or max(c.intra_node.efficiency for c in clusters),
         "inter_node_efficiency": comm or max(c.inter_node.efficiency for c in clusters),

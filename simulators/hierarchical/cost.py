@@ -67,13 +67,13 @@ class RooflineCost:
     efficiency: Efficiencies
 
     def op_time_s(self, op: Op) -> float:
-        fraction = self.efficiency.matmul or self.device.matmul_efficiency
+        dtype = "fp8" if op.dtype == "fp8" else self.precision  # FP8 linear-layer GEMMs
+        fraction = self.efficiency.matmul or self.device.gemm_efficiency(dtype)
         if op.category == "attention":
             fraction = self.efficiency.attention or fraction
         if op.gemm is not None:
             batch, rows, depth, cols = op.gemm
             fraction *= shape_efficiency(self.device, rows, cols, depth, batch)
-        dtype = "fp8" if op.dtype == "fp8" else self.precision  # FP8 linear-layer GEMMs
         flops_per_s = self.device.peak_flops(dtype) * fraction
         memory = self.efficiency.memory or self.device.memory_efficiency
         bytes_per_s = self.device.memory_gbps * 1e9 * memory

@@ -201,6 +201,23 @@ CLUSTER = [
     ("simulate", ["cluster.device.matmul_efficiency=0"], "matmul_efficiency=0.0 must be in (0"),
     ("simulate", ["cluster.device.matmul_efficiency=nan"], "matmul_efficiency=nan must be in"),
     ("simulate", ["cluster.device.memory_efficiency=1.5"], "memory_efficiency=1.5 must be in"),
+    (
+        "simulate",
+        ["cluster.device.fp8_matmul_efficiency=0.5"],  # Ascend: no FP8 tensor cores
+        "fp8_matmul_efficiency is set but the device has no FP8 tensor cores",
+    ),
+    (
+        "simulate",
+        ["cluster=h100", "cluster.device.fp8_matmul_efficiency=1.5"],
+        "fp8_matmul_efficiency=1.5 must be in (0, 1]",
+    ),
+    (
+        "simulate",
+        ["cluster=h100", "cluster.device.fp8_matmul_efficiency=nan"],
+        "fp8_matmul_efficiency=nan must be in (0, 1]",
+    ),
+    ("simulate", ["cluster.fitted_on=dgxc"], "str is not a ListConfig, list or tuple"),
+    ("simulate", ['cluster.fitted_on=[""]'], "fitted_on: name='' must be a non-empty text"),
     ("simulate", ["cluster.device.memory_efficiency=-0.4"], "memory_efficiency=-0.4 must be in"),
     ("simulate", ["cluster.device.name="], "name='' must be a non-empty text"),
     ("simulate", ["cluster.intra_node.bandwidth_gbps=inf"], "bandwidth_gbps=inf must be <="),

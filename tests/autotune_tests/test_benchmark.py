@@ -21,6 +21,7 @@ from autotune.benchmark._plots import NO_DATA
 from autotune.benchmark._plots import matplotlib_figures
 from autotune.benchmark._plots import plot_frames
 from autotune.benchmark._report import console_tables
+from autotune.benchmark._report import fit_table
 from autotune.benchmark._report import json_payload
 from autotune.benchmark._report import overall_table
 from autotune.benchmark._report import write_report
@@ -355,3 +356,39 @@ def test_report_csv_files_escape_spreadsheet_formulas(tmp_path: Path) -> None:
     with (tmp_path / "report" / "predictions.csv").open(newline="") as handle:
         times = sorted(float(row["step_time_s"]) for row in csv.DictReader(handle))
     assert times[:2] == [1.0, 1.0]  # numbers are written as numbers
+
+
+def test_rows_a_constant_was_fit_on_are_scored_apart(tmp_path: Path) -> None:
+    """h100.yaml's GEMM efficiencies were fit on dgxc's H100 rows (``fitted_on``): those rows
+    are in the fit; another source's H100 row and dgxc's row on a cluster fit on nothing are
+    not. The linear simulator predicts 1.8 s at tp 8."""
+    data = write(
+        tmp_path / "runs.csv",
+        {"source": "dgxc", "scenario": "f1", "cluster": "h100", "step_time_s": 2.0},  # 10%
+        {"source": "mine", "scenario": "m1", "cluster": "h100", "step_time_s": 1.5},  # 20%
+        {"source": "dgxc", "scenario": "a1", "cluster": "a100", "step_time_s": 1.2},  # 50%
+    )
+    result = run_benchmark(_cfg(f"data={data}", "baselines=[]"), [LinearSimulator()])
+    in_fit = result.rows.set_index("scenario")["in_fit"]
+    assert in_fit.to_dict() == {"f1": True, "m1": False, "a1": False}
+    fits = fit_table(result).set_index("cluster")
+    assert fits.loc["h100"].to_dict() == {
+        "simulator": "linear",
+        "fit on": "dgxc",
+        "rows in fit": 1,
+        "MAPE in fit": "10.0%",
+        "rows out of fit": 1,
+        "MAPE out of fit": "20.0%",
+    }
+    assert fits.loc["all", ["rows out of fit", "MAPE out of fit"]].tolist() == [2, "35.0%"]
+    assert "a100" not in fits.index  # nothing on it was fit
+    assert "Fitted constants" in console_tables(result, 3)
+    write_report(result, tmp_path / "report", {"top_k": 3}, {})
+    assert "## Fitted constants" in (tmp_path / "report" / "benchmark.md").read_text()
+    assert json_payload(result, {})["fits"][0]["fit on"] == "dgxc"
+
+
+def test_no_fit_section_when_no_row_was_fit_on(tmp_path: Path) -> None:
+    result = run_benchmark(_cfg(f"data={_table(tmp_path)}"), [LinearSimulator()])
+    assert fit_table(result).empty and not result.rows["in_fit"].any()
+    assert "Fitted constants" not in console_tables(result, 3)

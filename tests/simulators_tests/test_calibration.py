@@ -79,6 +79,23 @@ def test_efficiencies_are_capped_at_one() -> None:
     assert overrides["cluster.device.matmul_efficiency"] == 1.0
 
 
+def test_the_matmul_factor_scales_the_fp8_gemms_too() -> None:
+    h100 = catalog.load_cluster("h100")
+    assert h100.device.fp8_matmul_efficiency is not None
+    calibration = Calibration(simulator="analytical", factors={"matmul_efficiency": 1.5})
+    overrides = constant_overrides(JOB.simulator, h100, calibration)
+    assert overrides["cluster.device.matmul_efficiency"] == pytest.approx(
+        1.5 * h100.device.matmul_efficiency
+    )
+    assert overrides["cluster.device.fp8_matmul_efficiency"] == pytest.approx(
+        1.5 * h100.device.fp8_matmul_efficiency
+    )
+    # a device without its own FP8 efficiency gains none
+    assert "cluster.device.fp8_matmul_efficiency" not in constant_overrides(
+        JOB.simulator, JOB.cluster, calibration
+    )
+
+
 @pytest.mark.parametrize(
     "factors",
     [{"speed": 2.0}, {"matmul_efficiency": 0.0}, {"tp_overlap": 1.0}, {"memory_constant_gib": -1}],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import catalog
@@ -217,3 +219,22 @@ def test_fp8_primary_weights_replace_the_bf16_copy(simulator: Simulator) -> None
     kept = simulator.simulate(MODEL, cluster, fp8_train, replicated).memory_breakdown_gib
     bf16_kept = simulator.simulate(MODEL, cluster, TRAIN, replicated).memory_breakdown_gib
     assert kept["weights"] == bf16_kept["weights"]  # the flag needs the distributed optimizer
+
+
+def test_fp8_gemms_run_at_the_device_s_fp8_efficiency(simulator: Simulator) -> None:
+    """An FP8 step's linear GEMMs take the device's ``fp8_matmul_efficiency`` (unset: its
+    ``matmul_efficiency``); a bf16 step never reads it."""
+    cluster = catalog.load_cluster("h100", ["cluster.num_nodes=2"])
+    layout = Layout.resolve(16, tp=2, pp=2)
+    fp8_train = make_train(seq_len=2048, global_batch_size=32, precision="fp8")
+
+    def step_s(train: object, fp8_efficiency: float | None) -> float:
+        device = dataclasses.replace(
+            cluster.device, matmul_efficiency=0.6, fp8_matmul_efficiency=fp8_efficiency
+        )
+        on = dataclasses.replace(cluster, device=device)
+        return simulator.simulate(MODEL, on, train, layout).step_time_s  # type: ignore[arg-type]
+
+    assert step_s(fp8_train, None) == step_s(fp8_train, 0.6)
+    assert step_s(fp8_train, 0.3) > step_s(fp8_train, 0.6) > step_s(fp8_train, 0.9)
+    assert step_s(TRAIN, 0.3) == step_s(TRAIN, 0.9)

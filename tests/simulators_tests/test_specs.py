@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
+import catalog
 from simulators import DeviceSpec
 from simulators import LinkSpec
 from simulators import ModelSpec
@@ -265,3 +269,44 @@ def test_device_limits() -> None:
     ]:
         with pytest.raises(SpecError, match=message.replace("(", r"\(")):
             DeviceSpec(**{**values, key: bad})  # type: ignore[arg-type]
+
+
+def test_fp8_gemms_have_their_own_efficiency_when_the_device_gives_one() -> None:
+    values = dict(
+        name="X",
+        bf16_tflops=100.0,
+        fp16_tflops=100.0,
+        fp32_tflops=10.0,
+        memory_gib=80.0,
+        memory_gbps=2000.0,
+        matmul_efficiency=0.8,
+        memory_efficiency=0.8,
+        fp8_tflops=200.0,
+    )
+    plain = DeviceSpec(**values)  # type: ignore[arg-type]
+    assert plain.gemm_efficiency("fp8") == plain.gemm_efficiency("bf16") == 0.8
+    own = DeviceSpec(**values, fp8_matmul_efficiency=0.5)  # type: ignore[arg-type]
+    assert (own.gemm_efficiency("fp8"), own.gemm_efficiency("bf16")) == (0.5, 0.8)
+    for bad, message in [
+        (1.2, "fp8_matmul_efficiency=1.2 must be in (0, 1]"),
+        (0.0, "fp8_matmul_efficiency=0.0 must be in (0, 1]"),
+        ("half", "fp8_matmul_efficiency='half' must be a number"),
+    ]:
+        with pytest.raises(SpecError, match=re.escape(message)):
+            DeviceSpec(**values, fp8_matmul_efficiency=bad)  # type: ignore[arg-type]
+    no_fp8 = {**values, "fp8_tflops": 0.0}
+    with pytest.raises(SpecError, match="no FP8 tensor cores"):
+        DeviceSpec(**no_fp8, fp8_matmul_efficiency=0.5)  # type: ignore[arg-type]
+
+
+def test_a_cluster_names_the_sources_its_constants_were_fit_on() -> None:
+    cluster = catalog.load_cluster("h100")
+    assert cluster.fitted_on == ("dgxc",)  # a tuple, though the config gives a list
+    assert catalog.load_cluster("h200").fitted_on == ("dgxc",)  # H100's fitted GEMMs
+    assert catalog.load_cluster("a100").fitted_on == ()
+    listed = dataclasses.replace(cluster, fitted_on=["dgxc", "mine"])  # type: ignore[arg-type]
+    assert listed.fitted_on == ("dgxc", "mine")
+    hash(listed)  # still usable as a key
+    for bad, message in [("dgxc", "must be a list of sources"), ([""], "non-empty text")]:
+        with pytest.raises(SpecError, match=message):
+            dataclasses.replace(cluster, fitted_on=bad)  # type: ignore[arg-type]

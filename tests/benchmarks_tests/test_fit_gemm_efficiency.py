@@ -1,0 +1,42 @@
+"""The GEMM-efficiency fit: its root finder, and that h100.yaml carries what the fit gives."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+import catalog
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():  # noqa: ANN201
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module("fit_gemm_efficiency")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_the_root_of_a_decreasing_gap_and_the_ends_of_the_bracket(bench) -> None:  # noqa: ANN001
+    assert bench.root(lambda e: 0.37 - e) == pytest.approx(0.37, abs=bench.TOLERANCE)
+    assert bench.root(lambda e: 2.0 - e) == bench.HIGHEST  # too slow even at the peak
+    assert bench.root(lambda e: -1.0) == bench.LOWEST
+
+
+@pytest.mark.slow  # about 10 s: every dgxc H100 row, priced some 30 times
+def test_h100_carries_the_efficiencies_fit_on_dgxc(bench) -> None:  # noqa: ANN001
+    """Change the analytical simulator and this may fail: rerun
+    ``python benchmarks/fit_gemm_efficiency.py --refresh`` and copy its values (docs/accuracy.md
+    21), which is the protocol that the benchmark's fitted-constants table reports."""
+    table = bench.measured_rows("h100")
+    fitted = bench.fit(catalog.load_simulator("analytical"), table, ["dgxc"])
+    device = catalog.load_cluster("h100").device
+    assert catalog.load_cluster("h100").fitted_on == ("dgxc",)
+    assert set(fitted) == {"matmul_efficiency", "fp8_matmul_efficiency"}
+    for field, value in fitted.items():
+        assert getattr(device, field) == pytest.approx(value, abs=0.006), field

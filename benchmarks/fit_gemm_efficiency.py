@@ -41,6 +41,7 @@ import dataset
 from autotune.benchmark._report import markdown_table
 from simulators import ClusterSpec
 from simulators import Simulator
+from simulators import UserError
 
 FIELDS = {"bf16": "matmul_efficiency", "fp8": "fp8_matmul_efficiency"}
 LOWEST, HIGHEST = 0.05, 1.0  # the bracket of an achievable fraction of peak
@@ -48,9 +49,19 @@ TOLERANCE = 1e-4
 
 
 def measured_rows(cluster: str) -> pd.DataFrame:
-    """Every public row that ran on ``cluster`` and breaks no layout rule."""
+    """Every public row that ran on ``cluster`` and breaks no layout rule.
+
+    Raises:
+        UserError: no public row ran on ``cluster`` (the message lists the clusters with rows).
+    """
     table = dataset.load_public()
-    table = table[(table["status"] == "ok") & (table["cluster"] == cluster)]
+    ran = table[table["status"] == "ok"]
+    table = ran[ran["cluster"] == cluster]
+    if table.empty:
+        clusters = ", ".join(sorted(ran["cluster"].unique()))
+        raise UserError(
+            f"no shipped row ran on cluster {cluster!r}; clusters with rows: {clusters}"
+        )
     keep = [not layout.violations(m, c, t) for m, c, t, layout in dataset.table_specs(table)]
     return table[keep].reset_index(drop=True)
 
@@ -143,8 +154,17 @@ def main() -> None:
     add_output_options(parser)
     args = parser.parse_args()
     simulator = catalog.load_simulator(args.simulator)
-    table = measured_rows(args.cluster)
+    try:
+        table = measured_rows(args.cluster)
+    except UserError as error:
+        parser.error(str(error))
     fitted = fit(simulator, table, args.fit_on)
+    if not fitted:
+        sources = ", ".join(sorted(table["source"].unique())) or "none"
+        parser.error(
+            f"no row of {', '.join(args.fit_on)} ran on {args.cluster}; sources with rows "
+            f"there: {sources}"
+        )
     shipped = catalog.load_cluster(args.cluster).device
     lines = [
         f"{args.cluster}, {args.simulator} simulator, fit on {', '.join(args.fit_on)}",

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 import catalog
+from simulators import UserError
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -40,3 +43,21 @@ def test_h100_carries_the_efficiencies_fit_on_dgxc(bench) -> None:  # noqa: ANN0
     assert set(fitted) == {"matmul_efficiency", "fp8_matmul_efficiency"}
     for field, value in fitted.items():
         assert getattr(device, field) == pytest.approx(value, abs=0.006), field
+
+
+def test_a_cluster_or_source_without_rows_is_one_error_line(bench, tmp_path: Path) -> None:  # noqa: ANN001
+    with pytest.raises(UserError, match="no shipped row ran on cluster 'nope'; clusters with"):
+        bench.measured_rows("nope")
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "fit_gemm_efficiency.py"), "--cluster", "b200"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(BENCHMARKS.parent)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no row of dgxc ran on b200; sources with rows there: megatron_bridge, simumax" in (
+        proc.stderr
+    )
+    assert not (tmp_path / "benchmark_results").exists()  # nothing written

@@ -302,7 +302,9 @@ def test_fp8_gemms_have_their_own_efficiency_when_the_device_gives_one() -> None
 def test_a_cluster_names_the_sources_its_constants_were_fit_on() -> None:
     cluster = catalog.load_cluster("h100")
     assert cluster.fitted_on == ("dgxc",)  # a tuple, though the config gives a list
-    assert catalog.load_cluster("h200").fitted_on == ("dgxc",)  # H100's fitted GEMMs
+    h200 = catalog.load_cluster("h200")  # H100's fitted GEMMs, but no H200 row was in the fit
+    assert h200.device.matmul_efficiency == cluster.device.matmul_efficiency
+    assert h200.fitted_on == ()
     assert catalog.load_cluster("a100").fitted_on == ()
     listed = dataclasses.replace(cluster, fitted_on=["dgxc", "mine"])  # type: ignore[arg-type]
     assert listed.fitted_on == ("dgxc", "mine")

@@ -333,10 +333,13 @@ def _figures(
 
 
 def _row_figures(kind: str, rows: pd.DataFrame) -> dict[str, Any]:
-    """Errors over every row with a prediction (singleton scenarios included)."""
+    """Errors over every row with a prediction (singleton scenarios included);
+    ``mape_out_of_fit`` leaves out the rows that a constant was fit on (``in_fit``)."""
     empty = {
         "n_rows": 0,
         "mape": _NAN,
+        "n_rows_in_fit": 0,
+        "mape_out_of_fit": _NAN,
         "max_ape": _NAN,
         "memory_mape": _NAN,
         "memory_max_ape": _NAN,
@@ -349,7 +352,9 @@ def _row_figures(kind: str, rows: pd.DataFrame) -> dict[str, Any]:
     errors = ape(
         rows["predicted_step_time_s"].to_numpy(float), rows["step_time_s"].to_numpy(float)
     )
-    time_errors = errors[ok & np.isfinite(errors)]
+    timed = ok & np.isfinite(errors)
+    time_errors = errors[timed]
+    in_fit = rows["in_fit"].to_numpy(bool)[timed]
     memory_errors = ape(
         rows["predicted_memory_gib"].to_numpy(float), rows["peak_memory_gib"].to_numpy(float)
     )
@@ -363,6 +368,8 @@ def _row_figures(kind: str, rows: pd.DataFrame) -> dict[str, Any]:
     return {
         "n_rows": int(len(time_errors)),
         "mape": float(time_errors.mean()) if len(time_errors) else _NAN,
+        "n_rows_in_fit": int(in_fit.sum()),
+        "mape_out_of_fit": float(time_errors[~in_fit].mean()) if (~in_fit).any() else _NAN,
         "max_ape": float(time_errors.max()) if len(time_errors) else _NAN,
         "memory_mape": float(memory_errors.mean()) if len(memory_errors) else _NAN,
         "memory_max_ape": float(memory_errors.max()) if len(memory_errors) else _NAN,

@@ -386,6 +386,10 @@ def test_rows_a_constant_was_fit_on_are_scored_apart(tmp_path: Path) -> None:
     write_report(result, tmp_path / "report", {"top_k": 3}, {})
     assert "## Fitted constants" in (tmp_path / "report" / "benchmark.md").read_text()
     assert json_payload(result, {})["fits"][0]["fit on"] == "dgxc"
+    summary = result.summaries["linear"]  # what the JSON and MLflow carry
+    assert summary["n_rows_in_fit"] == 1
+    assert summary["mape_out_of_fit"] == pytest.approx((0.2 + 0.5) / 2)
+    assert summary["mape"] == pytest.approx((0.1 + 0.2 + 0.5) / 3)
 
 
 def test_no_fit_section_when_no_row_was_fit_on(tmp_path: Path) -> None:

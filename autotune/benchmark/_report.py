@@ -97,9 +97,9 @@ def fit_table(result: BenchmarkResult) -> pd.DataFrame:
     for name, mine in rows.groupby("simulator", sort=False):
         for cluster in [*clusters, "all"]:
             here = mine if cluster == "all" else mine[mine["cluster"] == cluster]
-            fit, rest = here[here["in_fit"]], here[~here["in_fit"]]
             if here.empty:
                 continue
+            fit, rest = here[here["in_fit"]], here[~here["in_fit"]]
             records.append(
                 {
                     "simulator": name,

@@ -355,9 +355,10 @@ def layer_times_s(
     layout: Layout,
     c: AnalyticalConstants,
 ) -> tuple[float, ...]:
-    """The seconds of one layer (:class:`LayerCost`'s first ten fields): compute, the core
-    attention that selective recompute repeats, the exposed TP, EP and CP communication, and
-    what an activation checkpoint's own host calls add when the layer is recomputed. The
+    """The seconds of one layer (:class:`LayerCost`'s first eleven fields): compute, the core
+    attention that selective recompute repeats, the exposed TP, EP and CP communication, what
+    an activation checkpoint's own host calls add when the layer is recomputed, and what full
+    recompute saves by running the recomputed forward and the backward as one phase. The
     recompute mode only says how often each applies, and what a layer keeps
     (:func:`layer_bytes`)."""
     device = cluster.device
@@ -405,10 +406,13 @@ def layer_times_s(
     # With the overlap (userbuffers) the collectives run chunk by chunk under the GEMMs they
     # feed, so they hide up to those GEMMs' time.
     hidden = layout.hides_tp_comm(train)
-    tp_forward, idle_fwd = _hide(max(0.0, 2 * tp_one - gemm_s) if hidden else 2 * tp_one, idle_fwd)
-    tp_backward, idle_bwd = _hide(
-        max(0.0, 2 * tp_one - gemm_backward_s) if hidden else 2 * tp_one, idle_bwd
+    tp_pre = (
+        (max(0.0, 2 * tp_one - gemm_s), max(0.0, 2 * tp_one - gemm_backward_s))
+        if hidden
+        else (2 * tp_one, 2 * tp_one)
     )
+    tp_forward, idle_fwd = _hide(tp_pre[0], idle_fwd)
+    tp_backward, idle_bwd = _hide(tp_pre[1], idle_bwd)
 
     # Expert parallel: dispatch and combine all-to-alls of the top-k token copies.
     ep_exposed = 0.0
@@ -423,17 +427,18 @@ def layer_times_s(
     # With the EP all-to-all overlap, one micro-batch's forward runs beside another's backward
     # (Megatron-Core's combined 1F1B): each all-to-all hides under the other pass's compute.
     # The warm-up and cool-down passes, which have no partner, are not told apart.
-    ep_forward = max(0.0, ep_exposed - backward_s) if train.moe_a2a_overlap else ep_exposed
-    ep_backward = max(0.0, ep_exposed - forward_s) if train.moe_a2a_overlap else ep_exposed
-    ep_forward, idle_fwd = _hide(ep_forward, idle_fwd)
-    ep_backward, idle_bwd = _hide(ep_backward, idle_bwd)
+    ep_pre = (
+        (max(0.0, ep_exposed - backward_s), max(0.0, ep_exposed - forward_s))
+        if train.moe_a2a_overlap
+        else (ep_exposed, ep_exposed)
+    )
+    ep_forward, idle_fwd = _hide(ep_pre[0], idle_fwd)
+    ep_backward, idle_bwd = _hide(ep_pre[1], idle_bwd)
 
-    cp_forward = cp_backward = 0.0
+    cp_pre = (0.0, 0.0)
     if layout.cp > 1 and train.context_exchange == "a2a":
         # Ulysses: all-to-alls around the attention kernel, which waits for them.
-        a2a_forward, a2a_backward = _ulysses_s(model, tokens * act, train, layout, cluster)
-        cp_forward = _hide(a2a_forward, idle_fwd)[0]
-        cp_backward = _hide(a2a_backward, idle_bwd)[0]
+        cp_pre = _ulysses_s(model, tokens * act, train, layout, cluster)
     elif layout.cp > 1:
         # The ring passes K and V (forward) and K, V, dK, dV (backward) beside attention.
         cp_group = layout.group("cp", cluster.devices_per_node)
@@ -441,16 +446,33 @@ def layer_times_s(
         ring_s = ring_exchange_time_s((layout.cp - 1) * kv_bytes, cp_group, cluster)
         hidden_fwd = core_s if c.cp_comm_overlap else 0.0
         hidden_bwd = c.attention_backward_factor * core_s if c.cp_comm_overlap else 0.0
-        cp_forward = _hide(max(0.0, ring_s - hidden_fwd), idle_fwd)[0]
-        cp_backward = _hide(max(0.0, 2 * ring_s - hidden_bwd), idle_bwd)[0]
+        cp_pre = (max(0.0, ring_s - hidden_fwd), max(0.0, 2 * ring_s - hidden_bwd))
+    cp_forward = _hide(cp_pre[0], idle_fwd)[0]
+    cp_backward = _hide(cp_pre[1], idle_bwd)[0]
 
     # An activation checkpoint's own host calls (RNG states saved and restored, inputs
     # detached, the inner backward) add to a pass's host time: they cost what they exceed the
     # margin by which the device's work (collectives included) outlasts the host's.
     margin_fwd = forward_s + tp_forward + ep_forward + cp_forward - host_forward_s
     margin_bwd = backward_s + tp_backward + ep_backward + cp_backward - host_backward_s
+    checkpoint_backward_s = c.host_ops_per_checkpoint_backward * host_op_s
     checkpoint_s = max(0.0, c.host_ops_per_checkpoint_forward * host_op_s - margin_fwd)
-    checkpoint_s += max(0.0, c.host_ops_per_checkpoint_backward * host_op_s - margin_bwd)
+    checkpoint_s += max(0.0, checkpoint_backward_s - margin_bwd)
+    # Full recompute reruns a layer's forward inside its backward pass: the host issues the
+    # recomputed forward and then the backward, and the device runs them as they come, so the
+    # two are one host-device phase (as the hierarchical simulator's chunk phases), not two.
+    # What one phase saves against two passes (at most the recomputed forward's own time):
+    device_fwd = device_forward_s + tp_pre[0] + ep_pre[0] + cp_pre[0]
+    device_bwd = device_backward_s + tp_pre[1] + ep_pre[1] + cp_pre[1]
+    apart = (
+        max(device_fwd, host_forward_s)
+        + max(device_bwd, host_backward_s)
+        + max(0.0, checkpoint_backward_s - margin_bwd)
+    )
+    together = max(
+        device_fwd + device_bwd, host_forward_s + host_backward_s + checkpoint_backward_s
+    )
+    recompute_saving_s = min(forward_s, apart - together)
     return (
         forward_s,
         backward_s,
@@ -462,6 +484,7 @@ def layer_times_s(
         cp_forward,
         cp_backward,
         checkpoint_s,
+        recompute_saving_s,
     )
 
 

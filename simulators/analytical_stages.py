@@ -84,6 +84,9 @@ class LayerCost:
     cp_forward_s: Real  # exposed context-parallel exchange of one forward
     cp_backward_s: Real
     checkpoint_s: Real  # host calls of an activation checkpoint beyond the passes' own time
+    # what full recompute saves: its recomputed forward and the backward are one host-device
+    # phase (host and device time add up before the larger sets the length), not two passes
+    recompute_saving_s: Real
     activation_bytes: Real  # saved for backward without recompute
     input_bytes: Real  # the layer input, all that full recompute keeps
     # what selective recompute drops from core attention and rebuilds in the layer's backward
@@ -215,7 +218,8 @@ def stage(
     inputs = n_dense * dense.input_bytes + n_moe * moe.input_bytes
     # Full recompute repeats a layer's forward: its compute here, its collectives (they
     # repeat too) with the other communication below.
-    recompute_s = share * forward
+    saving = n_dense * dense.recompute_saving_s + n_moe * moe.recompute_saving_s
+    recompute_s = share * (forward - saving)
     recompute_s += selective * core
     # Full recompute checkpoints each recomputed layer, selective each core attention.
     recompute_s += (share + selective) * (n_dense * dense.checkpoint_s + n_moe * moe.checkpoint_s)

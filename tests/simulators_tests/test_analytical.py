@@ -666,6 +666,46 @@ def test_each_activation_checkpoint_adds_its_host_calls_where_the_host_sets_the_
     assert paid - unpaid == pytest.approx(TINY.num_layers * (3 + 11) * 20e-6)
 
 
+def test_a_recomputed_forward_and_its_backward_are_one_host_device_phase() -> None:
+    """The host issues a recomputed forward and then the backward without a pause, so where the
+    forward alone is host-bound and the backward device-bound, the device's backlog absorbs the
+    host's lead: the pair lasts max(device sum, host sum), not the sum of two maxima (as the
+    hierarchical simulator's chunk phases). By hand, on a layer without collectives."""
+    from simulators.analytical_layer import layer_times_s
+
+    layout = Layout(recompute="full")
+    train = make_train(seq_len=2048, global_batch_size=1)
+    quiet = analytical(
+        "simulator.host_op_overhead_us=0.001",
+        "simulator.host_ops_per_checkpoint_forward=0",
+        "simulator.host_ops_per_checkpoint_backward=0",
+    ).constants
+    device_fwd, device_bwd = layer_times_s(TINY, False, cluster(), train, layout, quiet)[:2]
+    host_fwd, host_bwd = 2 * device_fwd, device_bwd / 2  # a host-bound forward only
+    ops = (1000, round(1000 * host_bwd / host_fwd))
+    overhead = host_fwd / ops[0] * 1e6
+    mixed = dataclasses.replace(
+        quiet,
+        host_op_overhead_us=overhead,
+        host_ops_per_layer_forward=ops[0],
+        host_ops_per_layer_backward=ops[1],
+    )
+    times = layer_times_s(TINY, False, cluster(), train, layout, mixed)
+    host_bwd = ops[1] * overhead * 1e-6
+    assert times[:2] == pytest.approx(
+        (host_fwd, device_bwd)
+    )  # forward host-, backward device-bound
+    together = max(device_fwd + device_bwd, host_fwd + host_bwd)
+    assert times[10] == pytest.approx(host_fwd + device_bwd - together)  # the saving
+    assert times[10] == pytest.approx(host_fwd - device_fwd)  # the forward's idle, absorbed
+    simulator = AnalyticalSimulator(mixed)
+    recomputed = simulator.simulate(TINY, cluster(), train, layout)
+    plain = simulator.simulate(TINY, cluster(), train, Layout(recompute="none"))
+    extra = recomputed.breakdown["recompute"]
+    assert extra == pytest.approx(TINY.num_layers * device_fwd)  # only the device's own time
+    assert plain.breakdown["recompute"] == 0.0
+
+
 def test_full_recompute_repeats_each_forward_collective_once() -> None:
     """Full recompute reruns a layer's forward, its two TP all-reduces included: they count
     once more with the TP time, not a second time inside the recompute (which is the forward's

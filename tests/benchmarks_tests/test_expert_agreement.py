@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks_tests._scripts import import_script
 
 
 @pytest.mark.slow
 def test_two_jobs_of_one_source_rank_and_speed_up_sanely() -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        bench = importlib.import_module("bench_expert_agreement")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    bench = import_script("bench_expert_agreement")
     results = bench.run(["megatron_bridge"], limit=2)
     assert len(results) == 2
     for a in results:

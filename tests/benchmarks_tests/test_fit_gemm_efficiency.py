@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import catalog
 from simulators import UserError
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks_tests._scripts import BENCHMARKS
+from tests.benchmarks_tests._scripts import import_script
 
 
 @pytest.fixture(scope="module")
-def bench():  # noqa: ANN201
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return importlib.import_module("fit_gemm_efficiency")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def bench() -> ModuleType:
+    return import_script("fit_gemm_efficiency")
 
 
 def test_the_root_of_a_decreasing_gap_and_the_ends_of_the_bracket(bench) -> None:  # noqa: ANN001

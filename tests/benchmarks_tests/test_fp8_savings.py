@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
+from types import ModuleType
 
 import pandas as pd
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks_tests._scripts import import_script
 
 
 @pytest.fixture(scope="module")
-def bench():  # noqa: ANN201
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return importlib.import_module("bench_fp8_savings")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def bench() -> ModuleType:
+    return import_script("bench_fp8_savings")
 
 
 def _row(precision: str, measured: float, predicted: float, tp: int = 4) -> dict[str, object]:

@@ -248,17 +248,21 @@ def test_specs_check_types_bounds_and_relations(build: object, message: str) -> 
         build()  # type: ignore[operator]
 
 
+# A valid device that the tests below change one field of.
+DEVICE: dict[str, object] = dict(
+    name="X",
+    bf16_tflops=100.0,
+    fp16_tflops=100.0,
+    fp32_tflops=10.0,
+    memory_gib=80.0,
+    memory_gbps=2000.0,
+    matmul_efficiency=0.8,
+    memory_efficiency=0.8,
+)
+
+
 def test_device_limits() -> None:
-    values = dict(
-        name="X",
-        bf16_tflops=100.0,
-        fp16_tflops=100.0,
-        fp32_tflops=10.0,
-        memory_gib=80.0,
-        memory_gbps=2000.0,
-        matmul_efficiency=0.8,
-        memory_efficiency=0.8,
-    )
+    values = DEVICE
     DeviceSpec(**values)  # type: ignore[arg-type]
     for key, bad, message in [
         ("memory_gib", float("inf"), "memory_gib=inf must be <= 100,000"),
@@ -272,17 +276,7 @@ def test_device_limits() -> None:
 
 
 def test_fp8_gemms_have_their_own_efficiency_when_the_device_gives_one() -> None:
-    values = dict(
-        name="X",
-        bf16_tflops=100.0,
-        fp16_tflops=100.0,
-        fp32_tflops=10.0,
-        memory_gib=80.0,
-        memory_gbps=2000.0,
-        matmul_efficiency=0.8,
-        memory_efficiency=0.8,
-        fp8_tflops=200.0,
-    )
+    values = {**DEVICE, "fp8_tflops": 200.0}
     plain = DeviceSpec(**values)  # type: ignore[arg-type]
     assert plain.gemm_efficiency("fp8") == plain.gemm_efficiency("bf16") == 0.8
     own = DeviceSpec(**values, fp8_matmul_efficiency=0.5)  # type: ignore[arg-type]

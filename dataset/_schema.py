@@ -16,12 +16,12 @@ from typing import Any
 import catalog
 from simulators import limits
 from simulators.frameworks import CP_COMM_TYPES
+from simulators.frameworks import MOE_DISPATCHERS
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
 from simulators.layout import field_info
 from simulators.specs import ACTIVATIONS
 from simulators.specs import ATTENTIONS
-from simulators.specs import MOE_DISPATCHERS
 from simulators.specs import PRECISIONS
 
 __all__ = ["COLUMNS", "SCHEMA_VERSION", "STATUSES", "Column"]

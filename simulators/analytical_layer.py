@@ -176,7 +176,7 @@ def _fp8_cast_bytes(
 
 
 def _elementwise_bytes_per_token(
-    model: ModelSpec, moe: bool, layout: Layout, act: int, dropout: bool
+    model: ModelSpec, moe: bool, layout: Layout, act: int, dropout: bool, allgather: bool
 ) -> float:
     """HBM traffic of one layer's forward memory-bound kernels, per token on one device.
 
@@ -184,7 +184,9 @@ def _elementwise_bytes_per_token(
     Q and K, the MLP activation (SwiGLU reads gate and up, writes their product), and for MoE
     the permutation of the top-k token copies before and after the experts. The GPT family
     has learned positions instead of RoPE. With ``dropout`` the two residual adds apply hidden
-    dropout, writing a 1-byte mask each (Megatron's ``bias_dropout_add``).
+    dropout, writing a 1-byte mask each (Megatron's ``bias_dropout_add``). The ``allgather``
+    dispatcher unpermutes into a zeroed buffer of every token of the EP group (``ep`` tokens'
+    worth per token here) before reducing it over TP x EP.
     """
     tp = layout.tp
     seq_shard = tp if layout.sequence_parallel else 1
@@ -203,6 +205,8 @@ def _elementwise_bytes_per_token(
         model.shared_expert_ffn_hidden_size / tp
     )
     permute = 2 * 2 * k * act * h
+    if allgather:
+        permute += layout.ep * act * h
     return norms_residuals + rope + mlp + permute
 
 
@@ -341,6 +345,22 @@ def _ulysses_s(
     return exchanges_s(forward), exchanges_s(backward)
 
 
+def _tp_transfers(model: ModelSpec, moe: bool, train: TrainSpec) -> float:
+    """How many token-sized all-reduces (all-gather + reduce-scatter with SP) a layer's tensor
+    parallelism runs in each pass: one around attention and one around a dense MLP.
+
+    An MoE layer's dispatcher gathers over TP what the experts compute: the top-k copies that
+    arrived by all-to-all (``alltoall``, ``deepep``), or the tokens once (``allgather``, whose
+    TP x EP gather is priced as a TP stage here and an EP stage with the experts). Shared
+    experts gather the tokens over TP again, as a dense MLP does (docs/reference.md 7.7).
+    """
+    if not moe:
+        return 2.0
+    routed = 1 if train.token_dispatcher == "allgather" else model.moe_top_k
+    shared = 1 if model.shared_expert_ffn_hidden_size else 0
+    return 1 + routed + shared
+
+
 def _hide(seconds: float, idle_s: float) -> tuple[float, float]:
     """(exposed, idle left) of ``seconds`` of communication run in ``idle_s`` of device idle
     time."""
@@ -374,7 +394,9 @@ def layer_times_s(
         core_s, core_backward_s = _unfused_attention_s(model, tokens, train, layout, device, c)
     elementwise_s = (
         tokens
-        * _elementwise_bytes_per_token(model, moe, layout, act, train.drops_out(model))
+        * _elementwise_bytes_per_token(
+            model, moe, layout, act, train.drops_out(model), train.token_dispatcher == "allgather"
+        )
         / (device.achieved_memory_bytes_per_s)
     )
     cast_s = (0.0, 0.0)
@@ -400,16 +422,17 @@ def layer_times_s(
     # simulator's phases, max(device time with collectives, host time)).
     idle_fwd, idle_bwd = forward_s - device_forward_s, backward_s - device_backward_s
 
-    # Tensor parallel: two all-reduces (or all-gather + reduce-scatter with SP) each way.
+    # Tensor parallel: all-reduces (or all-gather + reduce-scatter with SP) each way.
     tp_group = layout.group("tp", cluster.devices_per_node)
     tp_one = all_reduce_time_s(tokens * model.hidden_size * act, tp_group, cluster)
+    tp_all = _tp_transfers(model, moe, train) * tp_one
     # With the overlap (userbuffers) the collectives run chunk by chunk under the GEMMs they
     # feed, so they hide up to those GEMMs' time.
     hidden = layout.hides_tp_comm(train)
     tp_pre = (
-        (max(0.0, 2 * tp_one - gemm_s), max(0.0, 2 * tp_one - gemm_backward_s))
+        (max(0.0, tp_all - gemm_s), max(0.0, tp_all - gemm_backward_s))
         if hidden
-        else (2 * tp_one, 2 * tp_one)
+        else (tp_all, tp_all)
     )
     tp_forward, idle_fwd = _hide(tp_pre[0], idle_fwd)
     tp_backward, idle_bwd = _hide(tp_pre[1], idle_bwd)
@@ -422,6 +445,11 @@ def layer_times_s(
         token_bytes = tokens / seq_shard * model.hidden_size * act
         if train.token_dispatcher == "deepep":
             ep_exposed = 2 * deepep_time_s(token_bytes, model.moe_top_k, ep_group, cluster)
+        elif train.token_dispatcher == "allgather":
+            # Past the TP stage each rank holds its tokens whole; the EP stage gathers the
+            # group's (ep times as many) and reduce-scatters the outputs back.
+            gathered = tokens * layout.ep * model.hidden_size * act
+            ep_exposed = all_reduce_time_s(gathered, ep_group, cluster)
         else:
             ep_exposed = 2 * all_to_all_time_s(model.moe_top_k * token_bytes, ep_group, cluster)
     # With the EP all-to-all overlap, one micro-batch's forward runs beside another's backward
@@ -508,6 +536,12 @@ def layer_bytes(
     activation_bytes = tokens * _activation_bytes_per_token(
         model, moe, layout, act, linear_in, dropout, flash, weighted
     )
+    if moe and not weighted and train.token_dispatcher == "allgather" and seq_shard > 1:
+        # The allgather dispatcher weights the experts' outputs before its TP reduce-scatter,
+        # so the combine keeps every gathered copy, not a sequence-parallel share of them.
+        activation_bytes += (
+            tokens * model.moe_top_k * act * model.hidden_size * (1 - 1 / seq_shard)
+        )
     kept = layout.recompute != "selective"  # selective recompute reruns core attention
     core_bytes = 0.0
     if not flash:

@@ -24,6 +24,7 @@ __all__ = [
     "CP_COMM_TYPES",
     "GRAD_ACCUMULATIONS",
     "LAYER_SPLITS",
+    "MOE_DISPATCHERS",
     "OPTIMIZER_MODES",
     "FrameworkSpec",
     "StateBytes",
@@ -43,6 +44,14 @@ CP_COMM_TYPES = ("p2p", "a2a")
 #              all-to-all around the local attention for each of Q, K, V and the output; the KV
 #              heads are repeated to the query heads first (--kv-head-repeat-before-uly-alltoall)
 CP_A2A_STYLES = ("te", "deepspeed")
+
+# How MoE tokens reach their experts (docs/reference.md 7.7):
+#   alltoall   a copy per routed expert, an all-to-all over EP (--moe-token-dispatcher-type
+#              alltoall, what the recipes pass; the default of TrainSpec)
+#   allgather  every token all-gathered over the TP x EP group, each rank keeping the copies for
+#              its experts, and reduce-scattered back (Megatron-Core's own default)
+#   deepep     Megatron-Core's flex dispatcher with DeepEP: one copy per destination node
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
 
 # How a rank adds each micro-batch's weight gradients to what the step reduces
 # (docs/reference.md 7.2):
@@ -149,8 +158,8 @@ class FrameworkSpec:
     mode (:class:`StateBytes`). ``tp_comm_overlap``: TP collectives hide behind GEMMs.
     ``fp8``: FP8 GEMMs through Transformer Engine. ``fp8_param_gather``: FP8 runs keep the
     linear layers' weights only in FP8 (``--fp8-param-gather``; no bf16 copy of them) and
-    all-gather them in FP8. ``deepep``: the MoE tokens can go through DeepEP (Megatron-Core's
-    ``flex`` dispatcher), which sends a token once to each node it is routed to.
+    all-gather them in FP8. ``moe_dispatchers``: the MoE token dispatchers the stack can run
+    (:data:`MOE_DISPATCHERS`).
     ``moe_a2a_overlap``: the expert all-to-all can run under another micro-batch's compute
     (Megatron-Core's ``--overlap-moe-expert-parallel-comm``). ``moe_weighted_activation``: the
     routed experts weight their activation by the router's probabilities, so the combine only
@@ -185,7 +194,7 @@ class FrameworkSpec:
     tp_comm_overlap: bool
     fp8: bool
     fp8_param_gather: bool
-    deepep: bool
+    moe_dispatchers: tuple[str, ...]
     moe_a2a_overlap: bool
     moe_weighted_activation: bool
     cp_comm_types: tuple[str, ...]
@@ -200,7 +209,11 @@ class FrameworkSpec:
             cls,
             values,
             f"framework {name!r}",
-            {"state_bytes_per_param": _state_table, "cp_comm_types": tuple},
+            {
+                "state_bytes_per_param": _state_table,
+                "cp_comm_types": tuple,
+                "moe_dispatchers": tuple,
+            },
             fixed={"name": name},
         )
 
@@ -220,6 +233,8 @@ class FrameworkSpec:
             raise SpecError(f"{owner}: overlap_param_gather needs overlap_grad_reduce")
         for kind in self.cp_comm_types:
             require_choice(owner, "cp_comm_types", kind, CP_COMM_TYPES)
+        for kind in self.moe_dispatchers:
+            require_choice(owner, "moe_dispatchers", kind, MOE_DISPATCHERS)
         if "a2a" in self.cp_comm_types:
             require_choice(owner, "cp_a2a_style", str(self.cp_a2a_style), CP_A2A_STYLES)
 

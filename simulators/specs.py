@@ -22,6 +22,7 @@ from simulators._checks import require_numbers
 from simulators._checks import require_positive
 from simulators.errors import SpecError
 from simulators.frameworks import CP_COMM_TYPES
+from simulators.frameworks import MOE_DISPATCHERS
 from simulators.frameworks import FrameworkSpec
 from simulators.limits import MAX_BATCH
 from simulators.limits import MAX_DEVICES
@@ -42,9 +43,6 @@ ACTIVATIONS = ("swiglu", "gelu")
 ATTENTIONS = ("gqa", "mla")
 # fp8: bf16 mixed precision whose linear-layer GEMMs run in FP8 (Transformer Engine).
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
-# MoE token dispatch: alltoall (Megatron's --moe-token-dispatcher-type alltoall, the default as
-# run), deepep (--moe-token-dispatcher-type flex with the DeepEP backend).
-MOE_DISPATCHERS = ("alltoall", "deepep")
 # Measured tables of GEMM throughput by shape that a device may name (simulators.gemm_table).
 GEMM_TABLES = ("xla_h100", "xla_b200")
 # TrainSpec's settings of the run that measurement rows and probe files may carry (empty: the
@@ -661,11 +659,13 @@ class TrainSpec:
     (``--overlap-param-gather``, which needs the former); ``tp_comm_overlap`` whether tensor-
     parallel collectives run overlapped with the GEMMs (Megatron's ``--tp-comm-overlap``,
     MindSpeed's ``--use-ascend-coc``). None: the framework's default. ``moe_dispatcher`` is how
-    MoE tokens reach their experts: ``alltoall`` (a copy per routed expert; None) or ``deepep``
-    (Megatron-Core's ``flex`` dispatcher with DeepEP: one copy per destination node, forwarded
-    over the node's links there). ``moe_a2a_overlap`` runs each micro-batch's expert all-to-all
-    under another micro-batch's compute (Megatron-Core's ``--overlap-moe-expert-parallel-comm``
-    with ``--delay-wgrad-compute``). ``cp_comm_type`` is how context parallelism exchanges the
+    MoE tokens reach their experts (:data:`simulators.frameworks.MOE_DISPATCHERS`): ``alltoall``
+    (a copy per routed expert; None), ``allgather`` (every token gathered over the TP x EP
+    group, Megatron-Core's own default) or ``deepep`` (Megatron-Core's ``flex`` dispatcher with
+    DeepEP: one copy per destination node, forwarded over the node's links there).
+    ``moe_a2a_overlap`` runs each micro-batch's expert all-to-all under another micro-batch's
+    compute (Megatron-Core's ``--overlap-moe-expert-parallel-comm`` with
+    ``--delay-wgrad-compute``). ``cp_comm_type`` is how context parallelism exchanges the
     sequence (:data:`simulators.frameworks.CP_COMM_TYPES`: the ``p2p`` ring or ``a2a``
     Ulysses); None: the framework's default. ``dropout`` is the probability of Megatron's
     ``--attention-dropout`` and ``--hidden-dropout`` (every recipe sets both alike); None: the
@@ -725,10 +725,10 @@ class TrainSpec:
         self._check_dp_overlap()
         if self.moe_dispatcher is not None:
             require_choice("train", "moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
-        if self.token_dispatcher == "deepep" and not self.framework.deepep:
+        if self.token_dispatcher not in self.framework.moe_dispatchers:
             raise SpecError(
-                f"train: moe_dispatcher deepep needs Megatron-Core's flex dispatcher; framework "
-                f"{self.framework.name!r} has none (use alltoall)"
+                f"train: moe_dispatcher {self.token_dispatcher} does not run on framework "
+                f"{self.framework.name!r}; it has {', '.join(self.framework.moe_dispatchers)}"
             )
         if self.moe_a2a_overlap and not self.framework.moe_a2a_overlap:
             raise SpecError(
@@ -739,6 +739,11 @@ class TrainSpec:
         if self.moe_a2a_overlap and self.precision == "fp32":
             raise SpecError(
                 "train: moe_a2a_overlap needs a bf16, fp16 or fp8 step (Megatron asserts)"
+            )
+        if self.moe_a2a_overlap and self.token_dispatcher == "allgather":
+            raise SpecError(
+                "train: moe_a2a_overlap needs the alltoall or deepep dispatcher (Megatron "
+                "asserts); moe_dispatcher is allgather"
             )
         if self.fp8 and not self.framework.fp8:
             raise SpecError(

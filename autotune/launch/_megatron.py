@@ -213,20 +213,28 @@ def overlap_flags(job: LaunchJob) -> list[Flag]:
 
 
 def moe_layout_flags(job: LaunchJob) -> list[Flag]:
-    """The token dispatcher as priced when experts are split over ranks: the all-to-all, or
-    the flex dispatcher with DeepEP (docs/reference.md 7.7)."""
-    if not (job.model.is_moe and job.layout.ep > 1):
+    """The token dispatcher as priced where tokens cross ranks (TP or EP): the all-to-all,
+    the TP x EP all-gather, or with experts split over ranks the flex dispatcher with DeepEP
+    (docs/reference.md 7.7)."""
+    layout = job.layout
+    if not (job.model.is_moe and layout.tp * layout.ep > 1):
         return []
-    if job.train.token_dispatcher == "deepep":
-        flags = [
-            flag("--moe-token-dispatcher-type", "flex"),
-            flag("--moe-flex-dispatcher-backend", "deepep"),
-        ]
-    else:
-        flags = [flag("--moe-token-dispatcher-type", "alltoall")]
+    dispatcher = moe_dispatcher_name(job)
+    flags = [flag("--moe-token-dispatcher-type", dispatcher)]
+    if dispatcher == "flex":
+        flags.append(flag("--moe-flex-dispatcher-backend", "deepep"))
     if job.train.moe_a2a_overlap:  # Megatron-Core's MoE README: both flags together
         flags += [flag("--overlap-moe-expert-parallel-comm"), flag("--delay-wgrad-compute")]
     return flags
+
+
+def moe_dispatcher_name(job: LaunchJob) -> str:
+    """Megatron-Core's name of the dispatcher as priced: ``flex`` for DeepEP (which only an
+    EP group uses), else the setting's own name."""
+    dispatcher = job.train.token_dispatcher
+    if dispatcher == "deepep":
+        return "flex" if job.layout.ep > 1 else "alltoall"
+    return dispatcher
 
 
 def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from autotune.launch._megatron import moe_dispatcher_name
 from autotune.launch._megatron import pipeline_flags
 from autotune.launch._script import LaunchFile
 from autotune.launch._script import LaunchJob
@@ -73,13 +74,13 @@ def _model_fields(job: LaunchJob) -> list[tuple[str, object]]:
     if layout.cp > 1:  # recipes may set their own exchange
         fields.append(("cp_comm_type", job.train.context_exchange))
     if model.is_moe:  # the dispatcher as priced (recipes set their own)
-        deepep = job.train.token_dispatcher == "deepep" and layout.ep > 1
+        dispatcher = moe_dispatcher_name(job)
         fields += [
             ("num_moe_experts", model.num_experts),
             ("moe_router_topk", model.moe_top_k),
             ("moe_ffn_hidden_size", model.expert_ffn_hidden_size),
-            ("moe_token_dispatcher_type", "flex" if deepep else "alltoall"),
-            ("moe_enable_deepep", deepep),
+            ("moe_token_dispatcher_type", dispatcher),
+            ("moe_enable_deepep", dispatcher == "flex"),
         ]
     method: object = None
     count: object = None

@@ -10,10 +10,10 @@ model chunks), ``recompute`` cells (``full/uniform/num_layers=1`` is full recomp
 layer; ``none+swap-attention`` is no recompute, the attention swap to host not being modelled),
 ``use-distributed-optimizer``, ``overlap-grad-reduce``, ``overlap-param-gather`` and
 ``num-layer-list`` (the uneven split, as ``layer_split``) in ``notes`` (each read from the row's
-example script at the same commit). Every one of those scripts passes ``--attention-dropout 0.0
---hidden-dropout 0.0``, GPT-3's included: ``dropout`` 0. Step time = global batch * sequence
-length / (tokens/s/device * devices). Each row is its own scenario: useful for error, not for
-regret.
+example script at the same commit), and the MoE rows' token dispatcher (from their scripts).
+Every one of those scripts passes ``--attention-dropout 0.0 --hidden-dropout 0.0``, GPT-3's
+included: ``dropout`` 0. Step time = global batch * sequence length / (tokens/s/device *
+devices). Each row is its own scenario: useful for error, not for regret.
 """
 
 from __future__ import annotations
@@ -99,6 +99,16 @@ def _layer_list(notes: str) -> str | None:
 _CP_EXCHANGES = {"ulysses_cp_algo": "a2a", "megatron_cp_algo": "p2p"}
 
 
+# --moe-token-dispatcher-type of the MoE rows' example scripts at d58c5688fe: DeepSeek-V2-Lite's
+# names allgather, Mixtral 8x22B's alltoall, and Mixtral 8x7B's none, which is Megatron
+# core_r0.6.0's default, allgather (docs/reference.md 7.7).
+_DISPATCHERS = {
+    "Mixtral 8x7B": "allgather",
+    "Mixtral 8x22B": "alltoall",
+    "DeepSeek-V2-Lite 16B": "allgather",
+}
+
+
 def _cp_comm_type(notes: str, cp: int) -> str | None:
     """The context-parallel exchange of a row's script (``ulysses_cp_algo``, the default at
     d58c5688fe, where the script names none)."""
@@ -140,6 +150,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "layer_split": _layer_list(row["notes"]),
                 **dp_overlap(row["notes"]),
                 "cp_comm_type": _cp_comm_type(row["notes"], int(row["cp"])),
+                "moe_dispatcher": _DISPATCHERS.get(row["model"]),
                 "dropout": 0.0,
                 "precision": row["precision"],
                 "framework": "mindspeed",

@@ -72,9 +72,10 @@ class LayerShape:
     ``expert_tokens`` is the number of token copies each local expert receives (balanced
     top-k routing); ``moe_weighted_activation``: the experts weight their activation by the
     router's probabilities (:class:`simulators.frameworks.FrameworkSpec`), else the combine
-    does. ``dropout``: the residual adds apply hidden dropout
-    (:meth:`simulators.TrainSpec.drops_out`); ``flash_attention`` picks the fused kernel or
-    Megatron's unfused path (which records ``attention_dropout`` when set);
+    does. ``moe_allgather``: the tokens reach the experts by the ``allgather`` dispatcher
+    (gathered over TP x EP) instead of an all-to-all. ``dropout``: the residual adds apply
+    hidden dropout (:meth:`simulators.TrainSpec.drops_out`); ``flash_attention`` picks the fused
+    kernel or Megatron's unfused path (which records ``attention_dropout`` when set);
     ``flash_output_copy``: the output projection reads a rearranged copy of the kernel's output
     (Megatron-DeepSpeed); ``fp8`` runs the linear layers' GEMMs in FP8 and saves their inputs
     quantized (Transformer Engine).
@@ -111,6 +112,7 @@ class LayerShape:
     expert_tokens: int = 0
     shared_ffn: int = 0
     moe_weighted_activation: bool = False
+    moe_allgather: bool = False
     vocab: int = 0
     flash_attention: bool = True
     flash_output_copy: bool = False
@@ -276,6 +278,7 @@ def layer_shapes(
             expert_tokens=math.ceil(copies / local),
             shared_ffn=model.shared_expert_ffn_hidden_size // tp,
             moe_weighted_activation=train.framework.moe_weighted_activation,
+            moe_allgather=train.token_dispatcher == "allgather",
         )
     return shapes
 

@@ -336,7 +336,8 @@ class Experts(nn.Module):
 
 
 class MoE(nn.Module):
-    """Router, top-k dispatch by EP all-to-all, local experts, combine; shared experts.
+    """Router, top-k dispatch by EP all-to-all (or the TP x EP all-gather), local experts,
+    combine; shared experts.
 
     The router's probabilities weight the experts' activation (they travel with the tokens)
     or, where the framework does not (``moe_weighted_activation`` false), the combine, which
@@ -354,6 +355,11 @@ class MoE(nn.Module):
         b, n, h = x.shape
         tokens = x.reshape(b * n, h)
         probs, index = torch.topk(torch.softmax(self.router(tokens), dim=-1), s.top_k, dim=-1)
+        if s.moe_allgather:
+            combined = self._allgathered(tokens, probs).view(b, n, h)
+            if self.shared is not None:
+                combined = combined + _leave(self.shared(_enter(x, s)), s)
+            return combined
         routed, copies = self._dispatch(tokens.index_select(0, index.flatten()).unsqueeze(0))
         weights = None
         if s.moe_weighted_activation:
@@ -368,6 +374,44 @@ class MoE(nn.Module):
             combined = combined + _leave(self.shared(_enter(x, s)), s)
         return combined
 
+    def _allgathered(self, tokens: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+        """The ``allgather`` dispatcher (Megatron-Core's MoEAllGatherTokenDispatcher): every
+        token of the TP x EP group gathered (a TP stage, then an EP stage: the same bytes as
+        one gather over the group), this rank's experts' copies picked out, and their outputs
+        added into a zeroed buffer of all the gathered tokens, reduce-scattered back. The
+        routing (a few bytes per token) is not gathered here. ``tokens`` [tokens, hidden],
+        ``probs`` [tokens, top_k]; returns [tokens, hidden]."""
+        s = self.shape
+        h = tokens.shape[-1]
+        everyone = tokens.unsqueeze(0)
+        everyone = (
+            gather(everyone, "tp", s.tp, regather=False) if s.sp > 1 else _enter(everyone, s)
+        )
+        everyone = gather(everyone, "ep", s.ep, regather=False).view(-1, h)
+        # This rank's experts receive top_k / ep of every gathered token's copies (balanced).
+        copies = everyone.shape[0] * s.top_k // s.ep
+        local = torch.empty(copies, dtype=torch.long, device=tokens.device)
+        local_probs = probs.reshape(-1, 1).to(tokens.dtype).index_select(0, local)
+        weights = self._local(local_probs) if s.moe_weighted_activation else None
+        out = self.experts(self._local(everyone.index_select(0, local)), weights)
+        out = out.view(-1, h)[:copies]
+        if weights is None:
+            out = out * local_probs
+        # Unpermute (Megatron's scatter_add, MindSpeed's index_put): its backward keeps only
+        # the indices.
+        summed = torch.zeros_like(everyone).index_put((local,), out, accumulate=True)
+        summed = summed.unsqueeze(0)
+        return _leave(scatter(summed, "ep", s.ep), s).view(-1, h)
+
+    def _local(self, copies: torch.Tensor) -> torch.Tensor:
+        """``copies`` [(1,) copies, width] padded to the local experts' balanced share:
+        [local experts, tokens each, width]."""
+        s = self.shape
+        padded = s.local_experts * s.expert_tokens
+        if padded > copies.shape[-2]:
+            copies = F.pad(copies, (0, 0, 0, padded - copies.shape[-2]))
+        return copies.view(s.local_experts, s.expert_tokens, copies.shape[-1])
+
     def _dispatch(self, copies: torch.Tensor) -> tuple[torch.Tensor, int]:
         """``copies`` [1, copies, width] to this rank's experts: EP all-to-all, the TP region,
         padding to the local experts' balanced share; [local experts, tokens each, width] and
@@ -377,10 +421,7 @@ class MoE(nn.Module):
         # The dispatcher gathers over TP itself; the experts keep what it gathered.
         copies = gather(copies, "tp", s.tp, regather=False) if s.sp > 1 else _enter(copies, s)
         arrived = copies.shape[1]
-        padded = s.local_experts * s.expert_tokens
-        if padded > arrived:
-            copies = F.pad(copies, (0, 0, 0, padded - arrived))
-        return copies.view(s.local_experts, s.expert_tokens, copies.shape[-1]), arrived
+        return self._local(copies), arrived
 
 
 class DecoderLayer(nn.Module):

@@ -77,7 +77,11 @@ HYDRA = [
         "overlap_param_gather needs overlap_grad_reduce",
     ),
     ("simulate", ["train.moe_dispatcher=nccl"], "moe_dispatcher='nccl' is not one of alltoall"),
-    ("simulate", ["train.moe_dispatcher=deepep"], "framework 'mindspeed' has none"),
+    (
+        "simulate",
+        ["train.moe_dispatcher=deepep"],
+        "framework 'mindspeed'; it has alltoall, allgather",
+    ),
     ("simulate", ["train.cp_comm_type=ring"], "cp_comm_type='ring' is not one of p2p, a2a"),
     ("simulate", ["train.dropout=1.5"], "dropout=1.5 must be a probability in [0, 1)"),
     ("simulate", ["train.dropout=-0.1"], "dropout=-0.1 must be a probability in [0, 1)"),

@@ -196,6 +196,13 @@ MEGATRON_CASES = [
         ("cluster.num_nodes=2", "train.moe_dispatcher=deepep"),
         dict(ep=16),
     ),
+    Case(
+        "allgather_dispatcher",
+        "mixtral_8x7b",
+        "h100",
+        ("cluster.num_nodes=2", "train.moe_dispatcher=allgather"),
+        dict(tp=2, ep=4),
+    ),
     Case(  # no NeMo file: NeMo 8cfedd72's Megatron-Core predates the overlap
         "ep_a2a_overlap",
         "deepseek_v3",
@@ -233,9 +240,11 @@ def test_megatron_script_passes_megatron_rules(case: Case, tmp_path: Path) -> No
     assert args["--attention-backend"] == ("auto" if flash else "unfused")
     assert "--mock-data" in args  # no DATA_PATH: a smoke run on mock data
     assert ("--tp-comm-overlap" in args) == layout.hides_tp_comm(job.train)
-    if job.model.is_moe and layout.ep > 1:  # the dispatcher as priced
-        deepep = job.train.token_dispatcher == "deepep"
-        assert args["--moe-token-dispatcher-type"] == ("flex" if deepep else "alltoall")
+    if job.model.is_moe and layout.tp * layout.ep > 1:  # the dispatcher as priced
+        deepep = job.train.token_dispatcher == "deepep" and layout.ep > 1
+        dispatcher = job.train.token_dispatcher.replace("deepep", "alltoall")
+        dispatcher = "flex" if deepep else dispatcher
+        assert args["--moe-token-dispatcher-type"] == dispatcher
         assert args.get("--moe-flex-dispatcher-backend") == ("deepep" if deepep else None)
         overlap = job.train.moe_a2a_overlap
         assert ("--overlap-moe-expert-parallel-comm" in args) == overlap
@@ -375,7 +384,7 @@ MINDSPEED_CASES = [
         "mla_block",
         "deepseek_v2_lite",
         "ascend",
-        (),
+        ("train.moe_dispatcher=allgather",),
         dict(pp=2, ep=8, recompute="full", recompute_layers=4),
     ),
     Case(
@@ -611,8 +620,10 @@ def test_nemo_override_passes_nemo_rules(
     assert settings["model"]["hidden_dropout"] == job.train.dropout_of(job.model)
     if job.model.is_moe:
         deepep = job.train.token_dispatcher == "deepep" and layout.ep > 1
+        allgather = job.train.token_dispatcher == "allgather"
         assert settings["model"]["moe_enable_deepep"] == deepep
-        assert settings["model"]["moe_token_dispatcher_type"] == ("flex" if deepep else "alltoall")
+        dispatcher = "flex" if deepep else "allgather" if allgather else "alltoall"
+        assert settings["model"]["moe_token_dispatcher_type"] == dispatcher
     # the plugin's gradient dtype wins over the DDP config's (NeMo's dtype overrides)
     assert settings["plugin"]["grad_reduce_in_fp32"] == job.train.reduces_grads_in_fp32
     overlap = layout.hides_tp_comm(job.train)  # on the recipe's callbacks, or one added

@@ -135,7 +135,9 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
     with pytest.raises(DataFileError) as caught:
         dataset.load_measurements(path)
     assert "line 4, column grad_reduce_in_fp32" in str(caught.value)
-    assert "line 5, column moe_dispatcher: expected one of alltoall, deepep" in str(caught.value)
+    assert "line 5, column moe_dispatcher: expected one of alltoall, allgather, deepep" in str(
+        caught.value
+    )
     assert "line 6, column cp_comm_type: expected one of p2p, a2a" in str(caught.value)
     given_settings = {
         "grad_reduce_in_fp32": "false",

@@ -286,6 +286,37 @@ def test_moe_expert_parallel_shards_experts_and_adds_all_to_all() -> None:
     assert four.memory_breakdown_gib["weights"] < one.memory_breakdown_gib["weights"]
 
 
+@pytest.mark.parametrize("dispatcher", ["alltoall", "allgather"])
+def test_moe_dispatchers_by_hand(dispatcher: str) -> None:
+    """Megatron-Core's all-to-all dispatcher gathers over TP the top-k copies that arrived by
+    the EP all-to-all; the allgather one gathers each token once over TP x EP (a TP stage, then
+    an EP stage of ep times the tokens), and both reduce-scatter back; shared experts gather the
+    tokens over TP as a dense MLP does (docs/reference.md 7.7). By hand on one device-bound MoE
+    layer: TP all-reduces 1 (attention) + k or 1 (routed) + 1 (shared)."""
+    from simulators.analytical_layer import layer_times_s
+    from simulators.analytical_stages import LayerCost
+
+    c = analytical("simulator.host_op_overhead_us=0.001").constants
+    train = make_train(seq_len=4096, global_batch_size=64, moe_dispatcher=dispatcher)
+    layout = Layout.resolve(16, tp=2, ep=4)
+    two = cluster(2)
+    times = LayerCost(
+        *layer_times_s(MOE, True, two, train, layout, c), activation_bytes=0.0, input_bytes=0.0
+    )
+    token_bytes = 4096 * MOE.hidden_size * 2  # one micro-batch of bf16 tokens
+    tp_one = all_reduce_time_s(token_bytes, layout.group("tp", 8), two)
+    ep_group = layout.group("ep", 8)
+    if dispatcher == "alltoall":
+        tp_transfers = 1 + MOE.moe_top_k + 1
+        ep_s = 2 * all_to_all_time_s(MOE.moe_top_k * token_bytes / 2, ep_group, two)
+    else:
+        tp_transfers = 1 + 1 + 1
+        ep_s = all_reduce_time_s(4 * token_bytes, ep_group, two)
+    assert times.tp_forward_s == pytest.approx(tp_transfers * tp_one)
+    assert times.tp_backward_s == pytest.approx(tp_transfers * tp_one)
+    assert times.ep_forward_s == times.ep_backward_s == pytest.approx(ep_s)
+
+
 def test_tp_group_on_full_mesh_is_slower_than_on_a_switch() -> None:
     mesh = LinkSpec(
         bandwidth_gbps=100.0,

@@ -178,6 +178,28 @@ def test_deepep_cuts_the_cross_node_expert_all_to_all(simulator: Simulator) -> N
     assert simulator.simulate(moe, h100, deepep, within) == inside
 
 
+def test_allgather_dispatch_gathers_each_token_once_over_tp_x_ep(simulator: Simulator) -> None:
+    """The allgather dispatcher gathers every token of the TP x EP group once, the all-to-all
+    sends a copy per routed expert (docs/reference.md 7.7). Mixtral (top-2) on one node: at
+    ep 1 and tp 8 the allgather's TP gather moves one token where the all-to-all dispatcher
+    gathers both copies; at ep 8 it moves every token of the group to every rank, the
+    all-to-all two copies of each, so it sends 3.5x the bytes over EP."""
+    mixtral = model("mixtral_8x7b", num_layers=2)
+    h100 = catalog.load_cluster("h100", ["cluster.num_nodes=1"])
+    plain = make_train(seq_len=4096, global_batch_size=16)
+    gathered = make_train(seq_len=4096, global_batch_size=16, moe_dispatcher="allgather")
+    tp8 = Layout.resolve(8, tp=8)
+    assert (
+        simulator.simulate(mixtral, h100, gathered, tp8).breakdown["tp_comm"]
+        < simulator.simulate(mixtral, h100, plain, tp8).breakdown["tp_comm"]
+    )
+    ep8 = Layout.resolve(8, ep=8)
+    assert (
+        simulator.simulate(mixtral, h100, gathered, ep8).breakdown["ep_comm"]
+        > 2 * simulator.simulate(mixtral, h100, plain, ep8).breakdown["ep_comm"]
+    )
+
+
 def test_ep_overlap_hides_the_all_to_all_under_the_partner_pass(simulator: Simulator) -> None:
     """Megatron-Core's EP all-to-all overlap runs one micro-batch's forward beside another's
     backward: each pass's all-to-all hides up to the other's compute; it needs ep > 1,

@@ -166,10 +166,18 @@ def test_link_and_train_spec_errors() -> None:
         make_train(seq_len=4096, global_batch_size=8, precision="fp4")
     with pytest.raises(SpecError, match="framework 'megatron_deepspeed' has none"):
         make_train("megatron_deepspeed", seq_len=4096, global_batch_size=8, precision="fp8")
-    with pytest.raises(SpecError, match="moe_dispatcher='nccl'.*alltoall, deepep"):
+    with pytest.raises(SpecError, match="moe_dispatcher='nccl'.*alltoall, allgather, deepep"):
         make_train(seq_len=4096, global_batch_size=8, moe_dispatcher="nccl")
-    with pytest.raises(SpecError, match="deepep needs .* framework 'mindspeed' has none"):
+    with pytest.raises(SpecError, match="deepep does not run on framework 'mindspeed'; it has "):
         make_train("mindspeed", seq_len=4096, global_batch_size=8, moe_dispatcher="deepep")
+    with pytest.raises(SpecError, match="allgather does not run on .*'megatron_deepspeed'"):
+        make_train(
+            "megatron_deepspeed", seq_len=4096, global_batch_size=8, moe_dispatcher="allgather"
+        )
+    with pytest.raises(SpecError, match="moe_a2a_overlap needs the alltoall or deepep"):
+        make_train(
+            seq_len=4096, global_batch_size=8, moe_dispatcher="allgather", moe_a2a_overlap=True
+        )
     with pytest.raises(SpecError, match="moe_a2a_overlap needs .* 'mindspeed' has none"):
         make_train("mindspeed", seq_len=4096, global_batch_size=8, moe_a2a_overlap=True)
     with pytest.raises(SpecError, match="moe_a2a_overlap needs a bf16, fp16 or fp8 step"):

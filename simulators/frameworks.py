@@ -47,7 +47,7 @@ CP_A2A_STYLES = ("te", "deepspeed")
 
 # How MoE tokens reach their experts (docs/reference.md 7.7):
 #   alltoall   a copy per routed expert, an all-to-all over EP (--moe-token-dispatcher-type
-#              alltoall, what the recipes pass; the default of TrainSpec)
+#              alltoall, what the recipes pass; every stack's default in conf/framework/)
 #   allgather  every token all-gathered over the TP x EP group, each rank keeping the copies for
 #              its experts, and reduce-scattered back (Megatron-Core's own default)
 #   deepep     Megatron-Core's flex dispatcher with DeepEP: one copy per destination node
@@ -159,7 +159,7 @@ class FrameworkSpec:
     ``fp8``: FP8 GEMMs through Transformer Engine. ``fp8_param_gather``: FP8 runs keep the
     linear layers' weights only in FP8 (``--fp8-param-gather``; no bf16 copy of them) and
     all-gather them in FP8. ``moe_dispatchers``: the MoE token dispatchers the stack can run
-    (:data:`MOE_DISPATCHERS`).
+    (:data:`MOE_DISPATCHERS`), the one it runs unless told first.
     ``moe_a2a_overlap``: the expert all-to-all can run under another micro-batch's compute
     (Megatron-Core's ``--overlap-moe-expert-parallel-comm``). ``moe_weighted_activation``: the
     routed experts weight their activation by the router's probabilities, so the combine only
@@ -233,6 +233,11 @@ class FrameworkSpec:
             raise SpecError(f"{owner}: overlap_param_gather needs overlap_grad_reduce")
         for kind in self.cp_comm_types:
             require_choice(owner, "cp_comm_types", kind, CP_COMM_TYPES)
+        if not self.moe_dispatchers:
+            raise SpecError(
+                f"{owner}: moe_dispatchers lists none; it needs its default first, from "
+                f"{', '.join(MOE_DISPATCHERS)}"
+            )
         for kind in self.moe_dispatchers:
             require_choice(owner, "moe_dispatchers", kind, MOE_DISPATCHERS)
         if "a2a" in self.cp_comm_types:

@@ -659,9 +659,10 @@ class TrainSpec:
     (``--overlap-param-gather``, which needs the former); ``tp_comm_overlap`` whether tensor-
     parallel collectives run overlapped with the GEMMs (Megatron's ``--tp-comm-overlap``,
     MindSpeed's ``--use-ascend-coc``). None: the framework's default. ``moe_dispatcher`` is how
-    MoE tokens reach their experts (:data:`simulators.frameworks.MOE_DISPATCHERS`): ``alltoall``
-    (a copy per routed expert; None), ``allgather`` (every token gathered over the TP x EP
-    group, Megatron-Core's own default) or ``deepep`` (Megatron-Core's ``flex`` dispatcher with
+    MoE tokens reach their experts (:data:`simulators.frameworks.MOE_DISPATCHERS`; None: the
+    framework's default, ``alltoall`` for every stack): ``alltoall`` (a copy per routed
+    expert), ``allgather`` (every token gathered over the TP x EP group, Megatron-LM's
+    command-line default) or ``deepep`` (Megatron-Core's ``flex`` dispatcher with
     DeepEP: one copy per destination node, forwarded over the node's links there).
     ``moe_a2a_overlap`` runs each micro-batch's expert all-to-all under another micro-batch's
     compute (Megatron-Core's ``--overlap-moe-expert-parallel-comm`` with
@@ -853,8 +854,9 @@ class TrainSpec:
 
     @property
     def token_dispatcher(self) -> str:
-        """How MoE tokens reach their experts (:data:`MOE_DISPATCHERS`; default alltoall)."""
-        return self.moe_dispatcher or MOE_DISPATCHERS[0]
+        """How MoE tokens reach their experts (:data:`MOE_DISPATCHERS`; unset: the framework's
+        default, the first of its ``moe_dispatchers``)."""
+        return self.moe_dispatcher or self.framework.moe_dispatchers[0]
 
     @property
     def overlaps_grad_reduce(self) -> bool:

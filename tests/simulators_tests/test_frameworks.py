@@ -162,6 +162,20 @@ def test_a_cp_exchange_the_stack_cannot_run_is_refused() -> None:
         FrameworkSpec.from_mapping("x", {**_values(CORE), "cp_a2a_style": "ulysses"})
 
 
+def test_a_moe_dispatcher_the_stack_cannot_run_is_refused() -> None:
+    """Each stack lists its dispatchers, its default first (every one's is alltoall)."""
+    assert _step().token_dispatcher == "alltoall"
+    assert _step("mindspeed", moe_dispatcher="allgather").token_dispatcher == "allgather"
+    with pytest.raises(SpecError, match="allgather does not run on .*'megatron_lm'"):
+        _step("megatron_lm", moe_dispatcher="allgather")
+    with pytest.raises(SpecError, match="moe_dispatchers='flex' is not one of alltoall"):
+        FrameworkSpec.from_mapping("x", {**_values(CORE), "moe_dispatchers": ["flex"]})
+    with pytest.raises(SpecError, match="moe_dispatchers lists none; it needs its default"):
+        FrameworkSpec.from_mapping("x", {**_values(CORE), "moe_dispatchers": []})
+    allgather_first = {**_values(CORE), "moe_dispatchers": ["allgather", "alltoall"]}
+    assert FrameworkSpec.from_mapping("x", allgather_first).moe_dispatchers[0] == "allgather"
+
+
 def _cp_runs(framework: str, layout: Layout) -> dict[tuple[str, str], object]:
     """Both simulators, the ring and the all-to-all, on Llama-3-8B (32 heads, 8 KV heads) at
     a 32K sequence on one Atlas node."""

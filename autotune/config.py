@@ -78,6 +78,12 @@ def _between(key: str, value: float, low: float, high: float, what: str = "") ->
         raise UserError(f"{key}={value!r} must be from {low:,} to {high:,}{what}")
 
 
+def _check_margin(key: str, margin: float | None) -> None:
+    """A memory margin given by hand: None (derived) or a fraction of the predicted peak."""
+    if margin is not None:
+        _between(key, margin, 0, 1, " (a fraction of the predicted peak memory: 0.05 is 5%)")
+
+
 def _check_seed(key: str, seed: int) -> None:
     _between(key, seed, 0, MAX_SEED, " (the range of Optuna's and numpy's seeds)")
 
@@ -154,6 +160,7 @@ class SearchConfig:
         are checked by the search, which knows them."""
         _between("search.n_trials", self.n_trials, 1, MAX_TRIALS, " (trials of one study)")
         _check_seed("search.seed", self.seed)
+        _check_margin("search.memory_margin", self.memory_margin)
         for key in ("top_k", "rerank_top", "workers"):
             _at_least(f"search.{key}", getattr(self, key), 1)
         for key in ("max_tp", "max_cp", "max_vpp"):
@@ -365,6 +372,7 @@ class BenchmarkConfig:
     protocols: Any = MISSING  # a protocol name or a list (autotune/benchmark/_protocols.py)
     probes: list[int] = MISSING  # the K of the probe protocol
     calibration: str | None = MISSING  # also score this calibration (name or path)
+    memory_margin: float | None = MISSING  # zero-shot fits; None: each simulator's shipped one
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
     analytical: dict[str, Any] = MISSING  # conf/simulator/analytical.yaml, overridable
     hierarchical: dict[str, Any] = MISSING  # conf/simulator/hierarchical.yaml, overridable
@@ -388,6 +396,7 @@ class BenchmarkConfig:
             " (the regret charged for a pick that ran out of memory)",
         )
         _check_seed("seed", self.seed)
+        _check_margin("memory_margin", self.memory_margin)
         fraction = self.heuristic.state_memory_fraction
         if not 0 < fraction <= 1:
             raise UserError(

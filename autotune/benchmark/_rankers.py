@@ -47,10 +47,12 @@ class Ranking:
     probes: int = 0  # measured layouts per scenario it was given (probe protocols)
 
 
-def simulate(simulator: Simulator, specs: Sequence[Specs]) -> Ranking:
+def simulate(simulator: Simulator, specs: Sequence[Specs], memory_margin: float = 0.0) -> Ranking:
     """Predict every row; a layout that breaks a rule gets no prediction and ranks last.
 
-    A long run shows its progress on stderr (:class:`autotune.progress.Progress`).
+    A layout fits when its predicted peak memory times ``1 + memory_margin`` is within the
+    device memory, as the search decides it (docs/calibration.md 3). A long run shows its
+    progress on stderr (:class:`autotune.progress.Progress`).
     """
     n = len(specs)
     predicted, memory = np.full(n, np.nan), np.full(n, np.nan)
@@ -68,7 +70,7 @@ def simulate(simulator: Simulator, specs: Sequence[Specs]) -> Ranking:
         predicted[i], memory[i], fits[i] = (
             prediction.step_time_s,
             prediction.memory_gib,
-            prediction.fits,
+            prediction.memory_gib * (1 + memory_margin) <= prediction.memory_capacity_gib,
         )
     timed = n - invalid
     return Ranking(

@@ -225,9 +225,16 @@ def run_benchmark(
     )
     protocols = _protocols(config)
     rankings: list[Ranking] = []
+    from autotune.calibrate import shipped_margin
+
     for simulator in simulators:
         start = time.perf_counter()
-        zero = simulate(simulator, specs)
+        # Zero-shot picks as the search picks: with the memory margin it derives for the
+        # simulator from the shipped rows with a measured peak, unless one is given.
+        margin = config.memory_margin
+        zero = simulate(
+            simulator, specs, shipped_margin(simulator).value if margin is None else margin
+        )
         if "zero_shot" in protocols:
             rankings.append(zero)
         log.info(
@@ -269,6 +276,7 @@ def _settings(cfg: BenchmarkConfig) -> dict[str, Any]:
         "protocols": ",".join(_names(cfg.protocols) or []),
         "probes": ",".join(map(str, cfg.probes)),
         "calibration": cfg.calibration or "none",
+        "memory_margin": "shipped" if cfg.memory_margin is None else cfg.memory_margin,
     }
 
 
@@ -288,7 +296,9 @@ def _notes(cfg: BenchmarkConfig) -> dict[str, str]:
         "MAPE": "mean |predicted - measured| / measured step time over every row that ran "
         "(single-layout scenarios included); mem MAPE likewise for measured peak memory",
         "false feasible / infeasible": "share of oom layouts predicted to fit / of layouts "
-        "that ran predicted not to fit",
+        "that ran predicted not to fit; a simulator's layout fits, as the search decides it, "
+        "when its predicted peak memory plus the memory margin the simulator has on the "
+        "shipped rows with a measured peak (docs/calibration.md 3) is within device memory",
         "random": "the exact expected regret of a uniform draw among the measured layouts",
         "heuristic": "rule of thumb, no simulator: layouts whose weights, gradients and "
         "optimizer states (as the row's framework keeps them, docs/reference.md 7.2) exceed "

@@ -49,7 +49,8 @@ def test_wheel_carries_every_package_conf_and_data(wheel: Path) -> None:
     packages = {str(Path(n).parent).replace("/", ".") for n in names if n.endswith("__init__.py")}
     assert _packages_in_checkout() <= packages, "list new packages in pyproject.toml"
     for path in (REPO / "conf").rglob("*.yaml"):
-        assert f"catalog/conf/{path.relative_to(REPO / 'conf')}" in names
+        shipped = f"catalog/conf/{path.relative_to(REPO / 'conf')}"
+        assert shipped in names, "list a new conf/ folder in pyproject.toml, as catalog.conf.<x>"
     for path in [*(REPO / "dataset" / "data").iterdir(), *(REPO / "dataset" / "raw").iterdir()]:
         assert f"dataset/{path.parent.name}/{path.name}" in names
 

@@ -296,9 +296,9 @@ def _notes(cfg: BenchmarkConfig) -> dict[str, str]:
         "MAPE": "mean |predicted - measured| / measured step time over every row that ran "
         "(single-layout scenarios included); mem MAPE likewise for measured peak memory",
         "false feasible / infeasible": "share of oom layouts predicted to fit / of layouts "
-        "that ran predicted not to fit; a simulator's layout fits, as the search decides it, "
-        "when its predicted peak memory plus the memory margin the simulator has on the "
-        "shipped rows with a measured peak (docs/calibration.md 3) is within device memory",
+        "that ran predicted not to fit; a layout fits, as the search decides it, when its "
+        "predicted peak memory times 1 + the memory margin (the simulator's on the shipped "
+        "rows with a measured peak, docs/calibration.md 3) is within device memory",
         "random": "the exact expected regret of a uniform draw among the measured layouts",
         "heuristic": "rule of thumb, no simulator: layouts whose weights, gradients and "
         "optimizer states (as the row's framework keeps them, docs/reference.md 7.2) exceed "

@@ -25,6 +25,7 @@ COMMAND = Command(
         ("hardware", "keep only these clusters"),
         ("source", "keep only these sources"),
         ("top_k", "the k of regret@k"),
+        ("memory_margin", "fits: predicted peak x (1 + margin) <= memory (null: the search's)"),
         ("report_dir", "where the report files go"),
         ("analytical.<constant>", "override a simulator constant"),
         ("output", "table or json"),

@@ -45,8 +45,10 @@ from simulators.analytical_stages import RankTerms
 from simulators.analytical_stages import Stage
 from simulators.analytical_stages import StageDetail
 from simulators.analytical_stages import StageShape
+from simulators.analytical_stages import chunk_slowdown
 from simulators.analytical_stages import exposed_dp_s
 from simulators.analytical_stages import in_flight
+from simulators.analytical_stages import interleaved_bubble_s
 from simulators.analytical_stages import memory_bytes
 from simulators.analytical_stages import stage
 from simulators.analytical_stages import stage_detail
@@ -59,6 +61,7 @@ from simulators.collectives import all_reduce_time_s
 from simulators.collectives import p2p_time_s
 from simulators.collectives import reduce_scatter_time_s
 from simulators.errors import SpecError
+from simulators.interleaving import unequal_chunks
 from simulators.layout import LAYER_COST_FIELDS
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
@@ -334,6 +337,21 @@ class _Job:
             pipeline = self._pipelines[key] = _pipeline(self, layout, accumulate_s)
         return pipeline
 
+    def interleaving(self, layout: Layout, shape: StageShape, stages: list[Stage]) -> float:
+        """How much longer unequal chunks make the interleaved schedule than the closed form
+        (:func:`simulators.analytical_stages.chunk_slowdown`)."""
+        if not unequal_chunks(shape.stage_layers, layout.vpp):
+            return 1.0
+        slowest = max(shape.stage_layers)
+        return chunk_slowdown(
+            shape.stage_layers,
+            layout.vpp,
+            layout.num_microbatches(self.train),
+            layout.recomputed_layers(slowest) / slowest,
+            stages[shape.rank_kinds[-1]].per_microbatch_s,
+            self.logits(layout)[0],
+        )
+
     def rank_terms(
         self, dense_params: float, expert_params: float, linear_params: float, layout: Layout
     ) -> RankTerms:
@@ -530,6 +548,9 @@ def _logits(
 def _simulate(job: _Job, layout: Layout) -> Prediction:
     shape, stages, slowest, bubble_s = job.pipeline(layout)
     m = layout.num_microbatches(job.train)
+    bubble_s = interleaved_bubble_s(
+        m, slowest.per_microbatch_s, bubble_s, job.interleaving(layout, shape, stages)
+    )
     embedding_s = job.embedding_sync_s(layout)
     terms, kind_dp, kind_bytes, kind_activations = [], [], [], []
     for s, first_rank, kind in zip(stages, shape.first_ranks, shape.kinds, strict=True):

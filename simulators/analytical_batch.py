@@ -34,13 +34,16 @@ from simulators.analytical_stages import LayerCost
 from simulators.analytical_stages import Stage
 from simulators.analytical_stages import StageDetail
 from simulators.analytical_stages import StageShape
+from simulators.analytical_stages import chunk_slowdown
 from simulators.analytical_stages import exposed_dp_s
 from simulators.analytical_stages import in_flight
+from simulators.analytical_stages import interleaved_bubble_s
 from simulators.analytical_stages import memory_bytes
 from simulators.analytical_stages import stage
 from simulators.analytical_stages import stage_detail
 from simulators.analytical_stages import step_breakdown
 from simulators.analytical_stages import throughput
+from simulators.interleaving import unequal_chunks
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
 from simulators.prediction import Prediction
@@ -256,6 +259,36 @@ def _pick(array: Array, index: Array) -> Array:
     return np.take_along_axis(array, index[:, None], axis=1)[:, 0]
 
 
+def _chunk_slowdowns(
+    layouts: Sequence[Layout],
+    shapes: list[StageShape],
+    shape_of: Array,
+    vpp: Array,
+    microbatches: Array,
+    kind_s: Array,
+    logits_s: Array,
+) -> Array:
+    """:func:`simulators.analytical_stages.chunk_slowdown` of every layout (1 where its chunks
+    are equal: most layouts, told apart per shape and vpp before any is priced)."""
+    pairs, pair_of = np.unique(
+        np.stack([shape_of, vpp.astype(np.int64)], axis=1), axis=0, return_inverse=True
+    )
+    unequal = np.array([unequal_chunks(shapes[g].stage_layers, int(v)) for g, v in pairs])
+    slowdowns = np.ones(len(layouts))
+    for i in np.flatnonzero(unequal[pair_of.reshape(-1)]).tolist():
+        layout, shape = layouts[i], shapes[shape_of[i]]
+        slowest = max(shape.stage_layers)
+        slowdowns[i] = chunk_slowdown(
+            shape.stage_layers,
+            layout.vpp,
+            int(microbatches[i]),
+            layout.recomputed_layers(slowest) / slowest,
+            float(kind_s[i, shape.rank_kinds[-1]]),
+            float(logits_s[i]),
+        )
+    return slowdowns
+
+
 def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     """Price ``layouts`` with the formulas of :func:`simulators.analytical._simulate`."""
     columns = _Columns(layouts)
@@ -265,6 +298,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     sends, sends_group = columns.each(job.P2P_FIELDS, job.p2p_s)
     accumulate, accumulate_group = columns.each(job.ACCUMULATE_FIELDS, job.accumulate_s)
     logits, logits_group = columns.each(job.LOGITS_FIELDS, job.logits)
+    logits_s = _column([seconds for seconds, _ in logits], logits_group)
     stages = stage(
         job.params,
         dense,
@@ -285,16 +319,23 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
             _column([dense for dense, _ in accumulate], accumulate_group),
             _column([expert for _, expert in accumulate], accumulate_group),
         ),
-        logits=(
-            _column([s for s, _ in logits], logits_group),
-            _column([b for _, b in logits], logits_group),
-        ),
+        logits=(logits_s, _column([b for _, b in logits], logits_group)),
         ops=ARRAYS,
     )
     # The pipeline runs at the pace of its slowest rank, plus the fill and drain of the others.
     kind_s = np.broadcast_to(stages.per_microbatch_s, kinds["share"].shape)
     slowest = Stage(*(_pick(field, kind_s.argmax(axis=1)) for field in stages))
     bubble_s = ((kinds["ranks"] * kind_s).sum(axis=1) - slowest.per_microbatch_s) / vpp[:, 0]
+    microbatches, m_group = columns.each(
+        ("micro_batch", "dp"), lambda lay: lay.num_microbatches(job.train)
+    )
+    m = np.asarray(microbatches, dtype=np.float64)[m_group][:, None]
+    bubble_s = interleaved_bubble_s(
+        m[:, 0],
+        slowest.per_microbatch_s,
+        bubble_s,
+        _chunk_slowdowns(layouts, shapes, shape_of, vpp[:, 0], m[:, 0], kind_s, logits_s[:, 0]),
+    )
     terms = _rank_terms(job, columns, kinds, stages)
     dp_s = exposed_dp_s(
         terms.reduce_s,
@@ -308,10 +349,6 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     ends = np.maximum(kinds["first"], kinds["last"])  # the two ends wait for a tied embedding
     dp_s = dp_s + ends * _column(embedding, embedding_group)
     dp_kind = (dp_s + terms.optimizer_s).argmax(axis=1)
-    microbatches, m_group = columns.each(
-        ("micro_batch", "dp"), lambda lay: lay.num_microbatches(job.train)
-    )
-    m = np.asarray(microbatches, dtype=np.float64)[m_group][:, None]
     breakdown = step_breakdown(
         m[:, 0],
         slowest,

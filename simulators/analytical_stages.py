@@ -25,6 +25,7 @@ from typing import TypeAlias
 
 import numpy as np
 
+from simulators.interleaving import slowdown
 from simulators.specs import ModelSpec
 
 __all__ = [
@@ -39,8 +40,10 @@ __all__ = [
     "Stage",
     "StageDetail",
     "StageShape",
+    "chunk_slowdown",
     "exposed_dp_s",
     "in_flight",
+    "interleaved_bubble_s",
     "memory_bytes",
     "stage",
     "stage_detail",
@@ -329,6 +332,33 @@ def memory_bytes(states: Real, activations: Real, working: Real, reserved: Real)
     """Peak bytes of a rank: its states, the activations in flight, the working set, and what
     the allocator keeps back."""
     return states + activations + working + reserved
+
+
+def chunk_slowdown(
+    stage_layers: tuple[int, ...],
+    vpp: int,
+    microbatches: int,
+    recomputed_share: float,
+    last_stage_s: float,
+    output_s: float,
+) -> float:
+    """:func:`simulators.interleaving.slowdown` of a layout whose chunks are unequal: a
+    backward is twice a forward plus the recomputed share of one; the output layer and loss
+    (``output_s`` of the last stage's ``last_stage_s`` per micro-batch) weigh what they take over
+    one layer of the last stage."""
+    per_layer_s = (last_stage_s - output_s) / stage_layers[-1]
+    return slowdown(
+        stage_layers, vpp, microbatches, 2.0 + recomputed_share, output_s / per_layer_s
+    )
+
+
+def interleaved_bubble_s(
+    microbatches: Real, slowest_s: Real, bubble_s: Real, slowdown: Real
+) -> Real:
+    """The bubble once unequal chunks are counted: the closed form's pipeline time (``m``
+    micro-batches at the slowest rank's pace plus its bubble) takes ``slowdown`` times as long
+    (:func:`simulators.interleaving.slowdown`), the ranks waiting on each other."""
+    return bubble_s + (slowdown - 1) * (microbatches * slowest_s + bubble_s)
 
 
 def step_breakdown(

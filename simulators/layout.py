@@ -45,6 +45,7 @@ __all__ = [
     "SEARCHED",
     "FieldInfo",
     "Layout",
+    "deal_chunks",
     "divisors",
     "field_info",
 ]
@@ -127,6 +128,18 @@ def _listed(key: str, ordered: bool = False) -> Candidates:
         return sorted(values) if ordered else values
 
     return candidates
+
+
+def deal_chunks(stage_layers: tuple[int, ...], vpp: int) -> tuple[int, ...]:
+    """Layers of every virtual stage, indexed ``chunk * pp + rank`` (Megatron's order): a
+    stage's layers dealt over its ``vpp`` chunks as evenly as possible, the first chunks taking
+    the remainder."""
+    pp = len(stage_layers)
+    return tuple(
+        stage_layers[rank] // vpp + (chunk < stage_layers[rank] % vpp)
+        for chunk in range(vpp)
+        for rank in range(pp)
+    )
 
 
 def _info(doc: str, **options: Any) -> dict[str, FieldInfo]:
@@ -347,17 +360,8 @@ class Layout:
         return train.framework.default_split(model.num_layers, self.pp)
 
     def chunk_layers(self, model: ModelSpec, train: TrainSpec) -> tuple[int, ...]:
-        """Layers of every virtual stage, indexed ``chunk * pp + rank`` (Megatron's order).
-
-        A stage's layers are dealt over its ``vpp`` chunks as evenly as possible, the first
-        chunks taking the remainder.
-        """
-        stages = self.stage_layers(model, train)
-        return tuple(
-            stages[rank] // self.vpp + (chunk < stages[rank] % self.vpp)
-            for chunk in range(self.vpp)
-            for rank in range(self.pp)
-        )
+        """Layers of every virtual stage, indexed ``chunk * pp + rank`` (:func:`deal_chunks`)."""
+        return deal_chunks(self.stage_layers(model, train), self.vpp)
 
     def recomputed_layers(self, stage_layers: int) -> int:
         """Layers of a stage of ``stage_layers`` whose activations are recomputed in full."""
@@ -520,7 +524,13 @@ def _virtual_pipeline(
 ) -> list[str]:
     """VPP needs the framework's interleaved schedule, PP > 1 (PP > 2 where its sends block:
     two blocking exchanges with the same neighbour would meet in one batch; arguments.py), m
-    >= PP and whole chunks.
+    a multiple of PP and whole chunks.
+
+    The interleaved schedule runs the micro-batches through each chunk in groups of PP and
+    refuses a step whose last group is short: ``num_microbatches % pipeline_parallel_size``
+    must be 0 in ``schedules.py`` of core_v0.6.0, and ``0 < m % N < PP`` raises from
+    core_r0.12.0 to main, with N (``microbatch_group_size_per_vp_stage``) = PP unless set
+    (docs/reference.md 3.4).
 
     With an even split Megatron needs vpp to divide the layers per stage (arguments.py); an
     uneven split may leave a chunk empty, as the chunks that hold only the embedding or the
@@ -545,8 +555,11 @@ def _virtual_pipeline(
             )
     if lay.pp > 1 and _divides(lay.micro_batch * lay.dp, train.global_batch_size):
         m = lay.num_microbatches(train)
-        if m < lay.pp:
-            found.append(f"vpp={lay.vpp} needs micro-batches per step ({m}) >= pp ({lay.pp})")
+        if m % lay.pp:
+            found.append(
+                f"vpp={lay.vpp} needs micro-batches per step ({m}) to be a multiple of "
+                f"pp ({lay.pp}): the interleaved schedule runs them in groups of pp"
+            )
     return found
 
 

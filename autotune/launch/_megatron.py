@@ -162,7 +162,7 @@ def pipeline_flags(job: LaunchJob, layer_list: bool) -> list[Flag]:
         return []
     if layer_list and job.layout.vpp == 1:
         return [flag("--num-layer-list", ",".join(map(str, chunks)))]
-    stages = [f"t*{count}" if count > 1 else "t" for count in chunks]
+    stages = [f"t*{count}" if count > 1 else "t" * count for count in chunks]  # "" if empty
     stages[0], stages[-1] = f"E{stages[0]}", f"{stages[-1]}L"
     return [flag("--pipeline-model-parallel-layout", "|".join(stages))]
 

@@ -107,6 +107,11 @@ def run_search_job(config: AutotuneConfig) -> None:
         raise SystemExit(128 + stop.signal)
 
 
+def _screens(job: Job) -> bool:
+    """Whether ``job``'s simulator is the one that screens (the analytical)."""
+    return job.simulator.name == SCREENING
+
+
 def _check(search: SearchConfig) -> None:
     """Refuse search settings that name nothing (before any work; the numbers are checked by
     ``SearchConfig.check``)."""
@@ -149,14 +154,16 @@ def search_job(
     )
     evaluate = Evaluator(job)
     sample = list(space.layouts[:: max(1, space.size // _SAMPLE)])
-    grid_s = evaluate.seconds_per_layout(sample) * space.size
+    # The analytical simulator's one-time work is a few schedule runs per pipeline pattern,
+    # small next to the budget: its grid costs what a warm sample does, layout by layout.
+    grid_s = evaluate.seconds_per_layout(sample, warm=_screens(job)) * space.size
     mode = search.sampler
     screen = None
     if mode == "auto":
         mode = "grid" if grid_s <= search.grid_budget_s else "tpe"
         if mode == "tpe" and search.rerank is None and job.simulator.name != SCREENING:
             screen = Evaluator(_screening_job(job))
-            if screen.seconds_per_layout(sample) * space.size <= search.grid_budget_s:
+            if screen.seconds_per_layout(sample, warm=True) * space.size <= search.grid_budget_s:
                 mode = "screen"
     elif mode == "screen":
         screen = Evaluator(_screening_job(job))

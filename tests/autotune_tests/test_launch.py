@@ -162,6 +162,13 @@ MEGATRON_CASES = [
         "mla_moe_uneven", "deepseek_v3", "h100", ("cluster.num_nodes=16",), dict(tp=2, pp=8, ep=8)
     ),
     Case("uneven_vpp", "llama3_8b", "h100", ("model.num_layers=30",), dict(tp=2, pp=4, vpp=2)),
+    Case(  # the first stage's second chunk holds no layer: an empty stage in the layout
+        "vpp_empty_chunk",
+        "llama3_8b",
+        "h100",
+        (),
+        dict(tp=2, pp=4, vpp=2, layer_split=(1, 11, 11, 9)),
+    ),
     Case(
         "fp8_cp_full",
         "llama3_8b",
@@ -372,7 +379,20 @@ MINDSPEED_CASES = [
     Case("dense_cp", "llama70b", "ascend", (), dict(tp=8, pp=2, cp=2)),
     Case("ulysses_cp", "llama70b", "ascend", ("train.cp_comm_type=a2a",), dict(tp=8, pp=2, cp=2)),
     Case("uneven_layer_list", "llama70b", "ascend", ("cluster.num_nodes=6",), dict(tp=8, pp=3)),
-    Case("uneven_vpp", "llama70b", "ascend", ("cluster.num_nodes=6",), dict(tp=8, pp=3, vpp=2)),
+    Case(  # 96 micro-batches: the interleaved schedule runs them in groups of pp
+        "uneven_vpp",
+        "llama70b",
+        "ascend",
+        ("cluster.num_nodes=6", "train.global_batch_size=192"),
+        dict(tp=8, pp=3, vpp=2),
+    ),
+    Case(  # an empty chunk on the first stage
+        "vpp_empty_chunk",
+        "llama70b",
+        "ascend",
+        ("cluster.num_nodes=6", "train.global_batch_size=192"),
+        dict(tp=8, pp=3, vpp=2, layer_split=(1, 40, 39)),
+    ),
     Case(
         "moe_ep_tp_full",
         "qwen3_30b_a3b",

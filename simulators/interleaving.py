@@ -57,8 +57,10 @@ def _makespan(
     stage_layers: tuple[int, ...], vpp: int, m: int, backward_ratio: float, extra: float
 ) -> float:
     pp = len(stage_layers)
-    if m <= 2 * pp:
+    if m == pp:
         return _run(stage_layers, vpp, m, backward_ratio, extra)
+    # Whole groups of pp only: Megatron refuses a short last group (Layout.violations), and
+    # the event loop has no order for one; a layout priced anyway gets the line's value.
     start, per_group = _line(stage_layers, vpp, backward_ratio, extra)
     return start + (m - 2 * pp) / pp * per_group
 

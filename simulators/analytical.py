@@ -47,9 +47,9 @@ from simulators.analytical_stages import StageDetail
 from simulators.analytical_stages import StageShape
 from simulators.analytical_stages import chunk_slowdown
 from simulators.analytical_stages import exposed_dp_s
-from simulators.analytical_stages import in_flight
 from simulators.analytical_stages import interleaved_bubble_s
 from simulators.analytical_stages import memory_bytes
+from simulators.analytical_stages import rank_in_flight
 from simulators.analytical_stages import stage
 from simulators.analytical_stages import stage_detail
 from simulators.analytical_stages import stage_shape
@@ -568,7 +568,9 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
         dp_s += embedding_s * (first or last)  # the two ends wait for the tied embedding
         kind_dp.append((dp_s, t.optimizer_s))
         # The first rank of a kind holds the most micro-batches in flight: its worst rank.
-        activations = s.activation_bytes * in_flight(m, layout.pp, layout.vpp, first_rank, FLOATS)
+        activations = s.activation_bytes * rank_in_flight(
+            shape.stage_layers, m, layout.vpp, first_rank
+        )
         kind_activations.append(activations)
         kind_bytes.append(
             memory_bytes(t.state_bytes, activations, s.working_bytes, job.reserved_bytes)

@@ -39,6 +39,7 @@ from simulators.analytical_stages import exposed_dp_s
 from simulators.analytical_stages import in_flight
 from simulators.analytical_stages import interleaved_bubble_s
 from simulators.analytical_stages import memory_bytes
+from simulators.analytical_stages import rank_in_flight
 from simulators.analytical_stages import stage
 from simulators.analytical_stages import stage_detail
 from simulators.analytical_stages import step_breakdown
@@ -259,34 +260,50 @@ def _pick(array: Array, index: Array) -> Array:
     return np.take_along_axis(array, index[:, None], axis=1)[:, 0]
 
 
-def _chunk_slowdowns(
+class _Unequal(NamedTuple):
+    """What unequal chunks change per layout: the slowdown of the schedule (1 where the
+    chunks are equal) and the micro-batches each kind's first rank holds."""
+
+    slowdown: Array
+    in_flight: Array
+
+
+def _unequal_chunks(
     layouts: Sequence[Layout],
     shapes: list[StageShape],
     shape_of: Array,
-    vpp: Array,
+    first_rank: Array,
     microbatches: Array,
     kind_s: Array,
     logits_s: Array,
-) -> Array:
-    """:func:`simulators.analytical_stages.chunk_slowdown` of every layout (1 where its chunks
-    are equal: most layouts, told apart per shape and vpp before any is priced)."""
-    pairs, pair_of = np.unique(
-        np.stack([shape_of, vpp.astype(np.int64)], axis=1), axis=0, return_inverse=True
+) -> _Unequal:
+    """:func:`simulators.analytical_stages.chunk_slowdown` and
+    :func:`simulators.analytical_stages.rank_in_flight` of every layout whose chunks are
+    unequal (few: told apart per shape and vpp before any is priced); :func:`in_flight` and 1
+    elsewhere."""
+    vpp = np.fromiter((lay.vpp for lay in layouts), dtype=np.int64, count=len(layouts))
+    pp = np.fromiter((lay.pp for lay in layouts), dtype=np.float64, count=len(layouts))
+    flight = in_flight(
+        microbatches[:, None], pp[:, None], vpp[:, None].astype(np.float64), first_rank, ARRAYS
     )
-    unequal = np.array([unequal_chunks(shapes[g].stage_layers, int(v)) for g, v in pairs])
     slowdowns = np.ones(len(layouts))
+    pairs, pair_of = np.unique(np.stack([shape_of, vpp], axis=1), axis=0, return_inverse=True)
+    unequal = np.array([unequal_chunks(shapes[g].stage_layers, int(v)) for g, v in pairs])
     for i in np.flatnonzero(unequal[pair_of.reshape(-1)]).tolist():
-        layout, shape = layouts[i], shapes[shape_of[i]]
+        layout, shape, m = layouts[i], shapes[shape_of[i]], int(microbatches[i])
         slowest = max(shape.stage_layers)
         slowdowns[i] = chunk_slowdown(
             shape.stage_layers,
             layout.vpp,
-            int(microbatches[i]),
+            m,
             layout.recomputed_layers(slowest) / slowest,
             float(kind_s[i, shape.rank_kinds[-1]]),
             float(logits_s[i]),
         )
-    return slowdowns
+        flight[i] = [
+            rank_in_flight(shape.stage_layers, m, layout.vpp, int(rank)) for rank in first_rank[i]
+        ]
+    return _Unequal(slowdowns, flight)
 
 
 def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
@@ -330,12 +347,10 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
         ("micro_batch", "dp"), lambda lay: lay.num_microbatches(job.train)
     )
     m = np.asarray(microbatches, dtype=np.float64)[m_group][:, None]
-    bubble_s = interleaved_bubble_s(
-        m[:, 0],
-        slowest.per_microbatch_s,
-        bubble_s,
-        _chunk_slowdowns(layouts, shapes, shape_of, vpp[:, 0], m[:, 0], kind_s, logits_s[:, 0]),
+    unequal = _unequal_chunks(
+        layouts, shapes, shape_of, kinds["first_rank"], m[:, 0], kind_s, logits_s[:, 0]
     )
+    bubble_s = interleaved_bubble_s(m[:, 0], slowest.per_microbatch_s, bubble_s, unequal.slowdown)
     terms = _rank_terms(job, columns, kinds, stages)
     dp_s = exposed_dp_s(
         terms.reduce_s,
@@ -358,7 +373,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     )
     step_s: np.ndarray = functools.reduce(operator.add, breakdown.values())  # as sum()
     # The first rank of a kind holds the most micro-batches in flight: its worst rank.
-    activations = stages.activation_bytes * in_flight(m, pp, vpp, kinds["first_rank"], ARRAYS)
+    activations = stages.activation_bytes * unequal.in_flight
     kind_bytes = memory_bytes(
         terms.state_bytes, activations, stages.working_bytes, job.reserved_bytes
     )

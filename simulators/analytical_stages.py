@@ -25,7 +25,9 @@ from typing import TypeAlias
 
 import numpy as np
 
+from simulators.interleaving import held_chunks
 from simulators.interleaving import slowdown
+from simulators.interleaving import unequal_chunks
 from simulators.specs import ModelSpec
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "in_flight",
     "interleaved_bubble_s",
     "memory_bytes",
+    "rank_in_flight",
     "stage",
     "stage_detail",
     "stage_shape",
@@ -328,6 +331,14 @@ def in_flight(microbatches: Real, pp: Real, vpp: Real, rank: Real, ops: Ops) -> 
     return ops.where(vpp > 1, chunks / vpp, ops.minimum(microbatches, pp - rank))
 
 
+def rank_in_flight(stage_layers: tuple[int, ...], microbatches: int, vpp: int, rank: int) -> float:
+    """:func:`in_flight` of one rank, from a run of the schedule where its chunks are unequal
+    (:func:`simulators.interleaving.held_chunks`)."""
+    if unequal_chunks(stage_layers, vpp):
+        return held_chunks(stage_layers, vpp, microbatches)[rank]
+    return float(in_flight(microbatches, len(stage_layers), vpp, rank, FLOATS))
+
+
 def memory_bytes(states: Real, activations: Real, working: Real, reserved: Real) -> Real:
     """Peak bytes of a rank: its states, the activations in flight, the working set, and what
     the allocator keeps back."""
@@ -410,11 +421,10 @@ def stage_detail(
     micro-batch) and ``stage_memory_gib`` of every pipeline rank, first to last, from each
     kind's seconds per micro-batch, state bytes, activation bytes per micro-batch and working
     bytes."""
-    pp = len(shape.stage_layers)
     rank_bytes = [
         memory_bytes(
             kind_states[kind],
-            kind_activations[kind] * in_flight(microbatches, pp, vpp, rank, FLOATS),
+            kind_activations[kind] * rank_in_flight(shape.stage_layers, microbatches, vpp, rank),
             kind_working[kind],
             reserved,
         )

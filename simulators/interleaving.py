@@ -23,7 +23,7 @@ import functools
 from simulators.hierarchical.inter_stage import run_pipeline
 from simulators.layout import deal_chunks
 
-__all__ = ["slowdown", "unequal_chunks"]
+__all__ = ["held_chunks", "slowdown", "unequal_chunks"]
 
 
 def unequal_chunks(stage_layers: tuple[int, ...], vpp: int) -> bool:
@@ -58,7 +58,7 @@ def _makespan(
 ) -> float:
     pp = len(stage_layers)
     if m == pp:
-        return _run(stage_layers, vpp, m, backward_ratio, extra)
+        return _run(stage_layers, vpp, m, backward_ratio, extra)[0]
     # Whole groups of pp only: Megatron refuses a short last group (Layout.violations), and
     # the event loop has no order for one; a layout priced anyway gets the line's value.
     start, per_group = _line(stage_layers, vpp, backward_ratio, extra)
@@ -71,16 +71,28 @@ def _line(
 ) -> tuple[float, float]:
     """(time of two groups of pp micro-batches, time each further group adds)."""
     pp = len(stage_layers)
-    two = _run(stage_layers, vpp, 2 * pp, backward_ratio, extra)
-    return two, _run(stage_layers, vpp, 3 * pp, backward_ratio, extra) - two
+    two = _run(stage_layers, vpp, 2 * pp, backward_ratio, extra)[0]
+    return two, _run(stage_layers, vpp, 3 * pp, backward_ratio, extra)[0] - two
+
+
+def held_chunks(stage_layers: tuple[int, ...], vpp: int, microbatches: int) -> tuple[float, ...]:
+    """Per pipeline rank, the most micro-batches of its activations it holds at once, in units
+    of its whole stage, as :func:`simulators.analytical_stages.in_flight` counts them: from the
+    schedule run with each chunk holding its own layers' activations. The order of a rank's
+    blocks alone sets it, and a rank reaches it in its warm-up, within two groups of pp."""
+    pp = len(stage_layers)
+    peaks = _run(stage_layers, vpp, pp if microbatches <= pp else 2 * pp, 2.0, 0.0)[1]
+    return tuple(peak / layers for peak, layers in zip(peaks, stage_layers, strict=True))
 
 
 @functools.lru_cache(maxsize=1024)
 def _run(
     stage_layers: tuple[int, ...], vpp: int, m: int, backward_ratio: float, extra: float
-) -> float:
+) -> tuple[float, tuple[float, ...]]:
+    """(makespan, each rank's peak of layers' activations held) of the unit-cost run."""
     pp = len(stage_layers)
-    forward = [float(n) for n in deal_chunks(stage_layers, vpp)]
+    layers = [float(n) for n in deal_chunks(stage_layers, vpp)]
+    forward = list(layers)
     forward[-1] += extra  # the last virtual stage: the last rank's last chunk
     stages = pp * vpp
     run = run_pipeline(
@@ -91,8 +103,8 @@ def _run(
         forward_s=forward,
         backward_s=[backward_ratio * f for f in forward],
         p2p_s=[0.0] * stages,
-        activation_bytes=[0.0] * stages,
+        activation_bytes=layers,
         transient_bytes=[0.0] * stages,
         record=False,
     )
-    return max(run.finish_s)
+    return max(run.finish_s), run.peak_activation_bytes

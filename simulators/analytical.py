@@ -342,12 +342,10 @@ class _Job:
         (:func:`simulators.analytical_stages.chunk_slowdown`)."""
         if not unequal_chunks(shape.stage_layers, layout.vpp):
             return 1.0
-        slowest = max(shape.stage_layers)
         return chunk_slowdown(
-            shape.stage_layers,
-            layout.vpp,
+            layout,
+            shape,
             layout.num_microbatches(self.train),
-            layout.recomputed_layers(slowest) / slowest,
             stages[shape.rank_kinds[-1]].per_microbatch_s,
             self.logits(layout)[0],
         )

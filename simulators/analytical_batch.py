@@ -272,6 +272,8 @@ def _unequal_chunks(
     layouts: Sequence[Layout],
     shapes: list[StageShape],
     shape_of: Array,
+    pp: Array,
+    vpp: Array,
     first_rank: Array,
     microbatches: Array,
     kind_s: Array,
@@ -280,26 +282,17 @@ def _unequal_chunks(
     """:func:`simulators.analytical_stages.chunk_slowdown` and
     :func:`simulators.analytical_stages.rank_in_flight` of every layout whose chunks are
     unequal (few: told apart per shape and vpp before any is priced); :func:`in_flight` and 1
-    elsewhere."""
-    vpp = np.fromiter((lay.vpp for lay in layouts), dtype=np.int64, count=len(layouts))
-    pp = np.fromiter((lay.pp for lay in layouts), dtype=np.float64, count=len(layouts))
-    flight = in_flight(
-        microbatches[:, None], pp[:, None], vpp[:, None].astype(np.float64), first_rank, ARRAYS
-    )
+    elsewhere. ``pp``, ``vpp`` and ``microbatches`` are columns (layouts x 1)."""
+    flight = in_flight(microbatches, pp, vpp, first_rank, ARRAYS)
     slowdowns = np.ones(len(layouts))
-    pairs, pair_of = np.unique(np.stack([shape_of, vpp], axis=1), axis=0, return_inverse=True)
+    pairs, pair_of = np.unique(
+        np.stack([shape_of, vpp[:, 0].astype(np.int64)], axis=1), axis=0, return_inverse=True
+    )
     unequal = np.array([unequal_chunks(shapes[g].stage_layers, int(v)) for g, v in pairs])
     for i in np.flatnonzero(unequal[pair_of.reshape(-1)]).tolist():
-        layout, shape, m = layouts[i], shapes[shape_of[i]], int(microbatches[i])
-        slowest = max(shape.stage_layers)
-        slowdowns[i] = chunk_slowdown(
-            shape.stage_layers,
-            layout.vpp,
-            m,
-            layout.recomputed_layers(slowest) / slowest,
-            float(kind_s[i, shape.rank_kinds[-1]]),
-            float(logits_s[i]),
-        )
+        layout, shape, m = layouts[i], shapes[shape_of[i]], int(microbatches[i, 0])
+        last_s = float(kind_s[i, shape.rank_kinds[-1]])
+        slowdowns[i] = chunk_slowdown(layout, shape, m, last_s, float(logits_s[i]))
         flight[i] = [
             rank_in_flight(shape.stage_layers, m, layout.vpp, int(rank)) for rank in first_rank[i]
         ]
@@ -348,7 +341,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     )
     m = np.asarray(microbatches, dtype=np.float64)[m_group][:, None]
     unequal = _unequal_chunks(
-        layouts, shapes, shape_of, kinds["first_rank"], m[:, 0], kind_s, logits_s[:, 0]
+        layouts, shapes, shape_of, pp, vpp, kinds["first_rank"], m, kind_s, logits_s[:, 0]
     )
     bubble_s = interleaved_bubble_s(m[:, 0], slowest.per_microbatch_s, bubble_s, unequal.slowdown)
     terms = _rank_terms(job, columns, kinds, stages)

@@ -28,6 +28,7 @@ import numpy as np
 from simulators.interleaving import held_chunks
 from simulators.interleaving import slowdown
 from simulators.interleaving import unequal_chunks
+from simulators.layout import Layout
 from simulators.specs import ModelSpec
 
 __all__ = [
@@ -346,21 +347,17 @@ def memory_bytes(states: Real, activations: Real, working: Real, reserved: Real)
 
 
 def chunk_slowdown(
-    stage_layers: tuple[int, ...],
-    vpp: int,
-    microbatches: int,
-    recomputed_share: float,
-    last_stage_s: float,
-    output_s: float,
+    layout: Layout, shape: StageShape, microbatches: int, last_stage_s: float, output_s: float
 ) -> float:
     """:func:`simulators.interleaving.slowdown` of a layout whose chunks are unequal: a
     backward is twice a forward plus the recomputed share of one; the output layer and loss
     (``output_s`` of the last stage's ``last_stage_s`` per micro-batch) weigh what they take over
     one layer of the last stage."""
-    per_layer_s = (last_stage_s - output_s) / stage_layers[-1]
-    return slowdown(
-        stage_layers, vpp, microbatches, 2.0 + recomputed_share, output_s / per_layer_s
-    )
+    split = shape.stage_layers
+    slowest = max(split)
+    per_layer_s = (last_stage_s - output_s) / split[-1]
+    ratio = 2.0 + layout.recomputed_layers(slowest) / slowest
+    return slowdown(split, layout.vpp, microbatches, ratio, output_s / per_layer_s)
 
 
 def interleaved_bubble_s(

@@ -161,7 +161,7 @@ def search_job(
     screen = None
     if mode == "auto":
         mode = "grid" if grid_s <= search.grid_budget_s else "tpe"
-        if mode == "tpe" and search.rerank is None and job.simulator.name != SCREENING:
+        if mode == "tpe" and search.rerank is None and not _screens(job):
             screen = Evaluator(_screening_job(job))
             if screen.seconds_per_layout(sample, warm=True) * space.size <= search.grid_budget_s:
                 mode = "screen"

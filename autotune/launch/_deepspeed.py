@@ -31,12 +31,12 @@ from autotune.launch._script import Ref
 from autotune.launch._script import Variable
 from autotune.launch._script import device_connections_export
 from autotune.launch._script import distributed_group
+from autotune.launch._script import dropout_flags
 from autotune.launch._script import flag
 from autotune.launch._script import has_linear_bias
 from autotune.launch._script import require
 from autotune.launch._script import run_group
 from autotune.launch._script import uses_rope
-from autotune.launch._script import dropout_flags
 from simulators import LayoutError
 
 SCRIPT_NAME = "launch_megatron_deepspeed.sh"

@@ -22,9 +22,9 @@ from autotune.launch._script import Ref
 from autotune.launch._script import Variable
 from autotune.launch._script import device_connections_export
 from autotune.launch._script import distributed_group
+from autotune.launch._script import dropout_flags
 from autotune.launch._script import flag
 from autotune.launch._script import has_linear_bias
-from autotune.launch._script import dropout_flags
 from autotune.launch._script import require
 from autotune.launch._script import run_group
 from autotune.launch._script import uses_rope
@@ -69,7 +69,6 @@ def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
         if model.qkv_bias:
             flags.append(flag("--add-qkv-bias"))
     return (*flags, *dropout_flags(model, job.train), *_moe_flags(job))
-
 
 
 def _attention_flags(job: LaunchJob) -> list[Flag]:

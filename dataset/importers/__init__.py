@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pandas as pd
 
+from dataset.importers import bloom
 from dataset.importers import dgxc
 from dataset.importers import dlperf
 from dataset.importers import korthikanti
@@ -36,6 +37,7 @@ _MODULES: tuple[ModuleType, ...] = (
     megatron_bridge,
     dgxc,
     mindspeed_2026,
+    bloom,
 )
 # source name -> (raw file name in dataset/raw, converter)
 IMPORTERS: dict[str, tuple[str, Importer]] = {m.SOURCE: (m.RAW_FILE, m.convert) for m in _MODULES}

@@ -101,7 +101,8 @@ def configs(path: Path) -> Iterator[Config]:
         for row in csv.DictReader(handle):
             groups.setdefault(row["config_id"], []).append(row)
     for rows in groups.values():
-        metrics = {r["metric_name"]: float(r["metric_value"]) for r in rows}
+        # an empty value is a run that gave none (out of memory): the metric is absent
+        metrics = {r["metric_name"]: float(r["metric_value"]) for r in rows if r["metric_value"]}
         units = {r["metric_name"]: r["unit"] for r in rows}
         yield Config(row=rows[0], metrics=metrics, units=units)
 

@@ -20,6 +20,7 @@ from simulators.frameworks import MOE_DISPATCHERS
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
 from simulators.layout import field_info
+from simulators.prediction import MEMORY_MEASURES
 from simulators.specs import ACTIVATIONS
 from simulators.specs import ATTENTIONS
 from simulators.specs import PRECISIONS
@@ -235,6 +236,9 @@ _MEASUREMENT = (
     Column("step_time_s", _Positive(_MAX_STEP_S)),  # required when status is ok (checked per row)
     Column("tokens_per_s_per_device", _Positive(_MAX_TOKENS_PER_S)),
     Column("peak_memory_gib", _Positive(_MAX_MEMORY_GIB)),
+    # What peak_memory_gib measured: the framework's tensors (torch.cuda.max_memory_allocated,
+    # Megatron's "max allocated") or all the device holds (nvidia-smi, npu-smi).
+    Column("peak_memory_measure", _choice(MEMORY_MEASURES), default="allocated"),
     Column("predictor", _text),
     Column("predicted_step_time_s", _Positive(_MAX_STEP_S)),
 )

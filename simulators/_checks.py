@@ -49,6 +49,14 @@ def require_fraction(owner: str, **values: float) -> None:
         raise SpecError(f"{owner}: {', '.join(bad)} must be in (0, 1] (a fraction of the peak)")
 
 
+def require_share(owner: str, **values: float) -> None:
+    """Raise SpecError naming every field of ``values`` outside [0, 1): a share of a whole
+    that must leave some of it (what an allocator loses of what it reserves)."""
+    bad = [f"{name}={value!r}" for name, value in values.items() if not 0 <= value < 1]
+    if bad:
+        raise SpecError(f"{owner}: {', '.join(bad)} must be from 0 to below 1 (a share)")
+
+
 def require_integers(owner: str, **values: object) -> None:
     """Raise SpecError naming every field of ``values`` that is not an integer (a bool is not
     one); call it before comparing the values."""
@@ -139,6 +147,7 @@ def _check_constant(owner: str, key: str, value: Any, kind: str) -> None:
     """
     expected = {
         "float": ("a number", _is_number),
+        "float | None": ("a number or null", lambda v: v is None or _is_number(v)),
         "int": ("an integer", _is_int),
         "bool": ("true or false", lambda v: isinstance(v, bool)),
         "str": ("a text", lambda v: isinstance(v, str)),

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from simulators._checks import constants_from_mapping
 from simulators._checks import require_positive
+from simulators._checks import require_share
 from simulators.analytical_batch import BatchPrediction
 from simulators.analytical_batch import simulate_batch
 from simulators.analytical_layer import dtype_bytes
@@ -60,6 +61,10 @@ from simulators.collectives import all_gather_time_s
 from simulators.collectives import all_reduce_time_s
 from simulators.collectives import p2p_time_s
 from simulators.collectives import reduce_scatter_time_s
+from simulators.device_memory import churning_bytes
+from simulators.device_memory import churning_grad_bytes
+from simulators.device_memory import fragmentation_bytes
+from simulators.device_memory import reserved_bytes
 from simulators.errors import SpecError
 from simulators.interleaving import unequal_chunks
 from simulators.layout import LAYER_COST_FIELDS
@@ -90,6 +95,13 @@ _SCORE_BYTES_KEYS = {
         "backward_elementwise",
         "saved",
     },
+    "unfused_attention_fp32_bytes_per_score": {
+        "forward_gemm",
+        "forward_elementwise",
+        "backward_gemm",
+        "backward_elementwise",
+        "saved",
+    },
     "unfused_attention_dropout_bytes_per_score": {
         "forward_elementwise",
         "backward_elementwise",
@@ -112,11 +124,13 @@ class AnalyticalConstants:
     host_ops_per_checkpoint_backward: int
     host_op_overhead_us: float
     unfused_attention_bytes_per_score: Mapping[str, float]
+    unfused_attention_fp32_bytes_per_score: Mapping[str, float]
     unfused_attention_dropout_bytes_per_score: Mapping[str, float]
     cp_comm_overlap: bool
     optimizer_traffic_bytes_per_param: float
     logits_bytes_per_element: float
-    reserved_memory_gib: float
+    allocator_fragmentation: float
+    reserved_memory_gib: float | None  # None: the device's runtime and the communicators'
 
     def __post_init__(self) -> None:
         require_positive(
@@ -124,6 +138,7 @@ class AnalyticalConstants:
             attention_efficiency=self.attention_efficiency,
             attention_backward_factor=self.attention_backward_factor,
         )
+        require_share("analytical simulator", allocator_fragmentation=self.allocator_fragmentation)
         for name, keys in _SCORE_BYTES_KEYS.items():
             given = set(getattr(self, name))
             if given != keys:
@@ -217,6 +232,7 @@ class _Job:
         "distributed_optimizer",
     )
     EMBEDDING_FIELDS = ("dp", "tp", "pp", "cp")  # the tied embedding's gradient all-reduce
+    RESERVED_FIELDS = ("dp", "tp", "pp", "cp", "ep")  # the communicators a rank uses
     # a micro-batch's gradient accumulation: the optimizer's buffers, the micro-batches
     ACCUMULATE_FIELDS = ("distributed_optimizer", "dp", "micro_batch")
     # the stages; the optimizer mode only through the accumulation, keyed by its value
@@ -235,7 +251,6 @@ class _Job:
             model_flops=model.flops_per_token(train.seq_len) * train.tokens_per_step,
             peak_flops=cluster.device.peak_flops(train.precision),  # FP8: of the FP8 peak
         )
-        self.reserved_bytes = c.reserved_memory_gib * GIB
         self._layers: dict[tuple[object, ...], tuple[LayerCost, LayerCost]] = {}
         self._layer_times: dict[object, tuple[tuple[float, ...], tuple[float, ...]]] = {}
         self._shapes: dict[tuple[int, tuple[int, ...] | None], StageShape] = {}
@@ -268,6 +283,14 @@ class _Job:
         model, cluster, train, c = self.model, self.cluster, self.train, self.constants
         dense = part(model, False, cluster, train, layout, c)
         return dense, part(model, True, cluster, train, layout, c) if model.is_moe else dense
+
+    def reserved_bytes(self, layout: Layout) -> float:
+        """What the rank holds outside the allocator: the simulator's fixed figure where it
+        sets one (a calibration), else the runtime's part and the communicators' buffers."""
+        fixed = self.constants.reserved_memory_gib
+        if fixed is not None:
+            return fixed * GIB
+        return reserved_bytes(self.model, self.cluster, layout)
 
     def shape(self, layout: Layout) -> StageShape:
         """The pipeline ranks of ``layout`` grouped into kinds."""
@@ -519,7 +542,10 @@ def _p2p_s(
     gather = 0.0
     if sliced and layout.tp > 1:
         gather = all_gather_time_s(full, layout.group("tp", cluster.devices_per_node), cluster)
-    near, far = (p2p_time_s(send, same_node, cluster) + gather for same_node in (True, False))
+    near, far = (
+        train.framework.boundary_s(p2p_time_s(send, same_node, cluster), gather)
+        for same_node in (True, False)
+    )
     pipeline = layout.group("pp", cluster.devices_per_node)
     if pipeline.nodes == 1:
         return near, near
@@ -550,7 +576,9 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
         m, slowest.per_microbatch_s, bubble_s, job.interleaving(layout, shape, stages)
     )
     embedding_s = job.embedding_sync_s(layout)
-    terms, kind_dp, kind_bytes, kind_activations = [], [], [], []
+    reserved = job.reserved_bytes(layout)
+    fragmentation = job.constants.allocator_fragmentation
+    terms, kind_dp, kind_bytes, kind_activations, kind_lost = [], [], [], [], []
     for s, first_rank, kind in zip(stages, shape.first_ranks, shape.kinds, strict=True):
         t = job.rank_terms(s.dense_params, s.expert_params, s.linear_params, layout)
         terms.append(t)
@@ -570,8 +598,13 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
             shape.stage_layers, m, layout.vpp, first_rank
         )
         kind_activations.append(activations)
+        churning = churning_bytes(
+            activations + s.working_bytes, t.states["gradients"], job.train, layout
+        )
+        lost = fragmentation_bytes(churning, fragmentation)
+        kind_lost.append(lost)
         kind_bytes.append(
-            memory_bytes(t.state_bytes, activations, s.working_bytes, job.reserved_bytes)
+            memory_bytes(t.state_bytes, activations, s.working_bytes, reserved, lost)
         )
     dp_s, optimizer_s = max(kind_dp, key=sum)
     breakdown = step_breakdown(m, slowest, dp_s, bubble_s, optimizer_s)
@@ -581,7 +614,8 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
         **terms[worst].states,
         "activations": kind_activations[worst],
         "working": stages[worst].working_bytes,
-        "reserved": job.reserved_bytes,
+        "fragmentation": kind_lost[worst],
+        "reserved": reserved,
     }
     tokens_per_s_per_device, mfu = throughput(step_s, layout.world_size, job.rates)
     return Prediction(
@@ -593,18 +627,19 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
         tokens_per_s_per_device=tokens_per_s_per_device,
         mfu=mfu,
         detail=StageDetail(
-            partial(_detail, shape, stages, terms, job.reserved_bytes, m, layout.vpp)
+            partial(_detail, job, layout, shape, stages, terms, (reserved, fragmentation), m)
         ),
     )
 
 
 def _detail(
+    job: _Job,
+    layout: Layout,
     shape: StageShape,
     stages: list[Stage],
     terms: list[RankTerms],
-    reserved: float,
+    outside: tuple[float, float],
     microbatches: int,
-    vpp: int,
 ) -> dict[str, object]:
     return stage_detail(
         shape,
@@ -612,7 +647,10 @@ def _detail(
         [t.state_bytes for t in terms],
         [s.activation_bytes for s in stages],
         [s.working_bytes for s in stages],
-        reserved=reserved,
+        kind_churning_grads=[
+            churning_grad_bytes(t.states["gradients"], job.train, layout) for t in terms
+        ],
+        outside=outside,
         microbatches=microbatches,
-        vpp=vpp,
+        vpp=layout.vpp,
     )

@@ -44,6 +44,8 @@ from simulators.analytical_stages import stage
 from simulators.analytical_stages import stage_detail
 from simulators.analytical_stages import step_breakdown
 from simulators.analytical_stages import throughput
+from simulators.device_memory import churning_grad_share
+from simulators.device_memory import fragmentation_bytes
 from simulators.interleaving import unequal_chunks
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
@@ -125,9 +127,11 @@ class _Detail:
     states: Array
     activations: Array
     working: Array
+    churning_grads: Array
     microbatches: Array
     vpp: Array
-    reserved: float
+    reserved: Array
+    fragmentation: float
 
     def of(self, row: int) -> dict[str, object]:
         shape = self.shapes[self.shape_of[row]]
@@ -138,7 +142,8 @@ class _Detail:
             self.states[row, :kinds].tolist(),
             self.activations[row, :kinds].tolist(),
             self.working[row, :kinds].tolist(),
-            reserved=self.reserved,
+            kind_churning_grads=self.churning_grads[row, :kinds].tolist(),
+            outside=(float(self.reserved[row]), self.fragmentation),
             microbatches=int(self.microbatches[row]),
             vpp=int(self.vpp[row]),
         )
@@ -367,14 +372,23 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
     step_s: np.ndarray = functools.reduce(operator.add, breakdown.values())  # as sum()
     # The first rank of a kind holds the most micro-batches in flight: its worst rank.
     activations = stages.activation_bytes * unequal.in_flight
-    kind_bytes = memory_bytes(
-        terms.state_bytes, activations, stages.working_bytes, job.reserved_bytes
+    reserved_values, reserved_group = columns.each(job.RESERVED_FIELDS, job.reserved_bytes)
+    reserved = _column(reserved_values, reserved_group)
+    fragmentation = job.constants.allocator_fragmentation
+    shares, share_group = columns.each(
+        ("distributed_optimizer",), lambda lay: churning_grad_share(job.train, lay)
     )
+    gradients = terms.states.get("gradients", np.zeros_like(terms.state_bytes))  # no layouts
+    churning_grads = gradients * _column(shares, share_group)
+    working = np.broadcast_to(stages.working_bytes, activations.shape)
+    lost = fragmentation_bytes(activations + working + churning_grads, fragmentation)
+    kind_bytes = memory_bytes(terms.state_bytes, activations, working, reserved, lost)
     worst = kind_bytes.argmax(axis=1)
     memory = {name: _pick(values, worst) for name, values in terms.states.items()}
     memory["activations"] = _pick(activations, worst)
-    memory["working"] = _pick(stages.working_bytes, worst)
-    memory["reserved"] = np.full(len(layouts), job.reserved_bytes)
+    memory["working"] = _pick(working, worst)
+    memory["fragmentation"] = _pick(lost, worst)
+    memory["reserved"] = reserved[:, 0]
     world, world_group = columns.each(("dp", "tp", "pp", "cp"), lambda lay: lay.world_size)
     tokens_per_s_per_device, mfu = throughput(
         step_s, np.asarray(world, dtype=np.float64)[world_group], job.rates
@@ -394,9 +408,11 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
             states=terms.state_bytes,
             activations=np.broadcast_to(stages.activation_bytes, kind_s.shape),
             working=np.broadcast_to(stages.working_bytes, kind_s.shape),
+            churning_grads=np.broadcast_to(churning_grads, kind_s.shape),
             microbatches=m[:, 0],
             vpp=np.broadcast_to(vpp, m.shape)[:, 0],
-            reserved=job.reserved_bytes,
+            reserved=reserved[:, 0],
+            fragmentation=fragmentation,
         ),
     )
 

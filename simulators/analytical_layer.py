@@ -254,10 +254,15 @@ def _unfused_attention_s(
 def _unfused_attention_bytes(
     model: ModelSpec, train: TrainSpec, c: AnalyticalConstants
 ) -> dict[str, float]:
-    """Bytes per score element of the unfused core attention: the softmax's, plus the
-    dropout's where the run drops out (at probability 0 PyTorch skips the kernel and keeps
-    the softmax output as the probabilities)."""
-    b = dict(c.unfused_attention_bytes_per_score)
+    """Bytes per score element of the unfused core attention: the fused softmax kernel's, or
+    PyTorch's fp32 softmax past the kernel's sequence (:attr:`simulators.TrainSpec.
+    softmax_in_fp32`), plus the dropout's where the run drops out (at probability 0 PyTorch
+    skips the kernel and keeps the softmax output as the probabilities)."""
+    b = dict(
+        c.unfused_attention_fp32_bytes_per_score
+        if train.softmax_in_fp32
+        else c.unfused_attention_bytes_per_score
+    )
     if train.drops_out(model):
         for key, value in c.unfused_attention_dropout_bytes_per_score.items():
             b[key] += value

@@ -25,6 +25,8 @@ from typing import TypeAlias
 
 import numpy as np
 
+from simulators.device_memory import device_bytes
+from simulators.device_memory import fragmentation_bytes
 from simulators.interleaving import held_chunks
 from simulators.interleaving import slowdown
 from simulators.interleaving import unequal_chunks
@@ -340,10 +342,13 @@ def rank_in_flight(stage_layers: tuple[int, ...], microbatches: int, vpp: int, r
     return float(in_flight(microbatches, len(stage_layers), vpp, rank, FLOATS))
 
 
-def memory_bytes(states: Real, activations: Real, working: Real, reserved: Real) -> Real:
-    """Peak bytes of a rank: its states, the activations in flight, the working set, and what
-    the allocator keeps back."""
-    return states + activations + working + reserved
+def memory_bytes(
+    states: Real, activations: Real, working: Real, reserved: Real, lost: Real
+) -> Real:
+    """Peak bytes of a rank: its states, the activations in flight and the working set, what
+    the allocator loses to fragmentation (``lost``), and what the runtime and the
+    communicators hold (:func:`simulators.device_memory.device_bytes`)."""
+    return device_bytes(states + activations + working, lost, reserved)
 
 
 def chunk_slowdown(
@@ -410,23 +415,25 @@ def stage_detail(
     kind_activations: Sequence[float],
     kind_working: Sequence[float],
     *,
-    reserved: float,
+    kind_churning_grads: Sequence[float],
+    outside: tuple[float, float],
     microbatches: int,
     vpp: int,
 ) -> dict[str, object]:
     """A prediction's per-rank views: ``stage_layers``, ``stage_time_s`` (seconds per
     micro-batch) and ``stage_memory_gib`` of every pipeline rank, first to last, from each
-    kind's seconds per micro-batch, state bytes, activation bytes per micro-batch and working
-    bytes."""
-    rank_bytes = [
-        memory_bytes(
-            kind_states[kind],
-            kind_activations[kind] * rank_in_flight(shape.stage_layers, microbatches, vpp, rank),
-            kind_working[kind],
-            reserved,
+    kind's seconds per micro-batch, state bytes, activation bytes per micro-batch, working
+    bytes and gradients autograd allocates each step; ``outside`` the (reserved bytes,
+    allocator fragmentation) of the rank."""
+    reserved, fragmentation = outside
+    rank_bytes = []
+    for rank, kind in enumerate(shape.rank_kinds):
+        held = kind_activations[kind] * rank_in_flight(shape.stage_layers, microbatches, vpp, rank)
+        churning = held + kind_working[kind] + kind_churning_grads[kind]
+        lost = fragmentation_bytes(churning, fragmentation)
+        rank_bytes.append(
+            memory_bytes(kind_states[kind], held, kind_working[kind], reserved, lost)
         )
-        for rank, kind in enumerate(shape.rank_kinds)
-    ]
     return {
         "stage_layers": list(shape.stage_layers),
         "stage_time_s": [kind_s[kind] for kind in shape.rank_kinds],

@@ -20,7 +20,8 @@ factor                      what it changes
                             (``tp_comm`` and the bubble's part of it shrink by it)
 ``dp_overlap``              share of the exposed DP communication that hides (``dp_comm``)
 ``memory_factor``           x every memory term but the reserved one
-``memory_constant_gib``     replaces ``simulator.reserved_memory_gib`` (GiB)
+``memory_constant_gib``     the reserved memory, a fixed figure in GiB (uncalibrated: the
+                            device's runtime and the communicators' buffers of each layout)
 ==========================  ===================================================================
 
 Scale factors are multipliers of the uncalibrated constant (1: unchanged), so one calibration
@@ -178,7 +179,7 @@ def _calibrated_constants(simulator: Simulator, calibration: Calibration) -> Any
     matmul = calibration.factor("matmul_efficiency")
     changes: dict[str, Any] = {
         "host_op_overhead_us": constants.host_op_overhead_us * calibration.factor("host_overhead"),
-        "reserved_memory_gib": calibration.factor(
+        "reserved_memory_gib": calibration.factors.get(
             "memory_constant_gib", constants.reserved_memory_gib
         ),
     }
@@ -211,8 +212,9 @@ def constant_overrides(
         "cluster.intra_node.efficiency": calibrated_cluster.intra_node.efficiency,
         "cluster.inter_node.efficiency": calibrated_cluster.inter_node.efficiency,
         "simulator.host_op_overhead_us": constants.host_op_overhead_us,
-        "simulator.reserved_memory_gib": constants.reserved_memory_gib,
     }
+    if constants.reserved_memory_gib is not None:  # None: derived per layout
+        values["simulator.reserved_memory_gib"] = constants.reserved_memory_gib
     if calibrated_cluster.device.fp8_matmul_efficiency is not None:
         values["cluster.device.fp8_matmul_efficiency"] = (
             calibrated_cluster.device.fp8_matmul_efficiency

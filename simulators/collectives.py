@@ -4,11 +4,12 @@ Groups are placed as Megatron-LM places them: ranks are numbered node by node, a
 ``size`` ranks takes every ``stride``-th rank (TP stride 1, CP stride tp, DP stride tp*cp, PP
 stride world/pp; the expert grid puts EP at stride tp). Multi-node collectives are
 hierarchical, as NCCL and HCCL run them (docs/reference.md 3.6): reduce-scatter inside the
-node, the node-level collective on 1/g of the data across nodes (all g NICs busy), all-gather
-inside the node. Each level used adds its ``latency_us`` once, a fixed cost per collective call
-(launch and synchronisation, msmodeling's ``comm_op_cost_s``), and ``step_latency_us`` for each
-member beyond the first of that level (the slope of a measured latency curve, where the cluster
-has one).
+node, the node-level collective on 1/g of the data across nodes (all g NICs busy, unless a
+communicator over whole nodes was measured slower: ``LinkSpec.whole_node_gbps``), all-gather
+inside the node. Each level used adds its ``latency_us`` once, a fixed cost per collective
+call (launch and synchronisation, msmodeling's ``comm_op_cost_s``), and ``step_latency_us``
+for each member beyond the first of that level (the slope of a measured latency curve, where
+the cluster has one).
 """
 
 from __future__ import annotations
@@ -111,8 +112,11 @@ def _level_times_s(
     if group.nodes > 1:
         k = group.nodes
         link = cluster.inter_node
-        bw = _gbps(link.bandwidth_gbps * link.efficiency)
-        time += factor * (k - 1) / k * (nbytes / group.per_node) / bw + _latency_s(link, k)
+        node_bw = group.per_node * link.bandwidth_gbps * link.efficiency
+        if link.whole_node_gbps and group.per_node == cluster.devices_per_node:
+            node_bw = min(node_bw, link.whole_node_gbps)  # as measured over whole nodes
+        # each node's members move 1/per_node of the data each: the whole buffer per node
+        time += factor * (k - 1) / k * nbytes / _gbps(node_bw) + _latency_s(link, k)
     return time
 
 

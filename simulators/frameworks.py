@@ -26,8 +26,11 @@ __all__ = [
     "LAYER_SPLITS",
     "MOE_DISPATCHERS",
     "OPTIMIZER_MODES",
+    "P2P_EXCHANGES",
     "FrameworkSpec",
     "StateBytes",
+    "deepspeed_split",
+    "deepspeed_splits",
 ]
 
 # How context parallelism exchanges the sequence (docs/reference.md 3.5):
@@ -125,6 +128,10 @@ def _state_table(values: Mapping[str, Any]) -> dict[str, dict[str, StateBytes]]:
 #   deepspeed  DeepSpeed PipelineModule, partition 'type:transformer': the first
 #              num_layers % pp stages take one layer more; no other split
 LAYER_SPLITS = ("even", "any", "deepspeed")
+# How a pipeline rank trades a micro-batch with a neighbour (docs/reference.md 7.3): the
+# activation and its gradient at once (Megatron's send_forward_recv_backward), or one after
+# the other, each a blocking send and receive (DeepSpeed's TrainSchedule).
+P2P_EXCHANGES = ("batched", "sequential")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,9 +185,11 @@ class FrameworkSpec:
     layer_split: str
     virtual_pipeline: bool
     p2p_tp_sliced: bool
+    p2p_exchange: str
     overlap_p2p_comm: bool
     flash_attention: bool
     flash_output_copy: bool
+    fused_softmax_max_seq: int
     grad_accumulation: str
     expert_grad_accumulation: str
     can_overlap_grad_reduce: bool
@@ -220,6 +229,7 @@ class FrameworkSpec:
     def __post_init__(self) -> None:
         owner = f"framework {self.name!r}"
         require_choice(owner, "layer_split", self.layer_split, LAYER_SPLITS)
+        require_choice(owner, "p2p_exchange", self.p2p_exchange, P2P_EXCHANGES)
         for name in ("grad_accumulation", "expert_grad_accumulation"):
             require_choice(owner, name, getattr(self, name), GRAD_ACCUMULATIONS)
         require_non_negative(
@@ -243,6 +253,20 @@ class FrameworkSpec:
         if "a2a" in self.cp_comm_types:
             require_choice(owner, "cp_a2a_style", str(self.cp_a2a_style), CP_A2A_STYLES)
 
+    def boundary_s(self, transfer_s: float, gather_s: float) -> float:
+        """What one pipeline boundary costs a middle rank per micro-batch (1F1B): ``transfer_s``
+        a send of the boundary activation, ``gather_s`` its TP all-gather on arrival where sends
+        are sliced over TP.
+
+        Batched, the activation and the gradient cross at once: one transfer and one gather.
+        Sequential (DeepSpeed), both cross one after the other, each blocking both ranks: two
+        transfers; the rank all-gathers the received activation, its own output (rebuilt for
+        its backward) and the received gradient, three gathers over its two boundaries.
+        """
+        if self.p2p_exchange == "sequential":
+            return 2 * transfer_s + 1.5 * gather_s
+        return transfer_s + gather_s
+
     @property
     def cp_comm_type(self) -> str | None:
         """The context-parallel exchange the stack runs unless told (None: it has no CP)."""
@@ -260,7 +284,7 @@ class FrameworkSpec:
         if extra == 0:
             return (base,) * pp
         if self.layer_split == "deepspeed":
-            return tuple(base + (rank < extra) for rank in range(pp))
+            return deepspeed_split(num_layers, pp, balanced=False, embedding_slots=False)
         by_centre = sorted(range(pp), key=lambda rank: (min(rank, pp - 1 - rank), rank))
         heavier = set(by_centre[::-1][:extra])
         return tuple(base + (rank in heavier) for rank in range(pp))
@@ -281,12 +305,17 @@ class FrameworkSpec:
         return variants
 
     def can_split(self, split: tuple[int, ...], num_layers: int) -> bool:
-        """Whether this framework can run the per-stage layer counts ``split``."""
+        """Whether this framework can run the per-stage layer counts ``split``.
+
+        DeepSpeed's pipeline runs its current split, the one of its releases before 0.12.5 and,
+        in BigScience's fork, either with the embeddings weighed as layers
+        (:func:`deepspeed_splits`).
+        """
         if self.layer_split == "any":
             return True
-        return split == self.default_split(num_layers, len(split)) and (
-            self.layer_split == "deepspeed" or num_layers % len(split) == 0
-        )
+        if self.layer_split == "deepspeed":
+            return split in deepspeed_splits(num_layers, len(split))
+        return split == self.default_split(num_layers, len(split)) and num_layers % len(split) == 0
 
     def grad_reduce_bytes(self, precision: str) -> float:
         """Bytes per gradient element in the data-parallel reduction."""
@@ -318,3 +347,43 @@ class FrameworkSpec:
         if not overlapped:
             return 1  # without overlap the whole buffer is one collective after the pipeline
         return max(1, math.ceil(params / self.grad_bucket_params(dp)))
+
+
+def deepspeed_split(
+    num_layers: int, pp: int, *, balanced: bool, embedding_slots: bool
+) -> tuple[int, ...]:
+    """Layers per stage as DeepSpeed's pipeline engine splits Megatron-DeepSpeed's GPT model.
+
+    ``partition_method='type:transformer'`` weighs the transformer layers 1 and everything
+    else 0 (docs/reference.md 7.1). DeepSpeed 0.12.5 and later give the first ``L mod pp``
+    stages one layer more. Before it (``balanced``), ``partition_balanced`` filled each stage
+    in turn up to the smallest bottleneck that fits, ``ceil(L / pp)``: 78 layers over 12 stages
+    give eleven stages of 7 and a last stage of 1. BigScience's fork adds
+    ``--pp-partition-method 'type:transformer|embedding'`` (``embedding_slots``): the two
+    embedding copies on the first and last stage weigh as layers too, so either rule splits
+    ``L + 2`` items and the end stages hold one layer fewer. A stage may come out empty (the
+    rules refuse such a split).
+    """
+    items = num_layers + (2 if embedding_slots and pp > 1 else 0)
+    if balanced:
+        bottleneck = -(-items // pp)
+        stages = [min(bottleneck, max(items - rank * bottleneck, 0)) for rank in range(pp)]
+    else:
+        base, extra = divmod(items, pp)
+        stages = [base + (rank < extra) for rank in range(pp)]
+    if items > num_layers:
+        stages[0], stages[-1] = stages[0] - 1, stages[-1] - 1
+    return tuple(stages)
+
+
+def deepspeed_splits(num_layers: int, pp: int) -> tuple[tuple[int, ...], ...]:
+    """Every split :func:`deepspeed_split` gives (no stage empty), the current one first."""
+    found: list[tuple[int, ...]] = []
+    for embedding_slots in (False, True):
+        for balanced in (False, True):
+            split = deepspeed_split(
+                num_layers, pp, balanced=balanced, embedding_slots=embedding_slots
+            )
+            if min(split) >= 1 and split not in found:
+                found.append(split)
+    return tuple(found)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 
-__all__ = ["BREAKDOWN_KEYS", "Prediction"]
+__all__ = ["BREAKDOWN_KEYS", "MEMORY_MEASURES", "OUTSIDE_ALLOCATOR_KEYS", "Prediction"]
 
 # Time categories of a step, in seconds; they add up to the step time.
 BREAKDOWN_KEYS = (
@@ -20,6 +20,14 @@ BREAKDOWN_KEYS = (
     "bubble",
     "optimizer",
 )
+
+# The memory terms that are not the framework's tensors (simulators/device_memory.py): what the
+# caching allocator loses to fragmentation, and what the runtime and communicators hold.
+OUTSIDE_ALLOCATOR_KEYS = ("fragmentation", "reserved")
+# What a measured peak memory is: ``allocated``, the framework's tensors at their peak
+# (torch.cuda.max_memory_allocated, Megatron's "max allocated"); ``device``, everything the
+# process holds on the device (nvidia-smi, npu-smi), what must fit in the device's memory.
+MEMORY_MEASURES = ("allocated", "device")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +54,16 @@ class Prediction:
     @property
     def fits(self) -> bool:
         return self.memory_gib <= self.memory_capacity_gib
+
+    def peak_gib(self, measure: str) -> float:
+        """The predicted peak as ``measure`` (:data:`MEMORY_MEASURES`) counts it: the whole
+        device's, or the framework's tensors only (without fragmentation and reserved)."""
+        if measure == "device":
+            return self.memory_gib
+        if measure != "allocated":
+            raise ValueError(f"unknown memory measure {measure!r}; known: {MEMORY_MEASURES}")
+        outside = sum(self.memory_breakdown_gib.get(k, 0.0) for k in OUTSIDE_ALLOCATOR_KEYS)
+        return self.memory_gib - outside
 
     def as_dict(self) -> dict[str, object]:
         """Plain JSON-ready form (no detail)."""

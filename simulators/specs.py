@@ -441,6 +441,9 @@ class DeviceSpec:
     # A measured table of GEMM throughput by shape (GEMM_TABLES), the other way to price
     # shapes; None: every shape at matmul_efficiency (or the waves of sm_count).
     gemm_table: str | None = None
+    # What a training process cannot allocate before the framework's first tensor, in GiB: the
+    # part of memory_gib the driver does not expose and the CUDA/CANN context.
+    runtime_memory_gib: float = 0.0
 
     def __post_init__(self) -> None:
         owner = f"device {self.name!r}"
@@ -486,6 +489,13 @@ class DeviceSpec:
         require_at_most(
             owner, MAX_MEMORY_GIB, "the largest HBM is 288 GB", memory_gib=self.memory_gib
         )
+        require_numbers(owner, runtime_memory_gib=self.runtime_memory_gib)
+        require_non_negative(owner, runtime_memory_gib=self.runtime_memory_gib)
+        if self.runtime_memory_gib >= self.memory_gib:
+            raise SpecError(
+                f"{owner}: runtime_memory_gib={self.runtime_memory_gib} leaves nothing of "
+                f"memory_gib={self.memory_gib}; it must be below it"
+            )
         require_at_most(owner, MAX_GBPS, "HBM3e gives 8e3", memory_gbps=self.memory_gbps)
         require_at_most(
             owner,
@@ -546,13 +556,18 @@ class LinkSpec:
     link bandwidth) of the collective library; ``latency_us`` is the fixed cost of one
     collective call on this level (launch and synchronisation); ``step_latency_us`` what each
     further member of the group adds to it (the slope of a measured latency curve: NCCL's rings
-    take n - 1 steps per pass), 0 where no curve was measured.
+    take n - 1 steps per pass), 0 where no curve was measured. ``whole_node_gbps`` (between
+    nodes) is the measured bus bandwidth of a collective whose communicator holds every
+    device of its nodes, where the collective library cannot spread it over the node's NICs;
+    0: every member adds its own ``bandwidth_gbps x efficiency`` (groups with fewer members
+    per node always do).
     """
 
     bandwidth_gbps: float
     latency_us: float
     efficiency: float
     step_latency_us: float = 0.0
+    whole_node_gbps: float = 0.0
     topology: str = "switch"
     peer_link_gbps: float = 0.0
     mesh_size: int = 0
@@ -563,6 +578,7 @@ class LinkSpec:
             "bandwidth_gbps": self.bandwidth_gbps,
             "peer_link_gbps": self.peer_link_gbps,
             "cross_mesh_gbps": self.cross_mesh_gbps,
+            "whole_node_gbps": self.whole_node_gbps,
         }
         latencies = {"latency_us": self.latency_us, "step_latency_us": self.step_latency_us}
         require_numbers("link", **rates, **latencies, efficiency=self.efficiency)
@@ -574,6 +590,7 @@ class LinkSpec:
             peer_link_gbps=self.peer_link_gbps,
             mesh_size=self.mesh_size,
             cross_mesh_gbps=self.cross_mesh_gbps,
+            whole_node_gbps=self.whole_node_gbps,
         )
         require_at_most("link", MAX_GBPS, "NVLink 5 gives 900", **rates)
         require_at_most("link", MAX_LATENCY_US, "10 s per call", **latencies)
@@ -616,6 +633,9 @@ class ClusterSpec:
     # on; the benchmark scores those rows apart as in-sample (docs/accuracy.md says which
     # constants and how).
     fitted_on: tuple[str, ...] = ()
+    # Device memory the collective library (NCCL, HCCL) keeps per communicator a rank runs
+    # collectives or sends on, in GiB.
+    communicator_buffer_gib: float = 0.0
 
     def __post_init__(self) -> None:
         owner = f"cluster {self.name!r}"
@@ -628,6 +648,14 @@ class ClusterSpec:
         sizes = {"devices_per_node": self.devices_per_node, "num_nodes": self.num_nodes}
         require_integers(owner, **sizes)
         require_positive(owner, **sizes)
+        require_numbers(owner, communicator_buffer_gib=self.communicator_buffer_gib)
+        require_non_negative(owner, communicator_buffer_gib=self.communicator_buffer_gib)
+        require_at_most(
+            owner,
+            self.device.memory_gib,
+            "the device's memory",
+            communicator_buffer_gib=self.communicator_buffer_gib,
+        )
         if self.num_devices > MAX_DEVICES:
             raise SpecError(
                 f"{owner}: num_nodes={self.num_nodes} x devices_per_node="
@@ -771,6 +799,12 @@ class TrainSpec:
         if self.dropout is None:
             return MEGATRON_DROPOUT if model.is_gpt_family else 0.0
         return float(self.dropout)
+
+    @property
+    def softmax_in_fp32(self) -> bool:
+        """Whether an unfused attention runs PyTorch's softmax in fp32: the sequence is past
+        the framework's fused scale-mask-softmax kernel (docs/reference.md 3.3)."""
+        return self.seq_len > self.framework.fused_softmax_max_seq
 
     def drops_out(self, model: ModelSpec) -> bool:
         """Whether the layers apply dropout. At 0, PyTorch's dropout returns its input: no

@@ -146,8 +146,14 @@ def tied_embedding_grad_bytes(model: ModelSpec, train: TrainSpec, layout: Layout
     Megatron all-reduces the two copies' gradients over the embedding group
     (``finalize_model_grads._allreduce_word_embedding_grads``), DeepSpeed's pipeline engine
     does the same in ``ReduceTiedGrads`` before ``ReduceGrads`` (docs/reference.md 7.2). The
-    gradient is the TP rank's vocab / tp rows, in the reduction's dtype.
+    gradient is the TP rank's vocab / tp rows, in the dtype it is accumulated in: the
+    reduction's, or, where autograd's model-dtype gradients feed a wider buffer of their own
+    (DeepSpeed's BF16_Optimizer reduces the tied weight's fp32 ``_hp_grad``), that buffer's.
     """
     if not model.tied_embeddings or layout.pp == 1:
         return 0.0
-    return model.vocab_size / layout.tp * model.hidden_size * train.grad_reduce_bytes
+    sizes = state_bytes_of(train, layout)
+    wider = sizes.grad - sizes.weight
+    autograd = train.framework.grad_accumulation == "autograd"
+    element = wider if autograd and wider > sizes.weight else train.grad_reduce_bytes
+    return model.vocab_size / layout.tp * model.hidden_size * element

@@ -29,8 +29,11 @@ from autotune.benchmark._rankers import Ranking
 from autotune.benchmark._rankers import Specs
 from autotune.calibrate import FitSettings
 from autotune.calibrate import Run
+from autotune.calibrate import evidence
 from autotune.calibrate import fit
-from autotune.calibrate import memory_margin
+from autotune.calibrate import margin_for
+from autotune.calibrate import margins_from
+from autotune.calibrate import stack_margins
 from autotune.calibrate._probe import choose_probes
 from autotune.calibrate._probe import job_level
 from autotune.calibrate._rows import row_runs
@@ -70,15 +73,31 @@ def measured_runs(table: pd.DataFrame, specs: Sequence[Specs]) -> list[Run | Non
     return [run if isinstance(run, Run) else None for run in row_runs(table, specs)]
 
 
-def _margins_elsewhere(table: pd.DataFrame, zero: Ranking) -> dict[str, float]:
-    """Per source, the uncalibrated memory margin from the rows of every other source."""
+def _margins_elsewhere(
+    table: pd.DataFrame, runs: Sequence[Run | None], zero: Ranking
+) -> dict[tuple[str, str], float]:
+    """Per (source, framework), the uncalibrated memory margin that the runs of every other
+    source give that stack (:mod:`autotune.calibrate._margins`)."""
     sources = table["source"].astype(str).to_numpy()
+    frameworks = np.array([run.specs[2].framework.name if run else "" for run in runs])
     measured = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
+    oom = table["status"].to_numpy(dtype=str) == "oom"
+    capacity = np.array([run.specs[1].device.memory_gib if run else np.nan for run in runs])
+    allocated = table["peak_memory_measure"].to_numpy(dtype=str) == "allocated"
+    as_measured = zero.peak_gib(allocated)
+    has = (np.isfinite(measured) | oom) & (frameworks != "")
+    pairs = [
+        evidence(as_measured[i], zero.memory_gib[i], measured[i], capacity[i])
+        for i in range(len(runs))
+    ]
+    predicted = np.array([p for p, _ in pairs], dtype=float)
+    truth = np.array([t for _, t in pairs], dtype=float)
     margins = {}
     for source in sorted(set(sources)):
-        other = sources != source
-        value = memory_margin(zero.memory_gib[other], measured[other])
-        margins[source] = 0.0 if value is None else value
+        other = has & (sources != source)
+        stacks = margins_from(predicted[other], truth[other], list(frameworks[other]), ())
+        for framework in set(frameworks[sources == source]) - {""}:
+            margins[source, str(framework)] = margin_for(str(framework), stacks).value
     return margins
 
 
@@ -87,6 +106,7 @@ def _empty(n: int) -> dict[str, np.ndarray]:
         "score": np.full(n, np.nan),
         "predicted_s": np.full(n, np.nan),
         "memory_gib": np.full(n, np.nan),
+        "allocated_gib": np.full(n, np.nan),
         "fits": np.zeros(n, dtype=bool),
     }
 
@@ -109,6 +129,7 @@ def _ranking(
         score=arrays["score"][rows],
         predicted_s=arrays["predicted_s"][rows],
         memory_gib=arrays["memory_gib"][rows],
+        allocated_gib=arrays["allocated_gib"][rows],
         fits=arrays["fits"][rows],
         seconds_per_layout=seconds,
         protocol=protocol,
@@ -127,21 +148,25 @@ def leave_one_source_out(
     arrays = _empty(len(table))
     calibrations: dict[str, Calibration] = {}
     for source in sorted(set(sources)):
-        train = [r for r, s in zip(runs, sources, strict=True) if r is not None and s != source]
+        others = [(r, s) for r, s in zip(runs, sources, strict=True) if r and s != source]
+        train = [r for r, _ in others]
         if not train:
             continue
         result = fit(simulator, train, settings.fit)
         calibrations[source] = result.calibration
-        margin = result.calibration.memory_margin or 0.0
-        calibrated = CalibratedSimulator(simulator, result.calibration, margin)
+        calibrated = CalibratedSimulator(simulator, result.calibration, 0.0)
+        # Each stack's margin from the other sources' runs of it (too few: the widest).
+        stacks = stack_margins(calibrated, train, [s for _, s in others])
         for i in np.flatnonzero(sources == source):
             run = runs[int(i)]
             if run is None:
                 continue
             p = calibrated.simulate(*run.specs)
+            margin = margin_for(run.specs[2].framework.name, stacks).value
             arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
             arrays["memory_gib"][i] = p.memory_gib
-            arrays["fits"][i] = p.fits
+            arrays["allocated_gib"][i] = p.peak_gib("allocated")
+            arrays["fits"][i] = p.memory_gib * (1 + margin) <= p.memory_capacity_gib
     name = f"{simulator.name}, leave-one-source-out"
     return _ranking(name, "simulator", "leave_one_source_out", arrays, math.nan), calibrations
 
@@ -158,7 +183,10 @@ class _Scenario:
 
 
 def _scenarios(
-    table: pd.DataFrame, runs: Sequence[Run | None], zero: Ranking, margins: dict[str, float]
+    table: pd.DataFrame,
+    runs: Sequence[Run | None],
+    zero: Ranking,
+    margins: dict[tuple[str, str], float],
 ) -> list[_Scenario]:
     """Scenarios whose regret is defined: two measured layouts, one of which ran."""
     found = []
@@ -170,7 +198,8 @@ def _scenarios(
         ran = [i for i in rows if runs[i] is not None and runs[i].ran]  # type: ignore[union-attr]
         if len(rows) < 2 or not ran:
             continue
-        margin = margins[str(source)]
+        framework = runs[rows[0]].specs[2].framework.name  # type: ignore[union-attr]
+        margin = margins[str(source), framework]
         fits = zero.memory_gib[rows] * (1 + margin) <= capacity[rows]
         found.append(_Scenario(rows, zero.predicted_s[rows], zero.memory_gib[rows], fits, margin))
     return found
@@ -202,6 +231,7 @@ def _calibrated_pick(
             continue
         arrays["predicted_s"][i] = p.step_time_s * level
         arrays["memory_gib"][i] = p.memory_gib
+        arrays["allocated_gib"][i] = p.peak_gib("allocated")
         arrays["fits"][i] = p.fits
         arrays["score"][i] = p.step_time_s * level * lead
 
@@ -229,7 +259,7 @@ def probe_rankings(
     settings: ProtocolSettings,
 ) -> list[Ranking]:
     """The probe protocol and its two baselines, for every K of ``settings.probes``."""
-    margins = _margins_elsewhere(table, zero)
+    margins = _margins_elsewhere(table, runs, zero)
     scenarios = _scenarios(table, runs, zero, margins)
     ks = sorted(set(settings.probes))
     families = {

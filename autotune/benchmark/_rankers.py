@@ -8,6 +8,7 @@ layout fits in memory. The ``random`` baseline needs no ranking: it is scored ex
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,23 +40,34 @@ class Ranking:
     rows: np.ndarray
     score: np.ndarray
     predicted_s: np.ndarray
-    memory_gib: np.ndarray
+    memory_gib: np.ndarray  # the whole device's peak (what must fit)
     fits: np.ndarray
     seconds_per_layout: float = float("nan")
     invalid: int = 0
     protocol: str = "zero_shot"  # how it saw the data (autotune/benchmark/_protocols.py)
     probes: int = 0  # measured layouts per scenario it was given (probe protocols)
+    allocated_gib: np.ndarray | None = None  # the framework's tensors alone (None: unknown)
+
+    def peak_gib(self, allocated: np.ndarray) -> np.ndarray:
+        """The predicted peak of each row as its measurement counts it: the tensors where
+        ``allocated`` (per row) says the peak was measured so, else the device's."""
+        if self.allocated_gib is None:
+            return self.memory_gib
+        return np.where(allocated, self.allocated_gib, self.memory_gib)
 
 
-def simulate(simulator: Simulator, specs: Sequence[Specs], memory_margin: float = 0.0) -> Ranking:
+def simulate(
+    simulator: Simulator, specs: Sequence[Specs], memory_margin: float | Mapping[str, float] = 0.0
+) -> Ranking:
     """Predict every row; a layout that breaks a rule gets no prediction and ranks last.
 
-    A layout fits when its predicted peak memory times ``1 + memory_margin`` is within the
-    device memory, as the search decides it (docs/calibration.md 3). A long run shows its
-    progress on stderr (:class:`autotune.progress.Progress`).
+    A layout fits when its predicted peak memory times ``1 + margin`` is within the device
+    memory, as the search decides it (docs/calibration.md 3); ``memory_margin`` is one margin
+    or one per framework. A long run shows its progress on stderr
+    (:class:`autotune.progress.Progress`).
     """
     n = len(specs)
-    predicted, memory = np.full(n, np.nan), np.full(n, np.nan)
+    predicted, memory, allocated = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     fits = np.zeros(n, dtype=bool)
     invalid, elapsed = 0, 0.0
     progress = Progress(simulator.name, n, unit="layouts")
@@ -67,10 +79,16 @@ def simulate(simulator: Simulator, specs: Sequence[Specs], memory_margin: float 
         start = time.perf_counter()
         prediction = simulator.simulate(model, cluster, train, layout)
         elapsed += time.perf_counter() - start
-        predicted[i], memory[i], fits[i] = (
+        margin = (
+            memory_margin
+            if isinstance(memory_margin, float | int)
+            else memory_margin[train.framework.name]
+        )
+        predicted[i], memory[i], allocated[i], fits[i] = (
             prediction.step_time_s,
             prediction.memory_gib,
-            prediction.memory_gib * (1 + memory_margin) <= prediction.memory_capacity_gib,
+            prediction.peak_gib("allocated"),
+            prediction.memory_gib * (1 + margin) <= prediction.memory_capacity_gib,
         )
     timed = n - invalid
     return Ranking(
@@ -83,6 +101,7 @@ def simulate(simulator: Simulator, specs: Sequence[Specs], memory_margin: float 
         fits=fits,
         seconds_per_layout=elapsed / timed if timed else float("nan"),
         invalid=invalid,
+        allocated_gib=allocated,
     )
 
 

@@ -81,6 +81,28 @@ def source_table(result: BenchmarkResult, top_k: int) -> pd.DataFrame:
     return pd.DataFrame(records).sort_values(["source", "simulator"], kind="stable")
 
 
+def across_sources_table(result: BenchmarkResult) -> pd.DataFrame:
+    """One formatted row per ranker: its figures averaged over sources, each source weighing
+    the same (``source_mean``), with the number of sources behind each mean."""
+    records = []
+    for name, summary in result.summaries.items():
+        m = summary["source_mean"]
+        records.append(
+            {
+                "simulator": name,
+                "regret@1 (sources)": f"{_pct(m['regret_at_1_mean'])} ({m['n_sources_regret']})",
+                "OOM picks": _num(m["oom_picks"], 1),
+                "OOM pick rate": _pct(m["false_feasible_pick_rate"]),
+                "false feasible (sources)": (
+                    f"{_pct(m['false_feasible_rate'])} ({m['n_sources_oom']})"
+                ),
+                "MAPE (sources)": f"{_pct(m['mape'])} ({m['n_sources_time']})",
+                "mem MAPE (sources)": f"{_pct(m['memory_mape'])} ({m['n_sources_memory']})",
+            }
+        )
+    return pd.DataFrame(records)
+
+
 def fit_table(result: BenchmarkResult) -> pd.DataFrame:
     """Per simulator and per cluster with fitted constants: MAPE on the rows of the sources they
     were fit on (in-sample) and on the cluster's other rows; then every cluster's rows but the
@@ -88,7 +110,8 @@ def fit_table(result: BenchmarkResult) -> pd.DataFrame:
     rows = result.rows
     if not len(rows) or not rows["in_fit"].any():
         return pd.DataFrame()
-    rows = rows[rows["status"] == "ok"].assign(
+    rows = rows[rows["status"] == "ok"]
+    rows = rows.assign(
         ape=ape(rows["predicted_step_time_s"].to_numpy(float), rows["step_time_s"].to_numpy(float))
     )
     rows = rows[np.isfinite(rows["ape"])]
@@ -209,6 +232,9 @@ def console_tables(result: BenchmarkResult, top_k: int) -> str:
         "Per source:",
         source_table(result, top_k).to_string(index=False),
         "",
+        _ACROSS_TITLE + ":",
+        across_sources_table(result).to_string(index=False),
+        "",
     ]
     fits = fit_table(result)
     if not fits.empty:
@@ -251,6 +277,12 @@ def markdown_report(
         "",
         markdown_table(overall_table(result, top_k)),
         "",
+        "## Across sources",
+        "",
+        _ACROSS_TITLE + ".",
+        "",
+        markdown_table(across_sources_table(result)),
+        "",
         "## Per source",
         "",
         markdown_table(source_table(result, top_k)),
@@ -265,6 +297,10 @@ def markdown_report(
     return "\n".join(lines)
 
 
+_ACROSS_TITLE = (
+    "Across sources: each figure averaged over the sources that define it, each source "
+    "weighing the same (sources in brackets)"
+)
 _FIT_TITLE = (
     "Fitted constants (docs/accuracy.md): MAPE on the rows they were fit on, and on the rest"
 )

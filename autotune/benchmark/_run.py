@@ -164,7 +164,7 @@ def _given_calibration(
     """``calibration=NAME``: the simulator it is for, calibrated, as one more ranker."""
     import dataclasses
 
-    from autotune.calibrate import shipped_margin
+    from autotune.calibrate import shipped_margins
     from simulators.calibration import CalibratedSimulator
     from simulators.calibration import calibrated
 
@@ -177,10 +177,11 @@ def _given_calibration(
             f"calibration {calibration.name!r} is for cluster {calibration.cluster}; the data "
             f"has rows on {', '.join(clusters)} (keep its rows: hardware={calibration.cluster})"
         )
-    margin = calibration.memory_margin
-    if margin is None:
-        margin = shipped_margin(calibrated(simulator, calibration)).value
-    ranking = simulate(CalibratedSimulator(simulator, calibration, margin), specs)
+    margins: float | dict[str, float] = calibration.memory_margin or 0.0
+    if calibration.memory_margin is None:
+        shipped = shipped_margins(calibrated(simulator, calibration))
+        margins = {name: m.value for name, m in shipped.items()}
+    ranking = simulate(CalibratedSimulator(simulator, calibration, 0.0), specs, margins)
     return [
         dataclasses.replace(
             ranking,
@@ -225,16 +226,18 @@ def run_benchmark(
     )
     protocols = _protocols(config)
     rankings: list[Ranking] = []
-    from autotune.calibrate import shipped_margin
+    from autotune.calibrate import shipped_margins
 
     for simulator in simulators:
         start = time.perf_counter()
         # Zero-shot picks as the search picks: with the memory margin it derives for the
-        # simulator from the shipped rows with a measured peak, unless one is given.
-        margin = config.memory_margin
-        zero = simulate(
-            simulator, specs, shipped_margin(simulator).value if margin is None else margin
+        # simulator and each row's stack from the shipped runs, unless one is given.
+        margins: float | dict[str, float] = (
+            {name: m.value for name, m in shipped_margins(simulator).items()}
+            if config.memory_margin is None
+            else config.memory_margin
         )
+        zero = simulate(simulator, specs, margins)
         if "zero_shot" in protocols:
             rankings.append(zero)
         log.info(

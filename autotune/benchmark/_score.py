@@ -144,6 +144,7 @@ class _Columns:
 
     step_time_s: np.ndarray
     memory_gib: np.ndarray
+    allocated: np.ndarray  # the peak counts the framework's tensors only (not the device's)
     ok: np.ndarray  # the layout ran (status ok)
     measured: np.ndarray  # ok or oom: the layout was tried (status error is not scored)
     model: np.ndarray
@@ -156,6 +157,7 @@ class _Columns:
         return cls(
             step_time_s=table["step_time_s"].to_numpy(dtype=float, na_value=np.nan),
             memory_gib=table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan),
+            allocated=table["peak_memory_measure"].to_numpy(dtype=str) == "allocated",
             ok=status == "ok",
             measured=np.isin(status, ("ok", "oom")),
             model=table["model"].to_numpy(dtype=object),
@@ -216,7 +218,14 @@ def _ranked_record(
     tau, rho = rank_correlations(predicted[ok], measured[ok])
     errors = ape(predicted[ok], measured[ok])
     errors = errors[np.isfinite(errors)]
-    memory_errors = ape(ranking.memory_gib[local], memory)
+    as_measured = np.where(
+        columns.allocated[rows],
+        ranking.memory_gib[local]
+        if ranking.allocated_gib is None
+        else ranking.allocated_gib[local],
+        ranking.memory_gib[local],
+    )
+    memory_errors = ape(as_measured, memory)
     memory_errors = memory_errors[np.isfinite(memory_errors)]
     record.update(
         kendall_tau=tau,
@@ -267,7 +276,12 @@ def _row_frame(
             "peak_memory_gib": table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)[
                 rows
             ],
+            "peak_memory_measure": table["peak_memory_measure"].to_numpy(dtype=str)[rows],
             "predicted_memory_gib": ranking.memory_gib,
+            # the prediction as the measured peak counts it (the tensors alone, or the device)
+            "predicted_peak_gib": ranking.peak_gib(
+                table["peak_memory_measure"].to_numpy(dtype=str)[rows] == "allocated"
+            ),
             "predicted_fits": ranking.fits,
             "in_fit": in_fit[rows],
             "score": ranking.score,
@@ -293,7 +307,32 @@ def _summary(
         str(source): _figures(kind, group, _of_source(my_rows, source), settings)
         for source, group in mine.groupby("source", sort=True)
     }
+    summary["source_mean"] = _source_means(summary["by_source"])
     return {"kind": kind, **summary}
+
+
+def _source_means(by_source: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Figures averaged over sources, each source weighing the same however many scenarios or
+    rows it has: what a change must not make worse on data it was not shaped on.
+
+    A figure's mean is over the sources that define it: regret and OOM picks over those with
+    a scenario of two layouts, the false-feasible rate over those with a row that ran out of
+    memory, memory MAPE over those with a measured peak.
+    """
+    means: dict[str, Any] = {}
+    for figure, count in (
+        ("regret_at_1_mean", "n_sources_regret"),
+        ("false_feasible_pick_rate", None),
+        ("false_feasible_rate", "n_sources_oom"),
+        ("memory_mape", "n_sources_memory"),
+        ("mape", "n_sources_time"),
+    ):
+        values = [f[figure] for f in by_source.values() if np.isfinite(f.get(figure, _NAN))]
+        means[figure] = float(np.mean(values)) if values else _NAN
+        if count:
+            means[count] = len(values)
+    means["oom_picks"] = float(sum(f["oom_picks"] for f in by_source.values()))
+    return means
 
 
 def _of_source(rows: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -324,6 +363,8 @@ def _figures(
         f"regret_at_{settings.top_k}_median": regret_k.median,
         f"regret_at_{settings.top_k}_worst": regret_k.worst,
         "false_feasible_pick_rate": _nanmean(eligible["oom_pick"]),
+        # picks that ran out of memory (for the random baseline, the expected number)
+        "oom_picks": float(np.nansum(eligible["oom_pick"].to_numpy(dtype=float))),
         "kendall_tau_median": _nanmedian(eligible["kendall_tau"]),
         "kendall_tau_mean": _nanmean(eligible["kendall_tau"]),
         "spearman_rho_median": _nanmedian(eligible["spearman_rho"]),
@@ -356,7 +397,7 @@ def _row_figures(kind: str, rows: pd.DataFrame) -> dict[str, Any]:
     time_errors = errors[timed]
     in_fit = rows["in_fit"].to_numpy(bool)[timed]
     memory_errors = ape(
-        rows["predicted_memory_gib"].to_numpy(float), rows["peak_memory_gib"].to_numpy(float)
+        rows["predicted_peak_gib"].to_numpy(float), rows["peak_memory_gib"].to_numpy(float)
     )
     memory_errors = memory_errors[np.isfinite(memory_errors)]
     measured = np.isin(rows["status"].to_numpy(dtype=str), ("ok", "oom"))

@@ -7,12 +7,14 @@ import functools
 import logging
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 import catalog
 import dataset
-from autotune.calibrate._fit import memory_margin
+from autotune.calibrate._fit import Run
+from autotune.calibrate._margins import margin_for
+from autotune.calibrate._margins import stack_margins
+from autotune.calibrate._rows import row_runs
 from catalog import Job
 from simulators import Simulator
 from simulators import UserError
@@ -20,7 +22,13 @@ from simulators.calibration import CalibratedSimulator
 from simulators.calibration import Calibration
 from simulators.calibration import calibrated
 
-__all__ = ["Margin", "calibrated_job", "check_calibration", "shipped_margin"]
+__all__ = [
+    "Margin",
+    "calibrated_job",
+    "check_calibration",
+    "shipped_margin",
+    "shipped_margins",
+]
 
 log = logging.getLogger("autotune")
 
@@ -37,45 +45,42 @@ class Margin:
 
 
 @functools.cache
-def _memory_sources() -> tuple[str, ...]:
-    """The shipped sources with a measured peak memory in some row."""
-    found = []
+def _memory_runs() -> tuple[tuple[Run, ...], tuple[str, ...]]:
+    """The shipped runs that say how much memory a run takes: a measured peak, or out of
+    memory; with the source of each."""
+    names = []
+    wanted = ("status", "peak_memory_gib")
     for name in dataset.public_sources():
-        column = pd.read_csv(dataset.DATA_DIR / f"{name}.csv", usecols=lambda c: True)
-        if "peak_memory_gib" in column and column["peak_memory_gib"].notna().any():
-            found.append(name)
-    return tuple(found)
+        path = dataset.DATA_DIR / f"{name}.csv"
+        frame = pd.read_csv(path, usecols=lambda column: column in wanted)
+        peaks = "peak_memory_gib" in frame and frame["peak_memory_gib"].notna().any()
+        if peaks or (frame["status"] == "oom").any():
+            names.append(name)
+    if not names:
+        return (), ()
+    table = dataset.load_public(names)
+    table = table[table["peak_memory_gib"].notna() | (table["status"] == "oom")]
+    table = table.reset_index(drop=True)
+    rows = row_runs(table, dataset.table_specs(table))
+    kept = [i for i, run in enumerate(rows) if isinstance(run, Run)]
+    sources = table["source"].astype(str).tolist()
+    return tuple(rows[i] for i in kept), tuple(sources[i] for i in kept)  # type: ignore[misc]
 
 
-@functools.cache
-def _memory_rows() -> tuple[tuple[object, ...], np.ndarray, str]:
-    sources = _memory_sources()
-    if not sources:
-        return (), np.array([]), ""
-    table = dataset.load_public(list(sources))
-    table = table[table["peak_memory_gib"].notna() & (table["status"] == "ok")]
-    return (
-        tuple(dataset.table_specs(table.reset_index(drop=True))),
-        table["peak_memory_gib"].to_numpy(dtype=float),
-        ", ".join(sources),
-    )
+def shipped_margins(simulator: Simulator) -> dict[str, Margin]:
+    """The margin of ``simulator`` for jobs of each framework of ``conf/framework/``, from the
+    shipped runs of that stack with a measured peak or an out-of-memory outcome
+    (docs/calibration.md 3): the 95th percentile of its under-prediction, or, with too few
+    runs, the widest margin of the stacks that have enough."""
+    runs, sources = _memory_runs()
+    margins = stack_margins(simulator, runs, sources)
+    chosen = {name: margin_for(name, margins) for name in catalog.options("framework")}
+    return {name: Margin(m.value, m.text()) for name, m in chosen.items()}
 
 
-def shipped_margin(simulator: Simulator) -> Margin:
-    """The margin of ``simulator`` on the shipped rows with measured peak memory: the 95th
-    percentile of its under-prediction (0 without such rows)."""
-    specs, measured, sources = _memory_rows()
-    predicted = np.array(
-        [simulator.simulate(*spec).memory_gib for spec in specs]  # type: ignore[misc]
-    )
-    value = memory_margin(predicted, measured) if len(specs) else None
-    if value is None:
-        return Margin(0.0, "no shipped row has a measured peak memory")
-    return Margin(
-        value,
-        f"95th percentile of under-prediction, {len(specs)} shipped rows with peak memory: "
-        f"{sources}",
-    )
+def shipped_margin(simulator: Simulator, framework: str) -> Margin:
+    """:func:`shipped_margins` of one framework."""
+    return shipped_margins(simulator)[framework]
 
 
 def check_calibration(
@@ -111,7 +116,7 @@ def calibrated_job(
         calibration: a calibration name or path (``calibration=``), one already loaded, or
             None (uncalibrated).
         margin: ``search.memory_margin``; None derives it: the calibration's own, else the
-            simulator's on the shipped rows with measured peak memory.
+            simulator's for the job's stack on the shipped runs (:func:`shipped_margin`).
 
     Raises:
         UserError: a calibration of another simulator or cluster, or a negative margin.
@@ -130,6 +135,6 @@ def calibrated_job(
             f"95th percentile of under-prediction on calibration {loaded.name!r}",
         )
     else:
-        chosen = shipped_margin(plain)
+        chosen = shipped_margin(plain, job.train.framework.name)
     simulator = CalibratedSimulator(job.simulator, plain.calibration, chosen.value)
     return dataclasses.replace(job, simulator=simulator), chosen

@@ -58,14 +58,17 @@ class Run:
     """One measured layout: its specs, status (``ok`` or ``oom``) and measurements.
 
     ``step_time_s`` is NaN unless the layout ran; ``peak_memory_gib`` is NaN when not
-    measured. ``group`` names its scenario (rows are subsampled evenly over groups);
-    ``label`` identifies the row in messages and in the calibration file.
+    measured, and ``peak_memory_measure`` says what it counts
+    (:data:`simulators.prediction.MEMORY_MEASURES`). ``group`` names its scenario (rows are
+    subsampled evenly over groups); ``label`` identifies the row in messages and in the
+    calibration file.
     """
 
     specs: Specs
     status: str
     step_time_s: float = math.nan
     peak_memory_gib: float = math.nan
+    peak_memory_measure: str = "allocated"
     group: str = ""
     label: str = ""
 
@@ -358,9 +361,16 @@ def _linear_refit(fitted: _TimeFit, rows: np.ndarray, widths: np.ndarray) -> np.
 
 @dataclass(frozen=True, slots=True)
 class _MemoryData:
-    """Predicted memory without its reserved part, and what each row says of the truth."""
+    """Predicted memory without its reserved part, and what each row says of the truth.
+
+    A peak measured as ``allocated`` is compared with the predicted tensors alone: ``kept``
+    of the variable part (what fragmentation leaves), without the constant; ``device`` peaks
+    with the whole prediction (``kept`` 1, the constant added)."""
 
     variable_gib: np.ndarray
+    reserved_gib: np.ndarray
+    kept: np.ndarray
+    device: np.ndarray  # the measured peak is the whole device's (else the tensors')
     capacity_gib: np.ndarray
     measured_gib: np.ndarray  # NaN where not measured
     oom: np.ndarray  # ran out of memory
@@ -370,13 +380,20 @@ class _MemoryData:
 def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run]) -> _MemoryData:
     plain = center.with_factors({"memory_factor": 1.0})
     sim = calibrated(simulator, plain)
-    variable, capacity = [], []
+    variable, reserved, kept, capacity = [], [], [], []
     for run in runs:
         p = sim.simulate(*run.specs)
-        variable.append(p.memory_gib - p.memory_breakdown_gib.get("reserved", 0.0))
+        reserved.append(p.memory_breakdown_gib.get("reserved", 0.0))
+        variable.append(p.memory_gib - reserved[-1])
+        whole = run.peak_memory_measure == "device"
+        kept.append(1.0 if whole or not variable[-1] else p.peak_gib("allocated") / variable[-1])
         capacity.append(p.memory_capacity_gib)
+    device = np.array([run.peak_memory_measure == "device" for run in runs], dtype=bool)
     return _MemoryData(
         variable_gib=np.array(variable),
+        reserved_gib=np.array(reserved),
+        kept=np.array(kept),
+        device=device,
         capacity_gib=np.array(capacity),
         measured_gib=np.array([run.peak_memory_gib for run in runs], dtype=float),
         oom=np.array([run.status == "oom" for run in runs]),
@@ -387,16 +404,18 @@ def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run])
 def _memory_residuals(
     y: np.ndarray, data: _MemoryData, rows: np.ndarray, noise: float
 ) -> np.ndarray:
-    predicted = np.log(y[1] + math.exp(y[0]) * data.variable_gib[rows])
+    whole = np.log(y[1] + math.exp(y[0]) * data.variable_gib[rows])
+    tensors = np.log(math.exp(y[0]) * data.kept[rows] * data.variable_gib[rows])
+    predicted = np.where(data.device[rows], whole, tensors)  # as the row measured its peak
     capacity = np.log(data.capacity_gib[rows])
     measured = data.measured_gib[rows]
     has = np.isfinite(measured)
     out = np.zeros(len(rows))
     out[has] = predicted[has] - np.log(measured[has])
     oom = data.oom[rows] & ~has
-    out[oom] = np.minimum(0.0, predicted[oom] - capacity[oom])  # must exceed the device
+    out[oom] = np.minimum(0.0, whole[oom] - capacity[oom])  # must exceed the device
     ran = data.ran[rows] & ~has
-    out[ran] = np.maximum(0.0, predicted[ran] - capacity[ran])  # must stay within it
+    out[ran] = np.maximum(0.0, whole[ran] - capacity[ran])  # must stay within it
     return out / noise
 
 
@@ -425,7 +444,11 @@ def _solve_memory(
 
 def memory_margin(predicted_gib: np.ndarray, measured_gib: np.ndarray) -> float | None:
     """The 95th percentile of the memory model's under-prediction (``measured / predicted -
-    1``), at least 0; None without a row that has both."""
+    1``), at least 0; None without a row that has both.
+
+    A run that ran out of memory counts with the device's memory as its measurement: its peak
+    was at least that (the under-prediction it shows is a lower bound).
+    """
     keep = np.isfinite(predicted_gib) & np.isfinite(measured_gib) & (predicted_gib > 0)
     if not keep.any():
         return None
@@ -456,7 +479,6 @@ def fit(
     constants = getattr(simulator, "constants", None)
     if not hasattr(constants, "reserved_memory_gib"):
         raise UserError(f"the {simulator.name} simulator has no constants a calibration can fit")
-    reserved = float(constants.reserved_memory_gib)  # type: ignore[union-attr]
     ran = [i for i, run in enumerate(runs) if run.ran]
     oom = [i for i, run in enumerate(runs) if run.status == "oom"]
     used = [
@@ -497,11 +519,14 @@ def fit(
     measured_rows = [i for i in (*ran, *oom) if math.isfinite(runs[i].peak_memory_gib)]
     memory_runs = [runs[i] for i in (*ran, *oom)]
     memory_widths = np.array([settings.prior[name] for name in MEMORY_FACTORS])
+    data = _memory_data(simulator, center, memory_runs) if memory_runs else None
+    # The constant's prior: the simulator's fixed figure, else what it derives for these runs.
+    reserved = getattr(constants, "reserved_memory_gib", None)
+    if reserved is None:
+        reserved = float(np.median(data.reserved_gib)) if data is not None else 0.0
     y0 = _x_of(center, MEMORY_FACTORS, reserved)
     y = y0
-    data: _MemoryData | None = None
-    if memory_runs:
-        data = _memory_data(simulator, center, memory_runs)
+    if data is not None:
         every = np.arange(len(memory_runs))
         if _memory_residuals(y0, data, every, settings.memory_noise).any():
             y = _solve_memory(data, every, y0, memory_widths, settings.memory_noise)
@@ -514,8 +539,14 @@ def fit(
     factors = {**_factors_of(x, TIME_FACTORS), **_factors_of(y, MEMORY_FACTORS)}
     margin = None
     if data is not None:
-        predicted = y[1] + math.exp(y[0]) * data.variable_gib
-        margin = memory_margin(predicted, data.measured_gib)
+        whole = y[1] + math.exp(y[0]) * data.variable_gib
+        tensors = math.exp(y[0]) * data.kept * data.variable_gib
+        predicted = np.where(data.device, whole, tensors)
+        exceeded = data.oom & ~np.isfinite(data.measured_gib)  # past the device's memory
+        margin = memory_margin(
+            np.where(exceeded, whole, predicted),
+            np.where(exceeded, data.capacity_gib, data.measured_gib),
+        )
     calibration = center.with_factors(factors)
     calibration = Calibration(
         simulator=calibration.simulator,

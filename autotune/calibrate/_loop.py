@@ -129,6 +129,7 @@ def _measured(job: Job, path: str) -> tuple[list[tuple[Layout, Run]], list[str]]
     status = table["status"].astype(str).tolist()
     times = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)
     memory = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
+    measures = table["peak_memory_measure"].astype(str).tolist()
     measured, notes = [], []
     for i, spec in enumerate(specs):
         if status[i] not in ("ok", "oom") or spec[3].violations(*spec[:3]):
@@ -141,6 +142,7 @@ def _measured(job: Job, path: str) -> tuple[list[tuple[Layout, Run]], list[str]]
             status=status[i],
             step_time_s=float(times[i]) if status[i] == "ok" else math.nan,
             peak_memory_gib=float(memory[i]),
+            peak_memory_measure=measures[i],
             group="probes",
             label=names[i],
         )
@@ -178,6 +180,8 @@ def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: st
                 "flash_attention": job.train.flash_attention,
                 **settings,
                 **dict.fromkeys(_FILL, ""),
+                # what the filled-in peak counts: Megatron's "max allocated" unless changed
+                "peak_memory_measure": "allocated",
                 "predictor": f"{job.simulator.name} probe {rank}",
                 "predicted_step_time_s": round(prediction.step_time_s, 6),
             }

@@ -78,6 +78,7 @@ def convert(path: Path) -> pd.DataFrame:
                 "status": row["status"],
                 "step_time_s": metric(config, "iteration_time_measured", "ms") / 1000.0,
                 "peak_memory_gib": metric(config, "peak_alloc_measured", "GiB"),
+                "peak_memory_measure": "allocated",  # max over ranks of max_memory_allocated
                 "predictor": "simumax",
                 "predicted_step_time_s": (
                     metric(config, "iteration_time_simumax_predicted", "ms") / 1000.0

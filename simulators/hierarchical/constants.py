@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulators._checks import constants_from_mapping
+from simulators._checks import require_share
 from simulators.errors import SpecError
 from simulators.hierarchical.cost import Efficiencies
 from simulators.hierarchical.inter_stage import SCHEDULES
@@ -28,7 +29,10 @@ class HierarchicalConstants:
     ``host_ops_per_checkpoint_*`` the calls an activation checkpoint adds around a recomputed
     layer or core attention (forward, and backward with the recomputation);
     ``logits_bytes_per_element`` sizes the last stage's logits working set;
-    ``reserved_memory_gib`` is what the runtime holds beyond tensors.
+    ``allocator_fragmentation`` the share of what the caching allocator reserves that it
+    loses to fragmentation; ``reserved_memory_gib`` what a rank holds outside the allocator
+    (None: the device's runtime and the communicators' buffers,
+    :func:`simulators.device_memory.reserved_bytes`).
     """
 
     schedule: str
@@ -39,7 +43,8 @@ class HierarchicalConstants:
     host_ops_per_checkpoint_forward: int
     host_ops_per_checkpoint_backward: int
     logits_bytes_per_element: float
-    reserved_memory_gib: float
+    allocator_fragmentation: float
+    reserved_memory_gib: float | None
 
     def __post_init__(self) -> None:
         if self.schedule not in ("1f1b", "gpipe"):
@@ -53,10 +58,12 @@ class HierarchicalConstants:
             "host_ops_per_checkpoint_forward",
             "host_ops_per_checkpoint_backward",
             "logits_bytes_per_element",
-            "reserved_memory_gib",
         ):
             if not getattr(self, key) >= 0:
                 raise SpecError(f"simulator.{key}={getattr(self, key)!r} must be >= 0")
+        require_share(
+            "simulator hierarchical", allocator_fragmentation=self.allocator_fragmentation
+        )
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> HierarchicalConstants:

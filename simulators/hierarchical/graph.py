@@ -75,7 +75,8 @@ class LayerShape:
     does. ``moe_allgather``: the tokens reach the experts by the ``allgather`` dispatcher
     (gathered over TP x EP) instead of an all-to-all. ``dropout``: the residual adds apply
     hidden dropout (:meth:`simulators.TrainSpec.drops_out`); ``flash_attention`` picks the fused
-    kernel or Megatron's unfused path (which records ``attention_dropout`` when set);
+    kernel or Megatron's unfused path (which records ``attention_dropout`` when set, and
+    PyTorch's fp32 softmax with ``softmax_in_fp32``, past the fused kernel's sequence);
     ``flash_output_copy``: the output projection reads a rearranged copy of the kernel's output
     (Megatron-DeepSpeed); ``fp8`` runs the linear layers' GEMMs in FP8 and saves their inputs
     quantized (Transformer Engine).
@@ -118,6 +119,7 @@ class LayerShape:
     flash_output_copy: bool = False
     dropout: bool = False
     attention_dropout: bool = False
+    softmax_in_fp32: bool = False
     fp8: bool = False
     cp_comm: str = "p2p"
     cp_a2a_style: str | None = None
@@ -257,6 +259,7 @@ def layer_shapes(
         flash_output_copy=flash and train.framework.flash_output_copy,
         dropout=dropout,
         attention_dropout=dropout and not flash,
+        softmax_in_fp32=train.softmax_in_fp32 and not flash,
     )
     shapes = {
         "embedding": _only(base, kind="embedding", vocab=math.ceil(model.vocab_size / tp)),

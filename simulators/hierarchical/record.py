@@ -757,7 +757,7 @@ class _UnfusedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: bool
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: bool, fp32: bool
     ) -> torch.Tensor:
         b, sq, heads, d = q.shape
         groups, skv, dv = k.shape[1], k.shape[2], v.shape[-1]
@@ -772,7 +772,12 @@ class _UnfusedAttention(torch.autograd.Function):
                 keys = k3.repeat_interleave(heads // groups, dim=0)
                 values = v3.repeat_interleave(heads // groups, dim=0)
             scores = torch.bmm(q3, keys.transpose(1, 2))
-            probs = torch.softmax(scores, dim=-1)
+            if fp32:  # past the fused kernel: FusedScaleMaskSoftmax.forward_torch_softmax
+                wide = scores.float() * 1.0  # the cast, then the scale
+                probs = torch.softmax(wide.masked_fill(_causal_mask(wide), -10000.0), dim=-1)
+                probs = probs.to(scores.dtype)
+            else:
+                probs = torch.softmax(scores, dim=-1)
             if dropout:
                 probs = _aten.native_dropout(probs, 0.1, True)[0]
             context = torch.bmm(probs, values)
@@ -790,14 +795,22 @@ class _UnfusedAttention(torch.autograd.Function):
         with torch.enable_grad(), _recorder().scaled_model_flops(0.5):
             torch.autograd.backward(context, grad3)
         ctx.graph = None
-        return _new(grad, q_shape), _new(grad, k_shape), _new(grad, v_shape), None
+        return _new(grad, q_shape), _new(grad, k_shape), _new(grad, v_shape), None, None
 
 
 def unfused_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: int, dropout: bool
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: int, dropout: bool, fp32: bool = False
 ) -> torch.Tensor:
-    """Unfused causal attention (Megatron without flash): same shapes as :func:`core_attention`."""
+    """Unfused causal attention (Megatron without flash): same shapes as :func:`core_attention`;
+    ``fp32``: PyTorch's fp32 softmax past the fused kernel's sequence."""
     recorder = _recorder()
     recorder.keep_core_inputs(q, k, v)
     with recorder.tagged("core"):
-        return _UnfusedAttention.apply(q, cp_ring(k, cp), cp_ring(v, cp), dropout)  # type: ignore[no-any-return]
+        return _UnfusedAttention.apply(q, cp_ring(k, cp), cp_ring(v, cp), dropout, fp32)  # type: ignore[no-any-return]
+
+
+def _causal_mask(scores: torch.Tensor) -> torch.Tensor:
+    """The causal mask Megatron applies, one [s_q, s_kv] boolean shared by every head (its
+    bytes are the mask's, not the scores')."""
+    with _recorder().paused():
+        return scores.new_empty(scores.shape[-2:], dtype=torch.bool)

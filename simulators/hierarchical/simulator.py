@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 from typing import ClassVar
 
+from simulators.device_memory import churning_grad_bytes
+from simulators.device_memory import fragmentation_bytes
+from simulators.device_memory import reserved_bytes
 from simulators.hierarchical.constants import HierarchicalConstants
 from simulators.hierarchical.cost import CommCost
 from simulators.hierarchical.cost import ProfiledCost
@@ -180,6 +183,18 @@ class HierarchicalSimulator:
             )
             for r in range(p)
         ]
+        reserved = (
+            reserved_bytes(model, cluster, layout)
+            if consts.reserved_memory_gib is None
+            else consts.reserved_memory_gib * _GIB
+        )
+        for rank in ranks:  # what each rank holds outside its tensors
+            memory = rank[3]
+            churning = memory["activations"] + churning_grad_bytes(
+                memory["gradients"], train, layout
+            )
+            memory["fragmentation"] = fragmentation_bytes(churning, consts.allocator_fragmentation)
+            memory["reserved"] = reserved / _GIB
         slowest = max(range(p), key=lambda r: ranks[r][0])
         step_s, breakdown, _, _ = ranks[slowest]
         worst = max((rank[3] for rank in ranks), key=lambda mem: sum(mem.values()))
@@ -293,7 +308,6 @@ class HierarchicalSimulator:
         memory = {
             **{key: value / _GIB for key, value in state_bytes.items()},
             "activations": run.peak_activation_bytes[rank] / _GIB,
-            "reserved": consts.reserved_memory_gib,
         }
         return step_s, breakdown, categories, memory
 
@@ -394,13 +408,15 @@ def _p2p_s(
     """Seconds of one pipeline send between two pipeline ranks (src, dst).
 
     ``boundary_bytes`` is what one rank holds at a layer boundary (1/tp of it with SP). A
-    framework that slices sends over TP sends 1/tp and all-gathers over TP on arrival
-    (docs/reference.md 7.3).
+    framework that slices sends over TP sends 1/tp and all-gathers over TP on arrival; a
+    framework that sends the activation and its gradient one after the other pays each
+    boundary twice (:meth:`simulators.FrameworkSpec.boundary_s`, docs/reference.md 7.3).
     """
     sliced = train.framework.p2p_tp_sliced and not layout.sequence_parallel and layout.tp > 1
     send = boundary_bytes / layout.tp if sliced else boundary_bytes
     gather_s = comm.time_s("all_gather", boundary_bytes, "tp") if sliced else 0.0
-    return lambda src, dst: comm.p2p_s(send, src, dst, "pp") + gather_s
+    exchange = train.framework.boundary_s
+    return lambda src, dst: exchange(comm.p2p_s(send, src, dst, "pp"), gather_s)
 
 
 def _with_accumulation(forward: Block, backward: Block, seconds: float) -> tuple[Block, Block]:

@@ -236,16 +236,17 @@ def test_a_given_memory_margin_decides_what_fits(tmp_path: Path) -> None:
 
 
 def test_zero_shot_fits_with_the_margin_the_search_applies() -> None:
-    # NeMo 24.07's Nemotron-340B FP8 row ran; it is predicted at 79.1 GiB of 80, which the
-    # search's shipped margin (2.5%) rejects, and so does the benchmark unless told otherwise.
+    # Two NeMo 24.07 rows ran: Nemotron-340B in FP8, predicted past the device's 80 GiB, and
+    # GPT-3 175B at 74.6 GiB, which megatron_core's shipped margin (7.5%, from SimuMax's runs)
+    # rejects; the benchmark applies the search's margin unless told otherwise.
     def false_infeasible(*overrides: str) -> float:
         config = load_config(
             BenchmarkConfig, ["tracking.enabled=false", "data=nemo", "baselines=[]", *overrides]
         )
         return float(run_benchmark(config).summaries["analytical"]["false_infeasible_rate"])
 
-    assert false_infeasible() == pytest.approx(1 / 17)
-    assert false_infeasible("memory_margin=0") == 0.0
+    assert false_infeasible() == pytest.approx(2 / 17)
+    assert false_infeasible("memory_margin=0") == pytest.approx(1 / 17)
 
 
 def test_console_tables_fit_120_columns_and_the_markdown_is_whole(tmp_path: Path) -> None:
@@ -317,7 +318,7 @@ def test_whole_benchmark_fits_120_columns_and_shows_progress(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["data=nowhere"], "unknown data 'nowhere'; expected public, one of dgxc, dlperf, "),
+        (["data=nowhere"], "unknown data 'nowhere'; expected public, one of bloom, dgxc, "),
         (
             ["data=korthikanti", "hardware=b300"],
             "hardware 'b300' not in the data; available: a100",
@@ -421,3 +422,29 @@ def test_no_fit_section_when_no_row_was_fit_on(tmp_path: Path) -> None:
     result = run_benchmark(_cfg(f"data={_table(tmp_path)}"), [LinearSimulator()])
     assert fit_table(result).empty and not result.rows["in_fit"].any()
     assert "Fitted constants" not in console_tables(result, 3)
+
+
+def test_across_sources_each_source_weighs_the_same(tmp_path: Path) -> None:
+    """Source big has three scenarios the simulator gets right, small one it gets wrong
+    (regret 0.5): pooled over scenarios the mean is 0.125, over sources 0.25."""
+    rows: list[dict[str, Any]] = []
+    for scenario in ("b1", "b2", "b3"):
+        rows += [
+            {"source": "big", "scenario": scenario, "dp": 8, "tp": 1, "step_time_s": 1.0},
+            {"source": "big", "scenario": scenario, "dp": 4, "tp": 2, "step_time_s": 1.2},
+        ]
+    rows += [
+        {"source": "small", "scenario": "s", "dp": 8, "tp": 1, "step_time_s": 1.5},
+        {"source": "small", "scenario": "s", "dp": 4, "tp": 2, "step_time_s": 1.0},
+        {"source": "small", "scenario": "s", "dp": 1, "tp": 8, "status": "oom"},
+    ]
+    data = write(tmp_path / "two_sources.csv", *rows)
+    result = run_benchmark(_cfg(f"data={data}"), simulators=[LinearSimulator()])
+    linear = result.summaries["linear"]
+    assert linear["regret_at_1_mean"] == pytest.approx(0.125)
+    means = linear["source_mean"]
+    assert means["regret_at_1_mean"] == pytest.approx(0.25)
+    assert means["n_sources_regret"] == 2 and means["n_sources_oom"] == 1
+    assert means["false_feasible_rate"] == 0.0 and means["oom_picks"] == 0.0
+    table = console_tables(result, top_k=3)
+    assert "Across sources" in table and "25.0% (2)" in table

@@ -42,6 +42,7 @@ def test_build_round_trip_matches_the_shipped_files(tmp_path: Path) -> None:
         "megatron_bridge": 92,
         "dgxc": 209,
         "mindspeed_2026": 1,
+        "bloom": 131,
     }
     for source in IMPORTERS:
         fresh = (tmp_path / f"{source}.csv").read_text()
@@ -73,6 +74,16 @@ def test_values_survive_the_round_trip(tmp_path: Path) -> None:
     assert simumax["peak_memory_gib"] == pytest.approx(66.55)
     assert (simumax["num_layers"], simumax["predictor"]) == (12, "simumax")
     assert not simumax["sequence_parallel"]  # stated yes, but tp = 1
+    bloom = by_ref["bloom_L613_72"]  # 02-21: 181B, DP 8, TP 8, PP 6, MBS 4: 121.48 s, 56GB
+    assert bloom["step_time_s"] == pytest.approx(121.48)
+    assert bloom["peak_memory_gib"] == pytest.approx(56 * 1000 / 1024)
+    assert (bloom["num_layers"], bloom["hidden_size"], bloom["num_attention_heads"]) == (
+        72,
+        14336,
+        64,
+    )
+    assert (bloom["precision"], bloom["distributed_optimizer"]) == ("fp16", True)
+    assert (bloom["cluster"], bloom["framework"]) == ("jean_zay_a100", "megatron_deepspeed")
     korthikanti = by_ref["korthikanti_tab5_megatron-22B_seqsel"]
     assert (korthikanti["recompute"], bool(korthikanti["sequence_parallel"])) == (
         "selective",
@@ -176,3 +187,26 @@ def test_published_tables_skip_reasons() -> None:
     jobs = Counter(r for _, r in dgxc.skipped(RAW_DIR / dgxc.RAW_FILE))
     assert sum(n for r, n in jobs.items() if r.startswith("FSDP")) == 22  # MaxText
     assert sum(n for r, n in jobs.items() if r.startswith("expert TP")) == 5  # DeepSeek-V3
+
+
+def test_bloom_rows_carry_what_the_chronicles_state(tmp_path: Path) -> None:
+    """Out-of-memory runs, the layer count inferred from the size, 2022 DeepSpeed's split, the
+    BF16_Optimizer epoch, and the table whose GBS heading contradicts its column."""
+    build(RAW_DIR, tmp_path)
+    table = dataset.load_public(["bloom"], data_dir=tmp_path)
+    by_ref = {
+        ref.split(" [config_id ")[1].rstrip("]"): row
+        for ref, row in zip(table["source_ref"], table.to_dict("records"), strict=True)
+    }
+    assert (table["status"] == "oom").sum() == 6
+    assert by_ref["bloom_L786_156"]["status"] == "oom"  # DP 48, TP 8, PP 1
+    assert by_ref["bloom_L474_16"]["num_layers"] == 78  # "194B", NLAYERS tweaked for PP 6
+    assert by_ref["bloom_L474_28"]["num_layers"] == 72  # "183B" at PP 12
+    uneven = by_ref["bloom_L828_181"]  # 78 layers over 12 stages: "the last stage has 1 block"
+    assert tuple(uneven["layer_split"]) == (7,) * 11 + (1,)
+    rebalanced = by_ref["bloom_L904_230"]  # 106 layers + 2 embedding slots over 12 stages
+    assert tuple(rebalanced["layer_split"]) == (8,) + (9,) * 10 + (8,)
+    assert (rebalanced["precision"], rebalanced["distributed_optimizer"]) == ("bf16", False)
+    assert by_ref["bloom_L656_84"]["global_batch_size"] == 512  # "NLAYERS=6 / GBS=512"
+    assert "bloom_L646_82" not in by_ref  # 40 nodes cannot hold DP 8 x TP 8 x PP 10
+    assert "bloom_L798_161" not in by_ref  # the same layout measured again on one day

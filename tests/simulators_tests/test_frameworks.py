@@ -12,6 +12,8 @@ from simulators import ModelSpec
 from simulators import SpecError
 from simulators import TrainSpec
 from simulators.frameworks import FrameworkSpec
+from simulators.frameworks import deepspeed_split
+from simulators.frameworks import deepspeed_splits
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
@@ -39,8 +41,27 @@ def test_default_splits_follow_each_framework() -> None:
 
 def test_which_splits_a_framework_can_run() -> None:
     assert CORE.can_split((19, 21, 21, 19), 80)
-    assert DEEPSPEED.can_split((8, 8, 7, 7), 30) and not DEEPSPEED.can_split((7, 8, 8, 7), 30)
+    assert DEEPSPEED.can_split((8, 8, 7, 7), 30) and not DEEPSPEED.can_split((6, 8, 8, 8), 30)
     assert LEGACY.can_split((20, 20, 20, 20), 80) and not LEGACY.can_split((8, 8, 7, 7), 30)
+
+
+def test_deepspeed_splits_as_each_release_and_partition_method_run_them() -> None:
+    # docs/reference.md 7.1: DeepSpeed >= 0.12.5 puts the extra layers first; before it,
+    # partition_balanced fills stages up to ceil(L / pp) and leaves the rest to the last one;
+    # BigScience's 'type:transformer|embedding' counts the two embedding copies as layers.
+    assert deepspeed_split(30, 4, balanced=False, embedding_slots=False) == (8, 8, 7, 7)
+    assert deepspeed_split(30, 4, balanced=True, embedding_slots=False) == (8, 8, 8, 6)
+    assert deepspeed_split(78, 12, balanced=True, embedding_slots=False) == (7,) * 11 + (1,)
+    assert deepspeed_split(70, 12, balanced=True, embedding_slots=False) == (6,) * 11 + (4,)
+    assert deepspeed_split(70, 12, balanced=True, embedding_slots=True) == (5,) + (6,) * 10 + (5,)
+    assert deepspeed_split(30, 4, balanced=False, embedding_slots=True) == (7, 8, 8, 7)
+    assert deepspeed_splits(30, 4) == ((8, 8, 7, 7), (8, 8, 8, 6), (7, 8, 8, 7))
+    assert deepspeed_splits(8, 1) == ((8,),)  # one stage holds both embeddings and every layer
+    assert deepspeed_splits(12, 12) == ((1,) * 12,)  # an end stage of 0 layers is left out
+    for layers, pp in ((78, 12), (106, 12), (61, 8), (7, 4)):
+        for split in deepspeed_splits(layers, pp):
+            assert sum(split) == layers and len(split) == pp and min(split) >= 1
+            assert DEEPSPEED.can_split(split, layers)
 
 
 def test_light_ends_variant_counts_the_embedding_and_the_loss() -> None:

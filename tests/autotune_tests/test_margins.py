@@ -1,0 +1,98 @@
+"""Memory margins per stack: each from its own runs, or the widest where a stack has too few."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import catalog
+from autotune.calibrate import MIN_EVIDENCE
+from autotune.calibrate import Run
+from autotune.calibrate import margin_for
+from autotune.calibrate import stack_margins
+from simulators import ClusterSpec
+from simulators import Layout
+from simulators import ModelSpec
+from simulators import Prediction
+from simulators import TrainSpec
+
+
+@dataclass(frozen=True)
+class FixedMemory:
+    """Test-only: every layout's tensors take 40 GiB, plus 5 GiB lost and 3 GiB reserved."""
+
+    name: str = "fixed"
+
+    def simulate(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        memory = {"weights": 40.0, "fragmentation": 5.0, "reserved": 3.0}
+        return Prediction(
+            step_time_s=1.0,
+            memory_gib=sum(memory.values()),
+            memory_capacity_gib=cluster.device.memory_gib,
+            breakdown={"compute": 1.0},
+            memory_breakdown_gib=memory,
+            tokens_per_s_per_device=1.0,
+            mfu=0.5,
+        )
+
+
+def _run(framework: str, status: str = "ok", peak: float = float("nan"), measure: str = "device"):
+    job = catalog.load_job("llama2_7b", "a100")
+    train = dataclasses.replace(job.train, framework=catalog.load_framework(framework))
+    layout = Layout.resolve(job.cluster.num_devices)
+    return Run(
+        specs=(job.model, job.cluster, train, layout),
+        status=status,
+        peak_memory_gib=peak,
+        peak_memory_measure=measure,
+    )
+
+
+def test_a_stack_with_enough_runs_gets_the_95th_percentile_of_its_own() -> None:
+    # 40 device peaks 48 x (1.00 .. 1.39): the 95th percentile of under-prediction is 0.3705
+    peaks = [48 * (1 + i / 100) for i in range(40)]
+    runs = [_run("megatron_core", peak=p) for p in peaks]
+    margins = stack_margins(FixedMemory(), runs, ["alpha"] * len(runs))
+    expected = float(np.percentile(np.arange(40) / 100, 95))
+    assert margins["megatron_core"].value == pytest.approx(expected)
+    assert margins["megatron_core"].runs == 40 and margins["megatron_core"].sources == ("alpha",)
+    assert "95th percentile" in margin_for("megatron_core", margins).text()
+
+
+def test_an_allocated_peak_is_compared_with_the_tensors_alone() -> None:
+    # 40 GiB of tensors predicted; measured 44 GiB allocated: 10% under, not 44 / 48 - 1
+    runs = [_run("megatron_core", peak=44.0, measure="allocated")] * MIN_EVIDENCE
+    assert stack_margins(FixedMemory(), runs)["megatron_core"].value == pytest.approx(0.1)
+
+
+def test_a_run_out_of_memory_shows_at_least_the_device_over_the_prediction() -> None:
+    # 48 GiB predicted for a run that ran out of 80 GiB: under-predicted by at least 2/3
+    runs = [_run("megatron_core", peak=48.0)] * 19 + [_run("megatron_core", status="oom")]
+    value = stack_margins(FixedMemory(), runs)["megatron_core"].value
+    assert value == pytest.approx(np.percentile([0.0] * 19 + [80 / 48 - 1], 95))
+    assert value > 0
+
+
+def test_a_stack_with_too_few_runs_borrows_the_widest_margin() -> None:
+    runs = [_run("megatron_core", peak=52.8)] * MIN_EVIDENCE  # 10% under
+    runs += [_run("megatron_deepspeed", peak=60.0)] * MIN_EVIDENCE  # 25% under
+    runs += [_run("megatron_lm", peak=48.0)] * 3  # exact, but only three runs
+    margins = stack_margins(FixedMemory(), runs)
+    mine = margin_for("megatron_lm", margins)
+    assert mine.value == pytest.approx(0.25) and mine.runs == 3
+    assert mine.borrowed_from == "megatron_deepspeed"
+    assert "too few for its own" in mine.text() and "(megatron_deepspeed)" in mine.text()
+    unseen = margin_for("mindspeed", margins)  # no run at all
+    assert unseen.value == pytest.approx(0.25) and unseen.runs == 0
+
+
+def test_runs_without_memory_evidence_are_not_counted() -> None:
+    runs = [_run("megatron_core")] * 30  # ran, no peak measured
+    assert stack_margins(FixedMemory(), runs) == {}
+    nothing = margin_for("megatron_core", {})
+    assert nothing.value == 0.0 and "no stack has" in nothing.text()

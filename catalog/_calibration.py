@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from catalog._compose import conf_dir
+from catalog._user_yaml import check_yaml_file
 from simulators import UserError
 from simulators.calibration import Calibration
 
@@ -57,6 +58,7 @@ def load_calibration(name_or_path: str) -> Calibration:
         UserError: no such calibration, or a file that is not one (what is wrong in it).
     """
     path = calibration_path(name_or_path)
+    check_yaml_file(path)
     try:
         values = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except (OmegaConfBaseException, OSError, ValueError) as exc:

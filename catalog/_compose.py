@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from catalog._user_yaml import check_config_folders
 from simulators import UserError
 
 __all__ = ["compose", "conf_dir", "group_choices", "options"]
@@ -52,13 +53,15 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
     """Compose ``conf/<config_name>.yaml`` (None: only what ``overrides`` add) with overrides.
 
     The schemas the config names must be registered first. Keys added with ``+`` that no
-    schema declares are refused, as is every other bad override.
+    schema declares are refused, as is every other bad override and a YAML file with an alias
+    or too large to be a config (``catalog._user_yaml``).
 
     Raises:
         UserError: one line saying what is wrong and what is allowed.
     """
     _refuse_keyless(overrides)
     _refuse_paths(overrides)
+    check_config_folders(conf_dir(), overrides)
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             cfg = hydra_compose(config_name=config_name, overrides=list(overrides))

@@ -47,7 +47,7 @@ RECIPES: dict[str, tuple[str, str]] = {
     "DeepSeek-V2": ("deepseek_v2", ""),
     "DeepSeek-V2-Lite": ("deepseek_v2_lite", ""),
     "DeepSeek-V3": ("deepseek_v3", ", use_mtp=False"),
-    "GPT-3 175B": ("gpt3_175b", ""),
+    "GPT-3-175B": ("gpt3_175b", ""),
     "Baichuan2-7B": ("baichuan2_7b", ""),
     "ChatGLM3-6B": ("chatglm3_6b", ""),
 }

@@ -90,9 +90,9 @@ def _check_seed(key: str, seed: int) -> None:
 
 
 def _check_calibration(key: str, value: str | None) -> None:
-    """A calibration to apply: a name of conf/calibrations/ or a path, which must exist."""
+    """A calibration to apply: a path, or a name of conf/calibrations/ (read when used)."""
     if value is not None:
-        catalog.calibration_path(value, key)
+        catalog.check_calibration(key, value)
 
 
 def _check_parallel(parallel: Any) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from catalog._calibration import calibration_names
 from catalog._calibration import calibration_path
+from catalog._calibration import check_calibration
 from catalog._calibration import check_calibration_name
 from catalog._calibration import is_calibration_path
 from catalog._calibration import load_calibration
@@ -51,6 +52,7 @@ __all__ = [
     "TrainConfig",
     "calibration_names",
     "calibration_path",
+    "check_calibration",
     "check_calibration_name",
     "cluster_from_config",
     "compose",

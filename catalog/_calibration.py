@@ -26,6 +26,7 @@ from simulators.names import one_line
 __all__ = [
     "calibration_names",
     "calibration_path",
+    "check_calibration",
     "check_calibration_name",
     "is_calibration_path",
     "load_calibration",
@@ -44,6 +45,17 @@ def is_calibration_path(given: str) -> bool:
     """Whether ``calibration=given`` is a path (it holds a ``/`` or ends in .yaml or .yml)
     rather than a name of ``conf/calibrations/``."""
     return "/" in given or given.endswith(_SUFFIXES)
+
+
+def check_calibration(key: str, given: str) -> None:
+    """Refuse ``calibration=given`` that is neither a path (:func:`is_calibration_path`) nor a
+    name; whether the file exists is asked when it is read.
+
+    Raises:
+        UserError: naming ``key``, the value and what a name may hold.
+    """
+    if not is_calibration_path(given):
+        check_name(key, given)
 
 
 def check_calibration_name(key: str, name: str) -> None:
@@ -68,12 +80,12 @@ def calibration_path(name_or_path: str, key: str = "calibration") -> Path:
     Raises:
         UserError: not a name, or no such file; the message lists the calibrations there are.
     """
+    check_calibration(key, name_or_path)
     if is_calibration_path(name_or_path):
         given = Path(name_or_path)
         if not given.is_file():
             raise UserError(f"{key}={name_or_path!r}: no such file")
         return given
-    check_name(key, name_or_path)
     path = conf_dir() / "calibrations" / f"{name_or_path}.yaml"
     if not path.is_file():
         names = ", ".join(calibration_names()) or "none yet"

@@ -36,6 +36,7 @@ from simulators.layout import Layout
 from simulators.limits import MAX_BATCH
 from simulators.limits import MAX_DEVICES
 from simulators.limits import MAX_SEED
+from simulators.names import check_name
 
 __all__ = [
     "AutotuneConfig",
@@ -88,9 +89,10 @@ def _check_seed(key: str, seed: int) -> None:
     _between(key, seed, 0, MAX_SEED, " (the range of Optuna's and numpy's seeds)")
 
 
-def _check_name(key: str, value: str | None) -> None:
-    if value is not None and not value.strip():
-        raise UserError(f"{key}={value!r} is empty; give a name (or null for the default)")
+def _check_calibration(key: str, value: str | None) -> None:
+    """A calibration to apply: a path, or a name of conf/calibrations/ (read when used)."""
+    if value is not None:
+        catalog.check_calibration(key, value)
 
 
 def _check_parallel(parallel: Any) -> None:
@@ -184,7 +186,8 @@ class SearchConfig:
                 raise UserError(
                     f"search.recompute: {mode!r} is not one of {', '.join(RECOMPUTE_MODES)}"
                 )
-        _check_name("search.study_name", self.study_name)
+        if self.study_name is not None:
+            check_name("search.study_name", self.study_name)
 
 
 def _prior_schema() -> type:
@@ -239,15 +242,16 @@ class TrackingConfig:
     experiment: str = MISSING  # MLflow experiment name
 
     def check(self) -> None:
-        """Refuse an empty URI or experiment when tracking is on (the URI itself is checked
-        by ``autotune.tracking.check_tracking``, which may reach a server)."""
+        """Refuse an empty URI or an experiment that is not a name when tracking is on (the
+        URI itself is checked by ``autotune.tracking.check_tracking``, which may reach a
+        server)."""
         if self.enabled:
-            for key in ("uri", "experiment"):
-                if not getattr(self, key).strip():
-                    raise UserError(
-                        f"tracking.{key}={getattr(self, key)!r} is empty; give one, or "
-                        "tracking.enabled=false to record nothing"
-                    )
+            if not self.uri.strip():
+                raise UserError(
+                    f"tracking.uri={self.uri!r} is empty; give one, or tracking.enabled=false "
+                    "to record nothing"
+                )
+            check_name("tracking.experiment", self.experiment)
 
 
 def _parallel_schema() -> type:
@@ -290,6 +294,7 @@ class AutotuneConfig(JobConfig):
             check_writable("trace", self.trace)
         if self.probes < 0:
             raise UserError(f"probes={self.probes} must be >= 0 (0: no layouts to measure)")
+        _check_calibration("calibration", self.calibration)
         self.calibrate.check()
 
 
@@ -319,6 +324,8 @@ class CalibrateConfig:
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
+        catalog.check_calibration_name("name", self.name)
+        _check_calibration("calibration", self.calibration)
         self.calibrate.check()
 
 
@@ -397,6 +404,7 @@ class BenchmarkConfig:
         )
         _check_seed("seed", self.seed)
         _check_margin("memory_margin", self.memory_margin)
+        _check_calibration("calibration", self.calibration)
         fraction = self.heuristic.state_memory_fraction
         if not 0 < fraction <= 1:
             raise UserError(

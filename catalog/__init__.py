@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from catalog._calibration import calibration_names
 from catalog._calibration import calibration_path
+from catalog._calibration import check_calibration
+from catalog._calibration import check_calibration_name
+from catalog._calibration import is_calibration_path
 from catalog._calibration import load_calibration
 from catalog._compose import compose
 from catalog._compose import conf_dir
@@ -49,10 +52,13 @@ __all__ = [
     "TrainConfig",
     "calibration_names",
     "calibration_path",
+    "check_calibration",
+    "check_calibration_name",
     "cluster_from_config",
     "compose",
     "conf_dir",
     "group_choices",
+    "is_calibration_path",
     "job_from_config",
     "load_calibration",
     "load_cluster",

@@ -17,7 +17,10 @@ from omegaconf import DictConfig
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from catalog._user_yaml import check_config_folders
 from simulators import UserError
+from simulators.names import check_label
+from simulators.names import check_name
 
 __all__ = ["compose", "conf_dir", "group_choices", "options"]
 
@@ -52,13 +55,16 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
     """Compose ``conf/<config_name>.yaml`` (None: only what ``overrides`` add) with overrides.
 
     The schemas the config names must be registered first. Keys added with ``+`` that no
-    schema declares are refused, as is every other bad override.
+    schema declares are refused, as is every other bad override, a YAML file with an alias
+    or too large to be a config (``catalog._user_yaml``), and a model, cluster or device name
+    that breaks the rule of names (``simulators.names``).
 
     Raises:
         UserError: one line saying what is wrong and what is allowed.
     """
     _refuse_keyless(overrides)
     _refuse_paths(overrides)
+    check_config_folders(conf_dir(), overrides)
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
@@ -81,7 +87,20 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
     if unknown:
         listed = "; ".join(f"{key} (allowed: {allowed})" for key, allowed in unknown)
         raise UserError(f"unknown key(s) {listed}")
+    _check_names(cfg)
     return cfg
+
+
+def _check_names(cfg: DictConfig) -> None:
+    """The job's names, whichever file or override gave them (simulators/names.py): the
+    model's and the cluster's are names, the device's a label."""
+    for key in ("model.name", "cluster.name"):
+        if OmegaConf.select(cfg, key) is not None:
+            check_name(key, OmegaConf.select(cfg, key))
+    if OmegaConf.select(cfg, "cluster.device.name") is not None:
+        check_label("cluster.device.name", OmegaConf.select(cfg, "cluster.device.name"))
+    for source in OmegaConf.select(cfg, "cluster.fitted_on") or ():
+        check_name("cluster.fitted_on", source)
 
 
 def _refuse_keyless(overrides: Sequence[str]) -> None:

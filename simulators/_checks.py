@@ -80,9 +80,10 @@ def require_bools(owner: str, **values: object) -> None:
 
 
 def require_name(owner: str, name: object) -> None:
-    """Raise SpecError unless ``name`` is a text with something in it (reports show it)."""
-    if not isinstance(name, str) or not name.strip():
-        raise SpecError(f"{owner}: name={name!r} must be a non-empty text")
+    """Raise SpecError unless ``name`` is a text with something in it, all printable (reports
+    and file headers show it on one line: no control character or line break)."""
+    if not isinstance(name, str) or not name.strip() or not name.isprintable():
+        raise SpecError(f"{owner}: name={name!r} must be a non-empty text on one line")
 
 
 def _is_int(value: object) -> bool:

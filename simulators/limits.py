@@ -17,6 +17,7 @@ __all__ = [
     "MAX_LATENCY_US",
     "MAX_LAYERS",
     "MAX_MEMORY_GIB",
+    "MAX_NAME_LENGTH",
     "MAX_SEED",
     "MAX_SEQ_LEN",
     "MAX_SM_COUNT",
@@ -46,3 +47,7 @@ MAX_LATENCY_US = 1e7  # microseconds per collective call: 10 s, a timeout rather
 # a gradient bucket, is 4e7 parameters).
 MAX_CONSTANT = 1e15
 MAX_SEED = 2**32 - 1  # the seeds of Optuna's samplers and of numpy's RandomState
+# Characters in a name a user gives (model, cluster, calibration, study, experiment): a name
+# becomes a file name (<name>.yaml; file systems take 255 bytes) and the default study name
+# joins two of them (Optuna keeps 512 characters); the longest shipped name has 16.
+MAX_NAME_LENGTH = 64

@@ -16,6 +16,7 @@ from simulators import ClusterSpec
 from simulators import Simulator
 from simulators.calibration import FACTORS
 from simulators.calibration import constant_overrides
+from simulators.names import one_line
 
 __all__ = ["calibration_record", "write_calibration"]
 
@@ -82,14 +83,28 @@ _HEADER = """\
 """
 
 
+class _Dumper(yaml.SafeDumper):
+    """YAML without anchors and aliases, which the reader refuses (``catalog._user_yaml``)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def write_calibration(record: dict[str, Any], path: Path, interval: float) -> Path:
     """Write ``record`` as YAML with a header that explains it; the path written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     header = _HEADER.format(
-        simulator=record["simulator"], interval=interval, cluster=record["cluster"] or "-"
+        simulator=one_line(record["simulator"]),
+        interval=interval,
+        cluster=one_line(record["cluster"] or "-"),
     )
-    body = yaml.safe_dump(
-        _plain(record), sort_keys=False, default_flow_style=None, width=99, allow_unicode=True
+    body = yaml.dump(
+        _plain(record),
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=None,
+        width=99,
+        allow_unicode=True,
     )
     path.write_text(header + body, encoding="utf-8")
     return path

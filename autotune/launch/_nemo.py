@@ -22,6 +22,7 @@ from autotune.launch._megatron import moe_dispatcher_name
 from autotune.launch._megatron import pipeline_flags
 from autotune.launch._script import LaunchFile
 from autotune.launch._script import LaunchJob
+from autotune.launch._script import comment
 from simulators.states import fp8_primary
 
 FILE_NAME = "nemo_pretrain.py"
@@ -46,7 +47,7 @@ RECIPES: dict[str, tuple[str, str]] = {
     "DeepSeek-V2": ("deepseek_v2", ""),
     "DeepSeek-V2-Lite": ("deepseek_v2_lite", ""),
     "DeepSeek-V3": ("deepseek_v3", ", use_mtp=False"),
-    "GPT-3 175B": ("gpt3_175b", ""),
+    "GPT-3-175B": ("gpt3_175b", ""),
     "Baichuan2-7B": ("baichuan2_7b", ""),
     "ChatGLM3-6B": ("chatglm3_6b", ""),
 }
@@ -142,7 +143,8 @@ def _plugin(job: LaunchJob) -> tuple[str, str]:
 
 
 def _literal(value: object) -> str:
-    """A Python literal, strings in double quotes."""
+    """A Python literal, strings in double quotes (JSON's escapes are Python's: no character
+    of the string can end it)."""
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, list):
@@ -215,8 +217,8 @@ def _header(job: LaunchJob, title: str) -> list[str]:
     cluster = job.cluster
     return [
         "#!/usr/bin/env python3",
-        f"# {title} recipe override written by autotune.",
-        f"# {job.describe()}",
+        comment(f"{title} recipe override written by autotune."),
+        comment(job.describe()),
         "# Run it on every node; each torchrun worker trains in its own process:",
         f"#   torchrun --nproc-per-node {cluster.devices_per_node} --nnodes {cluster.num_nodes} "
         f"--node-rank <rank> --master-addr <node 0> --master-port 6000 {FILE_NAME}",

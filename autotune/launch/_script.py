@@ -3,7 +3,9 @@
 A launch script is data first (:class:`BashScript`: variables, setup lines, argument groups,
 the command) and text second (:meth:`BashScript.render`), so a framework module only says
 which flags a job needs. Flags hold literal values or references to the script's variables
-(:class:`Ref`); literals are quoted for bash, references expand at run time.
+(:class:`Ref`); literals are quoted for bash, references expand at run time. Text for people
+(the header naming the job, which holds the model's and the cluster's names) goes into
+comments through :func:`comment`, which keeps it on its line whatever it holds.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from simulators import ClusterSpec
 from simulators import Layout
 from simulators import ModelSpec
 from simulators import TrainSpec
+from simulators.names import one_line
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,7 +108,7 @@ class Flag:
 
     def shell(self) -> str:
         """The option as bash words: literals quoted, references expanded in double quotes."""
-        words = [self.name]
+        words = [_quote(self.name)]
         for value in self.values:
             words.append(f'"${{{value.name}}}"' if isinstance(value, Ref) else _quote(value))
         return " ".join(words)
@@ -127,6 +130,13 @@ def _quote(value: str | int) -> str:
     return shlex.quote(str(value))
 
 
+def comment(text: str) -> str:
+    """``text`` as one comment line of bash or Python (``# text``): a line break or any other
+    character that is not printable is written as its escape (``\\n``), so nothing in the
+    text can end the comment and start a command."""
+    return f"# {one_line(text)}".rstrip()
+
+
 @dataclass(frozen=True, slots=True)
 class Variable:
     """A variable at the top of a script: exported values win, else the default.
@@ -139,7 +149,7 @@ class Variable:
     doc: str
 
     def shell(self) -> str:
-        return f'{self.name}="${{{self.name}:-{self.default}}}"  # {self.doc}'
+        return f'{self.name}="${{{self.name}:-{self.default}}}"  {comment(self.doc)}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +165,9 @@ class ArgGroup:
 
     def shell(self) -> list[str]:
         if not self.when:
-            return [f"# {self.doc}", *_array(self.name, self.flags, "")]
+            return [comment(self.doc), *_array(self.name, self.flags, "")]
         return [
-            f"# {self.doc}",
+            comment(self.doc),
             f'if [[ -n "${{{self.when}}}" ]]; then',
             *_array(self.name, self.flags, "    "),
             "else",
@@ -196,7 +206,7 @@ class BashScript:
 
     def render(self) -> str:
         """The script's text: bash, ending with a newline."""
-        lines = ["#!/usr/bin/env bash", *(f"# {line}".rstrip() for line in self.header), ""]
+        lines = ["#!/usr/bin/env bash", *map(comment, self.header), ""]
         lines += ['SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"', ""]
         lines += ["# What autotune cannot know: export these or edit the defaults."]
         lines += [v.shell() for v in self.variables]

@@ -30,6 +30,7 @@ MAINS = {
     "simulate": "autotune.simulate",
     "benchmark": "autotune.benchmark.__main__",
     "profile": "autotune.profile",
+    "calibrate": "autotune.calibrate.__main__",
 }
 SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1")
 DATA = "{data}"  # replaced by the path of a small valid measurement file
@@ -173,7 +174,6 @@ MODEL = [
     ("simulate", ["model.attention=mla"], "kv_lora_rank=0, qk_nope_head_dim=0"),
     ("simulate", ["model.q_lora_rank=64"], "q_lora_rank=64 must be 0 with attention='gqa'"),
     ("simulate", ["model.v_head_dim=-1"], "v_head_dim=-1 must be >= 0"),
-    ("simulate", ["model.name="], "name='' must be a non-empty text"),
     ("search", ["model.num_layers=20000"], "num_layers=20000 must be <= 10,000"),
     ("profile", ["model.hidden_size=-4096"], "hidden_size=-4096 must be > 0"),
 ]
@@ -184,7 +184,6 @@ CLUSTER = [
     ("search", ["cluster.num_nodes=1000000000"], "8,000,000,000 devices; at most 1,048,576"),
     ("simulate", ["cluster.devices_per_node=0"], "devices_per_node=0 must be > 0"),
     ("simulate", ["cluster.devices_per_node=2000000"], "2,000,000 devices; at most"),
-    ("simulate", ["cluster.name="], "name='' must be a non-empty text"),
     ("simulate", ["cluster.default_framework=nope"], "unknown framework 'nope'"),
     ("simulate", ["cluster.device.memory_gib=inf"], "memory_gib=inf must be <= 100,000"),
     ("simulate", ["cluster.device.memory_gib=nan"], "memory_gib=nan must be > 0"),
@@ -221,9 +220,7 @@ CLUSTER = [
         "fp8_matmul_efficiency=nan must be in (0, 1]",
     ),
     ("simulate", ["cluster.fitted_on=dgxc"], "str is not a ListConfig, list or tuple"),
-    ("simulate", ['cluster.fitted_on=[""]'], "fitted_on: name='' must be a non-empty text"),
     ("simulate", ["cluster.device.memory_efficiency=-0.4"], "memory_efficiency=-0.4 must be in"),
-    ("simulate", ["cluster.device.name="], "name='' must be a non-empty text"),
     ("simulate", ["cluster.intra_node.bandwidth_gbps=inf"], "bandwidth_gbps=inf must be <="),
     ("simulate", ["cluster.intra_node.bandwidth_gbps=0"], "bandwidth_gbps=0.0 must be > 0"),
     ("simulate", ["cluster.inter_node.bandwidth_gbps=-25"], "bandwidth_gbps=-25.0 must be > 0"),
@@ -392,7 +389,6 @@ SEARCH = [
     ("search", ["search.rerank_top=0"], "search.rerank_top=0 must be >= 1"),
     ("search", ["search.rerank_top=-1"], "search.rerank_top=-1 must be >= 1"),
     ("search", ["search.workers=0"], "search.workers=0 must be >= 1"),
-    ("search", ["search.study_name="], "search.study_name='' is empty"),
     ("search", ["search.sampler=cmaes"], "available: auto, grid, screen, tpe, gp, random, nsga2"),
     ("search", ["search.sampler="], "unknown sampler ''"),
     ("search", ["search.rerank=nope"], "unknown search.rerank simulator 'nope'"),
@@ -410,9 +406,7 @@ TRACKING = [
     ("search", ["tracking.uri="], "tracking.uri='' is empty"),
     ("search", ["tracking.uri=sqlite:////proc/nope/m.db"], "cannot create /proc/nope"),
     ("search", ["tracking.uri=sqlite:////tmp"], "names a folder; give a database file path"),
-    ("search", ["tracking.experiment="], "tracking.experiment='' is empty"),
     ("benchmark", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
-    ("benchmark", ["tracking.experiment="], "tracking.experiment='' is empty"),
 ]
 BENCHMARK = [
     ("benchmark", ["top_k=0"], "top_k=0 must be >= 1"),
@@ -452,6 +446,45 @@ PROFILE = [
     ("profile", ["cluster.num_nodes=0"], "num_nodes=0 must be > 0"),
     ("profile", ["train.precision=int4"], "precision='int4'"),
 ]
+NOT_A_NAME = "is not a name: use 1 to 64 letters, digits, '.', '_' or '-', starting with a"
+NAMES = [
+    ("simulate", ["model.name="], f"model.name='' {NOT_A_NAME}"),
+    (
+        "simulate",
+        ['model.name="x\ntouch owned #"'],
+        f"model.name='x\\ntouch owned #' {NOT_A_NAME}",
+    ),
+    ("simulate", ["model.name='a b'"], f"model.name='a b' {NOT_A_NAME}"),
+    ("simulate", ["model.name=-rf"], f"model.name='-rf' {NOT_A_NAME}"),
+    ("simulate", ["model.name=" + "a" * 65], NOT_A_NAME),
+    ("search", ["model.name='$(touch owned)'"], f"model.name='$(touch owned)' {NOT_A_NAME}"),
+    ("simulate", ["cluster.name="], f"cluster.name='' {NOT_A_NAME}"),
+    ("simulate", ['cluster.name="c\rimport os"'], f"cluster.name='c\\rimport os' {NOT_A_NAME}"),
+    ("simulate", ["cluster.name='a;b'"], f"cluster.name='a;b' {NOT_A_NAME}"),
+    ("simulate", ['cluster.fitted_on=[""]'], f"cluster.fitted_on='' {NOT_A_NAME}"),
+    ("simulate", ["cluster.fitted_on=[a/b]"], f"cluster.fitted_on='a/b' {NOT_A_NAME}"),
+    ("simulate", ["cluster.device.name="], "cluster.device.name='' is not a device name"),
+    ("simulate", ["cluster.device.name='`id`'"], "cluster.device.name='`id`' is not a device"),
+    ("search", ["search.study_name="], f"search.study_name='' {NOT_A_NAME}"),
+    ("search", ["search.study_name=../x"], f"search.study_name='../x' {NOT_A_NAME}"),
+    ("search", ["tracking.experiment="], f"tracking.experiment='' {NOT_A_NAME}"),
+    ("benchmark", ["tracking.experiment='a\"b'"], f"tracking.experiment='a\"b' {NOT_A_NAME}"),
+    ("search", ["calibration=bad\\name"], f"calibration='bad\\\\name' {NOT_A_NAME}"),
+    ("simulate", ["calibration=../model/llama2_7b"], "calibration='../model/llama2_7b': no such"),
+    ("simulate", ["calibration=nope"], "unknown calibration 'nope'; available: "),
+    ("benchmark", ["calibration=/nonexistent.yaml"], "calibration='/nonexistent.yaml': no such"),
+    (
+        "calibrate",
+        [f"data={DATA}", "name=../model/llama2_7b"],
+        f"name='../model/llama2_7b' {NOT_A_NAME}",
+    ),
+    ("calibrate", [f"data={DATA}", "name=/abs/x"], f"name='/abs/x' {NOT_A_NAME}"),
+    ("calibrate", [f"data={DATA}", "name=''"], f"name='' {NOT_A_NAME}"),
+    ("calibrate", [f"data={DATA}", "name=a/b/c"], f"name='a/b/c' {NOT_A_NAME}"),
+    ("calibrate", [f"data={DATA}", "name=.."], f"name='..' {NOT_A_NAME}"),
+    ("calibrate", [f"data={DATA}", "name=x.yaml"], "name='x.yaml' ends in .yaml, so calibration"),
+    ("calibrate", [f"data={DATA}", "name=x", "calibration=../x"], "calibration='../x': no such"),
+]
 PATHS = [
     ("profile", ["out=/proc/nope/ops.csv"], "out='/proc/nope/ops.csv' cannot be written"),
     ("profile", ["out=/tmp"], "out='/tmp' is a folder; give a file path"),
@@ -468,7 +501,7 @@ PATHS = [
     ("benchmark", ["report_dir="], "report_dir='' is empty; give a folder path"),
 ]
 CASES = HYDRA + MODEL + CLUSTER + TRAIN + LAYOUT + CONSTANTS + SEARCH + TRACKING + BENCHMARK
-CASES += PROFILE + PATHS
+CASES += PROFILE + NAMES + PATHS
 
 
 def _id(case: tuple[str, list[str], str]) -> str:
@@ -510,7 +543,7 @@ def run_main(
 
 def _arguments(command: str, args: list[str], data: Path, folder: Path) -> list[str]:
     given = [a.replace(DATA, str(data)) for a in args]
-    base: list[str] = [] if command == "benchmark" else list(SMALL)
+    base: list[str] = [] if command in ("benchmark", "calibrate") else list(SMALL)
     if command in ("search", "benchmark") and not any(a.startswith("tracking.") for a in args):
         base.append(f"tracking.uri=sqlite:///{folder / 'mlruns' / 'mlflow.db'}")
     return base + given

@@ -15,7 +15,9 @@ from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import fit
 from autotune.calibrate._fit import memory_margin
+from autotune.calibrate._loop import ProbePlan
 from autotune.calibrate._loop import ProbeRound
+from autotune.calibrate._loop import plan_probes
 from autotune.calibrate._loop import probe_round
 from autotune.calibrate._loop import record_round
 from autotune.calibrate._probe import Pick
@@ -27,6 +29,7 @@ __all__ = [
     "FitSettings",
     "Margin",
     "Pick",
+    "ProbePlan",
     "ProbeRound",
     "Run",
     "calibrated_job",
@@ -35,6 +38,7 @@ __all__ = [
     "fit",
     "memory_margin",
     "pick",
+    "plan_probes",
     "probe_round",
     "record_round",
     "shipped_margin",

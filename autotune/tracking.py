@@ -9,6 +9,7 @@ the run is never left RUNNING and no temporary folder is left behind.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import math
@@ -236,6 +237,31 @@ def _end_orphans(mlflow: Any, experiment_id: str) -> None:
 
 
 @contextlib.contextmanager
+def _creating_store(uri: str) -> Iterator[None]:
+    """For an SQLite URI: its folder made, and held under an exclusive lock while MLflow
+    opens the store (which may create and migrate the database) and the experiment.
+
+    MLflow's tracking store creates a new database's tables with no lock
+    (``SqlAlchemyStore.__init__`` calls ``_initialize_tables`` when a table is missing; its
+    job store uses ``_safe_initialize_tables``): processes that open one new database at once
+    each find it empty, each create and migrate it, and all but one fail ("table runs already
+    exists", "duplicate column name"), so their runs were lost. ``flock`` on the folder
+    creates no file, and is released when the process dies.
+    """
+    if not uri.startswith(_SQLITE):
+        yield
+        return
+    folder = Path(uri.removeprefix(_SQLITE)).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # and with it the lock
+
+
+@contextlib.contextmanager
 def _mlflow_run(
     config: TrackingConfig, run_name: str, tags: Mapping[str, str], description: str
 ) -> Iterator[tuple[Any, str, Path]]:
@@ -246,13 +272,12 @@ def _mlflow_run(
     ):
         import mlflow
 
-        if config.uri.startswith(_SQLITE):  # made now, not by the check: a refusal makes none
-            Path(config.uri.removeprefix(_SQLITE)).parent.mkdir(parents=True, exist_ok=True)
-        mlflow.set_tracking_uri(config.uri)
-        experiment = mlflow.set_experiment(config.experiment)
-        for key, value in _EXPERIMENT_KIND.items():
-            if experiment.tags.get(key) != value:
-                mlflow.set_experiment_tag(key, value)
+        with _creating_store(config.uri):
+            mlflow.set_tracking_uri(config.uri)
+            experiment = mlflow.set_experiment(config.experiment)
+            for key, value in _EXPERIMENT_KIND.items():
+                if experiment.tags.get(key) != value:
+                    mlflow.set_experiment_tag(key, value)
         _end_orphans(mlflow, experiment.experiment_id)
         run = mlflow.start_run(
             run_name=run_name,

@@ -426,6 +426,39 @@ def test_mlflow_keeps_exactly_the_launch_files(capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.slow
+def test_processes_creating_one_mlflow_database_all_record(tmp_path: Path) -> None:
+    """Four searches that start on one new MLflow database at once each record their run
+    (MLflow creates the database's tables without a lock: autotune holds one)."""
+    import subprocess
+    import sys
+
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'db' / 'mlflow.db'}"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [sys.executable, "-m", "autotune", *SMALL, f"tracking.uri={uri}", "launch_dir=null"]
+    searches = [
+        subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    for search in searches:
+        out, err = search.communicate(timeout=600)
+        assert search.returncode == 0 and "not recorded" not in err, err
+    runs = mlflow.MlflowClient(uri).search_runs(
+        [mlflow.MlflowClient(uri).get_experiment_by_name("autotune").experiment_id],
+        filter_string="tags.`autotune.command` = 'search'",
+    )
+    assert len(runs) == 4
+
+
+@pytest.mark.slow
 def test_mlflow_keeps_exactly_the_report_files(capsys: pytest.CaptureFixture[str]) -> None:
     """report_dir=. logs the report it wrote, not the rest of the working folder."""
     import mlflow

@@ -13,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from simulators.files import atomic_writer
+
 __all__ = ["escape_cell", "write_csv"]
 
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -30,12 +32,14 @@ def escape_cell(value: Any) -> Any:
     return value
 
 
-def write_csv(frame: pd.DataFrame, path: Path) -> Path:
-    """Write ``frame`` to ``path`` as CSV without its index, formula-like text escaped."""
+def write_csv(frame: pd.DataFrame, path: Path, *, follow_symlinks: bool = True) -> Path:
+    """Write ``frame`` to ``path`` as CSV without its index, formula-like text escaped,
+    whole or not at all (``simulators.files.atomic_writer``)."""
     safe = frame.rename(columns=escape_cell)
     for position in range(safe.shape[1]):
         values = safe.iloc[:, position]
         if not pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
             safe.isetitem(position, values.map(escape_cell))
-    safe.to_csv(path, index=False)
+    with atomic_writer(path, follow_symlinks=follow_symlinks, newline="") as handle:
+        safe.to_csv(handle, index=False)
     return path

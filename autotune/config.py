@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import tempfile
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
@@ -30,6 +29,7 @@ import catalog
 from catalog import JobConfig
 from simulators import UserError
 from simulators.calibration import FACTORS
+from simulators.files import check_output_path
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import RECOMPUTE_MODES
 from simulators.layout import Layout
@@ -43,7 +43,6 @@ __all__ = [
     "BenchmarkConfig",
     "CalibrateConfig",
     "CalibrateSettings",
-    "check_writable",
     "HeuristicConfig",
     "ParallelConfig",
     "ProfileConfig",
@@ -57,6 +56,8 @@ __all__ = [
 
 
 OUTPUTS = ("table", "json")
+# A calibration's name is a file name of conf/calibrations/ (no folder, no hidden file).
+_CALIBRATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # A study of this many trials runs for hours; more is a typo (1e11), not a search.
 MAX_TRIALS = 100_000
 MAX_REPEATS = 1_000  # profile: timed runs per operator (the median of 1,000 is settled)
@@ -100,38 +101,6 @@ def _check_parallel(parallel: Any) -> None:
     the layout it pins checks it; the rules between fields and the job come later
     (``Layout.violations``)."""
     Layout.resolve(1, **fixed_layout_values(parallel))
-
-
-def check_writable(key: str, path: str, folder: bool = False) -> None:
-    """Refuse ``path`` (a file, or a folder with ``folder``) that the command could not write,
-    before any work and without writing it: the path must not be the other kind, and the
-    folder it lands in (or its nearest existing parent) must take a new file.
-
-    Raises:
-        UserError: naming ``key``, the path and why it cannot be written.
-    """
-    kind, other = ("folder", "file") if folder else ("file", "folder")
-    if not path.strip():
-        raise UserError(f"{key}={path!r} is empty; give a {kind} path")
-    try:
-        target = Path(path)
-        if target.exists() and target.is_dir() != folder:
-            raise UserError(f"{key}={path!r} is a {other}; give a {kind} path")
-        if target.exists() and not folder:
-            if not os.access(target, os.W_OK):
-                raise UserError(f"{key}={path!r} is not writable")
-            return
-        home = target if target.exists() else target.parent
-        while not home.exists():
-            home = home.parent
-        if not home.is_dir():
-            raise UserError(f"{key}={path!r}: {home} is a file, not a folder")
-        with tempfile.TemporaryFile(dir=home):  # the one sure test; removed at once
-            pass
-    except OSError as exc:
-        raise UserError(f"{key}={path!r} cannot be written: {exc.strerror or exc}") from None
-    except ValueError as exc:  # an embedded NUL byte
-        raise UserError(f"{key}={path!r} is not a path: {exc}") from None
 
 
 @dataclass
@@ -291,10 +260,12 @@ class AutotuneConfig(JobConfig):
         self.search.check()
         self.tracking.check()
         if self.trace is not None:
-            check_writable("trace", self.trace)
+            check_output_path("trace", self.trace)
         if self.probes < 0:
             raise UserError(f"probes={self.probes} must be >= 0 (0: no layouts to measure)")
         _check_calibration("calibration", self.calibration)
+        if self.probes > 0:
+            check_output_path("probes_out", self.probes_out)
         self.calibrate.check()
 
 
@@ -322,11 +293,27 @@ class CalibrateConfig:
     output: str = MISSING  # table or json
 
     def check(self) -> None:
-        """Refuse values that are meaningless on their own (UserError)."""
+        """Refuse values that are meaningless on their own (UserError), and a file that
+        could not be written."""
         _check_output(self.output)
         catalog.check_calibration_name("name", self.name)
         _check_calibration("calibration", self.calibration)
         self.calibrate.check()
+        if not _CALIBRATION_NAME.fullmatch(self.name) or self.name.endswith((".yaml", ".yml")):
+            raise UserError(
+                f"name={self.name!r} must be a plain name of at most 100 letters, digits, '_', "
+                "'-' and '.' (the file conf/calibrations/<name>.yaml); out=PATH writes elsewhere"
+            )
+        if self.out is not None:
+            check_output_path("out", self.out)
+        else:
+            check_output_path("name", self.output_path(), given=self.name)
+
+    def output_path(self) -> Path:
+        """Where the calibration is written: ``out``, else ``conf/calibrations/<name>.yaml``."""
+        if self.out is not None:
+            return Path(self.out)
+        return catalog.conf_dir() / "calibrations" / f"{self.name}.yaml"
 
 
 @dataclass
@@ -348,7 +335,7 @@ class ProfileConfig(JobConfig):
         _between("repeats", self.repeats, 1, MAX_REPEATS, " timed runs per operator")
         if self.limit is not None:
             _at_least("limit", self.limit, 1)
-        check_writable("out", self.out)
+        check_output_path("out", self.out)
 
 
 @dataclass
@@ -411,7 +398,7 @@ class BenchmarkConfig:
                 f"heuristic.state_memory_fraction={fraction!r} must be in (0, 1] "
                 "(a share of device memory)"
             )
-        check_writable("report_dir", self.report_dir, folder=True)
+        check_output_path("report_dir", self.report_dir, folder=True)
         self.tracking.check()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 from autotune.cli import Command
 from autotune.cli import emit_json
@@ -21,6 +22,7 @@ from autotune.progress import duration
 from catalog import job_from_config
 from simulators import Layout
 from simulators import UserError
+from simulators.files import write_failure
 from simulators.hierarchical.cost import CostTable
 from simulators.hierarchical.graph import layer_shapes
 from simulators.hierarchical.profile import ProfileResult
@@ -60,7 +62,11 @@ def profile_layout(config: ProfileConfig) -> None:
         budget_s=config.budget_s,
         progress=report,
     )
-    path = write_table(result.rows, config.out)
+    path, problem = Path(config.out), None
+    try:
+        write_table(result.rows, path)
+    except (OSError, UserError) as exc:  # the summary is printed all the same, then this
+        problem = write_failure(path, exc)
     timed_on = CostTable(path=str(path), device=result.device, seconds={})
     if not timed_on.profiled_on(job.cluster.device):
         log.warning(
@@ -71,7 +77,7 @@ def profile_layout(config: ProfileConfig) -> None:
         emit_json(
             {
                 "device": result.device,
-                "table": str(path),
+                "table": None if problem else str(path),
                 "operators": result.operators,
                 "timed": len(result.rows),
                 "no_kernel": result.no_kernel,
@@ -80,15 +86,18 @@ def profile_layout(config: ProfileConfig) -> None:
                 "seconds": round(result.seconds, 1),
             }
         )
-        return
-    print("\n".join(_summary(result, str(path), config.budget_s)))
+    else:
+        print("\n".join(_summary(result, None if problem else str(path), config.budget_s)))
+    if problem is not None:
+        raise UserError(problem)
 
 
-def _summary(result: ProfileResult, path: str, budget_s: float | None) -> list[str]:
-    """What was timed, what the roofline prices instead, and how to use the table."""
+def _summary(result: ProfileResult, path: str | None, budget_s: float | None) -> list[str]:
+    """What was timed, what the roofline prices instead, and how to use the table (``path``
+    None: it was not written)."""
     lines = [
         f"timed {len(result.rows)} of the layout's {result.operators} operators on "
-        f"{result.device} in {duration(result.seconds)} -> {path}"
+        f"{result.device} in {duration(result.seconds)} -> {path or 'not written'}"
     ]
     if result.no_kernel:
         lines.append(
@@ -103,7 +112,8 @@ def _summary(result: ProfileResult, path: str, budget_s: float | None) -> list[s
             f"  {result.left_out} left out by {why}, about {duration(result.left_out_s)} more "
             "on this device:\n  priced by the roofline (budget_s=null times them all)"
         )
-    lines.append(f"use it with: simulator=hierarchical simulator.op_costs={path}")
+    if path is not None:
+        lines.append(f"use it with: simulator=hierarchical simulator.op_costs={path}")
     return lines
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from autotune.calibrate import Margin
 from autotune.calibrate import calibrated_job
 from autotune.cli import Command
 from autotune.cli import emit_json
@@ -27,7 +28,9 @@ from catalog import Job
 from catalog import job_from_config
 from simulators import BREAKDOWN_KEYS
 from simulators import Layout
+from simulators import Prediction
 from simulators import UserError
+from simulators.files import write_failure
 
 
 def simulate_layout(config: AutotuneConfig) -> None:
@@ -38,9 +41,30 @@ def simulate_layout(config: AutotuneConfig) -> None:
     model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
     layout = Layout.resolve(cluster.num_devices, **fixed_layout_values(config.parallel))
     layout.check(model, cluster, train)
+    write_trace = getattr(simulator, "write_trace", None)
+    if config.trace and write_trace is None:
+        raise UserError(
+            f"trace= needs a simulator with an event timeline (simulator=hierarchical); "
+            f"{simulator.name} has none"
+        )
     prediction = simulator.simulate(model, cluster, train, layout)
-    if config.trace:
-        _write_trace(job, layout, config.trace)
+    _print_prediction(config, job, layout, prediction, margin)
+    if config.trace and write_trace is not None:  # after the result, which it cannot lose
+        try:
+            write_trace(model, cluster, train, layout, config.trace)
+        except (OSError, UserError) as exc:
+            raise UserError("trace: " + write_failure(config.trace, exc)) from None
+        print(
+            f"trace written to {config.trace} (open it in https://ui.perfetto.dev)",
+            file=sys.stderr,
+        )
+
+
+def _print_prediction(
+    config: AutotuneConfig, job: Job, layout: Layout, prediction: Prediction, margin: Margin
+) -> None:
+    """The prediction as tables (or the JSON object of ``output=json``)."""
+    model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
     views = rank_views(prediction)
     costs, warning = op_costs_text(views) if views and "op_costs" in views else ("", None)
     if warning:
@@ -93,18 +117,6 @@ def _print_views(views: dict[str, Any], costs: str) -> None:
     print(op_class_table(views))
     if costs:
         print(f"\n{costs}")
-
-
-def _write_trace(job: Job, layout: Layout, path: str) -> None:
-    """Write the event timeline as a Chrome trace, if the simulator has one."""
-    write = getattr(job.simulator, "write_trace", None)
-    if write is None:
-        raise UserError(
-            f"trace= needs a simulator with an event timeline (simulator=hierarchical); "
-            f"{job.simulator.name} has none"
-        )
-    write(job.model, job.cluster, job.train, layout, path)
-    print(f"trace written to {path} (open it in https://ui.perfetto.dev)", file=sys.stderr)
 
 
 COMMAND = Command(

@@ -9,6 +9,7 @@ the run is never left RUNNING and no temporary folder is left behind.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import math
@@ -21,8 +22,10 @@ import urllib.request
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
 import pandas as pd
@@ -32,6 +35,7 @@ from autotune._process import dead_here
 from autotune._process import this_process
 from autotune.config import TrackingConfig
 from simulators import UserError
+from simulators.files import check_output_path
 
 __all__ = ["Recorded", "TrackedRun", "check_tracking", "record", "rounded"]
 
@@ -61,7 +65,7 @@ def check_tracking(config: TrackingConfig) -> None:
     uri = config.uri
     allowed = "sqlite:///PATH, http(s)://HOST:PORT of an MLflow server, postgresql://..."
     if uri.startswith(_SQLITE):
-        _check_sqlite(Path(uri.removeprefix(_SQLITE)), uri)
+        _check_sqlite(uri.removeprefix(_SQLITE), uri)
     elif uri.startswith(("http://", "https://")):
         _check_server(uri)
     elif not uri.startswith(("postgresql", "mysql", "databricks")):
@@ -72,18 +76,11 @@ def check_tracking(config: TrackingConfig) -> None:
         )
 
 
-def _check_sqlite(path: Path, uri: str) -> None:
-    if path.is_dir():
-        raise UserError(f"tracking.uri={uri!r} names a folder; give a database file path")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(
-            f"tracking.uri={uri!r}: cannot create {path.parent}: {exc.strerror}"
-        ) from None
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"tracking.uri={uri!r}: {path} is not writable")
-    if path.exists() and path.stat().st_size and not _is_sqlite(path):
+def _check_sqlite(path: str, uri: str) -> None:
+    """A database file that can be written (its folder is made only when the run is
+    recorded, so a refused command creates nothing)."""
+    target = check_output_path("tracking.uri", path, given=uri)
+    if target.exists() and target.stat().st_size and not _is_sqlite(target):
         raise UserError(f"tracking.uri={uri!r}: {path} is not an SQLite database")
 
 
@@ -148,8 +145,13 @@ class TrackedRun:
     def html(self, name: str, content: str) -> None:
         self._mlflow.log_text(content, name)
 
-    def folder(self, path: Path, artifact_path: str) -> None:
-        self._mlflow.log_artifacts(str(path), artifact_path=artifact_path)
+    def files(self, paths: Sequence[Path], artifact_path: str, root: Path | None = None) -> None:
+        """Exactly these files as artifacts under ``artifact_path`` (nothing else of their
+        folders), each in its folder relative to ``root`` (without one, side by side)."""
+        for path in paths:
+            parts = path.parent.relative_to(root).parts if root is not None else ()
+            where = str(PurePosixPath(artifact_path, *parts))
+            self._mlflow.log_artifact(str(path), artifact_path=where)
 
     def child(
         self,
@@ -235,6 +237,31 @@ def _end_orphans(mlflow: Any, experiment_id: str) -> None:
 
 
 @contextlib.contextmanager
+def _creating_store(uri: str) -> Iterator[None]:
+    """For an SQLite URI: its folder made, and held under an exclusive lock while MLflow
+    opens the store (which may create and migrate the database) and the experiment.
+
+    MLflow's tracking store creates a new database's tables with no lock
+    (``SqlAlchemyStore.__init__`` calls ``_initialize_tables`` when a table is missing; its
+    job store uses ``_safe_initialize_tables``): processes that open one new database at once
+    each find it empty, each create and migrate it, and all but one fail ("table runs already
+    exists", "duplicate column name"), so their runs were lost. ``flock`` on the folder
+    creates no file, and is released when the process dies.
+    """
+    if not uri.startswith(_SQLITE):
+        yield
+        return
+    folder = Path(uri.removeprefix(_SQLITE)).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # and with it the lock
+
+
+@contextlib.contextmanager
 def _mlflow_run(
     config: TrackingConfig, run_name: str, tags: Mapping[str, str], description: str
 ) -> Iterator[tuple[Any, str, Path]]:
@@ -245,11 +272,12 @@ def _mlflow_run(
     ):
         import mlflow
 
-        mlflow.set_tracking_uri(config.uri)
-        experiment = mlflow.set_experiment(config.experiment)
-        for key, value in _EXPERIMENT_KIND.items():
-            if experiment.tags.get(key) != value:
-                mlflow.set_experiment_tag(key, value)
+        with _creating_store(config.uri):
+            mlflow.set_tracking_uri(config.uri)
+            experiment = mlflow.set_experiment(config.experiment)
+            for key, value in _EXPERIMENT_KIND.items():
+                if experiment.tags.get(key) != value:
+                    mlflow.set_experiment_tag(key, value)
         _end_orphans(mlflow, experiment.experiment_id)
         run = mlflow.start_run(
             run_name=run_name,

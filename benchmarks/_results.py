@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from simulators.files import write_atomically
+
 COMMITTED = Path(__file__).resolve().parent / "results"
 DEFAULT_OUT = Path("benchmark_results")
 
@@ -36,11 +38,10 @@ def result_folder(args: argparse.Namespace) -> Path:
 
 
 def write_result(args: argparse.Namespace, name: str, text: str) -> Path:
-    """Write ``text`` as ``name`` where ``args`` say, print it and where it went; the path."""
-    folder = result_folder(args)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    """Print ``text``, then write it as ``name`` where ``args`` say (whole or not at all, so a
+    full disk leaves the previous result as it was) and print where it went; the path."""
+    path = result_folder(args) / name
     print(text)
+    write_atomically(path, text if text.endswith("\n") else text + "\n")
     print(f"wrote {path}")
     return path

@@ -19,6 +19,9 @@ from dataset._loader import load_measurements
 from dataset._public import DATA_DIR
 from dataset.importers import IMPORTERS
 from simulators.errors import UserError
+from simulators.files import atomic_writer
+from simulators.files import check_output_path
+from simulators.files import write_failure
 
 __all__ = ["RAW_DIR", "build", "main"]
 
@@ -26,7 +29,15 @@ RAW_DIR = DATA_DIR.parent / "raw"
 
 
 def build(raw_dir: Path, out: Path) -> dict[str, int]:
-    """Convert every raw file, validate it, write ``out/<source>.csv``; rows per source."""
+    """Convert every raw file, validate it, write ``out/<source>.csv`` (each whole or not at
+    all); rows per source.
+
+    Raises:
+        UserError: a raw file is missing, or ``out`` or a file in it cannot be written.
+    """
+    check_output_path("--out", out, folder=True)
+    for source in IMPORTERS:
+        check_output_path("--out", out / f"{source}.csv")
     written = {}
     for source, (raw_file, convert) in IMPORTERS.items():
         raw = raw_dir / raw_file
@@ -37,8 +48,12 @@ def build(raw_dir: Path, out: Path) -> dict[str, int]:
             candidate = Path(scratch) / f"{source}.csv"
             table.to_csv(candidate, index=False)
             load_measurements(candidate)
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / f"{source}.csv", index=False)
+        target = out / f"{source}.csv"
+        try:
+            with atomic_writer(target, newline="") as handle:
+                table.to_csv(handle, index=False)
+        except OSError as exc:
+            raise UserError(write_failure(target, exc)) from None
         written[source] = len(table)
     return written
 

@@ -17,8 +17,10 @@ import pandas as pd
 from autotune.benchmark._report import regret_curve
 from autotune.benchmark._score import BenchmarkResult
 from autotune.figures import html_page
+from simulators.files import atomic_writer
+from simulators.files import write_atomically
 
-__all__ = ["NO_DATA", "matplotlib_figures", "plot_frames", "write_plots"]
+__all__ = ["NO_DATA", "PLOT_FILES", "matplotlib_figures", "plot_frames", "write_plots"]
 
 NO_DATA = "no data"
 _TITLES = {
@@ -27,6 +29,7 @@ _TITLES = {
     "regret_per_source.png": "Mean regret@1 per source",
     "regret_vs_probes.png": "Mean regret@1 against the number of probes K",
 }
+PLOT_FILES = ("plots.html", *_TITLES)  # every file write_plots may write
 
 
 def plot_frames(result: BenchmarkResult) -> dict[str, pd.DataFrame]:
@@ -97,10 +100,11 @@ def _by_source(scenarios: pd.DataFrame, regret: pd.DataFrame, rankers: list[str]
 
 
 def write_plots(result: BenchmarkResult, report_dir: Path) -> list[Path]:
-    """Write ``plots.html`` (plotly) and one PNG per plot (matplotlib); the paths written."""
+    """Write ``plots.html`` (plotly) and one PNG per plot (matplotlib), each whole or not at
+    all; the paths written."""
     frames = plot_frames(result)
     html = report_dir / "plots.html"
-    html.write_text(_plotly_html(frames), encoding="utf-8")
+    write_atomically(html, _plotly_html(frames), follow_symlinks=False)
     written = [html]
     for name, figure in matplotlib_figures(frames).items():
         written.append(_save(figure, report_dir / name))
@@ -282,7 +286,10 @@ def _by_source_figure(by_source: pd.DataFrame) -> Any:
 def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.tight_layout()
+        with atomic_writer(path, binary=True, follow_symlinks=False) as handle:
+            fig.savefig(handle, format="png", dpi=110)
+    finally:
+        plt.close(fig)
     return path

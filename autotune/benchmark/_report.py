@@ -13,8 +13,12 @@ import pandas as pd
 from autotune._csv import write_csv
 from autotune.benchmark._metrics import ape
 from autotune.benchmark._score import BenchmarkResult
+from simulators.files import check_output_path
+from simulators.files import write_atomically
 
-__all__ = ["console_tables", "json_payload", "write_report"]
+__all__ = ["TABLE_FILES", "check_report_files", "console_tables", "json_payload", "write_report"]
+
+TABLE_FILES = ("benchmark.md", "scenarios.csv", "predictions.csv")  # besides the plots
 
 
 def _pct(value: float) -> str:
@@ -370,14 +374,35 @@ def write_report(
     settings: Mapping[str, Any],
     notes: Mapping[str, str],
 ) -> list[Path]:
-    """Write the Markdown report, CSV files and plots into ``report_dir``; the paths written."""
+    """Write the Markdown report, CSV files and plots into ``report_dir`` (created if need
+    be), each file whole or not at all; the paths written (:data:`TABLE_FILES` and
+    ``PLOT_FILES``: nothing else in the folder is touched).
+
+    Raises:
+        OSError: a file could not be written (the disk is full, ...).
+    """
     from autotune.benchmark._plots import write_plots
 
-    report_dir.mkdir(parents=True, exist_ok=True)
     written = [report_dir / "benchmark.md", report_dir / "scenarios.csv"]
-    written[0].write_text(markdown_report(result, settings, notes), encoding="utf-8")
-    write_csv(result.scenarios, written[1])
+    write_atomically(written[0], markdown_report(result, settings, notes), follow_symlinks=False)
+    write_csv(result.scenarios, written[1], follow_symlinks=False)
     if len(result.rows):
-        written.append(write_csv(result.rows, report_dir / "predictions.csv"))
+        written.append(
+            write_csv(result.rows, report_dir / "predictions.csv", follow_symlinks=False)
+        )
     written.extend(write_plots(result, report_dir))
     return written
+
+
+def check_report_files(report_dir: str) -> None:
+    """Refuse, before any work, a file of the report that could not be replaced (a folder,
+    a FIFO or a device in its place); the folder itself is checked by
+    ``BenchmarkConfig.check``.
+
+    Raises:
+        UserError: naming ``report_dir`` and the file.
+    """
+    from autotune.benchmark._plots import PLOT_FILES
+
+    for name in (*TABLE_FILES, *PLOT_FILES):
+        check_output_path("report_dir", Path(report_dir) / name, follow_symlinks=False)

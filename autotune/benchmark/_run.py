@@ -28,6 +28,7 @@ from autotune.benchmark._rankers import Specs
 from autotune.benchmark._rankers import heuristic_ranking
 from autotune.benchmark._rankers import peer_rankings
 from autotune.benchmark._rankers import simulate
+from autotune.benchmark._report import check_report_files
 from autotune.benchmark._report import console_tables
 from autotune.benchmark._report import json_payload
 from autotune.benchmark._report import regret_curve
@@ -43,6 +44,7 @@ from catalog import load_calibration
 from catalog import simulator_from_config
 from simulators import Simulator
 from simulators import UserError
+from simulators.files import write_failure
 from simulators.registry import SIMULATOR_NAMES
 
 __all__ = ["load_data", "run", "run_benchmark", "simulators_of"]
@@ -316,11 +318,16 @@ def _notes(cfg: BenchmarkConfig) -> dict[str, str]:
 def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
     settings = _settings(cfg)
     report_dir = Path(cfg.report_dir)
-    write_report(result, report_dir, settings, _notes(cfg))
     if cfg.output == "json":
-        print(json.dumps(json_payload(result, settings), allow_nan=False))
+        print(json.dumps(json_payload(result, settings), allow_nan=False), flush=True)
     else:
-        print(console_tables(result, int(cfg.top_k)))
+        print(console_tables(result, int(cfg.top_k)), flush=True)
+    problem, written = None, []
+    try:  # the result is printed first: a report that cannot be written does not lose it
+        written = write_report(result, report_dir, settings, _notes(cfg))
+    except (OSError, UserError) as exc:
+        problem = write_failure(report_dir, exc)
+    if cfg.output != "json" and problem is None:
         print(f"report: {report_dir}/benchmark.md")
     if cfg.tracking.enabled:
         from autotune.benchmark._tracking import log_benchmark_run
@@ -338,7 +345,7 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
             settings,
             result.summaries,
             OmegaConf.to_yaml(OmegaConf.structured(cfg)),
-            report_dir,
+            written,
             curves=curves,
         )
         if recorded.problem:
@@ -350,12 +357,15 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
                 cfg.tracking.uri,
                 cfg.tracking.experiment,
             )
+    if problem is not None:
+        raise UserError(problem)
 
 
 def run(config: BenchmarkConfig) -> None:
     """Run the benchmark of ``config`` and report it (console or JSON, files, MLflow)."""
     start = time.perf_counter()
     check_tracking(config.tracking)  # before any work: an unusable store fails now
+    check_report_files(config.report_dir)
     result = run_benchmark(config)
     _report(config, result)
     log.info("benchmark took %.1f s", time.perf_counter() - start)

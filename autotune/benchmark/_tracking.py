@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +38,17 @@ def log_benchmark_run(
     params: Mapping[str, Any],
     summaries: Mapping[str, Mapping[str, Any]],
     config_yaml: str,
-    report_dir: Path,
+    report_files: Sequence[Path],
     protocol: str = "zero_shot",
     curves: Mapping[str, list[tuple[int, float]]] | None = None,
 ) -> Recorded:
-    """Record the benchmark; MLflow's failures are reported in the result, never raised."""
+    """Record the benchmark with the report's files (those written, nothing else of their
+    folder); MLflow's failures are reported in the result, never raised."""
 
     def fill(run: TrackedRun) -> None:
         run.params(params)
         run.text("config.yaml", config_yaml)
-        run.folder(report_dir, "report")
+        run.files(report_files, "report")
         for name, summary in summaries.items():
             mine = summary.get("protocol", protocol)
             run.child(

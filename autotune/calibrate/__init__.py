@@ -16,7 +16,9 @@ from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import fit
 from autotune.calibrate._fit import memory_margin
+from autotune.calibrate._loop import ProbePlan
 from autotune.calibrate._loop import ProbeRound
+from autotune.calibrate._loop import plan_probes
 from autotune.calibrate._loop import probe_round
 from autotune.calibrate._loop import record_round
 from autotune.calibrate._margins import MIN_EVIDENCE
@@ -35,6 +37,7 @@ __all__ = [
     "FitSettings",
     "Margin",
     "Pick",
+    "ProbePlan",
     "ProbeRound",
     "Run",
     "StackMargin",
@@ -47,6 +50,7 @@ __all__ = [
     "margins_from",
     "memory_margin",
     "pick",
+    "plan_probes",
     "probe_round",
     "record_round",
     "shipped_margin",

@@ -6,7 +6,6 @@ import logging
 import math
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -29,6 +28,7 @@ from simulators import UserError
 from simulators.calibration import FACTORS
 from simulators.calibration import SCALE_FACTORS
 from simulators.calibration import Calibration
+from simulators.files import write_failure
 
 __all__ = ["fit_settings", "run_calibrate"]
 
@@ -132,19 +132,23 @@ def run_calibrate(config: CalibrateConfig) -> None:
     cluster_spec = catalog.load_cluster(cluster) if cluster else None
     command = "python -m autotune.calibrate " + " ".join(map(shlex.quote, sys.argv[1:]))
     record = calibration_record(result, simulator, cluster_spec, runs, config.data, command)
-    path = (
-        Path(config.out)
-        if config.out
-        else catalog.conf_dir() / "calibrations" / f"{config.name}.yaml"
-    )
+    path = config.output_path()
     for note in result.notes:
         log.info(f"note: {note}")
-    write_calibration(record, path, config.calibrate.interval)
+    problem = None
+    try:
+        write_calibration(record, path, config.calibrate.interval)
+    except (OSError, UserError) as exc:  # the fit is printed all the same, then the failure
+        problem = write_failure(path, exc)
     if config.output == "json":
-        emit_json({**record, "path": str(path)})
-        return
-    print(_table(result, simulator.name, cluster, framework, config.calibrate.interval))
-    print(f"\nwritten: {path} (use it with calibration={config.name if not config.out else path})")
+        emit_json({**record, "path": None if problem else str(path)})
+    else:
+        print(_table(result, simulator.name, cluster, framework, config.calibrate.interval))
+        if problem is None:
+            use = config.name if config.out is None else path
+            print(f"\nwritten: {path} (use it with calibration={use})")
+    if problem is not None:
+        raise UserError(problem)
 
 
 def _table(

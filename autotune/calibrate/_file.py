@@ -16,6 +16,7 @@ from simulators import ClusterSpec
 from simulators import Simulator
 from simulators.calibration import FACTORS
 from simulators.calibration import constant_overrides
+from simulators.files import write_atomically
 from simulators.names import one_line
 
 __all__ = ["calibration_record", "write_calibration"]
@@ -91,8 +92,8 @@ class _Dumper(yaml.SafeDumper):
 
 
 def write_calibration(record: dict[str, Any], path: Path, interval: float) -> Path:
-    """Write ``record`` as YAML with a header that explains it; the path written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``record`` as YAML with a header that explains it, whole or not at all (a full
+    disk leaves the previous file as it was); the path written."""
     header = _HEADER.format(
         simulator=one_line(record["simulator"]),
         interval=interval,
@@ -106,8 +107,7 @@ def write_calibration(record: dict[str, Any], path: Path, interval: float) -> Pa
         width=99,
         allow_unicode=True,
     )
-    path.write_text(header + body, encoding="utf-8")
-    return path
+    return write_atomically(path, header + body)
 
 
 def _plain(value: Any) -> Any:

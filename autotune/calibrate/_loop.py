@@ -14,8 +14,10 @@ round.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
+import os
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,9 +50,11 @@ from simulators import Prediction
 from simulators import UserError
 from simulators.calibration import FACTORS
 from simulators.calibration import CalibratedSimulator
+from simulators.files import check_output_path
+from simulators.files import write_failure
 from simulators.specs import RUN_SETTINGS
 
-__all__ = ["ProbeRound", "probe_round"]
+__all__ = ["ProbePlan", "ProbeRound", "plan_probes", "probe_round", "template_path"]
 
 log = logging.getLogger("autotune")
 _FILL = ("status", "step_time_s", "peak_memory_gib")  # the columns the user fills in
@@ -70,6 +74,7 @@ class ProbeRound:
     csv: Path | None = None
     notes: list[str] = field(default_factory=list)
     text: str = ""
+    problem: str | None = None  # why the probes' CSV was not written
 
     def payload(self) -> dict[str, Any]:
         """The round as JSON-ready values."""
@@ -92,8 +97,85 @@ class ProbeRound:
                 {"layout": lay.as_dict(), "predicted_step_time_s": p.step_time_s}
                 for lay, p in self.probes
             ]
-            out["probes_csv"] = str(self.csv)
+            out["probes_csv"] = None if self.csv is None else str(self.csv)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class ProbePlan:
+    """What the probe loop reads and where it writes, settled before the search."""
+
+    measured: tuple[tuple[Layout, Run], ...]  # the rows of ``measured=`` (empty: none)
+    notes: tuple[str, ...]  # rows left out of them
+    csv: Path | None  # where the next probes go (None: probes=0)
+    moved: str | None  # why ``csv`` is not ``probes_out`` (None: it is)
+
+
+def plan_probes(config: AutotuneConfig, job: Job) -> ProbePlan | None:
+    """Read ``measured=`` and choose where the next probes go, before any work (None: no
+    probe loop).
+
+    Raises:
+        UserError: a measured file that does not load or holds rows of another job, or no
+            path where the probes could be written.
+    """
+    if not (config.probes or config.measured):
+        return None
+    measured, notes = _measured(job, config.measured) if config.measured else ([], [])
+    csv, moved = (None, None)
+    if config.probes > 0:
+        csv, moved = template_path(config.probes_out, config.measured)
+    return ProbePlan(tuple(measured), tuple(notes), csv, moved)
+
+
+def template_path(probes_out: str, measured: str | None) -> tuple[Path, str | None]:
+    """Where the next probes are written, and why that is not ``probes_out`` (None: it is).
+
+    A template never replaces a file that holds measurements: the file ``measured=`` reads
+    (``probes=3 measured=probes.csv``, the loop as the README runs it), or one whose
+    ``status``, ``step_time_s`` or ``peak_memory_gib`` has a value, or any file that is not
+    an unfilled template. The probes then go beside it, to the first free ``NAME-2.csv``,
+    ``NAME-3.csv``, ... (one that is absent or an unfilled template). Only an unfilled
+    template of an earlier round is ever replaced.
+    """
+    wanted = Path(probes_out)
+    reason = _holds_measurements(wanted, measured)
+    if reason is None:
+        check_output_path("probes_out", wanted)
+        return wanted, None
+    for number in itertools.count(2):
+        candidate = wanted.with_name(f"{wanted.stem}-{number}{wanted.suffix}")
+        if _holds_measurements(candidate, measured) is None:
+            check_output_path("probes_out", candidate)
+            return candidate, f"{probes_out} {reason}: the next probes go to {candidate}"
+    raise AssertionError("unreachable")
+
+
+def _same_file(path: Path, other: str | None) -> bool:
+    if other is None:
+        return False
+    if path.exists() and os.path.exists(other):
+        return os.path.samefile(path, other)
+    return os.path.realpath(path) == os.path.realpath(other)
+
+
+def _holds_measurements(path: Path, measured: str | None) -> str | None:
+    """Why the file at ``path`` must be kept (None: it is absent or an unfilled template)."""
+    if _same_file(path, measured):
+        return "is the measured file"
+    if not os.path.lexists(path):
+        return None
+    if not path.is_file():
+        return "is not a regular file"
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (ValueError, OSError, UnicodeDecodeError):  # pandas' parser errors are ValueErrors
+        return "is not a probe template"
+    if not set(_FILL) <= set(table.columns):
+        return "is not a probe template"
+    if (table[list(_FILL)] != "").to_numpy().any():
+        return "holds measurements"
+    return None
 
 
 def _job_problems(job: Job, specs: Specs) -> list[str]:
@@ -190,14 +272,21 @@ def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: st
 
 
 def probe_round(
-    config: AutotuneConfig, job: Job, ranked: Sequence[tuple[Layout, Prediction]]
+    config: AutotuneConfig,
+    job: Job,
+    ranked: Sequence[tuple[Layout, Prediction]],
+    plan: ProbePlan,
 ) -> ProbeRound:
     """Feed ``measured=`` back (calibrate, re-rank, pick) and choose ``probes=`` K layouts.
 
+    A CSV of the probes that cannot be written (a full disk) costs only the file: the round
+    says why in ``problem``, and the command reports it after the result.
+
     Args:
-        config: the search's config (``probes``, ``measured``, ``probes_out``, ``calibrate``).
+        config: the search's config (``probes``, ``measured``, ``calibrate``).
         job: the job, its simulator a :class:`CalibratedSimulator` (calibration and margin).
         ranked: every layout the search priced, best first, with its prediction.
+        plan: the measured rows and where the probes go (:func:`plan_probes`).
     """
     assert isinstance(job.simulator, CalibratedSimulator)
     settings = fit_settings(config.calibrate, bootstrap=False)
@@ -207,7 +296,7 @@ def probe_round(
     predictions = [pred for _, pred in ranked]
     lines: list[str] = []
     if config.measured:
-        round_.measured, round_.notes = _measured(job, config.measured)
+        round_.measured, round_.notes = list(plan.measured), list(plan.notes)
         result = fit(
             simulator.base, [run for _, run in round_.measured], settings, simulator.calibration
         )
@@ -258,10 +347,13 @@ def probe_round(
             center,
         )
         round_.probes = [(candidates[open_[j]], predictions[open_[j]]) for j in chosen_probes]
-        round_.csv = Path(config.probes_out)
+        assert plan.csv is not None
         name = f"{job.model.name} on {job.cluster.num_devices} x {job.cluster.name}"
-        write_csv(_probe_frame(job, round_.probes, name), round_.csv)
-        lines += _probes_text(job, round_)
+        try:
+            round_.csv = write_csv(_probe_frame(job, round_.probes, name), plan.csv)
+        except (OSError, UserError) as exc:
+            round_.problem = write_failure(plan.csv, exc)
+        lines += _probes_text(job, round_, plan.moved)
     round_.text = "\n".join(lines)
     return round_
 
@@ -319,7 +411,7 @@ def _fed_back_text(
     return lines
 
 
-def _probes_text(job: Job, round_: ProbeRound) -> list[str]:
+def _probes_text(job: Job, round_: ProbeRound, moved: str | None) -> list[str]:
     level = round_.final_pick.level if round_.final_pick is not None else 1.0
     shown = [
         (lay, dataclasses.replace(p, step_time_s=p.step_time_s * level))
@@ -336,6 +428,10 @@ def _probes_text(job: Job, round_: ProbeRound) -> list[str]:
             f"Probe {rank}: {layout.describe()}",
             launch_text(job.model, job.cluster, job.train, layout),
         ]
+    if round_.csv is None:  # not written: the command says why after the result
+        return lines
+    if moved is not None:
+        lines += textwrap.wrap(f"note: {moved}", width=_WIDTH)
     lines += textwrap.wrap(
         f"Fill in status (ok or oom), step_time_s and peak_memory_gib of {round_.csv}, then run "
         f"the same command with measured={round_.csv}",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,7 @@ from simulators import Layout
 from simulators import ModelSpec
 from simulators import TrainSpec
 from simulators import UserError
-
-_EXECUTABLE = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+from simulators.files import write_atomically
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,7 +124,9 @@ def write_launch_files(
     ``ds_config.json``, and a Megatron-Core job also a NeMo 2.0 recipe override when NeMo has
     the model's recipe. Scripts are executable; each starts with a comment naming the job and
     the layout, then the variables autotune cannot know (data, tokenizer, checkpoints,
-    length, learning rate, the node's rank). The folder is created if needed.
+    length, learning rate, the node's rank). The folder is created if needed. Each file is
+    written whole or not at all, and replaces what stands at its name (a symbolic link there
+    is replaced, never written through).
 
     Returns:
         The paths written, in order.
@@ -134,7 +134,9 @@ def write_launch_files(
     Raises:
         LayoutError: the layout breaks a rule, or the framework cannot run it.
         SpecError: the training step cannot run on the cluster (FP8 without FP8 cores).
-        UserError: the framework has no launcher.
+        UserError: the framework has no launcher, or a folder, FIFO or device stands at a
+            file's name.
+        OSError: a file could not be written (the disk is full, ...).
     """
     layout.check(model, cluster, train)
     train.check_on(cluster)
@@ -142,12 +144,9 @@ def write_launch_files(
     job = LaunchJob(model=model, cluster=cluster, train=train, layout=layout)
     files = launcher.files(job, launcher.title)
     folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     written = []
     for file in files:
         path = folder / file.name
-        path.write_text(file.text)
-        if file.executable:
-            path.chmod(path.stat().st_mode | _EXECUTABLE)
+        write_atomically(path, file.text, follow_symlinks=False, executable=file.executable)
         written.append(path)
     return written

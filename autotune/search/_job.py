@@ -28,6 +28,7 @@ from optuna.storages import BaseStorage
 
 import catalog
 from autotune.calibrate import calibrated_job
+from autotune.calibrate import plan_probes
 from autotune.calibrate import probe_round
 from autotune.calibrate import record_round
 from autotune.config import AutotuneConfig
@@ -52,6 +53,7 @@ from autotune.search._study import SAMPLERS
 from autotune.search._study import StopFlag
 from autotune.search._study import StudyResult
 from autotune.search._study import add_priced_trials
+from autotune.search._study import check_storage
 from autotune.search._study import open_storage
 from autotune.search._study import open_study
 from autotune.search._study import optimize
@@ -79,22 +81,26 @@ def run_search_job(config: AutotuneConfig) -> None:
     """Search, print the table (or the JSON object), record in MLflow; exit 130/143 when a
     signal stopped the search."""
     started = time.perf_counter()
+    # Every check before any work and before anything is written: a refused search creates
+    # nothing (the study's storage is created by search_job once the space is built).
     _check(config.search)
-    check_tracking(config.tracking)  # before any work: an unreachable store fails now
-    check_launch_dir(config.launch_dir)
-    storage = open_storage(config.search.storage)
+    check_tracking(config.tracking)
+    check_storage(config.search.storage)
+    check_launch_dir(config.launch_dir, config.search.top_k)
     job, margin = calibrated_job(
         job_from_config(config), config.calibration, config.search.memory_margin
     )
+    plan = plan_probes(config, job)
     stop = StopFlag()
     timings = Timings()
     with _stopping_on_signals(stop):
-        outcome = search_job(config, job, stop, storage)
+        outcome = search_job(config, job, stop)
     log.info(margin.text())
     rounds = None
-    if (config.probes or config.measured) and not outcome.stopped:
-        rounds = probe_round(config, job, outcome.ranked)
-    written = write_top_launch_files(config.launch_dir, job, outcome, config.search.top_k)
+    if plan is not None and not outcome.stopped:
+        rounds = probe_round(config, job, outcome.ranked, plan)
+    written, problem = write_top_launch_files(config.launch_dir, job, outcome, config.search.top_k)
+    problems = [p for p in (problem, rounds.problem if rounds else None) if p is not None]
     outcome = dataclasses.replace(outcome, launch_files=tuple(map(str, written)))
     timings.search_s = time.perf_counter() - started
     recorded = record_search(config, job, outcome, timings)
@@ -104,7 +110,11 @@ def run_search_job(config: AutotuneConfig) -> None:
     timings.total_s = time.perf_counter() - started
     emit_outcome(config, job, outcome, timings, recorded, rounds)
     if outcome.stopped:
+        for problem in problems:
+            log.warning(f"warning: {problem}")
         raise SystemExit(128 + stop.signal)
+    if problems:  # after the result: a file that could not be written does not lose it
+        raise UserError("; ".join(problems))
 
 
 def _screens(job: Job) -> bool:
@@ -147,7 +157,7 @@ def search_job(
     config: AutotuneConfig, job: Job, stop: StopFlag, storage: BaseStorage | None = None
 ) -> Outcome:
     """The search of ``config`` for ``job`` (no output, no MLflow record), in ``storage``
-    (in memory when None)."""
+    (when None: ``search.storage``, opened once the space is built, or in memory)."""
     search = config.search
     space = build_space(
         job.model, job.cluster, job.train, search, fixed_layout_values(config.parallel)
@@ -178,7 +188,7 @@ def search_job(
     fingerprint = _fingerprint(config, job, space)
     parallel = mode not in ("grid", "screen") and search.workers > 1
     with shared_study(search.storage, parallel) as url:
-        if parallel and storage is None:  # a journal file that lives as long as the search
+        if storage is None and url is not None:  # made now, once every check has passed
             storage = open_storage(url)
         study = open_study(storage, name, mode, search.seed, fingerprint)
         place = StudyPlace(url, name, mode, fingerprint) if parallel and url else None

@@ -2,13 +2,22 @@
 
 ``launch_dir/rank-1/`` holds the best layout's files for the job's framework
 (:func:`autotune.launch.write_launch_files`), ``rank-2/`` the next, up to ``search.top_k``;
-the MLflow run keeps the same folders as artifacts.
+the MLflow run keeps exactly those files as artifacts, nothing else of ``launch_dir``.
+
+autotune writes only into the ``rank-N`` folders and marks each with a manifest
+(:data:`MANIFEST`, the names of the files it wrote there). A later search replaces those files
+and removes the ones it no longer writes, in folders so marked only: a file it did not write
+is never touched, and a folder emptied of its files is removed. A ``rank-N`` that is a
+symbolic link or a file is refused before the search (writing through a link would write
+outside ``launch_dir``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
+import re
+import stat
 from pathlib import Path
 
 from autotune.launch import write_launch_files
@@ -16,39 +25,126 @@ from autotune.search._outcome import Outcome
 from catalog import Job
 from simulators import LayoutError
 from simulators import UserError
+from simulators.files import check_output_path
+from simulators.files import write_atomically
 
-__all__ = ["check_launch_dir", "write_top_launch_files"]
+__all__ = ["MANIFEST", "check_launch_dir", "write_top_launch_files"]
+
+MANIFEST = ".autotune-files"  # in each rank-N folder: the files autotune wrote there
+_RANK = re.compile(r"rank-[1-9][0-9]*")
+_HEADER = "# Written by autotune (python -m autotune): the files of this folder it replaces.\n"
 
 
-def check_launch_dir(launch_dir: str | None) -> None:
-    """Refuse a launch folder that cannot be written, before any work."""
+def check_launch_dir(launch_dir: str | None, top_k: int) -> None:
+    """Refuse, before any work, a launch folder that could not take the launch files: one
+    that is not a folder or cannot be written, or a ``rank-N`` in it that is a symbolic link
+    or a file.
+
+    Raises:
+        UserError: naming ``launch_dir`` and what stands in the way.
+    """
     if launch_dir is None:
         return
-    folder = Path(launch_dir)
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"launch_dir={launch_dir!r} is a file; give a folder (or null: none)")
-    parent = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"launch_dir={launch_dir!r}: {parent} is not writable")
+    check_output_path("launch_dir", launch_dir, folder=True)
+    for rank in range(1, top_k + 1):
+        folder = Path(launch_dir) / f"rank-{rank}"
+        try:
+            mode = os.lstat(folder).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if stat.S_ISLNK(mode):
+            raise UserError(
+                f"launch_dir={launch_dir!r}: {folder} is a symbolic link; autotune writes the "
+                "launch files only into folders of launch_dir (remove the link, or choose "
+                "another launch_dir)"
+            )
+        if not stat.S_ISDIR(mode):
+            raise UserError(
+                f"launch_dir={launch_dir!r}: {folder} is not a folder; remove it, or choose "
+                "another launch_dir"
+            )
 
 
 def write_top_launch_files(
     launch_dir: str | None, job: Job, outcome: Outcome, top_k: int
-) -> list[Path]:
-    """Write the launch files of the best ``top_k`` layouts that fit; the paths written.
+) -> tuple[list[Path], str | None]:
+    """Write the launch files of the best ``top_k`` layouts that fit; the paths written, and
+    why some could not be (None: all were).
 
-    A layout the framework cannot launch is skipped (the printed flags say why). Earlier
-    ``rank-N`` folders are replaced, so the folder always shows this search's picks.
+    A layout the framework cannot launch is skipped (the printed flags say why). Files that
+    an earlier search wrote and this one does not (a rank it has no layout for, another
+    framework's script) are removed, so the folders show this search's picks.
     """
     if launch_dir is None:
-        return []
+        return [], None
     written: list[Path] = []
     fitting = [layout for layout, prediction in outcome.top(top_k) if prediction.fits]
-    for rank, layout in enumerate(fitting, start=1):
-        folder = Path(launch_dir) / f"rank-{rank}"
-        shutil.rmtree(folder, ignore_errors=True)
-        try:
-            written += write_launch_files(job.model, job.cluster, job.train, layout, folder)
-        except LayoutError:
-            continue
-    return written
+    try:
+        for rank, layout in enumerate(fitting, start=1):
+            folder = Path(launch_dir) / f"rank-{rank}"
+            try:
+                files = write_launch_files(job.model, job.cluster, job.train, layout, folder)
+            except LayoutError:
+                files = []
+            _settle(folder, files)
+            written += files
+        for folder in _marked_folders(Path(launch_dir)):
+            if int(folder.name.removeprefix("rank-")) > len(fitting):
+                _settle(folder, [])
+    except UserError as exc:  # a folder, FIFO or device where a launch file goes
+        return written, str(exc)
+    except OSError as exc:
+        return written, f"launch files not written into {launch_dir}: {exc.strerror or exc}"
+    return written, None
+
+
+def _marked_folders(launch_dir: Path) -> list[Path]:
+    """The ``rank-N`` folders of ``launch_dir`` that autotune marked (never a link)."""
+    if not launch_dir.is_dir():
+        return []
+    return [
+        entry
+        for entry in launch_dir.iterdir()
+        if _RANK.fullmatch(entry.name)
+        and not entry.is_symlink()
+        and entry.is_dir()
+        and (entry / MANIFEST).is_file()
+    ]
+
+
+def _listed(folder: Path) -> list[str]:
+    """The file names the manifest of ``folder`` lists (plain names only: never a path)."""
+    manifest = folder / MANIFEST
+    if manifest.is_symlink() or not manifest.is_file():
+        return []
+    names = manifest.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [
+        name
+        for name in names
+        if name
+        and not name.startswith("#")
+        and name not in (".", "..", MANIFEST)
+        and "/" not in name
+        and "\0" not in name
+    ]
+
+
+def _settle(folder: Path, files: list[Path]) -> None:
+    """Mark ``folder`` as holding ``files``; remove the files an earlier manifest listed that
+    are not among them, and the folder (with its manifest) when nothing is left in it."""
+    kept = {path.name for path in files}
+    for name in _listed(folder):
+        if name not in kept:
+            stale = folder / name
+            if stale.is_symlink() or stale.is_file():
+                stale.unlink()
+    if files:
+        write_atomically(
+            folder / MANIFEST,
+            _HEADER + "".join(f"{name}\n" for name in sorted(kept)),
+            follow_symlinks=False,
+        )
+    elif (folder / MANIFEST).is_file():
+        (folder / MANIFEST).unlink()
+        with contextlib.suppress(OSError):  # a file autotune did not write keeps the folder
+            folder.rmdir()

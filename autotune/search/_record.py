@@ -95,8 +95,9 @@ def _fill(
     run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
     launch = launch_text(job.model, job.cluster, job.train, outcome.best_layout)
     run.text("launch_flags.txt", launch)
-    if outcome.launch_files and config.launch_dir is not None:
-        run.folder(Path(config.launch_dir), "launch")
+    if outcome.launch_files and config.launch_dir is not None:  # those files, nothing else
+        files = [Path(f) for f in outcome.launch_files]
+        run.files(files, "launch", root=Path(config.launch_dir))
     _progress_history(run, outcome)
     run.html("plots.html", search_page(outcome.study, table))
     # MLflow lists the newest run first: create the worst child first, a millisecond apart.

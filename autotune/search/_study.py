@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import threading
 import time
 import warnings
@@ -38,12 +37,14 @@ from autotune.search._space import SearchSpace
 from simulators import Layout
 from simulators import Prediction
 from simulators import UserError
+from simulators.files import check_output_path
 
 __all__ = [
     "SAMPLERS",
     "StopFlag",
     "StudyResult",
     "add_priced_trials",
+    "check_storage",
     "evaluated_trials",
     "open_storage",
     "open_study",
@@ -76,6 +77,12 @@ GRACE_S = 30
 # What processes creating one fresh database at once run into (sqlite, PostgreSQL, MySQL):
 # the loser retries and finds the tables made.
 _CREATION_RACES = ("locked", "already exists", "UNIQUE constraint", "duplicate key", "Duplicate")
+# The storages in a local file: their URL prefix, what they are, how such a file starts (a
+# file that starts otherwise is someone else's: refused, never opened as a store).
+_FILE_STORES = (
+    ("sqlite:///", "an SQLite database", b"SQLite format 3\x00"),
+    ("journal:", "an Optuna journal file", b"{"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,29 +109,50 @@ class StopFlag:
         return self._event.is_set()
 
 
-def open_storage(url: str | None) -> BaseStorage | None:
-    """The storage of ``search.storage``, checked before any work (None: in memory).
+def check_storage(url: str | None) -> None:
+    """Refuse an unusable ``search.storage`` before any work, creating nothing.
 
     ``sqlite:///PATH``, ``postgresql://...`` or ``mysql://...`` (Optuna's RDB storage, with
     heartbeats), or ``journal:PATH`` (Optuna's journal file, safe for several local workers).
+    A server's database is reached only when the study opens (:func:`open_storage`).
 
     Raises:
-        UserError: a malformed URL, a missing driver, an unwritable path or an unreachable
-            server, with what is allowed.
+        UserError: a malformed URL, a path that cannot be written, or a file there that is
+            not such a store (someone else's file is never opened as one).
     """
     if url is None:
-        return None
+        return
     allowed = "sqlite:///PATH, postgresql://USER:PASSWORD@HOST/DB, mysql://..., journal:PATH"
+    for scheme, kind, start in _FILE_STORES:
+        if url.startswith(scheme):
+            path = check_output_path("search.storage", url.removeprefix(scheme), given=url)
+            if path.is_file() and path.stat().st_size:
+                with path.open("rb") as handle:
+                    if handle.read(len(start)) != start:
+                        raise UserError(f"search.storage={url!r}: {path} is not {kind}")
+            return
+    if not url.startswith(("postgresql", "mysql")):
+        raise UserError(f"search.storage={url!r} is not a storage URL; allowed: {allowed}")
+
+
+def open_storage(url: str | None) -> BaseStorage | None:
+    """The storage of ``search.storage`` (None: in memory), created if need be: once every
+    other check has passed, so that a refused search creates no database.
+
+    Raises:
+        UserError: what :func:`check_storage` refuses, a missing driver, an unreachable
+            server or a file that is not a database.
+    """
+    check_storage(url)
+    if url is None:
+        return None
+    if url.startswith(("journal:", "sqlite:///")):
+        path = Path(url.removeprefix("journal:").removeprefix("sqlite:///"))
+        path.parent.mkdir(parents=True, exist_ok=True)
     if url.startswith("journal:"):
-        path = Path(url.removeprefix("journal:"))
-        _check_writable(path, url)
         from optuna.storages.journal import JournalFileBackend
 
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
-    if not url.startswith(("sqlite:///", "postgresql", "mysql")):
-        raise UserError(f"search.storage={url!r} is not a storage URL; allowed: {allowed}")
-    if url.startswith("sqlite:///"):
-        _check_writable(Path(url.removeprefix("sqlite:///")), url)
+        return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
     engine = (
         {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     )
@@ -169,20 +197,6 @@ def _write_ahead(storage: optuna.storages.RDBStorage) -> None:
 
     sqlalchemy.event.listen(storage.engine, "connect", on_connect)
     storage.engine.dispose()  # the pooled connections opened before the listener
-
-
-def _check_writable(path: Path, url: str) -> None:
-    if path.is_dir():
-        raise UserError(f"search.storage={url!r} names a folder; give a file path")
-    folder = path.parent if str(path.parent) else Path(".")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(
-            f"search.storage={url!r}: cannot create {folder}: {exc.strerror}"
-        ) from None
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"search.storage={url!r}: {path} is not writable")
 
 
 def open_study(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulators.errors import UserError
+from simulators.files import atomic_writer
 from simulators.hierarchical.cost import COST_TABLE_COLUMNS
 from simulators.hierarchical.graph import LayerShape
 
@@ -142,11 +143,9 @@ def profile_shapes(
 
 
 def write_table(rows: Sequence[dict[str, object]], path: str | Path) -> Path:
-    """Write profiled rows as CSV with :data:`COST_TABLE_COLUMNS`."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("w", newline="") as handle:
+    """Write profiled rows as CSV with :data:`COST_TABLE_COLUMNS`, whole or not at all."""
+    with atomic_writer(path, newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COST_TABLE_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    return target
+    return Path(path)

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from simulators.files import write_atomically
 from simulators.hierarchical.inter_stage import LANES
 from simulators.hierarchical.inter_stage import Event
 from simulators.hierarchical.inter_stage import Timeline
@@ -59,6 +60,8 @@ def chrome_trace(events: Iterable[Event]) -> dict[str, object]:
 def write_chrome_trace(source: Prediction | Iterable[Event], path: str | Path) -> Path:
     """Write the timeline of a hierarchical prediction (or of ``Event`` records) as JSON.
 
+    The file is written whole or not at all (``simulators.files.write_atomically``).
+
     Raises:
         ValueError: ``source`` is a prediction without a timeline (another simulator's).
     """
@@ -67,7 +70,4 @@ def write_chrome_trace(source: Prediction | Iterable[Event], path: str | Path) -
         if not isinstance(timeline, Timeline):
             raise ValueError("this prediction has no timeline; use simulator=hierarchical")
         source = timeline.events()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(chrome_trace(source)))
-    return target
+    return write_atomically(path, json.dumps(chrome_trace(source)))

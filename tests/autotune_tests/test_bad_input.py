@@ -3,8 +3,9 @@
 Each case runs the command's ``main`` in this process (fast) from an empty folder, with MLflow
 pointed into it, and asserts what a user sees: exit status 2, exactly one line that starts with
 ``error: `` (a layout that breaks several rules lists them below it), the words that say what
-is wrong, no traceback, and nothing written (so no MLflow run, RUNNING or otherwise). A few
-cases run as real processes to prove the exit status and the single line on stderr.
+is wrong, no traceback, and nothing written, not even a folder (so no MLflow run, RUNNING or
+otherwise). A few cases run as real processes to prove the exit status and the single line on
+stderr.
 
 The cases are grouped by where the value enters: Hydra's own refusals (``catalog.compose``),
 the specs' ``__post_init__`` (model, cluster, train, layout), the simulators' and frameworks'
@@ -399,13 +400,14 @@ SEARCH = [
 TRACKING = [
     ("search", ["search.storage=notaurl"], "search.storage='notaurl' is not a storage URL"),
     ("search", ["search.storage="], "search.storage='' is not a storage URL"),
-    ("search", ["search.storage=journal:/tmp"], "names a folder; give a file path"),
-    ("search", ["search.storage=sqlite:////proc/nope/x.db"], "cannot create /proc/nope"),
+    ("search", ["search.storage=journal:/tmp"], "'journal:/tmp' is a folder; give a file path"),
+    ("search", ["search.storage=sqlite:////proc/nope/x.db"], "/proc takes no new file"),
     ("search", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
     ("search", ["tracking.uri=file:"], "MLflow 3.13+ refuses a plain file store"),
     ("search", ["tracking.uri="], "tracking.uri='' is empty"),
-    ("search", ["tracking.uri=sqlite:////proc/nope/m.db"], "cannot create /proc/nope"),
-    ("search", ["tracking.uri=sqlite:////tmp"], "names a folder; give a database file path"),
+    ("search", ["tracking.uri=sqlite:////proc/nope/m.db"], "/proc takes no new file"),
+    ("search", ["tracking.uri=sqlite:////tmp"], "'sqlite:////tmp' is a folder; give a file"),
+    ("search", ["tracking.experiment="], "tracking.experiment='' is empty"),
     ("benchmark", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
 ]
 BENCHMARK = [
@@ -499,6 +501,19 @@ PATHS = [
     ("benchmark", ["report_dir=/etc/passwd"], "report_dir='/etc/passwd' is a file"),
     ("benchmark", ["report_dir=/etc/passwd/x"], "/etc/passwd is a file, not a folder"),
     ("benchmark", ["report_dir="], "report_dir='' is empty; give a folder path"),
+    ("benchmark", ["report_dir=/dev/null"], "report_dir='/dev/null' is a device; give a folder"),
+    ("profile", ["out=/dev/full"], "out='/dev/full' is a device; give a file path"),
+    ("simulate", ["trace=/dev/null"], "trace='/dev/null' is a device; give a file path"),
+    ("search", ["probes=1", "probes_out=/dev/full"], "probes_out='/dev/full' is a device"),
+    ("search", ["probes=1", "probes_out=/proc/p.csv"], "/proc takes no new file"),
+    ("search", ["probes=1", "probes_out=/tmp"], "probes_out='/tmp' is a folder"),
+    ("search", ["launch_dir=/dev/null"], "launch_dir='/dev/null' is a device; give a folder"),
+    ("search", ["launch_dir="], "launch_dir='' is empty; give a folder path"),
+    ("search", ["launch_dir=/etc/passwd"], "launch_dir='/etc/passwd' is a file; give a folder"),
+    ("search", ["search.storage=sqlite:////dev/full"], "'sqlite:////dev/full' is a device"),
+    ("search", [f"search.storage=journal:{DATA}"], "runs.csv is not an Optuna journal file"),
+    ("search", ["tracking.uri=sqlite:////dev/null"], "'sqlite:////dev/null' is a device"),
+    ("search", ["measured=/nonexistent.csv"], "/nonexistent.csv: no such file"),
 ]
 CASES = HYDRA + MODEL + CLUSTER + TRAIN + LAYOUT + CONSTANTS + SEARCH + TRACKING + BENCHMARK
 CASES += PROFILE + NAMES + PATHS
@@ -567,8 +582,8 @@ def test_bad_input_is_one_error_line_and_nothing_written(
     status, out, err = run_main(command, *_arguments(command, args, data_file, tmp_path))
     assert_one_clean_error(status, err, words)
     assert out == ""
-    written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert written == []  # no report, table, trace, study or MLflow database
+    written = list(tmp_path.rglob("*"))
+    assert written == []  # no report, table, trace, study, MLflow database, nor their folders
 
 
 def _process(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

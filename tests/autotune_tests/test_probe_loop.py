@@ -84,3 +84,23 @@ def test_the_memory_margin_is_shown_and_can_be_set(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "fits = predicted peak memory x 1.100 within the device memory" in proc.stdout
     assert "memory margin 10.0% (search.memory_margin)" in proc.stderr
+
+
+def test_the_next_probes_never_replace_the_measurements(
+    probed: tuple[Path, dict], tmp_path: Path
+) -> None:
+    """The README's loop, ``probes=K measured=probes.csv``: the filled-in file is read and
+    kept; the next probes go beside it. An unfilled template is replaced in place."""
+    folder, _ = probed
+    filled = (folder / "filled.csv").read_bytes()
+    (tmp_path / "probes.csv").write_bytes(filled)
+    payload = _probe(tmp_path, "probes=2", "measured=probes.csv")
+    assert (tmp_path / "probes.csv").read_bytes() == filled
+    assert payload["probe_round"]["probes_csv"] == "probes-2.csv"
+    assert len(pd.read_csv(tmp_path / "probes-2.csv")) == 2
+    proc = run("autotune", *SMALL, OFF, "probes=1", cwd=tmp_path)  # probes_out=probes.csv
+    assert proc.returncode == 0, proc.stderr
+    assert "probes.csv holds measurements: the next probes go to probes-2.csv" in proc.stdout
+    assert (tmp_path / "probes.csv").read_bytes() == filled
+    assert len(pd.read_csv(tmp_path / "probes-2.csv")) == 1  # the unfilled one, replaced
+    assert sorted(p.name for p in tmp_path.glob("probes*")) == ["probes-2.csv", "probes.csv"]

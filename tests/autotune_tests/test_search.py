@@ -241,8 +241,8 @@ def test_storage_urls_are_checked_before_any_work(tmp_path: Path) -> None:
     for url, message in (
         ("notaurl", "is not a storage URL"),
         ("", "is not a storage URL"),
-        (f"sqlite:///{tmp_path}", "names a folder"),
-        ("sqlite:////proc/nope/study.db", "cannot create"),
+        (f"sqlite:///{tmp_path}", "is a folder; give a file path"),
+        ("sqlite:////proc/nope/study.db", "/proc takes no new file"),
         ("postgresql://u@127.0.0.1:1/db", "cannot open search.storage|needs a database driver"),
     ):
         with pytest.raises(UserError, match=message):

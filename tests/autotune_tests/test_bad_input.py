@@ -407,7 +407,6 @@ TRACKING = [
     ("search", ["tracking.uri="], "tracking.uri='' is empty"),
     ("search", ["tracking.uri=sqlite:////proc/nope/m.db"], "/proc takes no new file"),
     ("search", ["tracking.uri=sqlite:////tmp"], "'sqlite:////tmp' is a folder; give a file"),
-    ("search", ["tracking.experiment="], "tracking.experiment='' is empty"),
     ("benchmark", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
 ]
 BENCHMARK = [

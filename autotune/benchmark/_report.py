@@ -88,7 +88,8 @@ def fit_table(result: BenchmarkResult) -> pd.DataFrame:
     rows = result.rows
     if not len(rows) or not rows["in_fit"].any():
         return pd.DataFrame()
-    rows = rows[rows["status"] == "ok"].assign(
+    rows = rows[rows["status"] == "ok"]
+    rows = rows.assign(
         ape=ape(rows["predicted_step_time_s"].to_numpy(float), rows["step_time_s"].to_numpy(float))
     )
     rows = rows[np.isfinite(rows["ape"])]

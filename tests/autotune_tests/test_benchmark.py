@@ -25,8 +25,10 @@ from autotune.benchmark._report import fit_table
 from autotune.benchmark._report import json_payload
 from autotune.benchmark._report import overall_table
 from autotune.benchmark._report import write_report
+from autotune.calibrate import shipped_margin
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
+from catalog import load_simulator
 from simulators import ClusterSpec
 from simulators import Layout
 from simulators import ModelSpec
@@ -237,14 +239,17 @@ def test_a_given_memory_margin_decides_what_fits(tmp_path: Path) -> None:
 
 def test_zero_shot_fits_with_the_margin_the_search_applies() -> None:
     # NeMo 24.07's Nemotron-340B FP8 row ran; it is predicted at 79.1 GiB of 80, which the
-    # search's shipped margin (2.5%) rejects, and so does the benchmark unless told otherwise.
+    # search's shipped margin rejects, and so does the benchmark unless told otherwise. The
+    # margin's value follows the shipped rows with a measured peak, so it is read, not written.
     def false_infeasible(*overrides: str) -> float:
         config = load_config(
             BenchmarkConfig, ["tracking.enabled=false", "data=nemo", "baselines=[]", *overrides]
         )
         return float(run_benchmark(config).summaries["analytical"]["false_infeasible_rate"])
 
-    assert false_infeasible() == pytest.approx(1 / 17)
+    shipped = shipped_margin(load_simulator("analytical")).value
+    assert shipped > 0
+    assert false_infeasible() == false_infeasible(f"memory_margin={shipped}") >= 1 / 17
     assert false_infeasible("memory_margin=0") == 0.0
 
 
@@ -317,7 +322,7 @@ def test_whole_benchmark_fits_120_columns_and_shows_progress(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["data=nowhere"], "unknown data 'nowhere'; expected public, one of dgxc, dlperf, "),
+        (["data=nowhere"], "unknown data 'nowhere'; expected public, one of "),
         (
             ["data=korthikanti", "hardware=b300"],
             "hardware 'b300' not in the data; available: a100",

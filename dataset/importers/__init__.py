@@ -15,6 +15,7 @@ import pandas as pd
 
 from dataset.importers import dgxc
 from dataset.importers import dlperf
+from dataset.importers import flagperf
 from dataset.importers import korthikanti
 from dataset.importers import megatron_bridge
 from dataset.importers import mindspeed
@@ -36,6 +37,7 @@ _MODULES: tuple[ModuleType, ...] = (
     megatron_bridge,
     dgxc,
     mindspeed_2026,
+    flagperf,
 )
 # source name -> (raw file name in dataset/raw, converter)
 IMPORTERS: dict[str, tuple[str, Importer]] = {m.SOURCE: (m.RAW_FILE, m.convert) for m in _MODULES}

@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pandas as pd
 
+from dataset.importers import bigscience_tr3m
 from dataset.importers import dgxc
 from dataset.importers import dlperf
 from dataset.importers import flagperf
@@ -38,6 +39,7 @@ _MODULES: tuple[ModuleType, ...] = (
     dgxc,
     mindspeed_2026,
     flagperf,
+    bigscience_tr3m,
 )
 # source name -> (raw file name in dataset/raw, converter)
 IMPORTERS: dict[str, tuple[str, Importer]] = {m.SOURCE: (m.RAW_FILE, m.convert) for m in _MODULES}

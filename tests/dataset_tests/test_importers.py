@@ -13,6 +13,7 @@ import dataset
 from dataset.build import RAW_DIR
 from dataset.build import build
 from dataset.importers import IMPORTERS
+from dataset.importers import bigscience_tr3m
 from dataset.importers import dgxc
 from dataset.importers import flagperf
 from dataset.importers import megatron_bridge
@@ -48,6 +49,7 @@ def test_build_round_trip_matches_the_shipped_files(tmp_path: Path) -> None:
         "dgxc": 209,
         "mindspeed_2026": 1,
         "flagperf": 16,
+        "bigscience_tr3m": 27,
     }
     for source in IMPORTERS:
         fresh = (tmp_path / f"{source}.csv").read_text()
@@ -249,3 +251,34 @@ def test_flagperf_accounts_for_every_configuration() -> None:
     assert len(flagperf.convert(raw)) + len(skipped) == len(list(configs(raw))) == 20
     assert skipped["flagperf_mixtral_8x7b_h100x32_pp2dp2ep1tp8"].startswith("status config_")
     assert "gbs_unverified" in skipped["flagperf_llama3_8b_h100x440_bf16_pp1dp220tp2"]
+
+
+def test_bigscience_tr3m_values_checked_by_hand(tmp_path: Path) -> None:
+    rows = _rows_by_config(tmp_path, "bigscience_tr3m")
+    # experiments/tr3m-1B3.md line 22: | 2 | 1 | 1 | 8 | 1 | 29 | 47.0 | 16GB |
+    first = rows["bigscience_tr3m_v100_32g_full_tp1_pp1_dp8_mbs1"]
+    assert (first["step_time_s"], first["peak_memory_gib"]) == (29, 16)
+    assert (first["recompute"], first["precision"], first["framework"]) == (
+        "full",
+        "fp16",
+        "megatron_deepspeed",
+    )
+    assert (first["device_memory_gib"], first["devices_per_node"]) == (32, 4)
+    assert (first["vocab_size"], first["num_layers"], first["hidden_size"]) == (50304, 24, 2048)
+    assert first["distributed_optimizer"] and not first["flash_attention"]
+    # line 48, without --checkpoint-activations: | 2 | 2 | 1 | 4 | 1 | 39 | 26.2 | 21GB |
+    tp2 = rows["bigscience_tr3m_v100_32g_none_tp2_pp1_dp4_mbs1"]
+    assert (tp2["recompute"], tp2["step_time_s"], tp2["vocab_size"]) == ("none", 39, 50432)
+    assert tp2["scenario"] == first["scenario"]  # recompute is part of the layout
+    # line 104 on the 16 GB partition: | 2 | 1 | 8 | 1 | 8 | x | | OOM |
+    oom = rows["bigscience_tr3m_v100_16g_full_tp1_pp8_dp1_mbs8"]
+    assert oom["status"] == "oom" and pd.isna(oom["step_time_s"])
+    assert oom["device_memory_gib"] == 16
+    by_scenario = Counter((str(r["scenario"]), str(r["status"])) for r in rows.values())
+    assert by_scenario == {
+        ("bigscience_tr3m|1B3|V100-32GB|gpus8|gbs512|seq2048", "ok"): 15,
+        ("bigscience_tr3m|1B3|V100-32GB|gpus8|gbs512|seq2048", "oom"): 1,
+        ("bigscience_tr3m|1B3|V100-16GB|gpus8|gbs512|seq2048", "ok"): 8,
+        ("bigscience_tr3m|1B3|V100-16GB|gpus8|gbs512|seq2048", "oom"): 3,
+    }
+    assert bigscience_tr3m.SOURCE == "bigscience_tr3m"

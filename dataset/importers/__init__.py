@@ -13,9 +13,11 @@ from types import ModuleType
 
 import pandas as pd
 
+from dataset.importers import bigscience_tr3m
 from dataset.importers import bloom
 from dataset.importers import dgxc
 from dataset.importers import dlperf
+from dataset.importers import flagperf
 from dataset.importers import korthikanti
 from dataset.importers import megatron_bridge
 from dataset.importers import mindspeed
@@ -38,6 +40,8 @@ _MODULES: tuple[ModuleType, ...] = (
     dgxc,
     mindspeed_2026,
     bloom,
+    flagperf,
+    bigscience_tr3m,
 )
 # source name -> (raw file name in dataset/raw, converter)
 IMPORTERS: dict[str, tuple[str, Importer]] = {m.SOURCE: (m.RAW_FILE, m.convert) for m in _MODULES}

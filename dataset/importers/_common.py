@@ -27,6 +27,7 @@ __all__ = [
     "job_columns",
     "knobs",
     "leading_int",
+    "padded_vocab",
     "metric",
     "order_columns",
     "provenance",
@@ -108,7 +109,9 @@ def configs(path: Path) -> Iterator[Config]:
 
 
 def metric(config: Config, name: str, unit: str) -> float:
-    """The value of metric ``name``, checked to be in ``unit``."""
+    """The value of metric ``name``, checked to be present and in ``unit``."""
+    if name not in config.metrics:
+        raise ValueError(f"config {config.row['config_id']}: no value for metric {name}")
     if config.units[name] != unit:
         raise ValueError(
             f"config {config.row['config_id']}: {name} in {config.units[name]!r}, "
@@ -134,6 +137,13 @@ def dp_overlap(flags: Collection[str] | str) -> dict[str, bool | None]:
         "overlap_grad_reduce": True if "overlap-grad-reduce" in flags else None,
         "overlap_param_gather": True if "overlap-param-gather" in flags else None,
     }
+
+
+def padded_vocab(vocab_size: int, tp: int, multiple: int = 128) -> int:
+    """``vocab_size`` rounded up to a multiple of ``multiple * tp``, as Megatron pads the
+    embedding (``--make-vocab-size-divisible-by``, default 128, times the TP degree)."""
+    step = multiple * tp
+    return -(-vocab_size // step) * step
 
 
 def leading_int(text: str) -> int:

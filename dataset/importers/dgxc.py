@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dataset.importers._common import padded_vocab
 from dataset.importers._tables import layout_reason
 from dataset.importers._tables import megatron_core_row
 from dataset.importers._tables import read_rows
@@ -110,18 +111,13 @@ def skipped(path: Path) -> list[tuple[str, str]]:
     return [(row_label(r), _reason(r)) for r in read_rows(path) if _reason(r)]
 
 
-def _padded_gpt2_vocab(tp: int) -> int:
-    multiple = _VOCAB_MULTIPLE * tp
-    return -(-_GPT2_VOCAB // multiple) * multiple
-
-
 def _record(row: Row) -> dict[str, object]:
     recipe = _RECIPES.get(_readme(row), _Recipe(seq_len=0))
     changes: dict[str, object] = {}
     if recipe.kv_heads:
         changes["num_kv_heads"] = recipe.kv_heads
     if recipe.gpt2_tokenizer:
-        changes["vocab_size"] = _padded_gpt2_vocab(int(row["tp"]))
+        changes["vocab_size"] = padded_vocab(_GPT2_VOCAB, int(row["tp"]), _VOCAB_MULTIPLE)
     cluster = _CLUSTERS[row["hardware"]]
     fp32_grads = (row["release"], _readme(row)) in _FP32_GRADS
     return megatron_core_row(

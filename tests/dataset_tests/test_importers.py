@@ -6,19 +6,25 @@ from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
+import pandas as pd
 import pytest
 
 import dataset
 from dataset.build import RAW_DIR
 from dataset.build import build
 from dataset.importers import IMPORTERS
+from dataset.importers import bigscience_tr3m
 from dataset.importers import dgxc
+from dataset.importers import flagperf
 from dataset.importers import megatron_bridge
 from dataset.importers import mindspeed
 from dataset.importers import mindspeed_2026
 from dataset.importers import nemo
+from dataset.importers._common import configs
 from dataset.importers._common import knobs
 from dataset.importers._common import leading_int
+from dataset.importers._common import metric
+from dataset.importers._common import padded_vocab
 from dataset.importers._tables import precision_of
 from dataset.importers._tables import read_rows
 
@@ -43,6 +49,8 @@ def test_build_round_trip_matches_the_shipped_files(tmp_path: Path) -> None:
         "dgxc": 209,
         "mindspeed_2026": 1,
         "bloom": 131,
+        "flagperf": 16,
+        "bigscience_tr3m": 27,
     }
     for source in IMPORTERS:
         fresh = (tmp_path / f"{source}.csv").read_text()
@@ -210,3 +218,101 @@ def test_bloom_rows_carry_what_the_chronicles_state(tmp_path: Path) -> None:
     assert by_ref["bloom_L656_84"]["global_batch_size"] == 512  # "NLAYERS=6 / GBS=512"
     assert "bloom_L646_82" not in by_ref  # 40 nodes cannot hold DP 8 x TP 8 x PP 10
     assert "bloom_L798_161" not in by_ref  # the same layout measured again on one day
+
+
+def test_padded_vocab_rounds_up_to_128_times_tp() -> None:
+    assert padded_vocab(50257, 1) == 50304 and padded_vocab(50257, 2) == 50432
+    assert padded_vocab(128256, 2) == 128256 and padded_vocab(128256, 8) == 129024
+
+
+def test_an_empty_metric_is_absent_and_asking_for_it_names_the_config(tmp_path: Path) -> None:
+    raw = tmp_path / "raw.csv"
+    raw.write_text(
+        "config_id,metric_name,metric_value,unit,status\n"
+        "ran,iteration_time,29,s,ok\n"
+        "failed,iteration_time,,s,oom\n"
+    )
+    ran, failed = configs(raw)
+    assert metric(ran, "iteration_time", "s") == 29.0
+    assert failed.metrics == {}
+    with pytest.raises(ValueError, match="failed: no value for metric iteration_time"):
+        metric(failed, "iteration_time", "s")
+    with pytest.raises(ValueError, match="expected 'ms'"):
+        metric(ran, "iteration_time", "ms")
+
+
+def _rows_by_config(tmp_path: Path, source: str) -> dict[str, dict[str, object]]:
+    build(RAW_DIR, tmp_path)
+    table = dataset.load_public([source], tmp_path)
+    return {
+        str(row["source_ref"]).split(" [config_id ")[1].rstrip("]"): row
+        for row in table.to_dict("records")
+    }
+
+
+def test_flagperf_values_checked_by_hand(tmp_path: Path) -> None:
+    rows = _rows_by_config(tmp_path, "flagperf")
+    # llama3_8B README line 60: | A100单机8卡（1x8） | bf16 | PP2DP4TP1 | / | 3698.7 | .. | 76/80 |
+    base = rows["flagperf_llama3_8b_a800x8_pp2dp4tp1"]
+    assert base["step_time_s"] == pytest.approx(512 * 8192 / (3698.7 * 8))  # 141.7 s
+    assert (base["peak_memory_gib"], base["tokens_per_s_per_device"]) == (76, 3698.7)
+    assert (base["dp"], base["tp"], base["pp"], base["cluster"]) == (4, 1, 2, "a100")
+    assert base["intra_node_gbps"] == 200  # A800: NVLink 400 GB/s both ways
+    assert not base["sequence_parallel"] and base["recompute"] == "none"  # SP off at tp 1
+    assert (base["overlap_grad_reduce"], base["dropout"]) == (False, pytest.approx(0.1))
+    # line 72, the ablation's PP1DP8TP1: '/' for token/p/s and OOM for mem
+    oom = rows["flagperf_llama3_8b_a800x8_pp1dp8tp1"]
+    assert oom["status"] == "oom" and pd.isna(oom["step_time_s"])
+    assert pd.isna(oom["peak_memory_gib"])
+    assert oom["scenario"] == base["scenario"]
+    scenario = [r for r in rows.values() if r["scenario"] == base["scenario"]]
+    assert Counter(str(r["status"]) for r in scenario) == {"ok": 7, "oom": 1}
+    tp8 = rows["flagperf_llama3_8b_a800x8_pp1dp1tp8"]  # 128256 padded to 1024
+    assert (tp8["vocab_size"], tp8["peak_memory_gib"]) == (129024, 30)
+    fp8 = rows["flagperf_llama3_8b_h100x8_fp8_pp1dp4tp2"]  # 10486 tokens/s, 74/80
+    assert (fp8["precision"], fp8["cluster"]) == ("fp8", "h100") and fp8["sequence_parallel"]
+    assert fp8["step_time_s"] == pytest.approx(512 * 8192 / (10486 * 8))
+    # llama2_70B README line 59: | H800四机32卡（4x8） | amp | TP4PP8DP1 | / | 791.37 | / | 74/80 |
+    h800 = rows["flagperf_llama2_70b_h800x32_tp4pp8dp1_gbs44"]
+    assert h800["step_time_s"] == pytest.approx(44 * 4096 / (791.37 * 32))
+    assert (h800["precision"], h800["dropout"], h800["vocab_size"]) == ("bf16", 0, 32256)
+    assert (h800["intra_node_gbps"], h800["inter_node_gbps"]) == (200, 25)
+
+
+def test_flagperf_accounts_for_every_configuration() -> None:
+    raw = RAW_DIR / flagperf.RAW_FILE
+    skipped = dict(flagperf.skipped(raw))
+    assert len(flagperf.convert(raw)) + len(skipped) == len(list(configs(raw))) == 20
+    assert skipped["flagperf_mixtral_8x7b_h100x32_pp2dp2ep1tp8"].startswith("status config_")
+    assert "gbs_unverified" in skipped["flagperf_llama3_8b_h100x440_bf16_pp1dp220tp2"]
+
+
+def test_bigscience_tr3m_values_checked_by_hand(tmp_path: Path) -> None:
+    rows = _rows_by_config(tmp_path, "bigscience_tr3m")
+    # experiments/tr3m-1B3.md line 22: | 2 | 1 | 1 | 8 | 1 | 29 | 47.0 | 16GB |
+    first = rows["bigscience_tr3m_v100_32g_full_tp1_pp1_dp8_mbs1"]
+    assert (first["step_time_s"], first["peak_memory_gib"]) == (29, 16)
+    assert (first["recompute"], first["precision"], first["framework"]) == (
+        "full",
+        "fp16",
+        "megatron_deepspeed",
+    )
+    assert (first["device_memory_gib"], first["devices_per_node"]) == (32, 4)
+    assert (first["vocab_size"], first["num_layers"], first["hidden_size"]) == (50304, 24, 2048)
+    assert first["distributed_optimizer"] and not first["flash_attention"]
+    # line 48, without --checkpoint-activations: | 2 | 2 | 1 | 4 | 1 | 39 | 26.2 | 21GB |
+    tp2 = rows["bigscience_tr3m_v100_32g_none_tp2_pp1_dp4_mbs1"]
+    assert (tp2["recompute"], tp2["step_time_s"], tp2["vocab_size"]) == ("none", 39, 50432)
+    assert tp2["scenario"] == first["scenario"]  # recompute is part of the layout
+    # line 104 on the 16 GB partition: | 2 | 1 | 8 | 1 | 8 | x | | OOM |
+    oom = rows["bigscience_tr3m_v100_16g_full_tp1_pp8_dp1_mbs8"]
+    assert oom["status"] == "oom" and pd.isna(oom["step_time_s"])
+    assert oom["device_memory_gib"] == 16
+    by_scenario = Counter((str(r["scenario"]), str(r["status"])) for r in rows.values())
+    assert by_scenario == {
+        ("bigscience_tr3m|1B3|V100-32GB|gpus8|gbs512|seq2048", "ok"): 15,
+        ("bigscience_tr3m|1B3|V100-32GB|gpus8|gbs512|seq2048", "oom"): 1,
+        ("bigscience_tr3m|1B3|V100-16GB|gpus8|gbs512|seq2048", "ok"): 8,
+        ("bigscience_tr3m|1B3|V100-16GB|gpus8|gbs512|seq2048", "oom"): 3,
+    }
+    assert bigscience_tr3m.SOURCE == "bigscience_tr3m"

@@ -128,7 +128,6 @@ class AnalyticalConstants:
     unfused_attention_dropout_bytes_per_score: Mapping[str, float]
     cp_comm_overlap: bool
     optimizer_traffic_bytes_per_param: float
-    logits_bytes_per_element: float
     allocator_fragmentation: float
     reserved_memory_gib: float | None  # None: the device's runtime and the communicators'
 
@@ -335,7 +334,7 @@ class _Job:
         logits = self._logits.get(key)
         if logits is None:
             tokens = layout.micro_batch * self.train.seq_len / layout.cp
-            logits = _logits(self.model, self.cluster, self.train, layout, tokens, self.constants)
+            logits = _logits(self.model, self.cluster, self.train, layout, tokens)
             self._logits[key] = logits
         return logits
 
@@ -558,14 +557,13 @@ def _logits(
     train: TrainSpec,
     layout: Layout,
     tokens: float,
-    c: AnalyticalConstants,
 ) -> tuple[float, float]:
     """(seconds, bytes) of the output layer and loss of one micro-batch on the last stage."""
     vocab = model.vocab_size / layout.tp
     seconds = sum(
         gemm_pass_s(tokens, model.hidden_size, vocab, cluster.device, train.compute_dtype)
     )
-    nbytes = tokens * vocab * c.logits_bytes_per_element
+    nbytes = tokens * vocab * train.framework.logits_bytes_per_element
     return seconds + 2 * nbytes / cluster.device.achieved_memory_bytes_per_s, nbytes
 
 

@@ -190,6 +190,7 @@ class FrameworkSpec:
     flash_attention: bool
     flash_output_copy: bool
     fused_softmax_max_seq: int
+    logits_bytes_per_element: float
     grad_accumulation: str
     expert_grad_accumulation: str
     can_overlap_grad_reduce: bool

@@ -97,11 +97,9 @@ def across_sources_table(result: BenchmarkResult) -> pd.DataFrame:
                 "regret@1 (sources)": f"{_pct(m['regret_at_1_mean'])} ({m['n_sources_regret']})",
                 "OOM picks": _num(m["oom_picks"], 1),
                 "OOM pick rate": _pct(m["false_feasible_pick_rate"]),
-                "false feasible (sources)": (
-                    f"{_pct(m['false_feasible_rate'])} ({m['n_sources_oom']})"
-                ),
-                "MAPE (sources)": f"{_pct(m['mape'])} ({m['n_sources_time']})",
-                "mem MAPE (sources)": f"{_pct(m['memory_mape'])} ({m['n_sources_memory']})",
+                "false feasible": f"{_pct(m['false_feasible_rate'])} ({m['n_sources_oom']})",
+                "MAPE": f"{_pct(m['mape'])} ({m['n_sources_time']})",
+                "mem MAPE": f"{_pct(m['memory_mape'])} ({m['n_sources_memory']})",
             }
         )
     return pd.DataFrame(records)
@@ -302,8 +300,8 @@ def markdown_report(
 
 
 _ACROSS_TITLE = (
-    "Across sources: each figure averaged over the sources that define it, each source "
-    "weighing the same (sources in brackets)"
+    "Across sources: each figure's mean over the sources that define it, each source weighing "
+    "the same"
 )
 _FIT_TITLE = (
     "Fitted constants (docs/accuracy.md): MAPE on the rows they were fit on, and on the rest"

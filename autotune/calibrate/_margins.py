@@ -4,8 +4,8 @@ A layout fits when its predicted peak times ``1 + margin`` is within the device'
 margin is the 95th percentile of how far the memory model under-predicts, measured on runs of
 the same stack (framework): a run with a measured peak says ``measured / predicted - 1``, a
 run that ran out of memory at least ``capacity / predicted - 1``. A stack with too few such
-runs for a 95th percentile gets the widest margin of the stacks that have enough: a stack with
-no evidence must not get the margin of the best-measured one.
+runs for a 95th percentile gets the margin of every stack's runs pooled: what the memory
+model misses across stacks, not the margin of the best-measured one.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from simulators import Simulator
 
 __all__ = [
     "MIN_EVIDENCE",
+    "POOLED",
     "StackMargin",
     "evidence",
     "margin_for",
@@ -34,28 +35,28 @@ __all__ = [
 MIN_EVIDENCE = 20
 
 
+POOLED = "every stack"  # the margin over every stack's runs together
+
+
 @dataclass(frozen=True, slots=True)
 class StackMargin:
-    """A stack's memory margin, the runs behind it, and the stack it was borrowed from."""
+    """A stack's memory margin and the runs behind it: its own (``pooled`` False), or, with
+    fewer than :data:`MIN_EVIDENCE` of its own, every stack's together."""
 
     framework: str
     value: float
     runs: int  # runs of this stack with a measured peak or an out-of-memory outcome
     sources: tuple[str, ...]  # where they come from
-    borrowed_from: str | None = None  # too few runs: the widest margin of another stack
+    pooled_runs: int = 0  # > 0: the margin is of this many runs of every stack
 
     def text(self) -> str:
-        """Where the margin comes from, with its run count, in one phrase."""
-        own = f"{self.runs} run(s) of {self.framework} with a measured peak or out of memory"
-        if self.sources:
-            own += f" ({', '.join(self.sources)})"
-        if self.borrowed_from is None:
-            return f"95th percentile of under-prediction over {own}"
-        if self.borrowed_from == "":
-            return f"{own}: too few for a margin, and no stack has {MIN_EVIDENCE}"
+        """Where the margin comes from, with its run counts, in one short phrase."""
+        if not self.pooled_runs:
+            where = f": {', '.join(self.sources)}" if self.sources else ""
+            return f"95th percentile of under-prediction, {self.runs} {self.framework} runs{where}"
         return (
-            f"{own}: too few for its own, so the widest of the stacks that have "
-            f"{MIN_EVIDENCE} ({self.borrowed_from})"
+            f"{self.runs} {self.framework} runs with a known peak; every stack's "
+            f"{self.pooled_runs} runs pooled"
         )
 
 
@@ -102,12 +103,13 @@ def margins_from(
     frameworks: Sequence[str],
     sources: Sequence[str],
 ) -> dict[str, StackMargin]:
-    """Each framework's margin from paired evidence (:func:`evidence`), with its sources."""
+    """Each framework's margin from paired evidence (:func:`evidence`), with its sources, and
+    every stack's together under :data:`POOLED`."""
     found = {}
     stacks = np.asarray(frameworks, dtype=object)
-    names = np.asarray(sources, dtype=object)
-    for framework in sorted(set(frameworks)):
-        mine = stacks == framework
+    names = np.asarray(sources, dtype=object) if len(sources) else np.full(len(stacks), "")
+    every = np.ones(len(stacks), dtype=bool)
+    for framework, mine in [(f, stacks == f) for f in sorted(set(frameworks))] + [(POOLED, every)]:
         value = memory_margin(predicted_gib[mine], measured_gib[mine]) or 0.0
         where = tuple(sorted({str(s) for s in names[mine]} - {""}))
         found[framework] = StackMargin(framework, value, int(mine.sum()), where)
@@ -115,15 +117,10 @@ def margins_from(
 
 
 def margin_for(framework: str, margins: dict[str, StackMargin]) -> StackMargin:
-    """``framework``'s own margin if enough runs back it, else the widest of those that have
-    enough (the stack's own run count kept, to be said)."""
+    """``framework``'s own margin if enough runs back it, else every stack's pooled (the
+    stack's own run count kept, to be said)."""
     mine = margins.get(framework, StackMargin(framework, 0.0, 0, ()))
     if mine.runs >= MIN_EVIDENCE:
         return mine
-    backed = [m for m in margins.values() if m.runs >= MIN_EVIDENCE]
-    if not backed:
-        return StackMargin(framework, mine.value, mine.runs, mine.sources, borrowed_from="")
-    widest = max(backed, key=lambda m: m.value)
-    return StackMargin(
-        framework, widest.value, mine.runs, mine.sources, borrowed_from=widest.framework
-    )
+    pooled = margins.get(POOLED, StackMargin(POOLED, 0.0, 0, ()))
+    return StackMargin(framework, pooled.value, mine.runs, mine.sources, pooled.runs)

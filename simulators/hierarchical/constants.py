@@ -28,7 +28,6 @@ class HierarchicalConstants:
     or autograd node (a chunk's phase lasts at least its host calls times this);
     ``host_ops_per_checkpoint_*`` the calls an activation checkpoint adds around a recomputed
     layer or core attention (forward, and backward with the recomputation);
-    ``logits_bytes_per_element`` sizes the last stage's logits working set;
     ``allocator_fragmentation`` the share of what the caching allocator reserves that it
     loses to fragmentation; ``reserved_memory_gib`` what a rank holds outside the allocator
     (None: the device's runtime and the communicators' buffers,
@@ -42,7 +41,6 @@ class HierarchicalConstants:
     host_op_overhead_us: float
     host_ops_per_checkpoint_forward: int
     host_ops_per_checkpoint_backward: int
-    logits_bytes_per_element: float
     allocator_fragmentation: float
     reserved_memory_gib: float | None
 
@@ -57,7 +55,6 @@ class HierarchicalConstants:
             "host_op_overhead_us",
             "host_ops_per_checkpoint_forward",
             "host_ops_per_checkpoint_backward",
-            "logits_bytes_per_element",
         ):
             if not getattr(self, key) >= 0:
                 raise SpecError(f"simulator.{key}={getattr(self, key)!r} must be >= 0")

@@ -133,7 +133,8 @@ class HierarchicalSimulator:
             ),
         )
         head = shapes["head"]
-        logits = head.micro_batch * head.seq_q * head.vocab * consts.logits_bytes_per_element
+        per_logit = train.framework.logits_bytes_per_element
+        logits = head.micro_batch * head.seq_q * head.vocab * per_logit
         plans = _plans(model, train, layout, graphs, logits)
         tied = model.tied_embeddings
         # Each backward adds its chunk's weight gradients to the buffer the step reduces.

@@ -448,3 +448,4 @@ def test_across_sources_each_source_weighs_the_same(tmp_path: Path) -> None:
     assert means["false_feasible_rate"] == 0.0 and means["oom_picks"] == 0.0
     table = console_tables(result, top_k=3)
     assert "Across sources" in table and "25.0% (2)" in table
+    assert max(len(line) for line in table.splitlines()) <= 120

@@ -244,9 +244,10 @@ def test_memory_includes_the_reserve_and_the_logits_working_set() -> None:
     lay = Layout.resolve(CLUSTER.num_devices, tp=8, pp=1)
     layer = compile_mod.compile_layer(layer_shapes(MODEL, lay, TRAIN)["dense"]).saved_bytes
     per_logit = TRAIN.seq_len * MODEL.vocab_size / 8
-    assert per_logit * SIM.constants.logits_bytes_per_element < layer < per_logit * 100
-    big = HierarchicalSimulator.from_config(constants(logits_bytes_per_element=100))
-    extra = simulate(big, tp=8, pp=1).memory_gib - simulate(tp=8, pp=1).memory_gib
+    assert per_logit * TRAIN.framework.logits_bytes_per_element < layer < per_logit * 100
+    wide = dataclasses.replace(TRAIN.framework, logits_bytes_per_element=100)
+    big = dataclasses.replace(TRAIN, framework=wide)
+    extra = SIM.simulate(MODEL, CLUSTER, big, lay).memory_gib - simulate(tp=8, pp=1).memory_gib
     assert extra == pytest.approx((per_logit * 100 - layer) / kept / 2**30, rel=1e-6)
 
 

@@ -1,15 +1,26 @@
 """Which process wrote a trial or a run, and whether that process is gone.
 
 A trial or an MLflow run left RUNNING by a process that was killed (``kill -9``, a lost node)
-carries its writer as ``host:pid``; the next command on the same host fails or ends it.
+carries its writer as ``host:pid``; the next command on the same host fails or ends it. A
+worker process follows its parent out (:func:`die_with_parent`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import signal
 import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
 
-__all__ = ["dead_here", "this_process"]
+__all__ = ["PARENT_POLL_S", "dead_here", "die_with_parent", "this_process"]
+
+PARENT_POLL_S = 0.5  # seconds between two looks at a worker's parent
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def this_process() -> str:
@@ -29,3 +40,24 @@ def dead_here(process: str) -> bool:
     except PermissionError:  # alive, another user's
         return False
     return False
+
+
+def die_with_parent(parent: int, on_parent_gone: Callable[[], None]) -> None:
+    """Make a worker process follow ``parent`` (its pid) out, even after ``kill -9``.
+
+    On Linux the kernel sends SIGTERM when the parent dies (``prctl(PR_SET_PDEATHSIG)``);
+    everywhere, a thread looks at the parent every :data:`PARENT_POLL_S` and calls
+    ``on_parent_gone`` once it is gone (an orphan is adopted: its parent pid changes). The
+    worker's SIGTERM handler decides what to finish first.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        on_parent_gone()
+
+    threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()

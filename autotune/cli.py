@@ -5,7 +5,8 @@ into, a summary, its main options and examples (for ``--help``), and the functio
 it. :func:`run_command` parses ``key=value`` overrides the way Hydra does, composes and types
 the config once, and turns every user error (a bad override, an unknown model, an impossible
 layout) into one ``error: ...`` line on stderr with exit status 2; ``AUTOTUNE_DEBUG=1`` shows
-the traceback instead.
+the traceback instead. SIGINT and SIGTERM are honoured throughout (:mod:`autotune._signals`):
+the command stops within seconds, says what was recorded, and exits 130 or 143.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 import catalog
+from autotune import _signals
 from autotune.config import register_schemas
 from autotune.config import typed
 from simulators import UserError
@@ -50,7 +52,26 @@ class Command:
 
 
 def run_command(command: Command, argv: Sequence[str] | None = None) -> int:
-    """Run ``command`` with ``argv`` (default: ``sys.argv[1:]``); the process exit status."""
+    """Run ``command`` with ``argv`` (default: ``sys.argv[1:]``); the process exit status.
+
+    A signal ends it with one line, what was recorded, and 128 + the signal's number: at once
+    (:class:`autotune._signals.Interrupted`, after the cleanup on the way out), or once the
+    work it stopped has printed what it found (a search stopped after its trial in flight).
+    """
+    with _signals.honoured():
+        try:
+            status = _run(command, argv)
+        except _signals.Interrupted as exc:
+            print(_signals.summary(exc.number), file=sys.stderr)
+            return _signals.exit_status(exc.number)
+        number = _signals.received()
+        if number:
+            print(_signals.summary(number), file=sys.stderr)
+            return _signals.exit_status(number)
+        return status
+
+
+def _run(command: Command, argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     _setup_logging()
     try:

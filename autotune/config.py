@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
@@ -56,8 +55,6 @@ __all__ = [
 
 
 OUTPUTS = ("table", "json")
-# A calibration's name is a file name of conf/calibrations/ (no folder, no hidden file).
-_CALIBRATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # A study of this many trials runs for hours; more is a typo (1e11), not a search.
 MAX_TRIALS = 100_000
 MAX_REPEATS = 1_000  # profile: timed runs per operator (the median of 1,000 is settled)
@@ -84,6 +81,24 @@ def _check_margin(key: str, margin: float | None) -> None:
     """A memory margin given by hand: None (derived) or a fraction of the predicted peak."""
     if margin is not None:
         _between(key, margin, 0, 1, " (a fraction of the predicted peak memory: 0.05 is 5%)")
+
+
+def _once_each(key: str, values: Any) -> None:
+    """Refuse a list setting that names one value twice: its rows or candidates would be
+    counted twice (``simulators=[analytical,analytical]`` scores every row twice)."""
+    if not isinstance(values, list | tuple):
+        return
+    twice = [value for value in dict.fromkeys(values) if values.count(value) > 1]
+    if twice:
+        given = ",".join(map(_plain, values))
+        raise UserError(
+            f"{key}=[{given}] names {', '.join(map(_plain, twice))} more than once; give each once"
+        )
+
+
+def _plain(value: Any) -> str:
+    """A value as written on the command line (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _check_seed(key: str, seed: int) -> None:
@@ -148,6 +163,7 @@ class SearchConfig:
         for key in ("micro_batch", "recompute", "distributed_optimizer"):
             if not getattr(self, key):
                 raise UserError(f"search.{key}=[] is empty; give at least one value to try")
+            _once_each(f"search.{key}", getattr(self, key))
         for size in self.micro_batch:
             _between("search.micro_batch", size, 1, MAX_BATCH, " sequences")
         for mode in self.recompute:
@@ -298,12 +314,8 @@ class CalibrateConfig:
         _check_output(self.output)
         catalog.check_calibration_name("name", self.name)
         _check_calibration("calibration", self.calibration)
+        _once_each("rows.source", self.rows.source)
         self.calibrate.check()
-        if not _CALIBRATION_NAME.fullmatch(self.name) or self.name.endswith((".yaml", ".yml")):
-            raise UserError(
-                f"name={self.name!r} must be a plain name of at most 100 letters, digits, '_', "
-                "'-' and '.' (the file conf/calibrations/<name>.yaml); out=PATH writes elsewhere"
-            )
         if self.out is not None:
             check_output_path("out", self.out)
         else:
@@ -375,6 +387,8 @@ class BenchmarkConfig:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
         self.calibrate.check()
+        for key in ("simulators", "baselines", "hardware", "source", "protocols", "probes"):
+            _once_each(key, getattr(self, key))
         bad = [k for k in self.probes if k < 1]
         if bad:
             raise UserError(f"probes={list(self.probes)}: each K must be >= 1")

@@ -9,6 +9,7 @@ and under ``views`` in the JSON.
 from __future__ import annotations
 
 import sys
+import textwrap
 from typing import Any
 
 from autotune.calibrate import Margin
@@ -99,7 +100,7 @@ def _print_prediction(
     )
     print(f"  shares: {shares}")
     memory = ", ".join(f"{k} {v:.2f}" for k, v in prediction.memory_breakdown_gib.items())
-    print(f"\nPeak memory of the worst rank (GiB): {memory}")
+    print("\n" + textwrap.fill(f"Peak memory of the worst rank (GiB): {memory}", 100))
     if views is not None:
         _print_views(views, costs)
     print("\nLaunch flags:\n" + launch_text(model, cluster, train, layout))

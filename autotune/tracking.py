@@ -3,7 +3,9 @@
 The tracking URI is checked before any work (:func:`check_tracking`). The record itself
 (:func:`record`) runs once the result is known: if MLflow fails there (disk full, a locked
 database, a server gone), the command still prints its answer and says what was not recorded;
-the run is never left RUNNING and no temporary folder is left behind.
+the run is never left RUNNING and no temporary folder is left behind. A signal during the
+record ends the run KILLED (not FAILED: nothing went wrong but the stop); the command then
+prints its answer too, and exits 130 or 143 (:mod:`autotune._signals`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from autotune import _signals
 from autotune._csv import write_csv
 from autotune._process import dead_here
 from autotune._process import this_process
@@ -108,21 +111,29 @@ class Recorded:
 
 
 class TrackedRun:
-    """A handle on the active run that writes params, metrics, tables and artifacts."""
+    """A handle on the active run that writes params, metrics, tables and artifacts.
 
-    def __init__(self, mlflow: Any, run_id: str, folder: Path) -> None:
+    Each method first stops the record (:class:`autotune._signals.Interrupted`) if a signal
+    came meanwhile: between two MLflow calls, never inside one.
+    """
+
+    def __init__(self, mlflow: Any, run_id: str, folder: Path, pending: list[int]) -> None:
         self._mlflow = mlflow
         self.run_id = run_id
         self._dir = folder
+        self._pending = pending  # the signals received during the record
 
     def params(self, values: Mapping[str, Any]) -> None:
+        _go_on(self._pending)
         self._mlflow.log_params({k: str(v) for k, v in values.items()})
 
     def metrics(self, values: Mapping[str, float], step: int | None = None) -> None:
+        _go_on(self._pending)
         self._mlflow.log_metrics({k: rounded(float(v)) for k, v in values.items()}, step=step)
 
     def history(self, key: str, values: list[tuple[int, float]]) -> None:
         """A metric's history by step in one call (``mlflow.log_batch``)."""
+        _go_on(self._pending)
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -130,24 +141,30 @@ class TrackedRun:
         self._mlflow.MlflowClient().log_batch(self.run_id, metrics=metrics)
 
     def tags(self, values: Mapping[str, str]) -> None:
+        _go_on(self._pending)
         self._mlflow.set_tags(dict(values))
 
     def text(self, name: str, content: str) -> None:
+        _go_on(self._pending)
         self._mlflow.log_text(content, name)
 
     def table(self, name: str, frame: pd.DataFrame, ui: bool = False) -> None:
         """A CSV artifact (formula-like text escaped); with ``ui``, also a table the MLflow UI
         renders (``log_table``)."""
+        _go_on(self._pending)
         self._mlflow.log_artifact(str(write_csv(frame, self._dir / name)))
         if ui:
+            _go_on(self._pending)
             self._mlflow.log_table(data=frame, artifact_file=Path(name).with_suffix(".json").name)
 
     def html(self, name: str, content: str) -> None:
+        _go_on(self._pending)
         self._mlflow.log_text(content, name)
 
     def files(self, paths: Sequence[Path], artifact_path: str, root: Path | None = None) -> None:
         """Exactly these files as artifacts under ``artifact_path`` (nothing else of their
         folders), each in its folder relative to ``root`` (without one, side by side)."""
+        _go_on(self._pending)
         for path in paths:
             parts = path.parent.relative_to(root).parts if root is not None else ()
             where = str(PurePosixPath(artifact_path, *parts))
@@ -163,6 +180,7 @@ class TrackedRun:
         """A child run in one ``log_batch`` call (~16 ms on sqlite; docs/libraries.md):
         ``params``, and the finite numbers of ``values`` as metrics. ``start_ms`` orders the
         children in the UI, which lists the newest first."""
+        _go_on(self._pending)
         from mlflow import MlflowClient
         from mlflow.entities import Metric
         from mlflow.entities import Param
@@ -191,6 +209,16 @@ class TrackedRun:
         client.set_terminated(child.info.run_id)
 
 
+def _go_on(pending: list[int]) -> None:
+    """Stop the record here if a signal came during it (see :class:`TrackedRun`).
+
+    Raises:
+        autotune._signals.Interrupted: for the first such signal.
+    """
+    if pending:
+        _signals.interrupt(pending[0])
+
+
 def record(
     config: TrackingConfig,
     run_name: str,
@@ -208,18 +236,32 @@ def record(
     started = time.perf_counter()
     if not config.enabled:
         return Recorded(None, None, 0.0)
+    if _signals.interrupted():  # a signal cut the work short: the command is on its way out
+        return Recorded(None, "the command was interrupted before this record", 0.0)
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     run_id: str | None = None
+    pending: list[int] = []  # a signal stops the record between two MLflow calls
     try:
-        with _mlflow_run(config, run_name, tags, description) as (mlflow, run_id, folder):
-            fill(TrackedRun(mlflow, run_id, folder))
+        with (
+            _signals.deferred(pending.append),
+            _mlflow_run(config, run_name, tags, description, pending) as (mlflow, run_id, folder),
+        ):
+            fill(TrackedRun(mlflow, run_id, folder, pending))
+            _go_on(pending)
             mlflow.end_run(status=status)
+    except _signals.Interrupted as exc:  # the run is ended KILLED, its temporary folder gone
+        ended = f"MLflow run {run_id} marked KILLED" if run_id else "no MLflow run started"
+        _signals.note_recorded(f"{ended} ({run_name})")
+        return Recorded(
+            run_id, f"interrupted by {exc.name}; {ended}", time.perf_counter() - started
+        )
     except Exception as exc:  # noqa: BLE001 - whatever MLflow raises must not cost the result
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return Recorded(run_id, first, time.perf_counter() - started)
+    _signals.note_recorded(f"MLflow run {run_id} recorded, {status} ({run_name})")
     return Recorded(run_id, None, time.perf_counter() - started)
 
 
@@ -238,8 +280,8 @@ def _end_orphans(mlflow: Any, experiment_id: str) -> None:
 
 @contextlib.contextmanager
 def _creating_store(uri: str) -> Iterator[None]:
-    """For an SQLite URI: its folder made, and held under an exclusive lock while MLflow
-    opens the store (which may create and migrate the database) and the experiment.
+    """For an SQLite URI: its folder made, a new database created whole, and the folder held
+    under an exclusive lock while MLflow opens the store and the experiment.
 
     MLflow's tracking store creates a new database's tables with no lock
     (``SqlAlchemyStore.__init__`` calls ``_initialize_tables`` when a table is missing; its
@@ -251,21 +293,53 @@ def _creating_store(uri: str) -> Iterator[None]:
     if not uri.startswith(_SQLITE):
         yield
         return
-    folder = Path(uri.removeprefix(_SQLITE)).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(folder, os.O_RDONLY)
+    path = Path(uri.removeprefix(_SQLITE))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path.parent, os.O_RDONLY)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
+        if not path.exists() or path.stat().st_size == 0:
+            _create_sqlite(path)
         yield
     finally:
         os.close(descriptor)  # and with it the lock
 
 
+def _create_sqlite(path: Path) -> None:
+    """A new MLflow database at ``path``, made and migrated in a temporary file beside it,
+    then renamed into place: a process killed during MLflow's migrations (about 4 s) leaves
+    no half-migrated database, which every later run would fail on ("index ... already
+    exists"). Called under the folder's lock, so a leftover temporary file is a dead one's."""
+    from mlflow.tracking._tracking_service.utils import _get_sqlalchemy_store
+
+    prefix = f".{path.name}.creating-"
+    for leftover in path.parent.glob(f"{prefix}*"):
+        leftover.unlink(missing_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=prefix, dir=path.parent)
+    os.close(handle)
+    try:
+        store = _get_sqlalchemy_store(f"{_SQLITE}{temporary}", None)  # as MLflow opens one
+        store.engine.dispose()
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # as sqlite makes a file (mkstemp's is 0o600)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 @contextlib.contextmanager
 def _mlflow_run(
-    config: TrackingConfig, run_name: str, tags: Mapping[str, str], description: str
+    config: TrackingConfig,
+    run_name: str,
+    tags: Mapping[str, str],
+    description: str,
+    pending: list[int],
 ) -> Iterator[tuple[Any, str, Path]]:
-    """An active run in a temporary artifact folder; an error inside ends it FAILED."""
+    """An active run in a temporary artifact folder; an error inside ends it FAILED, a signal
+    KILLED."""
     with (
         contextlib.redirect_stdout(sys.stderr),
         tempfile.TemporaryDirectory(prefix="autotune-artifacts-") as folder,
@@ -279,6 +353,7 @@ def _mlflow_run(
                 if experiment.tags.get(key) != value:
                     mlflow.set_experiment_tag(key, value)
         _end_orphans(mlflow, experiment.experiment_id)
+        _go_on(pending)
         run = mlflow.start_run(
             run_name=run_name,
             tags={**tags, _PROCESS_TAG: this_process()},
@@ -286,9 +361,10 @@ def _mlflow_run(
         )
         try:
             yield mlflow, run.info.run_id, Path(folder)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(Exception):
-                mlflow.end_run(status="FAILED")
+                stopped = isinstance(exc, _signals.Interrupted)
+                mlflow.end_run(status="KILLED" if stopped else "FAILED")
             raise
         finally:
             if mlflow.active_run() is not None:

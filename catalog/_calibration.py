@@ -135,16 +135,13 @@ def _calibration(where: str, path: Path, values: Mapping[Any, Any]) -> Calibrati
     factors = values.get("factors") or {}
     if not isinstance(factors, Mapping):
         raise UserError(f"{where}: factors must be a mapping, got {factors!r}")
-    margin = values.get("memory_margin")
-    if margin is not None and not (isinstance(margin, int | float) and margin >= 0):
-        raise UserError(f"{where}: memory_margin must be >= 0, got {margin!r}")
     try:
         return Calibration(
             simulator=simulator,
             factors={str(k): v for k, v in factors.items()},
             cluster=names["cluster"],
             framework=names["framework"],
-            memory_margin=None if margin is None else float(margin),
+            memory_margin=values.get("memory_margin"),  # its range: Calibration's
             name=names["name"] or path.stem,
         )
     except UserError as exc:

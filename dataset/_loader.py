@@ -14,6 +14,9 @@ from dataset._specs import records
 from dataset._specs import row_to_specs
 from simulators.errors import DataFileError
 from simulators.errors import SpecError
+from simulators.limits import MEMORY_SLACK
+from simulators.limits import REPEAT_TOLERANCE
+from simulators.limits import THROUGHPUT_TOLERANCE
 
 __all__ = ["load_measurements"]
 
@@ -112,6 +115,7 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
         checked = table.drop(index=list(bad_rows))
         problems.extend(_row_problems(path, checked))
         problems.extend(_duplicate_problems(path, checked))
+        problems.extend(_conflict_problems(path, checked))
     if problems:
         raise DataFileError(_message(path, problems))
     lines = [int(line) for line in table.index]
@@ -166,12 +170,39 @@ def _row_problems(path: Path, table: pd.DataFrame) -> list[str]:
             )
             continue
         try:
-            *_, layout = row_to_specs(row)
+            model, cluster, _, layout = row_to_specs(row)
         except SpecError as exc:
             problems.append(f"{_where(path, line, 'model/layout')}: {exc}")
             continue
         for problem in layout.world_size_problems(row["num_devices"], " (num_devices)"):
             problems.append(f"{_where(path, line, 'dp,tp,pp,cp')}: {problem}")
+        for problem in layout.split_problems(model.num_layers):
+            problems.append(f"{_where(path, line, 'layer_split')}: {problem}")
+        problems.extend(_figure_problems(path, line, row, cluster.device.memory_gib))
+    return problems
+
+
+def _figure_problems(path: Path, line: Any, row: dict[str, Any], capacity_gib: float) -> list[str]:
+    """A row's measured figures against each other and its device: a peak above the device
+    memory in a run that fit, a throughput that is not the step time's (simulators/limits.py
+    gives each tolerance)."""
+    problems = []
+    peak = row["peak_memory_gib"]
+    if row["status"] == "ok" and peak is not None and peak > capacity_gib * (1 + MEMORY_SLACK):
+        problems.append(
+            f"{_where(path, line, 'peak_memory_gib')}: {peak:g} GiB is more than the device's "
+            f"{capacity_gib:g} GiB, in a run that fit (its device memory, or a peak in other "
+            "units?)"
+        )
+    step_s, tokens = row["step_time_s"], row["tokens_per_s_per_device"]
+    if step_s is not None and tokens is not None:
+        implied = row["global_batch_size"] * row["seq_len"] / (step_s * row["num_devices"])
+        if not 1 / (1 + THROUGHPUT_TOLERANCE) <= tokens / implied <= 1 + THROUGHPUT_TOLERANCE:
+            problems.append(
+                f"{_where(path, line, 'tokens_per_s_per_device')}: {tokens:g}, but "
+                f"global_batch_size x seq_len / (step_time_s x num_devices) = {implied:.4g}; "
+                "one of the two is in other units (a time in ms, tokens/s of all devices?)"
+            )
     return problems
 
 
@@ -191,6 +222,49 @@ def _duplicate_problems(path: Path, table: pd.DataFrame) -> list[str]:
             )
         else:
             first[group] = line
+    return problems
+
+
+# What a repeat of a measurement may differ in: the figures measured, the peer's prediction,
+# where it comes from and the model's display name. Not the scenario: one scenario's rows
+# share a setup that another's may not have (dlperf's scenarios are two code bases).
+_NOT_THE_RUN = (
+    "status",
+    "step_time_s",
+    "tokens_per_s_per_device",
+    "peak_memory_gib",
+    "predictor",
+    "predicted_step_time_s",
+    "source_ref",
+    "license",
+    "model",
+)
+
+
+def _conflict_problems(path: Path, table: pd.DataFrame) -> list[str]:
+    """Rows of the same scenario, job and layout (every column but :data:`_NOT_THE_RUN`
+    equal) that disagree: one ran and one ran out of memory, or their step times are more than
+    ``REPEAT_TOLERANCE`` apart. Each names both lines and what they measured."""
+    key = [c.name for c in COLUMNS if c.name not in _NOT_THE_RUN]
+    groups = table.groupby(key, dropna=False, sort=False).ngroup()
+    repeated = table[groups.duplicated(keep=False)]
+    problems = []
+    for _, rows in repeated.groupby(groups[repeated.index], sort=False):
+        lines = rows.index.tolist()
+        statuses = dict(zip(rows["status"], lines, strict=True))
+        if "ok" in statuses and "oom" in statuses:
+            problems.append(
+                f"{path.name}, lines {statuses['ok']} and {statuses['oom']}: the same job and "
+                "layout ran (status ok) and ran out of memory (status oom)"
+            )
+        times = rows["step_time_s"].dropna()
+        if len(times) > 1 and times.max() > times.min() * (1 + REPEAT_TOLERANCE):
+            fast, slow = times.idxmin(), times.idxmax()
+            problems.append(
+                f"{path.name}, lines {fast} and {slow}: the same job and layout measured "
+                f"{times[fast]:g} s and {times[slow]:g} s per step, more than "
+                f"{REPEAT_TOLERANCE:.0%} apart (repeated runs differ by a few percent)"
+            )
     return problems
 
 

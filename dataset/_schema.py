@@ -47,9 +47,7 @@ _MAX_EXPERTS = limits.MAX_EXPERTS
 _MAX_DEVICES = limits.MAX_DEVICES
 _MAX_SEQ_LEN = limits.MAX_SEQ_LEN
 _MAX_BATCH = limits.MAX_BATCH
-_MAX_STEP_S = limits.MAX_STEP_S
 _MAX_MEMORY_GIB = limits.MAX_MEMORY_GIB
-_MAX_GBPS = limits.MAX_GBPS
 _MAX_TOKENS_PER_S = limits.MAX_TOKENS_PER_S
 
 
@@ -84,6 +82,27 @@ class _Positive:
         if not 0 < value < self.maximum:
             raise ValueError(f"a number > 0 and < {self.maximum:,.0f}")
         return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Bounded:
+    """A parser of numbers from ``minimum`` to ``maximum`` (so never inf or nan)."""
+
+    minimum: float
+    maximum: float
+
+    def __call__(self, cell: str) -> float:
+        try:
+            value = float(cell)
+        except ValueError:
+            value = math.nan
+        if not self.minimum <= value <= self.maximum:
+            raise ValueError(f"a number from {self.minimum:g} to {self.maximum:,g}")
+        return value
+
+
+_STEP_S = _Bounded(limits.MIN_STEP_S, limits.MAX_STEP_S)  # a millisecond to a day
+_GBPS = _Bounded(limits.MIN_GBPS, limits.MAX_GBPS)
 
 
 def _probability(cell: str) -> float:
@@ -140,7 +159,7 @@ class Column:
     @property
     def dtype(self) -> str:
         """The pandas dtype of the parsed column (nullable, so an empty cell stays missing)."""
-        if isinstance(self.parse, _Positive) or self.parse is _probability:
+        if isinstance(self.parse, _Positive | _Bounded) or self.parse is _probability:
             return "Float64"
         if self.parse is _bool:
             return "boolean"
@@ -184,9 +203,9 @@ _ARCHITECTURE_DETAIL = (
 _JOB = (
     Column("cluster", _text, required=True),
     Column("devices_per_node", _Int(1, _MAX_DEVICES)),
-    Column("device_memory_gib", _Positive(_MAX_MEMORY_GIB)),
-    Column("intra_node_gbps", _Positive(_MAX_GBPS)),
-    Column("inter_node_gbps", _Positive(_MAX_GBPS)),
+    Column("device_memory_gib", _Bounded(limits.MIN_MEMORY_GIB, _MAX_MEMORY_GIB)),
+    Column("intra_node_gbps", _GBPS),
+    Column("inter_node_gbps", _GBPS),
     Column("num_devices", _Int(1, _MAX_DEVICES), required=True),
     Column("seq_len", _Int(1, _MAX_SEQ_LEN), required=True),
     Column("global_batch_size", _Int(1, _MAX_BATCH), required=True),
@@ -233,14 +252,14 @@ _TRAINING = (
 
 _MEASUREMENT = (
     Column("status", _choice(STATUSES), required=True),
-    Column("step_time_s", _Positive(_MAX_STEP_S)),  # required when status is ok (checked per row)
+    Column("step_time_s", _STEP_S),  # required when status is ok (checked per row)
     Column("tokens_per_s_per_device", _Positive(_MAX_TOKENS_PER_S)),
     Column("peak_memory_gib", _Positive(_MAX_MEMORY_GIB)),
     # What peak_memory_gib measured: the framework's tensors (torch.cuda.max_memory_allocated,
     # Megatron's "max allocated") or all the device holds (nvidia-smi, npu-smi).
     Column("peak_memory_measure", _choice(MEMORY_MEASURES), default="allocated"),
     Column("predictor", _text),
-    Column("predicted_step_time_s", _Positive(_MAX_STEP_S)),
+    Column("predicted_step_time_s", _STEP_S),
 )
 
 _PROVENANCE = (

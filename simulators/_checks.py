@@ -14,8 +14,18 @@ from typing import TypeVar
 
 from simulators.errors import SpecError
 from simulators.limits import MAX_CONSTANT
+from simulators.limits import MAX_LATENCY_US
+from simulators.limits import MAX_MEMORY_GIB
+from simulators.limits import MIN_EFFICIENCY
 
 T = TypeVar("T")
+# A constant whose key names its unit (docs/conventions.md rule 7) stays within that unit's
+# bound: a time per operation, a memory per device.
+_UNIT_LIMITS = {
+    "us": (MAX_LATENCY_US, "10 s for one operation is a timeout, not a cost"),
+    "gib": (MAX_MEMORY_GIB, "GiB per device; the largest device memory is 288 GB"),
+}
+_FRACTION = f"must be from {MIN_EFFICIENCY:g} to 1 (an achievable fraction of the peak)"
 
 
 def require_positive(owner: str, **values: float) -> None:
@@ -41,12 +51,23 @@ def require_at_most(owner: str, limit: float, why: str, **values: float) -> None
         raise SpecError(f"{owner}: {', '.join(bad)} must be <= {shown} ({why})")
 
 
-def require_fraction(owner: str, **values: float) -> None:
-    """Raise SpecError naming every field of ``values`` outside (0, 1]: an achievable share
-    of a peak can be neither zero nor above the peak."""
-    bad = [f"{name}={value!r}" for name, value in values.items() if not 0 < value <= 1]
+def require_at_least(owner: str, limit: float, why: str, **values: float) -> None:
+    """Raise SpecError naming every field of ``values`` below ``limit`` (or NaN); ``why`` says
+    where the limit comes from."""
+    bad = [f"{name}={value!r}" for name, value in values.items() if not value >= limit]
     if bad:
-        raise SpecError(f"{owner}: {', '.join(bad)} must be in (0, 1] (a fraction of the peak)")
+        raise SpecError(f"{owner}: {', '.join(bad)} must be >= {limit:g} ({why})")
+
+
+def require_fraction(owner: str, **values: float) -> None:
+    """Raise SpecError naming every field of ``values`` outside [MIN_EFFICIENCY, 1]: an
+    achievable share of a peak is never above the peak, nor a hundredth of it
+    (:data:`simulators.limits.MIN_EFFICIENCY`)."""
+    bad = [
+        f"{name}={value!r}" for name, value in values.items() if not MIN_EFFICIENCY <= value <= 1
+    ]
+    if bad:
+        raise SpecError(f"{owner}: {', '.join(bad)} {_FRACTION}")
 
 
 def require_share(owner: str, **values: float) -> None:
@@ -141,7 +162,8 @@ def constants_from_mapping(
 def _check_constant(owner: str, key: str, value: Any, kind: str) -> None:
     """One constant of a simulator or a framework: the type its field names, and every number
     in it finite, >= 0 and at most MAX_CONSTANT; an efficiency (a key that ends with
-    ``efficiency``, or any key of an ``efficiency`` mapping) in (0, 1] or null.
+    ``efficiency``, or any key of an ``efficiency`` mapping) in [MIN_EFFICIENCY, 1] or null; a
+    time in microseconds (``_us``) or a memory in GiB (``_gib``) within its unit's bound.
 
     Raises:
         SpecError: naming the key, the value and what is allowed.
@@ -180,7 +202,10 @@ def _check_numbers(owner: str, key: str, value: Any, efficiency: bool) -> None:
         return  # an efficiency left to the cluster's figure
     if not _is_number(value):
         raise SpecError(f"{owner}: {key}={value!r} must be a number")
-    if efficiency and not 0 < value <= 1:
-        raise SpecError(f"{owner}: {key}={value!r} must be in (0, 1] (a fraction of the peak)")
+    if efficiency and not MIN_EFFICIENCY <= value <= 1:
+        raise SpecError(f"{owner}: {key}={value!r} {_FRACTION}")
     if not (math.isfinite(value) and 0 <= value <= MAX_CONSTANT):
         raise SpecError(f"{owner}: {key}={value!r} must be a finite number from 0 to 1e15")
+    limit, why = _UNIT_LIMITS.get(key.rsplit("_", 1)[-1], (MAX_CONSTANT, ""))
+    if value > limit:
+        raise SpecError(f"{owner}: {key}={value!r} must be <= {limit:,g} ({why})")

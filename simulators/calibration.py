@@ -43,6 +43,9 @@ from typing import Any
 from simulators.base import Simulator
 from simulators.errors import UserError
 from simulators.layout import Layout
+from simulators.limits import MAX_CALIBRATION_SCALE
+from simulators.limits import MAX_MEMORY_GIB
+from simulators.limits import MIN_EFFICIENCY
 from simulators.prediction import Prediction
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
@@ -107,19 +110,16 @@ class Calibration:
                 f"calibration {self.name or self.simulator!r}: unknown factor(s) "
                 f"{', '.join(unknown)}; allowed: {', '.join(FACTORS)}"
             )
-        bad = [
-            f"{k}={v!r}"
-            for k, v in self.factors.items()
-            if not isinstance(v, int | float)
-            or not math.isfinite(v)
-            or (k in SCALE_FACTORS and v <= 0)
-            or (k in ("tp_overlap", "dp_overlap") and not 0 <= v < 1)
-            or (k == "memory_constant_gib" and v < 0)
-        ]
+        bad = [f"{k}={v!r}" for k, v in self.factors.items() if not _in_range(k, v)]
+        margin = self.memory_margin
+        if margin is not None and not (_is_number(margin) and 0 <= margin <= 1):
+            bad.append(f"memory_margin={margin!r}")
         if bad:
             raise UserError(
                 f"calibration {self.name or self.simulator!r}: {', '.join(bad)} out of range "
-                "(scale factors > 0, overlaps in [0, 1), memory_constant_gib >= 0)"
+                f"(scale factors from 1/{MAX_CALIBRATION_SCALE:g} to {MAX_CALIBRATION_SCALE:g}, "
+                f"overlaps in [0, 1), memory_constant_gib from 0 to {MAX_MEMORY_GIB:g}, "
+                "memory_margin in [0, 1]; simulators/limits.py)"
             )
 
     def factor(self, name: str, default: float | None = None) -> float:
@@ -139,9 +139,26 @@ class Calibration:
         return dataclasses.replace(self, factors={**self.factors, **values})
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _in_range(name: str, value: object) -> bool:
+    """Whether ``value`` is a finite number the factor ``name`` can take."""
+    if not _is_number(value):
+        return False
+    assert isinstance(value, int | float)
+    if name in SCALE_FACTORS:
+        return 1 / MAX_CALIBRATION_SCALE <= value <= MAX_CALIBRATION_SCALE
+    if name in ("tp_overlap", "dp_overlap"):
+        return 0 <= value < 1
+    return 0 <= value <= MAX_MEMORY_GIB  # memory_constant_gib
+
+
 def _capped(value: float) -> float:
-    """An achievable fraction of peak: at most 1."""
-    return min(1.0, value)
+    """An achievable fraction of peak: at most 1, at least MIN_EFFICIENCY (a factor of a
+    hundredth on an efficiency of 0.5 reaches no further than the specs allow)."""
+    return min(1.0, max(MIN_EFFICIENCY, value))
 
 
 def calibrate_cluster(cluster: ClusterSpec, calibration: Calibration) -> ClusterSpec:

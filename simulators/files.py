@@ -127,6 +127,11 @@ def check_output_path(
         raise UserError(f"{shown} is empty; give a {wanted} path")
     if "\0" in text:
         raise UserError(f"{shown} is not a path (it holds a NUL byte)")
+    if folder and os.path.islink(text) and not os.path.exists(text):  # no folder to write in
+        raise UserError(
+            f"{shown} is a symbolic link to {os.readlink(text)}, which does not exist; create "
+            "that folder or give another path"
+        )
     try:
         target = _target(text, follow_symlinks)
         exists = _check_entry(shown, target, folder, follow_symlinks)

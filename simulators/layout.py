@@ -432,6 +432,21 @@ class Layout:
             f"{self.world_size} != {num_devices} devices{where}"
         ]
 
+    def split_problems(self, num_layers: int) -> list[str]:
+        """The explicit ``layer_split`` against the layout and the model, whatever the
+        framework: one count per pipeline stage, summing to the layers."""
+        split = self.layer_split
+        if split is None:
+            return []
+        found = []
+        if len(split) != self.pp:
+            found.append(f"layer_split has {len(split)} stages, expected pp={self.pp}")
+        if sum(split) != num_layers:
+            found.append(
+                f"layer_split {list(split)} sums to {sum(split)}, expected num_layers={num_layers}"
+            )
+        return found
+
     def violations(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
         """Every rule of Megatron-LM / MindSpeed this layout breaks, one sentence each."""
         found: list[str] = []
@@ -502,14 +517,7 @@ def _layers(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpe
         if model.num_layers < lay.pp:
             return [f"pp={lay.pp} exceeds num_layers={model.num_layers}: a stage would be empty"]
         return []
-    found = []
-    if len(split) != lay.pp:
-        found.append(f"layer_split has {len(split)} stages, expected pp={lay.pp}")
-    if sum(split) != model.num_layers:
-        found.append(
-            f"layer_split {list(split)} sums to {sum(split)}, expected num_layers="
-            f"{model.num_layers}"
-        )
+    found = lay.split_problems(model.num_layers)
     if not found and not framework.can_split(split, model.num_layers):
         allowed = framework.default_split(model.num_layers, lay.pp)
         found.append(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from simulators._checks import require_at_least
 from simulators._checks import require_at_most
 from simulators._checks import require_bools
 from simulators._checks import require_choice
@@ -36,6 +37,10 @@ from simulators.limits import MAX_SM_COUNT
 from simulators.limits import MAX_TFLOPS
 from simulators.limits import MAX_VOCAB
 from simulators.limits import MAX_WIDTH
+from simulators.limits import MIN_GBPS
+from simulators.limits import MIN_MEMORY_GBPS
+from simulators.limits import MIN_MEMORY_GIB
+from simulators.limits import MIN_TFLOPS
 
 __all__ = ["ClusterSpec", "DeviceSpec", "LinkSpec", "ModelSpec", "TrainSpec"]
 
@@ -486,9 +491,16 @@ class DeviceSpec:
             fp8_weight_copies=self.fp8_weight_copies,
         )
         require_at_most(owner, MAX_TFLOPS, "a B200 gives 4.5e3 in FP8", **tflops)
+        require_at_least(
+            owner,
+            MIN_TFLOPS,
+            "a V100 gives 15.7 in FP32; 0 where the device has none",
+            **{k: v for k, v in tflops.items() if v != 0},
+        )
         require_at_most(
             owner, MAX_MEMORY_GIB, "the largest HBM is 288 GB", memory_gib=self.memory_gib
         )
+        require_at_least(owner, MIN_MEMORY_GIB, "a T4 has 16 GB", memory_gib=self.memory_gib)
         require_numbers(owner, runtime_memory_gib=self.runtime_memory_gib)
         require_non_negative(owner, runtime_memory_gib=self.runtime_memory_gib)
         if self.runtime_memory_gib >= self.memory_gib:
@@ -497,6 +509,7 @@ class DeviceSpec:
                 f"memory_gib={self.memory_gib}; it must be below it"
             )
         require_at_most(owner, MAX_GBPS, "HBM3e gives 8e3", memory_gbps=self.memory_gbps)
+        require_at_least(owner, MIN_MEMORY_GBPS, "a T4 gives 320", memory_gbps=self.memory_gbps)
         require_at_most(
             owner,
             2,
@@ -593,6 +606,12 @@ class LinkSpec:
             whole_node_gbps=self.whole_node_gbps,
         )
         require_at_most("link", MAX_GBPS, "NVLink 5 gives 900", **rates)
+        require_at_least(
+            "link",
+            MIN_GBPS,
+            "1 Gbit Ethernet gives 0.125; 0 where unused",
+            **{k: v for k, v in rates.items() if v != 0 or k == "bandwidth_gbps"},
+        )
         require_at_most("link", MAX_LATENCY_US, "10 s per call", **latencies)
         require_at_most("link", MAX_DEVICES, "the largest clusters", mesh_size=self.mesh_size)
         require_fraction("link", efficiency=self.efficiency)

@@ -42,6 +42,7 @@ from simulators.calibration import SIMULATED_FACTORS
 from simulators.calibration import TIME_FACTORS
 from simulators.calibration import Calibration
 from simulators.calibration import calibrated
+from simulators.limits import MAX_MEASURED_OVER_PREDICTED
 
 __all__ = ["FitResult", "FitSettings", "Run", "fit", "memory_margin", "time_sensitivities"]
 
@@ -51,6 +52,7 @@ _OVERLAP_MAX = 0.95  # an overlap hides at most this share of the exposed commun
 _SCALE_RANGE = 10.0  # a scale factor stays within [1/10, 10] x its uncalibrated value
 _MEMORY_SCALE_RANGE = 2.0  # the memory factor within [1/2, 2]
 _MARGIN_QUANTILE = 95.0  # the memory margin: this percentile of the under-prediction
+_SHOWN = 5  # rows named in a message before "and N more"
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +463,7 @@ def fit(
     runs: Sequence[Run],
     settings: FitSettings,
     center: Calibration | None = None,
+    plausible: bool = False,
 ) -> FitResult:
     """Fit the factors of ``simulator`` to ``runs``, pulled toward ``center``.
 
@@ -470,9 +473,15 @@ def fit(
         settings: priors, noise, limits and the bootstrap.
         center: the calibration the priors pull toward (None: uncalibrated); its cluster,
             framework and name are kept.
+        plausible: first refuse fitted rows whose step time is further than
+            ``MAX_MEASURED_OVER_PREDICTED`` times from the prediction at ``center`` (measured
+            rows a user brings; the benchmark scores a simulator against its rows instead).
 
     Returns:
         The fitted calibration (every factor set), its intervals and what was used.
+
+    Raises:
+        UserError: with ``plausible``, naming each row too far from its prediction.
     """
     started = time.perf_counter()
     center = center or Calibration(simulator=simulator.name)
@@ -491,6 +500,8 @@ def fit(
     if used:
         model = _TimeModel(simulator, center, [runs[i] for i in used])
         measured = np.array([runs[i].step_time_s for i in used])
+        if plausible:  # the predictions at x0 are the fit's first, cached
+            check_plausible(simulator.name, [runs[i] for i in used], measured, model.step_s(x0))
         fitted = _solve_time(
             model,
             measured,
@@ -547,6 +558,13 @@ def fit(
             np.where(exceeded, whole, predicted),
             np.where(exceeded, data.capacity_gib, data.measured_gib),
         )
+        if margin is not None and margin > 1:  # a calibration's margin is in [0, 1]
+            notes.append(
+                f"the calibrated memory model still under-predicts the measured peaks by "
+                f"{margin:.0%} (95th percentile): the margin is capped at 100%; are the peaks "
+                "in GiB, and of these layouts?"
+            )
+            margin = 1.0
     calibration = center.with_factors(factors)
     calibration = Calibration(
         simulator=calibration.simulator,
@@ -568,6 +586,34 @@ def fit(
         rms_after=fitted.rms_after if fitted else math.nan,
         seconds=time.perf_counter() - started,
         notes=notes,
+    )
+
+
+def check_plausible(
+    simulator: str, runs: Sequence[Run], measured: np.ndarray, predicted: np.ndarray
+) -> None:
+    """Refuse step times too far from their predictions to be measurements of their layouts
+    (:data:`simulators.limits.MAX_MEASURED_OVER_PREDICTED`).
+
+    Raises:
+        UserError: naming each such row, its time and the prediction.
+    """
+    ratio = measured / predicted
+    far = np.flatnonzero(
+        ~((ratio >= 1 / MAX_MEASURED_OVER_PREDICTED) & (ratio <= MAX_MEASURED_OVER_PREDICTED))
+    )
+    if not len(far):
+        return
+    shown = "; ".join(
+        f"{runs[i].label or runs[i].specs[3].describe()}: {measured[i]:g} s measured, "
+        f"{predicted[i]:.3g} s predicted"
+        for i in far[:_SHOWN]
+    )
+    more = f" and {len(far) - _SHOWN} more" if len(far) > _SHOWN else ""
+    raise UserError(
+        f"{len(far)} measured step time(s) more than {MAX_MEASURED_OVER_PREDICTED:g} times "
+        f"from the {simulator} simulator's prediction ({shown}{more}): a time in milliseconds, "
+        "or a row of another job? (simulators/limits.py)"
     )
 
 

@@ -34,6 +34,7 @@ from autotune.calibrate._command import fit_settings
 from autotune.calibrate._fit import FitResult
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import Specs
+from autotune.calibrate._fit import check_plausible
 from autotune.calibrate._fit import fit
 from autotune.calibrate._probe import Pick
 from autotune.calibrate._probe import choose_probes
@@ -196,8 +197,17 @@ def _job_problems(job: Job, specs: Specs) -> list[str]:
     return problems
 
 
-def _measured(job: Job, path: str) -> tuple[list[tuple[Layout, Run]], list[str]]:
-    """The rows of ``path`` as (layout, run); rows of another job are refused, naming them."""
+Measured = tuple[list[tuple[Layout, Run]], list[str]]  # (layout, run) pairs, notes
+
+
+def _measured(job: Job, path: str) -> Measured:
+    """The rows of ``measured=`` as (layout, run), and notes on the rows left out; checked
+    before the search: rows of another job, and step times too far from the job's predictions
+    to be measurements of their layouts (a time in milliseconds), are refused, naming them.
+
+    Raises:
+        UserError: naming the rows and what is wrong with them.
+    """
     table = dataset.load_measurements(Path(path))
     names = row_names(table.assign(source=Path(path).stem))
     specs = dataset.table_specs(table)
@@ -231,6 +241,17 @@ def _measured(job: Job, path: str) -> tuple[list[tuple[Layout, Run]], list[str]]
         measured.append((spec[3], run))
     if not measured:
         raise UserError(f"{path}: no row with status ok or oom to calibrate on")
+    ran = [(layout, run) for layout, run in measured if run.ran]
+    predicted = [job.simulator.simulate(*run.specs).step_time_s for _, run in ran]
+    try:
+        check_plausible(
+            job.simulator.name,
+            [run for _, run in ran],
+            np.array([run.step_time_s for _, run in ran]),
+            np.array(predicted),
+        )
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
     return measured, notes
 
 

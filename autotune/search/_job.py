@@ -10,23 +10,21 @@ simulator's own optimum where an Optuna sampler of the same cost misses it by se
 valid layout is still priced beside it when the budget allows, so the answer is always the
 best layout the tool knows of. With ``search.rerank``, a finer simulator re-prices the best
 ``search.rerank_top`` layouts in ``search.workers`` processes. SIGINT and SIGTERM stop the
-search after the trial in flight: the best layout so far is printed and recorded, and the
-command exits 130 or 143.
+search after the trial or the layout in flight: the best layout so far is printed and
+recorded, and the command exits 130 or 143 (a second signal interrupts at once).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from optuna.storages import BaseStorage
 
 import catalog
+from autotune import _signals
 from autotune.calibrate import calibrated_job
 from autotune.calibrate import plan_probes
 from autotune.calibrate import probe_round
@@ -78,8 +76,8 @@ _SAMPLE = 24  # layouts priced to measure the simulator's cost per layout
 
 
 def run_search_job(config: AutotuneConfig) -> None:
-    """Search, print the table (or the JSON object), record in MLflow; exit 130/143 when a
-    signal stopped the search."""
+    """Search, print the table (or the JSON object), record in MLflow (a signal stops the
+    search; ``run_command`` then exits 130/143)."""
     started = time.perf_counter()
     # Every check before any work and before anything is written: a refused search creates
     # nothing (the study's storage is created by search_job once the space is built).
@@ -93,7 +91,13 @@ def run_search_job(config: AutotuneConfig) -> None:
     plan = plan_probes(config, job)
     stop = StopFlag()
     timings = Timings()
-    with _stopping_on_signals(stop):
+
+    def stopping(number: int) -> None:
+        name = _signals.signal_name(number)
+        log.warning(f"\n{name}: stopping after the layout in flight (another signal: at once)")
+        stop.set(number)
+
+    with _signals.deferred(stopping):
         outcome = search_job(config, job, stop)
     log.info(margin.text())
     rounds = None
@@ -109,11 +113,10 @@ def run_search_job(config: AutotuneConfig) -> None:
     timings.record_s = recorded.seconds
     timings.total_s = time.perf_counter() - started
     emit_outcome(config, job, outcome, timings, recorded, rounds)
-    if outcome.stopped:
+    if outcome.stopped:  # run_command says which signal stopped it and exits 130/143
         for problem in problems:
             log.warning(f"warning: {problem}")
-        raise SystemExit(128 + stop.signal)
-    if problems:  # after the result: a file that could not be written does not lose it
+    elif problems:  # after the result: a file that could not be written does not lose it
         raise UserError("; ".join(problems))
 
 
@@ -134,25 +137,6 @@ def _check(search: SearchConfig) -> None:
         )
 
 
-@contextlib.contextmanager
-def _stopping_on_signals(stop: StopFlag) -> Iterator[None]:
-    """SIGINT and SIGTERM set ``stop`` (the search ends after the trial in flight); a second
-    SIGINT interrupts at once."""
-
-    def handler(number: int, frame: Any) -> None:
-        if stop and number == signal.SIGINT:
-            raise KeyboardInterrupt
-        log.warning(f"\n{signal.Signals(number).name}: stopping after the trial in flight")
-        stop.set(number)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def search_job(
     config: AutotuneConfig, job: Job, stop: StopFlag, storage: BaseStorage | None = None
 ) -> Outcome:
@@ -166,7 +150,7 @@ def search_job(
     sample = list(space.layouts[:: max(1, space.size // _SAMPLE)])
     # The analytical simulator's one-time work is a few schedule runs per pipeline pattern,
     # small next to the budget: its grid costs what a warm sample does, layout by layout.
-    grid_s = evaluate.seconds_per_layout(sample, warm=_screens(job)) * space.size
+    grid_s = evaluate.seconds_per_layout(sample, _screens(job), stop.__bool__) * space.size
     mode = search.sampler
     screen = None
     if mode == "auto":
@@ -206,8 +190,8 @@ def search_job(
         log.info(f"  pricing all {space.size} layouts beside the search (~{duration(grid_s)})")
         pairs += list(zip(space.layouts, evaluate.price(space.layouts), strict=True))
         exhaustive = True
-    if not pairs:
-        raise UserError("the search evaluated no layout before it was stopped")
+    if not pairs:  # stopped before the first trial: nothing to show, the signal says why
+        _signals.interrupt(stop.signal)
     outcome = Outcome(
         mode=mode,
         valid=space.size,
@@ -220,7 +204,10 @@ def search_job(
         rerank=screened if screened is not None and not stopped else None,
     )
     if search.rerank and not stopped:
-        rerank = _rerank(search, job, outcome)
+        rerank = _rerank(search, job, outcome, stop)
+        if rerank is None:
+            log.warning(f"  stopped: the {search.rerank} simulator did not re-rank")
+            return dataclasses.replace(outcome, stopped=True)
         rest = outcome.ranked[len(rerank.reranked) :]  # beyond the re-ranked: screening order
         outcome = dataclasses.replace(outcome, rerank=rerank, ranked=rerank.reranked + rest)
     return outcome
@@ -243,9 +230,10 @@ def _run(
     search = config.search
     if mode == "grid":
         progress = Progress(f"{evaluate.simulator.name}", space.size, unit="layouts")
-        predictions = evaluate.price(space.layouts, lambda done, _: progress.update(done))
-        pairs = list(zip(space.layouts, predictions, strict=True))
-        if not study.trials:  # a resumed grid study already holds them
+        pairs = evaluate.priced(
+            space.layouts, lambda done, _: progress.update(done), stop.__bool__
+        )
+        if not study.trials and not stop:  # a resumed grid study already holds them
             add_priced_trials(study, space, ranked(pairs)[: search.n_trials], origin="grid")
         return pairs, len(study.trials), bool(stop)
     polish = search.polish if mode in POLISHED else 0.0
@@ -270,8 +258,10 @@ def _run(
     try:
         if workers:  # the polish starts once no worker has a trial in flight: it then
             run(sampled, 0.0)  # spends exactly what is missing
-    finally:
-        stop_workers(workers, stopped=bool(stop))
+    except BaseException:  # a second signal, or a bug: the workers stop too
+        stop_workers(workers, stopped=True)
+        raise
+    stop_workers(workers, stopped=bool(stop))
     result = run(search.n_trials, polish)
     pairs = [(layout, prediction) for _, layout, prediction in result.evaluated]
     return pairs, len(result.evaluated), bool(stop)
@@ -310,24 +300,29 @@ def _screen(
     ``reranked`` (and says so)."""
     search = config.search
     progress = Progress(SCREENING, space.size, unit="layouts")
-    predictions = screen.price(space.layouts, lambda done, _: progress.update(done))
-    screened = ranked(zip(space.layouts, predictions, strict=True))[: search.rerank_top]
-    if stop:
+    pairs = screen.priced(space.layouts, lambda done, _: progress.update(done), stop.__bool__)
+    screened = ranked(pairs)[: search.rerank_top]
+    finer = None
+    if not stop:
+        log.info(
+            f"  pricing the best {len(screened)} with the {job.simulator.name} simulator in "
+            f"{search.workers} process(es)"
+        )
+        finer = price_in_processes(
+            job, [lay for lay, _ in screened], search.workers, stop.__bool__
+        )
+    if finer is None:  # stopped
         log.warning(f"  stopped: the best layouts of the {SCREENING} screen, not re-priced")
         return Rerank(SCREENING, screened, screened), True
-    log.info(
-        f"  pricing the best {len(screened)} with the {job.simulator.name} simulator in "
-        f"{search.workers} process(es)"
-    )
-    finer = price_in_processes(job, [lay for lay, _ in screened], search.workers)
     reranked = ranked(zip((lay for lay, _ in screened), finer, strict=True))
     if not study.trials:  # a resumed screen study already holds them
         add_priced_trials(study, space, reranked, origin="screen")
     return Rerank(job.simulator.name, screened, reranked), bool(stop)
 
 
-def _rerank(search: SearchConfig, job: Job, outcome: Outcome) -> Rerank:
-    """The screened best layouts priced again by ``search.rerank`` in parallel processes."""
+def _rerank(search: SearchConfig, job: Job, outcome: Outcome, stop: StopFlag) -> Rerank | None:
+    """The screened best layouts priced again by ``search.rerank`` in parallel processes (None
+    when a signal stopped it)."""
     assert search.rerank is not None
     screened = outcome.ranked[: search.rerank_top]
     finer = dataclasses.replace(job, simulator=catalog.load_simulator(search.rerank))
@@ -336,7 +331,11 @@ def _rerank(search: SearchConfig, job: Job, outcome: Outcome) -> Rerank:
         f"  re-ranking the best {len(screened)} layouts with the {search.rerank} simulator "
         f"in {search.workers} process(es)"
     )
-    predictions = price_in_processes(finer, [lay for lay, _ in screened], search.workers)
+    predictions = price_in_processes(
+        finer, [lay for lay, _ in screened], search.workers, stop.__bool__
+    )
+    if predictions is None:
+        return None
     log.info(f"  re-ranked in {duration(time.perf_counter() - started)}")
     reranked = ranked(zip((lay for lay, _ in screened), predictions, strict=True))
     return Rerank(simulator=search.rerank, screened=screened, reranked=reranked)

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-import concurrent.futures
+import multiprocessing
+import os
+import signal
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
 
+from autotune._process import die_with_parent
 from catalog import Job
 from simulators import Layout
 from simulators import Prediction
 from simulators import Simulator
 
-__all__ = ["Evaluator", "price_in_processes"]
+__all__ = ["BATCH", "POLL_S", "Evaluator", "price_in_processes"]
+
+# Layouts priced in one call of a simulator's ``simulate_many``: a signal is noticed between two
+# calls (a few tenths of a second of the analytical simulator's) and the per-call cost stays small.
+BATCH = 4096
+POLL_S = 0.2  # seconds between two looks for a signal while other processes price
 
 
 class Evaluator:
@@ -44,24 +52,54 @@ class Evaluator:
         self, layouts: Sequence[Layout], progress: Callable[[int, int], None] | None = None
     ) -> list[Prediction]:
         """Predictions of ``layouts``, in order (each simulated once)."""
+        return [prediction for _, prediction in self.priced(layouts, progress)]
+
+    def priced(
+        self,
+        layouts: Sequence[Layout],
+        progress: Callable[[int, int], None] | None = None,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> list[tuple[Layout, Prediction]]:
+        """``layouts`` with their predictions, in order (each simulated once); once ``stop()``
+        is true, checked after each layout (each batch of :data:`BATCH` where the simulator
+        prices many at once), only the leading layouts priced so far (the first one at
+        least)."""
         fresh = [lay for lay in dict.fromkeys(layouts) if lay not in self._cache]
         many = getattr(self.simulator, "simulate_many", None)
-        started = time.perf_counter()
-        if many is not None and fresh:
-            batch = many(self.model, self.cluster, self.train, fresh)
-            for index, layout in enumerate(fresh):
-                self._cache[layout] = batch.prediction(index)
-            self.simulations += len(fresh)
-            self.seconds += time.perf_counter() - started
+        if many is not None:
+            for start in range(0, len(fresh), BATCH):
+                chunk = fresh[start : start + BATCH]
+                started = time.perf_counter()
+                batch = many(self.model, self.cluster, self.train, chunk)
+                for index, layout in enumerate(chunk):
+                    self._cache[layout] = batch.prediction(index)
+                self.simulations += len(chunk)
+                self.seconds += time.perf_counter() - started
+                if stop():
+                    break
         else:
             for done, layout in enumerate(fresh, start=1):
                 self(layout)
                 if progress is not None:
                     progress(done, len(fresh))
-        return [self._cache[layout] for layout in layouts]
+                if stop():
+                    break
+        pairs = []
+        for layout in layouts:
+            prediction = self._cache.get(layout)
+            if prediction is None:  # stopped before it
+                break
+            pairs.append((layout, prediction))
+        return pairs
 
-    def seconds_per_layout(self, sample: Sequence[Layout], warm: bool = False) -> float:
-        """Measured cost of one layout over ``sample`` (priced, so it is not wasted).
+    def seconds_per_layout(
+        self,
+        sample: Sequence[Layout],
+        warm: bool = False,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> float:
+        """Measured cost of one layout over ``sample`` (priced, so it is not wasted; once
+        ``stop()`` is true, over the layouts priced so far).
 
         ``warm``: the cost of pricing ``sample`` again once the simulator has done the work it
         does once per job and pattern (the analytical simulator's runs of the interleaved
@@ -69,7 +107,7 @@ class Evaluator:
         every layout of the space.
         """
         started = time.perf_counter()
-        self.price(sample)
+        sample = [layout for layout, _ in self.priced(sample, stop=stop)]
         if warm and sample:
             started = time.perf_counter()
             many = getattr(self.simulator, "simulate_many", None)
@@ -85,8 +123,23 @@ def _price_chunk(job: Job, layouts: Sequence[Layout]) -> list[Prediction]:
     return [job.simulator.simulate(job.model, job.cluster, job.train, lay) for lay in layouts]
 
 
-def price_in_processes(job: Job, layouts: Sequence[Layout], workers: int) -> list[Prediction]:
-    """Predictions of ``layouts`` by ``job.simulator`` in ``workers`` processes, in order.
+def _pool_worker(parent: int) -> None:
+    """A pricing process: Ctrl-C reaches the parent, which ends the pool (SIGTERM, default:
+    the process ends quietly); it ends with its parent too."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(parent, lambda: os.kill(os.getpid(), signal.SIGTERM))
+
+
+def price_in_processes(
+    job: Job,
+    layouts: Sequence[Layout],
+    workers: int,
+    stop: Callable[[], bool] = lambda: False,
+) -> list[Prediction] | None:
+    """Predictions of ``layouts`` by ``job.simulator`` in ``workers`` processes, in order; None
+    once ``stop()`` is true (checked after each layout in this process, every
+    :data:`POLL_S` while other processes price; those are then ended at once).
 
     Layouts that share their per-layer shapes go to the same process, so each process
     compiles (hierarchical) a shape once.
@@ -97,15 +150,20 @@ def price_in_processes(job: Job, layouts: Sequence[Layout], workers: int) -> lis
     chunks = [order[bounds[k] : bounds[k + 1]] for k in range(count) if bounds[k] < bounds[k + 1]]
     results: dict[int, Prediction] = {}
     if len(chunks) == 1:
-        priced = _price_chunk(job, [layouts[i] for i in chunks[0]])
-        results.update(zip(chunks[0], priced, strict=True))
-    else:
-        with concurrent.futures.ProcessPoolExecutor(max_workers=len(chunks)) as pool:
-            futures = {
-                pool.submit(_price_chunk, job, [layouts[i] for i in chunk]): chunk
+        for i in chunks[0]:
+            if stop():
+                return None
+            results[i] = _price_chunk(job, [layouts[i]])[0]
+    else:  # leaving the pool ends its processes, whether they are done or not
+        with multiprocessing.Pool(len(chunks), _pool_worker, (os.getpid(),)) as pool:
+            pending = [
+                (chunk, pool.apply_async(_price_chunk, (job, [layouts[i] for i in chunk])))
                 for chunk in chunks
-            }
-            for future in concurrent.futures.as_completed(futures):
-                for i, prediction in zip(futures[future], future.result(), strict=True):
-                    results[i] = prediction
+            ]
+            for chunk, priced in pending:
+                while not priced.ready():
+                    if stop():
+                        return None
+                    priced.wait(POLL_S)
+                results.update(zip(chunk, priced.get(), strict=True))
     return [results[i] for i in range(len(layouts))]

@@ -99,7 +99,8 @@ def _fill(
         files = [Path(f) for f in outcome.launch_files]
         run.files(files, "launch", root=Path(config.launch_dir))
     _progress_history(run, outcome)
-    run.html("plots.html", search_page(outcome.study, table))
+    if not outcome.stopped:  # a stopped search exits within seconds: no plots (seconds each)
+        run.html("plots.html", search_page(outcome.study, table))
     # MLflow lists the newest run first: create the worst child first, a millisecond apart.
     top = list(enumerate(outcome.top(config.search.top_k), start=1))
     now = int(time.time() * 1000)

@@ -74,6 +74,7 @@ POLISH_ROUND = 4
 # Heartbeat of RDB studies: a trial whose process stopped beating this long is failed.
 HEARTBEAT_S = 10
 GRACE_S = 30
+_PROCESS_KEY = "autotune.process:"  # a study attribute per process that opened it
 # What processes creating one fresh database at once run into (sqlite, PostgreSQL, MySQL):
 # the loser retries and finds the tables made.
 _CREATION_RACES = ("locked", "already exists", "UNIQUE constraint", "duplicate key", "Duplicate")
@@ -229,6 +230,7 @@ def open_study(
     _bind(study, {**fingerprint, "sampler": sampler})
     if storage is not None:
         _fail_dead(study)
+        study.set_user_attr(f"{_PROCESS_KEY}{this_process()}", True)  # before its first trial
     return study
 
 
@@ -246,9 +248,20 @@ def _bind(study: optuna.Study, fingerprint: Mapping[str, Any]) -> None:
 
 def _fail_dead(study: optuna.Study) -> None:
     """Fail the trials left RUNNING by dead processes of this host (other hosts' trials are
-    failed by the heartbeat after its grace period)."""
+    failed by the heartbeat after its grace period).
+
+    A trial names its process from the objective's first line on; one killed before that
+    (while Optuna created the trial, before its first heartbeat, which Optuna's stale-trial
+    check then never sees) names none, and is failed once every process that ever opened the
+    study is a dead one of this host.
+    """
+    writers = [
+        key.removeprefix(_PROCESS_KEY) for key in study.user_attrs if key.startswith(_PROCESS_KEY)
+    ]
+    all_dead = all(dead_here(writer) for writer in writers)
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not dead_here(str(trial.user_attrs.get("autotune.worker", ""))):
+        writer = trial.user_attrs.get("autotune.worker")
+        if not (dead_here(str(writer)) if writer is not None else all_dead):
             continue
         with contextlib.suppress(RuntimeError):  # another process failed it first
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)  # noqa: SLF001

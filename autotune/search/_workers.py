@@ -8,7 +8,11 @@ stopped in the middle of a trial leaves it to the heartbeat (RDB storages) or to
 of dead local processes (:func:`autotune.search._study.open_study`).
 
 Workers are started with the ``spawn`` method: the parent holds an RDB storage's heartbeat
-thread and database connections, which a forked child must not inherit.
+thread and database connections, which a forked child must not inherit. They start with
+SIGINT and SIGTERM ignored and take them once their own handlers are set, so a signal stops a
+worker after its trial in flight and never prints a traceback in the middle of its start (the
+parent repeats its SIGTERM until the worker is gone). A worker follows its parent out, even
+after ``kill -9`` (:func:`autotune._process.die_with_parent`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from typing import Any
 
 import optuna
 
+from autotune._process import die_with_parent
+from autotune._signals import SIGNALS
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
 from autotune.config import fixed_layout_values
@@ -39,6 +45,7 @@ from catalog import Job
 __all__ = ["StudyPlace", "in_memory_copy", "shared_study", "start_workers", "stop_workers"]
 
 log = logging.getLogger("autotune")
+_RESEND_S = 1.0  # seconds between two SIGTERMs to a stopped worker that is still starting
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +85,23 @@ def start_workers(
                 place,
                 config.search.seed + k,
                 target,
+                os.getpid(),
             ),
             name=f"autotune-worker-{k}",
             daemon=True,
         )
         for k in range(1, count + 1)
     ]
-    for process in processes:
-        process.start()
+    # Ignored signals stay ignored in a spawned child; held back here meanwhile, not lost.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    handlers = {number: signal.signal(number, signal.SIG_IGN) for number in SIGNALS}
+    try:
+        for process in processes:
+            process.start()
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return processes
 
 
@@ -96,7 +112,10 @@ def stop_workers(processes: list[multiprocessing.process.BaseProcess], stopped: 
         if stopped and process.is_alive() and process.pid is not None:
             os.kill(process.pid, signal.SIGTERM)
     for process in processes:
-        process.join()
+        process.join(_RESEND_S if stopped else None)
+        while process.exitcode is None and process.pid is not None:  # it was still starting
+            os.kill(process.pid, signal.SIGTERM)
+            process.join(_RESEND_S)
         if process.exitcode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
             log.warning(f"  {process.name} ended with exit code {process.exitcode}")
 
@@ -108,11 +127,14 @@ def _work(
     place: StudyPlace,
     seed: int,
     target: int,
+    parent: int,
 ) -> None:
-    """One worker: the same space, the same study, its own sampler seed; no polish."""
+    """One worker: the same space, the same study, its own sampler seed; no polish. It stops
+    after its trial in flight on SIGINT, SIGTERM, or when ``parent`` (its pid) is gone."""
     stop = StopFlag()
-    for number in (signal.SIGINT, signal.SIGTERM):
+    for number in SIGNALS:
         signal.signal(number, lambda sig, _: stop.set(sig))
+    die_with_parent(parent, lambda: stop.set(signal.SIGTERM))
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     space = build_space(job.model, job.cluster, job.train, search, fixed)
     study = open_study(place.url, place.study_name, place.sampler, seed, place.fingerprint)

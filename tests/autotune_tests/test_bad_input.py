@@ -193,7 +193,7 @@ CLUSTER = [
     ("simulate", ["cluster.device.memory_gib=1e308"], "memory_gib=1e+308 must be <= 100,000"),
     ("simulate", ["cluster.device.memory_gbps=inf"], "memory_gbps=inf must be <= 1,000,000"),
     ("simulate", ["cluster.device.memory_gbps=0"], "memory_gbps=0.0 must be > 0"),
-    ("simulate", ["cluster.device.bf16_tflops=inf"], "bf16_tflops=inf must be <= 1,000,000"),
+    ("simulate", ["cluster.device.bf16_tflops=inf"], "bf16_tflops=inf must be <= 100,000"),
     ("simulate", ["cluster.device.bf16_tflops=-1"], "bf16_tflops=-1.0 must be >= 0"),
     ("simulate", ["cluster.device.fp16_tflops=nan"], "fp16_tflops=nan must be > 0"),
     ("simulate", ["cluster.device.fp16_tflops=0"], "fp16_tflops=0.0 must be > 0"),
@@ -201,10 +201,26 @@ CLUSTER = [
     ("simulate", ["cluster.device.fp8_tflops=-1"], "fp8_tflops=-1.0 must be >= 0"),
     ("simulate", ["cluster.device.fp8_weight_copies=-1"], "fp8_weight_copies=-1 must be >= 0"),
     ("simulate", ["cluster.device.fp8_weight_copies=7"], "fp8_weight_copies=7 must be <= 2"),
-    ("simulate", ["cluster.device.matmul_efficiency=5"], "matmul_efficiency=5.0 must be in (0"),
-    ("simulate", ["cluster.device.matmul_efficiency=0"], "matmul_efficiency=0.0 must be in (0"),
-    ("simulate", ["cluster.device.matmul_efficiency=nan"], "matmul_efficiency=nan must be in"),
-    ("simulate", ["cluster.device.memory_efficiency=1.5"], "memory_efficiency=1.5 must be in"),
+    (
+        "simulate",
+        ["cluster.device.matmul_efficiency=5"],
+        "matmul_efficiency=5.0 must be from 0.01",
+    ),
+    (
+        "simulate",
+        ["cluster.device.matmul_efficiency=0"],
+        "matmul_efficiency=0.0 must be from 0.01",
+    ),
+    (
+        "simulate",
+        ["cluster.device.matmul_efficiency=nan"],
+        "matmul_efficiency=nan must be from 0.01",
+    ),
+    (
+        "simulate",
+        ["cluster.device.memory_efficiency=1.5"],
+        "memory_efficiency=1.5 must be from 0.01",
+    ),
     (
         "simulate",
         ["cluster.device.fp8_matmul_efficiency=0.5"],  # Ascend: no FP8 tensor cores
@@ -213,20 +229,24 @@ CLUSTER = [
     (
         "simulate",
         ["cluster=h100", "cluster.device.fp8_matmul_efficiency=1.5"],
-        "fp8_matmul_efficiency=1.5 must be in (0, 1]",
+        "fp8_matmul_efficiency=1.5 must be from 0.01 to 1",
     ),
     (
         "simulate",
         ["cluster=h100", "cluster.device.fp8_matmul_efficiency=nan"],
-        "fp8_matmul_efficiency=nan must be in (0, 1]",
+        "fp8_matmul_efficiency=nan must be from 0.01 to 1",
     ),
     ("simulate", ["cluster.fitted_on=dgxc"], "str is not a ListConfig, list or tuple"),
-    ("simulate", ["cluster.device.memory_efficiency=-0.4"], "memory_efficiency=-0.4 must be in"),
+    (
+        "simulate",
+        ["cluster.device.memory_efficiency=-0.4"],
+        "memory_efficiency=-0.4 must be from 0.01",
+    ),
     ("simulate", ["cluster.intra_node.bandwidth_gbps=inf"], "bandwidth_gbps=inf must be <="),
     ("simulate", ["cluster.intra_node.bandwidth_gbps=0"], "bandwidth_gbps=0.0 must be > 0"),
     ("simulate", ["cluster.inter_node.bandwidth_gbps=-25"], "bandwidth_gbps=-25.0 must be > 0"),
-    ("simulate", ["cluster.intra_node.efficiency=2"], "efficiency=2.0 must be in (0, 1]"),
-    ("simulate", ["cluster.inter_node.efficiency=0"], "efficiency=0.0 must be in (0, 1]"),
+    ("simulate", ["cluster.intra_node.efficiency=2"], "efficiency=2.0 must be from 0.01 to 1"),
+    ("simulate", ["cluster.inter_node.efficiency=0"], "efficiency=0.0 must be from 0.01 to 1"),
     ("simulate", ["cluster.inter_node.latency_us=nan"], "latency_us=nan must be >= 0"),
     ("simulate", ["cluster.inter_node.latency_us=-1"], "latency_us=-1.0 must be >= 0"),
     ("simulate", ["cluster.inter_node.latency_us=1e30"], "latency_us=1e+30 must be <="),
@@ -235,6 +255,14 @@ CLUSTER = [
     ("simulate", ["cluster.intra_node.mesh_size=-1"], "mesh_size=-1 must be >= 0"),
     ("simulate", ["cluster.intra_node.cross_mesh_gbps=-1"], "cross_mesh_gbps=-1.0 must be >= 0"),
     ("simulate", ["cluster.intra_node.topology=ring"], "topology='ring' is not one of switch"),
+    # Below any device a model is trained on (simulators/limits.py): a unit slip or a typo.
+    ("simulate", ["cluster.device.bf16_tflops=1e-9"], "bf16_tflops=1e-09 must be >= 1"),
+    ("simulate", ["cluster.device.fp32_tflops=0.5"], "fp32_tflops=0.5 must be >= 1"),
+    ("simulate", ["cluster.device.memory_gib=0.08"], "memory_gib=0.08 must be >= 1"),
+    ("simulate", ["cluster.device.memory_gbps=8"], "memory_gbps=8.0 must be >= 10"),
+    ("simulate", ["cluster.device.matmul_efficiency=0.001"], "=0.001 must be from 0.01 to 1"),
+    ("simulate", ["cluster.intra_node.bandwidth_gbps=0.01"], "bandwidth_gbps=0.01 must be >="),
+    ("search", ["cluster.device.bf16_tflops=1e-9"], "bf16_tflops=1e-09 must be >= 1"),
     ("benchmark", ["data=vtrain", "hardware=[nope]"], "hardware 'nope' not in the data"),
 ]
 TRAIN = [
@@ -290,11 +318,21 @@ CONSTANTS = [
     ("simulate", ["simulator.kernel_overhead_us=nan"], "kernel_overhead_us=nan must be a finite"),
     ("simulate", ["simulator.kernel_overhead_us=abc"], "overhead_us='abc' must be a number"),
     ("simulate", ["simulator.host_op_overhead_us=inf"], "host_op_overhead_us=inf must be"),
-    ("simulate", ["simulator.attention_efficiency=5"], "attention_efficiency=5 must be in (0, 1]"),
-    ("simulate", ["simulator.attention_efficiency=0"], "attention_efficiency=0 must be in (0, 1]"),
+    (
+        "simulate",
+        ["simulator.attention_efficiency=5"],
+        "attention_efficiency=5 must be from 0.01 to 1",
+    ),
+    (
+        "simulate",
+        ["simulator.attention_efficiency=0"],
+        "attention_efficiency=0 must be from 0.01 to 1",
+    ),
     ("simulate", ["simulator.attention_backward_factor=0"], "attention_backward_factor=0 must"),
     ("simulate", ["simulator.reserved_memory_gib=-5"], "reserved_memory_gib=-5 must be a finite"),
     ("simulate", ["simulator.reserved_memory_gib=1e300"], "reserved_memory_gib=1e+300 must be"),
+    ("simulate", ["simulator.reserved_memory_gib=1e6"], "=1000000.0 must be <= 100,000 (GiB"),
+    ("simulate", ["simulator.host_op_overhead_us=1e14"], "must be <= 1e+07 (10 s for one"),
     ("simulate", ["simulator.kernels_per_layer_forward=1.5"], "must be an integer"),
     ("simulate", ["simulator.kernels_per_layer_forward=true"], "must be an integer"),
     ("simulate", ["simulator.cp_comm_overlap=maybe"], "cp_comm_overlap='maybe' must be true or"),
@@ -316,17 +354,17 @@ CONSTANTS = [
     (
         "simulate",
         ["simulator=hierarchical", "simulator.efficiency.attention=5"],
-        "efficiency.attention=5 must be in (0, 1]",
+        "efficiency.attention=5 must be from 0.01 to 1",
     ),
     (
         "simulate",
         ["simulator=hierarchical", "simulator.efficiency.matmul=nan"],
-        "efficiency.matmul=nan must be in (0, 1]",
+        "efficiency.matmul=nan must be from 0.01 to 1",
     ),
     (
         "simulate",
         ["simulator=hierarchical", "simulator.efficiency.memory=-1"],
-        "efficiency.memory=-1 must be in (0, 1]",
+        "efficiency.memory=-1 must be from 0.01 to 1",
     ),
     ("simulate", ["simulator=hierarchical", "simulator.efficiency=5"], "must be a mapping"),
     (
@@ -350,11 +388,15 @@ CONSTANTS = [
         "has keys backward_elementwise, forward_elementwise, mask, saved; expected",
     ),
     ("benchmark", ["analytical.kernel_overhead_us=-1"], "kernel_overhead_us=-1 must be a finite"),
-    ("benchmark", ["analytical.attention_efficiency=5"], "attention_efficiency=5 must be in"),
+    (
+        "benchmark",
+        ["analytical.attention_efficiency=5"],
+        "attention_efficiency=5 must be from 0.01",
+    ),
     (
         "benchmark",
         ["simulators=[hierarchical]", "hierarchical.efficiency.attention=5"],
-        "efficiency.attention=5 must be in (0, 1]",
+        "efficiency.attention=5 must be from 0.01 to 1",
     ),
     (
         "benchmark",
@@ -387,6 +429,9 @@ SEARCH = [
     ("search", ["search.recompute=[bogus]"], "search.recompute: 'bogus' is not one of none"),
     ("search", ["search.recompute=[]"], "search.recompute=[] is empty"),
     ("search", ["search.distributed_optimizer=[]"], "search.distributed_optimizer=[] is empty"),
+    ("search", ["search.micro_batch=[1,1]"], "search.micro_batch=[1,1] names 1 more than once"),
+    ("search", ["search.recompute=[full,full]"], "names full more than once"),
+    ("search", ["search.distributed_optimizer=[true,true]"], "names true more than once"),
     ("search", ["search.rerank_top=0"], "search.rerank_top=0 must be >= 1"),
     ("search", ["search.rerank_top=-1"], "search.rerank_top=-1 must be >= 1"),
     ("search", ["search.workers=0"], "search.workers=0 must be >= 1"),
@@ -435,6 +480,12 @@ BENCHMARK = [
     ("benchmark", [f"data={DATA}", "source=[nope]"], "source 'nope' not in the data"),
     ("benchmark", [f"data={DATA}", "hardware=[h100]"], "hardware 'h100' not in the data"),
     ("benchmark", ["output=xml"], "unknown output 'xml'"),
+    # A name twice would score every row twice.
+    ("benchmark", ["simulators=[analytical,analytical]"], "names analytical more than once"),
+    ("benchmark", ["baselines=[random,heuristic,random]"], "names random more than once"),
+    ("benchmark", ["protocols=[zero_shot,zero_shot]"], "names zero_shot more than once"),
+    ("benchmark", ["probes=[1,2,1]"], "probes=[1,2,1] names 1 more than once"),
+    ("benchmark", ["hardware=[a100,a100]"], "hardware=[a100,a100] names a100 more than once"),
 ]
 PROFILE = [
     ("profile", ["repeats=0"], "repeats=0 must be from 1 to 1,000"),
@@ -583,6 +634,80 @@ def test_bad_input_is_one_error_line_and_nothing_written(
     assert out == ""
     written = list(tmp_path.rglob("*"))
     assert written == []  # no report, table, trace, study, MLflow database, nor their folders
+
+
+def _files(folder: Path) -> list[Path]:
+    """The files written under ``folder`` (a report, a table, a study, an MLflow database)."""
+    return [p for p in folder.rglob("*") if p.is_file()]
+
+
+# Files a command reads that hold a value no run has: (command, file, its content, the words).
+# A measurement file: the cells a row changes of a valid one (tests/dataset_tests/_tables.py).
+IMPLAUSIBLE_ROWS: list[tuple[str, list[dict[str, object]], str]] = [
+    ("tiny", [{"step_time_s": 1e-300}], "line 2, column step_time_s: expected a number from"),
+    ("split", [{"tp": 4, "pp": 2, "layer_split": "7/7"}], "layer_split [7, 7] sums to 14"),
+    (
+        "conflict",
+        [{"step_time_s": 1.0}, {"step_time_s": 3.0}],
+        "lines 2 and 3: the same job and layout measured 1 s and 3 s per step",
+    ),
+    (
+        "throughput",
+        [{"tokens_per_s_per_device": 131072.0}],
+        "line 2, column tokens_per_s_per_device: 131072, but global_batch_size x seq_len",
+    ),
+    ("peak", [{"peak_memory_gib": 200.0}], "200 GiB is more than the device's 80 GiB"),
+]
+# A calibration file (YAML), applied by calibration=PATH.
+IMPLAUSIBLE_CALIBRATIONS = [
+    ("inf_margin", "memory_margin: .inf", "memory_margin=inf out of range"),
+    ("big_margin", "memory_margin: 3", "memory_margin=3 out of range"),
+    ("huge_factor", "factors: {host_overhead: 1.0e+308}", "host_overhead=1e+308 out of range"),
+    ("tiny_factor", "factors: {matmul_efficiency: 0.001}", "matmul_efficiency=0.001 out of"),
+    ("bool_factor", "factors: {memory_factor: true}", "memory_factor=True out of range"),
+    ("nan_constant", "factors: {memory_constant_gib: .nan}", "memory_constant_gib=nan out of"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "words"), IMPLAUSIBLE_ROWS, ids=[r[0] for r in IMPLAUSIBLE_ROWS]
+)
+def test_an_implausible_measurement_is_one_error_line_naming_the_row(
+    run_main: Run,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    rows: list[dict[str, object]],
+    words: str,
+) -> None:
+    data = write(tmp_path_factory.mktemp("rows") / f"{name}.csv", *rows)
+    args = _arguments("benchmark", [f"data={data}"], data, tmp_path)
+    status, out, err = run_main("benchmark", *args)
+    assert_one_clean_error(status, err, words)
+    assert f"{name}.csv" in err and out == "" and not _files(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "words"),
+    IMPLAUSIBLE_CALIBRATIONS,
+    ids=[c[0] for c in IMPLAUSIBLE_CALIBRATIONS],
+)
+@pytest.mark.parametrize("command", ["simulate", "search"])
+def test_an_implausible_calibration_is_one_error_line_even_with_json_output(
+    run_main: Run,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    command: str,
+    name: str,
+    content: str,
+    words: str,
+) -> None:
+    path = tmp_path_factory.mktemp("calibrations") / f"{name}.yaml"
+    path.write_text(f"simulator: analytical\n{content}\n", encoding="utf-8")
+    args = _arguments(command, [f"calibration={path}", "output=json"], path, tmp_path)
+    status, out, err = run_main(command, *args)
+    assert_one_clean_error(status, err, f"calibration file {path}: calibration '{name}': ")
+    assert words in err and out == "" and not _files(tmp_path)
 
 
 def _process(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -212,3 +212,16 @@ def test_a_calibration_for_another_simulator_or_cluster_is_one_error_line(tmp_pa
     out.write_text("simulator: analytical\nfactors: {speed: 2}\n")
     with pytest.raises(UserError, match="unknown factor"):
         catalog.load_calibration(str(out))
+
+
+def test_a_step_time_in_milliseconds_is_refused_against_its_prediction(tmp_path: Path) -> None:
+    """Within the bounds of a step (1 ms to a day), but a thousand times its prediction."""
+    rows = _layouts()
+    rows[1] = {**rows[1], "step_time_s": 1000.0}  # line 3: 1 s written in milliseconds
+    data = _csv(tmp_path, *rows)
+    proc = run("autotune.calibrate", f"data={data}", "name=x", "out=x.yaml", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert "1 measured step time(s) more than 30 times from the analytical" in line
+    assert "runs line 3: 1000 s measured" in line
+    assert not (tmp_path / "x.yaml").exists()

@@ -489,10 +489,10 @@ def test_mlflow_keeps_exactly_the_report_files(capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["name=../../outside"], "name='../../outside' must be a plain name"),
-        (["name=a/b"], "name='a/b' must be a plain name"),
-        (["name=.hidden"], "name='.hidden' must be a plain name"),
-        (["name=x.yaml"], "name='x.yaml' must be a plain name"),
+        (["name=../../outside"], "name='../../outside' is not a name"),
+        (["name=a/b"], "name='a/b' is not a name"),
+        (["name=.hidden"], "name='.hidden' is not a name"),
+        (["name=x.yaml"], "name='x.yaml' ends in .yaml"),
         (["name=x", "out=/dev/full"], "out='/dev/full' is a device; give a file path"),
         (["name=x", "out=/proc/c.yaml"], "/proc takes no new file"),
     ],

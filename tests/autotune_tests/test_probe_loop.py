@@ -104,3 +104,27 @@ def test_the_next_probes_never_replace_the_measurements(
     assert (tmp_path / "probes.csv").read_bytes() == filled
     assert len(pd.read_csv(tmp_path / "probes-2.csv")) == 1  # the unfilled one, replaced
     assert sorted(p.name for p in tmp_path.glob("probes*")) == ["probes-2.csv", "probes.csv"]
+
+
+@pytest.mark.parametrize(
+    ("times", "refusal"),
+    [
+        ("nanoseconds", "line 2, column step_time_s: expected a number from 0.001 to 86,400"),
+        ("milliseconds", "more than 30 times from the analytical simulator's prediction"),
+    ],
+)
+def test_measured_times_in_other_units_are_refused_before_the_search(
+    probed: tuple[Path, dict], times: str, refusal: str
+) -> None:
+    """1e-9 s is below the bound of a step; a time in milliseconds is within the bounds but
+    1,000 times its prediction."""
+    folder, _ = probed
+    table = pd.read_csv(folder / "probes.csv")
+    table["status"] = "ok"
+    measured = table["predicted_step_time_s"] * 1.2
+    table["step_time_s"] = 1e-9 if times == "nanoseconds" else measured * 1000
+    table.to_csv(folder / f"{times}.csv", index=False)
+    proc = run("autotune", *SMALL, OFF, f"measured={times}.csv", cwd=folder)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert refusal in proc.stderr and f"{times}" in proc.stderr  # the file, the row, the field
+    assert "valid layouts" not in proc.stderr  # refused before the search

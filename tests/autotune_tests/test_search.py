@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -203,6 +205,29 @@ def test_a_trial_of_a_dead_process_is_failed(
     states = [t.state for t in result.study.trials]
     assert states[0] == optuna.trial.TrialState.FAIL  # only the trial in flight is lost
     assert states.count(optuna.trial.TrialState.COMPLETE) == 5 == len(states) - 1
+
+
+def test_a_trial_killed_before_it_names_its_process_is_failed_once_its_writers_are_dead(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` between Optuna creating a trial and the objective's first line leaves a
+    RUNNING trial that names no process (and has no heartbeat): it is failed once every
+    process that opened the study is dead, and left alone while one lives."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    killed = (
+        "import os, warnings; from autotune.search import open_study; "
+        f"study = open_study({storage!r}, 't', 'tpe', 0, {{'job': 'test'}}); "
+        "warnings.simplefilter('ignore'); study.ask(); os._exit(0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", killed], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    running = [optuna.trial.TrialState.RUNNING]
+    study = open_study(storage, "t", "tpe", 0, {"job": "test"})  # this process: alive from now
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
+    with pytest.warns(UserWarning, match="Heartbeat"):
+        study.ask()  # in flight here, naming no process yet
+    again = open_study(storage, "t", "tpe", 0, {"job": "test"})
+    assert [t.state for t in again.trials][1:] == running  # its writer lives: not failed
 
 
 def test_a_stop_flag_ends_the_study_after_the_trial_in_flight(

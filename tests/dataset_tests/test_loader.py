@@ -50,7 +50,7 @@ def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
     )
     assert "line 6, column recompute: expected one of none, selective, full" in message
     assert (
-        "line 4, column step_time_s: expected a number > 0 and < 10,000,000, got '-1.5'" in message
+        "line 4, column step_time_s: expected a number from 0.001 to 86,400, got '-1.5'" in message
     )
     # the rules across columns run on every row whose own cells parse, in the same pass
     assert "6 problem(s)" in message
@@ -70,7 +70,7 @@ def test_missing_columns_and_bad_cells_are_listed_together(tmp_path: Path) -> No
     message = str(caught.value)
     assert "missing required column(s): vocab_size" in message
     assert (
-        "line 3, column step_time_s: expected a number > 0 and < 10,000,000, got '-2.0'" in message
+        "line 3, column step_time_s: expected a number from 0.001 to 86,400, got '-2.0'" in message
     )
 
 
@@ -212,12 +212,12 @@ def test_absurd_and_non_finite_values_are_refused_all_at_once(tmp_path: Path) ->
     for expected in (
         "line 2, column num_layers: expected an integer from 1 to 10,000, got '1e+30'",
         "line 3, column num_devices: expected an integer from 1 to 1,048,576",
-        "line 4, column step_time_s: expected a number > 0 and < 10,000,000, got 'inf'",
-        "line 5, column step_time_s: expected a number > 0 and < 10,000,000, got 'Infinity'",
+        "line 4, column step_time_s: expected a number from 0.001 to 86,400, got 'inf'",
+        "line 5, column step_time_s: expected a number from 0.001 to 86,400, got 'Infinity'",
         "line 6, column peak_memory_gib: expected a number > 0 and < 100,000, got 'nan'",
         "line 7, column global_batch_size: expected an integer from 1 to 100,000,000",
         "line 7, column hidden_size: expected an integer from 1 to 1,048,576, got '2000000'",
-        "line 8, column step_time_s: expected a number > 0 and < 10,000,000, got '100000000.0'",
+        "line 8, column step_time_s: expected a number from 0.001 to 86,400, got '100000000.0'",
         "line 8, column tp: expected an integer from 1 to 1,048,576, got '-inf'",
     ):
         assert expected in message
@@ -234,6 +234,86 @@ def test_exact_duplicate_rows_name_both_lines(tmp_path: Path) -> None:
     # one differing cell anywhere, an extra column included, makes rows distinct
     distinct = write(tmp_path / "distinct.csv", {"note": "a"}, {"note": "b"})
     assert len(dataset.load_measurements(distinct)) == 2
+
+
+def test_implausible_figures_are_refused_naming_the_row_and_why(tmp_path: Path) -> None:
+    """Within the number bounds, but not a measurement: each against the others of its row
+    and its device (simulators/limits.py gives each tolerance)."""
+    implied = 64 * 2048 / (1.0 * 8)  # BASE: global batch x sequence / (step x devices)
+    path = write(
+        tmp_path / "implausible.csv",
+        {"step_time_s": 1e-300},  # line 2: below a millisecond
+        {"step_time_s": 90_000.0, "tp": 4, "dp": 2},  # line 3: more than a day
+        {"tokens_per_s_per_device": implied * 8, "tp": 2, "dp": 4},  # line 4: of all devices
+        {"peak_memory_gib": 85.0, "tp": 1, "dp": 8},  # line 5: above the A100's 80 GiB
+        {"peak_memory_gib": 120.0, "status": "oom", "tp": 1, "dp": 8, "micro_batch": 2},  # ok
+        {"tokens_per_s_per_device": implied * 1.05, "tp": 2, "dp": 4, "micro_batch": 2},  # ok
+        {"predicted_step_time_s": 1e-9, "tp": 4, "dp": 2, "micro_batch": 2},  # line 8
+        {"device_memory_gib": 0.08, "tp": 8, "micro_batch": 2},  # line 9: TiB?
+        {"intra_node_gbps": 0.01, "tp": 8, "micro_batch": 4},  # line 10
+    )
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    message = str(caught.value)
+    for expected in (
+        "line 2, column step_time_s: expected a number from 0.001 to 86,400, got '1e-300'",
+        "line 3, column step_time_s: expected a number from 0.001 to 86,400, got '90000.0'",
+        "line 4, column tokens_per_s_per_device: 131072, but global_batch_size x seq_len / "
+        "(step_time_s x num_devices) = 1.638e+04",
+        "line 5, column peak_memory_gib: 85 GiB is more than the device's 80 GiB",
+        "line 8, column predicted_step_time_s: expected a number from 0.001 to 86,400",
+        "line 9, column device_memory_gib: expected a number from 1 to 100,000, got '0.08'",
+        "line 10, column intra_node_gbps: expected a number from 0.1 to 1e+06, got '0.01'",
+    ):
+        assert expected in message
+    assert "7 problem(s)" in message  # an oom row above the device, 5% off: both fine
+
+
+@pytest.mark.parametrize(
+    ("split", "expected"),
+    [
+        ("4/4/4", "layer_split has 3 stages, expected pp=2"),
+        ("7/7", "layer_split [7, 7] sums to 14, expected num_layers=8"),
+        ("3/5", None),  # a split of the 8 layers over the 2 stages: the framework's rule
+    ],
+)
+def test_a_layer_split_that_does_not_fit_its_row_is_refused_with_the_rule(
+    tmp_path: Path, split: str, expected: str | None
+) -> None:
+    path = write(tmp_path / "split.csv", {"tp": 4, "pp": 2, "layer_split": split})
+    if expected is None:
+        assert dataset.load_measurements(path)["layer_split"][0] == (3, 5)
+        return
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    assert f"split.csv, line 2, column layer_split: {expected}" in str(caught.value)
+
+
+def test_conflicting_measurements_of_one_layout_are_refused_naming_both_lines(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path / "conflict.csv",
+        {"step_time_s": 1.0},  # line 2
+        {"step_time_s": 3.0},  # line 3: three times line 2
+        {"tp": 4, "dp": 2, "status": "oom", "step_time_s": None},  # line 4
+        {"tp": 4, "dp": 2, "step_time_s": 1.2},  # line 5: ran where line 4 did not
+        {"tp": 2, "dp": 4, "step_time_s": 1.5, "model": "toy-a"},  # repeats within 10%:
+        {"tp": 2, "dp": 4, "step_time_s": 1.55, "model": "toy-b"},  # fine
+        {"tp": 2, "dp": 4, "step_time_s": 9.0, "scenario": "other setup"},  # another scenario
+    )
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    message = str(caught.value)
+    assert "2 problem(s)" in message
+    assert (
+        "conflict.csv, lines 2 and 3: the same job and layout measured 1 s and 3 s per step, "
+        "more than 10% apart"
+    ) in message
+    assert (
+        "conflict.csv, lines 5 and 4: the same job and layout ran (status ok) and ran out of "
+        "memory (status oom)"
+    ) in message
 
 
 def _lines(path: Path) -> list[str]:

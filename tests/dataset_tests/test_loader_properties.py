@@ -84,3 +84,68 @@ def test_any_text_loads_or_is_refused_cleanly(text: str) -> None:
             dataset.load_measurements(path)
         except DataFileError as exc:
             assert str(exc).startswith(f"{path}: ")
+
+
+# The measured and configured figures of a row, and numbers a hostile file puts there: any
+# float (infinite, NaN, subnormal), finite ones from tiny to huge, and the edges of the bounds.
+_FIGURES = (
+    "step_time_s",
+    "tokens_per_s_per_device",
+    "peak_memory_gib",
+    "predicted_step_time_s",
+    "device_memory_gib",
+    "intra_node_gbps",
+    "inter_node_gbps",
+)
+_FIGURE_VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(min_value=1e-12, max_value=1e12),
+    st.sampled_from([0.0, -0.0, 5e-324, 1e-300, 1e-3, 0.999e-3, 86_400.0, 86_401.0, 1e300]),
+    st.sampled_from([16_384.0, 16_384.0 * 8, 79.0, 85.0, 0.08, 0.1]),  # near BASE's figures
+    st.floats(min_value=0.5, max_value=2.0),  # plausible for all of them: many rows load
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.lists(
+        st.dictionaries(st.sampled_from(_FIGURES), _FIGURE_VALUES, max_size=3),
+        min_size=1,
+        max_size=4,
+    ),
+    same_scenario=st.booleans(),  # then equal layouts are repeats, which must agree
+)
+def test_figures_load_within_their_bounds_or_each_bad_row_is_named(
+    rows: list[dict[str, float]], same_scenario: bool
+) -> None:
+    frame = pd.DataFrame(
+        [{**BASE, "scenario": "s" if same_scenario else f"s{i}", **r} for i, r in enumerate(rows)]
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "figures.csv"
+        frame.to_csv(path, index=False)
+        try:
+            table = dataset.load_measurements(path)
+        except DataFileError as exc:
+            head, *problems = str(exc).split("\n  - ")
+            assert head.startswith(f"{path}: ") and problems
+            assert all(p.startswith("figures.csv, line") for p in problems)  # each names rows
+            event("refused")
+            return
+    event("loaded")
+    for row in table.to_dict("records"):
+        specs = dataset.row_to_specs(row)
+        step, tokens, peak = (_value(row, k) for k in _FIGURES[:3])
+        assert math.isnan(step) or 1e-3 <= step <= 86_400
+        if not (math.isnan(step) or math.isnan(tokens)):
+            implied = row["global_batch_size"] * row["seq_len"] / (step * row["num_devices"])
+            assert 1 / 1.1 <= tokens / implied <= 1.1
+        if row["status"] == "ok" and not math.isnan(peak):
+            assert peak <= specs[1].device.memory_gib * 1.05
+    times = table.groupby(["scenario", "tp", "dp"])["step_time_s"]
+    assert ((times.max() / times.min()).dropna() <= 1.1).all()  # repeats agree
+
+
+def _value(row: dict[str, Any], key: str) -> float:
+    value = row[key]
+    return math.nan if value is None or value is pd.NA else float(value)

@@ -22,6 +22,7 @@ from simulators.collectives import all_to_all_time_s
 from simulators.collectives import deepep_time_s
 from simulators.collectives import p2p_time_s
 from simulators.collectives import place_group
+from simulators.states import tied_embedding_grad_bytes
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import make_train
 
@@ -120,6 +121,64 @@ def test_what_a_rank_holds_outside_its_tensors() -> None:
     assert fixed.memory_breakdown_gib["reserved"] == 4.0
 
 
+def test_megatron_deepspeed_keeps_its_logits_in_fp32_twice_over() -> None:
+    """GPTModelPipe casts the logits to fp32 and DeepSpeed keeps the last stage's two output
+    buffers past their backward: 14 bytes per logit against Megatron-Core's 6 (the working
+    set of this model is the logits', 32 tokens x 1000)."""
+    for framework, per_logit in (("megatron_core", 6), ("megatron_deepspeed", 14)):
+        train = make_train(framework, seq_len=32, global_batch_size=1)
+        pred = analytical().simulate(TINY, cluster(), train, Layout(distributed_optimizer=False))
+        assert pred.memory_breakdown_gib["working"] * GIB == pytest.approx(32 * 1000 * per_logit)
+
+
+def test_unfused_attention_past_the_fused_kernel_keeps_an_fp32_softmax() -> None:
+    """Past the framework's fused_softmax_max_seq Megatron's FusedScaleMaskSoftmax runs
+    PyTorch's softmax in fp32: autograd keeps its fp32 output (4 B) and the 16-bit copy that
+    multiplies V (2 B) per score, where the fused kernel keeps one 16-bit output (2 B). Two
+    layers of 4 heads at s = 64: 2 x 64 x 4 x 64 scores, 4 B more each (docs/reference.md 3.3).
+    """
+    fused = make_train(seq_len=64, global_batch_size=1, flash_attention=False)
+    wide = dataclasses.replace(
+        fused, framework=dataclasses.replace(fused.framework, fused_softmax_max_seq=32)
+    )
+    assert (fused.softmax_in_fp32, wide.softmax_in_fp32) == (False, True)
+    layout = Layout(distributed_optimizer=False)
+    a = analytical().simulate(TINY, cluster(), fused, layout).memory_breakdown_gib
+    b = analytical().simulate(TINY, cluster(), wide, layout).memory_breakdown_gib
+    assert (b["activations"] - a["activations"]) * GIB == pytest.approx(2 * 64 * 4 * 64 * 4)
+    big = dataclasses.replace(
+        TINY,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=32,
+        head_dim=128,
+        ffn_hidden_size=11008,
+    )
+    long = make_train(seq_len=8192, global_batch_size=1, flash_attention=False)
+    unfit = dataclasses.replace(
+        long, framework=dataclasses.replace(long.framework, fused_softmax_max_seq=8192)
+    )
+    slow = analytical().simulate(big, cluster(), long, layout).step_time_s
+    assert slow > analytical().simulate(big, cluster(), unfit, layout).step_time_s
+
+
+def test_a_tied_embedding_gradient_is_reduced_in_the_dtype_it_is_accumulated_in() -> None:
+    """vocab / tp x hidden elements: Megatron reduces its main_grad (fp32 by default);
+    DeepSpeed's BF16_Optimizer (no ZeRO) reduces its fp32 copy; under ZeRO-1 the bf16 gradient
+    autograd made (docs/reference.md 7.2)."""
+    tied = dataclasses.replace(TINY, tied_embeddings=True)
+    layout = Layout(dp=2, tp=2, pp=2, distributed_optimizer=False)
+    elements = 1000 / 2 * 64
+    core = make_train("megatron_core", seq_len=32, global_batch_size=8)
+    deepspeed = make_train("megatron_deepspeed", seq_len=32, global_batch_size=8)
+    assert tied_embedding_grad_bytes(tied, core, layout) == elements * 4
+    assert tied_embedding_grad_bytes(tied, deepspeed, layout) == elements * 4  # BF16_Optimizer
+    zero1 = dataclasses.replace(layout, distributed_optimizer=True)
+    assert tied_embedding_grad_bytes(tied, deepspeed, zero1) == elements * 2
+    assert tied_embedding_grad_bytes(TINY, core, layout) == 0.0  # untied
+    assert tied_embedding_grad_bytes(tied, core, dataclasses.replace(layout, pp=1, dp=4)) == 0.0
+
+
 def test_distributed_optimizer_shards_states_by_dp() -> None:
     train = make_train(seq_len=32, global_batch_size=8)
     sim = analytical()
@@ -146,6 +205,24 @@ def test_all_reduce_across_nodes_is_hierarchical() -> None:
     intra = 2 * 7 / 8 * nbytes / (100e9 * 0.8) + 10e-6
     inter = 2 * 1 / 2 * (nbytes / 8) / (25e9 * 0.5) + 20e-6
     assert all_reduce_time_s(nbytes, group, cluster(2)) == pytest.approx(intra + inter)
+
+
+def test_a_group_over_whole_nodes_crosses_at_the_measured_whole_node_bandwidth() -> None:
+    """Jean Zay's case (docs/reference.md 1.4): four 100 Gb/s links per node on paper, 5.07
+    GB/s measured by an all-reduce over whole nodes. A group holding every GPU of its nodes
+    crosses at the measured figure (here 5 GB/s per node); one with half of each node at its
+    NICs' share, as without the figure."""
+    measured = dataclasses.replace(
+        cluster(2), inter_node=dataclasses.replace(NIC, whole_node_gbps=5.0)
+    )
+    nbytes = 1e9
+    intra = 2 * 7 / 8 * nbytes / (100e9 * 0.8) + 10e-6
+    inter = 2 * 1 / 2 * nbytes / 5e9 + 20e-6
+    whole = place_group(16, 1, 8)
+    assert all_reduce_time_s(nbytes, whole, measured) == pytest.approx(intra + inter)
+    half = place_group(8, 2, 8)
+    assert (half.per_node, half.nodes) == (4, 2)
+    assert all_reduce_time_s(nbytes, half, measured) == all_reduce_time_s(nbytes, half, cluster(2))
 
 
 def test_a_measured_latency_slope_adds_per_further_rank_and_level() -> None:

@@ -260,6 +260,32 @@ def test_unfused_attention_is_slower_and_needs_more_memory() -> None:
     assert unfused.memory_breakdown_gib["activations"] > flash.memory_breakdown_gib["activations"]
 
 
+@pytest.mark.parametrize(("fp32", "per_score"), [(False, 2), (True, 6)])
+def test_an_unfused_attention_keeps_per_score_what_autograd_saves(
+    fp32: bool, per_score: int
+) -> None:
+    """By hand, 1 x 4 heads x 64 x 64 scores of 16-bit Q, K, V (4 x 64 x 16 x 2 B each): the
+    fused softmax keeps its 16-bit output (2 B a score); past the fused kernel PyTorch's fp32
+    softmax keeps its fp32 output and the 16-bit copy that multiplies V (6 B), and the masked
+    fill the one [s, s] causal mask every head shares (docs/reference.md 3.3)."""
+    import torch
+
+    from simulators.hierarchical.record import Recorder
+    from simulators.hierarchical.record import unfused_attention
+
+    recorder = Recorder()
+    with recorder, recorder.saving([]):
+        q = torch.empty(1, 64, 4, 16, device="meta", dtype=torch.bfloat16, requires_grad=True)
+        k, v = (
+            torch.empty(1, 4, 64, 16, device="meta", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2)
+        )
+        unfused_attention(q, k, v, cp=1, dropout=False, fp32=fp32)
+    inputs = 3 * 4 * 64 * 16 * 2
+    mask = 64 * 64 if fp32 else 0
+    assert recorder.saved_bytes(selective=False) == inputs + 4 * 64 * 64 * per_score + mask
+
+
 def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages(tmp_path: Path) -> None:
     """At dp 1 there is no DP reduction: the first and last ranks' DP time is the tied
     embedding's all-reduce (vocab / tp x hidden, fp32 main grads), the middle ranks' none."""

@@ -237,7 +237,11 @@ def test_specs_are_frozen() -> None:
         ),
         (
             lambda: LinkSpec(bandwidth_gbps=100.0, latency_us=1.0, efficiency=1.2),
-            "efficiency=1.2 must be in (0, 1]",
+            "efficiency=1.2 must be from 0.01 to 1",
+        ),
+        (
+            lambda: LinkSpec(bandwidth_gbps=0.01, latency_us=1.0, efficiency=0.7),
+            "bandwidth_gbps=0.01 must be >= 0.1 (1 Gbit Ethernet gives 0.125",
         ),
         (
             lambda: LinkSpec(bandwidth_gbps=100.0, latency_us=float("nan"), efficiency=0.7),
@@ -275,11 +279,17 @@ def test_device_limits() -> None:
     for key, bad, message in [
         ("memory_gib", float("inf"), "memory_gib=inf must be <= 100,000"),
         ("memory_gbps", 0.0, "memory_gbps=0.0 must be > 0"),
-        ("bf16_tflops", 1e9, "bf16_tflops=1000000000.0 must be <= 1,000,000"),
-        ("matmul_efficiency", 1.01, "matmul_efficiency=1.01 must be in"),
+        ("bf16_tflops", 1e9, "bf16_tflops=1000000000.0 must be <= 100,000"),
+        ("matmul_efficiency", 1.01, "matmul_efficiency=1.01 must be from 0.01 to 1"),
         ("memory_efficiency", "0.8", "memory_efficiency='0.8' must be a number"),
+        # Below any accelerator a model is trained on: a unit slip or a typo.
+        ("bf16_tflops", 1e-9, "bf16_tflops=1e-09 must be >= 1 (a V100 gives 15.7 in FP32"),
+        ("fp32_tflops", 0.5, "fp32_tflops=0.5 must be >= 1"),
+        ("memory_gib", 0.08, "memory_gib=0.08 must be >= 1 (a T4 has 16 GB)"),
+        ("memory_gbps", 8.0, "memory_gbps=8.0 must be >= 10 (a T4 gives 320)"),
+        ("matmul_efficiency", 0.005, "matmul_efficiency=0.005 must be from 0.01 to 1"),
     ]:
-        with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        with pytest.raises(SpecError, match=re.escape(message)):
             DeviceSpec(**{**values, key: bad})  # type: ignore[arg-type]
 
 
@@ -290,8 +300,8 @@ def test_fp8_gemms_have_their_own_efficiency_when_the_device_gives_one() -> None
     own = DeviceSpec(**values, fp8_matmul_efficiency=0.5)  # type: ignore[arg-type]
     assert (own.gemm_efficiency("fp8"), own.gemm_efficiency("bf16")) == (0.5, 0.8)
     for bad, message in [
-        (1.2, "fp8_matmul_efficiency=1.2 must be in (0, 1]"),
-        (0.0, "fp8_matmul_efficiency=0.0 must be in (0, 1]"),
+        (1.2, "fp8_matmul_efficiency=1.2 must be from 0.01 to 1"),
+        (0.0, "fp8_matmul_efficiency=0.0 must be from 0.01 to 1"),
         ("half", "fp8_matmul_efficiency='half' must be a number"),
     ]:
         with pytest.raises(SpecError, match=re.escape(message)):

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 import catalog
+from simulators.files import write_atomically
 
 BF16 = "bf16xbf16->bf16"
 CLUSTERS = {"sm_90": "h100", "sm_100": "b200"}
@@ -47,8 +48,7 @@ def write_csv(table: dict[tuple[int, int, int, int], float], path: Path) -> None
     lines += [
         f"{b},{m},{n},{k},{flops / 1e12:.3f}" for (b, m, n, k), flops in sorted(table.items())
     ]
-    with open(path, "w") as handle:
-        handle.write("\n".join(lines) + "\n")
+    write_atomically(path, "\n".join(lines) + "\n")  # the shipped table whole, or as it was
     print(f"wrote {path} ({len(lines) - 1} shapes)")
 
 

@@ -17,9 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["PARENT_POLL_S", "dead_here", "die_with_parent", "this_process"]
+__all__ = ["ORPHAN_GRACE_S", "PARENT_POLL_S", "dead_here", "die_with_parent", "this_process"]
 
 PARENT_POLL_S = 0.5  # seconds between two looks at a worker's parent
+# Seconds an orphaned worker has to finish its trial in flight (a trial of the slowest
+# simulator takes a few seconds); past them it ends at once, its trial left to the next command.
+ORPHAN_GRACE_S = 20.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -48,7 +51,9 @@ def die_with_parent(parent: int, on_parent_gone: Callable[[], None]) -> None:
     On Linux the kernel sends SIGTERM when the parent dies (``prctl(PR_SET_PDEATHSIG)``);
     everywhere, a thread looks at the parent every :data:`PARENT_POLL_S` and calls
     ``on_parent_gone`` once it is gone (an orphan is adopted: its parent pid changes). The
-    worker's SIGTERM handler decides what to finish first.
+    worker's SIGTERM handler decides what to finish first; a worker still there
+    :data:`ORPHAN_GRACE_S` later (blocked, or finishing more than it should) ends at once, with
+    exit status 1.
     """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
@@ -59,5 +64,7 @@ def die_with_parent(parent: int, on_parent_gone: Callable[[], None]) -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL_S)
         on_parent_gone()
+        time.sleep(ORPHAN_GRACE_S)
+        os._exit(1)  # nobody is left to report to; the next command fails its trial
 
     threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()

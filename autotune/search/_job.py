@@ -49,12 +49,12 @@ from autotune.search._space import build_space
 from autotune.search._study import POLISHED
 from autotune.search._study import SAMPLERS
 from autotune.search._study import StopFlag
-from autotune.search._study import StudyResult
 from autotune.search._study import add_priced_trials
 from autotune.search._study import check_storage
 from autotune.search._study import open_storage
 from autotune.search._study import open_study
 from autotune.search._study import optimize
+from autotune.search._study import sample
 from autotune.search._workers import StudyPlace
 from autotune.search._workers import in_memory_copy
 from autotune.search._workers import shared_study
@@ -244,25 +244,33 @@ def _run(
         log.info(f"  {search.workers} workers sample the study {place.study_name!r}")
     progress = Progress("trials", search.n_trials, unit="trials")
 
-    def run(n_trials: int, polish_fraction: float) -> StudyResult:
-        return optimize(
-            study,
-            space,
-            evaluate,
-            n_trials=n_trials,
-            polish_fraction=polish_fraction,
-            stop=stop,
-            progress=lambda done, _: progress.update(done),
-        )
+    def update(done: int, _: Any) -> None:
+        progress.update(done)
 
-    try:
-        if workers:  # the polish starts once no worker has a trial in flight: it then
-            run(sampled, 0.0)  # spends exactly what is missing
+    try:  # the polish starts once no worker has a trial in flight: it then spends exactly
+        if workers:  # what is missing
+            sample(
+                study,
+                space,
+                evaluate,
+                n_trials=sampled,
+                polish_fraction=0.0,
+                stop=stop,
+                progress=update,
+            )
     except BaseException:  # a second signal, or a bug: the workers stop too
         stop_workers(workers, stopped=True)
         raise
     stop_workers(workers, stopped=bool(stop))
-    result = run(search.n_trials, polish)
+    result = optimize(
+        study,
+        space,
+        evaluate,
+        n_trials=search.n_trials,
+        polish_fraction=polish,
+        stop=stop,
+        progress=update,
+    )
     pairs = [(layout, prediction) for _, layout, prediction in result.evaluated]
     return pairs, len(result.evaluated), bool(stop)
 

@@ -49,6 +49,7 @@ __all__ = [
     "open_storage",
     "open_study",
     "optimize",
+    "sample",
 ]
 
 log = logging.getLogger("autotune")
@@ -300,6 +301,29 @@ def optimize(
     stop: StopFlag,
     progress: Callable[[int, optuna.Study], None] | None = None,
 ) -> StudyResult:
+    """:func:`sample` the study, then its complete trials with their predictions."""
+    sample(
+        study,
+        space,
+        evaluate,
+        n_trials=n_trials,
+        polish_fraction=polish_fraction,
+        stop=stop,
+        progress=progress,
+    )
+    return StudyResult(study, evaluated_trials(study, space, evaluate), stopped=bool(stop))
+
+
+def sample(
+    study: optuna.Study,
+    space: SearchSpace,
+    evaluate: Evaluator,
+    *,
+    n_trials: int,
+    polish_fraction: float,
+    stop: StopFlag,
+    progress: Callable[[int, optuna.Study], None] | None = None,
+) -> None:
     """Run the study until it holds ``n_trials`` complete trials (or ``stop`` is set).
 
     With ``polish_fraction`` > 0 (single-objective samplers), that share of the trials goes
@@ -329,7 +353,6 @@ def optimize(
         if progress is not None:
             progress(len(_complete(study)), study)
     sample_until(n_trials)
-    return StudyResult(study, evaluated_trials(study, space, evaluate), stopped=bool(stop))
 
 
 def evaluated_trials(

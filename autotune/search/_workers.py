@@ -39,7 +39,7 @@ from autotune.search._price import Evaluator
 from autotune.search._space import build_space
 from autotune.search._study import StopFlag
 from autotune.search._study import open_study
-from autotune.search._study import optimize
+from autotune.search._study import sample
 from catalog import Job
 
 __all__ = ["StudyPlace", "in_memory_copy", "shared_study", "start_workers", "stop_workers"]
@@ -138,7 +138,7 @@ def _work(
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     space = build_space(job.model, job.cluster, job.train, search, fixed)
     study = open_study(place.url, place.study_name, place.sampler, seed, place.fingerprint)
-    optimize(study, space, Evaluator(job), n_trials=target, polish_fraction=0.0, stop=stop)
+    sample(study, space, Evaluator(job), n_trials=target, polish_fraction=0.0, stop=stop)
 
 
 def in_memory_copy(study: optuna.Study) -> optuna.Study:

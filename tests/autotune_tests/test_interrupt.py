@@ -12,6 +12,7 @@ workers. ``kill -9`` at random moments, then the same command: the study ends wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -23,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -317,6 +319,34 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _describe(pids: Iterable[int], command: _Running) -> str:
+    """What each of ``pids`` is and where it waits, and the end of the command's stderr."""
+    lines = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            threads = [
+                f"{(task / 'comm').read_text().strip()}@{(task / 'wchan').read_text()}"
+                for task in Path(f"/proc/{pid}/task").iterdir()
+            ]
+            lines.append(f"{pid} {state} {argv[:200]} threads: {', '.join(threads)}")
+    return "\n".join([*lines, *command.err[-20:]])
+
+
+def test_an_orphan_that_does_not_stop_is_ended_after_its_grace_period(tmp_path: Path) -> None:
+    code = (
+        "import os, time\n"
+        "from autotune import _process\n"
+        "_process.ORPHAN_GRACE_S = 0.5\n"
+        "_process.die_with_parent(os.getppid() + 1, lambda: None)  # gone, says the watch\n"
+        "time.sleep(60)\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60, check=False)
+    assert done.returncode == 1 and time.monotonic() - started < 30
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
 def test_kill_9_of_a_search_ends_its_workers(tmp_path: Path) -> None:
@@ -338,7 +368,7 @@ def test_kill_9_of_a_search_ends_its_workers(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while any(map(_alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any(map(_alive, workers))
+        assert not any(map(_alive, workers)), _describe(filter(_alive, workers), command)
         count = _complete_trials(tmp_path)
         time.sleep(2)
         assert _complete_trials(tmp_path) == count  # nobody samples the study any more

@@ -94,11 +94,20 @@ def layout_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
                 "step s": f"{pred.step_time_s:.3f}",
                 "tok/s/dev": f"{pred.tokens_per_s_per_device:.0f}",
                 "MFU": f"{100 * pred.mfu:.1f}%",
-                "mem GiB": f"{pred.memory_gib:.1f}/{pred.memory_capacity_gib:.0f}"
-                + ("" if pred.fits else " OOM"),
+                **_memory_columns(pred),
             }
         )
     return pd.DataFrame(rows).to_string(index=False)
+
+
+def _memory_columns(prediction: Prediction) -> dict[str, str]:
+    """The predicted peak over the device's memory; with a memory margin, the peak with the
+    margin added beside it (what must fit). OOM marks a layout that does not fit."""
+    oom = "" if prediction.fits else " OOM"
+    used = f"{prediction.memory_gib:.1f}/{prediction.device_memory_gib:.0f}"
+    if prediction.memory_margin == 0:
+        return {"mem GiB": used + oom}
+    return {"mem GiB": used, "+margin": f"{prediction.memory_with_margin_gib:.1f}{oom}"}
 
 
 def _split_text(split: Sequence[int]) -> str:

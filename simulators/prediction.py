@@ -55,6 +55,22 @@ class Prediction:
     def fits(self) -> bool:
         return self.memory_gib <= self.memory_capacity_gib
 
+    @property
+    def memory_margin(self) -> float:
+        """The share of the predicted peak a layout must keep free (0 without a margin): a
+        margin lowers ``memory_capacity_gib`` to the device's memory over ``1 + margin``."""
+        return float(self.detail.get("memory_margin", 0.0))  # type: ignore[arg-type]
+
+    @property
+    def device_memory_gib(self) -> float:
+        """The device's memory, what a user reads on its data sheet."""
+        return self.memory_capacity_gib * (1 + self.memory_margin)
+
+    @property
+    def memory_with_margin_gib(self) -> float:
+        """The predicted peak with the margin added: what must fit in the device's memory."""
+        return self.memory_gib * (1 + self.memory_margin)
+
     def peak_gib(self, measure: str) -> float:
         """The predicted peak as ``measure`` (:data:`MEMORY_MEASURES`) counts it: the whole
         device's, or the framework's tensors only (without fragmentation and reserved)."""

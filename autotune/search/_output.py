@@ -84,7 +84,8 @@ def _calibration_text(job: Job) -> str:
     return (
         f"{job.simulator.name} simulator, "
         + (f"calibration {name!r}" if name else "uncalibrated")
-        + f"; fits = predicted peak memory x {1 + margin:.3f} within the device memory"
+        + f"; fits = predicted peak memory x {1 + margin:.3f} (+margin) within the device's "
+        f"{job.cluster.device.memory_gib:.4g} GiB"
     )
 
 

@@ -27,6 +27,7 @@ from autotune.tracking import TrackedRun
 from autotune.tracking import record
 from catalog import Job
 from simulators import LAYOUT_FIELDS
+from simulators import Prediction
 
 __all__ = ["record_search"]
 
@@ -83,7 +84,7 @@ def _fill(
             "best_tokens_per_s_per_device": best.tokens_per_s_per_device,
             "best_mfu": best.mfu,
             "best_memory_gib": best.memory_gib,
-            "memory_margin_gib": best.memory_capacity_gib - best.memory_gib,
+            "memory_headroom_gib": best.device_memory_gib - best.memory_with_margin_gib,
             "valid_layouts": outcome.valid,
             "evaluated_layouts": len(outcome.ranked),
             "search_s": timings.search_s,
@@ -135,7 +136,6 @@ def _progress_history(run: TrackedRun, outcome: Outcome) -> None:
 
 def _description(config: AutotuneConfig, job: Job, outcome: Outcome) -> str:
     best = outcome.best
-    margin = best.memory_capacity_gib - best.memory_gib
     top = outcome.top(config.search.top_k)
     return "\n".join(
         [
@@ -146,8 +146,7 @@ def _description(config: AutotuneConfig, job: Job, outcome: Outcome) -> str:
             "",
             f"**Best layout:** `{outcome.best_layout.describe()}`: "
             f"{best.step_time_s:.3f} s per step, {best.tokens_per_s_per_device:.0f} tokens/s per "
-            f"device, MFU {100 * best.mfu:.1f}%, {best.memory_gib:.1f} of "
-            f"{best.memory_capacity_gib:.0f} GiB ({margin:.1f} GiB margin).",
+            f"device, MFU {100 * best.mfu:.1f}%, {_memory_text(best)}.",
             "",
             "```",
             layout_table(top),
@@ -165,4 +164,18 @@ def _description(config: AutotuneConfig, job: Job, outcome: Outcome) -> str:
             launch_text(job.model, job.cluster, job.train, outcome.best_layout),
             "```",
         ]
+    )
+
+
+def _memory_text(prediction: Prediction) -> str:
+    """``53.3 GiB predicted (63.5 with the 19.2% margin) of 64 GiB``."""
+    margin = prediction.memory_margin
+    with_margin = (
+        f" ({prediction.memory_with_margin_gib:.1f} with the {100 * margin:.1f}% margin)"
+        if margin
+        else ""
+    )
+    return (
+        f"{prediction.memory_gib:.1f} GiB predicted{with_margin} of "
+        f"{prediction.device_memory_gib:.4g} GiB"
     )

@@ -82,7 +82,9 @@ def test_measured_rows_of_another_job_are_refused(probed: tuple[Path, dict]) -> 
 def test_the_memory_margin_is_shown_and_can_be_set(tmp_path: Path) -> None:
     proc = run("autotune", *SMALL, OFF, "search.memory_margin=0.1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "fits = predicted peak memory x 1.100 within the device memory" in proc.stdout
+    assert (
+        "fits = predicted peak memory x 1.100 (+margin) within the device's 64 GiB" in proc.stdout
+    )
     assert "memory margin 10.0% (search.memory_margin)" in proc.stderr
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from autotune.report import layout_table
 from simulators import Layout
 from simulators import Prediction
+from simulators.calibration import Calibration
+from simulators.calibration import calibrated
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
@@ -36,3 +40,24 @@ def test_the_recompute_column_names_the_block_count() -> None:
     block = Layout.resolve(8, tp=2, pp=4, recompute="full", recompute_layers=2)
     row = layout_table(_ranked(block)).splitlines()[1].split()
     assert "full:2" in row
+
+
+def test_memory_is_shown_against_the_device_with_the_margin_beside_it() -> None:
+    layout = Layout.resolve(8, tp=2, pp=4)
+    base = analytical()
+    plain = base.simulate(LLAMA, CLUSTER, TRAIN, layout)
+    margined = calibrated(base, Calibration(simulator="analytical"), memory_margin=0.25)
+    pred = margined.simulate(LLAMA, CLUSTER, TRAIN, layout)
+    device = CLUSTER.device.memory_gib
+    assert pred.device_memory_gib == pytest.approx(device)
+    assert pred.memory_with_margin_gib == pytest.approx(1.25 * plain.memory_gib)
+    header, row = layout_table([(layout, pred)]).splitlines()
+    assert header.split()[-3:] == ["mem", "GiB", "+margin"]
+    assert row.split()[-2:] == [
+        f"{plain.memory_gib:.1f}/{device:.0f}",
+        f"{1.25 * plain.memory_gib:.1f}",
+    ]
+    # Without a margin there is no margin column.
+    header, row = layout_table([(layout, plain)]).splitlines()
+    assert header.split()[-2:] == ["mem", "GiB"]
+    assert row.split()[-1] == f"{plain.memory_gib:.1f}/{device:.0f}"

@@ -21,11 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _packages_in_checkout() -> set[str]:
+    """The importable packages of the checkout: top-level folders with an ``__init__.py``
+    and their subpackages (a virtual environment made inside the checkout is none)."""
     found = set()
-    for init in REPO.glob("*/**/__init__.py"):
-        package = init.parent.relative_to(REPO)
-        if package.parts[0] not in ("tests", "benchmarks", "build"):
-            found.add(".".join(package.parts))
+    for top in REPO.glob("*/__init__.py"):
+        if top.parent.name in ("tests", "benchmarks"):
+            continue
+        for init in top.parent.glob("**/__init__.py"):
+            found.add(".".join(init.parent.relative_to(REPO).parts))
     return found
 
 

@@ -58,6 +58,8 @@ def layout_row(layout: Layout, prediction: Prediction) -> dict[str, object]:
         "mfu": prediction.mfu,
         "memory_gib": prediction.memory_gib,
         "memory_capacity_gib": prediction.memory_capacity_gib,
+        "device_memory_gib": prediction.device_memory_gib,
+        "memory_margin": prediction.memory_margin,
         "fits": prediction.fits,
         **{f"time_{k}_s": prediction.breakdown.get(k, 0.0) for k in BREAKDOWN_KEYS},
     }

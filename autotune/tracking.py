@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gzip
 import json
 import logging
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -46,6 +48,22 @@ log = logging.getLogger("autotune")
 _SQLITE = "sqlite:///"
 # MLflow's experiment tag that opens the experiment on the training-runs view (MLflow 3).
 _EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# An experiment's description (MLflow's note), by the command that first records in it.
+_EXPERIMENT_NOTES = {
+    "search": (
+        "Layout searches of autotune: one run per search (`python -m autotune`), its best "
+        "layout and time breakdown in the description, the top layouts as child runs, the "
+        "evaluated layouts in `layouts.csv` (the whole list in `layouts_all.csv.gz`), the "
+        "launch files in `launch.md`; probe rounds of the measure-and-calibrate loop too."
+    ),
+    "benchmark": (
+        "Regret benchmarks of autotune's simulators (`python -m autotune.benchmark`): one "
+        "parent run per benchmark with its headline per simulator and protocol, one child run "
+        "per simulator, baseline and protocol with the same metric names, the report under "
+        "`report/`."
+    ),
+}
+_NOTE = "mlflow.note.content"
 _SIGNIFICANT = 6  # digits kept in a metric
 _PROCESS_TAG = "autotune.process"  # host:pid of the writer: a dead one's RUNNING run is ended
 
@@ -149,10 +167,15 @@ class TrackedRun:
         self._mlflow.log_text(content, name)
 
     def table(self, name: str, frame: pd.DataFrame, ui: bool = False) -> None:
-        """A CSV artifact (formula-like text escaped); with ``ui``, also a table the MLflow UI
-        renders (``log_table``)."""
+        """A CSV artifact (formula-like text escaped; gzip-compressed where ``name`` ends in
+        ``.gz``); with ``ui``, also a table the MLflow UI renders (``log_table``)."""
         _go_on(self._pending)
-        self._mlflow.log_artifact(str(write_csv(frame, self._dir / name)))
+        path = write_csv(frame, self._dir / name.removesuffix(".gz"))
+        if name.endswith(".gz"):
+            with path.open("rb") as plain, gzip.open(self._dir / name, "wb") as packed:
+                shutil.copyfileobj(plain, packed)
+            path = self._dir / name
+        self._mlflow.log_artifact(str(path))
         if ui:
             _go_on(self._pending)
             self._mlflow.log_table(data=frame, artifact_file=Path(name).with_suffix(".json").name)
@@ -349,7 +372,11 @@ def _mlflow_run(
         with _creating_store(config.uri):
             mlflow.set_tracking_uri(config.uri)
             experiment = mlflow.set_experiment(config.experiment)
-            for key, value in _EXPERIMENT_KIND.items():
+            wanted = dict(_EXPERIMENT_KIND)
+            note = _EXPERIMENT_NOTES.get(tags.get("autotune.command", ""))
+            if note and not experiment.tags.get(_NOTE):  # a user's own description stays
+                wanted[_NOTE] = note
+            for key, value in wanted.items():
                 if experiment.tags.get(key) != value:
                     mlflow.set_experiment_tag(key, value)
         _end_orphans(mlflow, experiment.experiment_id)

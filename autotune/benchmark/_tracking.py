@@ -7,6 +7,7 @@ kind and protocol, so the MLflow UI compares them side by side.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -59,9 +60,72 @@ def log_benchmark_run(
         for key, values in (curves or {}).items():  # a curve: the metric's history by K
             run.history(_UNSAFE.sub("_", key), values)
 
+    def fill_all(run: TrackedRun) -> None:
+        run.metrics(_headline_metrics(summaries, protocol))
+        fill(run)
+
+    protocols = sorted({str(s.get("protocol", protocol)) for s in summaries.values()})
     return record(
         tracking,
-        "benchmark",
-        fill,
+        f"benchmark {', '.join(protocols) or protocol}",
+        fill_all,
         tags={"autotune.command": "benchmark", "autotune.protocol": protocol},
+        description=_description(summaries, protocol),
     )
+
+
+def _simulators(
+    summaries: Mapping[str, Mapping[str, Any]], protocol: str
+) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(ranker, protocol, summary) of every simulator scored, in the report's order."""
+    return [
+        (name, str(s.get("protocol", protocol)), s)
+        for name, s in summaries.items()
+        if s["kind"] == "simulator"
+    ]
+
+
+def _headline_metrics(
+    summaries: Mapping[str, Mapping[str, Any]], protocol: str
+) -> dict[str, float]:
+    """The parent run's headline: each simulator's regret@1 across sources (each source
+    weighing the same) and pooled, and its out-of-memory picks, per protocol."""
+    metrics = {}
+    for name, _, s in _simulators(summaries, protocol):
+        prefix = _UNSAFE.sub("_", name)  # "analytical", "analytical, probe K=2"...
+        figures = {
+            "regret_at_1_across_sources": s["source_mean"]["regret_at_1_mean"],
+            "regret_at_1_pooled": s["regret_at_1_mean"],
+            "oom_picks": s["source_mean"]["oom_picks"],
+        }
+        metrics.update({f"{prefix}.{k}": v for k, v in figures.items() if math.isfinite(v)})
+    return metrics
+
+
+def _description(summaries: Mapping[str, Mapping[str, Any]], protocol: str) -> str:
+    """The run's Markdown description: the headline table, then where the rest is."""
+    lines = [
+        "| simulator | protocol | regret@1 across sources | pooled | OOM picks |",
+        "|---|---|---|---|---|",
+    ]
+    for name, mine, s in _simulators(summaries, protocol):
+        across = s["source_mean"]
+        lines.append(
+            f"| {name} | {mine} | {_percent(across['regret_at_1_mean'])} | "
+            f"{_percent(s['regret_at_1_mean'])} | {across['oom_picks']:.0f} |"
+        )
+    return "\n".join(
+        [
+            "**Regret of each simulator's pick** (mean over scenarios; across sources: each "
+            "source weighing the same).",
+            "",
+            *lines,
+            "",
+            "Each simulator, baseline and protocol is a child run with the same metric names; "
+            "the full report is `report/benchmark.md`.",
+        ]
+    )
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f}%" if math.isfinite(value) else "n/a"

@@ -29,7 +29,12 @@ from catalog import Job
 from simulators import LAYOUT_FIELDS
 from simulators import Prediction
 
-__all__ = ["record_search"]
+__all__ = ["UI_ROWS", "record_search"]
+
+# Rows of the layouts table the MLflow UI renders (a 1,024-GPU search prices ~100,000 layouts,
+# a table the browser cannot open); the whole list goes to layouts_all.csv.gz.
+UI_ROWS = 1000
+_HEADLINE = ("step_time_s", "tokens_per_s_per_device", "mfu", "memory_gib", "fits")
 
 
 def record_search(
@@ -91,7 +96,9 @@ def _fill(
         }
     )
     table = layouts_frame(outcome)
-    run.table("layouts.csv", table, ui=True)
+    run.table("layouts.csv", table.head(UI_ROWS), ui=True)
+    if len(table) > UI_ROWS:
+        run.table("layouts_all.csv.gz", table)
     run.table("top_k.csv", table.head(config.search.top_k))
     run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
     launch = launch_text(job.model, job.cluster, job.train, outcome.best_layout)
@@ -99,6 +106,7 @@ def _fill(
     if outcome.launch_files and config.launch_dir is not None:  # those files, nothing else
         files = [Path(f) for f in outcome.launch_files]
         run.files(files, "launch", root=Path(config.launch_dir))
+        run.text("launch.md", launch_page(files, Path(config.launch_dir)))
     _progress_history(run, outcome)
     if not outcome.stopped:  # a stopped search exits within seconds: no plots (seconds each)
         run.html("plots.html", search_page(outcome.study, table))
@@ -116,10 +124,12 @@ def _fill(
 
 
 def layouts_frame(outcome: Outcome) -> pd.DataFrame:
-    """One row per distinct layout evaluated, ranked (``layouts.csv``, the plots)."""
+    """One row per distinct layout evaluated, ranked (``layouts.csv``, the plots): the rank
+    and headline figures first, then the layout, then the time breakdown."""
     table = pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.ranked])
     table.insert(0, "rank", range(1, len(table) + 1))
-    return table
+    first = ["rank", *_HEADLINE]
+    return table[first + [c for c in table.columns if c not in first]]
 
 
 def _progress_history(run: TrackedRun, outcome: Outcome) -> None:
@@ -179,3 +189,17 @@ def _memory_text(prediction: Prediction) -> str:
         f"{prediction.memory_gib:.1f} GiB predicted{with_margin} of "
         f"{prediction.device_memory_gib:.4g} GiB"
     )
+
+
+def launch_page(files: list[Path], root: Path) -> str:
+    """The launch files as one Markdown page (the MLflow UI previews ``.md``, not ``.sh``)."""
+    fences = {".sh": "bash", ".py": "python", ".json": "json", ".yaml": "yaml", ".toml": "toml"}
+    sections = ["# Launch files of the best layouts\n"]
+    for path in files:
+        text = path.read_text()
+        fence = "````" if "```" in text else "```"
+        sections.append(
+            f"## {path.relative_to(root)}\n\n{fence}{fences.get(path.suffix, '')}\n"
+            f"{text.rstrip()}\n{fence}\n"
+        )
+    return "\n".join(sections)

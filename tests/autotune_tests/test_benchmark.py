@@ -299,11 +299,29 @@ def test_command_line_json_and_mlflow_run(tmp_path: Path) -> None:
     assert {status for _, status in runs} == {"FINISHED"}
     assert sorted(name for name, _ in runs) == [
         "analytical (zero_shot)",
-        "benchmark",
+        "benchmark zero_shot",
         "heuristic (zero_shot)",
         "random (zero_shot)",
         "simumax (zero_shot)",
     ]
+    # The parent says the headline in its description and metrics; the experiment says what
+    # its runs are.
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{db}")
+    (parent,) = [
+        r
+        for r in client.search_runs([client.get_experiment_by_name("benchmark").experiment_id])
+        if "mlflow.parentRunId" not in r.data.tags
+    ]
+    regret = payload["simulators"]["analytical"]["source_mean"]["regret_at_1_mean"]
+    assert parent.data.metrics["analytical.regret_at_1_across_sources"] == pytest.approx(regret)
+    assert (
+        f"| analytical | zero_shot | {100 * regret:.1f}% |"
+        in (parent.data.tags["mlflow.note.content"])
+    )
+    experiment = client.get_experiment_by_name("benchmark")
+    assert "Regret benchmarks" in experiment.tags["mlflow.note.content"]
 
 
 @pytest.mark.slow  # the hierarchical simulator takes about 20 s over all shipped data

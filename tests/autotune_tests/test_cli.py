@@ -80,6 +80,7 @@ def test_search_json_and_mlflow_record(tmp_path: Path) -> None:
     assert f"--tensor-model-parallel-size {best['tp']}\n" in script.read_text()
     experiment = client.get_experiment_by_name("autotune")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert experiment.tags["mlflow.note.content"].startswith("Layout searches of autotune")
 
 
 @pytest.mark.slow

@@ -27,7 +27,8 @@ class MemoryWindow:
     """
 
     shown: pd.DataFrame
-    capacity_gib: float
+    capacity_gib: float  # the device's memory
+    fits_below_gib: float  # the peak a layout may have to fit, with the memory margin
     limit_gib: float
     beyond: int
 
@@ -49,21 +50,27 @@ def memory_window(trials: pd.DataFrame) -> MemoryWindow:
     layouts = sort_frame(trials, "fits", "step_time_s", "memory_gib").drop_duplicates(
         layout_columns
     )
-    capacity = float(layouts["memory_capacity_gib"].iloc[0])
+    fits_below = float(layouts["memory_capacity_gib"].iloc[0])
+    capacity = float(layouts.get("device_memory_gib", layouts["memory_capacity_gib"]).iloc[0])
     limit = MEMORY_WINDOW * capacity
     inside = layouts["memory_gib"] <= limit
     if not inside.any():
         limit, inside = float(layouts["memory_gib"].max()), pd.Series(True, index=layouts.index)
     shown = layouts[inside].assign(memory=layouts["fits"].map(_FITS)).reset_index(drop=True)
-    return MemoryWindow(shown, capacity, limit, int((~inside).sum()))
+    return MemoryWindow(shown, capacity, fits_below, limit, int((~inside).sum()))
 
 
 def search_page(study: optuna.Study, trials: pd.DataFrame) -> str:
     """``plots.html``: optimization history, parallel coordinates, time vs memory."""
     multi = len(study.directions) > 1
     target = (lambda t: t.values[0]) if multi else None
+    grid = bool(study.trials) and all(
+        t.user_attrs.get("autotune.origin") == "grid" for t in study.trials
+    )
     figures = [
-        optuna.visualization.plot_optimization_history(
+        _ranked_profile(trials)
+        if grid  # its trials are the best layouts in rank order: no history to show
+        else optuna.visualization.plot_optimization_history(
             study, target=target, target_name="step time (s)"
         ),
         optuna.visualization.plot_parallel_coordinate(
@@ -73,6 +80,22 @@ def search_page(study: optuna.Study, trials: pd.DataFrame) -> str:
     if not trials.empty:
         figures.append(_time_vs_memory(memory_window(trials)))
     return html_page(f"Search {study.study_name}", figures)
+
+
+def _ranked_profile(trials: pd.DataFrame) -> Any:
+    """Step time by rank of every layout a grid priced (a grid has no search history)."""
+    import plotly.express as px
+
+    return px.scatter(
+        trials.assign(memory=trials["fits"].map(_FITS)),
+        x="rank",
+        y="step_time_s",
+        color="memory",
+        category_orders={"memory": list(_FITS.values())},
+        hover_data=[c for c in LAYOUT_FIELDS if c in trials.columns],
+        labels={"rank": "rank (the grid priced every layout)", "step_time_s": "step time (s)"},
+        title="Ranked profile: predicted step time of every layout, best first",
+    )
 
 
 def _time_vs_memory(window: MemoryWindow) -> Any:
@@ -94,4 +117,11 @@ def _time_vs_memory(window: MemoryWindow) -> Any:
         line_dash="dash",
         annotation_text=f"device memory {window.capacity_gib:.0f} GiB",
     )
+    if window.fits_below_gib < window.capacity_gib:
+        scatter.add_vline(
+            x=window.fits_below_gib,
+            line_dash="dot",
+            annotation_text=f"fits below {window.fits_below_gib:.1f} GiB (memory margin)",
+            annotation_position="bottom left",
+        )
     return scatter

@@ -378,6 +378,8 @@ def test_time_vs_memory_shows_the_region_around_the_device_memory(
     table = layouts_frame(outcome)
     window = memory_window(table)
     assert window.capacity_gib == capacity and window.limit_gib == 1.5 * capacity
+    margin = outcome.best.memory_margin
+    assert window.fits_below_gib == pytest.approx(capacity / (1 + margin))
     assert table["memory_gib"].max() > 3 * capacity  # what squashed the plot
     assert window.beyond == (table["memory_gib"] > 1.5 * capacity).sum() > 0
     assert len(window.shown) + window.beyond == len(table)
@@ -403,3 +405,5 @@ def test_search_plots_embed_plotly_js(make_cfg: Callable[..., AutotuneConfig]) -
     assert "plotly.js v" in page  # the library's own banner: it works offline
     assert not re.search(r"<script[^>]*\bsrc=", page)  # nothing loaded from a CDN
     assert page.count("Plotly.newPlot(") == 3
+    # A grid's trials are its best layouts in rank order: a ranked profile, not a history.
+    assert "Ranked profile" in page and "Optimization History" not in page

@@ -61,7 +61,8 @@ def memory_window(trials: pd.DataFrame) -> MemoryWindow:
 
 
 def search_page(study: optuna.Study, trials: pd.DataFrame) -> str:
-    """``plots.html``: optimization history, parallel coordinates, time vs memory."""
+    """``plots.html``: optimization history (a grid: its ranked profile), parallel
+    coordinates, the Pareto front (multi-objective samplers), time vs memory."""
     multi = len(study.directions) > 1
     target = (lambda t: t.values[0]) if multi else None
     grid = bool(study.trials) and all(
@@ -77,6 +78,12 @@ def search_page(study: optuna.Study, trials: pd.DataFrame) -> str:
             study, target=target, target_name="step time (s)"
         ),
     ]
+    if multi:
+        figures.append(
+            optuna.visualization.plot_pareto_front(
+                study, target_names=["step time (s)", "peak memory (GiB)"]
+            )
+        )
     if not trials.empty:
         figures.append(_time_vs_memory(memory_window(trials)))
     return html_page(f"Search {study.study_name}", figures)

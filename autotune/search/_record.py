@@ -100,6 +100,9 @@ def _fill(
     if len(table) > UI_ROWS:
         run.table("layouts_all.csv.gz", table)
     run.table("top_k.csv", table.head(config.search.top_k))
+    if outcome.mode == "nsga2":  # step time against memory, the layouts that fit
+        front = pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.pareto()])
+        run.table("pareto_front.csv", front, ui=True)
     run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
     launch = launch_text(job.model, job.cluster, job.train, outcome.best_layout)
     run.text("launch_flags.txt", launch)

@@ -67,3 +67,21 @@ def test_a_search_logs_a_bounded_ui_table_and_every_layout_compressed(
     script = (tmp_path / "launch" / "rank-1" / "launch_mindspeed.sh").read_text()
     assert f"## rank-1/launch_mindspeed.sh\n\n```bash\n{script.rstrip()}\n```\n" in page
     assert "## rank-5/" in page  # every launch file logged, in the page the UI previews
+
+
+@pytest.mark.slow
+def test_a_multi_objective_search_records_its_pareto_front(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1", f"tracking.uri={uri}"]
+    nsga2 = ["search.sampler=nsga2", "search.n_trials=40", "output=json"]
+    assert run_command(SEARCH, [*args, *nsga2]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    client = mlflow.MlflowClient(uri)
+    folder = Path(client.download_artifacts(payload["mlflow_run_id"], "", str(tmp_path / "a")))
+    front = pd.read_csv(folder / "pareto_front.csv")
+    expected = [p["prediction"]["step_time_s"] for p in payload["pareto_front"]]
+    assert len(expected) > 1 and list(front["step_time_s"]) == pytest.approx(expected)
+    assert "Pareto-front Plot" in (folder / "plots.html").read_text()

@@ -13,6 +13,7 @@ import catalog
 from dataset._clusters import sized_cluster
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import Layout
+from simulators.specs import CARD_FIELDS
 from simulators.specs import RUN_SETTINGS
 from simulators.specs import ClusterSpec
 from simulators.specs import ModelSpec
@@ -21,8 +22,11 @@ from simulators.specs import TrainSpec
 __all__ = ["MODEL_FIELDS", "Specs", "records", "row_to_specs", "table_specs"]
 
 Specs = tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]
-# The architecture columns: every ModelSpec field but the display name (``model``).
-MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.name != "name")
+# The architecture columns: every ModelSpec field but the display name (``model``) and the
+# model-card facts, which no simulator prices (CARD_FIELDS: the catalog's, and their defaults).
+MODEL_FIELDS = tuple(
+    f.name for f in dataclasses.fields(ModelSpec) if f.name != "name" and f.name not in CARD_FIELDS
+)
 _OVERRIDES = ("devices_per_node", "device_memory_gib", "intra_node_gbps", "inter_node_gbps")
 _TRAINING = ("framework", "precision", "flash_attention", *RUN_SETTINGS)
 

@@ -21,6 +21,9 @@ __all__ = [
     "MAX_LAYERS",
     "MAX_MEMORY_GIB",
     "MAX_NAME_LENGTH",
+    "MAX_NORM_EPSILON",
+    "MAX_ROTARY_BASE",
+    "MAX_SCALE_FACTOR",
     "MAX_SEED",
     "MAX_SEQ_LEN",
     "MAX_SM_COUNT",
@@ -47,6 +50,15 @@ MAX_EXPERTS = 1_048_576  # routed experts and top-k: PEER (2024) routes to a mil
 MAX_DEVICES = 1_048_576  # devices, parallel degrees: the largest clusters have ~2e5 GPUs
 MAX_SEQ_LEN = 100_000_000  # tokens per sequence: the longest trained contexts are ~1e7
 MAX_BATCH = 100_000_000  # sequences per step or micro-batch: published batches are < 1e5
+# A norm's epsilon guards its division: published ones are 1.5625e-07 (GLM-4) to 1e-05, so 0.1
+# is a typo (a share, a learning rate).
+MAX_NORM_EPSILON = 0.1
+# RoPE's base (rope_theta): published ones are 1e4 to 5e7 (InternLM2.5), and Megatron-LM takes an
+# integer; 1e12 is a typo or an overflow.
+MAX_ROTARY_BASE = 1_000_000_000_000
+# Factors of a model card's RoPE scaling and MoE router (YaRN's factor, betas and mscales, the
+# routed scaling factor): published ones are 0.707 to 64, so 1e4 is a typo.
+MAX_SCALE_FACTOR = 10_000.0
 # Seconds per measured (or peer-predicted) training step. A step runs a forward and backward
 # of at least one layer, hundreds of kernels of several microseconds each, and an optimizer
 # step: under a millisecond is a time in milliseconds or microseconds written as seconds

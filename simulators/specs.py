@@ -8,8 +8,10 @@ properties computed from the fields, following Megatron-LM's own accounting
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field
 
 from simulators._checks import require_at_least
 from simulators._checks import require_at_most
@@ -41,8 +43,10 @@ from simulators.limits import MIN_GBPS
 from simulators.limits import MIN_MEMORY_GBPS
 from simulators.limits import MIN_MEMORY_GIB
 from simulators.limits import MIN_TFLOPS
+from simulators.model_card import CARD
+from simulators.model_card import check_card
 
-__all__ = ["ClusterSpec", "DeviceSpec", "LinkSpec", "ModelSpec", "TrainSpec"]
+__all__ = ["CARD_FIELDS", "ClusterSpec", "DeviceSpec", "LinkSpec", "ModelSpec", "TrainSpec"]
 
 ACTIVATIONS = ("swiglu", "gelu")
 ATTENTIONS = ("gqa", "mla")
@@ -73,10 +77,11 @@ def gpt_family(norm: str, activation: str, qkv_bias: bool) -> bool:
     """Whether a model is Megatron's GPT-2/3 family, the model its defaults build: LayerNorm,
     GeLU and biases on every linear layer (``add_bias_linear``), which its GPT scripts keep
     along with the other defaults, learned absolute positions and dropout 0.1 (the default of
-    a run that names none: :meth:`TrainSpec.drops_out`). ``ModelSpec`` names no position
-    embedding: this is what tells the GPT rows (vTrain, DLPerf, Korthikanti, GPT-3) from the
-    RoPE models, the Llama family (RMSNorm, SwiGLU) and Nemotron-4 (LayerNorm and a non-gated
-    MLP, but no biases, RoPE and no dropout) (docs/reference.md 3.3)."""
+    a run that names none: :meth:`TrainSpec.drops_out`). The simulators read no position
+    embedding (``ModelSpec.position_embedding`` is a launch fact): this is what tells the GPT
+    rows (vTrain, DLPerf, Korthikanti, GPT-3) from the RoPE models, the Llama family (RMSNorm,
+    SwiGLU) and Nemotron-4 (LayerNorm and a non-gated MLP, but no biases, RoPE and no dropout)
+    (docs/reference.md 3.3)."""
     return norm == "layernorm" and activation == "gelu" and qkv_bias
 
 
@@ -96,6 +101,21 @@ class ModelSpec:
     width ``expert_ffn_hidden_size`` (top ``moe_top_k`` per token) plus shared experts whose
     summed width is ``shared_expert_ffn_hidden_size``. MLA (DeepSeek) attention uses the
     ``*_lora_rank`` and ``qk_*_head_dim`` / ``v_head_dim`` fields instead of ``head_dim``.
+
+    The fields after ``v_head_dim`` are model-card facts (:mod:`simulators.model_card`,
+    ``CARD_FIELDS``) that the launch files write and no simulator prices:
+    ``position_embedding`` (None: learned absolute positions for Megatron's GPT family, RoPE
+    for the others; :attr:`positions`), RoPE's ``rotary_base`` (Hugging Face ``rope_theta``),
+    ``rotary_percent`` (``partial_rotary_factor``) and ``rotary_interleaved`` (pairs of
+    adjacent dimensions, GLM), its ``rope_scaling`` (``none``, Llama 3.1's ``llama3`` or
+    ``yarn``) with that scaling's ``rope_*`` fields, ``norm_epsilon`` (``rms_norm_eps``),
+    ``qk_layernorm`` (a norm on each head's queries and keys, Qwen3), and an MoE router's
+    ``moe_router_score_function`` (``scoring_func``), ``moe_router_norm_topk_prob`` (the top-k
+    probabilities renormalised to sum to 1, ``norm_topk_prob``), ``moe_router_expert_bias``
+    (aux-loss-free routing, ``topk_method`` ``noaux_tc``), group-limited top-k over
+    ``moe_router_num_groups`` groups keeping ``moe_router_group_topk`` (``n_group``,
+    ``topk_group``; 0: none) and ``moe_router_topk_scaling_factor``
+    (``routed_scaling_factor``).
     """
 
     name: str
@@ -121,6 +141,27 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    position_embedding: str | None = field(default=None, metadata=CARD)
+    rotary_base: int = field(default=10000, metadata=CARD)
+    rotary_percent: float = field(default=1.0, metadata=CARD)
+    rotary_interleaved: bool = field(default=False, metadata=CARD)
+    rope_scaling: str = field(default="none", metadata=CARD)
+    rope_scaling_factor: float = field(default=1.0, metadata=CARD)
+    rope_original_max_positions: int = field(default=0, metadata=CARD)
+    rope_low_freq_factor: float = field(default=1.0, metadata=CARD)
+    rope_high_freq_factor: float = field(default=4.0, metadata=CARD)
+    rope_beta_fast: float = field(default=32.0, metadata=CARD)
+    rope_beta_slow: float = field(default=1.0, metadata=CARD)
+    rope_mscale: float = field(default=1.0, metadata=CARD)
+    rope_mscale_all_dim: float = field(default=0.0, metadata=CARD)
+    norm_epsilon: float = field(default=1e-5, metadata=CARD)
+    qk_layernorm: bool = field(default=False, metadata=CARD)
+    moe_router_score_function: str = field(default="softmax", metadata=CARD)
+    moe_router_norm_topk_prob: bool = field(default=True, metadata=CARD)
+    moe_router_expert_bias: bool = field(default=False, metadata=CARD)
+    moe_router_num_groups: int = field(default=0, metadata=CARD)
+    moe_router_group_topk: int = field(default=0, metadata=CARD)
+    moe_router_topk_scaling_factor: float = field(default=1.0, metadata=CARD)
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
@@ -174,6 +215,7 @@ class ModelSpec:
         require_choice(owner, "attention", self.attention, ATTENTIONS)
         require_choice(owner, "norm", self.norm, ("rmsnorm", "layernorm"))
         self._check_relations(owner)
+        check_card(self, owner)
 
     @property
     def _mla_fields(self) -> dict[str, int]:
@@ -239,6 +281,14 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def positions(self) -> str:
+        """The position embedding: the model's, else learned absolute positions for Megatron's
+        GPT family (:func:`gpt_family`) and RoPE for every other model."""
+        if self.position_embedding is not None:
+            return self.position_embedding
+        return "learned_absolute" if self.is_gpt_family else "rope"
 
     @property
     def is_gpt_family(self) -> bool:
@@ -418,6 +468,14 @@ class ModelSpec:
         return 3.0 * self.forward_flops_per_token(seq_len)
 
 
+# The model-card facts of ModelSpec (simulators.model_card): the launch files write them and no
+# simulator prices them, so the dataset's architecture columns and a stored study's
+# fingerprint leave them out.
+CARD_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(ModelSpec) if f.metadata.get("card")
+)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceSpec:
     """One accelerator: dense peak matrix throughput, achievable fraction, HBM."""
@@ -541,8 +599,15 @@ class DeviceSpec:
         """HBM bandwidth that memory-bound kernels reach (bytes/s)."""
         return self.memory_gbps * 1e9 * self.memory_efficiency
 
+    def runs_as(self, dtype: str) -> str:
+        """The dtype a step asking for ``dtype`` runs in here: fp16 for bf16 on a device
+        without bf16 (V100, Ascend 910: ``bf16_tflops`` 0), else ``dtype``. The simulators
+        price that dtype's peak (:meth:`peak_flops`) and the launch files run it."""
+        return "fp16" if dtype == "bf16" and not self.bf16_tflops else dtype
+
     def peak_flops(self, dtype: str) -> float:
-        """Dense peak matrix FLOP/s of GEMMs in ``dtype`` (V100 has no bf16: its fp16).
+        """Dense peak matrix FLOP/s of GEMMs in ``dtype``, as the device runs it
+        (:meth:`runs_as`: V100 has no bf16, its fp16).
 
         Raises:
             SpecError: ``fp8`` on a device without FP8 tensor cores.
@@ -551,10 +616,8 @@ class DeviceSpec:
             if not self.fp8_tflops:
                 raise SpecError(f"device {self.name!r} has no FP8 tensor cores (fp8_tflops=0)")
             return self.fp8_tflops * 1e12
-        tflops = {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp32": self.fp32_tflops}[
-            dtype
-        ]
-        return (tflops or self.fp16_tflops) * 1e12
+        tflops = {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp32": self.fp32_tflops}
+        return tflops[self.runs_as(dtype)] * 1e12
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

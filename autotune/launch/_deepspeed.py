@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 
-from autotune.launch._megatron import MODEL_CARD_VARIABLES
 from autotune.launch._script import CLUSTER_VARIABLES
 from autotune.launch._script import RUN_HINT
 from autotune.launch._script import RUN_VARIABLES
@@ -34,9 +33,9 @@ from autotune.launch._script import distributed_group
 from autotune.launch._script import dropout_flags
 from autotune.launch._script import flag
 from autotune.launch._script import has_linear_bias
+from autotune.launch._script import number
 from autotune.launch._script import require
 from autotune.launch._script import run_group
-from autotune.launch._script import uses_rope
 from simulators import LayoutError
 
 SCRIPT_NAME = "launch_megatron_deepspeed.sh"
@@ -64,7 +63,9 @@ def refusals(job: LaunchJob) -> list[str]:
 
 def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
     """The architecture in Megatron-DeepSpeed's spelling (``--num-key-value-heads``,
-    lower-case norms, ``--layernorm-epsilon``; rotary positions replace learned ones)."""
+    lower-case norms, ``--layernorm-epsilon``; rotary positions, with their base and share of
+    each head, replace learned ones; ALiBi, which it lacks, is launched as RoPE:
+    :func:`card_notes`)."""
     model = job.model
     flags = [
         flag("--num-layers", model.num_layers),
@@ -75,15 +76,17 @@ def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
         flag("--seq-length", job.train.seq_len),
         flag("--max-position-embeddings", job.train.seq_len),
         flag("--normalization", model.norm),
-        flag("--layernorm-epsilon", Ref("NORM_EPSILON")),
+        flag("--layernorm-epsilon", number(model.norm_epsilon)),
     ]
     if model.num_kv_heads < model.num_attention_heads:
         flags.append(flag("--num-key-value-heads", model.num_kv_heads))
-    if uses_rope(model):
+    if model.positions != "learned_absolute":
         flags += [
             flag("--use-rotary-position-embeddings"),
-            flag("--rotary-position-embeddings-theta", Ref("ROTARY_BASE")),
+            flag("--rotary-position-embeddings-theta", model.rotary_base),
         ]
+        if model.rotary_percent != 1:
+            flags.append(flag("--rotary-percent", number(model.rotary_percent)))
     if model.activation == "swiglu":
         flags.append(flag("--swiglu"))
     if not model.tied_embeddings:
@@ -91,6 +94,28 @@ def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
     if not has_linear_bias(model):
         flags.append(flag("--disable-bias-linear"))
     return (*flags, *dropout_flags(model, job.train))
+
+
+def card_notes(job: LaunchJob) -> list[str]:
+    """The model-card facts Megatron-DeepSpeed has no option for (megatron/arguments.py:
+    RoPE's base and share only), one sentence each for the header."""
+    model, notes = job.model, []
+    if model.positions == "alibi":
+        notes.append(
+            f"Megatron-DeepSpeed has no ALiBi: {model.name}'s ALiBi positions are launched as "
+            f"RoPE (base {model.rotary_base})."
+        )
+    unsaid = {
+        f"{model.rope_scaling} RoPE scaling": model.rope_scaling != "none",
+        "RoPE on pairs of adjacent dimensions (GLM)": model.rotary_interleaved,
+        "query/key layernorm": model.qk_layernorm,
+    }
+    notes += [
+        f"Megatron-DeepSpeed has no {what}: {model.name}'s is not launched."
+        for what, present in unsaid.items()
+        if present
+    ]
+    return notes
 
 
 def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
@@ -179,14 +204,12 @@ def _data_group() -> ArgGroup:
     )
 
 
-def _variables(job: LaunchJob) -> tuple[Variable, ...]:
-    card = MODEL_CARD_VARIABLES if uses_rope(job.model) else MODEL_CARD_VARIABLES[1:]
+def _variables() -> tuple[Variable, ...]:
     return (
         Variable("MEGATRON_DEEPSPEED_DIR", ".", "the Megatron-DeepSpeed checkout"),
         Variable("DS_CONFIG", f"${{SCRIPT_DIR}}/{CONFIG_NAME}", "DeepSpeed's JSON, beside this"),
         Variable("DATA_PATH", "", "prefix of a preprocessed dataset (..._text_document)"),
         Variable("TOKENIZER", "", "Hugging Face tokenizer name or folder"),
-        *card,
         *RUN_VARIABLES,
         *CLUSTER_VARIABLES,
     )
@@ -194,15 +217,15 @@ def _variables(job: LaunchJob) -> tuple[Variable, ...]:
 
 def script(job: LaunchJob, title: str) -> BashScript:
     """The Megatron-DeepSpeed launch script of ``job``."""
-    header = [f"{title} launch written by autotune.", job.describe()]
+    header = [f"{title} launch written by autotune.", job.describe(), *job.precision_notes()]
     if job.model.qkv_bias and not has_linear_bias(job.model):
         header.append(
             "Megatron-DeepSpeed has no QKV-bias-only flag: this model's QKV biases are off."
         )
-    header.append(RUN_HINT)
+    header += [*card_notes(job), RUN_HINT]
     return BashScript(
         header=tuple(header),
-        variables=_variables(job),
+        variables=_variables(),
         setup=(
             require('-z "${DATA_PATH}"', "set DATA_PATH to a preprocessed dataset prefix"),
             require('-z "${TOKENIZER}"', "set TOKENIZER to a Hugging Face tokenizer"),

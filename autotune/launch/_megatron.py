@@ -3,9 +3,12 @@
 Flag names, types and rules are those of ``NVIDIA/Megatron-LM`` at d98e8a64 (Megatron-Core
 0.20; ``megatron/training/arguments.py``, ``megatron/core/transformer/transformer_config.py``),
 launched the way its ``examples/llama`` and ``examples/mixtral`` scripts launch it. The
-architecture and layout flags below also hold at tag core_v0.12.1, which MindSpeed-LLM runs on,
-so :mod:`autotune.launch._mindspeed` builds on them. Which overlaps run is a fact of the
-framework (``conf/framework/<name>.yaml``, docs/reference.md 7.2 and 7.5), never a constant.
+shape, router and layout flags below also hold at tag core_v0.12.1, which MindSpeed-LLM runs
+on, so :mod:`autotune.launch._mindspeed` builds on them (positions it spells its own way).
+Which overlaps run is a fact of the framework (``conf/framework/<name>.yaml``,
+docs/reference.md 7.2 and 7.5), never a constant. The model card's facts
+(:mod:`simulators.model_card`) are written as flags, and what Megatron-LM cannot be told of
+them is said in the script's header (:func:`card_notes`).
 """
 
 from __future__ import annotations
@@ -25,24 +28,41 @@ from autotune.launch._script import distributed_group
 from autotune.launch._script import dropout_flags
 from autotune.launch._script import flag
 from autotune.launch._script import has_linear_bias
+from autotune.launch._script import number
 from autotune.launch._script import require
 from autotune.launch._script import run_group
-from autotune.launch._script import uses_rope
+from simulators import ModelSpec
 from simulators.layout import LAYOUT_FIELDS
 from simulators.layout import field_info
 from simulators.states import fp8_primary
 
 SCRIPT_NAME = "launch_megatron.sh"
 
-# Model facts the catalog does not hold (ModelSpec has no RoPE base or norm epsilon).
-MODEL_CARD_VARIABLES = (
-    Variable("ROTARY_BASE", "10000", "RoPE base from the model card (10000: Megatron's default)"),
-    Variable("NORM_EPSILON", "1e-5", "norm epsilon from the model card (1e-5: the default)"),
-)
+# What Megatron-LM fixes and cannot be told (megatron/core/models/common/embeddings/
+# rotary_pos_embedding.py RotaryEmbedding._apply_scaling; transformer_config.py
+# MLATransformerConfig: arguments.py has no flag for these fields, which MLA reads unprefixed).
+LLAMA3_SCALING_FIXED = {
+    "rope_low_freq_factor": 1.0,
+    "rope_high_freq_factor": 4.0,
+    "rope_original_max_positions": 8192,
+}
+MLA_YARN_FIXED = {
+    "rope_original_max_positions": 4096,
+    "rope_beta_fast": 32.0,
+    "rope_beta_slow": 1.0,
+}
 
 
 def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
-    """The architecture: sizes, attention, positions, norm, activation, biases, dropout, MoE.
+    """The architecture and the model card: shapes, positions, norms, activation, biases,
+    dropout, MoE and its router, in Megatron-LM main's spelling."""
+    return (*shape_flags(job), *position_flags(job))
+
+
+def shape_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """The architecture but its positions: sizes, attention, norm and its epsilon, query/key
+    norms, activation, biases, dropout, MoE and its router (the same options on Megatron-LM
+    main and core_v0.12.1).
 
     An all-MoE model (no dense layer, ``ffn_hidden_size`` 0) passes its expert width as
     ``--ffn-hidden-size`` too, as Megatron's Mixtral example does.
@@ -56,10 +76,11 @@ def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
         *_attention_flags(job),
         flag("--seq-length", job.train.seq_len),
         flag("--max-position-embeddings", job.train.seq_len),
-        *_position_flags(job),
         flag("--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"),
-        flag("--norm-epsilon", Ref("NORM_EPSILON")),
+        flag("--norm-epsilon", number(model.norm_epsilon)),
     ]
+    if model.qk_layernorm or model.attention == "mla":  # MLA: its latents' norms
+        flags.append(flag("--qk-layernorm"))
     if model.activation == "swiglu":
         flags.append(flag("--swiglu"))
     if not model.tied_embeddings:
@@ -68,7 +89,7 @@ def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
         flags.append(flag("--disable-bias-linear"))
         if model.qkv_bias:
             flags.append(flag("--add-qkv-bias"))
-    return (*flags, *dropout_flags(model, job.train), *_moe_flags(job))
+    return (*flags, *dropout_flags(model, job.train), *_moe_flags(job), *router_flags(job))
 
 
 def _attention_flags(job: LaunchJob) -> list[Flag]:
@@ -91,21 +112,130 @@ def _attention_flags(job: LaunchJob) -> list[Flag]:
     return flags
 
 
-def _position_flags(job: LaunchJob) -> list[Flag]:
-    if uses_rope(job.model):
+def position_flags(job: LaunchJob) -> list[Flag]:
+    """Positions as the model card gives them: RoPE (base, share of each head, pairing) and
+    its Llama 3.1 or YaRN scaling, or learned absolute positions. ALiBi, which Megatron-LM
+    lacks, is launched as RoPE (:func:`card_notes` says so). MLA rotates inside its
+    attention, so its YaRN is ``--rope-type yarn`` with MLA's own options."""
+    model = job.model
+    if model.positions == "learned_absolute":
+        return [flag("--position-embedding-type", "learned_absolute")]
+    kind = "yarn" if model.rope_scaling == "yarn" and model.attention != "mla" else "rope"
+    flags = [flag("--position-embedding-type", kind), flag("--rotary-base", model.rotary_base)]
+    if model.rotary_percent != 1:
+        flags.append(flag("--rotary-percent", number(model.rotary_percent)))
+    if model.rotary_interleaved:  # the fused kernel takes it only from TE 2.3
+        flags += [flag("--rotary-interleaved"), flag("--no-rope-fusion")]
+    return flags + _scaling_flags(job)
+
+
+def _scaling_flags(job: LaunchJob) -> list[Flag]:
+    """Llama 3.1's scaling (its factor; the rest is fixed), YaRN's for MLA and for GQA."""
+    model = job.model
+    if model.attention == "mla":
+        if model.rope_scaling != "yarn":
+            return [flag("--rope-type", "rope")]
+        return [flag("--rope-type", "yarn"), *_yarn_shared_flags(model)]
+    if model.rope_scaling == "llama3":
+        factor = number(model.rope_scaling_factor)
+        return [flag("--use-rope-scaling"), flag("--rope-scaling-factor", factor)]
+    if model.rope_scaling == "yarn":
         return [
-            flag("--position-embedding-type", "rope"),
-            flag("--rotary-base", Ref("ROTARY_BASE")),
+            *_yarn_shared_flags(model),
+            flag("--yarn-original-max-position-embeddings", model.rope_original_max_positions),
+            flag("--yarn-beta-fast", number(model.rope_beta_fast)),
+            flag("--yarn-beta-slow", number(model.rope_beta_slow)),
         ]
-    return [flag("--position-embedding-type", "learned_absolute")]
+    return []
+
+
+def _yarn_shared_flags(model: ModelSpec) -> list[Flag]:
+    """YaRN's factor and attention scales, which MLA and the yarn embedding both read."""
+    return [
+        flag("--rotary-scaling-factor", number(model.rope_scaling_factor)),
+        flag("--mscale", number(model.rope_mscale)),
+        flag("--mscale-all-dim", number(model.rope_mscale_all_dim)),
+    ]
+
+
+def router_flags(job: LaunchJob) -> list[Flag]:
+    """The MoE router as the card gives it (Megatron-Core moe_utils.py
+    topk_routing_with_score_function): the score function, softmax before the top-k
+    (:func:`pre_softmax`), the aux-loss-free expert bias, group-limited top-k, the scaling of
+    the weights."""
+    model = job.model
+    if not model.is_moe:
+        return []
+    flags = [flag("--moe-router-score-function", model.moe_router_score_function)]
+    if pre_softmax(model):
+        flags.append(flag("--moe-router-pre-softmax"))
+    if model.moe_router_expert_bias:
+        flags.append(flag("--moe-router-enable-expert-bias"))
+    if model.moe_router_num_groups:
+        flags += [
+            flag("--moe-router-num-groups", model.moe_router_num_groups),
+            flag("--moe-router-group-topk", model.moe_router_group_topk),
+        ]
+    if model.moe_router_topk_scaling_factor != 1:
+        scale = number(model.moe_router_topk_scaling_factor)
+        flags.append(flag("--moe-router-topk-scaling-factor", scale))
+    return flags
+
+
+def pre_softmax(model: ModelSpec) -> bool:
+    """Softmax over every expert before the top-k: the card's top-k weights are not
+    renormalised (after the top-k they sum to 1), or top-1, which Megatron-Core routes only
+    so (transformer_config.py: a softmax over one score has no gradient)."""
+    softmax = model.moe_router_score_function == "softmax"
+    return softmax and (not model.moe_router_norm_topk_prob or model.moe_top_k == 1)
+
+
+def card_notes(job: LaunchJob) -> list[str]:
+    """The model-card facts Megatron-LM cannot be told, one sentence each for the header."""
+    model = job.model
+    notes = router_notes(model)
+    if model.positions == "alibi":
+        notes.append(
+            f"Megatron-LM has no ALiBi: {model.name}'s ALiBi positions are launched as RoPE "
+            f"(base {model.rotary_base})."
+        )
+    if model.rope_scaling == "llama3" and model.attention != "mla":
+        notes += fixed_notes(model, "Megatron-LM's Llama 3.1 RoPE scaling", LLAMA3_SCALING_FIXED)
+    if model.rope_scaling == "yarn" and model.attention == "mla":
+        notes += fixed_notes(model, "Megatron-LM's MLA YaRN", MLA_YARN_FIXED)
+    if model.rope_scaling == "llama3" and model.attention == "mla":
+        notes.append("Megatron-LM's MLA has no Llama 3.1 RoPE scaling: it is not launched.")
+    return notes
+
+
+def router_notes(model: ModelSpec) -> list[str]:
+    """What Megatron-Core's router cannot do of the card's: sigmoid scores it always
+    renormalises over the top-k (moe_utils.py)."""
+    sigmoid = model.is_moe and model.moe_router_score_function == "sigmoid"
+    if sigmoid and model.moe_top_k > 1 and not model.moe_router_norm_topk_prob:
+        return [
+            "Megatron-Core renormalises sigmoid top-k weights to sum to 1: "
+            f"{model.name}'s unnormalised weights are not launched."
+        ]
+    return []
+
+
+def fixed_notes(model: ModelSpec, what: str, fixed: dict[str, float]) -> list[str]:
+    """A sentence when the model's values differ from those a framework fixes."""
+    differ = [
+        f"{name}={getattr(model, name)!r}"
+        for name, value in fixed.items()
+        if getattr(model, name) != value
+    ]
+    if not differ:
+        return []
+    held = ", ".join(f"{name}={value!r}" for name, value in fixed.items())
+    return [f"{what} fixes {held}: {model.name}'s {', '.join(differ)} are not launched."]
 
 
 def _moe_flags(job: LaunchJob) -> list[Flag]:
-    """Experts, routing and the dense-then-MoE layer pattern.
-
-    ``--moe-grouped-gemm`` needs bf16 on core_v0.12.1; top-1 routing with softmax scores needs
-    ``--moe-router-pre-softmax`` (transformer_config.py).
-    """
+    """Experts, their top-k and the dense-then-MoE layer pattern (``--moe-grouped-gemm``
+    needs bf16 on core_v0.12.1)."""
     model = job.model
     if not model.is_moe:
         return []
@@ -120,8 +250,6 @@ def _moe_flags(job: LaunchJob) -> list[Flag]:
     if model.first_dense_layers:
         dense, moe = model.first_dense_layers, model.num_moe_layers
         flags.append(flag("--moe-layer-freq", f"([0]*{dense}+[1]*{moe})"))
-    if model.moe_top_k == 1:
-        flags.append(flag("--moe-router-pre-softmax"))
     if uses_grouped_gemm(job):
         flags.append(flag("--moe-grouped-gemm"))
     return flags
@@ -301,13 +429,11 @@ def _data_group(job: LaunchJob) -> ArgGroup:
     )
 
 
-def _variables(job: LaunchJob) -> tuple[Variable, ...]:
-    card = MODEL_CARD_VARIABLES if uses_rope(job.model) else MODEL_CARD_VARIABLES[1:]
+def _variables() -> tuple[Variable, ...]:
     return (
         Variable("MEGATRON_DIR", ".", "the Megatron-LM checkout (pretrain_gpt.py is at its top)"),
         Variable("DATA_PATH", "", "prefix of a preprocessed dataset (..._text_document)"),
         Variable("TOKENIZER", "", "Hugging Face tokenizer name or folder (with DATA_PATH)"),
-        *card,
         *RUN_VARIABLES,
         *CLUSTER_VARIABLES,
     )
@@ -318,9 +444,16 @@ def script(job: LaunchJob, title: str) -> BashScript:
     guard = require(
         '-n "${DATA_PATH}" && -z "${TOKENIZER}"', "set TOKENIZER for the data in DATA_PATH"
     )
+    header = (
+        f"{title} launch written by autotune.",
+        job.describe(),
+        *job.precision_notes(),
+        *card_notes(job),
+        RUN_HINT,
+    )
     return BashScript(
-        header=(f"{title} launch written by autotune.", job.describe(), RUN_HINT),
-        variables=_variables(job),
+        header=header,
+        variables=_variables(),
         setup=(guard, *device_connections_export(job)),
         launcher="torchrun",
         launcher_group=distributed_group(job.cluster),

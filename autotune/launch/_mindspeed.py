@@ -10,19 +10,24 @@ the CANN environment and the HCCL and allocator settings most of those scripts e
 them, the layout string MindSpeed back-ports from Megatron
 (``mindspeed/features_manager/pipeline_parallel/pipeline_model_parallel_layout_feature.py``).
 Context parallelism is named explicitly: the ring (``megatron_cp_algo``) or Ulysses
-(``ulysses_cp_algo``), as the run's ``cp_comm_type`` says (docs/reference.md 3.5).
+(``ulysses_cp_algo``), as the run's ``cp_comm_type`` says (docs/reference.md 3.5). Positions
+are MindSpeed-LLM's own options (``mindspeed_llm/features_manager/common/rotary.py``: RoPE
+scaling, GLM's interleaved partial RoPE; ``.../flash_attention/alibi_feature.py``: ALiBi), as
+its example scripts pass them; the router is Megatron-Core's (``--norm-topk-prob``, which
+renormalises after the scaling, is not needed: Megatron-Core's softmax after the top-k and its
+sigmoid top-k already sum to 1).
 """
 
 from __future__ import annotations
 
-from autotune.launch._megatron import MODEL_CARD_VARIABLES
 from autotune.launch._megatron import dtype_flags
-from autotune.launch._megatron import model_flags
 from autotune.launch._megatron import moe_layout_flags
 from autotune.launch._megatron import one_to_one_flags
 from autotune.launch._megatron import overlap_flags
 from autotune.launch._megatron import pipeline_flags
 from autotune.launch._megatron import recompute_flags
+from autotune.launch._megatron import router_notes
+from autotune.launch._megatron import shape_flags
 from autotune.launch._megatron import uses_grouped_gemm
 from autotune.launch._script import CLUSTER_VARIABLES
 from autotune.launch._script import RUN_HINT
@@ -37,9 +42,10 @@ from autotune.launch._script import Variable
 from autotune.launch._script import device_connections_export
 from autotune.launch._script import distributed_group
 from autotune.launch._script import flag
+from autotune.launch._script import number
 from autotune.launch._script import require
 from autotune.launch._script import run_group
-from autotune.launch._script import uses_rope
+from simulators import ModelSpec
 
 SCRIPT_NAME = "launch_mindspeed.sh"
 
@@ -54,6 +60,64 @@ _ASCEND_EXPORTS = (
     'export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"',
     'export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"',
 )
+
+
+def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
+    """The architecture and the model card: Megatron's shapes and router, MindSpeed-LLM's
+    positions."""
+    return (*shape_flags(job), *position_flags(job.model))
+
+
+def position_flags(model: ModelSpec) -> list[Flag]:
+    """Positions as its example scripts spell them: ALiBi (baichuan2 13B), learned, or RoPE
+    with its base, share of each head, GLM's pairing (chatglm3, glm4: ``--use-glm-rope`` and
+    no fused RoPE) and its scaling (llama31: llama3; deepseek2, deepseek3: yarn)."""
+    if model.positions != "rope":
+        return [flag("--position-embedding-type", model.positions)]
+    flags = [flag("--position-embedding-type", "rope"), flag("--rotary-base", model.rotary_base)]
+    if model.rotary_percent != 1:
+        flags.append(flag("--rotary-percent", number(model.rotary_percent)))
+    if model.rotary_interleaved:
+        flags += [flag("--use-glm-rope"), flag("--no-rope-fusion")]
+    return flags + _scaling_flags(model)
+
+
+def _scaling_flags(model: ModelSpec) -> list[Flag]:
+    """``--rope-scaling-type`` and the scaling's options (YaRN's betas are integers)."""
+    if model.rope_scaling == "none":
+        return []
+    flags = [
+        flag("--rope-scaling-type", model.rope_scaling),
+        flag("--rope-scaling-factor", number(model.rope_scaling_factor)),
+    ]
+    if model.rope_scaling == "llama3":
+        return [
+            *flags,
+            flag("--low-freq-factor", number(model.rope_low_freq_factor)),
+            flag("--high-freq-factor", number(model.rope_high_freq_factor)),
+            flag("--original-max-position-embeddings", model.rope_original_max_positions),
+        ]
+    return [
+        *flags,
+        flag("--rope-scaling-original-max-position-embeddings", model.rope_original_max_positions),
+        flag("--beta-fast", round(model.rope_beta_fast)),
+        flag("--beta-slow", round(model.rope_beta_slow)),
+        flag("--rope-scaling-mscale", number(model.rope_mscale)),
+        flag("--rope-scaling-mscale-all-dim", number(model.rope_mscale_all_dim)),
+    ]
+
+
+def card_notes(model: ModelSpec) -> list[str]:
+    """The model-card facts MindSpeed-LLM cannot be told, one sentence each."""
+    notes = router_notes(model)
+    betas = {"rope_beta_fast": model.rope_beta_fast, "rope_beta_slow": model.rope_beta_slow}
+    fractional = [f"{name}={value!r}" for name, value in betas.items() if value != round(value)]
+    if model.rope_scaling == "yarn" and fractional:
+        notes.append(
+            f"MindSpeed-LLM takes integer YaRN betas: {', '.join(fractional)} are launched "
+            "rounded."
+        )
+    return notes
 
 
 def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
@@ -91,8 +155,10 @@ def _implementation_flags(job: LaunchJob) -> tuple[Flag, ...]:
         flags.append(flag("--use-fused-rmsnorm"))
     if model.activation == "swiglu":
         flags.append(flag("--use-fused-swiglu"))
-    if uses_rope(model):
-        flags += [flag("--use-rotary-position-embeddings"), flag("--use-fused-rotary-pos-emb")]
+    if model.positions == "rope":
+        flags.append(flag("--use-rotary-position-embeddings"))
+    if _plain_rope(model):  # the fused kernel rotates whole heads, by halves
+        flags.append(flag("--use-fused-rotary-pos-emb"))
     # The weight gradients are accumulated as priced (docs/reference.md 7.2): through the DDP
     # hook, as most example scripts run them, and the grouped experts' inside their GEMM.
     framework = job.train.framework
@@ -101,6 +167,11 @@ def _implementation_flags(job: LaunchJob) -> tuple[Flag, ...]:
     if uses_grouped_gemm(job) and framework.expert_grad_accumulation == "fused":
         flags.append(flag("--gemm-gradient-accumulation-fusion"))
     return (*flags, *dtype_flags(job))
+
+
+def _plain_rope(model: ModelSpec) -> bool:
+    """RoPE over whole heads, rotating halves (not GLM's pairs)."""
+    return model.positions == "rope" and model.rotary_percent == 1 and not model.rotary_interleaved
 
 
 def _data_group(job: LaunchJob) -> ArgGroup:
@@ -120,15 +191,13 @@ def _data_group(job: LaunchJob) -> ArgGroup:
     )
 
 
-def _variables(job: LaunchJob) -> tuple[Variable, ...]:
-    card = MODEL_CARD_VARIABLES if uses_rope(job.model) else MODEL_CARD_VARIABLES[1:]
+def _variables() -> tuple[Variable, ...]:
     return (
         Variable("MINDSPEED_LLM_DIR", ".", "the MindSpeed-LLM checkout (pretrain_gpt.py at top)"),
         Variable("CANN_SET_ENV", "/usr/local/Ascend/cann/set_env.sh", "CANN's environment"),
         Variable("ATB_SET_ENV", "/usr/local/Ascend/nnal/atb/set_env.sh", "NNAL ATB's environment"),
         Variable("DATA_PATH", "", "prefix of a preprocessed dataset (..._text_document)"),
         Variable("TOKENIZER_PATH", "", "folder of the Hugging Face tokenizer"),
-        *card,
         *RUN_VARIABLES,
         *CLUSTER_VARIABLES,
     )
@@ -149,9 +218,16 @@ def _setup(job: LaunchJob) -> tuple[str, ...]:
 
 def script(job: LaunchJob, title: str) -> BashScript:
     """The MindSpeed-LLM launch script of ``job``."""
+    header = (
+        f"{title} launch written by autotune.",
+        job.describe(),
+        *job.precision_notes(),
+        *card_notes(job.model),
+        RUN_HINT,
+    )
     return BashScript(
-        header=(f"{title} launch written by autotune.", job.describe(), RUN_HINT),
-        variables=_variables(job),
+        header=header,
+        variables=_variables(),
         setup=_setup(job),
         launcher="torchrun",
         launcher_group=distributed_group(job.cluster),

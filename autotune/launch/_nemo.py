@@ -10,8 +10,12 @@ the data module's batch and sequence, the precision plugin
 (``recipes/precision/mixed_precision.py``; its gradient dtype overrides the DDP config's), and
 TP communication overlap (``MegatronCommOverlapCallback``). Every split field is written, since
 recipes set their own (DeepSeek-V3 first/last stages, Llama-3.1-405B's embedding and loss
-accounting). The file runs under torchrun on every node and trains in each worker
-(``run.run(direct=True)``).
+accounting). The model card's facts (:mod:`simulators.model_card`) are set on the model config
+by the fields of Megatron-Core's ``TransformerConfig`` and NeMo's ``GPTConfig``, the Llama 3.1
+scaling by ``Llama31Config``'s and YaRN by ``MLATransformerConfig``'s (Megatron-Core b615e731,
+the commit NeMo 8cfedd72's ``requirements/manifest.json`` pins); what a recipe's config class
+cannot take is said in the file's header. The file runs under torchrun on every node and
+trains in each worker (``run.run(direct=True)``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import json
 
 from autotune.launch._megatron import moe_dispatcher_name
 from autotune.launch._megatron import pipeline_flags
+from autotune.launch._megatron import pre_softmax
+from autotune.launch._megatron import router_notes
 from autotune.launch._script import LaunchFile
 from autotune.launch._script import LaunchJob
 from autotune.launch._script import comment
@@ -53,6 +59,9 @@ RECIPES: dict[str, tuple[str, str]] = {
 }
 
 _TORCH_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+# The recipes whose model config is NeMo's Llama31Config, which applies Llama 3.1's RoPE
+# scaling to every model it builds (llama.py configure_model).
+_LLAMA31_RECIPES = frozenset({"llama31_70b", "llama31_405b"})
 
 
 def _model_fields(job: LaunchJob) -> list[tuple[str, object]]:
@@ -99,6 +108,90 @@ def _model_fields(job: LaunchJob) -> list[tuple[str, object]]:
     if layout.recompute == "selective":
         fields.append(("recompute_modules", ["core_attn"]))
     return fields
+
+
+def _card_fields(job: LaunchJob) -> list[tuple[str, object]]:
+    """The model card on the model config: the norm epsilon, query/key norms (MLA's latent
+    norms too), positions, RoPE's scaling and the MoE router (:func:`_router_fields`)."""
+    model = job.model
+    fields: list[tuple[str, object]] = [
+        ("layernorm_epsilon", model.norm_epsilon),
+        ("qk_layernorm", model.qk_layernorm or model.attention == "mla"),
+    ]
+    if model.positions == "learned_absolute":
+        fields.append(("position_embedding_type", "learned_absolute"))
+    elif model.positions == "rope":
+        fields += [
+            ("position_embedding_type", "rope"),
+            ("rotary_base", model.rotary_base),
+            ("rotary_percent", model.rotary_percent),
+            ("rotary_interleaved", model.rotary_interleaved),
+            *_scaling_fields(job),
+        ]
+    return fields + _router_fields(job)
+
+
+def _scaling_fields(job: LaunchJob) -> list[tuple[str, object]]:
+    """MLA's YaRN (or plain RoPE) and Llama31Config's scaling, where the config takes them."""
+    model, recipe = job.model, RECIPES[job.model.name][0]
+    if model.attention == "mla":
+        if model.rope_scaling != "yarn":
+            return [("rope_type", "rope")]
+        return [
+            ("rope_type", "yarn"),
+            ("rotary_scaling_factor", model.rope_scaling_factor),
+            ("original_max_position_embeddings", model.rope_original_max_positions),
+            ("beta_fast", model.rope_beta_fast),
+            ("beta_slow", model.rope_beta_slow),
+            ("mscale", model.rope_mscale),
+            ("mscale_all_dim", model.rope_mscale_all_dim),
+        ]
+    if recipe in _LLAMA31_RECIPES and model.rope_scaling == "llama3":
+        return [
+            ("scale_factor", model.rope_scaling_factor),
+            ("low_freq_factor", model.rope_low_freq_factor),
+            ("high_freq_factor", model.rope_high_freq_factor),
+            ("old_context_len", model.rope_original_max_positions),
+        ]
+    return []
+
+
+def _router_fields(job: LaunchJob) -> list[tuple[str, object]]:
+    """The router as Megatron-LM's flags give it (:func:`_megatron.router_flags`), on the
+    config fields of the same names (None: Megatron-Core's off)."""
+    model = job.model
+    if not model.is_moe:
+        return []
+    scale = model.moe_router_topk_scaling_factor
+    return [
+        ("moe_router_score_function", model.moe_router_score_function),
+        ("moe_router_pre_softmax", pre_softmax(model)),
+        ("moe_router_enable_expert_bias", model.moe_router_expert_bias),
+        ("moe_router_num_groups", model.moe_router_num_groups or None),
+        ("moe_router_group_topk", model.moe_router_group_topk or None),
+        ("moe_router_topk_scaling_factor", None if scale == 1 else scale),
+    ]
+
+
+def card_notes(job: LaunchJob) -> list[str]:
+    """The model-card facts the recipe's config class cannot take, one sentence each."""
+    model, recipe = job.model, RECIPES[job.model.name][0]
+    notes = router_notes(model)
+    llama31 = recipe in _LLAMA31_RECIPES
+    takes = "yarn" if model.attention == "mla" else "llama3" if llama31 else "none"
+    if model.positions == "alibi":
+        notes.append(f"NeMo's {recipe} config has no ALiBi: {model.name}'s is not set.")
+    if model.rope_scaling not in ("none", takes):
+        notes.append(
+            f"NeMo's {recipe} config takes no {model.rope_scaling} RoPE scaling: "
+            f"{model.name}'s is not set."
+        )
+    if llama31 and model.rope_scaling == "none":
+        notes.append(
+            f"NeMo's {recipe} config (Llama31Config) applies Llama 3.1 RoPE scaling always: "
+            f"{model.name} has none."
+        )
+    return notes
 
 
 def _strategy_fields(job: LaunchJob) -> list[tuple[str, object]]:
@@ -166,6 +259,7 @@ def _settings(job: LaunchJob) -> list[str]:
     return [
         "model = recipe.model.config",
         *(f"model.{key} = {_literal(value)}" for key, value in _model_fields(job)),
+        *(f"model.{key} = {_literal(value)}" for key, value in _card_fields(job)),
         "strategy = recipe.trainer.strategy",
         *(f"strategy.{key} = {_literal(value)}" for key, value in _strategy_fields(job)),
         f"strategy.pipeline_dtype = {pipeline_dtype}",
@@ -219,6 +313,7 @@ def _header(job: LaunchJob, title: str) -> list[str]:
         "#!/usr/bin/env python3",
         comment(f"{title} recipe override written by autotune."),
         comment(job.describe()),
+        *map(comment, [*job.precision_notes(), *card_notes(job)]),
         "# Run it on every node; each torchrun worker trains in its own process:",
         f"#   torchrun --nproc-per-node {cluster.devices_per_node} --nnodes {cluster.num_nodes} "
         f"--node-rank <rank> --master-addr <node 0> --master-port 6000 {FILE_NAME}",

@@ -34,13 +34,24 @@ class LaunchJob:
         """The training dtype the framework is told: ``bf16``, ``fp16`` or ``fp32``.
 
         FP8 trains in bf16 with FP8 linear GEMMs (TrainSpec.compute_dtype); a device without
-        bf16 (V100) runs bf16 jobs in fp16, as the simulators price them
-        (``DeviceSpec.peak_flops``).
+        bf16 (V100) runs bf16 jobs in fp16, the dtype the simulators price
+        (``DeviceSpec.runs_as``).
         """
-        dtype = self.train.compute_dtype
-        if dtype == "bf16" and not self.cluster.device.bf16_tflops:
-            return "fp16"
-        return dtype
+        return self.cluster.device.runs_as(self.train.compute_dtype)
+
+    def precision_notes(self) -> list[str]:
+        """One sentence for the header when the launch runs another dtype than the job names:
+        a bf16 job on a device without bf16 runs in fp16, priced at the fp16 peak with the
+        state bytes of a bf16 run, which fp16 with the same gradient dtype holds too."""
+        asked = self.train.compute_dtype
+        if self.dtype == asked:
+            return []
+        grads = "fp32" if self.train.reduces_grads_in_fp32 else "fp16"
+        return [
+            f"{self.cluster.device.name} has no {asked}: this {asked} job runs in {self.dtype}, "
+            f"as the simulators price it ({self.dtype} peak, 2-byte weights and activations, "
+            f"{grads} gradients)."
+        ]
 
     @property
     def flash_attention(self) -> bool:
@@ -63,15 +74,18 @@ class LaunchJob:
         return (
             f"{self.model.name} on {self.cluster.name} ({self.cluster.num_nodes} nodes x "
             f"{self.cluster.devices_per_node} devices), seq {self.train.seq_len}, global "
-            f"batch {self.train.global_batch_size}, {self.train.precision}; layout "
+            f"batch {self.train.global_batch_size}, {self._precision()}; layout "
             f"{self.layout.describe()}, layers per pipeline stage {stages}"
         )
 
+    def _precision(self) -> str:
+        """The job's precision as launched: ``fp8``, or the dtype the device runs."""
+        return "fp8" if self.train.fp8 else self.dtype
 
-def uses_rope(model: ModelSpec) -> bool:
-    """Rotary positions for every model but the GPT-2/3 family
-    (:func:`simulators.specs.gpt_family`), which learns absolute positions."""
-    return not model.is_gpt_family
+
+def number(value: float) -> str:
+    """A float as the shortest text that reads back exactly (``1e-05``, ``8.0``)."""
+    return repr(float(value))
 
 
 def has_linear_bias(model: ModelSpec) -> bool:

@@ -66,6 +66,7 @@ from catalog import job_from_config
 from simulators import UserError
 from simulators.calibration import calibrated
 from simulators.registry import SIMULATOR_NAMES
+from simulators.specs import CARD_FIELDS
 
 __all__ = ["MODES", "run_search_job", "search_job"]
 
@@ -362,7 +363,11 @@ def _calibration_name(job: Job) -> str | None:
 def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[str, Any]:
     """What a stored study is bound to: the job, its simulator and the searched space."""
     return {
-        "model": dataclasses.asdict(job.model),
+        "model": {  # what the simulators price: card facts change the launch files only
+            key: value
+            for key, value in dataclasses.asdict(job.model).items()
+            if key not in CARD_FIELDS
+        },
         "cluster": job.cluster.name,
         "devices": job.cluster.num_devices,
         "train": {  # every setting of the step: each changes what a layout costs

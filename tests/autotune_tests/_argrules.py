@@ -184,6 +184,13 @@ _MEGATRON_COMMON: dict[str, Opt] = {
     "--qk-layernorm": SWITCH,
     "--make-vocab-size-divisible-by": INT,
     "--use-rotary-position-embeddings": SWITCH,
+    # RoPE: arguments.py at d98e8a64 (L2418-2428, L2902; --rotary-interleaved from
+    # TransformerConfig.rotary_interleaved) and core_v0.12.1 (L1260-1271, L1693)
+    "--rotary-percent": FLOAT,
+    "--rotary-interleaved": SWITCH,
+    "--no-rope-fusion": SWITCH,
+    "--use-rope-scaling": SWITCH,
+    "--rope-scaling-factor": FLOAT,
     # MoE
     "--num-experts": INT,
     "--moe-router-topk": INT,
@@ -192,13 +199,23 @@ _MEGATRON_COMMON: dict[str, Opt] = {
     "--moe-layer-freq": Opt(type=moe_freq),
     "--moe-grouped-gemm": SWITCH,
     "--moe-router-pre-softmax": SWITCH,
-    # MLA
+    # the router: TransformerConfig's moe_router_* fields at d98e8a64 (L780-821), arguments.py
+    # at core_v0.12.1 (L2519-2533)
+    "--moe-router-num-groups": INT,
+    "--moe-router-group-topk": INT,
+    "--moe-router-topk-scaling-factor": FLOAT,
+    "--moe-router-enable-expert-bias": SWITCH,
+    "--moe-router-bias-update-rate": FLOAT,
+    # MLA, with its YaRN: _add_mla_args at d98e8a64 (L3558-3563) and core_v0.12.1 (L2576-2581)
     "--multi-latent-attention": SWITCH,
     "--q-lora-rank": INT,
     "--kv-lora-rank": INT,
     "--qk-head-dim": INT,
     "--qk-pos-emb-head-dim": INT,
     "--v-head-dim": INT,
+    "--rotary-scaling-factor": FLOAT,
+    "--mscale": FLOAT,
+    "--mscale-all-dim": FLOAT,
     # precision, attention, implementation
     "--bf16": SWITCH,
     "--fp16": SWITCH,
@@ -268,11 +285,16 @@ MEGATRON: dict[str, Opt] = {
     ),
     "--moe-aux-loss-coeff": Opt(type=float, nargs="+"),
     "--rope-type": choice("rope", "yarn"),
+    # YaRN of a non-MLA model (arguments.py L2400-2405)
+    "--yarn-original-max-position-embeddings": INT,
+    "--yarn-beta-fast": FLOAT,
+    "--yarn-beta-slow": FLOAT,
+    # TransformerConfig.moe_router_score_function's Literal (L808)
+    "--moe-router-score-function": choice("softmax", "sigmoid", "sqrtsoftplus"),
     "--fp8-format": choice("e4m3", "hybrid"),
     "--fp8-recipe": choice("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
     "--fp8-param-gather": SWITCH,
     "--transformer-impl": choice("local", "transformer_engine", "inference_optimized"),
-    "--no-rope-fusion": SWITCH,
     "--tokenizer-type": choice(*_TOKENIZERS, "SFTTokenizer"),
     "--data-cache-path": STR,
     "--lr-decay-style": choice("constant", "linear", "cosine", "inverse-square-root", "WSD"),
@@ -299,6 +321,8 @@ MINDSPEED: dict[str, Opt] = {
         "sparsemixer_topk",
     ),
     "--moe-aux-loss-coeff": FLOAT,
+    # core_v0.12.1 arguments.py L2513 plus MindSpeed-LLM's features_manager/moe/moe_router.py
+    "--moe-router-score-function": choice("softmax", "sigmoid", "sqrtsoftplus"),
     "--fp8-format": choice("e4m3", "hybrid", "hif8"),
     "--fp8-recipe": choice(
         "tensorwise", "delayed", "mxfp8", "groupwise", "blockwise", "mxfp8-32x32"
@@ -315,7 +339,17 @@ MINDSPEED: dict[str, Opt] = {
     "--use-fused-rmsnorm": SWITCH,
     "--use-fused-swiglu": SWITCH,
     "--use-fused-rotary-pos-emb": SWITCH,
+    # RoPE scaling and GLM's RoPE: mindspeed_llm/features_manager/common/rotary.py
     "--rope-scaling-type": choice("llama3", "yarn", "longrope", "plm"),
+    "--original-max-position-embeddings": FLOAT,
+    "--low-freq-factor": FLOAT,
+    "--high-freq-factor": FLOAT,
+    "--beta-fast": INT,
+    "--beta-slow": INT,
+    "--rope-scaling-mscale": FLOAT,
+    "--rope-scaling-mscale-all-dim": FLOAT,
+    "--rope-scaling-original-max-position-embeddings": INT,
+    "--use-glm-rope": SWITCH,
     "--context-parallel-algo": choice(
         "megatron_cp_algo",
         "hybrid_cp_algo",
@@ -482,6 +516,21 @@ NEMO_FIELDS: dict[str, frozenset[str]] = {
             "cp_comm_type",  # TransformerConfig; NeMo's Mistral config defaults it to a2a
             "hidden_dropout",  # TransformerConfig, 0.1 by default
             "attention_dropout",  # TransformerConfig, 0.1 by default
+            # The model card: GPTConfig (gpt/model/base.py L296-298) and the TransformerConfig
+            # of Megatron-Core b615e731, which requirements/manifest.json pins (L134, L162,
+            # L173, L449-485).
+            "position_embedding_type",
+            "rotary_base",
+            "rotary_percent",
+            "rotary_interleaved",
+            "layernorm_epsilon",
+            "qk_layernorm",
+            "moe_router_score_function",
+            "moe_router_pre_softmax",
+            "moe_router_enable_expert_bias",
+            "moe_router_num_groups",
+            "moe_router_group_topk",
+            "moe_router_topk_scaling_factor",
         }
     ),
     "data": frozenset({"seq_length", "micro_batch_size", "global_batch_size"}),
@@ -501,4 +550,29 @@ NEMO_FIELDS: dict[str, frozenset[str]] = {
             "average_in_collective",
         }
     ),
+}
+
+# The model config fields some recipes' classes add: Llama31Config's RoPE scaling
+# (gpt/model/llama.py L167-170) and MLATransformerConfig's YaRN (Megatron-Core b615e731
+# transformer_config.py L1482-1509), which NeMo's DeepSeek configs extend.
+_LLAMA31_FIELDS = frozenset(
+    {"scale_factor", "low_freq_factor", "high_freq_factor", "old_context_len"}
+)
+_MLA_FIELDS = frozenset(
+    {
+        "rope_type",
+        "rotary_scaling_factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+    }
+)
+NEMO_RECIPE_MODEL_FIELDS: dict[str, frozenset[str]] = {
+    "llama31_70b": _LLAMA31_FIELDS,
+    "llama31_405b": _LLAMA31_FIELDS,
+    "deepseek_v2": _MLA_FIELDS,
+    "deepseek_v2_lite": _MLA_FIELDS,
+    "deepseek_v3": _MLA_FIELDS,
 }

@@ -136,6 +136,36 @@ def _moe_problems(args: Args, world: int, core_0_12: bool, mindspeed: bool) -> l
     if isinstance(pattern, list) and len(pattern) != args["--num-layers"]:
         found.append(f"--moe-layer-freq has {len(pattern)} entries, not --num-layers")
     found += _expert_overlap_problems(args, pp, ep)
+    return found + _router_problems(args, experts, mindspeed)
+
+
+def _router_problems(args: Args, experts: int, mindspeed: bool) -> list[str]:
+    """T12, T13: transformer_config.py's router asserts (MindSpeed-LLM lets an expert bias
+    bias softmax scores too: moe_router.py transformer_config_post_init_wrapper)."""
+    score = args.get("--moe-router-score-function", "softmax")
+    found = []
+    if "--moe-router-enable-expert-bias" in args and score == "softmax" and not mindspeed:
+        found.append("T12: the expert bias needs sigmoid (or sqrtsoftplus) scores")
+    groups, top = args.get("--moe-router-num-groups"), args.get("--moe-router-group-topk")
+    if top and not groups:
+        found.append("T13: --moe-router-group-topk needs --moe-router-num-groups")
+    if top and groups and (experts % groups or top > groups):
+        found.append(f"T13: {groups} groups must divide {experts} experts, hold {top} groups")
+    return found
+
+
+def _position_problems(args: Args, core_0_12: bool) -> list[str]:
+    """R31 (argument_utils.py: only MLA takes --rope-type yarn), X6 (GPTModel's yarn embedding
+    reads yarn_* config fields that MLATransformerConfig lacks), R32 (core_v0.12.1
+    validate_args: --rotary-interleaved does not work with rope fusion)."""
+    mla = "--multi-latent-attention" in args
+    found = []
+    if args.get("--rope-type", "rope") != "rope" and not mla:
+        found.append("R31: common attention only supports --rope-type rope")
+    if args.get("--position-embedding-type") == "yarn" and mla:
+        found.append("X6: MLA takes YaRN by --rope-type yarn, not the position embedding")
+    if core_0_12 and "--rotary-interleaved" in args and "--no-rope-fusion" not in args:
+        found.append("R32: --rotary-interleaved does not work with rope fusion")
     return found
 
 
@@ -257,6 +287,7 @@ def megatron_problems(
     if not core_0_12 and "--multi-latent-attention" in args and "--group-query-attention" in args:
         found.append("R29: MLA and GQA exclude each other")
     found += _moe_problems(args, world, core_0_12, mindspeed)
+    found += _position_problems(args, core_0_12)
     impl = args.get("--transformer-impl", "transformer_engine")
     if args.get("--fp8-format") and impl != "transformer_engine":
         found.append("X5: FP8 runs through Transformer Engine only")

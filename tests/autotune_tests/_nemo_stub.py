@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.autotune_tests._argrules import NEMO_FIELDS
+from tests.autotune_tests._argrules import NEMO_RECIPE_MODEL_FIELDS
 
 # NeMo 8cfedd72's recipe modules the override may name, with the keyword arguments their
 # pretrain_recipe takes beyond dir, name, num_nodes and num_gpus_per_node.
@@ -34,14 +35,16 @@ RECIPE_EXTRAS: dict[str, frozenset[str]] = {
 
 
 class Fields:
-    """One NeMo object: only the fields of its ``kind`` may be set."""
+    """One NeMo object: only the fields of its ``kind`` (and ``extra``, a class's own) may be
+    set."""
 
-    def __init__(self, kind: str, **values: Any) -> None:
+    def __init__(self, kind: str, extra: frozenset[str] = frozenset(), **values: Any) -> None:
         object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "allowed", NEMO_FIELDS[kind] | extra)
         object.__setattr__(self, "values", dict(values))
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name not in NEMO_FIELDS[self.kind]:
+        if name not in self.allowed:
             raise AttributeError(f"NeMo's {self.kind} has no field {name!r}")
         self.values[name] = value
 
@@ -106,7 +109,9 @@ def _recipe(recipe_name: str) -> types.SimpleNamespace:
         return types.SimpleNamespace(
             factory=recipe_name,
             extra=extra,
-            model=types.SimpleNamespace(config=Fields("model")),
+            model=types.SimpleNamespace(
+                config=Fields("model", NEMO_RECIPE_MODEL_FIELDS.get(recipe_name, frozenset()))
+            ),
             trainer=trainer,
             data=Fields("data"),
             optim=types.SimpleNamespace(config=Fields("optim")),

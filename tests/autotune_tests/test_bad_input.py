@@ -177,6 +177,69 @@ MODEL = [
     ("simulate", ["model.v_head_dim=-1"], "v_head_dim=-1 must be >= 0"),
     ("search", ["model.num_layers=20000"], "num_layers=20000 must be <= 10,000"),
     ("profile", ["model.hidden_size=-4096"], "hidden_size=-4096 must be > 0"),
+    # the model card (simulators.model_card)
+    ("simulate", ["model.rotary_base=0"], "rotary_base=0 must be > 0"),
+    ("simulate", ["model.rotary_base=10000000000000"], "must be <= 1,000,000,000,000"),
+    ("simulate", ["model.rotary_percent=1.5"], "rotary_percent=1.5 must be <= 1"),
+    ("simulate", ["model.norm_epsilon=0"], "norm_epsilon=0.0 must be > 0"),
+    ("simulate", ["model.norm_epsilon=0.5"], "norm_epsilon=0.5 must be <= 0.1"),
+    (
+        "simulate",
+        ["model.position_embedding=sinusoid"],
+        "position_embedding='sinusoid' is not one of rope, alibi, learned_absolute",
+    ),
+    (
+        "simulate",
+        ["model.position_embedding=alibi", "model.rotary_base=500000"],
+        "rotary_base=500000 (default 10000) must keep the default with position_embedding",
+    ),
+    ("simulate", ["model.rope_scaling=ntk"], "rope_scaling='ntk' is not one of none, llama3"),
+    ("simulate", ["model.rope_scaling=llama3"], "rope_original_max_positions=0 must be > 0"),
+    (
+        "simulate",
+        ["model.rope_scaling_factor=8"],
+        "rope_scaling_factor=8.0 (default 1.0) must keep the default with rope_scaling='none'",
+    ),
+    (
+        "simulate",
+        ["model=deepseek_v3", "model.rope_beta_slow=64"],
+        "rope_beta_slow=64.0 must be below rope_beta_fast=32.0",
+    ),
+    (
+        "simulate",
+        ["model=deepseek_v2_lite", "model.qk_layernorm=true"],
+        "qk_layernorm is the per-head query/key norm of gqa attention",
+    ),
+    (
+        "simulate",
+        ["model.moe_router_num_groups=8"],
+        "moe_router_num_groups=8 (default 0) must keep the default with num_experts=0",
+    ),
+    (
+        "simulate",
+        ["model=mixtral_8x7b", "model.moe_router_score_function=relu"],
+        "moe_router_score_function='relu' is not one of softmax, sigmoid",
+    ),
+    (
+        "simulate",
+        ["model=mixtral_8x7b", "model.moe_router_num_groups=4"],
+        "set both (group-limited top-k) or neither",
+    ),
+    (
+        "simulate",
+        ["model=mixtral_8x7b", "model.moe_router_num_groups=3", "model.moe_router_group_topk=1"],
+        "moe_router_num_groups=3 must divide num_experts=8",
+    ),
+    (
+        "simulate",
+        ["model=mixtral_8x7b", "model.moe_router_num_groups=8", "model.moe_router_group_topk=1"],
+        "moe_top_k=2 exceeds the experts of the moe_router_group_topk=1 groups picked (1 each)",
+    ),
+    (
+        "simulate",
+        ["model=mixtral_8x7b", "model.moe_router_expert_bias=true"],
+        "moe_router_expert_bias (aux-loss-free routing) biases sigmoid scores",
+    ),
 ]
 CLUSTER = [
     ("simulate", ["cluster.num_nodes=0"], "num_nodes=0 must be > 0"),

@@ -32,14 +32,10 @@ from tests.autotune_tests._launch_checks import deepspeed_problems
 from tests.autotune_tests._launch_checks import layout_stages
 from tests.autotune_tests._launch_checks import megatron_problems
 from tests.autotune_tests._launch_checks import nemo_problems
+from tests.autotune_tests._launch_run import mindspeed_env
+from tests.autotune_tests._launch_run import run_script
 from tests.autotune_tests._nemo_stub import nemo_modules
 from tests.autotune_tests._nemo_stub import recorded
-
-_RECORDER = """#!/usr/bin/env bash
-printf '%s\\0' "$@" > "$CAPTURE/argv"
-env -0 > "$CAPTURE/env"
-pwd > "$CAPTURE/cwd"
-"""
 
 
 @functools.cache
@@ -63,49 +59,10 @@ class Case:
         return job, layout
 
 
-@dataclass(frozen=True)
-class Launched:
-    """What the stand-in torchrun received."""
-
-    launcher: dict[str, Any]
-    args: dict[str, Any]
-    env: dict[str, str]
-    cwd: Path
-
-
 def _write(case: Case, out: Path) -> tuple[catalog.Job, Layout, list[Path]]:
     job, layout = case.specs()
     assert not layout.violations(job.model, job.cluster, job.train), case.name
     return job, layout, write_launch_files(job.model, job.cluster, job.train, layout, out)
-
-
-def _run(script: Path, tmp_path: Path, table: dict[str, _argrules.Opt], **env: str) -> Launched:
-    """Run ``script`` with the stand-in torchrun; parse both argument lists strictly."""
-    stand_ins, capture = tmp_path / "bin", tmp_path / "capture"
-    stand_ins.mkdir(exist_ok=True)
-    capture.mkdir(exist_ok=True)
-    recorder = stand_ins / "torchrun"
-    recorder.write_text(_RECORDER)
-    recorder.chmod(0o755)
-    environment = {
-        "PATH": f"{stand_ins}:{os.environ['PATH']}",
-        "CAPTURE": str(capture),
-        "HOME": str(tmp_path),
-        **env,
-    }
-    done = subprocess.run(
-        ["bash", str(script)], env=environment, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    argv = (capture / "argv").read_text().split("\0")[:-1]
-    entry = argv.index("pretrain_gpt.py")
-    pairs = (line.split("=", 1) for line in (capture / "env").read_text().split("\0") if line)
-    return Launched(
-        launcher=_argrules.parse(argv[:entry], _argrules.TORCHRUN),
-        args=_argrules.parse(argv[entry + 1 :], table),
-        env=dict(pairs),
-        cwd=Path((capture / "cwd").read_text().strip()),
-    )
 
 
 def _check_file_form(path: Path, layout: Layout) -> None:
@@ -231,7 +188,9 @@ def test_megatron_script_passes_megatron_rules(case: Case, tmp_path: Path) -> No
     assert written[0] == script
     _check_file_form(script, layout)
     (tmp_path / "megatron").mkdir()
-    launched = _run(script, tmp_path, _argrules.MEGATRON, MEGATRON_DIR=str(tmp_path / "megatron"))
+    launched = run_script(
+        script, tmp_path, _argrules.MEGATRON, MEGATRON_DIR=str(tmp_path / "megatron")
+    )
     assert launched.cwd == tmp_path / "megatron"
     cluster = job.cluster
     assert launched.launcher["--nproc-per-node"] == str(cluster.devices_per_node)
@@ -290,9 +249,99 @@ def test_megatron_details_follow_the_job(tmp_path: Path) -> None:
     assert "--attention-dropout 0.0" in paths["fp8_cp_full"]
     assert "--hidden-dropout 0.0" in paths["fp8_cp_full"]
     assert "--untie-embeddings" not in paths["gpt3_tied_biases"]
-    assert "ROTARY_BASE" not in paths["gpt3_tied_biases"]
+    assert "--rotary-base" not in paths["gpt3_tied_biases"]  # learned positions
     replicated = paths["replicated_optimizer"]
     assert "--overlap-grad-reduce" in replicated and "--overlap-param-gather" not in replicated
+
+
+def test_a_bf16_job_without_bf16_runs_and_says_fp16_as_priced(tmp_path: Path) -> None:
+    """V100 has no bf16: the job runs in fp16, whose peak the simulators price, keeping the
+    priced fp32 gradients; the header says so. An fp16 job needs no such sentence."""
+    legacy = next(case for case in MEGATRON_CASES if case.name == "legacy_v100")
+    job, layout, written = _write(legacy, tmp_path / "bf16")
+    assert job.cluster.name == "v100" and job.train.precision == "bf16"
+    device = job.cluster.device
+    assert device.runs_as("bf16") == "fp16"
+    assert device.peak_flops("bf16") == device.peak_flops("fp16")  # what the simulators price
+    header = written[0].read_text().split("\n\n")[0]
+    assert ", fp16; layout" in header and ", bf16" not in header
+    assert "V100 SXM2 16GB has no bf16: this bf16 job runs in fp16, as the simulators" in header
+    assert "fp32 gradients" in header and job.train.reduces_grads_in_fp32
+    text = written[0].read_text()
+    assert "--fp16" in text and "--accumulate-allreduce-grads-in-fp32" in text
+    assert "--bf16" not in text
+    fp16 = dataclasses.replace(job.train, precision="fp16")
+    write_launch_files(job.model, job.cluster, fp16, layout, tmp_path / "fp16")
+    assert "has no" not in (tmp_path / "fp16" / "launch_megatron.sh").read_text()
+
+
+@pytest.mark.parametrize(
+    ("model", "cluster", "overrides", "said"),
+    [
+        (  # Megatron-LM fixes Llama 3.1's bands (rotary_pos_embedding.py)
+            "llama3_70b",
+            "h100",
+            ("model.rope_low_freq_factor=2.0",),
+            "fixes rope_low_freq_factor=1.0, rope_high_freq_factor=4.0, "
+            "rope_original_max_positions=8192: Llama-3.1-70B's rope_low_freq_factor=2.0 are "
+            "not launched",
+        ),
+        (  # Megatron-Core renormalises sigmoid top-k weights
+            "deepseek_v3",
+            "h100",
+            ("model.moe_router_norm_topk_prob=false",),
+            "Megatron-Core renormalises sigmoid top-k weights to sum to 1",
+        ),
+        (  # MLA's YaRN betas are fixed in Megatron-LM, integers in MindSpeed-LLM
+            "deepseek_v3",
+            "h100",
+            ("model.rope_beta_fast=33.5",),
+            "Megatron-LM's MLA YaRN fixes rope_original_max_positions=4096",
+        ),
+        (
+            "deepseek_v3",
+            "ascend",
+            ("model.rope_beta_fast=33.5",),
+            "MindSpeed-LLM takes integer YaRN betas: rope_beta_fast=33.5 are launched rounded",
+        ),
+        (  # NeMo's Qwen2 config has no scaling fields
+            "qwen2_5_7b",
+            "h100",
+            (
+                "model.rope_scaling=yarn",
+                "model.rope_scaling_factor=4",
+                "model.rope_original_max_positions=32768",
+            ),
+            "NeMo's qwen25_7b config takes no yarn RoPE scaling",
+        ),
+    ],
+)
+def test_what_a_framework_cannot_take_is_said_in_the_header(
+    model: str, cluster: str, overrides: tuple[str, ...], said: str, tmp_path: Path
+) -> None:
+    case = Case("card", model, cluster, ("cluster.num_nodes=1", *overrides), {})
+    _, _, written = _write(case, tmp_path)
+    headers = [path.read_text().split("\n\n")[0] for path in written]
+    assert any(said in header for header in headers), headers
+
+
+def test_a_qwen_model_gets_yarn_where_the_framework_has_it(tmp_path: Path) -> None:
+    """A GQA model's YaRN: Megatron-LM's yarn position embedding with its own options,
+    MindSpeed-LLM's --rope-scaling-type yarn; both pass their frameworks' rules."""
+    yarn = ("model.rope_scaling=yarn", "model.rope_scaling_factor=4")
+    yarn += ("model.rope_original_max_positions=32768",)
+    case = Case("yarn", "qwen2_5_7b", "h100", ("cluster.num_nodes=1", *yarn), {})
+    job, _, written = _write(case, tmp_path / "core")
+    launched = run_script(written[0], tmp_path, _argrules.MEGATRON, MEGATRON_DIR=str(tmp_path))
+    args = launched.args
+    assert megatron_problems(args, launched.env, 8) == []
+    assert args["--position-embedding-type"] == "yarn" and args["--rotary-scaling-factor"] == 4
+    assert args["--yarn-original-max-position-embeddings"] == 32768
+    case = Case("yarn", "qwen2_5_7b", "ascend", ("cluster.num_nodes=1", *yarn), {})
+    _, _, written = _write(case, tmp_path / "ascend")
+    args = run_script(written[0], tmp_path, _argrules.MINDSPEED, **mindspeed_env(tmp_path)).args
+    assert args["--rope-scaling-type"] == "yarn"
+    assert args["--rope-scaling-original-max-position-embeddings"] == 32768
 
 
 def test_nemotron_launches_with_rope_and_without_biases(tmp_path: Path) -> None:
@@ -350,7 +399,7 @@ def test_a_run_without_the_dp_overlap_launches_without_it(tmp_path: Path) -> Non
 def test_megatron_script_takes_real_data_and_refuses_half_of_it(tmp_path: Path) -> None:
     _, _, _ = _write(MEGATRON_CASES[0], tmp_path / "out")
     script = tmp_path / "out" / "launch_megatron.sh"
-    launched = _run(
+    launched = run_script(
         script,
         tmp_path,
         _argrules.MEGATRON,
@@ -424,27 +473,12 @@ MINDSPEED_CASES = [
 ]
 
 
-def _mindspeed_env(tmp_path: Path) -> dict[str, str]:
-    """A MindSpeed-LLM folder, CANN and ATB environment files, data and a tokenizer folder."""
-    for folder in ("mindspeed_llm", "tokenizer"):
-        (tmp_path / folder).mkdir(exist_ok=True)
-    (tmp_path / "cann.sh").write_text("export ASCEND_HOME_PATH=/usr/local/Ascend/cann\n")
-    (tmp_path / "atb.sh").write_text("export ATB_HOME_PATH=/usr/local/Ascend/nnal/atb\n")
-    return {
-        "MINDSPEED_LLM_DIR": str(tmp_path / "mindspeed_llm"),
-        "CANN_SET_ENV": str(tmp_path / "cann.sh"),
-        "ATB_SET_ENV": str(tmp_path / "atb.sh"),
-        "DATA_PATH": "/data/c4_text_document",
-        "TOKENIZER_PATH": str(tmp_path / "tokenizer"),
-    }
-
-
 @pytest.mark.parametrize("case", MINDSPEED_CASES, ids=lambda c: c.name)
 def test_mindspeed_script_passes_mindspeed_rules(case: Case, tmp_path: Path) -> None:
     job, layout, written = _write(case, tmp_path / "out")
     assert [p.name for p in written] == ["launch_mindspeed.sh"]
     _check_file_form(written[0], layout)
-    launched = _run(written[0], tmp_path, _argrules.MINDSPEED, **_mindspeed_env(tmp_path))
+    launched = run_script(written[0], tmp_path, _argrules.MINDSPEED, **mindspeed_env(tmp_path))
     assert launched.cwd == tmp_path / "mindspeed_llm"
     assert launched.env["ASCEND_HOME_PATH"] and launched.env["ATB_HOME_PATH"]
     assert launched.env["HCCL_CONNECT_TIMEOUT"] == "3600"
@@ -479,7 +513,7 @@ def test_mindspeed_flags_follow_the_run_settings(tmp_path: Path) -> None:
     )
     write_launch_files(job.model, job.cluster, train, layout, tmp_path / "out")
     script = tmp_path / "out" / "launch_mindspeed.sh"
-    launched = _run(script, tmp_path, _argrules.MINDSPEED, **_mindspeed_env(tmp_path))
+    launched = run_script(script, tmp_path, _argrules.MINDSPEED, **mindspeed_env(tmp_path))
     args = launched.args
     assert "--overlap-grad-reduce" in args and "--overlap-param-gather" in args
     assert "--grad-reduce-in-bf16" in args and "--bf16" in args
@@ -491,7 +525,7 @@ def test_mindspeed_flags_follow_the_run_settings(tmp_path: Path) -> None:
 def test_mindspeed_script_stops_without_a_tokenizer_folder(tmp_path: Path) -> None:
     job, layout = MINDSPEED_CASES[0].specs()
     (script,) = write_launch_files(job.model, job.cluster, job.train, layout, tmp_path)
-    env = {**_mindspeed_env(tmp_path), "TOKENIZER_PATH": str(tmp_path / "missing")}
+    env = {**mindspeed_env(tmp_path), "TOKENIZER_PATH": str(tmp_path / "missing")}
     done = subprocess.run(
         ["bash", str(script)], env={"PATH": os.environ["PATH"], **env}, capture_output=True
     )
@@ -546,7 +580,7 @@ def test_deepspeed_script_and_config_pass_deepspeed_rules(case: Case, tmp_path: 
     _check_file_form(written[0], layout)
     assert not os.access(written[1], os.X_OK)
     (tmp_path / "mds").mkdir()
-    launched = _run(
+    launched = run_script(
         written[0],
         tmp_path,
         _argrules.MEGATRON_DEEPSPEED,
@@ -588,7 +622,7 @@ def test_deepspeed_notes_what_it_cannot_spell(tmp_path: Path) -> None:
         ("mixtral_8x7b", dict(tp=2, ep=2), "is MoE"),
     ],
 )
-def test_deepspeed_refuses_what_it_cannot_run(
+def test_deepspeed_refuses_what_it_cannotrun_script(
     model: str, layout: dict[str, Any], refusal: str, tmp_path: Path
 ) -> None:
     job = _job(model, "vtrain_a100", ("cluster.num_nodes=2",))
@@ -759,3 +793,19 @@ def test_the_rules_catch_broken_launches() -> None:
     assert "sums to 33" in " ".join(
         megatron_problems(listed, {}, 8, core_0_12=True, mindspeed=True)
     )
+    card = _argrules.parse(
+        [*base, "--rope-type", "yarn", "--num-experts", "8", "--moe-router-topk", "2"]
+        + ["--moe-router-enable-expert-bias", "--disable-bias-linear"]
+        + ["--moe-router-num-groups", "3", "--moe-router-group-topk", "1"],
+        _argrules.MEGATRON,
+    )
+    found = " ".join(megatron_problems(card, {}, 8))
+    for rule in ("R31", "T12", "T13"):
+        assert rule in found
+    mla_yarn = _argrules.parse(
+        [*base, "--multi-latent-attention", "--position-embedding-type", "yarn"],
+        _argrules.MEGATRON,
+    )
+    assert "X6" in " ".join(megatron_problems(mla_yarn, {}, 8))
+    fused = _argrules.parse([*base, "--rotary-interleaved"], _argrules.MINDSPEED)
+    assert "R32" in " ".join(megatron_problems(fused, {}, 8, core_0_12=True, mindspeed=True))

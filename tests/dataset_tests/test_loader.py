@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 import dataset
+from dataset._specs import MODEL_FIELDS
 from simulators import DataFileError
+from simulators.specs import CARD_FIELDS
 from tests.dataset_tests._tables import BASE
 from tests.dataset_tests._tables import write
 
@@ -30,6 +32,12 @@ def test_valid_file_loads_with_defaults(tmp_path: Path) -> None:
 def test_extra_columns_are_kept(tmp_path: Path) -> None:
     table = dataset.load_measurements(write(tmp_path / "x.csv", {"my_note": "hello"}))
     assert table.loc[0, "my_note"] == "hello"
+
+
+def test_model_card_facts_are_not_architecture_columns() -> None:
+    """The model card's launch facts price nothing: measurement rows neither need nor carry
+    them (shipped tables and written probe rows keep their columns)."""
+    assert MODEL_FIELDS and not set(CARD_FIELDS) & set(MODEL_FIELDS)
 
 
 def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:

@@ -9,9 +9,13 @@ import pytest
 
 import catalog
 from simulators import DeviceSpec
+from simulators import Layout
 from simulators import LinkSpec
 from simulators import ModelSpec
 from simulators import SpecError
+from simulators.specs import CARD_FIELDS
+from tests.simulators_tests._specs import analytical
+from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
 from tests.simulators_tests._specs import model
 
@@ -225,6 +229,23 @@ def test_specs_are_frozen() -> None:
         (lambda: model("llama2_7b", hidden_size=4100), "must divide hidden_size=4100"),
         (lambda: model("llama2_7b", moe_top_k=2), "moe_top_k=2 must be 0 with num_experts=0"),
         (lambda: model("llama2_7b", kv_lora_rank=512), "kv_lora_rank=512 must be 0"),
+        (lambda: model("llama2_7b", rotary_base=1e4), "rotary_base=10000.0 must be an integer"),
+        (lambda: model("llama2_7b", norm_epsilon="1e-5"), "norm_epsilon='1e-5' must be a number"),
+        (lambda: model("llama2_7b", norm_epsilon=float("nan")), "norm_epsilon=nan must be > 0"),
+        (lambda: model("llama2_7b", qk_layernorm=1), "qk_layernorm=1 must be true or false"),
+        (
+            lambda: model("llama3_70b", rope_scaling_factor=float("inf")),
+            "rope_scaling_factor=inf must be <= 10,000",
+        ),
+        (
+            lambda: model("llama3_70b", rope_low_freq_factor=4.0),
+            "rope_low_freq_factor=4.0 must be below rope_high_freq_factor=4.0",
+        ),
+        (
+            lambda: model("gpt3_175b", rotary_percent=0.5),
+            "rotary_percent=0.5 (default 1.0) must keep the default with "
+            "position_embedding='learned_absolute'",
+        ),
         (lambda: make_train(seq_len=4096.0, global_batch_size=8), "must be an integer"),
         (lambda: make_train(seq_len=4096, global_batch_size=10**9), "must be <= 100,000,000"),
         (
@@ -324,3 +345,22 @@ def test_a_cluster_names_the_sources_its_constants_were_fit_on() -> None:
     for bad, message in [("dgxc", "must be a list of sources"), ([""], "non-empty text")]:
         with pytest.raises(SpecError, match=message):
             dataclasses.replace(cluster, fitted_on=bad)  # type: ignore[arg-type]
+
+
+def test_model_card_facts_change_no_prediction() -> None:
+    """The card facts (CARD_FIELDS) are launch facts: no simulator reads them, so a model
+    stripped of them is priced alike."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelSpec) if f.name in CARD_FIELDS}
+    sim = analytical()
+    cluster = ascend(1)
+    for name in ("qwen3_30b_a3b", "deepseek_v2_lite", "llama3_8b"):
+        card = model(name)
+        bare = dataclasses.replace(card, **defaults)
+        assert bare != card
+        train = make_train(seq_len=4096, global_batch_size=64)
+        layout = Layout.resolve(cluster.num_devices)
+        assert sim.simulate(card, cluster, train, layout) == sim.simulate(
+            bare, cluster, train, layout
+        )
+    assert model("gpt3_175b").positions == "learned_absolute"  # the GPT family's default
+    assert model("llama2_7b", position_embedding=None).positions == "rope"

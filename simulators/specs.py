@@ -718,6 +718,9 @@ class ClusterSpec:
     # Device memory the collective library (NCCL, HCCL) keeps per communicator a rank runs
     # collectives or sends on, in GiB.
     communicator_buffer_gib: float = 0.0
+    # Devices of one host (one operating system, one torchrun), where a "node" is a larger
+    # NVLink domain: a GB200 NVL72 rack is 18 hosts of 4 GPUs. None: a host is a node.
+    devices_per_host: int | None = None
 
     def __post_init__(self) -> None:
         owner = f"cluster {self.name!r}"
@@ -732,6 +735,14 @@ class ClusterSpec:
         require_positive(owner, **sizes)
         require_numbers(owner, communicator_buffer_gib=self.communicator_buffer_gib)
         require_non_negative(owner, communicator_buffer_gib=self.communicator_buffer_gib)
+        if self.devices_per_host is not None:
+            require_integers(owner, devices_per_host=self.devices_per_host)
+            require_positive(owner, devices_per_host=self.devices_per_host)
+            if self.devices_per_node % self.devices_per_host:
+                raise SpecError(
+                    f"{owner}: devices_per_host={self.devices_per_host} does not divide "
+                    f"devices_per_node={self.devices_per_node}; a node is whole hosts"
+                )
         require_at_most(
             owner,
             self.device.memory_gib,
@@ -748,6 +759,15 @@ class ClusterSpec:
     @property
     def num_devices(self) -> int:
         return self.devices_per_node * self.num_nodes
+
+    @property
+    def processes_per_host(self) -> int:
+        """Training processes one launcher starts on a host: one per device of the host."""
+        return self.devices_per_host or self.devices_per_node
+
+    @property
+    def num_hosts(self) -> int:
+        return self.num_devices // self.processes_per_host
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

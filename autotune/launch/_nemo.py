@@ -315,7 +315,7 @@ def _header(job: LaunchJob, title: str) -> list[str]:
         comment(job.describe()),
         *map(comment, [*job.precision_notes(), *card_notes(job)]),
         "# Run it on every node; each torchrun worker trains in its own process:",
-        f"#   torchrun --nproc-per-node {cluster.devices_per_node} --nnodes {cluster.num_nodes} "
+        f"#   torchrun --nproc-per-node {cluster.processes_per_host} --nnodes {cluster.num_hosts} "
         f"--node-rank <rank> --master-addr <node 0> --master-port 6000 {FILE_NAME}",
         "# The recipe's mock data trains unless recipe.data is replaced",
         "# (llm.PreTrainingDataModule); MAX_STEPS and CHECKPOINT_DIR come from the environment.",
@@ -351,8 +351,8 @@ def recipe_text(job: LaunchJob, title: str) -> str:
         "def configure() -> run.Partial:",
         '    """The recipe with the model sizes, layout, batch and precision of the pick."""',
         f"    recipe = llm.{recipe}.pretrain_recipe(",
-        f'        name="autotune", dir=CHECKPOINT_DIR, num_nodes={cluster.num_nodes}, '
-        f"num_gpus_per_node={cluster.devices_per_node}{extra}",
+        f'        name="autotune", dir=CHECKPOINT_DIR, num_nodes={cluster.num_hosts}, '
+        f"num_gpus_per_node={cluster.processes_per_host}{extra}",
         "    )",
         *(f"    {statement}" for statement in settings),
         "    return recipe",

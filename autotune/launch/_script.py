@@ -257,13 +257,14 @@ RUN_VARIABLES = (
 
 
 def distributed_group(cluster: ClusterSpec) -> ArgGroup:
-    """torchrun's options: one process per device on every node (torch.distributed.run)."""
+    """torchrun's options: one process per device on every host (torch.distributed.run;
+    a host is a node unless the cluster says otherwise, as a GB200 rack's 4-GPU trays)."""
     return ArgGroup(
         "DISTRIBUTED_ARGS",
-        "torchrun: one process per device, on every node",
+        "torchrun: one process per device, on every host",
         (
-            flag("--nproc-per-node", cluster.devices_per_node),
-            flag("--nnodes", cluster.num_nodes),
+            flag("--nproc-per-node", cluster.processes_per_host),
+            flag("--nnodes", cluster.num_hosts),
             flag("--node-rank", Ref("NODE_RANK")),
             flag("--master-addr", Ref("MASTER_ADDR")),
             flag("--master-port", Ref("MASTER_PORT")),

@@ -27,6 +27,7 @@ from autotune.launch import layout_flags
 from autotune.launch import write_launch_files
 from simulators import Layout
 from simulators import LayoutError
+from simulators import SpecError
 from tests.autotune_tests import _argrules
 from tests.autotune_tests._launch_checks import deepspeed_problems
 from tests.autotune_tests._launch_checks import layout_stages
@@ -809,3 +810,27 @@ def test_the_rules_catch_broken_launches() -> None:
     assert "X6" in " ".join(megatron_problems(mla_yarn, {}, 8))
     fused = _argrules.parse([*base, "--rotary-interleaved"], _argrules.MINDSPEED)
     assert "R32" in " ".join(megatron_problems(fused, {}, 8, core_0_12=True, mindspeed=True))
+
+
+def test_a_gb200_rack_launches_one_torchrun_per_4_gpu_tray(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rack = Case(
+        "gb200_rack", "llama3_70b", "gb200", ("train.global_batch_size=576",), {"tp": 4, "pp": 2}
+    )
+    job, layout, written = _write(rack, tmp_path)
+    assert (job.cluster.num_devices, job.cluster.processes_per_host) == (72, 4)
+    script = (tmp_path / "launch_megatron.sh").read_text()
+    assert "--nproc-per-node 4\n" in script and "--nnodes 18\n" in script
+    nemo = tmp_path / "nemo_pretrain.py"
+    assert "--nproc-per-node 4 --nnodes 18 " in nemo.read_text()
+    with nemo_modules(monkeypatch) as ran:
+        runpy.run_path(str(nemo), run_name="__main__")
+    (recipe,) = ran
+    trainer = recorded(recipe)["trainer"]
+    assert (trainer["num_nodes"], trainer["devices"]) == (18, 4)
+
+
+def test_a_host_must_divide_its_node() -> None:
+    with pytest.raises(SpecError, match="devices_per_host=5 does not divide devices_per_node=72"):
+        _job("llama3_70b", "gb200", ("cluster.devices_per_host=5",))

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from omegaconf import OmegaConf
 
 from autotune.config import AutotuneConfig
+from autotune.config import config_yaml
 from autotune.report import breakdown_table
 from autotune.report import launch_text
 from autotune.report import layout_row
@@ -93,7 +93,7 @@ def _fill(
     table = layouts_frame(outcome)
     run.table("layouts.csv", table, ui=True)
     run.table("top_k.csv", table.head(config.search.top_k))
-    run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
+    run.text("config.yaml", config_yaml(config))
     launch = launch_text(job.model, job.cluster, job.train, outcome.best_layout)
     run.text("launch_flags.txt", launch)
     if outcome.launch_files and config.launch_dir is not None:  # those files, nothing else

@@ -7,6 +7,7 @@ import sys
 from autotune.cli import Command
 from autotune.config import AutotuneConfig
 from autotune.search import run_search_job
+from autotune.search import search_outputs
 
 COMMAND = Command(
     module="autotune",
@@ -26,23 +27,40 @@ COMMAND = Command(
         ("train.global_batch_size", "sequences per step"),
         ("train.framework", "a framework of conf/framework/ (unset: the cluster's)"),
         ("train.precision", "bf16, fp16, fp32 or fp8"),
+        ("train.grad_reduce_in_fp32", "fp32 gradients; false: bf16 (unset: the framework's)"),
+        ("train.tp_comm_overlap", "TP collectives behind the GEMMs (unset: the framework's)"),
+        ("train.cp_comm_type", "p2p (ring) or a2a (Ulysses) (unset: the framework's)"),
         ("train.dropout", "dropout probability (unset: the model's recipe)"),
+        ("train.<setting>", "flash_attention, overlap_grad_reduce, moe_dispatcher, ..."),
         ("simulator", "analytical or hierarchical"),
+        ("calibration", "a calibration: NAME of conf/calibrations/ or ./PATH.yaml"),
         ("search.sampler", "grid, screen, tpe, gp, random or nsga2 (auto: grid, screen or tpe)"),
         ("search.n_trials", "trials of the study"),
         ("search.seed", "sampler seed"),
+        ("search.top_k", "layouts shown and launched"),
+        ("search.workers", "processes that sample the study (and re-rank)"),
         ("search.storage", "Optuna storage URL to resume or share a study"),
+        ("search.study_name", "the study's name (unset: model-cluster-nodes-simulator-mode)"),
+        ("search.rerank", "a finer simulator that re-prices the best search.rerank_top"),
+        ("search.memory_margin", "a fit keeps this share of memory free (unset: derived)"),
         ("parallel.<field>", "pin a layout field, e.g. parallel.tp=8"),
+        ("launch_dir", "launch files (rank-N/) and config.yaml of the search; null: none"),
+        ("probes", "end with this many layouts to measure, and a CSV to fill in"),
+        ("probes_out", "the CSV of layouts to measure"),
+        ("measured", "the filled-in CSV: calibrate on it, re-rank, pick"),
         ("output", "table or json"),
         ("tracking.enabled", "record the search in MLflow"),
         ("tracking.uri", "MLflow tracking URI"),
+        ("tracking.experiment", "MLflow experiment"),
     ),
     examples=(
         "python -m autotune model=llama70b cluster=ascend",
         "python -m autotune model=mixtral_8x7b cluster=h100 cluster.num_nodes=16",
         "python -m autotune model=llama3_8b cluster=a100 parallel.tp=8 output=json",
+        "python -m autotune -m model=llama2_7b,llama3_8b search.n_trials=10,20 search.sampler=tpe",
     ),
     run=run_search_job,
+    outputs=search_outputs,
 )
 
 main = COMMAND.main

@@ -1,12 +1,14 @@
-"""What every command shares: help, config composition, logging, one-line user errors.
+"""What every command shares: help, config composition, sweeps, logging, one-line user errors.
 
 A command is a :class:`Command`: its name, the root config it composes, the schema it is typed
-into, a summary, its main options and examples (for ``--help``), and the function that runs
-it. :func:`run_command` parses ``key=value`` overrides the way Hydra does, composes and types
-the config once, and turns every user error (a bad override, an unknown model, an impossible
-layout) into one ``error: ...`` line on stderr with exit status 2; ``AUTOTUNE_DEBUG=1`` shows
-the traceback instead. SIGINT and SIGTERM are honoured throughout (:mod:`autotune._signals`):
-the command stops within seconds, says what was recorded, and exits 130 or 143.
+into, a summary, its main options and examples (for ``--help``), the function that runs it,
+and the outputs it writes. :func:`run_command` takes Hydra's flags (``-m``, ``--cfg``,
+``--info``: :mod:`autotune._command_line`) and ``key=value`` overrides the way Hydra does,
+composes and types each job's config once (:mod:`autotune._sweep`), and turns every user error
+(a bad override, an unknown model, an impossible layout) into one ``error: ...`` line on
+stderr with exit status 2; ``AUTOTUNE_DEBUG=1`` shows the traceback instead. SIGINT and SIGTERM
+are honoured throughout (:mod:`autotune._signals`): the command stops within seconds, says
+what was recorded, and exits 130 or 143; a sweep stops after the job in flight.
 """
 
 from __future__ import annotations
@@ -24,14 +26,26 @@ from omegaconf import OmegaConf
 
 import catalog
 from autotune import _signals
+from autotune._command_line import FLAGS
+from autotune._command_line import CommandLine
+from autotune._command_line import parse_command_line
+from autotune._info import info_text
+from autotune._sweep import Job
+from autotune._sweep import Output
+from autotune._sweep import no_outputs
+from autotune._sweep import plan_jobs
 from autotune.config import register_schemas
-from autotune.config import typed
 from simulators import UserError
 
-__all__ = ["Command", "emit_json", "run_command"]
+__all__ = ["Command", "Output", "emit_json", "run_command"]
 
 log = logging.getLogger("autotune")
 USER_ERROR = 2
+NO_HYDRA_CONFIG = (
+    "--cfg hydra: these commands compose their config with Hydra's compose API, which has no "
+    "Hydra runtime config (run folder, launcher, logging) to show; --cfg job prints the "
+    "composed config"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +59,7 @@ class Command:
     options: tuple[tuple[str, str], ...]  # (config key, what it means); defaults are read
     examples: tuple[str, ...]
     run: Callable[[Any], None]
+    outputs: Callable[[Any], tuple[Output, ...]] = no_outputs  # what a job writes (-m)
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         """Run with ``argv`` (default: the process's arguments); the exit status."""
@@ -76,29 +91,90 @@ def _run(command: Command, argv: Sequence[str] | None) -> int:
     _setup_logging()
     try:
         register_schemas()
-        if any(a in ("-h", "--help") for a in args):
+        line = parse_command_line(command.module, args)
+        if line.help:
             print(help_text(command))
             return 0
-        show_config = "--cfg" in args
-        overrides = [a for a in args if a != "--cfg"]
-        flags = [a for a in overrides if a.startswith("-")]
-        if flags:
-            raise UserError(
-                f"unknown option {flags[0]!r}; options are key=value overrides, --cfg and "
-                f"--help (python -m {command.module} --help)"
-            )
-        cfg = catalog.compose(command.config_name, overrides)
-        config: Any = typed(cfg, command.schema)  # checked, also when only shown
-        if show_config:
-            print(OmegaConf.to_yaml(cfg), end="")
+        if line.cfg == "hydra":
+            raise UserError(NO_HYDRA_CONFIG)
+        jobs = plan_jobs(
+            command.config_name, command.schema, line.overrides, line.multirun, command.outputs
+        )
+        if line.cfg is not None or line.info is not None:
+            _show(command, line, jobs)
             return 0
-        command.run(config)
     except UserError as exc:
-        if os.environ.get("AUTOTUNE_DEBUG") == "1":
+        return _user_error(exc)
+    return _run_jobs(command, jobs, line.multirun)
+
+
+def _user_error(exc: UserError) -> int:
+    """Print ``error: <message>`` (``AUTOTUNE_DEBUG=1``: raise it); the exit status."""
+    if os.environ.get("AUTOTUNE_DEBUG") == "1":
+        raise exc
+    print(f"error: {exc}", file=sys.stderr)
+    return USER_ERROR
+
+
+def _show(command: Command, line: CommandLine, jobs: list[Job]) -> None:
+    """``--cfg`` or ``--info`` for each job, instead of running it."""
+    for job in jobs:
+        if line.multirun:
+            log.info(job.header)
+        if line.info is not None:
+            print(info_text(command.config_name, job.overrides, line.info), end="")
+        else:
+            print(OmegaConf.to_yaml(job.cfg), end="")
+
+
+def _run_jobs(command: Command, jobs: list[Job], sweep: bool) -> int:
+    """Run the jobs in order; the worst exit status. A signal stops the sweep after the job
+    in flight (which stops as the signal asks)."""
+    statuses = []
+    for job in jobs:
+        if sweep:
+            log.info(job.header)
+        try:
+            statuses.append(_run_job(command, job))
+        except _signals.Interrupted:
+            _say_left(job)
             raise
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR
+        if _signals.received():
+            _say_left(job)
+            break
+    return max(statuses)
+
+
+def _run_job(command: Command, job: Job) -> int:
+    try:
+        command.run(job.config)
+    except UserError as exc:
+        return _user_error(exc)
     return 0
+
+
+def _say_left(job: Job) -> None:
+    """The jobs of the sweep that a signal leaves unrun."""
+    if job.number < job.total:
+        log.warning(
+            f"the sweep stops after job {job.number}: jobs {job.number + 1} to {job.total} "
+            f"of {job.total} not run"
+        )
+
+
+_FLAG_WIDTH = 24
+_FLAG_HELP = (
+    ("-m, --multirun", "run once per combination of the swept values, in Hydra's order:"),
+    ("", "model=a,b key=range(1,4) key=choice(x,y) model=glob(llama3*); each job starts"),
+    ("", "with a [k/N] line on stderr; an output two jobs share goes to a numbered"),
+    ("", "subfolder (launch/2/); the exit status is the worst job's"),
+    ("--cfg [job|all]", "print the composed config instead of running (resolved; --resolve"),
+    ("", "is accepted); --cfg hydra: there is no Hydra runtime config (exit 2)"),
+    ("--info [PART]", "the config search path, the config groups with their options and the"),
+    ("", "defaults list of the root config (PART: searchpath, groups or defaults)"),
+    ("hydra.searchpath=[...]", "folders of your own configs (model/, cluster/, ...):"),
+    ("", "hydra.searchpath=[file:///PATH]; no other hydra.* key is taken"),
+)
 
 
 def help_text(command: Command) -> str:
@@ -106,7 +182,7 @@ def help_text(command: Command) -> str:
     cfg = catalog.compose(command.config_name)
     choices = catalog.group_choices(command.config_name)
     width = max(len(key) for key, _ in command.options) + 2
-    lines = [f"usage: python -m {command.module} [key=value ...] [--cfg] [--help]", ""]
+    lines = [f"usage: python -m {command.module} [key=value ...] [{'] ['.join(FLAGS)}]", ""]
     lines += [command.summary, "", "Main options (default in brackets):"]
     for key, meaning in command.options:
         default = choices.get(key, OmegaConf.select(cfg, key, default=None))
@@ -119,6 +195,9 @@ def help_text(command: Command) -> str:
         "Any other key of the composed config can be set the same way; --cfg prints it.",
         f"Models: {', '.join(catalog.options('model'))}",
         f"Clusters: {', '.join(catalog.options('cluster'))}",
+        "",
+        "Hydra's flags and keys:",
+        *(f"  {flag:<{_FLAG_WIDTH}}{meaning}".rstrip() for flag, meaning in _FLAG_HELP),
         "",
         "Examples:",
         *(f"  {example}" for example in command.examples),

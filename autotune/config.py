@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
@@ -47,6 +48,7 @@ __all__ = [
     "ProfileConfig",
     "SearchConfig",
     "TrackingConfig",
+    "config_yaml",
     "fixed_layout_values",
     "load_config",
     "register_schemas",
@@ -466,3 +468,19 @@ def typed(cfg: DictConfig, schema: type[T]) -> T:
 def fixed_layout_values(parallel: Any) -> dict[str, Any]:
     """The ``parallel.*`` values the user set (the others are left to the search)."""
     return {k: getattr(parallel, k) for k in LAYOUT_FIELDS if getattr(parallel, k) is not None}
+
+
+# The password of a URL: postgresql://USER:PASSWORD@HOST/DB (search.storage, tracking.uri).
+_PASSWORD = re.compile(r"(?P<user>://[^/:@\s]*):[^/@\s]*@")
+
+
+def config_yaml(config: Any) -> str:
+    """A typed config as YAML, every password of a URL in it written ``***``.
+
+    Example:
+        >>> from autotune.config import AutotuneConfig, config_yaml, load_config
+        >>> url = "search.storage=postgresql://me:secret@db/optuna"
+        >>> "me:***@db" in config_yaml(load_config(AutotuneConfig, [url]))
+        True
+    """
+    return _PASSWORD.sub(r"\g<user>:***@", OmegaConf.to_yaml(OmegaConf.structured(config)))

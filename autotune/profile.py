@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from autotune.cli import Command
+from autotune.cli import Output
 from autotune.cli import emit_json
 from autotune.config import ProfileConfig
 from autotune.config import fixed_layout_values
@@ -117,6 +118,11 @@ def _summary(result: ProfileResult, path: str | None, budget_s: float | None) ->
     return lines
 
 
+def profile_outputs(config: ProfileConfig) -> tuple[Output, ...]:
+    """What the profiler writes: the cost table."""
+    return (Output("out", config.out),)
+
+
 COMMAND = Command(
     module="autotune.profile",
     config_name="profile",
@@ -130,7 +136,8 @@ COMMAND = Command(
     options=(
         ("model", "a model of conf/model/"),
         ("cluster", "a cluster of conf/cluster/"),
-        ("parallel.<field>", "the layout, e.g. parallel.tp=8"),
+        ("cluster.num_nodes", "nodes of the cluster"),
+        ("parallel.<field>", "the layout, e.g. parallel.tp=8 parallel.pp=4"),
         ("out", "the CSV table written"),
         ("device", "auto, cpu, cuda or npu"),
         ("repeats", "timed runs per operator"),
@@ -146,6 +153,7 @@ COMMAND = Command(
         "simulator=hierarchical simulator.op_costs=ops.csv",
     ),
     run=profile_layout,
+    outputs=profile_outputs,
 )
 
 main = COMMAND.main

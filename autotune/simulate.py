@@ -15,6 +15,7 @@ from typing import Any
 from autotune.calibrate import Margin
 from autotune.calibrate import calibrated_job
 from autotune.cli import Command
+from autotune.cli import Output
 from autotune.cli import emit_json
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
@@ -120,6 +121,11 @@ def _print_views(views: dict[str, Any], costs: str) -> None:
         print(f"\n{costs}")
 
 
+def simulate_outputs(config: AutotuneConfig) -> tuple[Output, ...]:
+    """What ``autotune.simulate`` writes: the trace, when asked."""
+    return (Output("trace", config.trace),) if config.trace else ()
+
+
 COMMAND = Command(
     module="autotune.simulate",
     config_name="config",
@@ -133,10 +139,16 @@ COMMAND = Command(
         ("model", "a model of conf/model/"),
         ("cluster", "a cluster of conf/cluster/"),
         ("cluster.num_nodes", "nodes of the cluster"),
+        ("train.seq_len", "tokens per sequence"),
+        ("train.global_batch_size", "sequences per step"),
         ("train.framework", "a framework of conf/framework/ (unset: the cluster's)"),
         ("train.precision", "bf16, fp16, fp32 or fp8"),
         ("train.dropout", "dropout probability (unset: the model's recipe)"),
+        ("train.<setting>", "tp_comm_overlap, cp_comm_type, ... (conf/train/default.yaml)"),
         ("simulator", "analytical or hierarchical"),
+        ("simulator.op_costs", "operator costs profiled by autotune.profile (hierarchical)"),
+        ("calibration", "a calibration: NAME of conf/calibrations/ or ./PATH.yaml"),
+        ("search.memory_margin", "a fit keeps this share of memory free (unset: derived)"),
         ("parallel.<field>", "a layout field, e.g. parallel.tp=8 parallel.pp=4"),
         ("trace", "write a Chrome trace of the timeline (hierarchical)"),
         ("output", "table or json"),
@@ -148,6 +160,7 @@ COMMAND = Command(
         "python -m autotune.simulate model=mixtral_8x7b cluster=h100 parallel.ep=8 output=json",
     ),
     run=simulate_layout,
+    outputs=simulate_outputs,
 )
 
 main = COMMAND.main

@@ -21,10 +21,16 @@ from catalog._calibration import check_calibration
 from catalog._calibration import check_calibration_name
 from catalog._calibration import is_calibration_path
 from catalog._calibration import load_calibration
+from catalog._compose import HYDRA_KEYS
 from catalog._compose import compose
 from catalog._compose import conf_dir
 from catalog._compose import group_choices
 from catalog._compose import options
+from catalog._hydra import MAX_JOBS
+from catalog._hydra import ConfigInfo
+from catalog._hydra import DefaultEntry
+from catalog._hydra import config_info
+from catalog._hydra import sweep_jobs
 from catalog._load import Job
 from catalog._load import cluster_from_config
 from catalog._load import job_from_config
@@ -45,7 +51,11 @@ from catalog._schemas import TrainConfig
 from catalog._schemas import register
 
 __all__ = [
+    "HYDRA_KEYS",
+    "MAX_JOBS",
     "ClusterConfig",
+    "ConfigInfo",
+    "DefaultEntry",
     "Job",
     "JobConfig",
     "ModelConfig",
@@ -57,6 +67,7 @@ __all__ = [
     "cluster_from_config",
     "compose",
     "conf_dir",
+    "config_info",
     "group_choices",
     "is_calibration_path",
     "job_from_config",
@@ -72,5 +83,6 @@ __all__ = [
     "register",
     "simulator_constants",
     "simulator_from_config",
+    "sweep_jobs",
     "train_from_config",
 ]

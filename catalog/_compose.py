@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.errors import MissingConfigException
 from hydra.errors import OverrideParseException
@@ -22,7 +23,9 @@ from simulators import UserError
 from simulators.names import check_label
 from simulators.names import check_name
 
-__all__ = ["compose", "conf_dir", "group_choices", "options"]
+__all__ = ["HYDRA_KEYS", "compose", "conf_dir", "group_choices", "options", "parse_failure"]
+
+HYDRA_KEYS = ("hydra.searchpath",)  # Hydra's settings that composing honours
 
 _PACKAGED = Path(__file__).resolve().parent / "conf"  # an installed wheel carries conf/ here
 _CHECKOUT = Path(__file__).resolve().parents[1] / "conf"  # a source checkout or editable install
@@ -55,7 +58,8 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
     """Compose ``conf/<config_name>.yaml`` (None: only what ``overrides`` add) with overrides.
 
     The schemas the config names must be registered first. Keys added with ``+`` that no
-    schema declares are refused, as is every other bad override, a YAML file with an alias
+    schema declares are refused, as is every other bad override (a sweep of several values,
+    a ``hydra.*`` key other than :data:`HYDRA_KEYS`), a YAML file with an alias
     or too large to be a config (``catalog._user_yaml``), and a model, cluster or device name
     that breaks the rule of names (``simulators.names``).
 
@@ -63,6 +67,8 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
         UserError: one line saying what is wrong and what is allowed.
     """
     _refuse_keyless(overrides)
+    _refuse_sweeps(overrides)
+    _refuse_hydra_keys(overrides)
     _refuse_paths(overrides)
     check_config_folders(conf_dir(), overrides)
     try:
@@ -77,10 +83,7 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
     except MissingConfigException as exc:
         raise UserError(_missing_message(exc)) from None
     except OverrideParseException as exc:
-        said = [line for line in str(exc).splitlines() if line.strip()]
-        frame = ("Error parsing override", "See https://")  # Hydra's words around the reason
-        reason = next((line for line in said if not line.startswith(frame)), _first_lines(exc))
-        raise UserError(f"cannot parse the override {exc.override!r}: {reason}") from None
+        raise UserError(parse_failure(exc)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise UserError(_unknown_key(exc) or _with_allowed_type(_first_lines(exc))) from None
     unknown = _undeclared_keys(cfg)
@@ -89,6 +92,14 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
         raise UserError(f"unknown key(s) {listed}")
     _check_names(cfg)
     return cfg
+
+
+def parse_failure(exc: OverrideParseException) -> str:
+    """Hydra's refusal of an override, in one line: the override and the reason."""
+    said = [line for line in str(exc).splitlines() if line.strip()]
+    frame = ("Error parsing override", "See https://")  # Hydra's words around the reason
+    reason = next((line for line in said if not line.startswith(frame)), _first_lines(exc))
+    return f"cannot parse the override {exc.override!r}: {reason}"
 
 
 def _check_names(cfg: DictConfig) -> None:
@@ -112,6 +123,37 @@ def _refuse_keyless(overrides: Sequence[str]) -> None:
             raise UserError(
                 f"cannot parse the override {override!r}: it names no key; write key=value "
                 "(e.g. model=llama70b parallel.tp=8), +key=value to add one, ~key to delete one"
+            )
+
+
+def _refuse_sweeps(overrides: Sequence[str]) -> None:
+    """One value per key: a sweep (``a,b``, ``range(...)``, ...) is for ``-m``, which runs a
+    job per value (Hydra would say "Ambiguous value")."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except OverrideParseException as exc:
+        raise UserError(parse_failure(exc)) from None
+    for override in parsed:
+        if override.is_sweep_override():
+            raise UserError(
+                f"{override.input_line!r} gives several values (a sweep): add -m (--multirun) "
+                "to run the command once per value, or give one value"
+            )
+
+
+def _refuse_hydra_keys(overrides: Sequence[str]) -> None:
+    """Of Hydra's own settings only ``hydra.searchpath`` does something here: the compose API
+    runs no Hydra job, so ``hydra.run.dir``, ``hydra.sweep.dir``, ``hydra.job.*``,
+    ``hydra/launcher=...`` would be taken and ignored."""
+    for override in overrides:
+        key = override.partition("=")[0].lstrip("+~").partition("@")[0]
+        if key.split(".")[0].split("/")[0] == "hydra" and key not in HYDRA_KEYS:
+            raise UserError(
+                f"{key} is not supported: these commands compose their config with Hydra's "
+                "compose API and run no Hydra job (no run or sweep folder, logging or "
+                f"launcher); the hydra keys they take: {', '.join(HYDRA_KEYS)}. Outputs go "
+                "where the command's keys say (launch_dir, report_dir, out); -m puts each "
+                "job's in a numbered subfolder"
             )
 
 

@@ -6,7 +6,14 @@ import sys
 
 from autotune.benchmark._run import run
 from autotune.cli import Command
+from autotune.cli import Output
 from autotune.config import BenchmarkConfig
+
+
+def benchmark_outputs(config: BenchmarkConfig) -> tuple[Output, ...]:
+    """What the benchmark writes: its report folder."""
+    return (Output("report_dir", config.report_dir, folder=True),)
+
 
 COMMAND = Command(
     module="autotune.benchmark",
@@ -24,19 +31,26 @@ COMMAND = Command(
         ("data", "public, a shipped source, or a schema-v1 .csv/.parquet file"),
         ("hardware", "keep only these clusters"),
         ("source", "keep only these sources"),
+        ("protocols", "zero_shot, leave_one_source_out, probe"),
+        ("probes", "the K of the probe protocol (measured layouts per scenario)"),
+        ("calibration", "also score this calibration: NAME or ./PATH.yaml"),
         ("top_k", "the k of regret@k"),
         ("memory_margin", "fits: predicted peak x (1 + margin) <= memory (null: the search's)"),
         ("report_dir", "where the report files go"),
         ("analytical.<constant>", "override a simulator constant"),
         ("output", "table or json"),
         ("tracking.enabled", "record the benchmark in MLflow"),
+        ("tracking.uri", "MLflow tracking URI"),
     ),
     examples=(
         "python -m autotune.benchmark",
         "python -m autotune.benchmark simulators=[analytical,hierarchical] data=vtrain",
         "python -m autotune.benchmark data=my_runs.csv analytical.host_op_overhead_us=15",
+        "python -m autotune.benchmark 'protocols=[zero_shot,leave_one_source_out,probe]'",
+        "python -m autotune.benchmark -m data=vtrain,simumax tracking.enabled=false",
     ),
     run=run,
+    outputs=benchmark_outputs,
 )
 
 main = COMMAND.main

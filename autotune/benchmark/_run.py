@@ -18,7 +18,6 @@ from typing import Any
 
 import pandas as pd
 from omegaconf import ListConfig
-from omegaconf import OmegaConf
 
 import dataset
 from autotune.benchmark._protocols import PROTOCOLS
@@ -39,6 +38,7 @@ from autotune.benchmark._score import ScoreSettings
 from autotune.benchmark._score import nothing_to_score
 from autotune.benchmark._score import score
 from autotune.config import BenchmarkConfig
+from autotune.config import config_yaml
 from autotune.tracking import check_tracking
 from catalog import load_calibration
 from catalog import simulator_from_config
@@ -344,7 +344,7 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
             cfg.tracking,
             settings,
             result.summaries,
-            OmegaConf.to_yaml(OmegaConf.structured(cfg)),
+            config_yaml(cfg),
             written,
             curves=curves,
         )

@@ -6,7 +6,14 @@ import sys
 
 from autotune.calibrate._command import run_calibrate
 from autotune.cli import Command
+from autotune.cli import Output
 from autotune.config import CalibrateConfig
+
+
+def calibrate_outputs(config: CalibrateConfig) -> tuple[Output, ...]:
+    """What calibrate writes: the calibration (``out``, else by its name)."""
+    return (Output("out", str(config.output_path())),)
+
 
 COMMAND = Command(
     module="autotune.calibrate",
@@ -21,15 +28,15 @@ COMMAND = Command(
         "and the benchmark."
     ),
     options=(
-        ("data", "a schema-v1 .csv/.parquet file, a shipped source, or public"),
-        ("name", "the calibration's name"),
+        ("data", "a schema-v1 .csv/.parquet file, a shipped source, or public (required)"),
+        ("name", "the calibration's name (required)"),
         ("simulator", "analytical or hierarchical"),
-        ("out", "write the calibration here instead"),
+        ("out", "write the calibration here (unset: conf/calibrations/<name>.yaml)"),
         ("rows.cluster", "the cluster every row must be on"),
         ("rows.framework", "the framework every row must run"),
         ("rows.model", "the model every row must be of"),
         ("rows.source", "keep only these sources"),
-        ("calibration", "start from this calibration"),
+        ("calibration", "start from this calibration: NAME or ./PATH.yaml"),
         ("calibrate.time_noise", "log step-time error a row keeps"),
         ("output", "table or json"),
     ),
@@ -39,6 +46,7 @@ COMMAND = Command(
         "python -m autotune.calibrate data=runs.csv name=mine out=/tmp/mine.yaml output=json",
     ),
     run=run_calibrate,
+    outputs=calibrate_outputs,
 )
 
 main = COMMAND.main

@@ -5,6 +5,7 @@ from __future__ import annotations
 from autotune.search._job import MODES
 from autotune.search._job import run_search_job
 from autotune.search._job import search_job
+from autotune.search._job import search_outputs
 from autotune.search._outcome import Outcome
 from autotune.search._price import Evaluator
 from autotune.search._space import SearchSpace
@@ -26,4 +27,5 @@ __all__ = [
     "optimize",
     "run_search_job",
     "search_job",
+    "search_outputs",
 ]

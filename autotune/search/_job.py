@@ -29,12 +29,15 @@ from autotune.calibrate import calibrated_job
 from autotune.calibrate import plan_probes
 from autotune.calibrate import probe_round
 from autotune.calibrate import record_round
+from autotune.cli import Output
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
+from autotune.config import config_yaml
 from autotune.config import fixed_layout_values
 from autotune.progress import Progress
 from autotune.progress import duration
 from autotune.search._launch import check_launch_dir
+from autotune.search._launch import write_search_config
 from autotune.search._launch import write_top_launch_files
 from autotune.search._outcome import Outcome
 from autotune.search._outcome import Rerank
@@ -68,12 +71,19 @@ from simulators.calibration import calibrated
 from simulators.registry import SIMULATOR_NAMES
 from simulators.specs import CARD_FIELDS
 
-__all__ = ["MODES", "run_search_job", "search_job"]
+__all__ = ["MODES", "run_search_job", "search_job", "search_outputs"]
 
 log = logging.getLogger("autotune")
 MODES = ("auto", "grid", "screen", *SAMPLERS)
 SCREENING = "analytical"  # the simulator that screens every layout for a slower one
 _SAMPLE = 24  # layouts priced to measure the simulator's cost per layout
+
+
+def search_outputs(config: AutotuneConfig) -> tuple[Output, ...]:
+    """What a search writes that another job of a sweep could write too (``-m``)."""
+    launch = () if config.launch_dir is None else (Output("launch_dir", config.launch_dir, True),)
+    probes = (Output("probes_out", config.probes_out),) if config.probes > 0 else ()
+    return launch + probes
 
 
 def run_search_job(config: AutotuneConfig) -> None:
@@ -105,8 +115,15 @@ def run_search_job(config: AutotuneConfig) -> None:
     if plan is not None and not outcome.stopped:
         rounds = probe_round(config, job, outcome.ranked, plan)
     written, problem = write_top_launch_files(config.launch_dir, job, outcome, config.search.top_k)
-    problems = [p for p in (problem, rounds.problem if rounds else None) if p is not None]
-    outcome = dataclasses.replace(outcome, launch_files=tuple(map(str, written)))
+    config_file, unwritten = write_search_config(config.launch_dir, config_yaml(config))
+    problems = [
+        p for p in (problem, unwritten, rounds.problem if rounds else None) if p is not None
+    ]
+    outcome = dataclasses.replace(
+        outcome,
+        launch_files=tuple(map(str, written)),
+        config_file=None if config_file is None else str(config_file),
+    )
     timings.search_s = time.perf_counter() - started
     recorded = record_search(config, job, outcome, timings)
     if rounds is not None:

@@ -3,13 +3,16 @@
 ``launch_dir/rank-1/`` holds the best layout's files for the job's framework
 (:func:`autotune.launch.write_launch_files`), ``rank-2/`` the next, up to ``search.top_k``;
 the MLflow run keeps exactly those files as artifacts, nothing else of ``launch_dir``.
+``launch_dir/config.yaml`` holds the config the search ran with (:data:`CONFIG`), so that
+the folder says what it was made for even when nothing is recorded in MLflow.
 
-autotune writes only into the ``rank-N`` folders and marks each with a manifest
-(:data:`MANIFEST`, the names of the files it wrote there). A later search replaces those files
-and removes the ones it no longer writes, in folders so marked only: a file it did not write
-is never touched, and a folder emptied of its files is removed. A ``rank-N`` that is a
-symbolic link or a file is refused before the search (writing through a link would write
-outside ``launch_dir``).
+autotune writes only into the ``rank-N`` folders and ``config.yaml``, and marks each folder it
+writes into with a manifest (:data:`MANIFEST`, the names of the files it wrote there). A later
+search replaces those files and removes the ones it no longer writes, in folders so marked
+only: a file it did not write is never touched, and a folder emptied of its files is removed.
+A ``rank-N`` that is a symbolic link or a file, and a ``config.yaml`` the manifest does not
+list, are refused before the search (writing through a link would write outside
+``launch_dir``; the other ``config.yaml`` is someone else's).
 """
 
 from __future__ import annotations
@@ -28,17 +31,25 @@ from simulators import UserError
 from simulators.files import check_output_path
 from simulators.files import write_atomically
 
-__all__ = ["MANIFEST", "check_launch_dir", "write_top_launch_files"]
+__all__ = [
+    "CONFIG",
+    "MANIFEST",
+    "check_launch_dir",
+    "write_search_config",
+    "write_top_launch_files",
+]
 
-MANIFEST = ".autotune-files"  # in each rank-N folder: the files autotune wrote there
+MANIFEST = ".autotune-files"  # in each folder autotune writes into: the files it wrote there
+CONFIG = "config.yaml"  # in launch_dir: the config of the search that wrote the launch files
 _RANK = re.compile(r"rank-[1-9][0-9]*")
 _HEADER = "# Written by autotune (python -m autotune): the files of this folder it replaces.\n"
+_CONFIG_HEADER = "# The config this search ran with (python -m autotune); URL passwords: ***.\n"
 
 
 def check_launch_dir(launch_dir: str | None, top_k: int) -> None:
     """Refuse, before any work, a launch folder that could not take the launch files: one
-    that is not a folder or cannot be written, or a ``rank-N`` in it that is a symbolic link
-    or a file.
+    that is not a folder or cannot be written, a ``rank-N`` in it that is a symbolic link
+    or a file, or a ``config.yaml`` in it that autotune did not write.
 
     Raises:
         UserError: naming ``launch_dir`` and what stands in the way.
@@ -46,6 +57,14 @@ def check_launch_dir(launch_dir: str | None, top_k: int) -> None:
     if launch_dir is None:
         return
     check_output_path("launch_dir", launch_dir, folder=True)
+    config = Path(launch_dir) / CONFIG
+    if os.path.lexists(config) and CONFIG not in _listed(Path(launch_dir)):
+        raise UserError(
+            f"launch_dir={launch_dir!r}: {config} was not written by autotune (its {MANIFEST} "
+            "does not list it) and the search writes its config there; move it, or choose "
+            "another launch_dir"
+        )
+    check_output_path("launch_dir", config, follow_symlinks=False)
     for rank in range(1, top_k + 1):
         folder = Path(launch_dir) / f"rank-{rank}"
         try:
@@ -96,6 +115,24 @@ def write_top_launch_files(
     except OSError as exc:
         return written, f"launch files not written into {launch_dir}: {exc.strerror or exc}"
     return written, None
+
+
+def write_search_config(launch_dir: str | None, text: str) -> tuple[Path | None, str | None]:
+    """Write ``text``, the search's config as YAML (:func:`autotune.config.config_yaml`), to
+    ``launch_dir/config.yaml`` and list it in the folder's manifest; the path written (None:
+    none), and why it could not be (None: it was).
+    """
+    if launch_dir is None:
+        return None, None
+    path = Path(launch_dir) / CONFIG
+    try:
+        write_atomically(path, _CONFIG_HEADER + text, follow_symlinks=False)
+        _settle(Path(launch_dir), [path])
+    except UserError as exc:  # a folder, FIFO or device stands at its name
+        return None, str(exc)
+    except OSError as exc:
+        return None, f"{path} not written: {exc.strerror or exc}"
+    return path, None
 
 
 def _marked_folders(launch_dir: Path) -> list[Path]:

@@ -89,6 +89,7 @@ class Outcome:
     study: Any
     rerank: Rerank | None = None
     launch_files: tuple[str, ...] = ()  # written for the best layouts (launch_dir)
+    config_file: str | None = None  # the config the search ran with (launch_dir/config.yaml)
 
     @property
     def best_layout(self) -> Layout:

@@ -68,6 +68,8 @@ def emit_outcome(
             f"\nLaunch files of the best {len(folders)} layouts: {folders[0]}/ ... {folders[-1]}/"
         )
         print(f"  {', '.join(best)}: set the data paths at the top, run on every node")
+    if outcome.config_file is not None:
+        print(f"\nConfig of this search: {outcome.config_file}")
     if recorded.run_id is not None:
         print(
             f"\nMLflow run {recorded.run_id}: mlflow ui --backend-store-uri {config.tracking.uri}"
@@ -166,6 +168,7 @@ def json_payload(
             layout_flags(job.model, job.cluster, job.train, best_layout)
         ),
         "launch_files": list(outcome.launch_files),
+        "config_file": outcome.config_file,
     }
     if outcome.mode == "nsga2":
         payload["pareto_front"] = [_entry(lay, pred) for lay, pred in outcome.pareto()]

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from omegaconf import OmegaConf
 
 from autotune.config import AutotuneConfig
+from autotune.config import config_yaml
 from autotune.report import breakdown_table
 from autotune.report import launch_text
 from autotune.report import layout_row
@@ -103,7 +103,7 @@ def _fill(
     if outcome.mode == "nsga2":  # step time against memory, the layouts that fit
         front = pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.pareto()])
         run.table("pareto_front.csv", front, ui=True)
-    run.text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
+    run.text("config.yaml", config_yaml(config))
     launch = launch_text(job.model, job.cluster, job.train, outcome.best_layout)
     run.text("launch_flags.txt", launch)
     if outcome.launch_files and config.launch_dir is not None:  # those files, nothing else

@@ -132,6 +132,40 @@ HYDRA = [
     ("profile", ["parallel.tp=abc"], "parallel.tp=abc"),
     ("profile", ["-x"], "unknown option '-x'"),
 ]
+# Hydra's flags, sweeps and hydra.* keys (autotune/_command_line.py, catalog/_hydra.py): a
+# refusal while the jobs of a sweep are planned names the job, and no job has run.
+SWEEP = "gives several values (a sweep): add -m (--multirun)"
+NOT_HYDRA = "is not supported: these commands compose their config with Hydra's compose API"
+FLAGS = [
+    ("simulate", ["model=llama2_7b,llama3_8b"], f"'model=llama2_7b,llama3_8b' {SWEEP}"),
+    ("search", ["search.n_trials=range(1,3)"], SWEEP),
+    ("search", ["--cfg", "parallel.tp=1,2"], SWEEP),
+    ("benchmark", ["--info", "seed=choice(1,2)"], SWEEP),
+    ("search", ["hydra.run.dir=/tmp/x"], f"hydra.run.dir {NOT_HYDRA}"),
+    ("search", ["hydra.sweep.dir=sweeps"], "the hydra keys they take: hydra.searchpath"),
+    ("simulate", ["+hydra.job.chdir=true"], f"hydra.job.chdir {NOT_HYDRA}"),
+    ("benchmark", ["hydra/launcher=basic"], f"hydra/launcher {NOT_HYDRA}"),
+    ("profile", ["hydra.verbose=true"], f"hydra.verbose {NOT_HYDRA}"),
+    ("calibrate", [f"data={DATA}", "name=x", "hydra.output_subdir=null"], NOT_HYDRA),
+    ("simulate", ["--cfg", "jobb"], "--cfg takes job, all or hydra (or nothing: job), not 'jobb'"),
+    ("search", ["--cfg", "hydra"], "--cfg hydra: these commands compose their config with"),
+    ("benchmark", ["--cfg=hydra"], "which has no Hydra runtime config"),
+    ("simulate", ["--info", "plugins"], "--info takes all, searchpath, groups or defaults"),
+    ("search", ["--cfg", "--info"], "--cfg and --info each print instead of running"),
+    ("search", ["-m=1"], "-m takes no value"),
+    ("simulate", ["-m", "model=llama2_7b,"], "cannot parse the override 'model=llama2_7b,'"),
+    ("search", ["-m", "search.n_trials=interval(1,2)"], "cannot sweep 'search.n_trials=interval"),
+    ("simulate", ["-m", "model=glob(nomodel*)"], "the sweep 'model=glob(nomodel*)' has no value"),
+    ("search", ["-m", "search.seed=range(0,5000)"], "makes more than 1,000 jobs"),
+    ("search", ["-m", "search.seed=1,-1"], "[2/2] search.seed=-1: search.seed=-1 must be from 0"),
+    ("profile", ["-m", "repeats=1,0"], "[2/2] repeats=0: repeats=0 must be from 1"),
+    ("simulate", ["-m", "--info", "model=llama2_7b,nope"], "[2/2] model=nope: unknown model"),
+    (
+        "benchmark",
+        ["-m", "report_dir=/dev/null,r"],
+        "[1/2] report_dir=/dev/null: report_dir='/dev/null' is a device",
+    ),
+]
 MODEL = [
     ("simulate", ["model.num_layers=0"], "num_layers=0 must be > 0"),
     ("simulate", ["model.num_layers=-3"], "num_layers=-3 must be > 0"),
@@ -628,7 +662,9 @@ PATHS = [
     ("search", ["tracking.uri=sqlite:////dev/null"], "'sqlite:////dev/null' is a device"),
     ("search", ["measured=/nonexistent.csv"], "/nonexistent.csv: no such file"),
 ]
-CASES = HYDRA + MODEL + CLUSTER + TRAIN + LAYOUT + CONSTANTS + SEARCH + TRACKING + BENCHMARK
+CASES = (
+    HYDRA + FLAGS + MODEL + CLUSTER + TRAIN + LAYOUT + CONSTANTS + SEARCH + TRACKING + BENCHMARK
+)
 CASES += PROFILE + NAMES + PATHS
 
 

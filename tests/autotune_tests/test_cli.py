@@ -228,7 +228,16 @@ def test_unknown_model_lists_the_catalog(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("module", ["autotune", "autotune.simulate", "autotune.benchmark"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "autotune",
+        "autotune.simulate",
+        "autotune.benchmark",
+        "autotune.profile",
+        "autotune.calibrate",
+    ],
+)
 def test_help_says_what_the_command_does(tmp_path: Path, module: str) -> None:
     proc = run(module, "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

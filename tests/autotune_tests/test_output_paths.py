@@ -357,8 +357,9 @@ def test_a_fifo_at_any_output_is_refused_before_the_work(
 def test_launch_files_go_only_into_marked_rank_folders(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """launch_dir=. writes rank-N folders and nothing else; a later search with fewer ranks
-    removes only the files autotune wrote; a symbolic link as rank-1 is refused."""
+    """launch_dir=. writes rank-N folders and its config.yaml, listed in its manifest, and
+    nothing else; a later search with fewer ranks removes only the files autotune wrote; a
+    symbolic link as rank-1 is refused."""
     with _workspace() as folder:
         (folder / ".env").write_text("SECRET=1\n")
         status, out, err = _run(
@@ -375,7 +376,9 @@ def test_launch_files_go_only_into_marked_rank_folders(
         status, out, err = _run(capsys, "autotune.__main__", *QUICK, "launch_dir=.")
         assert status == 0, err
         assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == [
+            ".autotune-files",  # lists config.yaml, the config the search ran with
             ".env",
+            "config.yaml",
             "rank-1",
             "rank-1/.autotune-files",
             "rank-1/launch_mindspeed.sh",

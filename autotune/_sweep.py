@@ -1,0 +1,157 @@
+"""The jobs of one command line: one, or with ``-m`` one per combination of the swept values.
+
+Every job's config is composed, typed and checked before the first job runs, so a bad value
+in the last combination is refused before any work. Jobs of a sweep that would write the same
+output (the search's ``launch_dir``, the benchmark's ``report_dir``, calibrate's ``out``: each
+command names its outputs) each write theirs into a subfolder named by the job's number, as
+Hydra's multirun gives each job a numbered folder of its sweep folder: ``launch/2/`` for
+``launch_dir=launch``, ``2/ops.csv`` for ``out=ops.csv``; an output the jobs already set
+apart (``out=a.yaml,b.yaml``, or calibrate's ``name=a,b``) is left as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections import Counter
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import replace
+from typing import Any
+
+from omegaconf import DictConfig
+from omegaconf import OmegaConf
+
+import catalog
+from autotune.config import typed
+from simulators import UserError
+
+__all__ = ["Job", "Output", "no_outputs", "plan_jobs"]
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A file or folder a command writes, and the config key that names it."""
+
+    key: str  # launch_dir, report_dir, out, ...
+    path: str  # as the config gives it
+    folder: bool = False
+
+    def numbered(self, number: int) -> str:
+        """The path in the subfolder of job ``number``: ``launch/2``, ``runs/2/cal.yaml``."""
+        if self.folder:
+            return os.path.join(self.path, str(number))
+        head, name = os.path.split(self.path)
+        return os.path.join(head, str(number), name)
+
+
+def no_outputs(config: Any) -> tuple[Output, ...]:
+    """A command that writes no file of its own."""
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One run of a command: its overrides, its composed and its typed config."""
+
+    number: int  # from 1
+    total: int  # jobs in the sweep
+    label: str  # the combination it runs (and where its outputs were moved)
+    overrides: tuple[str, ...]
+    cfg: DictConfig
+    config: Any  # the command's schema
+
+    @property
+    def header(self) -> str:
+        """``[2/4] model=llama3_8b search.n_trials=10``."""
+        return _header(self.number, self.total, self.label)
+
+
+def plan_jobs(
+    config_name: str,
+    schema: type,
+    overrides: Sequence[str],
+    multirun: bool,
+    outputs: Callable[[Any], tuple[Output, ...]],
+) -> list[Job]:
+    """The jobs to run, in order, each config composed and checked.
+
+    Raises:
+        UserError: a bad override or value; in a sweep, the message names the job.
+    """
+    if not multirun:
+        return [_job(config_name, schema, tuple(overrides), 1, 1, "", sweep=False)]
+    runs = catalog.sweep_jobs(config_name, overrides)
+    jobs = [
+        _job(config_name, schema, run, number, len(runs), label, sweep=True)
+        for number, (run, label) in enumerate(zip(runs, _labels(runs), strict=True), start=1)
+    ]
+    return _apart(jobs, schema, outputs)
+
+
+def _header(number: int, total: int, label: str) -> str:
+    return f"[{number}/{total}] {label}"
+
+
+@contextlib.contextmanager
+def _naming(header: str | None) -> Iterator[None]:
+    """A refusal within says which job of the sweep it is (``header``; None: no sweep)."""
+    try:
+        yield
+    except UserError as exc:
+        if header is None:
+            raise
+        raise UserError(f"{header}: {exc}") from None
+
+
+def _job(
+    config_name: str,
+    schema: type,
+    overrides: tuple[str, ...],
+    number: int,
+    total: int,
+    label: str,
+    sweep: bool,
+) -> Job:
+    with _naming(_header(number, total, label) if sweep else None):
+        cfg = catalog.compose(config_name, overrides)
+        config: Any = typed(cfg, schema)
+    return Job(number, total, label, overrides, cfg, config)
+
+
+def _labels(runs: tuple[tuple[str, ...], ...]) -> list[str]:
+    """What sets each job apart: the overrides that vary between the jobs (when none does,
+    as with one job, all of them, or ``the defaults``)."""
+    varying = [i for i in range(len(runs[0])) if len({run[i] for run in runs}) > 1]
+    return [" ".join(run[i] for i in varying) or " ".join(run) or "the defaults" for run in runs]
+
+
+def _apart(
+    jobs: list[Job], schema: type, outputs: Callable[[Any], tuple[Output, ...]]
+) -> list[Job]:
+    """The jobs, each output that two of them share moved to a numbered subfolder."""
+    written = [outputs(job.config) for job in jobs]
+    counts = Counter((o.key, os.path.abspath(o.path)) for found in written for o in found)
+    shared = {key for (key, _), count in counts.items() if count > 1}
+    return [
+        _moved(job, schema, [o for o in found if o.key in shared])
+        for job, found in zip(jobs, written, strict=True)
+    ]
+
+
+def _moved(job: Job, schema: type, shared: list[Output]) -> Job:
+    """``job`` with its ``shared`` outputs in its numbered subfolder (checked again there)."""
+    if not shared:
+        return job
+    cfg = copy.deepcopy(job.cfg)
+    moves = {o.key: o.numbered(job.number) for o in shared}
+    for key, path in moves.items():
+        OmegaConf.update(cfg, key, path)
+    where = ", ".join(f"{key}={path}" for key, path in moves.items())
+    label = f"{job.label} ({where})"
+    with _naming(_header(job.number, job.total, label)):
+        config: Any = typed(cfg, schema)
+    return replace(job, label=label, cfg=cfg, config=config)

@@ -481,7 +481,7 @@ def test_mlflow_keeps_exactly_the_report_files(capsys: pytest.CaptureFixture[str
         client = mlflow.MlflowClient(uri)
         (run,) = client.search_runs(
             [client.get_experiment_by_name("benchmark").experiment_id],
-            filter_string="attributes.run_name = 'benchmark'",
+            filter_string="attributes.run_name = 'benchmark zero_shot'",
         )
         logged = {entry.path for entry in client.list_artifacts(run.info.run_id, "report")}
         assert "report/benchmark.md" in logged

@@ -15,6 +15,10 @@ from dataset._loader import load_measurements
 from dataset._public import DATA_DIR
 from dataset._public import load_public
 from dataset._public import public_sources
+from dataset._rows import PriceableRows
+from dataset._rows import SkippedRow
+from dataset._rows import priceable_rows
+from dataset._rows import take_rows
 from dataset._schema import COLUMNS
 from dataset._schema import SCHEMA_VERSION
 from dataset._schema import STATUSES
@@ -26,10 +30,14 @@ __all__ = [
     "DATA_DIR",
     "SCHEMA_VERSION",
     "STATUSES",
+    "PriceableRows",
+    "SkippedRow",
     "cluster_names",
     "load_measurements",
     "load_public",
+    "priceable_rows",
     "public_sources",
     "row_to_specs",
     "table_specs",
+    "take_rows",
 ]

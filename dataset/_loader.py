@@ -78,7 +78,9 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
 
     Returns the table with every schema column present, parsed (ints, floats, bools) and with
     defaults filled; extra columns are kept as text. Rows are numbered as lines of the CSV
-    file (the header is line 1); blank lines and rows of empty cells are skipped.
+    file (the header is line 1; ``attrs["lines"]`` and ``attrs["files"]``); blank lines and
+    rows of empty cells are skipped. A well-formed row whose layout breaks a rule loads:
+    :func:`dataset.priceable_rows` sets it apart.
 
     Raises:
         DataFileError: listing every problem at once (file, line, column, what was expected).
@@ -121,6 +123,7 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     lines = [int(line) for line in table.index]
     table = table.reset_index(drop=True)
     table.attrs["lines"] = lines  # the CSV line of each row, for messages that name rows
+    table.attrs["files"] = [path.name] * len(lines)  # and its file
     return table
 
 
@@ -155,7 +158,9 @@ def _parse_cell(column: Column, cell: str) -> tuple[Any, str]:
 
 
 def _row_problems(path: Path, table: pd.DataFrame) -> list[str]:
-    """Rules across columns: known cluster, degrees times world size, a time for ok rows."""
+    """Rules across columns: a known cluster, specs that can be built, a time for ok rows,
+    figures that agree. A layout that breaks a rule of ``Layout.violations`` is no problem of
+    the file: the commands skip its row, naming the rule (:func:`dataset.priceable_rows`)."""
     problems: list[str] = []
     known = set(cluster_names())
     for line, row in zip(table.index, records(table), strict=True):
@@ -170,14 +175,10 @@ def _row_problems(path: Path, table: pd.DataFrame) -> list[str]:
             )
             continue
         try:
-            model, cluster, _, layout = row_to_specs(row)
+            _, cluster, _, _ = row_to_specs(row)
         except SpecError as exc:
             problems.append(f"{_where(path, line, 'model/layout')}: {exc}")
             continue
-        for problem in layout.world_size_problems(row["num_devices"], " (num_devices)"):
-            problems.append(f"{_where(path, line, 'dp,tp,pp,cp')}: {problem}")
-        for problem in layout.split_problems(model.num_layers):
-            problems.append(f"{_where(path, line, 'layer_split')}: {problem}")
         problems.extend(_figure_problems(path, line, row, cluster.device.memory_gib))
     return problems
 

@@ -36,5 +36,6 @@ def load_public(sources: Sequence[str] | None = None, data_dir: Path = DATA_DIR)
         )
     tables = [load_measurements(data_dir / f"{name}.csv") for name in chosen]
     table = pd.concat(tables, ignore_index=True)
-    table.attrs["lines"] = [line for t in tables for line in t.attrs["lines"]]
+    for key in ("lines", "files"):
+        table.attrs[key] = [value for t in tables for value in t.attrs[key]]
     return table

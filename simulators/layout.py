@@ -42,6 +42,7 @@ __all__ = [
     "GROUPS",
     "LAYOUT_FIELDS",
     "RECOMPUTE_MODES",
+    "RULE_NAMES",
     "SEARCHED",
     "FieldInfo",
     "Layout",
@@ -450,8 +451,20 @@ class Layout:
     def violations(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
         """Every rule of Megatron-LM / MindSpeed this layout breaks, one sentence each."""
         found: list[str] = []
-        for rule in _RULES:
+        for rule in _RULES.values():
             found.extend(rule(self, model, cluster, train))
+        return found
+
+    def broken_rules(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
+    ) -> dict[str, list[str]]:
+        """:meth:`violations` by rule: each broken rule's name (:data:`RULE_NAMES`) and its
+        sentences, in the order of the rules."""
+        found = {}
+        for name, rule in _RULES.items():
+            sentences = rule(self, model, cluster, train)
+            if sentences:
+                found[name] = sentences
         return found
 
     def check(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> None:
@@ -636,9 +649,18 @@ def _experts(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
 def _sequence_parallel(
     lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
 ) -> list[str]:
-    """SP is meaningless with TP == 1 (Megatron turns it off)."""
-    if lay.sequence_parallel and lay.tp == 1:
+    """SP is meaningless with TP == 1 (Megatron turns it off); with it, TP splits the sequence
+    of each CP rank (seq / CP tokens) into equal parts (``_split_along_first_dim`` in
+    ``megatron/core/tensor_parallel/mappings.py`` asserts it)."""
+    if not lay.sequence_parallel:
+        return []
+    if lay.tp == 1:
         return ["sequence_parallel needs tp > 1"]
+    if train.seq_len % (lay.cp * lay.tp):
+        return [
+            f"sequence_parallel with tp={lay.tp} needs seq_len={train.seq_len} divisible by "
+            f"cp*tp={lay.cp * lay.tp} (tp splits each CP rank's sequence)"
+        ]
     return []
 
 
@@ -688,15 +710,17 @@ def _divides(divisor: int, value: int) -> bool:
     return divisor > 0 and value % divisor == 0
 
 
-_RULES: tuple[Rule, ...] = (
-    _world_size,
-    _heads,
-    _layers,
-    _virtual_pipeline,
-    _context,
-    _experts,
-    _sequence_parallel,
-    _batch,
-    _recompute,
-    _expert_overlap,
-)
+# Each rule by the name that reports count broken layouts under.
+_RULES: dict[str, Rule] = {
+    "world size": _world_size,
+    "heads": _heads,
+    "layers": _layers,
+    "virtual pipeline": _virtual_pipeline,
+    "context parallel": _context,
+    "experts": _experts,
+    "sequence parallel": _sequence_parallel,
+    "batch": _batch,
+    "recompute": _recompute,
+    "expert overlap": _expert_overlap,
+}
+RULE_NAMES: tuple[str, ...] = tuple(_RULES)

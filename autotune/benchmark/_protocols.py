@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 
 from autotune.benchmark._rankers import Ranking
-from autotune.benchmark._rankers import Specs
 from autotune.calibrate import FitSettings
 from autotune.calibrate import Run
 from autotune.calibrate import evidence
@@ -36,7 +35,6 @@ from autotune.calibrate import margins_from
 from autotune.calibrate import stack_margins
 from autotune.calibrate._probe import choose_probes
 from autotune.calibrate._probe import job_level
-from autotune.calibrate._rows import row_runs
 from autotune.order import order_key
 from simulators import Simulator
 from simulators.calibration import CalibratedSimulator
@@ -46,7 +44,6 @@ __all__ = [
     "PROTOCOLS",
     "ProtocolSettings",
     "leave_one_source_out",
-    "measured_runs",
     "probe_rankings",
 ]
 
@@ -65,12 +62,6 @@ class ProtocolSettings:
     probe_pool: float
     probes: tuple[int, ...]
     seed: int
-
-
-def measured_runs(table: pd.DataFrame, specs: Sequence[Specs]) -> list[Run | None]:
-    """Each row as a :class:`Run`, None when it was not measured (status error) or its layout
-    breaks a rule (no simulator prices it)."""
-    return [run if isinstance(run, Run) else None for run in row_runs(table, specs)]
 
 
 def _margins_elsewhere(

@@ -43,7 +43,6 @@ class Ranking:
     memory_gib: np.ndarray  # the whole device's peak (what must fit)
     fits: np.ndarray
     seconds_per_layout: float = float("nan")
-    invalid: int = 0
     protocol: str = "zero_shot"  # how it saw the data (autotune/benchmark/_protocols.py)
     probes: int = 0  # measured layouts per scenario it was given (probe protocols)
     allocated_gib: np.ndarray | None = None  # the framework's tensors alone (None: unknown)
@@ -59,7 +58,7 @@ class Ranking:
 def simulate(
     simulator: Simulator, specs: Sequence[Specs], memory_margin: float | Mapping[str, float] = 0.0
 ) -> Ranking:
-    """Predict every row; a layout that breaks a rule gets no prediction and ranks last.
+    """Predict every row (each layout keeps the rules: :func:`dataset.priceable_rows`).
 
     A layout fits when its predicted peak memory times ``1 + margin`` is within the device
     memory, as the search decides it (docs/calibration.md 3); ``memory_margin`` is one margin
@@ -69,13 +68,10 @@ def simulate(
     n = len(specs)
     predicted, memory, allocated = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     fits = np.zeros(n, dtype=bool)
-    invalid, elapsed = 0, 0.0
+    elapsed = 0.0
     progress = Progress(simulator.name, n, unit="layouts")
     for i, (model, cluster, train, layout) in enumerate(specs):
         progress.update(i)
-        if layout.violations(model, cluster, train):
-            invalid += 1
-            continue
         start = time.perf_counter()
         prediction = simulator.simulate(model, cluster, train, layout)
         elapsed += time.perf_counter() - start
@@ -90,7 +86,6 @@ def simulate(
             prediction.peak_gib("allocated"),
             prediction.memory_gib * (1 + margin) <= prediction.memory_capacity_gib,
         )
-    timed = n - invalid
     return Ranking(
         name=simulator.name,
         kind="simulator",
@@ -99,8 +94,7 @@ def simulate(
         predicted_s=predicted,
         memory_gib=memory,
         fits=fits,
-        seconds_per_layout=elapsed / timed if timed else float("nan"),
-        invalid=invalid,
+        seconds_per_layout=elapsed / n if n else float("nan"),
         allocated_gib=allocated,
     )
 
@@ -147,7 +141,8 @@ class HeuristicRule:
 
 
 def heuristic_ranking(rule: HeuristicRule, specs: Sequence[Specs]) -> Ranking:
-    """Rank rows by the rule's key (scenarios are ranked separately, so a global rank works)."""
+    """Rank rows by the rule's key (scenarios are ranked separately, so a global rank works);
+    each layout keeps the rules (its expert grid divides the world)."""
     keys = [rule.key(*spec) for spec in specs]
     order = sorted(range(len(keys)), key=keys.__getitem__)
     score = np.empty(len(keys))

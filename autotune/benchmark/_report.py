@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import textwrap
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,19 @@ from autotune.benchmark._score import BenchmarkResult
 from simulators.files import check_output_path
 from simulators.files import write_atomically
 
-__all__ = ["TABLE_FILES", "check_report_files", "console_tables", "json_payload", "write_report"]
+__all__ = [
+    "TABLE_FILES",
+    "check_report_files",
+    "console_tables",
+    "json_payload",
+    "skipped_counts",
+    "skipped_table",
+    "write_report",
+]
 
 TABLE_FILES = ("benchmark.md", "scenarios.csv", "predictions.csv")  # besides the plots
+_LISTED = 20  # skipped rows the console names (benchmark.md names every one)
+_WIDTH = 119  # the console keeps within 120 columns
 
 
 def _pct(value: float) -> str:
@@ -139,6 +151,65 @@ def fit_table(result: BenchmarkResult) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
+def skipped_counts(result: BenchmarkResult) -> dict[str, dict[str, Any]]:
+    """Per source, the rows skipped because their layout breaks a rule, and how many of them
+    break each rule (a row breaking two rules counts for both)."""
+    rows: Counter[str] = Counter(row.source for row in result.skipped)
+    rules: dict[str, Counter[str]] = {source: Counter() for source in rows}
+    for row in result.skipped:
+        rules[row.source].update(row.rules)
+    return {
+        source: {"rows": rows[source], "rules": dict(rules[source].most_common())}
+        for source in sorted(rows)
+    }
+
+
+def _per_rule(counts: Mapping[str, Any]) -> str:
+    """``experts 3, batch 1``: the rows of one source that break each rule."""
+    return ", ".join(f"{rule} {n}" for rule, n in counts["rules"].items())
+
+
+def skipped_table(result: BenchmarkResult) -> pd.DataFrame:
+    """One formatted row per source with skipped rows: how many, and the rules they break."""
+    records = [
+        {
+            "source": source,
+            "rows skipped": counts["rows"],
+            "rules broken (rows)": _per_rule(counts),
+        }
+        for source, counts in skipped_counts(result).items()
+    ]
+    return pd.DataFrame(records, columns=["source", "rows skipped", "rules broken (rows)"])
+
+
+_SKIPPED_TITLE = (
+    "Rows skipped: their layout breaks a rule, so no simulator prices them; every figure is over "
+    "the other rows"
+)
+
+
+def _skipped_lines(result: BenchmarkResult) -> list[str]:
+    """The console's account of the skipped rows: counts per source, then each row and why."""
+    if not result.skipped:
+        return []
+    lines = textwrap.wrap(_SKIPPED_TITLE + ":", _WIDTH)
+    for source, counts in skipped_counts(result).items():
+        lines += textwrap.wrap(
+            f"{source}: {counts['rows']} row(s); rows per rule broken: {_per_rule(counts)}",
+            _WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
+    for row in result.skipped[:_LISTED]:
+        lines += textwrap.wrap(
+            row.describe(), _WIDTH, initial_indent="  ", subsequent_indent="    "
+        )
+    more = len(result.skipped) - _LISTED
+    if more > 0:
+        lines.append(f"  ... and {more} more (benchmark.md names every one)")
+    return [*lines, ""]
+
+
 _ZERO_SHOT = "zero_shot"
 
 
@@ -225,6 +296,7 @@ def console_tables(result: BenchmarkResult, top_k: int) -> str:
     errors = ["simulator", "rows", "MAPE", "max APE", "mem MAPE", "false feasible"]
     errors += ["false infeasible", "us/layout"]
     lines = [
+        *_skipped_lines(result),
         "Picks: regret over the scenarios; rank correlation, median over the scenarios",
         overall[picks].to_string(index=False),
         "",
@@ -275,6 +347,7 @@ def markdown_report(
         "",
         *(f"- {key}: `{value}`" for key, value in settings.items()),
         "",
+        *_skipped_section(result),
         "## Overall",
         "",
         markdown_table(overall_table(result, top_k)),
@@ -306,6 +379,33 @@ _ACROSS_TITLE = (
 _FIT_TITLE = (
     "Fitted constants (docs/accuracy.md): MAPE on the rows they were fit on, and on the rest"
 )
+
+
+def _skipped_section(result: BenchmarkResult) -> list[str]:
+    if not result.skipped:
+        return []
+    rows = pd.DataFrame(
+        [
+            {
+                "file": row.file,
+                "line": row.line,
+                "source": row.source,
+                "layout": row.layout,
+                "rules broken": "; ".join(row.reasons),
+            }
+            for row in result.skipped
+        ]
+    )
+    return [
+        "## Rows skipped",
+        "",
+        _SKIPPED_TITLE + ".",
+        "",
+        markdown_table(skipped_table(result)),
+        "",
+        markdown_table(rows),
+        "",
+    ]
 
 
 def _fit_section(result: BenchmarkResult) -> list[str]:
@@ -350,6 +450,10 @@ def json_payload(result: BenchmarkResult, settings: Mapping[str, Any]) -> dict[s
             "settings": dict(settings),
             "regret_vs_probes": regret_curve(result).to_dict(orient="records"),
             "fits": fit_table(result).to_dict(orient="records"),
+            "skipped": {
+                "by_source": skipped_counts(result),
+                "rows": [row.as_dict() for row in result.skipped],
+            },
         }
     )
 

@@ -9,6 +9,7 @@ layout. Baselines (``random``, ``heuristic``) and any peer predictions in the da
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from omegaconf import ListConfig
 
@@ -51,6 +53,7 @@ __all__ = ["load_data", "run", "run_benchmark", "simulators_of"]
 
 log = logging.getLogger("autotune.benchmark")
 BASELINES = (RANDOM, "heuristic")
+_SHOWN = 3  # rows named in the error when every row breaks a rule
 
 
 def _names(value: Any) -> list[str] | None:
@@ -93,7 +96,31 @@ def _filter(table: pd.DataFrame, column: str, wanted: list[str] | None, what: st
             f"{what} {', '.join(map(repr, unknown))} not in the data; available: "
             f"{', '.join(available)}"
         )
-    return table[table[column].isin(wanted)].reset_index(drop=True)
+    return dataset.take_rows(table, np.flatnonzero(table[column].isin(wanted).to_numpy()))
+
+
+def _priceable(table: pd.DataFrame, data: str) -> dataset.PriceableRows:
+    """The rows to score, and those set apart because their layout breaks a rule.
+
+    Raises:
+        UserError: every row breaks a rule (naming the first few and their rules).
+    """
+    rows = dataset.priceable_rows(table)
+    if rows.skipped:
+        log.warning(
+            "warning: %d of %d rows break a layout rule and are not scored (the report lists "
+            "them)",
+            len(rows.skipped),
+            len(table),
+        )
+    if rows.table.empty:
+        shown = "; ".join(row.describe() for row in rows.skipped[:_SHOWN])
+        more = len(rows.skipped) - _SHOWN
+        raise UserError(
+            f"{data}: nothing to score: every row's layout breaks a rule: {shown}"
+            + (f"; and {more} more" if more > 0 else "")
+        )
+    return rows
 
 
 def simulators_of(config: BenchmarkConfig) -> list[Simulator]:
@@ -127,9 +154,9 @@ def _calibrated_rankings(
     """The rankings of ``calibration=`` and of the protocols beyond zero-shot."""
     from autotune.benchmark._protocols import ProtocolSettings
     from autotune.benchmark._protocols import leave_one_source_out
-    from autotune.benchmark._protocols import measured_runs
     from autotune.benchmark._protocols import probe_rankings
     from autotune.calibrate._command import fit_settings
+    from autotune.calibrate._rows import row_runs
 
     rankings: list[Ranking] = []
     if config.calibration is not None:
@@ -142,7 +169,7 @@ def _calibrated_rankings(
         probes=tuple(config.probes),
         seed=config.seed,
     )
-    runs = measured_runs(table, specs)
+    runs = row_runs(table, specs)
     if "leave_one_source_out" in protocols:
         start = time.perf_counter()
         ranking, _ = leave_one_source_out(simulator, table, runs, settings)
@@ -164,8 +191,6 @@ def _given_calibration(
     name: str, simulator: Simulator, table: pd.DataFrame, specs: Sequence[Specs]
 ) -> list[Ranking]:
     """``calibration=NAME``: the simulator it is for, calibrated, as one more ranker."""
-    import dataclasses
-
     from autotune.calibrate import shipped_margins
     from simulators.calibration import CalibratedSimulator
     from simulators.calibration import calibrated
@@ -198,6 +223,9 @@ def run_benchmark(
 ) -> BenchmarkResult:
     """Load the data, rank it with every simulator, baseline and peer, and score the rankings.
 
+    Rows whose layout breaks a rule are set apart first (``BenchmarkResult.skipped``): no
+    ranker sees them, and each scenario is scored on its other rows.
+
     Args:
         config: the typed ``conf/benchmark.yaml``.
         simulators: simulator objects to use instead of building ``config.simulators`` by name
@@ -221,7 +249,8 @@ def run_benchmark(
     table = load_data(config.data)
     table = _filter(table, "cluster", _names(config.hardware), "hardware")
     table = _filter(table, "source", _names(config.source), "source")
-    specs = dataset.table_specs(table)
+    priceable = _priceable(table, config.data)
+    table, specs = priceable.table, priceable.specs
     labels = [layout.describe() for *_, layout in specs]
     log.info(
         "%d measured rows, %d scenarios", len(table), table.groupby(["source", "scenario"]).ngroups
@@ -251,7 +280,7 @@ def run_benchmark(
         rankings.append(heuristic_ranking(rule, specs))
     if config.peers:
         rankings.extend(peer_rankings(table))
-    reason = nothing_to_score(table, rankings)
+    reason = nothing_to_score(table, rankings, len(priceable.skipped))
     if reason:
         raise UserError(f"{config.data}: nothing to score: {reason}")
     settings = ScoreSettings(
@@ -264,7 +293,8 @@ def run_benchmark(
         source in cluster.fitted_on
         for source, (_, cluster, _, _) in zip(table["source"], specs, strict=True)
     ]
-    return score(table, labels, rankings, settings, RANDOM in baselines, in_fit)
+    result = score(table, labels, rankings, settings, RANDOM in baselines, in_fit)
+    return dataclasses.replace(result, skipped=priceable.skipped)
 
 
 def _settings(cfg: BenchmarkConfig) -> dict[str, Any]:
@@ -342,7 +372,7 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
         }
         recorded = log_benchmark_run(
             cfg.tracking,
-            settings,
+            {**settings, "rows_skipped": len(result.skipped)},
             result.summaries,
             config_yaml(cfg),
             written,

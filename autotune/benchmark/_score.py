@@ -19,6 +19,7 @@ from autotune.benchmark._metrics import regret_at_k
 from autotune.benchmark._metrics import summarize
 from autotune.benchmark._rankers import Ranking
 from autotune.order import sort_frame
+from dataset import SkippedRow
 
 __all__ = ["RANDOM", "BenchmarkResult", "ScoreSettings", "nothing_to_score", "score"]
 
@@ -44,11 +45,13 @@ class ScoreSettings:
 
 @dataclass(frozen=True, slots=True)
 class BenchmarkResult:
-    """Per-scenario scores, per-row predictions and per-ranker summaries (with ``by_source``)."""
+    """Per-scenario scores, per-row predictions and per-ranker summaries (with ``by_source``),
+    and the rows left out because their layout breaks a rule."""
 
     scenarios: pd.DataFrame
     rows: pd.DataFrame
     summaries: dict[str, dict[str, Any]]
+    skipped: tuple[SkippedRow, ...] = ()
 
 
 def score(
@@ -104,14 +107,14 @@ def score(
     summaries = {name: _summary(name, kinds[name], scenarios, rows, settings) for name in order}
     for ranking in rankings:
         summaries[ranking.name]["seconds_per_layout"] = ranking.seconds_per_layout
-        summaries[ranking.name]["n_invalid"] = ranking.invalid
         summaries[ranking.name]["protocol"] = ranking.protocol
         summaries[ranking.name]["probes"] = ranking.probes
     return BenchmarkResult(scenarios=scenarios, rows=rows, summaries=summaries)
 
 
-def nothing_to_score(table: pd.DataFrame, rankings: Sequence[Ranking]) -> str:
-    """Why no figure can be computed on ``table``, or "" when one can.
+def nothing_to_score(table: pd.DataFrame, rankings: Sequence[Ranking], skipped: int) -> str:
+    """Why no figure can be computed on ``table``, or "" when one can (``skipped``: the rows
+    set apart before, their layout breaking a rule).
 
     Regret needs a scenario with at least two measured layouts, one of which ran; the errors
     need a row that ran with a time predicted by a simulator or peer.
@@ -124,11 +127,10 @@ def nothing_to_score(table: pd.DataFrame, rankings: Sequence[Ranking]) -> str:
     for ranking in rankings:
         if np.isfinite(ranking.predicted_s[columns.ok[ranking.rows]]).any():
             return ""
-    invalid = max((r.invalid for r in rankings if r.kind == "simulator"), default=0)
     return (
         "no scenario has two measured layouts (status ok or oom) of which one ran, and no row "
         f"that ran has a predicted step time ({len(table)} rows in {len(groups)} scenarios, "
-        f"{int(columns.ok.sum())} ran, {invalid} break a layout rule)"
+        f"{int(columns.ok.sum())} ran; {skipped} more skipped: their layout breaks a rule)"
     )
 
 

@@ -7,6 +7,7 @@ import functools
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 import catalog
@@ -59,12 +60,12 @@ def _memory_runs() -> tuple[tuple[Run, ...], tuple[str, ...]]:
     if not names:
         return (), ()
     table = dataset.load_public(names)
-    table = table[table["peak_memory_gib"].notna() | (table["status"] == "oom")]
-    table = table.reset_index(drop=True)
-    rows = row_runs(table, dataset.table_specs(table))
-    kept = [i for i, run in enumerate(rows) if isinstance(run, Run)]
-    sources = table["source"].astype(str).tolist()
-    return tuple(rows[i] for i in kept), tuple(sources[i] for i in kept)  # type: ignore[misc]
+    memory = table["peak_memory_gib"].notna() | (table["status"] == "oom")
+    priceable = dataset.priceable_rows(dataset.take_rows(table, np.flatnonzero(memory)))
+    rows = row_runs(priceable.table, priceable.specs)
+    sources = priceable.table["source"].astype(str).tolist()
+    kept = [(run, source) for run, source in zip(rows, sources, strict=True) if run is not None]
+    return tuple(run for run, _ in kept), tuple(source for _, source in kept)
 
 
 def shipped_margins(simulator: Simulator) -> dict[str, Margin]:

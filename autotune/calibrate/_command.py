@@ -8,10 +8,12 @@ import shlex
 import sys
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from omegaconf import ListConfig
 
 import catalog
+import dataset
 from autotune.calibrate._file import calibration_record
 from autotune.calibrate._file import write_calibration
 from autotune.calibrate._fit import FitResult
@@ -105,11 +107,9 @@ def run_calibrate(config: CalibrateConfig) -> None:
         unknown = sorted(set(sources) - set(table["source"].dropna()))
         if unknown:
             raise UserError(f"source {', '.join(unknown)} not in {config.data}")
-        lines = table.attrs.get("lines")
-        keep = table["source"].isin(sources).to_numpy()
-        table = table[keep].reset_index(drop=True)
-        if lines:
-            table.attrs["lines"] = [n for n, k in zip(lines, keep, strict=True) if k]
+        table = dataset.take_rows(table, np.flatnonzero(table["source"].isin(sources)))
+    priceable = dataset.priceable_rows(table)  # the rows' job and stack: those it is fit on
+    table = priceable.table
     cluster = single_value(table, "cluster", config.rows.cluster, "cluster", config.data)
     framework = single_value(table, "framework", config.rows.framework, "framework", config.data)
     _select_model(table, config.rows.model, config.data)
@@ -119,7 +119,7 @@ def run_calibrate(config: CalibrateConfig) -> None:
             f"calibration {center.name!r} is for cluster {center.cluster}, these rows are on "
             f"{cluster}"
         )
-    runs, notes = runs_of(table, config.data)
+    runs, notes = runs_of(priceable, config.data)
     start = Calibration(
         simulator=simulator.name,
         factors=dict(center.factors) if center else {},

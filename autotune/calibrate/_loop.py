@@ -40,6 +40,8 @@ from autotune.calibrate._probe import Pick
 from autotune.calibrate._probe import choose_probes
 from autotune.calibrate._probe import pick
 from autotune.calibrate._rows import row_names
+from autotune.calibrate._rows import row_runs
+from autotune.calibrate._rows import skipped_notes
 from autotune.calibrate._rows import span_text
 from autotune.config import AutotuneConfig
 from autotune.report import launch_text
@@ -210,37 +212,31 @@ def _measured(job: Job, path: str) -> Measured:
     """
     table = dataset.load_measurements(Path(path))
     names = row_names(table.assign(source=Path(path).stem))
-    specs = dataset.table_specs(table)
     wrong: dict[str, list[str]] = {}
-    for name, spec in zip(names, specs, strict=True):
+    for name, spec in zip(names, dataset.table_specs(table), strict=True):
         for problem in _job_problems(job, spec):
             wrong.setdefault(problem, []).append(name)
     if wrong:
         parts = "; ".join(f"{problem}: {span_text(rows)}" for problem, rows in wrong.items())
         raise UserError(f"{path}: rows of another job than this search's: {parts}")
-    status = table["status"].astype(str).tolist()
-    times = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)
-    memory = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
-    measures = table["peak_memory_measure"].astype(str).tolist()
-    measured, notes = [], []
-    for i, spec in enumerate(specs):
-        if status[i] not in ("ok", "oom") or spec[3].violations(*spec[:3]):
-            notes.append(
-                f"{names[i]} left out (status {status[i]} or a layout that breaks a rule)"
-            )
+    priceable = dataset.priceable_rows(table)
+    names = row_names(priceable.table.assign(source=Path(path).stem))
+    notes = skipped_notes(priceable.skipped)
+    measured = []
+    for name, run in zip(names, row_runs(priceable.table, priceable.specs, names), strict=True):
+        if run is None:
+            notes.append(f"{name} left out (status error)")
             continue
-        run = Run(
-            specs=(job.model, job.cluster, job.train, spec[3]),
-            status=status[i],
-            step_time_s=float(times[i]) if status[i] == "ok" else math.nan,
-            peak_memory_gib=float(memory[i]),
-            peak_memory_measure=measures[i],
-            group="probes",
-            label=names[i],
+        layout = run.specs[3]
+        run = dataclasses.replace(
+            run, specs=(job.model, job.cluster, job.train, layout), group="probes"
         )
-        measured.append((spec[3], run))
+        measured.append((layout, run))
     if not measured:
-        raise UserError(f"{path}: no row with status ok or oom to calibrate on")
+        raise UserError(
+            f"{path}: no row with status ok or oom and a valid layout to calibrate on"
+            + (f" ({span_text(notes, '; ')})" if notes else "")
+        )
     ran = [(layout, run) for layout, run in measured if run.ran]
     predicted = [job.simulator.simulate(*run.specs).step_time_s for _, run in ran]
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,7 +15,7 @@ from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import Specs
 from simulators import UserError
 
-__all__ = ["row_names", "row_runs", "runs_of", "single_value", "span_text"]
+__all__ = ["row_names", "row_runs", "runs_of", "single_value", "skipped_notes", "span_text"]
 
 log = logging.getLogger("autotune.calibrate")
 _SHOWN = 8  # rows named in a message before "and N more"
@@ -31,9 +32,9 @@ def row_names(table: pd.DataFrame) -> list[str]:
     return [f"{s} {line}".strip() for s, line in zip(sources, lines, strict=True)]
 
 
-def span_text(names: Sequence[str]) -> str:
-    """A short list of row names: the first few, then how many more."""
-    shown = ", ".join(names[:_SHOWN])
+def span_text(names: Sequence[str], separator: str = ", ") -> str:
+    """A short list of row names (or notes): the first few, then how many more."""
+    shown = separator.join(names[:_SHOWN])
     more = len(names) - _SHOWN
     return shown + (f" and {more} more" if more > 0 else "")
 
@@ -73,10 +74,10 @@ def single_value(
 
 def row_runs(
     table: pd.DataFrame, specs: Sequence[Specs], labels: Sequence[str] = ()
-) -> list[Run | str]:
-    """Each row as a :class:`Run`, or why it is not one: ``"error"`` when it was not measured
-    (status error), ``"broken"`` when its layout breaks a rule (no simulator prices it).
-    ``labels`` name the runs (none: unnamed)."""
+) -> list[Run | None]:
+    """Each row as a :class:`Run`, None when it was not measured (status error). Every row's
+    layout keeps the rules (:func:`dataset.priceable_rows`). ``labels`` name the runs (none:
+    unnamed)."""
     status = table["status"].astype(str).tolist()
     times = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)
     memory = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
@@ -84,45 +85,51 @@ def row_runs(
     groups = (
         table["source"].fillna("").astype(str) + "/" + table["scenario"].astype(str)
     ).tolist()
-    runs: list[Run | str] = []
+    runs: list[Run | None] = []
     for i, spec in enumerate(specs):
         if status[i] not in ("ok", "oom"):
-            runs.append("error")
-        elif spec[3].violations(*spec[:3]):
-            runs.append("broken")
-        else:
-            runs.append(
-                Run(
-                    specs=spec,
-                    status=status[i],
-                    step_time_s=float(times[i]) if status[i] == "ok" else math.nan,
-                    peak_memory_gib=float(memory[i]),
-                    peak_memory_measure=measures[i],
-                    group=groups[i],
-                    label=labels[i] if labels else "",
-                )
+            runs.append(None)
+            continue
+        runs.append(
+            Run(
+                specs=spec,
+                status=status[i],
+                step_time_s=float(times[i]) if status[i] == "ok" else math.nan,
+                peak_memory_gib=float(memory[i]),
+                peak_memory_measure=measures[i],
+                group=groups[i],
+                label=labels[i] if labels else "",
             )
+        )
     return runs
 
 
-def runs_of(table: pd.DataFrame, data: str) -> tuple[list[Run], list[str]]:
+def skipped_notes(skipped: Sequence[dataset.SkippedRow]) -> list[str]:
+    """Notes on the rows left out because their layout breaks a rule: how many and which
+    rules, then each row with its file, line, layout and the rules' sentences."""
+    if not skipped:
+        return []
+    rules = Counter(rule for row in skipped for rule in row.rules)
+    counts = ", ".join(f"{rule} {n}" for rule, n in rules.most_common())
+    return [
+        f"{len(skipped)} row(s) left out: their layout breaks a rule (rows per rule: {counts})",
+        *(f"left out: {row.describe()}" for row in skipped),
+    ]
+
+
+def runs_of(priceable: dataset.PriceableRows, data: str) -> tuple[list[Run], list[str]]:
     """The rows as :class:`Run` (ok and oom rows whose layout keeps the rules), and notes on
-    the rows left out."""
-    names = row_names(table)
-    rows = row_runs(table, dataset.table_specs(table), names)
-    runs = [run for run in rows if isinstance(run, Run)]
-    errors = [name for name, run in zip(names, rows, strict=True) if run == "error"]
-    broken = [name for name, run in zip(names, rows, strict=True) if run == "broken"]
-    notes = []
+    the rows left out, each named."""
+    names = row_names(priceable.table)
+    rows = row_runs(priceable.table, priceable.specs, names)
+    runs = [run for run in rows if run is not None]
+    errors = [name for name, run in zip(names, rows, strict=True) if run is None]
+    notes = skipped_notes(priceable.skipped)
     if errors:
         notes.append(f"{len(errors)} row(s) with status error left out: {span_text(errors)}")
-    if broken:
-        notes.append(
-            f"{len(broken)} row(s) whose layout breaks a rule left out: {span_text(broken)}"
-        )
     if not runs:
         raise UserError(
             f"{data}: no row to calibrate on: none has status ok or oom with a valid layout"
-            + (f" ({'; '.join(notes)})" if notes else "")
+            + (f" ({span_text(notes, '; ')})" if notes else "")
         )
     return runs, notes

@@ -379,7 +379,9 @@ def test_nothing_to_score_exits_2_with_the_reason(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     error = proc.stderr.splitlines()[-1]  # after the log lines
     assert error.startswith(f"error: {path}: nothing to score: no scenario has two measured")
-    assert error.endswith("(2 rows in 2 scenarios, 1 ran, 1 break a layout rule)")
+    assert error.endswith(
+        "(1 rows in 1 scenarios, 0 ran; 1 more skipped: their layout breaks a rule)"
+    )
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     assert not (tmp_path / "benchmark_report").exists()
 

@@ -14,6 +14,7 @@ from simulators import LayoutError
 from simulators import ModelSpec
 from simulators import SpecError
 from simulators import TrainSpec
+from simulators.layout import RULE_NAMES
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
 from tests.simulators_tests._specs import model
@@ -110,7 +111,7 @@ def test_vpp_needs_whole_groups_of_pp_microbatches(batch: int, allowed: bool) ->
 
 
 def test_cp_needs_seq_divisible_by_2cp() -> None:
-    lay = Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=True)
+    lay = Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=False)
     train = make_train(seq_len=4098, global_batch_size=1024)
     assert _violations(lay, train=train) == ["cp=2 needs seq_len=4098 divisible by 2*cp=4"]
     assert _violations(lay, train=make_train(seq_len=4096, global_batch_size=1024)) == []
@@ -189,6 +190,34 @@ def test_ep_with_tp_needs_sequence_parallel() -> None:
 
 def test_sequence_parallel_needs_tp() -> None:
     assert _violations(Layout(dp=32, sequence_parallel=True)) == ["sequence_parallel needs tp > 1"]
+
+
+@pytest.mark.parametrize(("seq_len", "cp", "broken"), [(4092, 1, True), (4096, 2, False)])
+def test_sequence_parallel_splits_each_cp_ranks_sequence_evenly_over_tp(
+    seq_len: int, cp: int, broken: bool
+) -> None:
+    """Megatron's _split_along_first_dim asserts it; the hierarchical simulator's meta tensors
+    of seq / tp rows would not add up to the sequence (issue 27)."""
+    lay = Layout(dp=4 // cp, tp=8, cp=cp, sequence_parallel=True)
+    found = _violations(lay, train=make_train(seq_len=seq_len, global_batch_size=1024))
+    expected = (
+        f"sequence_parallel with tp=8 needs seq_len={seq_len} divisible by cp*tp={8 * cp} (tp "
+        "splits each CP rank's sequence)"
+    )
+    assert found == ([expected] if broken else [])
+    without = dataclasses.replace(lay, sequence_parallel=False)
+    assert _violations(without, train=make_train(seq_len=seq_len, global_batch_size=1024)) == []
+
+
+def test_broken_rules_name_each_rule_with_its_sentences() -> None:
+    lay = Layout(dp=3, tp=3, pp=3, micro_batch=1, sequence_parallel=False)
+    broken = lay.broken_rules(LLAMA2_70B, CLUSTER_4X8, TRAIN)
+    assert set(broken) <= set(RULE_NAMES)
+    assert [s for sentences in broken.values() for s in sentences] == _violations(lay)
+    assert broken["heads"] == [
+        "tp=3 does not divide num_attention_heads=64",
+        "tp=3 and num_kv_heads=8: neither divides the other",
+    ]
 
 
 def test_global_batch_divisibility() -> None:

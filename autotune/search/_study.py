@@ -5,6 +5,10 @@ refused. ``n_trials`` counts the study's complete trials, so a resumed or shared
 to that many in all. A trial left RUNNING by a process that died is failed (only that trial is
 lost); a process stopped by SIGINT or SIGTERM finishes the trial in flight and stops.
 
+What optuna-dashboard and ``trials_dataframe()`` read: the objectives' names, each trial's layout
+(user attributes ``layout``, ``memory_gib``, ``fits``; with the samplers of :data:`SNAPPED` its
+parameters too) and the study's best feasible trial (``best_feasible_trial``).
+
 No trial is ever queued (``enqueue_trial``): on SQLite two processes can pop the same WAITING
 trial, and the second then fails with "Cannot tell a COMPLETE trial". The polish prices its
 layouts itself and adds them as complete trials.
@@ -31,7 +35,10 @@ from optuna.trial import TrialState
 
 from autotune._process import dead_here
 from autotune._process import this_process
+from autotune.search._best import BestFeasibleRecord
 from autotune.search._price import Evaluator
+from autotune.search._snap import SnappingSampler
+from autotune.search._snap import snapping
 from autotune.search._space import FIELDS
 from autotune.search._space import SearchSpace
 from simulators import Layout
@@ -41,11 +48,13 @@ from simulators.files import check_output_path
 
 __all__ = [
     "SAMPLERS",
+    "SNAPPED",
     "StopFlag",
     "StudyResult",
     "add_priced_trials",
     "check_storage",
     "evaluated_trials",
+    "name_metrics",
     "open_storage",
     "open_study",
     "optimize",
@@ -68,7 +77,14 @@ SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
     "nsga2": lambda seed: optuna.samplers.NSGAIISampler(seed=seed),
 }
 MULTI_OBJECTIVE = ("nsga2",)  # step time and memory
+# The objectives' names (study.set_metric_names): optuna-dashboard's axes, trials_dataframe()
+METRICS = ("step_time_s",)
+MULTI_METRICS = ("step_time_s", "memory_gib")
 POLISHED = ("tpe", "gp", "random")  # samplers whose last trials polish the incumbent
+# Samplers whose proposals move to the nearest valid layout before Optuna stores them, so that
+# a trial's parameters are the layout priced (autotune/search/_snap.py). GP and NSGA-II keep
+# their proposals: learning from the moved ones cost them (docs/architecture.md, "Search").
+SNAPPED = ("tpe", "random")
 POLISH_INCUMBENTS = 3  # the polish looks around this many of the best layouts
 # Layouts the polish adds at once: processes sharing a study overshoot n_trials by at most this
 POLISH_ROUND = 4
@@ -229,10 +245,21 @@ def open_study(
     except ValueError as exc:  # directions of an existing study differ
         raise UserError(f"study {study_name!r} cannot be resumed: {exc}") from None
     _bind(study, {**fingerprint, "sampler": sampler})
+    name_metrics(study)
     if storage is not None:
         _fail_dead(study)
         study.set_user_attr(f"{_PROCESS_KEY}{this_process()}", True)  # before its first trial
     return study
+
+
+def name_metrics(study: optuna.Study) -> None:
+    """Name the objectives (:data:`METRICS`, or :data:`MULTI_METRICS` for time and memory),
+    unless the study already holds those names (a resumed or shared study)."""
+    names = list(MULTI_METRICS if len(study.directions) > 1 else METRICS)
+    if study.metric_names != names:
+        with warnings.catch_warnings():  # set_metric_names is experimental in Optuna 5: known
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(names)
 
 
 def _bind(study: optuna.Study, fingerprint: Mapping[str, Any]) -> None:
@@ -270,14 +297,22 @@ def _fail_dead(study: optuna.Study) -> None:
 
 
 def _objective(
-    space: SearchSpace, evaluate: Evaluator, multi: bool
+    space: SearchSpace, evaluate: Evaluator, snapper: SnappingSampler | None, multi: bool
 ) -> Callable[[optuna.Trial], float | tuple[float, float]]:
+    """The objective; with ``snapper`` (the study's sampler) the values suggested are a valid
+    layout already, and a proposal it moved is kept as the user attribute ``sampler_proposal``."""
+
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
         trial.set_user_attr("autotune.worker", this_process())
         values = {name: trial.suggest_categorical(name, space.choices[name]) for name in FIELDS}
         layout = space.nearest(values)
         prediction = evaluate(layout)
+        proposal = snapper.proposal(trial.number) if snapper is not None else None
+        if proposal is not None:
+            trial.set_user_attr("sampler_proposal", proposal)
         trial.set_user_attr("layout", layout.describe())
+        trial.set_user_attr("memory_gib", prediction.memory_gib)
+        trial.set_user_attr("fits", prediction.fits)  # optuna-dashboard shows no constraint
         # Feasible when <= 0: layouts that do not fit in memory are infeasible, not zero.
         trial.set_constraint("memory_gib", prediction.memory_gib - prediction.memory_capacity_gib)
         if multi:
@@ -331,15 +366,18 @@ def sample(
     round: a coordinate-descent finish for the last few percent that sampling often misses.
     """
     sampler = json.loads(study.user_attrs["autotune.job"])["sampler"]
-    objective = _objective(space, evaluate, sampler in MULTI_OBJECTIVE)
+    snapper = snapping(study, space) if sampler in SNAPPED else None
+    objective = _objective(space, evaluate, snapper, sampler in MULTI_OBJECTIVE)
     polish = int(n_trials * polish_fraction) if sampler in POLISHED else 0
+    best = BestFeasibleRecord()
 
     def sample_until(target: int) -> None:
         def callback(st: optuna.Study, trial: FrozenTrial) -> None:
-            done = len(_complete(st))
+            complete = _complete(st)
+            best.update(st, complete)
             if progress is not None:
-                progress(done, st)
-            if stop or done >= target:
+                progress(len(complete), st)
+            if stop or len(complete) >= target:
                 st.stop()
 
         missing = target - len(_complete(study))
@@ -353,6 +391,7 @@ def sample(
         if progress is not None:
             progress(len(_complete(study)), study)
     sample_until(n_trials)
+    best.update(study, _complete(study))  # with the polish's and other processes' last trials
 
 
 def evaluated_trials(
@@ -412,6 +451,8 @@ def add_priced_trials(
             constraints={"memory_gib": pred.memory_gib - pred.memory_capacity_gib},
             user_attrs={
                 "layout": layout.describe(),
+                "memory_gib": pred.memory_gib,
+                "fits": pred.fits,
                 "autotune.worker": this_process(),
                 "autotune.origin": origin,
             },
@@ -419,3 +460,4 @@ def add_priced_trials(
         for layout, pred in priced
     ]
     study.add_trials(trials)
+    BestFeasibleRecord().update(study, _complete(study))

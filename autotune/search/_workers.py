@@ -38,6 +38,7 @@ from autotune.config import fixed_layout_values
 from autotune.search._price import Evaluator
 from autotune.search._space import build_space
 from autotune.search._study import StopFlag
+from autotune.search._study import name_metrics
 from autotune.search._study import open_study
 from autotune.search._study import sample
 from catalog import Job
@@ -144,6 +145,7 @@ def _work(
 def in_memory_copy(study: optuna.Study) -> optuna.Study:
     """``study`` copied into memory (its temporary journal file is about to be removed)."""
     copy = optuna.create_study(directions=study.directions, study_name=study.study_name)
+    name_metrics(copy)
     copy.add_trials(study.get_trials(deepcopy=False))
     for key, value in study.user_attrs.items():
         copy.set_user_attr(key, value)

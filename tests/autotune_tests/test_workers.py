@@ -23,6 +23,8 @@ from optuna.storages import BaseStorage
 from autotune.config import AutotuneConfig
 from autotune.search import StopFlag
 from autotune.search import search_job
+from autotune.search._best import BEST_FEASIBLE
+from autotune.search._best import best_feasible
 from autotune.search._study import POLISH_ROUND
 from autotune.search._study import open_storage
 from catalog import job_from_config
@@ -37,9 +39,12 @@ def space_key(trial: optuna.trial.FrozenTrial) -> tuple[tuple[str, object], ...]
 
 def _assert_clean(study: optuna.Study, trials: int) -> None:
     """``trials`` complete trials, none RUNNING, WAITING or FAILED, from at most 4 processes
-    (a worker that starts late may find the study done); each polished layout priced once."""
+    (a worker that starts late may find the study done); each polished layout priced once; the
+    best feasible trial recorded from every process's trials."""
     states = collections.Counter(t.state for t in study.trials)
     assert states == {optuna.trial.TrialState.COMPLETE: trials}, states
+    best = best_feasible(study.trials)
+    assert best is not None and study.user_attrs[BEST_FEASIBLE]["number"] == best.number
     assert 1 <= len({t.user_attrs["autotune.worker"] for t in study.trials}) <= 4
     polished = [
         space_key(t) for t in study.trials if t.user_attrs.get("autotune.origin") == "polish"

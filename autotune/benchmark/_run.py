@@ -106,19 +106,19 @@ def _priceable(table: pd.DataFrame, data: str) -> dataset.PriceableRows:
         UserError: every row breaks a rule (naming the first few and their rules).
     """
     rows = dataset.priceable_rows(table)
-    if rows.skipped:
-        log.warning(
-            "warning: %d of %d rows break a layout rule and are not scored (the report lists "
-            "them)",
-            len(rows.skipped),
-            len(table),
-        )
     if rows.table.empty:
         shown = "; ".join(row.describe() for row in rows.skipped[:_SHOWN])
         more = len(rows.skipped) - _SHOWN
         raise UserError(
             f"{data}: nothing to score: every row's layout breaks a rule: {shown}"
             + (f"; and {more} more" if more > 0 else "")
+        )
+    if rows.skipped:
+        log.warning(
+            "warning: %d of %d rows break a layout rule and are not scored (the report lists "
+            "them)",
+            len(rows.skipped),
+            len(table),
         )
     return rows
 

@@ -129,20 +129,22 @@ def _say(line: str) -> None:
 def honoured() -> Iterator[None]:
     """A command's run: a signal raises :class:`Interrupted` (a second one exits at once).
 
-    The previous handlers come back afterwards. Outside the main thread, where Python delivers
-    no signal, nothing changes.
+    The previous handlers, and the signals seen before, come back afterwards: what one
+    command received does not stop the next one run in the same process. Outside the main
+    thread, where Python delivers no signal, nothing changes.
     """
     global _state
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _state = _State()
+    before, _state = _state, _State()
     previous = {number: signal.signal(number, _interrupt) for number in SIGNALS}
     try:
         yield
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+        _state = before
 
 
 def interrupt(number: int) -> None:

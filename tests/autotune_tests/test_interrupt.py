@@ -122,7 +122,9 @@ def test_in_a_deferred_stretch_the_first_signal_sets_a_flag_and_the_second_inter
         assert not _signals.interrupted()
         with pytest.raises(_signals.Interrupted) as raised:
             _signal_self(signal.SIGINT)
-    assert raised.value.name == "SIGINT" and _signals.interrupted()
+        assert _signals.interrupted()
+    assert raised.value.name == "SIGINT"
+    assert not _signals.interrupted()  # the next command in this process starts afresh
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's, back
 
 

@@ -17,7 +17,9 @@ COMMAND = Command(
         "Search the parallel layouts (dp, tp, pp, cp, ep, vpp, micro-batch, recompute,\n"
         "optimizer sharding) of a model on a cluster with a simulator as the objective; print\n"
         "the best layouts, where their step time goes, and the flags that launch the best one.\n"
-        "Progress goes to stderr; the search is recorded in MLflow (tracking.*)."
+        "Progress goes to stderr; the search is recorded in MLflow (tracking.*).\n"
+        "Installed, the same is `autotune [key=value ...]`; `autotune simulate|benchmark|\n"
+        "calibrate|profile ...` runs python -m autotune.<command>."
     ),
     options=(
         ("model", "a model of conf/model/"),
@@ -33,7 +35,7 @@ COMMAND = Command(
         ("train.dropout", "dropout probability (unset: the model's recipe)"),
         ("train.<setting>", "flash_attention, overlap_grad_reduce, moe_dispatcher, ..."),
         ("simulator", "analytical or hierarchical"),
-        ("calibration", "a calibration: NAME of conf/calibrations/ or ./PATH.yaml"),
+        ("calibration", "a calibration: NAME of ./calibrations/ or ./PATH.yaml"),
         ("search.sampler", "grid, screen, tpe, gp, random or nsga2 (auto: grid, screen or tpe)"),
         ("search.n_trials", "trials of the study"),
         ("search.seed", "sampler seed"),

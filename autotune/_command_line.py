@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simulators import UserError
+from autotune.simulators import UserError
 
 __all__ = ["CFG_PARTS", "FLAGS", "INFO_PARTS", "CommandLine", "parse_command_line"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from simulators.files import atomic_writer
+from autotune.simulators.files import atomic_writer
 
 __all__ = ["escape_cell", "write_csv"]
 
@@ -34,7 +34,7 @@ def escape_cell(value: Any) -> Any:
 
 def write_csv(frame: pd.DataFrame, path: Path, *, follow_symlinks: bool = True) -> Path:
     """Write ``frame`` to ``path`` as CSV without its index, formula-like text escaped,
-    whole or not at all (``simulators.files.atomic_writer``)."""
+    whole or not at all (``autotune.simulators.files.atomic_writer``)."""
     safe = frame.rename(columns=escape_cell)
     for position in range(safe.shape[1]):
         values = safe.iloc[:, position]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
-import catalog
-from catalog import ConfigInfo
+from autotune import catalog
+from autotune.catalog import ConfigInfo
 
 __all__ = ["info_text"]
 

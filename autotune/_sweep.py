@@ -25,9 +25,9 @@ from typing import Any
 from omegaconf import DictConfig
 from omegaconf import OmegaConf
 
-import catalog
+from autotune import catalog
 from autotune.config import typed
-from simulators import UserError
+from autotune.simulators import UserError
 
 __all__ = ["Job", "Output", "no_outputs", "plan_jobs"]
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-import catalog
 from autotune import _signals
+from autotune import catalog
 from autotune._command_line import FLAGS
 from autotune._command_line import CommandLine
 from autotune._command_line import parse_command_line
@@ -35,7 +35,7 @@ from autotune._sweep import Output
 from autotune._sweep import no_outputs
 from autotune._sweep import plan_jobs
 from autotune.config import register_schemas
-from simulators import UserError
+from autotune.simulators import UserError
 
 __all__ = ["Command", "Output", "emit_json", "run_command"]
 

@@ -25,18 +25,18 @@ from omegaconf import DictConfig
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-import catalog
-from catalog import JobConfig
-from simulators import UserError
-from simulators.calibration import FACTORS
-from simulators.files import check_output_path
-from simulators.layout import LAYOUT_FIELDS
-from simulators.layout import RECOMPUTE_MODES
-from simulators.layout import Layout
-from simulators.limits import MAX_BATCH
-from simulators.limits import MAX_DEVICES
-from simulators.limits import MAX_SEED
-from simulators.names import check_name
+from autotune import catalog
+from autotune.catalog import JobConfig
+from autotune.simulators import UserError
+from autotune.simulators.calibration import FACTORS
+from autotune.simulators.files import check_output_path
+from autotune.simulators.layout import LAYOUT_FIELDS
+from autotune.simulators.layout import RECOMPUTE_MODES
+from autotune.simulators.layout import Layout
+from autotune.simulators.limits import MAX_BATCH
+from autotune.simulators.limits import MAX_DEVICES
+from autotune.simulators.limits import MAX_SEED
+from autotune.simulators.names import check_name
 
 __all__ = [
     "AutotuneConfig",
@@ -108,7 +108,7 @@ def _check_seed(key: str, seed: int) -> None:
 
 
 def _check_calibration(key: str, value: str | None) -> None:
-    """A calibration to apply: a path, or a name of conf/calibrations/ (read when used)."""
+    """A calibration to apply: a path, or a name of ./calibrations/ (read when used)."""
     if value is not None:
         catalog.check_calibration(key, value)
 
@@ -264,7 +264,7 @@ class AutotuneConfig(JobConfig):
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     output: str = MISSING  # table or json
     trace: str | None = MISSING  # simulate: write a Chrome trace here (hierarchical simulator)
-    calibration: str | None = MISSING  # a calibration name (conf/calibrations/) or path
+    calibration: str | None = MISSING  # a calibration name (./calibrations/) or path
     probes: int = MISSING  # search: end with this many layouts to measure (0: none)
     measured: str | None = MISSING  # search: measured probes (CSV) to calibrate on and pick
     probes_out: str = MISSING  # search: the CSV of layouts to measure
@@ -304,7 +304,7 @@ class CalibrateConfig:
     simulator: dict[str, Any] = field(default_factory=dict)
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
     data: str = MISSING  # a measurement file, a shipped source, or public
-    name: str = MISSING  # conf/calibrations/<name>.yaml
+    name: str = MISSING  # calibrations/<name>.yaml
     out: str | None = MISSING  # write here instead
     rows: RowsConfig = field(default_factory=RowsConfig)
     calibration: str | None = MISSING  # start from this calibration
@@ -324,10 +324,11 @@ class CalibrateConfig:
             check_output_path("name", self.output_path(), given=self.name)
 
     def output_path(self) -> Path:
-        """Where the calibration is written: ``out``, else ``conf/calibrations/<name>.yaml``."""
+        """Where the calibration is written: ``out``, else ``calibrations/<name>.yaml`` of the
+        working directory."""
         if self.out is not None:
             return Path(self.out)
-        return catalog.conf_dir() / "calibrations" / f"{self.name}.yaml"
+        return catalog.calibration_file(self.name)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 The layers of the layout are recorded on the meta device as the hierarchical simulator
 records them; each distinct operator is run on this machine's device and timed
-(:mod:`simulators.hierarchical.profile`), the cheapest first, within ``budget_s`` seconds
+(:mod:`autotune.simulators.hierarchical.profile`), the cheapest first, within ``budget_s`` seconds
 (``budget_s=null``: all of them). The table prices those operators in
 ``simulator=hierarchical simulator.op_costs=<out>``; the simulator's roofline prices the rest.
 """
@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
+from autotune.catalog import job_from_config
 from autotune.cli import Command
 from autotune.cli import Output
 from autotune.cli import emit_json
@@ -20,16 +21,15 @@ from autotune.config import ProfileConfig
 from autotune.config import fixed_layout_values
 from autotune.progress import Progress
 from autotune.progress import duration
-from catalog import job_from_config
-from simulators import Layout
-from simulators import UserError
-from simulators.files import write_failure
-from simulators.hierarchical.cost import CostTable
-from simulators.hierarchical.graph import layer_shapes
-from simulators.hierarchical.profile import ProfileResult
-from simulators.hierarchical.profile import profile_shapes
-from simulators.hierarchical.profile import resolve_device
-from simulators.hierarchical.profile import write_table
+from autotune.simulators import Layout
+from autotune.simulators import UserError
+from autotune.simulators.files import write_failure
+from autotune.simulators.hierarchical.cost import CostTable
+from autotune.simulators.hierarchical.graph import layer_shapes
+from autotune.simulators.hierarchical.profile import ProfileResult
+from autotune.simulators.hierarchical.profile import profile_shapes
+from autotune.simulators.hierarchical.profile import resolve_device
+from autotune.simulators.hierarchical.profile import write_table
 
 log = logging.getLogger("autotune")
 

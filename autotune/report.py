@@ -12,12 +12,12 @@ from typing import cast
 import pandas as pd
 
 from autotune.launch import layout_flags
-from simulators import BREAKDOWN_KEYS
-from simulators import ClusterSpec
-from simulators import Layout
-from simulators import ModelSpec
-from simulators import Prediction
-from simulators import TrainSpec
+from autotune.simulators import BREAKDOWN_KEYS
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators import Prediction
+from autotune.simulators import TrainSpec
 
 __all__ = [
     "breakdown_table",

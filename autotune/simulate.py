@@ -14,6 +14,8 @@ from typing import Any
 
 from autotune.calibrate import Margin
 from autotune.calibrate import calibrated_job
+from autotune.catalog import Job
+from autotune.catalog import job_from_config
 from autotune.cli import Command
 from autotune.cli import Output
 from autotune.cli import emit_json
@@ -26,13 +28,11 @@ from autotune.report import op_class_table
 from autotune.report import op_costs_text
 from autotune.report import rank_table
 from autotune.report import rank_views
-from catalog import Job
-from catalog import job_from_config
-from simulators import BREAKDOWN_KEYS
-from simulators import Layout
-from simulators import Prediction
-from simulators import UserError
-from simulators.files import write_failure
+from autotune.simulators import BREAKDOWN_KEYS
+from autotune.simulators import Layout
+from autotune.simulators import Prediction
+from autotune.simulators import UserError
+from autotune.simulators.files import write_failure
 
 
 def simulate_layout(config: AutotuneConfig) -> None:
@@ -147,7 +147,7 @@ COMMAND = Command(
         ("train.<setting>", "tp_comm_overlap, cp_comm_type, ... (conf/train/default.yaml)"),
         ("simulator", "analytical or hierarchical"),
         ("simulator.op_costs", "operator costs profiled by autotune.profile (hierarchical)"),
-        ("calibration", "a calibration: NAME of conf/calibrations/ or ./PATH.yaml"),
+        ("calibration", "a calibration: NAME of ./calibrations/ or ./PATH.yaml"),
         ("search.memory_margin", "a fit keeps this share of memory free (unset: derived)"),
         ("parallel.<field>", "a layout field, e.g. parallel.tp=8 parallel.pp=4"),
         ("trace", "write a Chrome trace of the timeline (hierarchical)"),

@@ -39,8 +39,8 @@ from autotune._csv import write_csv
 from autotune._process import dead_here
 from autotune._process import this_process
 from autotune.config import TrackingConfig
-from simulators import UserError
-from simulators.files import check_output_path
+from autotune.simulators import UserError
+from autotune.simulators.files import check_output_path
 
 __all__ = ["Recorded", "TrackedRun", "check_tracking", "record", "rounded"]
 

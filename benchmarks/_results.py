@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simulators.files import write_atomically
+from autotune.simulators.files import write_atomically
 
 COMMITTED = Path(__file__).resolve().parent / "results"
 DEFAULT_OUT = Path("benchmark_results")

@@ -33,7 +33,8 @@ from pathlib import Path
 from _results import add_output_options
 from _results import write_result
 
-import catalog
+from autotune import catalog
+from autotune.catalog import job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
 from autotune.search import Evaluator
@@ -43,7 +44,6 @@ from autotune.search import optimize
 from autotune.search import search_job
 from autotune.search._outcome import ranked
 from autotune.search._space import build_space
-from catalog import job_from_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -38,19 +38,19 @@ import pandas as pd
 from _results import add_output_options
 from _results import write_result
 
-import catalog
-import dataset
+from autotune import catalog
+from autotune import dataset
 from autotune.calibrate import calibrated_job
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
 from autotune.config import load_config
+from autotune.dataset._specs import MODEL_FIELDS
+from autotune.dataset._specs import records
 from autotune.search._outcome import ranked
 from autotune.search._price import Evaluator
 from autotune.search._space import build_space
-from dataset._specs import MODEL_FIELDS
-from dataset._specs import records
-from simulators import Layout
-from simulators import LayoutError
+from autotune.simulators import Layout
+from autotune.simulators import LayoutError
 
 SOURCES = ("nemo", "megatron_bridge", "dgxc", "mindspeed_2026")
 SAMPLE = 5000  # layouts priced (plus the shipped one) when the space is larger

@@ -20,8 +20,8 @@ import pandas as pd
 from _results import add_output_options
 from _results import write_result
 
-import catalog
-import dataset
+from autotune import catalog
+from autotune import dataset
 from autotune.benchmark._report import markdown_table
 
 SOURCES = ("dgxc", "megatron_bridge", "nemo")

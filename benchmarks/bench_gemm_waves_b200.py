@@ -6,10 +6,10 @@ XLA's measured table?
 The file is SimuMax's system config (MooreThreads/SimuMax, ``configs/system/``): its
 ``accelerator.op.matmul.accurate_efficient_factor`` holds the measured efficiency of each GEMM
 shape on a DGX B200, ``group_matmul`` that of the grouped expert GEMMs. Prints, by the
-efficiency ``simulators.gemm_waves`` predicts on 148 SMs, the measured median (the evidence
-docs/reference.md 1.5 gives for leaving B200 without ``sm_count``); then, by the shape factor of
-``b200.yaml``'s ``gemm_table``, the measured and the modelled medians, for plain GEMMs and for
-each grouped GEMM's per-expert shape (the evidence for that table).
+efficiency ``autotune.simulators.gemm_waves`` predicts on 148 SMs, the measured median (the
+evidence docs/reference.md 1.5 gives for leaving B200 without ``sm_count``); then, by the shape
+factor of ``b200.yaml``'s ``gemm_table``, the measured and the modelled medians, for plain GEMMs
+and for each grouped GEMM's per-expert shape (the evidence for that table).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import json
 import re
 import statistics
 
-import catalog
-from simulators.gemm_table import shape_efficiency
-from simulators.gemm_waves import wave_efficiency
+from autotune import catalog
+from autotune.simulators.gemm_table import shape_efficiency
+from autotune.simulators.gemm_waves import wave_efficiency
 
 B200_SMS = 148
 BINS = ((0.0, 0.7), (0.7, 0.9), (0.9, 0.97), (0.97, 1.01))

@@ -9,7 +9,7 @@ Prints each one's BF16 efficiency against the dense peak of ``conf/cluster/h100.
 ``b200.yaml``: the largest shapes, and how it falls as one dimension shrinks (m = 4096, b = 1).
 docs/accuracy.md 11 reads it against the matmul efficiencies of those two files. With
 ``--csv-dir DIR`` it also writes each one's BF16 entries in the form the devices' ``gemm_table``
-ships them (``simulators/data/gemm_h100_xla.csv``, ``gemm_b200_xla.csv``).
+ships them (``autotune/simulators/data/gemm_h100_xla.csv``, ``gemm_b200_xla.csv``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import argparse
 import re
 from pathlib import Path
 
-import catalog
-from simulators.files import write_atomically
+from autotune import catalog
+from autotune.simulators.files import write_atomically
 
 BF16 = "bf16xbf16->bf16"
 CLUSTERS = {"sm_90": "h100", "sm_100": "b200"}

@@ -21,12 +21,12 @@ import time
 from _results import add_output_options
 from _results import write_result
 
+from autotune.catalog import job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
 from autotune.search._space import build_space
-from catalog import job_from_config
-from simulators import Layout
-from simulators import Prediction
+from autotune.simulators import Layout
+from autotune.simulators import Prediction
 
 SANITY = (
     dict(tp=8, pp=4, micro_batch=1, recompute="none"),

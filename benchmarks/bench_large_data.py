@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-import dataset
+from autotune import dataset
 from autotune._csv import write_csv
 from autotune.benchmark import run_benchmark
 from autotune.config import BenchmarkConfig

@@ -18,10 +18,10 @@ import argparse
 from _results import add_output_options
 from _results import write_result
 
-import catalog
-from simulators import Layout
-from simulators import TrainSpec
-from simulators.hierarchical import HierarchicalSimulator
+from autotune import catalog
+from autotune.simulators import Layout
+from autotune.simulators import TrainSpec
+from autotune.simulators.hierarchical import HierarchicalSimulator
 
 # (model, cluster, nodes, framework, precision, sequence, layout degrees)
 CASES = [

@@ -3,7 +3,7 @@
     python benchmarks/bench_mindspeed_rows.py [simulator]     # default: analytical
     python benchmarks/bench_mindspeed_rows.py hierarchical --refresh
 
-One row per published configuration (dataset/data/mindspeed.csv: the README's measured
+One row per published configuration (autotune/dataset/data/mindspeed.csv: the README's measured
 throughput with the example script's layout); no constant is fitted to these rows. Prints a
 Markdown table and writes it to benchmark_results/mindspeed_rows_<simulator>.md (``--out DIR``
 elsewhere; ``--refresh`` overwrites the committed one in benchmarks/results/).
@@ -17,8 +17,8 @@ import statistics
 from _results import add_output_options
 from _results import write_result
 
-import catalog
-import dataset
+from autotune import catalog
+from autotune import dataset
 
 
 def main() -> None:

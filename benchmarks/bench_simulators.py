@@ -35,12 +35,12 @@ from typing import Any
 from _results import add_output_options
 from _results import write_result
 
-import catalog
+from autotune import catalog
+from autotune.catalog import job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.config import load_config
 from autotune.search import build_space
-from catalog import job_from_config
 
 REPO = Path(__file__).resolve().parents[1]
 

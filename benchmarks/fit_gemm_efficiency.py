@@ -36,12 +36,12 @@ import pandas as pd
 from _results import add_output_options
 from _results import write_result
 
-import catalog
-import dataset
+from autotune import catalog
+from autotune import dataset
 from autotune.benchmark._report import markdown_table
-from simulators import ClusterSpec
-from simulators import Simulator
-from simulators import UserError
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Simulator
+from autotune.simulators import UserError
 
 FIELDS = {"bf16": "matmul_efficiency", "fp8": "fp8_matmul_efficiency"}
 LOWEST, HIGHEST = 0.05, 1.0  # the bracket of an achievable fraction of peak

@@ -21,9 +21,10 @@ COMMAND = Command(
     schema=BenchmarkConfig,
     summary=(
         "Score simulators by the regret of the layouts they pick, against measured step times\n"
-        "(dataset/): each simulator ranks the measured layouts of every scenario (one job,\n"
-        "several layouts); its pick's measured time over the best measured time, minus one, is\n"
-        "its regret. Also Kendall tau, MAPE, memory errors, random and rule-of-thumb baselines.\n"
+        "(the shipped data or yours): each simulator ranks the measured layouts of every\n"
+        "scenario (one job, several layouts); its pick's measured time over the best measured\n"
+        "time, minus one, is its regret. Also Kendall tau, MAPE, memory errors, random and\n"
+        "rule-of-thumb baselines.\n"
         "Reports go to report_dir and MLflow."
     ),
     options=(

@@ -17,8 +17,8 @@ import pandas as pd
 from autotune.benchmark._report import regret_curve
 from autotune.benchmark._score import BenchmarkResult
 from autotune.figures import html_page
-from simulators.files import atomic_writer
-from simulators.files import write_atomically
+from autotune.simulators.files import atomic_writer
+from autotune.simulators.files import write_atomically
 
 __all__ = ["NO_DATA", "PLOT_FILES", "matplotlib_figures", "plot_frames", "write_plots"]
 

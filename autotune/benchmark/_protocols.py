@@ -36,9 +36,9 @@ from autotune.calibrate import stack_margins
 from autotune.calibrate._probe import choose_probes
 from autotune.calibrate._probe import job_level
 from autotune.order import order_key
-from simulators import Simulator
-from simulators.calibration import CalibratedSimulator
-from simulators.calibration import Calibration
+from autotune.simulators import Simulator
+from autotune.simulators.calibration import CalibratedSimulator
+from autotune.simulators.calibration import Calibration
 
 __all__ = [
     "PROTOCOLS",

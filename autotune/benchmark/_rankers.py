@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 
 from autotune.progress import Progress
-from simulators import ClusterSpec
-from simulators import Layout
-from simulators import ModelSpec
-from simulators import Simulator
-from simulators import TrainSpec
-from simulators.states import state_bytes_of
-from simulators.states import state_memory_bytes
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators import Simulator
+from autotune.simulators import TrainSpec
+from autotune.simulators.states import state_bytes_of
+from autotune.simulators.states import state_memory_bytes
 
 __all__ = ["HeuristicRule", "Ranking", "Specs", "heuristic_ranking", "peer_rankings", "simulate"]
 
@@ -104,7 +104,7 @@ class HeuristicRule:
     """A practitioner's rule of thumb for picking a layout without a simulator.
 
     Layouts whose weights, gradients and optimizer states (as the framework keeps them,
-    :func:`simulators.states.state_memory_bytes`) fill more than ``state_memory_fraction``
+    :func:`autotune.simulators.states.state_memory_bytes`) fill more than ``state_memory_fraction``
     of a device rank last (they are its "does not fit"). Then, in
     order: tensor parallelism inside a node, the least model
     parallelism tp*pp*cp (the most data parallelism), tensor before pipeline before context

@@ -15,8 +15,8 @@ import pandas as pd
 from autotune._csv import write_csv
 from autotune.benchmark._metrics import ape
 from autotune.benchmark._score import BenchmarkResult
-from simulators.files import check_output_path
-from simulators.files import write_atomically
+from autotune.simulators.files import check_output_path
+from autotune.simulators.files import write_atomically
 
 __all__ = [
     "TABLE_FILES",

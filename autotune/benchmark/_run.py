@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import ListConfig
 
-import dataset
+from autotune import dataset
 from autotune.benchmark._protocols import PROTOCOLS
 from autotune.benchmark._rankers import HeuristicRule
 from autotune.benchmark._rankers import Ranking
@@ -39,15 +39,15 @@ from autotune.benchmark._score import BenchmarkResult
 from autotune.benchmark._score import ScoreSettings
 from autotune.benchmark._score import nothing_to_score
 from autotune.benchmark._score import score
+from autotune.catalog import load_calibration
+from autotune.catalog import simulator_from_config
 from autotune.config import BenchmarkConfig
 from autotune.config import config_yaml
+from autotune.simulators import Simulator
+from autotune.simulators import UserError
+from autotune.simulators.files import write_failure
+from autotune.simulators.registry import SIMULATOR_NAMES
 from autotune.tracking import check_tracking
-from catalog import load_calibration
-from catalog import simulator_from_config
-from simulators import Simulator
-from simulators import UserError
-from simulators.files import write_failure
-from simulators.registry import SIMULATOR_NAMES
 
 __all__ = ["load_data", "run", "run_benchmark", "simulators_of"]
 
@@ -192,8 +192,8 @@ def _given_calibration(
 ) -> list[Ranking]:
     """``calibration=NAME``: the simulator it is for, calibrated, as one more ranker."""
     from autotune.calibrate import shipped_margins
-    from simulators.calibration import CalibratedSimulator
-    from simulators.calibration import calibrated
+    from autotune.simulators.calibration import CalibratedSimulator
+    from autotune.simulators.calibration import calibrated
 
     calibration = load_calibration(name)
     if calibration.simulator != simulator.name:

@@ -18,8 +18,8 @@ from autotune.benchmark._metrics import rank_correlations
 from autotune.benchmark._metrics import regret_at_k
 from autotune.benchmark._metrics import summarize
 from autotune.benchmark._rankers import Ranking
+from autotune.dataset import SkippedRow
 from autotune.order import sort_frame
-from dataset import SkippedRow
 
 __all__ = ["RANDOM", "BenchmarkResult", "ScoreSettings", "nothing_to_score", "score"]
 

@@ -1,6 +1,6 @@
 """Calibration: fit a simulator's factors to measured runs, apply them, probe a job.
 
-``python -m autotune.calibrate`` fits and writes ``conf/calibrations/<name>.yaml``;
+``python -m autotune.calibrate`` fits and writes ``./calibrations/<name>.yaml``;
 :func:`calibrated_job` applies one (and a memory margin) to a job; :func:`fit` is the fit.
 """
 

@@ -24,14 +24,14 @@ COMMAND = Command(
         "collective efficiency inside and between nodes, TP and DP overlap, host overhead per\n"
         "operator, memory factor and constant) to measured runs of one cluster and framework,\n"
         "with priors toward the uncalibrated constants and bootstrap intervals. Writes\n"
-        "conf/calibrations/<name>.yaml; calibration=<name> applies it in the search, simulate\n"
+        "./calibrations/<name>.yaml; calibration=<name> applies it in the search, simulate\n"
         "and the benchmark."
     ),
     options=(
         ("data", "a schema-v1 .csv/.parquet file, a shipped source, or public (required)"),
         ("name", "the calibration's name (required)"),
         ("simulator", "analytical or hierarchical"),
-        ("out", "write the calibration here (unset: conf/calibrations/<name>.yaml)"),
+        ("out", "write the calibration here (unset: ./calibrations/<name>.yaml)"),
         ("rows.cluster", "the cluster every row must be on"),
         ("rows.framework", "the framework every row must run"),
         ("rows.model", "the model every row must be of"),

@@ -10,18 +10,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-import catalog
-import dataset
+from autotune import catalog
+from autotune import dataset
 from autotune.calibrate._fit import Run
 from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._rows import row_runs
-from catalog import Job
-from simulators import Simulator
-from simulators import UserError
-from simulators.calibration import CalibratedSimulator
-from simulators.calibration import Calibration
-from simulators.calibration import calibrated
+from autotune.catalog import Job
+from autotune.simulators import Simulator
+from autotune.simulators import UserError
+from autotune.simulators.calibration import CalibratedSimulator
+from autotune.simulators.calibration import Calibration
+from autotune.simulators.calibration import calibrated
 
 __all__ = [
     "Margin",

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 from omegaconf import ListConfig
 
-import catalog
-import dataset
+from autotune import catalog
+from autotune import dataset
 from autotune.calibrate._file import calibration_record
 from autotune.calibrate._file import write_calibration
 from autotune.calibrate._fit import FitResult
@@ -26,11 +26,11 @@ from autotune.calibrate._rows import span_text
 from autotune.cli import emit_json
 from autotune.config import CalibrateConfig
 from autotune.config import CalibrateSettings
-from simulators import UserError
-from simulators.calibration import FACTORS
-from simulators.calibration import SCALE_FACTORS
-from simulators.calibration import Calibration
-from simulators.files import write_failure
+from autotune.simulators import UserError
+from autotune.simulators.calibration import FACTORS
+from autotune.simulators.calibration import SCALE_FACTORS
+from autotune.simulators.calibration import Calibration
+from autotune.simulators.files import write_failure
 
 __all__ = ["fit_settings", "run_calibrate"]
 

@@ -12,12 +12,12 @@ import yaml
 
 from autotune.calibrate._fit import FitResult
 from autotune.calibrate._fit import Run
-from simulators import ClusterSpec
-from simulators import Simulator
-from simulators.calibration import FACTORS
-from simulators.calibration import constant_overrides
-from simulators.files import write_atomically
-from simulators.names import one_line
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Simulator
+from autotune.simulators.calibration import FACTORS
+from autotune.simulators.calibration import constant_overrides
+from autotune.simulators.files import write_atomically
+from autotune.simulators.names import one_line
 
 __all__ = ["calibration_record", "write_calibration"]
 
@@ -85,7 +85,8 @@ _HEADER = """\
 
 
 class _Dumper(yaml.SafeDumper):
-    """YAML without anchors and aliases, which the reader refuses (``catalog._user_yaml``)."""
+    """YAML without anchors and aliases, which the reader refuses
+    (``autotune.catalog._user_yaml``)."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True

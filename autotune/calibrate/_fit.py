@@ -29,20 +29,20 @@ from typing import Any
 
 import numpy as np
 
-from simulators import ClusterSpec
-from simulators import Layout
-from simulators import ModelSpec
-from simulators import Simulator
-from simulators import TrainSpec
-from simulators import UserError
-from simulators.calibration import FACTORS
-from simulators.calibration import MEMORY_FACTORS
-from simulators.calibration import SCALE_FACTORS
-from simulators.calibration import SIMULATED_FACTORS
-from simulators.calibration import TIME_FACTORS
-from simulators.calibration import Calibration
-from simulators.calibration import calibrated
-from simulators.limits import MAX_MEASURED_OVER_PREDICTED
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators import Simulator
+from autotune.simulators import TrainSpec
+from autotune.simulators import UserError
+from autotune.simulators.calibration import FACTORS
+from autotune.simulators.calibration import MEMORY_FACTORS
+from autotune.simulators.calibration import SCALE_FACTORS
+from autotune.simulators.calibration import SIMULATED_FACTORS
+from autotune.simulators.calibration import TIME_FACTORS
+from autotune.simulators.calibration import Calibration
+from autotune.simulators.calibration import calibrated
+from autotune.simulators.limits import MAX_MEASURED_OVER_PREDICTED
 
 __all__ = ["FitResult", "FitSettings", "Run", "fit", "memory_margin", "time_sensitivities"]
 
@@ -61,8 +61,8 @@ class Run:
 
     ``step_time_s`` is NaN unless the layout ran; ``peak_memory_gib`` is NaN when not
     measured, and ``peak_memory_measure`` says what it counts
-    (:data:`simulators.prediction.MEMORY_MEASURES`). ``group`` names its scenario (rows are
-    subsampled evenly over groups); ``label`` identifies the row in messages and in the
+    (:data:`autotune.simulators.prediction.MEMORY_MEASURES`). ``group`` names its scenario (rows
+    are subsampled evenly over groups); ``label`` identifies the row in messages and in the
     calibration file.
     """
 
@@ -593,7 +593,7 @@ def check_plausible(
     simulator: str, runs: Sequence[Run], measured: np.ndarray, predicted: np.ndarray
 ) -> None:
     """Refuse step times too far from their predictions to be measurements of their layouts
-    (:data:`simulators.limits.MAX_MEASURED_OVER_PREDICTED`).
+    (:data:`autotune.simulators.limits.MAX_MEASURED_OVER_PREDICTED`).
 
     Raises:
         UserError: naming each such row, its time and the prediction.
@@ -613,7 +613,7 @@ def check_plausible(
     raise UserError(
         f"{len(far)} measured step time(s) more than {MAX_MEASURED_OVER_PREDICTED:g} times "
         f"from the {simulator} simulator's prediction ({shown}{more}): a time in milliseconds, "
-        "or a row of another job? (simulators/limits.py)"
+        "or a row of another job? (autotune/simulators/limits.py)"
     )
 
 

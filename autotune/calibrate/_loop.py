@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import dataset
+from autotune import dataset
 from autotune._csv import write_csv
 from autotune.calibrate._command import fit_settings
 from autotune.calibrate._fit import FitResult
@@ -43,19 +43,19 @@ from autotune.calibrate._rows import row_names
 from autotune.calibrate._rows import row_runs
 from autotune.calibrate._rows import skipped_notes
 from autotune.calibrate._rows import span_text
+from autotune.catalog import Job
 from autotune.config import AutotuneConfig
+from autotune.dataset._specs import MODEL_FIELDS
 from autotune.report import launch_text
 from autotune.report import layout_table
-from catalog import Job
-from dataset._specs import MODEL_FIELDS
-from simulators import Layout
-from simulators import Prediction
-from simulators import UserError
-from simulators.calibration import FACTORS
-from simulators.calibration import CalibratedSimulator
-from simulators.files import check_output_path
-from simulators.files import write_failure
-from simulators.specs import RUN_SETTINGS
+from autotune.simulators import Layout
+from autotune.simulators import Prediction
+from autotune.simulators import UserError
+from autotune.simulators.calibration import FACTORS
+from autotune.simulators.calibration import CalibratedSimulator
+from autotune.simulators.files import check_output_path
+from autotune.simulators.files import write_failure
+from autotune.simulators.specs import RUN_SETTINGS
 
 __all__ = ["ProbePlan", "ProbeRound", "plan_probes", "probe_round", "template_path"]
 

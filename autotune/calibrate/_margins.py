@@ -18,7 +18,7 @@ import numpy as np
 
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import memory_margin
-from simulators import Simulator
+from autotune.simulators import Simulator
 
 __all__ = [
     "MIN_EVIDENCE",

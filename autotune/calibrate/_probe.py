@@ -32,9 +32,9 @@ from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import Specs
 from autotune.calibrate._fit import time_sensitivities
 from autotune.order import order_key
-from simulators import Simulator
-from simulators.calibration import TIME_FACTORS
-from simulators.calibration import Calibration
+from autotune.simulators import Simulator
+from autotune.simulators.calibration import TIME_FACTORS
+from autotune.simulators.calibration import Calibration
 
 __all__ = ["Pick", "choose_probes", "job_level", "pick"]
 

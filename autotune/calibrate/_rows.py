@@ -10,10 +10,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-import dataset
+from autotune import dataset
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import Specs
-from simulators import UserError
+from autotune.simulators import UserError
 
 __all__ = ["row_names", "row_runs", "runs_of", "single_value", "skipped_notes", "span_text"]
 

@@ -4,7 +4,7 @@
 Megatron-LM and MindSpeed-LLM get a torchrun script of ``pretrain_gpt.py``, Megatron-DeepSpeed
 a script and its ``ds_config.json``, and a Megatron-Core job also a NeMo 2.0 recipe override.
 Every option comes from the layout, the model (its card facts included: positions, norm
-epsilon, QK norms, router; :mod:`simulators.model_card`) and the training settings; which
+epsilon, QK norms, router; :mod:`autotune.simulators.model_card`) and the training settings; which
 overlaps run is a fact of the framework (docs/reference.md 7). What a framework cannot be told
 is said in the file's header. :func:`layout_flags` gives the options the layout sets, for the
 terminal report.

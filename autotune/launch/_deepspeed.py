@@ -36,7 +36,7 @@ from autotune.launch._script import has_linear_bias
 from autotune.launch._script import number
 from autotune.launch._script import require
 from autotune.launch._script import run_group
-from simulators import LayoutError
+from autotune.simulators import LayoutError
 
 SCRIPT_NAME = "launch_megatron_deepspeed.sh"
 CONFIG_NAME = "ds_config.json"

@@ -7,8 +7,8 @@ shape, router and layout flags below also hold at tag core_v0.12.1, which MindSp
 on, so :mod:`autotune.launch._mindspeed` builds on them (positions it spells its own way).
 Which overlaps run is a fact of the framework (``conf/framework/<name>.yaml``,
 docs/reference.md 7.2 and 7.5), never a constant. The model card's facts
-(:mod:`simulators.model_card`) are written as flags, and what Megatron-LM cannot be told of
-them is said in the script's header (:func:`card_notes`).
+(:mod:`autotune.simulators.model_card`) are written as flags, and what Megatron-LM cannot be told
+of them is said in the script's header (:func:`card_notes`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from autotune.launch._script import has_linear_bias
 from autotune.launch._script import number
 from autotune.launch._script import require
 from autotune.launch._script import run_group
-from simulators import ModelSpec
-from simulators.layout import LAYOUT_FIELDS
-from simulators.layout import field_info
-from simulators.states import fp8_primary
+from autotune.simulators import ModelSpec
+from autotune.simulators.layout import LAYOUT_FIELDS
+from autotune.simulators.layout import field_info
+from autotune.simulators.states import fp8_primary
 
 SCRIPT_NAME = "launch_megatron.sh"
 

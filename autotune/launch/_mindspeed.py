@@ -45,7 +45,7 @@ from autotune.launch._script import flag
 from autotune.launch._script import number
 from autotune.launch._script import require
 from autotune.launch._script import run_group
-from simulators import ModelSpec
+from autotune.simulators import ModelSpec
 
 SCRIPT_NAME = "launch_mindspeed.sh"
 

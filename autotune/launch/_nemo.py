@@ -10,9 +10,9 @@ the data module's batch and sequence, the precision plugin
 (``recipes/precision/mixed_precision.py``; its gradient dtype overrides the DDP config's), and
 TP communication overlap (``MegatronCommOverlapCallback``). Every split field is written, since
 recipes set their own (DeepSeek-V3 first/last stages, Llama-3.1-405B's embedding and loss
-accounting). The model card's facts (:mod:`simulators.model_card`) are set on the model config
-by the fields of Megatron-Core's ``TransformerConfig`` and NeMo's ``GPTConfig``, the Llama 3.1
-scaling by ``Llama31Config``'s and YaRN by ``MLATransformerConfig``'s (Megatron-Core b615e731,
+accounting). The model card's facts (:mod:`autotune.simulators.model_card`) are set on the model
+config by the fields of Megatron-Core's ``TransformerConfig`` and NeMo's ``GPTConfig``, the Llama
+3.1 scaling by ``Llama31Config``'s and YaRN by ``MLATransformerConfig``'s (Megatron-Core b615e731,
 the commit NeMo 8cfedd72's ``requirements/manifest.json`` pins); what a recipe's config class
 cannot take is said in the file's header. The file runs under torchrun on every node and
 trains in each worker (``run.run(direct=True)``).
@@ -29,7 +29,7 @@ from autotune.launch._megatron import router_notes
 from autotune.launch._script import LaunchFile
 from autotune.launch._script import LaunchJob
 from autotune.launch._script import comment
-from simulators.states import fp8_primary
+from autotune.simulators.states import fp8_primary
 
 FILE_NAME = "nemo_pretrain.py"
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from simulators import ClusterSpec
-from simulators import Layout
-from simulators import ModelSpec
-from simulators import TrainSpec
-from simulators.names import one_line
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators import TrainSpec
+from autotune.simulators.names import one_line
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

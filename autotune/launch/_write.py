@@ -13,12 +13,12 @@ from autotune.launch import _nemo
 from autotune.launch._script import Flag
 from autotune.launch._script import LaunchFile
 from autotune.launch._script import LaunchJob
-from simulators import ClusterSpec
-from simulators import Layout
-from simulators import ModelSpec
-from simulators import TrainSpec
-from simulators import UserError
-from simulators.files import write_atomically
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators import TrainSpec
+from autotune.simulators import UserError
+from autotune.simulators.files import write_atomically
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,8 +94,8 @@ def layout_flags(
     layer split, recompute, overlaps), as one ``--flag value`` string each.
 
     Example:
-        >>> import catalog
-        >>> from simulators import Layout
+        >>> from autotune import catalog
+        >>> from autotune.simulators import Layout
         >>> job = catalog.load_job("llama70b", "h100")
         >>> flags = layout_flags(job.model, job.cluster, job.train, Layout.resolve(64, tp=8))
         >>> flags.title, flags.flags[0]

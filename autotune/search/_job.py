@@ -23,12 +23,14 @@ from typing import Any
 
 from optuna.storages import BaseStorage
 
-import catalog
 from autotune import _signals
+from autotune import catalog
 from autotune.calibrate import calibrated_job
 from autotune.calibrate import plan_probes
 from autotune.calibrate import probe_round
 from autotune.calibrate import record_round
+from autotune.catalog import Job
+from autotune.catalog import job_from_config
 from autotune.cli import Output
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
@@ -63,13 +65,11 @@ from autotune.search._workers import in_memory_copy
 from autotune.search._workers import shared_study
 from autotune.search._workers import start_workers
 from autotune.search._workers import stop_workers
+from autotune.simulators import UserError
+from autotune.simulators.calibration import calibrated
+from autotune.simulators.registry import SIMULATOR_NAMES
+from autotune.simulators.specs import CARD_FIELDS
 from autotune.tracking import check_tracking
-from catalog import Job
-from catalog import job_from_config
-from simulators import UserError
-from simulators.calibration import calibrated
-from simulators.registry import SIMULATOR_NAMES
-from simulators.specs import CARD_FIELDS
 
 __all__ = ["MODES", "run_search_job", "search_job", "search_outputs"]
 

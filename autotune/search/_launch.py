@@ -23,13 +23,13 @@ import re
 import stat
 from pathlib import Path
 
+from autotune.catalog import Job
 from autotune.launch import write_launch_files
 from autotune.search._outcome import Outcome
-from catalog import Job
-from simulators import LayoutError
-from simulators import UserError
-from simulators.files import check_output_path
-from simulators.files import write_atomically
+from autotune.simulators import LayoutError
+from autotune.simulators import UserError
+from autotune.simulators.files import check_output_path
+from autotune.simulators.files import write_atomically
 
 __all__ = [
     "CONFIG",

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.order import order_key
-from simulators import Layout
-from simulators import Prediction
+from autotune.simulators import Layout
+from autotune.simulators import Prediction
 
 __all__ = ["Outcome", "Rerank", "Timings", "pareto_front", "rank_key", "ranked"]
 

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from autotune.catalog import Job
 from autotune.cli import emit_json
 from autotune.config import AutotuneConfig
 from autotune.launch import layout_flags
@@ -16,10 +17,9 @@ from autotune.report import launch_text
 from autotune.report import layout_table
 from autotune.search._outcome import Outcome
 from autotune.search._outcome import Timings
+from autotune.simulators import Layout
+from autotune.simulators import Prediction
 from autotune.tracking import Recorded
-from catalog import Job
-from simulators import Layout
-from simulators import Prediction
 
 __all__ = ["emit_outcome", "json_payload"]
 

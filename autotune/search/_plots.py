@@ -10,7 +10,7 @@ import pandas as pd
 
 from autotune.figures import html_page
 from autotune.order import sort_frame
-from simulators import LAYOUT_FIELDS
+from autotune.simulators import LAYOUT_FIELDS
 
 __all__ = ["MEMORY_WINDOW", "MemoryWindow", "memory_window", "search_page"]
 

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from collections.abc import Sequence
 
 from autotune._process import die_with_parent
-from catalog import Job
-from simulators import Layout
-from simulators import Prediction
-from simulators import Simulator
+from autotune.catalog import Job
+from autotune.simulators import Layout
+from autotune.simulators import Prediction
+from autotune.simulators import Simulator
 
 __all__ = ["BATCH", "POLL_S", "Evaluator", "price_in_processes"]
 
@@ -103,8 +103,8 @@ class Evaluator:
 
         ``warm``: the cost of pricing ``sample`` again once the simulator has done the work it
         does once per job and pattern (the analytical simulator's runs of the interleaved
-        schedule, :mod:`simulators.interleaving`), which a sample would otherwise charge to
-        every layout of the space.
+        schedule, :mod:`autotune.simulators.interleaving`), which a sample would otherwise charge
+        to every layout of the space.
         """
         started = time.perf_counter()
         sample = [layout for layout, _ in self.priced(sample, stop=stop)]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from autotune.catalog import Job
 from autotune.config import AutotuneConfig
 from autotune.config import config_yaml
 from autotune.report import breakdown_table
@@ -22,12 +23,11 @@ from autotune.report import layout_table
 from autotune.search._outcome import Outcome
 from autotune.search._outcome import Timings
 from autotune.search._plots import search_page
+from autotune.simulators import LAYOUT_FIELDS
+from autotune.simulators import Prediction
 from autotune.tracking import Recorded
 from autotune.tracking import TrackedRun
 from autotune.tracking import record
-from catalog import Job
-from simulators import LAYOUT_FIELDS
-from simulators import Prediction
 
 __all__ = ["UI_ROWS", "record_search"]
 

@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 
 from autotune.config import SearchConfig
-from simulators import ClusterSpec
-from simulators import Layout
-from simulators import LayoutError
-from simulators import ModelSpec
-from simulators import TrainSpec
-from simulators.layout import SEARCHED
-from simulators.layout import field_info
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Layout
+from autotune.simulators import LayoutError
+from autotune.simulators import ModelSpec
+from autotune.simulators import TrainSpec
+from autotune.simulators.layout import SEARCHED
+from autotune.simulators.layout import field_info
 
 __all__ = ["FIELDS", "SearchSpace", "build_space"]
 

@@ -41,10 +41,10 @@ from autotune.search._snap import SnappingSampler
 from autotune.search._snap import snapping
 from autotune.search._space import FIELDS
 from autotune.search._space import SearchSpace
-from simulators import Layout
-from simulators import Prediction
-from simulators import UserError
-from simulators.files import check_output_path
+from autotune.simulators import Layout
+from autotune.simulators import Prediction
+from autotune.simulators import UserError
+from autotune.simulators.files import check_output_path
 
 __all__ = [
     "SAMPLERS",

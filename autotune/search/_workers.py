@@ -32,6 +32,7 @@ import optuna
 
 from autotune._process import die_with_parent
 from autotune._signals import SIGNALS
+from autotune.catalog import Job
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
 from autotune.config import fixed_layout_values
@@ -41,7 +42,6 @@ from autotune.search._study import StopFlag
 from autotune.search._study import name_metrics
 from autotune.search._study import open_study
 from autotune.search._study import sample
-from catalog import Job
 
 __all__ = ["StudyPlace", "in_memory_copy", "shared_study", "start_workers", "stop_workers"]
 

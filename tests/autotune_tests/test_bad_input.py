@@ -132,7 +132,7 @@ HYDRA = [
     ("profile", ["parallel.tp=abc"], "parallel.tp=abc"),
     ("profile", ["-x"], "unknown option '-x'"),
 ]
-# Hydra's flags, sweeps and hydra.* keys (autotune/_command_line.py, catalog/_hydra.py): a
+# Hydra's flags, sweeps and hydra.* keys (autotune/_command_line.py, autotune/catalog/_hydra.py): a
 # refusal while the jobs of a sweep are planned names the job, and no job has run.
 SWEEP = "gives several values (a sweep): add -m (--multirun)"
 NOT_HYDRA = "is not supported: these commands compose their config with Hydra's compose API"
@@ -211,7 +211,7 @@ MODEL = [
     ("simulate", ["model.v_head_dim=-1"], "v_head_dim=-1 must be >= 0"),
     ("search", ["model.num_layers=20000"], "num_layers=20000 must be <= 10,000"),
     ("profile", ["model.hidden_size=-4096"], "hidden_size=-4096 must be > 0"),
-    # the model card (simulators.model_card)
+    # the model card (autotune.simulators.model_card)
     ("simulate", ["model.rotary_base=0"], "rotary_base=0 must be > 0"),
     ("simulate", ["model.rotary_base=10000000000000"], "must be <= 1,000,000,000,000"),
     ("simulate", ["model.rotary_percent=1.5"], "rotary_percent=1.5 must be <= 1"),
@@ -352,7 +352,8 @@ CLUSTER = [
     ("simulate", ["cluster.intra_node.mesh_size=-1"], "mesh_size=-1 must be >= 0"),
     ("simulate", ["cluster.intra_node.cross_mesh_gbps=-1"], "cross_mesh_gbps=-1.0 must be >= 0"),
     ("simulate", ["cluster.intra_node.topology=ring"], "topology='ring' is not one of switch"),
-    # Below any device a model is trained on (simulators/limits.py): a unit slip or a typo.
+    # Below any device a model is trained on (autotune/simulators/limits.py): a unit slip or a
+    # typo.
     ("simulate", ["cluster.device.bf16_tflops=1e-9"], "bf16_tflops=1e-09 must be >= 1"),
     ("simulate", ["cluster.device.fp32_tflops=0.5"], "fp32_tflops=0.5 must be >= 1"),
     ("simulate", ["cluster.device.memory_gib=0.08"], "memory_gib=0.08 must be >= 1"),

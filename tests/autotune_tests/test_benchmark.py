@@ -27,12 +27,12 @@ from autotune.benchmark._report import overall_table
 from autotune.benchmark._report import write_report
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
-from simulators import ClusterSpec
-from simulators import Layout
-from simulators import ModelSpec
-from simulators import Prediction
-from simulators import TrainSpec
-from simulators import UserError
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators import Prediction
+from autotune.simulators import TrainSpec
+from autotune.simulators import UserError
 from tests.dataset_tests._tables import write
 
 REPO = Path(__file__).resolve().parents[2]

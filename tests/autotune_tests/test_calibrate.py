@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import catalog
-import dataset
+from autotune import catalog
+from autotune import dataset
 from autotune.calibrate import FitSettings
 from autotune.calibrate import Run
 from autotune.calibrate import calibrated_job
@@ -18,9 +18,9 @@ from autotune.calibrate import fit
 from autotune.calibrate._command import fit_settings
 from autotune.config import CalibrateConfig
 from autotune.config import load_config
-from simulators import UserError
-from simulators.calibration import Calibration
-from simulators.calibration import calibrated
+from autotune.simulators import UserError
+from autotune.simulators.calibration import Calibration
+from autotune.simulators.calibration import calibrated
 from tests.autotune_tests.test_cli import run
 from tests.dataset_tests._tables import write
 

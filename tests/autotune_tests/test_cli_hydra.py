@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 import benchmarks._readme as readme
-import catalog
 from autotune import _signals
+from autotune import catalog
 from autotune.cli import Command
 from autotune.cli import help_text
 from autotune.cli import run_command
@@ -277,12 +277,12 @@ def test_calibrations_named_apart_stay_where_their_names_put_them(run_main: Run)
         "autotune.calibrate", "--cfg", "-m", "data=korthikanti", "name=a,b"
     )
     assert status == 0, err
-    assert [c["out"] for c in _configs(out)] == [None, None]  # conf/calibrations/a.yaml, b.yaml
+    assert [c["out"] for c in _configs(out)] == [None, None]  # calibrations/a.yaml, b.yaml
     status, out, err = run_main(
         "autotune.calibrate", "--cfg", "-m", "data=korthikanti,vtrain", "name=same"
     )
     assert status == 0, err
-    calibrations = catalog.conf_dir() / "calibrations"
+    calibrations = catalog.CALIBRATIONS
     assert [c["out"] for c in _configs(out)] == [
         str(calibrations / "1" / "same.yaml"),
         str(calibrations / "2" / "same.yaml"),

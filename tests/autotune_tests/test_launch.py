@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-import catalog
+from autotune import catalog
 from autotune.launch import layout_flags
 from autotune.launch import write_launch_files
-from simulators import Layout
-from simulators import LayoutError
-from simulators import SpecError
+from autotune.simulators import Layout
+from autotune.simulators import LayoutError
+from autotune.simulators import SpecError
 from tests.autotune_tests import _argrules
 from tests.autotune_tests._launch_checks import deepspeed_problems
 from tests.autotune_tests._launch_checks import layout_stages
@@ -347,7 +347,7 @@ def test_a_qwen_model_gets_yarn_where_the_framework_has_it(tmp_path: Path) -> No
 
 def test_nemotron_launches_with_rope_and_without_biases(tmp_path: Path) -> None:
     """Nemotron-4 pairs LayerNorm with a non-gated MLP like GPT-3's, but it has RoPE and no
-    biases: it is not the GPT family (simulators.specs.gpt_family)."""
+    biases: it is not the GPT family (autotune.simulators.specs.gpt_family)."""
     case = Case("nemotron", "nemotron4_15b", "h100", (), dict(tp=8))
     _write(case, tmp_path)
     script = (tmp_path / "launch_megatron.sh").read_text()

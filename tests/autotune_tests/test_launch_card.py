@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-import catalog
+from autotune import catalog
 from autotune.launch import write_launch_files
-from simulators import Layout
+from autotune.simulators import Layout
 from tests.autotune_tests import _argrules
 from tests.autotune_tests._launch_checks import deepspeed_problems
 from tests.autotune_tests._launch_checks import megatron_problems

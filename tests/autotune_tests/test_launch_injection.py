@@ -1,7 +1,7 @@
 """No name reaches a launch file as code: every launcher, rendered with hostile names.
 
-The rule of names (``simulators.names``) refuses these names at the door; here the writer is
-called directly with specs whose model, cluster and device names hold line breaks (``\\n``,
+The rule of names (``autotune.simulators.names``) refuses these names at the door; here the writer
+is called directly with specs whose model, cluster and device names hold line breaks (``\\n``,
 ``\\r``, ``\\r\\n``, Unicode's line and paragraph separators), command substitutions, quotes,
 ``;`` and NUL. The specs refuse such names themselves, so the test sets them past every check,
 as a caller that built specs some other way would.
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import pytest
 
-import catalog
+from autotune import catalog
 from autotune.launch import write_launch_files
-from simulators import ClusterSpec
-from simulators import Layout
-from simulators import ModelSpec
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
 
 HOSTILE = [
     "x\ntouch owned-newline #",

@@ -8,16 +8,16 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-import catalog
+from autotune import catalog
 from autotune.calibrate import MIN_EVIDENCE
 from autotune.calibrate import Run
 from autotune.calibrate import margin_for
 from autotune.calibrate import stack_margins
-from simulators import ClusterSpec
-from simulators import Layout
-from simulators import ModelSpec
-from simulators import Prediction
-from simulators import TrainSpec
+from autotune.simulators import ClusterSpec
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators import Prediction
+from autotune.simulators import TrainSpec
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Names a user gives follow one rule, checked where they enter (``simulators.names``).
+"""Names a user gives follow one rule, checked where they enter (``autotune.simulators.names``).
 
 The rule's cases, every shipped name, a property over any text (refused as one clean line, or
 accepted and carried unchanged, as one shell word, into the launch files), the user's own
@@ -22,15 +22,15 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-import catalog
+from autotune import catalog
 from autotune.calibrate.__main__ import main as calibrate_main
 from autotune.launch import write_launch_files
-from simulators import Layout
-from simulators import UserError
-from simulators.limits import MAX_NAME_LENGTH
-from simulators.names import check_label
-from simulators.names import check_name
-from simulators.names import is_name
+from autotune.simulators import Layout
+from autotune.simulators import UserError
+from autotune.simulators.limits import MAX_NAME_LENGTH
+from autotune.simulators.names import check_label
+from autotune.simulators.names import check_name
+from autotune.simulators.names import is_name
 from tests.dataset_tests._tables import write
 
 CONF = catalog.conf_dir()

@@ -29,9 +29,9 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from simulators import UserError
-from simulators.files import check_output_path
-from simulators.files import write_atomically
+from autotune.simulators import UserError
+from autotune.simulators.files import check_output_path
+from autotune.simulators.files import write_atomically
 from tests.dataset_tests._tables import write
 from tests.simulators_tests._disk import fill_disk
 
@@ -503,7 +503,7 @@ def test_mlflow_keeps_exactly_the_report_files(capsys: pytest.CaptureFixture[str
 def test_a_calibration_is_written_only_where_it_can_be(
     capsys: pytest.CaptureFixture[str], args: list[str], words: str
 ) -> None:
-    """A calibration's name is a file of conf/calibrations/, never a path out of it."""
+    """A calibration's name is a file of ./calibrations/, never a path out of it."""
     with _workspace() as folder:
         status, out, err = _run(capsys, "autotune.calibrate.__main__", "data=x.csv", *args)
         assert_refused(status, out, err)

@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 from omegaconf import ListConfig
 from omegaconf import OmegaConf
 
-import catalog
+from autotune import catalog
 from autotune.benchmark import simulators_of
 from autotune.config import AutotuneConfig
 from autotune.config import BenchmarkConfig
@@ -42,8 +42,8 @@ from autotune.config import ProfileConfig
 from autotune.config import fixed_layout_values
 from autotune.config import load_config
 from autotune.config import register_schemas
-from simulators import Layout
-from simulators import UserError
+from autotune.simulators import Layout
+from autotune.simulators import UserError
 
 SMALL = ["model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import dataset
+from autotune import dataset
 from tests.autotune_tests.test_cli import SMALL
 from tests.autotune_tests.test_cli import run
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import autotune.benchmark._protocols as protocols
-import catalog
-import dataset
+from autotune import catalog
+from autotune import dataset
 from autotune.benchmark import run_benchmark
 from autotune.benchmark._plots import plot_frames
 from autotune.benchmark._report import console_tables
@@ -22,7 +22,7 @@ from autotune.calibrate._probe import job_level
 from autotune.calibrate._probe import pick
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
-from simulators import UserError
+from autotune.simulators import UserError
 from tests.dataset_tests._tables import write
 
 SMALL = ["data=public", "source=[korthikanti,dlperf]", "tracking.enabled=false"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from autotune.report import layout_table
-from simulators import Layout
-from simulators import Prediction
-from simulators.calibration import Calibration
-from simulators.calibration import calibrated
+from autotune.simulators import Layout
+from autotune.simulators import Prediction
+from autotune.simulators.calibration import Calibration
+from autotune.simulators.calibration import calibrated
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train

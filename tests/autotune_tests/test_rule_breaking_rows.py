@@ -20,20 +20,20 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-import catalog
-import dataset
+from autotune import catalog
+from autotune import dataset
 from autotune.benchmark import HeuristicRule
 from autotune.benchmark import run_benchmark
 from autotune.benchmark._rankers import heuristic_ranking
 from autotune.benchmark._rankers import simulate
 from autotune.benchmark._report import console_tables
 from autotune.benchmark._report import json_payload
+from autotune.catalog import Job
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
-from catalog import Job
-from dataset._specs import MODEL_FIELDS
-from simulators import Layout
-from simulators.layout import RULE_NAMES
+from autotune.dataset._specs import MODEL_FIELDS
+from autotune.simulators import Layout
+from autotune.simulators.layout import RULE_NAMES
 from tests.autotune_tests.test_cli import SMALL
 from tests.autotune_tests.test_cli import run
 from tests.dataset_tests._tables import write

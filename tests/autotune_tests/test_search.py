@@ -13,6 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.catalog import job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.order import order_key
@@ -27,9 +28,8 @@ from autotune.search._plots import memory_window
 from autotune.search._plots import search_page
 from autotune.search._record import layouts_frame
 from autotune.search._space import build_space
-from catalog import job_from_config
-from simulators import LayoutError
-from simulators import UserError
+from autotune.simulators import LayoutError
+from autotune.simulators import UserError
 
 SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1", "tracking.enabled=false")
 

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-import catalog
+from autotune import catalog
 from autotune import simulate as simulate_cli
 from autotune.report import op_class_table
 from autotune.report import rank_table
 from autotune.report import rank_views
-from simulators import Layout
-from simulators.hierarchical.graph import layer_shapes
+from autotune.simulators import Layout
+from autotune.simulators.hierarchical.graph import layer_shapes
 
-compile_mod = pytest.importorskip("simulators.hierarchical.compile")
+compile_mod = pytest.importorskip("autotune.simulators.hierarchical.compile")
 
 # Llama-2-7B, cut to 8 layers and 2k tokens: compiles in about a second.
 SMALL = [
@@ -74,7 +74,7 @@ def test_analytical_has_no_rank_views(capsys: pytest.CaptureFixture[str]) -> Non
 
 def _views(**detail: Any) -> dict[str, Any]:
     """Views of a made-up prediction with ``pp`` ranks (defaults: 40 ranks, rank 7 slowest)."""
-    from simulators import Prediction
+    from autotune.simulators import Prediction
 
     pp = detail.pop("pp", 40)
     times = dict.fromkeys(("compute", "bubble"), 1.0)
@@ -162,7 +162,7 @@ def test_op_costs_coverage_and_device_warning(
 def test_a_table_knows_the_device_it_was_timed_on(
     table_device: str, cluster: str, same: bool
 ) -> None:
-    from simulators.hierarchical.cost import CostTable
+    from autotune.simulators.hierarchical.cost import CostTable
 
     table = CostTable(path="ops.csv", device=table_device, seconds={})
     assert table.profiled_on(catalog.load_cluster(cluster).device) is same

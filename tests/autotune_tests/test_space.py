@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from autotune.catalog import job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.config import load_config
@@ -17,9 +18,8 @@ from autotune.search._space import FIELDS
 from autotune.search._space import SearchSpace
 from autotune.search._space import _candidates
 from autotune.search._space import build_space
-from catalog import job_from_config
-from simulators import Layout
-from simulators.layout import SEARCHED
+from autotune.simulators import Layout
+from autotune.simulators.layout import SEARCHED
 
 # Jobs and pins: splits that pp does not divide (and their light_ends variants), pinned
 # degrees, modes, dp, recompute_layers and an explicit split, each framework's split rules.

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 import pytest
 
+from autotune.catalog import job_from_config
 from autotune.config import AutotuneConfig
 from autotune.search import Evaluator
 from autotune.search import StopFlag
@@ -25,8 +26,7 @@ from autotune.search._space import FIELDS
 from autotune.search._space import SearchSpace
 from autotune.search._space import build_space
 from autotune.search._study import SNAPPED
-from catalog import job_from_config
-from simulators import Layout
+from autotune.simulators import Layout
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1", "tracking.enabled=false")

@@ -20,6 +20,7 @@ import optuna
 import pytest
 from optuna.storages import BaseStorage
 
+from autotune.catalog import job_from_config
 from autotune.config import AutotuneConfig
 from autotune.search import StopFlag
 from autotune.search import search_job
@@ -27,7 +28,6 @@ from autotune.search._best import BEST_FEASIBLE
 from autotune.search._best import best_feasible
 from autotune.search._study import POLISH_ROUND
 from autotune.search._study import open_storage
-from catalog import job_from_config
 
 SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1", "tracking.enabled=false")
 POSTGRES = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")

@@ -10,8 +10,8 @@ from types import ModuleType
 
 import pytest
 
-import catalog
-from simulators import UserError
+from autotune import catalog
+from autotune.simulators import UserError
 from tests.benchmarks_tests._scripts import BENCHMARKS
 from tests.benchmarks_tests._scripts import import_script
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import catalog
-from catalog import _compose
-from simulators import UserError
+from autotune import catalog
+from autotune.catalog import _compose
+from autotune.simulators import UserError
 
 CONF = catalog.conf_dir()
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))

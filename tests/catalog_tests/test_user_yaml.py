@@ -1,4 +1,5 @@
-"""YAML files are checked before they load: no anchor or alias, bounded size (catalog._user_yaml).
+"""YAML files are checked before they load: no anchor or alias, bounded size
+(autotune.catalog._user_yaml).
 
 A "billion laughs" file (nine aliases of nine aliases, nine levels deep: 9^9 strings from a
 file of 600 bytes) is refused at its first alias, as a ``calibration=`` file and as a user's
@@ -17,13 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-import catalog
+from autotune import catalog
 from autotune.calibrate._file import write_calibration
-from catalog import _user_yaml
-from catalog._user_yaml import MAX_YAML_BYTES
-from catalog._user_yaml import check_config_folders
-from catalog._user_yaml import check_yaml_file
-from simulators import UserError
+from autotune.catalog import _user_yaml
+from autotune.catalog._user_yaml import MAX_YAML_BYTES
+from autotune.catalog._user_yaml import check_config_folders
+from autotune.catalog._user_yaml import check_yaml_file
+from autotune.simulators import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 LEVELS = "abcdefghi"

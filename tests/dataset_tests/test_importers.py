@@ -9,24 +9,24 @@ from types import ModuleType
 import pandas as pd
 import pytest
 
-import dataset
-from dataset.build import RAW_DIR
-from dataset.build import build
-from dataset.importers import IMPORTERS
-from dataset.importers import bigscience_tr3m
-from dataset.importers import dgxc
-from dataset.importers import flagperf
-from dataset.importers import megatron_bridge
-from dataset.importers import mindspeed
-from dataset.importers import mindspeed_2026
-from dataset.importers import nemo
-from dataset.importers._common import configs
-from dataset.importers._common import knobs
-from dataset.importers._common import leading_int
-from dataset.importers._common import metric
-from dataset.importers._common import padded_vocab
-from dataset.importers._tables import precision_of
-from dataset.importers._tables import read_rows
+from autotune import dataset
+from autotune.dataset.build import RAW_DIR
+from autotune.dataset.build import build
+from autotune.dataset.importers import IMPORTERS
+from autotune.dataset.importers import bigscience_tr3m
+from autotune.dataset.importers import dgxc
+from autotune.dataset.importers import flagperf
+from autotune.dataset.importers import megatron_bridge
+from autotune.dataset.importers import mindspeed
+from autotune.dataset.importers import mindspeed_2026
+from autotune.dataset.importers import nemo
+from autotune.dataset.importers._common import configs
+from autotune.dataset.importers._common import knobs
+from autotune.dataset.importers._common import leading_int
+from autotune.dataset.importers._common import metric
+from autotune.dataset.importers._common import padded_vocab
+from autotune.dataset.importers._tables import precision_of
+from autotune.dataset.importers._tables import read_rows
 
 
 def test_free_text_parsers() -> None:

@@ -8,10 +8,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import dataset
-from dataset._specs import MODEL_FIELDS
-from simulators import DataFileError
-from simulators.specs import CARD_FIELDS
+from autotune import dataset
+from autotune.dataset._specs import MODEL_FIELDS
+from autotune.simulators import DataFileError
+from autotune.simulators.specs import CARD_FIELDS
 from tests.dataset_tests._tables import BASE
 from tests.dataset_tests._tables import write
 
@@ -175,7 +175,8 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
 
 def test_shipped_rows_carry_what_their_scripts_ran() -> None:
     """SimuMax's launchers pass neither overlap flag; MindSpeed-LLM's Mixtral script passes
-    both, its LLaMA2-7B script only the gradient one; the CP exchanges (dataset/importers)."""
+    both, its LLaMA2-7B script only the gradient one; the CP exchanges
+    (autotune/dataset/importers)."""
     simumax = dataset.load_measurements(dataset.DATA_DIR / "simumax.csv")
     assert simumax["overlap_grad_reduce"].eq(False).all()
     mindspeed = dataset.load_measurements(dataset.DATA_DIR / "mindspeed.csv").set_index("model")
@@ -246,7 +247,7 @@ def test_exact_duplicate_rows_name_both_lines(tmp_path: Path) -> None:
 
 def test_implausible_figures_are_refused_naming_the_row_and_why(tmp_path: Path) -> None:
     """Within the number bounds, but not a measurement: each against the others of its row
-    and its device (simulators/limits.py gives each tolerance)."""
+    and its device (autotune/simulators/limits.py gives each tolerance)."""
     implied = 64 * 2048 / (1.0 * 8)  # BASE: global batch x sequence / (step x devices)
     path = write(
         tmp_path / "implausible.csv",

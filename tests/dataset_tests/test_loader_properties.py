@@ -19,8 +19,8 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-import dataset
-from simulators import DataFileError
+from autotune import dataset
+from autotune.simulators import DataFileError
 from tests.dataset_tests._tables import BASE
 
 _SCHEMA = [column.name for column in dataset.COLUMNS]

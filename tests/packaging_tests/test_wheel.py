@@ -51,11 +51,14 @@ def test_wheel_carries_every_package_conf_and_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     packages = {str(Path(n).parent).replace("/", ".") for n in names if n.endswith("__init__.py")}
     assert _packages_in_checkout() <= packages, "list new packages in pyproject.toml"
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"autotune"}, "one top-level package: the wheel must not shadow others"
     for path in (REPO / "conf").rglob("*.yaml"):
-        shipped = f"catalog/conf/{path.relative_to(REPO / 'conf')}"
-        assert shipped in names, "list a new conf/ folder in pyproject.toml, as catalog.conf.<x>"
-    for path in [*(REPO / "dataset" / "data").iterdir(), *(REPO / "dataset" / "raw").iterdir()]:
-        assert f"dataset/{path.parent.name}/{path.name}" in names
+        shipped = f"autotune/conf/{path.relative_to(REPO / 'conf')}"
+        assert shipped in names, "list a new conf/ folder in pyproject.toml, as autotune.conf.<x>"
+    data = REPO / "autotune" / "dataset"
+    for path in [*(data / "data").iterdir(), *(data / "raw").iterdir()]:
+        assert f"autotune/dataset/{path.parent.name}/{path.name}" in names
 
 
 @pytest.mark.slow
@@ -99,7 +102,8 @@ def test_installed_wheel_runs_the_main_command_elsewhere(wheel: Path, tmp_path: 
         [
             python,
             "-c",
-            "import catalog, dataset; print(catalog.conf_dir(), len(dataset.load_public()))",
+            "from autotune import catalog, dataset; "
+            "print(catalog.conf_dir(), len(dataset.load_public()))",
         ],
         cwd=elsewhere,
         env=env,
@@ -107,5 +111,18 @@ def test_installed_wheel_runs_the_main_command_elsewhere(wheel: Path, tmp_path: 
         text=True,
         check=True,
     ).stdout.split()
-    assert where[0] == str(site / "catalog" / "conf")
+    assert where[0] == str(site / "autotune" / "conf")
     assert int(where[1]) > 1000
+    # The console script, and a calibration written where the user is, not into the package
+    script = site / "bin" / "autotune"
+    calibrated = subprocess.run(
+        [python, str(script), "calibrate", "data=korthikanti", "name=demo"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert calibrated.returncode == 0, calibrated.stderr
+    assert (elsewhere / "calibrations" / "demo.yaml").is_file()
+    assert not list(site.rglob("demo.yaml"))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import simulators.files
+import autotune.simulators.files
 
 ROOM = 4096  # bytes a file may take before the disk is full
 
@@ -47,4 +47,4 @@ def fill_disk(monkeypatch: pytest.MonkeyPatch, room: int = 0) -> None:
     def full(descriptor: int, *args: Any, **kwargs: Any) -> _FullFile:
         return _FullFile(opened(descriptor, *args, **kwargs), room)
 
-    monkeypatch.setattr(simulators.files.os, "fdopen", full)
+    monkeypatch.setattr(autotune.simulators.files.os, "fdopen", full)

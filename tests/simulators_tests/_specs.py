@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import catalog
-from simulators import ClusterSpec
-from simulators import ModelSpec
-from simulators import TrainSpec
-from simulators.analytical import AnalyticalSimulator
+from autotune import catalog
+from autotune.simulators import ClusterSpec
+from autotune.simulators import ModelSpec
+from autotune.simulators import TrainSpec
+from autotune.simulators.analytical import AnalyticalSimulator
 
 
 def model(key: str, /, **changes: object) -> ModelSpec:

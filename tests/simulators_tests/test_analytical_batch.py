@@ -9,19 +9,19 @@ import pickle
 import numpy as np
 import pytest
 
-import catalog
+from autotune import catalog
+from autotune.catalog import Job
+from autotune.catalog import job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.config import load_config
 from autotune.search._space import build_space
-from catalog import Job
-from catalog import job_from_config
-from simulators import Layout
-from simulators import Prediction
-from simulators.analytical import AnalyticalSimulator
-from simulators.analytical import BatchPrediction
-from simulators.calibration import Calibration
-from simulators.calibration import calibrated
+from autotune.simulators import Layout
+from autotune.simulators import Prediction
+from autotune.simulators.analytical import AnalyticalSimulator
+from autotune.simulators.analytical import BatchPrediction
+from autotune.simulators.calibration import Calibration
+from autotune.simulators.calibration import calibrated
 
 # Catalog jobs whose valid layouts cover what the formulas branch on.
 JOBS = {

@@ -6,13 +6,13 @@ import pickle
 
 import pytest
 
-import catalog
-from simulators import Layout
-from simulators import UserError
-from simulators.calibration import CalibratedSimulator
-from simulators.calibration import Calibration
-from simulators.calibration import calibrated
-from simulators.calibration import constant_overrides
+from autotune import catalog
+from autotune.simulators import Layout
+from autotune.simulators import UserError
+from autotune.simulators.calibration import CalibratedSimulator
+from autotune.simulators.calibration import Calibration
+from autotune.simulators.calibration import calibrated
+from autotune.simulators.calibration import constant_overrides
 
 JOB = catalog.load_job("llama70b", "a100", ["cluster.num_nodes=8"])
 LAYOUT = Layout.resolve(JOB.cluster.num_devices, tp=8, pp=2)

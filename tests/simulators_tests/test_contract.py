@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-import catalog
-from simulators import BREAKDOWN_KEYS
-from simulators import Layout
-from simulators import Simulator
-from simulators.registry import SIMULATOR_NAMES
+from autotune import catalog
+from autotune.simulators import BREAKDOWN_KEYS
+from autotune.simulators import Layout
+from autotune.simulators import Simulator
+from autotune.simulators.registry import SIMULATOR_NAMES
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
 from tests.simulators_tests._specs import model

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from simulators import UserError
-from simulators.files import atomic_writer
-from simulators.files import check_output_path
-from simulators.files import write_atomically
+from autotune.simulators import UserError
+from autotune.simulators.files import atomic_writer
+from autotune.simulators.files import check_output_path
+from autotune.simulators.files import write_atomically
 from tests.simulators_tests._disk import ROOM
 from tests.simulators_tests._disk import fill_disk
 

@@ -6,14 +6,14 @@ import dataclasses
 
 import pytest
 
-import catalog
-from simulators import Layout
-from simulators import ModelSpec
-from simulators import SpecError
-from simulators import TrainSpec
-from simulators.frameworks import FrameworkSpec
-from simulators.frameworks import deepspeed_split
-from simulators.frameworks import deepspeed_splits
+from autotune import catalog
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators import SpecError
+from autotune.simulators import TrainSpec
+from autotune.simulators.frameworks import FrameworkSpec
+from autotune.simulators.frameworks import deepspeed_split
+from autotune.simulators.frameworks import deepspeed_splits
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
@@ -275,7 +275,7 @@ def test_the_ring_hides_under_attention_in_both_passes_alike() -> None:
 def test_each_stack_accumulates_weight_gradients_its_own_way() -> None:
     """Bytes moved per parameter and micro-batch to accumulate weight gradients, beyond the
     weight-gradient GEMM (docs/reference.md 7.2), worked out by hand."""
-    from simulators.states import grad_accumulation_bytes
+    from autotune.simulators.states import grad_accumulation_bytes
 
     def per_param(framework: str, distributed: bool = False, **values: object) -> float:
         train = make_train(framework, **{"seq_len": 2048, "global_batch_size": 32, **values})
@@ -306,7 +306,7 @@ def test_gradient_accumulation_adds_to_the_backward_in_both_simulators() -> None
     parameters / achieved HBM bandwidth when the framework accumulates outside the GEMM."""
     import dataclasses
 
-    from simulators.hierarchical import HierarchicalSimulator
+    from autotune.simulators.hierarchical import HierarchicalSimulator
 
     spec = dataclasses.replace(model("llama2_7b"), num_layers=2)
     cluster = ascend(1)
@@ -329,7 +329,7 @@ def test_megatron_deepspeed_keeps_flash_attention_s_output_twice() -> None:
     """Its FlashSelfAttention's output is saved by flash-attn and, rearranged, by the output
     projection: one attention output more per layer than Megatron-Core keeps, unless selective
     recompute reruns the kernel or the path is unfused (docs/reference.md 3.3)."""
-    from simulators.analytical_layer import layer_bytes
+    from autotune.simulators.analytical_layer import layer_bytes
 
     spec = model("llama2_7b")
     cluster = ascend(1)
@@ -343,8 +343,8 @@ def test_megatron_deepspeed_keeps_flash_attention_s_output_twice() -> None:
     copy = 2048 * spec.attn_out_width / 2 * 2  # tokens x width / tp x 2 bytes
     assert saved("megatron_deepspeed") - saved("megatron_core") == pytest.approx(copy)
     # The hierarchical simulator records the copy (a clone the projection saves).
-    from simulators.hierarchical.compile import compile_layer
-    from simulators.hierarchical.graph import layer_shapes
+    from autotune.simulators.hierarchical.compile import compile_layer
+    from autotune.simulators.hierarchical.graph import layer_shapes
 
     def recorded(framework: str) -> float:
         train = make_train(framework, seq_len=2048, global_batch_size=8)
@@ -377,9 +377,9 @@ def test_dropout_is_a_setting_of_the_run_in_both_simulators() -> None:
     (Korthikanti's 5as/h: softmax output, 1-byte mask, dropout output) and the softmax output
     alone without it, and each residual add keeps a 1-byte hidden mask; unset, the model's
     recipe decides (GPT family 0.1, the others 0). Both simulators keep the same bytes."""
-    from simulators.analytical_layer import layer_bytes
-    from simulators.hierarchical.compile import compile_layer
-    from simulators.hierarchical.graph import layer_shapes
+    from autotune.simulators.analytical_layer import layer_bytes
+    from autotune.simulators.hierarchical.compile import compile_layer
+    from autotune.simulators.hierarchical.graph import layer_shapes
 
     gpt, llama = model("gpt3_175b"), model("llama2_7b")
     cluster = ascend(1)
@@ -430,9 +430,9 @@ def test_dropout_probability_is_checked_and_described() -> None:
 
 def _moe_saved(framework: str, precision: str = "bf16", tp: int = 1) -> tuple[float, float]:
     """Bytes one Mixtral-shaped MoE layer keeps for backward (analytical, hierarchical)."""
-    from simulators.analytical_layer import layer_bytes
-    from simulators.hierarchical.compile import compile_layer
-    from simulators.hierarchical.graph import layer_shapes
+    from autotune.simulators.analytical_layer import layer_bytes
+    from autotune.simulators.hierarchical.compile import compile_layer
+    from autotune.simulators.hierarchical.graph import layer_shapes
 
     spec = dataclasses.replace(model("mixtral_8x7b"), num_layers=2)
     cluster = catalog.load_cluster("h100", ["cluster.num_nodes=1"])

@@ -1,4 +1,5 @@
-"""GEMM throughput by shape from a measured table (OpenXLA's H100 table, simulators/data/)."""
+"""GEMM throughput by shape from a measured table (OpenXLA's H100 table,
+autotune/simulators/data/)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-import catalog
-import simulators
-from simulators import SpecError
-from simulators.analytical import gemm_time_s
-from simulators.gemm_table import load_gemm_table
-from simulators.gemm_table import shape_efficiency
-from simulators.specs import GEMM_TABLES
+from autotune import catalog
+from autotune import simulators
+from autotune.simulators import SpecError
+from autotune.simulators.analytical import gemm_time_s
+from autotune.simulators.gemm_table import load_gemm_table
+from autotune.simulators.gemm_table import shape_efficiency
+from autotune.simulators.specs import GEMM_TABLES
 
 H100 = catalog.load_cluster("h100").device
 TABLE = load_gemm_table("xla_h100")

@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 
-from simulators import DeviceSpec
-from simulators import SpecError
-from simulators.analytical import gemm_time_s
-from simulators.analytical_layer import gemm_pass_s
-from simulators.gemm_waves import MIN_SPLIT_DEPTH
-from simulators.gemm_waves import wave_efficiency
+from autotune.simulators import DeviceSpec
+from autotune.simulators import SpecError
+from autotune.simulators.analytical import gemm_time_s
+from autotune.simulators.analytical_layer import gemm_pass_s
+from autotune.simulators.gemm_waves import MIN_SPLIT_DEPTH
+from autotune.simulators.gemm_waves import wave_efficiency
 
 A100 = DeviceSpec(
     name="A100 SXM",
@@ -84,9 +84,9 @@ def test_an_impossible_sm_count_is_refused(bad: float) -> None:
 
 
 def test_the_hierarchical_roofline_prices_a_recorded_gemm_by_its_shape() -> None:
-    from simulators.hierarchical.cost import Efficiencies
-    from simulators.hierarchical.cost import RooflineCost
-    from simulators.hierarchical.graph import Op
+    from autotune.simulators.hierarchical.cost import Efficiencies
+    from autotune.simulators.hierarchical.cost import RooflineCost
+    from autotune.simulators.hierarchical.graph import Op
 
     gemm = Op(
         name="aten.mm.default",

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from simulators import Layout
-from simulators import ModelSpec
-from simulators import TrainSpec
-from simulators.hierarchical.graph import layer_shapes
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators import TrainSpec
+from autotune.simulators.hierarchical.graph import layer_shapes
 from tests.simulators_tests._specs import make_train
 
-compile_mod = pytest.importorskip("simulators.hierarchical.compile")
+compile_mod = pytest.importorskip("autotune.simulators.hierarchical.compile")
 
 TINY_LLAMA = ModelSpec(
     name="tiny-llama",
@@ -160,7 +160,7 @@ def test_expert_params_are_sharded_by_ep() -> None:
 def test_hierarchical_package_imports_without_torch() -> None:
     code = (
         "import json, sys\n"
-        "import simulators, simulators.hierarchical\n"
+        "import autotune.simulators.hierarchical\n"
         "print(json.dumps('torch' in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -297,8 +297,8 @@ def test_a_storage_key_names_one_storage_while_recording() -> None:
     FP8 rows of the benchmark changed memory between runs before)."""
     import torch
 
-    from simulators.hierarchical.record import Recorder
-    from simulators.hierarchical.record import _storage
+    from autotune.simulators.hierarchical.record import Recorder
+    from autotune.simulators.hierarchical.record import _storage
 
     keys = set()
     with Recorder():
@@ -314,7 +314,7 @@ def test_a_canonical_shape_records_the_same_graph(model: ModelSpec) -> None:
     """Graphs are cached by canonical shape: resetting what a kind does not read changes
     nothing it records, and layouts that differ only there (EP for the embedding, the head
     and dense layers) share one graph."""
-    from simulators.hierarchical.record import Recorder
+    from autotune.simulators.hierarchical.record import Recorder
 
     for ep in (1, 2):
         lay = Layout.resolve(8, tp=2, ep=ep) if model is TINY_MOE else Layout.resolve(8, tp=2)

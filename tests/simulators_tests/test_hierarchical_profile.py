@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-import catalog
+from autotune import catalog
 from autotune import profile as profile_cli
-from simulators import DataFileError
-from simulators import Layout
-from simulators import ModelSpec
-from simulators.hierarchical import HierarchicalSimulator
-from simulators.hierarchical import profile as core
-from simulators.hierarchical.cost import COST_TABLE_COLUMNS
-from simulators.hierarchical.cost import load_cost_table
-from simulators.hierarchical.graph import LayerShape
-from simulators.hierarchical.graph import Op
-from simulators.hierarchical.graph import layer_shapes
+from autotune.simulators import DataFileError
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators.hierarchical import HierarchicalSimulator
+from autotune.simulators.hierarchical import profile as core
+from autotune.simulators.hierarchical.cost import COST_TABLE_COLUMNS
+from autotune.simulators.hierarchical.cost import load_cost_table
+from autotune.simulators.hierarchical.graph import LayerShape
+from autotune.simulators.hierarchical.graph import Op
+from autotune.simulators.hierarchical.graph import layer_shapes
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
 
@@ -82,7 +82,7 @@ def test_the_budget_times_the_cheapest_operators_and_reports_progress() -> None:
 
 
 def _ops(shapes: list[LayerShape]) -> list[Op]:
-    from simulators.hierarchical.compile import compile_layer
+    from autotune.simulators.hierarchical.compile import compile_layer
 
     return [op for s in shapes for g in [compile_layer(s)] for op in g.forward + g.backward]
 

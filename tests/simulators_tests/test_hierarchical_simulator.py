@@ -9,23 +9,23 @@ from typing import Any
 
 import pytest
 
-import catalog
-from simulators import BREAKDOWN_KEYS
-from simulators import Layout
-from simulators import ModelSpec
-from simulators import SpecError
-from simulators.collectives import all_reduce_time_s
-from simulators.device_memory import reserved_bytes
-from simulators.hierarchical import HierarchicalSimulator
-from simulators.hierarchical.cost import CommCost
-from simulators.hierarchical.cost import RooflineCost
-from simulators.hierarchical.graph import layer_shapes
-from simulators.hierarchical.intra_stage import phase
-from simulators.registry import make_simulator
+from autotune import catalog
+from autotune.simulators import BREAKDOWN_KEYS
+from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
+from autotune.simulators import SpecError
+from autotune.simulators.collectives import all_reduce_time_s
+from autotune.simulators.device_memory import reserved_bytes
+from autotune.simulators.hierarchical import HierarchicalSimulator
+from autotune.simulators.hierarchical.cost import CommCost
+from autotune.simulators.hierarchical.cost import RooflineCost
+from autotune.simulators.hierarchical.graph import layer_shapes
+from autotune.simulators.hierarchical.intra_stage import phase
+from autotune.simulators.registry import make_simulator
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
 
-compile_mod = pytest.importorskip("simulators.hierarchical.compile")
+compile_mod = pytest.importorskip("autotune.simulators.hierarchical.compile")
 
 MODEL = ModelSpec(
     name="tiny-llama",
@@ -270,8 +270,8 @@ def test_an_unfused_attention_keeps_per_score_what_autograd_saves(
     fill the one [s, s] causal mask every head shares (docs/reference.md 3.3)."""
     import torch
 
-    from simulators.hierarchical.record import Recorder
-    from simulators.hierarchical.record import unfused_attention
+    from autotune.simulators.hierarchical.record import Recorder
+    from autotune.simulators.hierarchical.record import unfused_attention
 
     recorder = Recorder()
     with recorder, recorder.saving([]):

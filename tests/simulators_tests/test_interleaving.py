@@ -1,17 +1,18 @@
-"""Unequal model chunks in Megatron's interleaved schedule (simulators/interleaving.py)."""
+"""Unequal model chunks in Megatron's interleaved schedule
+(autotune/simulators/interleaving.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-import catalog
-from simulators import Layout
-from simulators.analytical_stages import FLOATS
-from simulators.analytical_stages import in_flight
-from simulators.hierarchical.inter_stage import run_pipeline
-from simulators.interleaving import held_chunks
-from simulators.interleaving import slowdown
-from simulators.layout import deal_chunks
+from autotune import catalog
+from autotune.simulators import Layout
+from autotune.simulators.analytical_stages import FLOATS
+from autotune.simulators.analytical_stages import in_flight
+from autotune.simulators.hierarchical.inter_stage import run_pipeline
+from autotune.simulators.interleaving import held_chunks
+from autotune.simulators.interleaving import slowdown
+from autotune.simulators.layout import deal_chunks
 
 
 def _event_over_closed(

@@ -9,12 +9,12 @@ import dataclasses
 
 import pytest
 
-from simulators import Layout
-from simulators import LayoutError
-from simulators import ModelSpec
-from simulators import SpecError
-from simulators import TrainSpec
-from simulators.layout import RULE_NAMES
+from autotune.simulators import Layout
+from autotune.simulators import LayoutError
+from autotune.simulators import ModelSpec
+from autotune.simulators import SpecError
+from autotune.simulators import TrainSpec
+from autotune.simulators.layout import RULE_NAMES
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
 from tests.simulators_tests._specs import model

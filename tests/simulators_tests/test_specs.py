@@ -7,13 +7,13 @@ import re
 
 import pytest
 
-import catalog
-from simulators import DeviceSpec
-from simulators import Layout
-from simulators import LinkSpec
-from simulators import ModelSpec
-from simulators import SpecError
-from simulators.specs import CARD_FIELDS
+from autotune import catalog
+from autotune.simulators import DeviceSpec
+from autotune.simulators import Layout
+from autotune.simulators import LinkSpec
+from autotune.simulators import ModelSpec
+from autotune.simulators import SpecError
+from autotune.simulators.specs import CARD_FIELDS
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train

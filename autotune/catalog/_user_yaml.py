@@ -1,0 +1,146 @@
+"""YAML files are checked before they are loaded: bounded in size, and without aliases.
+
+YAML's anchors and aliases (``&a``, ``*a``) let a file of a few hundred bytes stand for a
+tree of billions of nodes ("billion laughs"): the YAML parser shares them, but OmegaConf
+copies every one while it builds the config, so the load never ends. No config file of this
+project needs them (none uses them), so a file that holds one is refused by its line, as is a
+file beyond :data:`MAX_YAML_BYTES`; without aliases, loading a file takes time in proportion
+to its size. Checked here: every file Hydra may compose (``conf/`` and each folder of
+``hydra.searchpath``, where a user keeps their own models and clusters) and every
+``calibration=`` file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from collections.abc import Iterator
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
+from autotune.simulators import UserError
+from autotune.simulators.names import one_line
+
+__all__ = ["MAX_SCANNED_ENTRIES", "MAX_YAML_BYTES", "check_config_folders", "check_yaml_file"]
+
+# Bytes in one YAML file: a calibration of 100,000 measured rows takes about 15 MB, and the
+# largest file of conf/ has a few KB; a larger file is not a config (a data dump, a disk image).
+MAX_YAML_BYTES = 16 * 2**20
+# Files and folders looked at under one config folder: conf/ holds about 60, so a folder with
+# more is not a config folder (a home or /), and walking it would take minutes.
+MAX_SCANNED_ENTRIES = 10_000
+
+_SUFFIXES = (".yaml", ".yml")
+_Parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: 10x faster
+
+
+def check_yaml_file(path: Path) -> None:
+    """Refuse a YAML file that is too large or holds an anchor or an alias.
+
+    Raises:
+        UserError: one line naming the file (and the line) and what is allowed.
+    """
+    shown = one_line(str(path))
+    try:
+        if not path.is_file():  # a pipe or a device could be read forever
+            raise UserError(f"{shown}: not a regular file")
+        with path.open("rb") as file:
+            text = file.read(MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise UserError(f"{shown}: cannot be read: {exc.strerror or exc}") from None
+    if len(text) > MAX_YAML_BYTES:
+        raise UserError(f"{shown}: a YAML file read here holds at most {MAX_YAML_BYTES:,} bytes")
+    digest = hashlib.blake2b(text).digest()
+    if digest not in _CLEAN:
+        _check_events(shown, text)
+        _CLEAN.add(digest)
+
+
+_CLEAN: set[bytes] = set()  # digests of the texts found clean: each text is scanned once
+
+
+def _check_events(shown: str, text: bytes) -> None:
+    """Scan the text's YAML events (no object is built) for an anchor or an alias."""
+    try:
+        for event in yaml.parse(text, Loader=_Parser):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                line = event.start_mark.line + 1
+                raise UserError(
+                    f"{shown}, line {line}: YAML anchors and aliases (&name, *name) are not "
+                    "allowed; write the values out (an alias can stand for billions of nodes)"
+                )
+    except yaml.YAMLError as exc:
+        reason = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{shown}{where}: not valid YAML: {one_line(reason)}") from None
+
+
+def check_config_folders(conf_dir: Path, overrides: Sequence[str]) -> None:
+    """Check every YAML file Hydra may compose: those of ``conf_dir`` and of each folder that
+    the overrides add to ``hydra.searchpath`` (``file://`` or a plain path; ``pkg://``).
+
+    Raises:
+        UserError: the first file refused, or a search folder too large to be config.
+    """
+    for folder in (conf_dir, *_search_folders(overrides)):
+        for path in _yaml_files(folder):
+            check_yaml_file(path)
+
+
+def _search_folders(overrides: Sequence[str]) -> list[Path]:
+    """The folders of ``hydra.searchpath`` that the overrides set (a malformed override is left
+    to Hydra, which refuses it)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return []
+    folders: list[Path] = []
+    for override in parsed:
+        if override.key_or_group != "hydra.searchpath":
+            continue
+        value = override.value()
+        entries = value if isinstance(value, list) else [value]
+        folders += [f for f in map(_folder, map(str, entries)) if f is not None]
+    return folders
+
+
+def _folder(entry: str) -> Path | None:
+    """The folder of one search path entry (None: a package that is not installed)."""
+    scheme, _, rest = entry.rpartition("://")
+    if scheme != "pkg":
+        return Path(rest)
+    try:
+        spec = importlib.util.find_spec(rest)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+def _yaml_files(folder: Path) -> Iterator[Path]:
+    """The YAML files under ``folder``, through links as Hydra follows them (each folder once;
+    hidden folders, which no config group is, skipped).
+
+    Raises:
+        UserError: more than :data:`MAX_SCANNED_ENTRIES` entries under it.
+    """
+    seen, visited = 0, set()
+    for root, folders, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        folders[:] = [] if real in visited else sorted(f for f in folders if f[0] != ".")
+        if real in visited:
+            continue
+        visited.add(real)
+        seen += len(folders) + len(files)
+        if seen > MAX_SCANNED_ENTRIES:
+            raise UserError(
+                f"config folder {one_line(str(folder))}: more than {MAX_SCANNED_ENTRIES:,} "
+                "files and folders; give the folder that holds the config groups (model/, ...)"
+            )
+        yield from (Path(root) / name for name in sorted(files) if name.endswith(_SUFFIXES))

@@ -1,0 +1,278 @@
+"""Read a schema-v1 measurement file and either return it whole or refuse it whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from autotune.dataset._clusters import cluster_names
+from autotune.dataset._schema import COLUMNS
+from autotune.dataset._schema import Column
+from autotune.dataset._specs import records
+from autotune.dataset._specs import row_to_specs
+from autotune.simulators.errors import DataFileError
+from autotune.simulators.errors import SpecError
+from autotune.simulators.limits import MEMORY_SLACK
+from autotune.simulators.limits import REPEAT_TOLERANCE
+from autotune.simulators.limits import THROUGHPUT_TOLERANCE
+
+__all__ = ["load_measurements"]
+
+_FIRST_LINE = 2  # data rows start on line 2 of a CSV file (line 1 is the header)
+# What pandas and pyarrow raise on a file that is not a readable table.
+_READ_ERRORS = (ValueError, OSError, NotImplementedError, pd.errors.ParserError)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """The data rows as text, indexed by their line, without blank lines or rows of empty cells.
+
+    (A quoted cell that spans lines counts as one line.)
+    """
+    cells = pd.read_csv(
+        path, dtype=str, keep_default_na=False, header=None, skip_blank_lines=False
+    )
+    header = [str(name).strip() for name in cells.iloc[0]]
+    frame = cells.iloc[1:].set_axis(header, axis="columns")
+    frame.index = frame.index + 1  # line numbers: row 0 was the header, line 1
+    filled = frame.apply(lambda column: column.str.strip() != "")
+    return frame[filled.any(axis="columns")]
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """The rows as text, empty where missing, numbered as the lines of the same CSV."""
+    frame = pd.read_parquet(path).astype(object)
+    frame = frame.where(frame.notna(), "").map(str)
+    frame.columns = [str(name) for name in frame.columns]
+    frame.index = pd.RangeIndex(_FIRST_LINE, _FIRST_LINE + len(frame))
+    return frame
+
+
+def _read_text_cells(path: Path) -> pd.DataFrame:
+    """Every cell as a string, empty where missing, so that parsing is ours alone."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return _read_csv(path)
+    if suffix in (".parquet", ".pq"):
+        return _read_parquet(path)
+    raise DataFileError(f"{path}: expected a .csv or .parquet file, got {suffix or 'no suffix'!r}")
+
+
+def _header_problems(path: Path, raw: pd.DataFrame) -> list[str]:
+    """Columns named twice, and columns with cells but no name."""
+    names = list(raw.columns)
+    problems = [
+        f"{path.name}, line 1: column {name!r} appears {names.count(name)} times"
+        for name in dict.fromkeys(names)
+        if name and names.count(name) > 1
+    ]
+    for position, name in enumerate(names, start=1):
+        if not name and (raw.iloc[:, position - 1].str.strip() != "").any():
+            problems.append(f"{path.name}, line 1: column {position} has cells but no name")
+    return problems
+
+
+def load_measurements(path: str | Path) -> pd.DataFrame:
+    """Load and validate a measurement table in schema v1 (CSV or Parquet).
+
+    Returns the table with every schema column present, parsed (ints, floats, bools) and with
+    defaults filled; extra columns are kept as text. Rows are numbered as lines of the CSV
+    file (the header is line 1; ``attrs["lines"]`` and ``attrs["files"]``); blank lines and
+    rows of empty cells are skipped. A well-formed row whose layout breaks a rule loads:
+    :func:`dataset.priceable_rows` sets it apart.
+
+    Raises:
+        DataFileError: listing every problem at once (file, line, column, what was expected).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataFileError(f"{path}: no such file")
+    try:
+        raw = _read_text_cells(path)
+    except _READ_ERRORS as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise DataFileError(f"{path}: cannot be read: {reason}") from None
+    if raw.empty:
+        raise DataFileError(f"{path}: no data rows")
+    problems = _header_problems(path, raw)
+    if problems:
+        raise DataFileError(_message(path, problems))
+    raw = raw.drop(columns=[""], errors="ignore")  # unnamed and empty, as after a trailing comma
+    missing = [c.name for c in COLUMNS if c.required and c.name not in raw.columns]
+    if missing:
+        problems.append(f"{path}: missing required column(s): {', '.join(missing)}")
+    bad_rows: set[Any] = set()
+    parsed = {
+        c.name: pd.Series(
+            _parse_column(path, raw, c, problems, bad_rows), index=raw.index, dtype=c.dtype
+        )
+        for c in COLUMNS
+    }
+    table = pd.DataFrame(parsed)
+    extra = [c for c in raw.columns if c not in parsed]
+    table = pd.concat([table, raw[extra]], axis=1)
+    table["sequence_parallel"] = table["sequence_parallel"].fillna(table["tp"] > 1)
+    if not missing:  # the rules across rows and columns, on every row whose cells all parsed
+        checked = table.drop(index=list(bad_rows))
+        problems.extend(_row_problems(path, checked))
+        problems.extend(_duplicate_problems(path, checked))
+        problems.extend(_conflict_problems(path, checked))
+    if problems:
+        raise DataFileError(_message(path, problems))
+    lines = [int(line) for line in table.index]
+    table = table.reset_index(drop=True)
+    table.attrs["lines"] = lines  # the CSV line of each row, for messages that name rows
+    table.attrs["files"] = [path.name] * len(lines)  # and its file
+    return table
+
+
+def _parse_column(
+    path: Path, raw: pd.DataFrame, column: Column, problems: list[str], bad_rows: set[Any]
+) -> list[Any]:
+    """Parse one column; each cell that fails adds a problem and marks its row bad.
+
+    Each distinct cell is parsed once, so a column costs one parse per distinct value.
+    """
+    if column.name not in raw.columns:
+        return [column.default] * len(raw)
+    cells = raw[column.name].str.strip().tolist()
+    outcomes = {cell: _parse_cell(column, cell) for cell in set(cells)}
+    failed = {cell for cell, (_, expected) in outcomes.items() if expected}
+    if failed:
+        for line, cell in zip(raw.index, cells, strict=True):
+            if cell in failed:
+                problems.append(f"{_where(path, line, column.name)}: {outcomes[cell][1]}")
+                bad_rows.add(line)
+    return [outcomes[cell][0] for cell in cells]
+
+
+def _parse_cell(column: Column, cell: str) -> tuple[Any, str]:
+    """The parsed value of one stripped cell, and what was expected if it failed ("" if not)."""
+    if cell == "":
+        return column.default, "required, found empty" if column.required else ""
+    try:
+        return column.parse(cell), ""
+    except ValueError as exc:
+        return column.default, f"expected {exc}, got {cell!r}"
+
+
+def _row_problems(path: Path, table: pd.DataFrame) -> list[str]:
+    """Rules across columns: a known cluster, specs that can be built, a time for ok rows,
+    figures that agree. A layout that breaks a rule of ``Layout.violations`` is no problem of
+    the file: the commands skip its row, naming the rule (:func:`dataset.priceable_rows`)."""
+    problems: list[str] = []
+    known = set(cluster_names())
+    for line, row in zip(table.index, records(table), strict=True):
+        if row["status"] == "ok" and row["step_time_s"] is None:
+            problems.append(
+                f"{_where(path, line, 'step_time_s')}: required when status is ok, found empty"
+            )
+        if row["cluster"] not in known:
+            problems.append(
+                f"{_where(path, line, 'cluster')}: expected one of {', '.join(sorted(known))} "
+                f"(conf/cluster/*.yaml), got {row['cluster']!r}"
+            )
+            continue
+        try:
+            _, cluster, _, _ = row_to_specs(row)
+        except SpecError as exc:
+            problems.append(f"{_where(path, line, 'model/layout')}: {exc}")
+            continue
+        problems.extend(_figure_problems(path, line, row, cluster.device.memory_gib))
+    return problems
+
+
+def _figure_problems(path: Path, line: Any, row: dict[str, Any], capacity_gib: float) -> list[str]:
+    """A row's measured figures against each other and its device: a peak above the device
+    memory in a run that fit, a throughput that is not the step time's
+    (autotune/simulators/limits.py gives each tolerance)."""
+    problems = []
+    peak = row["peak_memory_gib"]
+    if row["status"] == "ok" and peak is not None and peak > capacity_gib * (1 + MEMORY_SLACK):
+        problems.append(
+            f"{_where(path, line, 'peak_memory_gib')}: {peak:g} GiB is more than the device's "
+            f"{capacity_gib:g} GiB, in a run that fit (its device memory, or a peak in other "
+            "units?)"
+        )
+    step_s, tokens = row["step_time_s"], row["tokens_per_s_per_device"]
+    if step_s is not None and tokens is not None:
+        implied = row["global_batch_size"] * row["seq_len"] / (step_s * row["num_devices"])
+        if not 1 / (1 + THROUGHPUT_TOLERANCE) <= tokens / implied <= 1 + THROUGHPUT_TOLERANCE:
+            problems.append(
+                f"{_where(path, line, 'tokens_per_s_per_device')}: {tokens:g}, but "
+                f"global_batch_size x seq_len / (step_time_s x num_devices) = {implied:.4g}; "
+                "one of the two is in other units (a time in ms, tokens/s of all devices?)"
+            )
+    return problems
+
+
+def _duplicate_problems(path: Path, table: pd.DataFrame) -> list[str]:
+    """Rows equal to an earlier row in every column, each named with the line it repeats."""
+    repeated = table[table.duplicated(keep=False)]
+    if repeated.empty:
+        return []
+    groups = repeated.groupby(list(repeated.columns), dropna=False, sort=False).ngroup()
+    first: dict[int, Any] = {}
+    problems = []
+    for line, group in groups.items():
+        if group in first:
+            problems.append(
+                f"{path.name}, line {line}: the same value in every column as line "
+                f"{first[group]} (an exact duplicate)"
+            )
+        else:
+            first[group] = line
+    return problems
+
+
+# What a repeat of a measurement may differ in: the figures measured, the peer's prediction,
+# where it comes from and the model's display name. Not the scenario: one scenario's rows
+# share a setup that another's may not have (dlperf's scenarios are two code bases).
+_NOT_THE_RUN = (
+    "status",
+    "step_time_s",
+    "tokens_per_s_per_device",
+    "peak_memory_gib",
+    "predictor",
+    "predicted_step_time_s",
+    "source_ref",
+    "license",
+    "model",
+)
+
+
+def _conflict_problems(path: Path, table: pd.DataFrame) -> list[str]:
+    """Rows of the same scenario, job and layout (every column but :data:`_NOT_THE_RUN`
+    equal) that disagree: one ran and one ran out of memory, or their step times are more than
+    ``REPEAT_TOLERANCE`` apart. Each names both lines and what they measured."""
+    key = [c.name for c in COLUMNS if c.name not in _NOT_THE_RUN]
+    groups = table.groupby(key, dropna=False, sort=False).ngroup()
+    repeated = table[groups.duplicated(keep=False)]
+    problems = []
+    for _, rows in repeated.groupby(groups[repeated.index], sort=False):
+        lines = rows.index.tolist()
+        statuses = dict(zip(rows["status"], lines, strict=True))
+        if "ok" in statuses and "oom" in statuses:
+            problems.append(
+                f"{path.name}, lines {statuses['ok']} and {statuses['oom']}: the same job and "
+                "layout ran (status ok) and ran out of memory (status oom)"
+            )
+        times = rows["step_time_s"].dropna()
+        if len(times) > 1 and times.max() > times.min() * (1 + REPEAT_TOLERANCE):
+            fast, slow = times.idxmin(), times.idxmax()
+            problems.append(
+                f"{path.name}, lines {fast} and {slow}: the same job and layout measured "
+                f"{times[fast]:g} s and {times[slow]:g} s per step, more than "
+                f"{REPEAT_TOLERANCE:.0%} apart (repeated runs differ by a few percent)"
+            )
+    return problems
+
+
+def _where(path: Path, line: Any, column: str) -> str:
+    return f"{path.name}, line {line}, column {column}"
+
+
+def _message(path: Path, problems: list[str]) -> str:
+    head = f"{path}: {len(problems)} problem(s); the file was not loaded:"
+    return "\n  - ".join([head, *problems])

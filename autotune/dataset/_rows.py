@@ -1,0 +1,112 @@
+"""The rows of a loaded table that a simulator can price, and the rows it cannot, by rule.
+
+A well-formed row may still describe a layout that breaks a rule of
+:meth:`simulators.Layout.violations` (degrees that do not multiply to the devices, tp not
+dividing the heads, an expert grid larger than the world, ...): no simulator prices it. The
+commands that read measured rows (the benchmark, ``calibrate``, the probe loop's ``measured=``)
+set such rows apart with :func:`priceable_rows` and report each one with its file, line,
+layout and the rules it breaks, in the rules' own words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from autotune.dataset._specs import Specs
+from autotune.dataset._specs import table_specs
+
+__all__ = ["PriceableRows", "SkippedRow", "priceable_rows", "take_rows"]
+
+_FIRST_LINE = 2  # the first data row of a CSV file (line 1 is the header)
+_PLACES = ("lines", "files")  # the attrs that say where each row of a loaded table comes from
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedRow:
+    """A row left out because its layout breaks a rule: where it is, what it is, and why.
+
+    ``rules`` are the names of the broken rules (:data:`autotune.simulators.layout.RULE_NAMES`),
+    ``reasons`` their sentences.
+    """
+
+    file: str
+    line: int
+    source: str
+    layout: str
+    rules: tuple[str, ...]
+    reasons: tuple[str, ...]
+
+    @property
+    def place(self) -> str:
+        """``runs.csv, line 3`` (``line 3`` for a table that no file gave)."""
+        return f"{self.file}, line {self.line}" if self.file else f"line {self.line}"
+
+    def describe(self) -> str:
+        """One line: the place, the layout and every broken rule's sentence."""
+        return f"{self.place}: layout {self.layout}: {'; '.join(self.reasons)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field by name (the JSON form)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PriceableRows:
+    """A loaded table split by the layout rules.
+
+    ``table``: the rows whose layout keeps every rule, in order and renumbered from 0 (each
+    keeps its file and line); ``specs``: theirs; ``skipped``: the others.
+    """
+
+    table: pd.DataFrame
+    specs: list[Specs]
+    skipped: tuple[SkippedRow, ...]
+
+
+def _places(table: pd.DataFrame) -> list[tuple[str, int]]:
+    """The file and the line of each row of a loaded table (``("", n)``, as if a CSV file's,
+    for a table built otherwise)."""
+    lines, files = (table.attrs.get(key) for key in _PLACES)
+    if lines is not None and files is not None and len(lines) == len(files) == len(table):
+        return list(zip(files, lines, strict=True))
+    return [("", position + _FIRST_LINE) for position in range(len(table))]
+
+
+def take_rows(table: pd.DataFrame, positions: Iterable[int]) -> pd.DataFrame:
+    """The rows at ``positions``, renumbered from 0, each keeping the file and line it came
+    from (``attrs["lines"]``, ``attrs["files"]``)."""
+    chosen = [int(position) for position in positions]
+    taken = table.iloc[chosen].reset_index(drop=True)
+    for key in _PLACES:
+        values = table.attrs.get(key)
+        if values is not None and len(values) == len(table):
+            taken.attrs[key] = [values[i] for i in chosen]
+        else:
+            taken.attrs.pop(key, None)
+    return taken
+
+
+def priceable_rows(table: pd.DataFrame) -> PriceableRows:
+    """Split a loaded table (:func:`dataset.load_measurements`) into the rows a simulator can
+    price and those whose layout breaks a rule (:meth:`simulators.Layout.broken_rules`)."""
+    specs = table_specs(table)
+    sources = table["source"].fillna("").astype(str).tolist()
+    kept: list[int] = []
+    skipped: list[SkippedRow] = []
+    for position, (spec, (file, line), source) in enumerate(
+        zip(specs, _places(table), sources, strict=True)
+    ):
+        broken = spec[3].broken_rules(*spec[:3])
+        if not broken:
+            kept.append(position)
+            continue
+        reasons = tuple(sentence for sentences in broken.values() for sentence in sentences)
+        skipped.append(
+            SkippedRow(file, int(line), source, spec[3].describe(), tuple(broken), reasons)
+        )
+    return PriceableRows(take_rows(table, kept), [specs[i] for i in kept], tuple(skipped))

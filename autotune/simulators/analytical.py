@@ -1,0 +1,654 @@
+"""The closed-form simulator: roofline operators, alpha-beta collectives, pipeline formulas.
+
+Per micro-batch and pipeline stage it adds up the time of every layer's GEMMs (roofline),
+flash attention, memory-bound elementwise work and kernel launches, plus the exposed tensor,
+context and expert parallel communication. The pipeline runs ``m`` micro-batches at the pace
+of the slowest stage plus a fill-and-drain bubble divided by the virtual stages
+(Narayanan et al. 2021, docs/reference.md 3.4). Data-parallel gradient reduction hides behind the
+last micro-batch's backward where the framework overlaps it; then the first and last stages
+all-reduce a tied embedding's gradient. Memory is weights, gradients and optimizer states
+(sharded by DP or expert-DP with the distributed optimizer, docs/reference.md 3.2) plus the
+activations of the micro-batches the schedule holds in flight (Korthikanti et al. 2022 with
+flash attention, docs/reference.md 3.3), checked on every pipeline rank.
+
+One layer is priced in :mod:`autotune.simulators.analytical_layer`, a pipeline stage in
+:mod:`autotune.simulators.analytical_stages` (for one layout and for many), many layouts at once in
+:mod:`autotune.simulators.analytical_batch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from operator import attrgetter
+from typing import Any
+from typing import NamedTuple
+
+from autotune.simulators._checks import constants_from_mapping
+from autotune.simulators._checks import require_positive
+from autotune.simulators._checks import require_share
+from autotune.simulators.analytical_batch import BatchPrediction
+from autotune.simulators.analytical_batch import simulate_batch
+from autotune.simulators.analytical_layer import dtype_bytes
+from autotune.simulators.analytical_layer import gemm_pass_s
+from autotune.simulators.analytical_layer import gemm_time_s
+from autotune.simulators.analytical_layer import layer_bytes
+from autotune.simulators.analytical_layer import layer_times_s
+from autotune.simulators.analytical_stages import FLOATS
+from autotune.simulators.analytical_stages import GIB
+from autotune.simulators.analytical_stages import JobRates
+from autotune.simulators.analytical_stages import LayerCost
+from autotune.simulators.analytical_stages import ModelParams
+from autotune.simulators.analytical_stages import RankTerms
+from autotune.simulators.analytical_stages import Stage
+from autotune.simulators.analytical_stages import StageDetail
+from autotune.simulators.analytical_stages import StageShape
+from autotune.simulators.analytical_stages import chunk_slowdown
+from autotune.simulators.analytical_stages import exposed_dp_s
+from autotune.simulators.analytical_stages import interleaved_bubble_s
+from autotune.simulators.analytical_stages import memory_bytes
+from autotune.simulators.analytical_stages import rank_in_flight
+from autotune.simulators.analytical_stages import stage
+from autotune.simulators.analytical_stages import stage_detail
+from autotune.simulators.analytical_stages import stage_shape
+from autotune.simulators.analytical_stages import step_breakdown
+from autotune.simulators.analytical_stages import throughput
+from autotune.simulators.collectives import GroupPlacement
+from autotune.simulators.collectives import all_gather_time_s
+from autotune.simulators.collectives import all_reduce_time_s
+from autotune.simulators.collectives import p2p_time_s
+from autotune.simulators.collectives import reduce_scatter_time_s
+from autotune.simulators.device_memory import churning_bytes
+from autotune.simulators.device_memory import churning_grad_bytes
+from autotune.simulators.device_memory import fragmentation_bytes
+from autotune.simulators.device_memory import reserved_bytes
+from autotune.simulators.errors import SpecError
+from autotune.simulators.interleaving import unequal_chunks
+from autotune.simulators.layout import LAYER_COST_FIELDS
+from autotune.simulators.layout import LAYOUT_FIELDS
+from autotune.simulators.layout import Layout
+from autotune.simulators.prediction import Prediction
+from autotune.simulators.specs import ClusterSpec
+from autotune.simulators.specs import ModelSpec
+from autotune.simulators.specs import TrainSpec
+from autotune.simulators.states import StateBytes
+from autotune.simulators.states import fp8_primary_params
+from autotune.simulators.states import gathered_weight_bytes
+from autotune.simulators.states import grad_accumulation_bytes
+from autotune.simulators.states import optimizer_step_s
+from autotune.simulators.states import state_bytes_of
+from autotune.simulators.states import state_memory_bytes
+from autotune.simulators.states import tied_embedding_grad_bytes
+
+__all__ = ["AnalyticalConstants", "AnalyticalSimulator", "BatchPrediction", "gemm_time_s"]
+
+
+# The keys of the unfused attention's bytes per score element (conf/simulator/analytical.yaml).
+_SCORE_BYTES_KEYS = {
+    "unfused_attention_bytes_per_score": {
+        "forward_gemm",
+        "forward_elementwise",
+        "backward_gemm",
+        "backward_elementwise",
+        "saved",
+    },
+    "unfused_attention_fp32_bytes_per_score": {
+        "forward_gemm",
+        "forward_elementwise",
+        "backward_gemm",
+        "backward_elementwise",
+        "saved",
+    },
+    "unfused_attention_dropout_bytes_per_score": {
+        "forward_elementwise",
+        "backward_elementwise",
+        "saved",
+    },
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnalyticalConstants:
+    """The simulator's own constants; ``conf/simulator/analytical.yaml`` gives their sources."""
+
+    attention_efficiency: float
+    attention_backward_factor: float
+    kernels_per_layer_forward: int
+    kernel_overhead_us: float
+    host_ops_per_layer_forward: int
+    host_ops_per_layer_backward: int
+    host_ops_per_checkpoint_forward: int
+    host_ops_per_checkpoint_backward: int
+    host_op_overhead_us: float
+    unfused_attention_bytes_per_score: Mapping[str, float]
+    unfused_attention_fp32_bytes_per_score: Mapping[str, float]
+    unfused_attention_dropout_bytes_per_score: Mapping[str, float]
+    cp_comm_overlap: bool
+    optimizer_traffic_bytes_per_param: float
+    allocator_fragmentation: float
+    reserved_memory_gib: float | None  # None: the device's runtime and the communicators'
+
+    def __post_init__(self) -> None:
+        require_positive(
+            "analytical simulator",
+            attention_efficiency=self.attention_efficiency,
+            attention_backward_factor=self.attention_backward_factor,
+        )
+        require_share("analytical simulator", allocator_fragmentation=self.allocator_fragmentation)
+        for name, keys in _SCORE_BYTES_KEYS.items():
+            given = set(getattr(self, name))
+            if given != keys:
+                raise SpecError(
+                    f"simulator analytical: {name} has keys {', '.join(sorted(given))}; "
+                    f"expected {', '.join(sorted(keys))}"
+                )
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> AnalyticalConstants:
+        """Build from ``conf/simulator/analytical.yaml``; unknown or missing keys raise."""
+        return constants_from_mapping(cls, values, "simulator analytical")
+
+
+class AnalyticalSimulator:
+    """Closed-form step time and memory; microseconds per layout, or many layouts at once
+    with numpy (:meth:`simulate_many`).
+
+    Example:
+        >>> from autotune import catalog
+        >>> catalog.load_simulator("analytical").name
+        'analytical'
+    """
+
+    name = "analytical"
+
+    def __init__(self, constants: AnalyticalConstants) -> None:
+        self.constants = constants
+        self._jobs: dict[tuple[ModelSpec, ClusterSpec, TrainSpec], _Job] = {}
+        self._last: _Job | None = None
+
+    @classmethod
+    def from_config(cls, constants: Mapping[str, Any]) -> AnalyticalSimulator:
+        return cls(AnalyticalConstants.from_mapping(constants))
+
+    def simulate(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        return _simulate(self._job(model, cluster, train), layout)
+
+    def simulate_many(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layouts: Sequence[Layout]
+    ) -> BatchPrediction:
+        """Price ``layouts`` at once with numpy: the numbers of :meth:`simulate`, as arrays.
+
+        Like :meth:`simulate`, it assumes every layout is valid.
+        """
+        return simulate_batch(self._job(model, cluster, train), layouts)
+
+    def _job(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> _Job:
+        job = self._last
+        if job is None or (job.model, job.cluster, job.train) != (model, cluster, train):
+            key = (model, cluster, train)
+            job = self._jobs.get(key)
+            if job is None:
+                job = self._jobs[key] = _Job(model, cluster, train, self.constants)
+            self._last = job
+        return job
+
+
+def _fields_but(*names: str) -> tuple[str, ...]:
+    return tuple(name for name in LAYOUT_FIELDS if name not in names)
+
+
+class _Job:
+    """One job (model, cluster, training step) as this simulator prices it: what all its
+    layouts share, and the pieces of their prices met so far.
+
+    Each piece of a layout's price depends on a few of its fields, named by the ``*_FIELDS``
+    below: the scalar path caches the pieces by them, the vectorized path
+    (:mod:`autotune.simulators.analytical_batch`) computes each piece once per distinct value of
+    them. Most are every field but those known not to matter, so that a new field is in them until
+    shown otherwise.
+    """
+
+    LAYER_FIELDS = LAYER_COST_FIELDS  # what one layer costs (Layout.layer_key)
+    LAYER_TIMES_FIELDS = tuple(name for name in LAYER_FIELDS if name != "recompute")
+    SHAPE_FIELDS = ("pp", "layer_split", "recompute", "recompute_layers")  # kinds and shares
+    P2P_FIELDS = _fields_but(
+        "ep", "vpp", "recompute", "recompute_layers", "layer_split", "distributed_optimizer"
+    )
+    LOGITS_FIELDS = _fields_but(
+        "dp",
+        "pp",
+        "ep",
+        "vpp",
+        "recompute",
+        "recompute_layers",
+        "layer_split",
+        "sequence_parallel",
+        "distributed_optimizer",
+    )
+    EMBEDDING_FIELDS = ("dp", "tp", "pp", "cp")  # the tied embedding's gradient all-reduce
+    RESERVED_FIELDS = ("dp", "tp", "pp", "cp", "ep")  # the communicators a rank uses
+    # a micro-batch's gradient accumulation: the optimizer's buffers, the micro-batches
+    ACCUMULATE_FIELDS = ("distributed_optimizer", "dp", "micro_batch")
+    # the stages; the optimizer mode only through the accumulation, keyed by its value
+    PIPELINE_FIELDS = _fields_but("distributed_optimizer")
+    TERMS_FIELDS = _fields_but(  # what a rank's parameters cost beyond its layers
+        "micro_batch", "recompute", "recompute_layers", "layer_split", "sequence_parallel", "vpp"
+    )
+
+    def __init__(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, c: AnalyticalConstants
+    ) -> None:
+        self.model, self.cluster, self.train, self.constants = model, cluster, train, c
+        self.params = ModelParams.of(model)
+        self.rates = JobRates(
+            tokens_per_step=train.tokens_per_step,
+            model_flops=model.flops_per_token(train.seq_len) * train.tokens_per_step,
+            peak_flops=cluster.device.peak_flops(train.precision),  # FP8: of the FP8 peak
+        )
+        self._layers: dict[tuple[object, ...], tuple[LayerCost, LayerCost]] = {}
+        self._layer_times: dict[object, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+        self._shapes: dict[tuple[int, tuple[int, ...] | None], StageShape] = {}
+        self._terms: dict[tuple[object, ...], RankTerms] = {}
+        self._pipelines: dict[tuple[object, ...], _Pipeline] = {}
+        self._p2p: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._accumulate: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._logits: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._data_parallel: dict[tuple[object, ...], _DataParallel] = {}
+        self._embedding_sync: dict[tuple[object, ...], float] = {}
+
+    def layer_costs(self, layout: Layout) -> tuple[LayerCost, LayerCost]:
+        """(dense, MoE) layer of ``layout`` (the dense one twice for a dense model)."""
+        key = _LAYER_KEY(layout)
+        costs = self._layers.get(key)
+        if costs is None:
+            times_key = _LAYER_TIMES_KEY(layout)
+            times = self._layer_times.get(times_key)
+            if times is None:
+                times = self._layer_times[times_key] = self._dense_and_moe(layer_times_s, layout)
+            nbytes = self._dense_and_moe(layer_bytes, layout)
+            dense, moe = (LayerCost(*t, *b) for t, b in zip(times, nbytes, strict=True))
+            costs = self._layers[key] = (dense, moe)
+        return costs
+
+    def _dense_and_moe(
+        self, part: Callable[..., tuple[float, ...]], layout: Layout
+    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """``part`` of the dense and the MoE layer (the dense one twice for a dense model)."""
+        model, cluster, train, c = self.model, self.cluster, self.train, self.constants
+        dense = part(model, False, cluster, train, layout, c)
+        return dense, part(model, True, cluster, train, layout, c) if model.is_moe else dense
+
+    def reserved_bytes(self, layout: Layout) -> float:
+        """What the rank holds outside the allocator: the simulator's fixed figure where it
+        sets one (a calibration), else the runtime's part and the communicators' buffers."""
+        fixed = self.constants.reserved_memory_gib
+        if fixed is not None:
+            return fixed * GIB
+        return reserved_bytes(self.model, self.cluster, layout)
+
+    def shape(self, layout: Layout) -> StageShape:
+        """The pipeline ranks of ``layout`` grouped into kinds."""
+        key = (layout.pp, layout.layer_split)
+        shape = self._shapes.get(key)
+        if shape is None:
+            split = layout.stage_layers(self.model, self.train)
+            shape = self._shapes[key] = stage_shape(self.model, split)
+        return shape
+
+    def shares(self, layout: Layout, shape: StageShape) -> list[float]:
+        """Per kind of rank, the share of its layers that full recompute checkpoints."""
+        return [layout.recomputed_layers(d + m) / (d + m) for d, m, _, _ in shape.kinds]
+
+    def p2p_s(self, layout: Layout) -> tuple[float, float]:
+        """A micro-batch's transfer over each of a rank's two pipeline boundaries, the slower
+        first (:func:`_p2p_s`)."""
+        key = _P2P_KEY(layout)
+        seconds = self._p2p.get(key)
+        if seconds is None:
+            tokens = layout.micro_batch * self.train.seq_len / layout.cp
+            seconds = _p2p_s(self.model, self.cluster, self.train, layout, tokens)
+            self._p2p[key] = seconds
+        return seconds
+
+    def accumulate_s(self, layout: Layout) -> tuple[float, float]:
+        """Seconds per (dense, routed-expert) parameter held that a micro-batch's gradient
+        accumulation takes."""
+        key = _ACCUMULATE_KEY(layout)
+        seconds = self._accumulate.get(key)
+        if seconds is None:
+            bandwidth = self.cluster.device.achieved_memory_bytes_per_s
+            seconds = self._accumulate[key] = (
+                grad_accumulation_bytes(self.train, layout) / bandwidth,
+                grad_accumulation_bytes(self.train, layout, expert=True) / bandwidth,
+            )
+        return seconds
+
+    def logits(self, layout: Layout) -> tuple[float, float]:
+        """(seconds, bytes) of the output layer and loss on the last stage (:func:`_logits`)."""
+        key = _LOGITS_KEY(layout)
+        logits = self._logits.get(key)
+        if logits is None:
+            tokens = layout.micro_batch * self.train.seq_len / layout.cp
+            logits = _logits(self.model, self.cluster, self.train, layout, tokens)
+            self._logits[key] = logits
+        return logits
+
+    def embedding_sync_s(self, layout: Layout) -> float:
+        """The all-reduce of a tied embedding's gradient between the first and the last stage,
+        once per step after the data-parallel reduction (s; 0 when there is none)."""
+        key = _EMBEDDING_KEY(layout)
+        seconds = self._embedding_sync.get(key)
+        if seconds is None:
+            nbytes = tied_embedding_grad_bytes(self.model, self.train, layout)
+            group = layout.group("embedding", self.cluster.devices_per_node)
+            seconds = all_reduce_time_s(nbytes, group, self.cluster) if nbytes else 0.0
+            self._embedding_sync[key] = seconds
+        return seconds
+
+    def pipeline(self, layout: Layout) -> _Pipeline:
+        """The stages of ``layout``, one per kind of pipeline rank, and the pace they set."""
+        accumulate_s = self.accumulate_s(layout)
+        key = (_PIPELINE_KEY(layout), accumulate_s)
+        pipeline = self._pipelines.get(key)
+        if pipeline is None:
+            pipeline = self._pipelines[key] = _pipeline(self, layout, accumulate_s)
+        return pipeline
+
+    def interleaving(self, layout: Layout, shape: StageShape, stages: list[Stage]) -> float:
+        """How much longer unequal chunks make the interleaved schedule than the closed form
+        (:func:`autotune.simulators.analytical_stages.chunk_slowdown`)."""
+        if not unequal_chunks(shape.stage_layers, layout.vpp):
+            return 1.0
+        return chunk_slowdown(
+            layout,
+            shape,
+            layout.num_microbatches(self.train),
+            stages[shape.rank_kinds[-1]].per_microbatch_s,
+            self.logits(layout)[0],
+        )
+
+    def rank_terms(
+        self, dense_params: float, expert_params: float, linear_params: float, layout: Layout
+    ) -> RankTerms:
+        """:meth:`_rank_terms`, once per parameter count and data-parallel layout."""
+        layout_key = _TERMS_KEY(layout)
+        key = (dense_params, expert_params, linear_params, layout_key)
+        terms = self._terms.get(key)
+        if terms is None:
+            data_parallel = self._data_parallel.get(layout_key)
+            if data_parallel is None:
+                data_parallel = self._data_parallel[layout_key] = self._data_parallel_of(layout)
+            terms = self._rank_terms(dense_params, expert_params, linear_params, data_parallel)
+            self._terms[key] = terms
+        return terms
+
+    def _data_parallel_of(self, layout: Layout) -> _DataParallel:
+        cluster, train = self.cluster, self.train
+        return _DataParallel(
+            layout=layout,
+            sizes=state_bytes_of(train, layout),
+            grad_bytes=train.grad_reduce_bytes,
+            dense_group=layout.group("dp_cp", cluster.devices_per_node),
+            expert_group=layout.group("edp", cluster.devices_per_node),
+        )
+
+    def _rank_terms(
+        self,
+        dense_params: float,
+        expert_params: float,
+        linear_params: float,
+        parallel: _DataParallel,
+    ) -> RankTerms:
+        """What the parameters of a pipeline rank cost beyond its layers: the data-parallel
+        gradient reduction and parameter all-gather, the optimizer step, and their memory.
+
+        The framework says in which dtype the reduction runs and whether a distributed
+        optimizer reduce-scatters the gradients (docs/reference.md 7.2).
+        """
+        cluster, train = self.cluster, self.train
+        framework = train.framework
+        layout, sizes, grad_bytes = parallel.layout, parallel.sizes, parallel.grad_bytes
+        reduce_s = gather_s = 0.0
+        fp8_primary = fp8_primary_params(train, layout, linear_params)
+        expert_fp8 = expert_params if fp8_primary else 0.0  # the experts are all linear
+        groups = (
+            (dense_params, fp8_primary - expert_fp8, parallel.dense_group),
+            (expert_params, expert_fp8, parallel.expert_group),
+        )
+        for params, fp8_params, group in groups:
+            if group.size == 1 or params == 0:
+                continue
+            if layout.distributed_optimizer and framework.reduce_scatter_grads:
+                reduce_s += reduce_scatter_time_s(params * grad_bytes, group, cluster)
+            else:
+                reduce_s += all_reduce_time_s(params * grad_bytes, group, cluster)
+            if sizes.sharded_optimizer:  # each rank updated its shard: gather the new weights
+                weight_bytes = gathered_weight_bytes(params, fp8_params, sizes)
+                gather_s += all_gather_time_s(weight_bytes, group, cluster)
+        optimizer_s = optimizer_step_s(
+            dense_params,
+            expert_params,
+            layout,
+            sizes,
+            self.constants.optimizer_traffic_bytes_per_param,
+            cluster.device,
+        )
+        states = state_memory_bytes(dense_params, expert_params, layout, sizes, fp8_primary)
+        if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
+            states["fp8_weights"] = linear_params * cluster.device.fp8_weight_copies
+        return RankTerms(
+            reduce_s=reduce_s,
+            gather_s=gather_s,
+            optimizer_s=optimizer_s,
+            states=states,
+            state_bytes=sum(states.values()),
+        )
+
+
+_LAYER_KEY = attrgetter(*_Job.LAYER_FIELDS)
+_LAYER_TIMES_KEY = attrgetter(*_Job.LAYER_TIMES_FIELDS)
+_P2P_KEY = attrgetter(*_Job.P2P_FIELDS)
+_LOGITS_KEY = attrgetter(*_Job.LOGITS_FIELDS)
+_PIPELINE_KEY = attrgetter(*_Job.PIPELINE_FIELDS)
+_ACCUMULATE_KEY = attrgetter(*_Job.ACCUMULATE_FIELDS)
+_EMBEDDING_KEY = attrgetter(*_Job.EMBEDDING_FIELDS)
+_TERMS_KEY = attrgetter(*_Job.TERMS_FIELDS)
+
+
+# ---- stages, pipeline, data parallelism, memory ----------------------------------------------
+
+
+class _DataParallel(NamedTuple):
+    """What a layout's data parallelism is, whatever the parameters a rank holds: a layout
+    of it, the state bytes per parameter, gradient bytes in the reduction, and the groups
+    that reduce dense and expert gradients."""
+
+    layout: Layout
+    sizes: StateBytes
+    grad_bytes: float
+    dense_group: GroupPlacement
+    expert_group: GroupPlacement
+
+
+class _Pipeline(NamedTuple):
+    """A layout's pipeline: its ranks grouped into kinds, the stage of each kind, the slowest
+    stage and the fill-and-drain bubble (s)."""
+
+    shape: StageShape
+    stages: list[Stage]
+    slowest: Stage
+    bubble_s: float
+
+
+def _pipeline(job: _Job, layout: Layout, accumulate_s: tuple[float, float]) -> _Pipeline:
+    dense, moe = job.layer_costs(layout)
+    shape = job.shape(layout)
+    sends, logits = job.p2p_s(layout), job.logits(layout)
+    selective = layout.recompute == "selective"
+    stages = [
+        stage(
+            job.params,
+            dense,
+            moe,
+            kind,
+            share=share,
+            selective=selective,
+            tp=layout.tp,
+            ep=layout.ep,
+            pp=layout.pp,
+            vpp=layout.vpp,
+            sends=sends,
+            overlap_p2p=job.train.framework.overlap_p2p_comm,
+            accumulate_s=accumulate_s,
+            logits=logits,
+            ops=FLOATS,
+        )
+        for kind, share in zip(shape.kinds, job.shares(layout, shape), strict=True)
+    ]
+    # The pipeline runs at the pace of its slowest rank, plus the fill and drain of the others.
+    kind_s = [s.per_microbatch_s for s in stages]
+    slowest = stages[kind_s.index(max(kind_s))]
+    bubble_s = (sum(map(kind_s.__getitem__, shape.rank_kinds)) - slowest.per_microbatch_s) / (
+        layout.vpp
+    )
+    return _Pipeline(shape, stages, slowest, bubble_s)
+
+
+def _p2p_s(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout, tokens: float
+) -> tuple[float, float]:
+    """A micro-batch's transfer over each of the two pipeline boundaries of the rank whose
+    links are slowest, the slower first (docs/reference.md 7.3).
+
+    The boundary activation is ``tokens x hidden``, 1/tp of it with sequence parallelism.
+    Frameworks that slice sends over TP (DeepSpeed's partitioned pipeline, Megatron-LM's old
+    scatter/gather) send each rank's 1/tp slice and all-gather it over TP on the receiver,
+    inside the node. A pipeline inside one node crosses no node boundary; one with a stage
+    per node crosses one at every boundary; in between, the stages at a node's edge have one
+    boundary on each kind of link.
+    """
+    if layout.pp == 1:
+        return 0.0, 0.0
+    act = dtype_bytes(train.compute_dtype)
+    sliced = train.framework.p2p_tp_sliced and not layout.sequence_parallel
+    full = tokens * model.hidden_size * act
+    send = full / layout.tp if (layout.sequence_parallel or sliced) else full
+    gather = 0.0
+    if sliced and layout.tp > 1:
+        gather = all_gather_time_s(full, layout.group("tp", cluster.devices_per_node), cluster)
+    near, far = (
+        train.framework.boundary_s(p2p_time_s(send, same_node, cluster), gather)
+        for same_node in (True, False)
+    )
+    pipeline = layout.group("pp", cluster.devices_per_node)
+    if pipeline.nodes == 1:
+        return near, near
+    return far, far if pipeline.per_node == 1 else near
+
+
+def _logits(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+    layout: Layout,
+    tokens: float,
+) -> tuple[float, float]:
+    """(seconds, bytes) of the output layer and loss of one micro-batch on the last stage."""
+    vocab = model.vocab_size / layout.tp
+    seconds = sum(
+        gemm_pass_s(tokens, model.hidden_size, vocab, cluster.device, train.compute_dtype)
+    )
+    nbytes = tokens * vocab * train.framework.logits_bytes_per_element
+    return seconds + 2 * nbytes / cluster.device.achieved_memory_bytes_per_s, nbytes
+
+
+def _simulate(job: _Job, layout: Layout) -> Prediction:
+    shape, stages, slowest, bubble_s = job.pipeline(layout)
+    m = layout.num_microbatches(job.train)
+    bubble_s = interleaved_bubble_s(
+        m, slowest.per_microbatch_s, bubble_s, job.interleaving(layout, shape, stages)
+    )
+    embedding_s = job.embedding_sync_s(layout)
+    reserved = job.reserved_bytes(layout)
+    fragmentation = job.constants.allocator_fragmentation
+    terms, kind_dp, kind_bytes, kind_activations, kind_lost = [], [], [], [], []
+    for s, first_rank, kind in zip(stages, shape.first_ranks, shape.kinds, strict=True):
+        t = job.rank_terms(s.dense_params, s.expert_params, s.linear_params, layout)
+        terms.append(t)
+        dp_s = exposed_dp_s(
+            t.reduce_s,
+            t.gather_s,
+            s.last_backward_s,
+            job.train.overlaps_grad_reduce,
+            job.train.overlaps_param_gather,
+            FLOATS,
+        )
+        _, _, first, last = kind
+        dp_s += embedding_s * (first or last)  # the two ends wait for the tied embedding
+        kind_dp.append((dp_s, t.optimizer_s))
+        # The first rank of a kind holds the most micro-batches in flight: its worst rank.
+        activations = s.activation_bytes * rank_in_flight(
+            shape.stage_layers, m, layout.vpp, first_rank
+        )
+        kind_activations.append(activations)
+        churning = churning_bytes(
+            activations + s.working_bytes, t.states["gradients"], job.train, layout
+        )
+        lost = fragmentation_bytes(churning, fragmentation)
+        kind_lost.append(lost)
+        kind_bytes.append(
+            memory_bytes(t.state_bytes, activations, s.working_bytes, reserved, lost)
+        )
+    dp_s, optimizer_s = max(kind_dp, key=sum)
+    breakdown = step_breakdown(m, slowest, dp_s, bubble_s, optimizer_s)
+    step_s = sum(breakdown.values())
+    worst = kind_bytes.index(max(kind_bytes))
+    memory = {
+        **terms[worst].states,
+        "activations": kind_activations[worst],
+        "working": stages[worst].working_bytes,
+        "fragmentation": kind_lost[worst],
+        "reserved": reserved,
+    }
+    tokens_per_s_per_device, mfu = throughput(step_s, layout.world_size, job.rates)
+    return Prediction(
+        step_time_s=step_s,
+        memory_gib=kind_bytes[worst] / GIB,
+        memory_capacity_gib=job.cluster.device.memory_gib,
+        breakdown=breakdown,
+        memory_breakdown_gib={k: v / GIB for k, v in memory.items()},
+        tokens_per_s_per_device=tokens_per_s_per_device,
+        mfu=mfu,
+        detail=StageDetail(
+            partial(_detail, job, layout, shape, stages, terms, (reserved, fragmentation), m)
+        ),
+    )
+
+
+def _detail(
+    job: _Job,
+    layout: Layout,
+    shape: StageShape,
+    stages: list[Stage],
+    terms: list[RankTerms],
+    outside: tuple[float, float],
+    microbatches: int,
+) -> dict[str, object]:
+    return stage_detail(
+        shape,
+        [s.per_microbatch_s for s in stages],
+        [t.state_bytes for t in terms],
+        [s.activation_bytes for s in stages],
+        [s.working_bytes for s in stages],
+        kind_churning_grads=[
+            churning_grad_bytes(t.states["gradients"], job.train, layout) for t in terms
+        ],
+        outside=outside,
+        microbatches=microbatches,
+        vpp=layout.vpp,
+    )

@@ -1,0 +1,390 @@
+"""The training framework: what the software stack does that changes step time or memory.
+
+A simulator never branches on a framework's name; it asks the framework's facts, which live in
+``conf/framework/<name>.yaml`` with their sources (docs/reference.md 7): how the layers are
+split over pipeline stages, whether virtual stages exist, how the data-parallel gradient
+reduction is timed and sized, what a pipeline send carries, and whether FP8 GEMMs exist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from autotune.simulators._checks import constants_from_mapping
+from autotune.simulators._checks import require_choice
+from autotune.simulators._checks import require_non_negative
+from autotune.simulators.errors import SpecError
+
+__all__ = [
+    "CP_A2A_STYLES",
+    "CP_COMM_TYPES",
+    "GRAD_ACCUMULATIONS",
+    "LAYER_SPLITS",
+    "MOE_DISPATCHERS",
+    "OPTIMIZER_MODES",
+    "P2P_EXCHANGES",
+    "FrameworkSpec",
+    "StateBytes",
+    "deepspeed_split",
+    "deepspeed_splits",
+]
+
+# How context parallelism exchanges the sequence (docs/reference.md 3.5):
+#   p2p  ring attention: K and V blocks pass round the CP ring beside the attention kernels
+#        (Megatron-Core --cp-comm-type p2p, MindSpeed --context-parallel-algo megatron_cp_algo)
+#   a2a  Ulysses: all-to-alls scatter the heads and gather the sequence before attention, and
+#        the reverse after it (--cp-comm-type a2a, MindSpeed ulysses_cp_algo)
+CP_COMM_TYPES = ("p2p", "a2a")
+# How the a2a exchange is built (docs/reference.md 3.5):
+#   te         Transformer Engine's AttnFuncWithCPAndQKVOA2A: one autograd function; Q and the
+#              KV heads split as they are; the output is kept once, after its exchange, and sent
+#              back again in backward beside its gradient
+#   deepspeed  DeepSpeed-Ulysses' structure (MindSpeed's UlyssesContextAttention): an autograd
+#              all-to-all around the local attention for each of Q, K, V and the output; the KV
+#              heads are repeated to the query heads first (--kv-head-repeat-before-uly-alltoall)
+CP_A2A_STYLES = ("te", "deepspeed")
+
+# How MoE tokens reach their experts (docs/reference.md 7.7):
+#   alltoall   a copy per routed expert, an all-to-all over EP (--moe-token-dispatcher-type
+#              alltoall, what the recipes pass; every stack's default in conf/framework/)
+#   allgather  every token all-gathered over the TP x EP group, each rank keeping the copies for
+#              its experts, and reduce-scattered back (Megatron-Core's own default)
+#   deepep     Megatron-Core's flex dispatcher with DeepEP: one copy per destination node
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
+
+# How a rank adds each micro-batch's weight gradients to what the step reduces
+# (docs/reference.md 7.2):
+#   fused      the weight-gradient GEMM accumulates into the gradient buffer in its epilogue
+#              (Megatron's --gradient-accumulation-fusion, TE's fuse_wgrad_accumulation)
+#   main_grad  the GEMM writes the gradient in the model dtype and Megatron's DDP hook adds it
+#              into the buffer (param.main_grad.add_; --no-gradient-accumulation-fusion)
+#   autograd   PyTorch adds it into param.grad in the model dtype (DeepSpeed's engine); an
+#              optimizer that keeps a wider buffer (DeepSpeed's BF16_Optimizer) clears
+#              param.grad before each backward and adds a cast copy into that buffer after it
+GRAD_ACCUMULATIONS = ("fused", "main_grad", "autograd")
+
+# How the optimizer states are held: ``replicated`` on every data-parallel rank, or
+# ``distributed`` (Megatron's distributed optimizer, DeepSpeed ZeRO-1; Layout
+# ``distributed_optimizer``).
+OPTIMIZER_MODES = ("replicated", "distributed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateBytes:
+    """Bytes per parameter that a rank keeps for each parameter it holds.
+
+    ``weight`` and ``grad`` (the gradient buffer) are kept whole; ``optimizer`` bytes are kept
+    whole too, ``sharded_optimizer`` bytes are split over data parallelism (the master weights
+    and Adam moments of a distributed optimizer; DeepSpeed's bf16 optimizer shards them even
+    without ZeRO).
+    """
+
+    weight: float
+    grad: float
+    optimizer: float
+    sharded_optimizer: float
+
+    def __post_init__(self) -> None:
+        require_non_negative(
+            "state bytes",
+            weight=self.weight,
+            grad=self.grad,
+            optimizer=self.optimizer,
+            sharded_optimizer=self.sharded_optimizer,
+        )
+
+
+def _state_table(values: Mapping[str, Any]) -> dict[str, dict[str, StateBytes]]:
+    """``{precision: {replicated|distributed: {weight, grad, optimizer, sharded_optimizer}}}``."""
+    try:
+        table = {
+            str(precision): {str(mode): StateBytes(**dict(sizes)) for mode, sizes in modes.items()}
+            for precision, modes in values.items()
+        }
+    except (TypeError, AttributeError) as exc:
+        raise SpecError(
+            f"state_bytes_per_param: {exc}; expected {{precision: {{replicated|distributed: "
+            "{weight, grad, optimizer, sharded_optimizer}}}}"
+        ) from None
+    for precision, modes in table.items():
+        if sorted(modes) != sorted(OPTIMIZER_MODES):
+            raise SpecError(
+                f"state_bytes_per_param.{precision}: expected {', '.join(OPTIMIZER_MODES)}, "
+                f"got {', '.join(modes)}"
+            )
+    return table
+
+
+# How a framework assigns layers to pipeline stages when nothing explicit is given, and which
+# explicit splits it can express:
+#   even       num_layers % pp == 0 is required; no other split (Megatron-LM of 2020-22)
+#   any        an even split by default; any split through its flags (Megatron-Core's
+#              --pipeline-model-parallel-layout / first-last flags, MindSpeed's
+#              --num-layer-list / --noop-layers); layers that do not divide go to the middle
+#   deepspeed  DeepSpeed PipelineModule, partition 'type:transformer': the first
+#              num_layers % pp stages take one layer more; no other split
+LAYER_SPLITS = ("even", "any", "deepspeed")
+# How a pipeline rank trades a micro-batch with a neighbour (docs/reference.md 7.3): the
+# activation and its gradient at once (Megatron's send_forward_recv_backward), or one after
+# the other, each a blocking send and receive (DeepSpeed's TrainSchedule).
+P2P_EXCHANGES = ("batched", "sequential")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrameworkSpec:
+    """A training stack as it is run: the facts the simulators and the layout rules ask.
+
+    ``virtual_pipeline``: interleaved 1F1B exists. ``p2p_tp_sliced``: a pipeline send carries
+    each TP rank's 1/tp slice of the activation, all-gathered over TP by the receiver
+    (DeepSpeed's partitioned pipeline, Megatron-LM's old scatter/gather); otherwise each rank
+    sends the whole activation (1/tp of it only with sequence parallelism).
+    ``overlap_p2p_comm``: the interleaved schedule runs its pipeline transfers beside the next
+    chunk's compute (Megatron-Core's default with virtual stages); otherwise they block.
+    ``flash_attention``: the stack has fused (flash) attention; without it every job runs
+    Megatron's unfused path. ``flash_output_copy``: the flash-attention path keeps the kernel's
+    output for its backward and, apart from it, the rearranged copy the output projection
+    reads (Megatron-DeepSpeed's ``FlashSelfAttention``); otherwise the projection reads the
+    kernel's output itself.
+    ``can_overlap_grad_reduce``: the data-parallel gradient reduction can run in buckets during
+    the last micro-batch's backward (Megatron-Core's DDP); ``overlap_grad_reduce``: it does as
+    the framework is usually run (else after the whole pipeline). ``overlap_param_gather``: the
+    distributed optimizer's parameter all-gather hides in the next forward. A run may say
+    otherwise (:class:`simulators.TrainSpec`).
+    ``grad_accumulation``: how each micro-batch's weight gradients reach the gradient buffer
+    (:data:`GRAD_ACCUMULATIONS`); ``expert_grad_accumulation``: the same for the routed
+    experts' grouped GEMMs. ``grad_reduce_in_fp32``: bf16 gradients are reduced in fp32
+    (Megatron's fp32 main grads), else in the model's dtype. Buckets hold
+    ``max(grad_bucket_params_min, grad_bucket_params_per_dp * dp)`` gradients;
+    ``reduce_scatter_grads``: a distributed optimizer reduce-scatters the gradients (else
+    every rank all-reduces them).
+    ``state_bytes_per_param``: what a rank keeps per parameter, by precision and optimizer
+    mode (:class:`StateBytes`). ``tp_comm_overlap``: TP collectives hide behind GEMMs.
+    ``fp8``: FP8 GEMMs through Transformer Engine. ``fp8_param_gather``: FP8 runs keep the
+    linear layers' weights only in FP8 (``--fp8-param-gather``; no bf16 copy of them) and
+    all-gather them in FP8. ``moe_dispatchers``: the MoE token dispatchers the stack can run
+    (:data:`MOE_DISPATCHERS`), the one it runs unless told first.
+    ``moe_a2a_overlap``: the expert all-to-all can run under another micro-batch's compute
+    (Megatron-Core's ``--overlap-moe-expert-parallel-comm``). ``moe_weighted_activation``: the
+    routed experts weight their activation by the router's probabilities, so the combine only
+    sums the experts' outputs; otherwise the combine multiplies those outputs by the
+    probabilities and keeps them for the probabilities' gradient (top-k copies of the hidden
+    state per token). ``cp_comm_types``: the context-
+    parallel exchanges the stack can run (:data:`CP_COMM_TYPES`), its default first; empty: no
+    context parallelism. ``cp_a2a_style``: how its all-to-all exchange is built
+    (:data:`CP_A2A_STYLES`; None without one); ``cp_a2a_gqa``: that exchange runs models with
+    fewer KV heads than query heads (else multi-head attention only);
+    ``cp_excludes_sequence_parallel``: context parallelism and Megatron's sequence parallelism
+    cannot run together.
+    """
+
+    name: str
+    layer_split: str
+    virtual_pipeline: bool
+    p2p_tp_sliced: bool
+    p2p_exchange: str
+    overlap_p2p_comm: bool
+    flash_attention: bool
+    flash_output_copy: bool
+    fused_softmax_max_seq: int
+    logits_bytes_per_element: float
+    grad_accumulation: str
+    expert_grad_accumulation: str
+    can_overlap_grad_reduce: bool
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    grad_reduce_in_fp32: bool
+    grad_bucket_params_min: int
+    grad_bucket_params_per_dp: int
+    reduce_scatter_grads: bool
+    state_bytes_per_param: Mapping[str, Mapping[str, StateBytes]] = field(hash=False)
+    tp_comm_overlap: bool
+    fp8: bool
+    fp8_param_gather: bool
+    moe_dispatchers: tuple[str, ...]
+    moe_a2a_overlap: bool
+    moe_weighted_activation: bool
+    cp_comm_types: tuple[str, ...]
+    cp_a2a_style: str | None
+    cp_a2a_gqa: bool
+    cp_excludes_sequence_parallel: bool
+
+    @classmethod
+    def from_mapping(cls, name: str, values: Mapping[str, Any]) -> FrameworkSpec:
+        """Build from ``conf/framework/<name>.yaml``; unknown or missing keys raise SpecError."""
+        return constants_from_mapping(
+            cls,
+            values,
+            f"framework {name!r}",
+            {
+                "state_bytes_per_param": _state_table,
+                "cp_comm_types": tuple,
+                "moe_dispatchers": tuple,
+            },
+            fixed={"name": name},
+        )
+
+    def __post_init__(self) -> None:
+        owner = f"framework {self.name!r}"
+        require_choice(owner, "layer_split", self.layer_split, LAYER_SPLITS)
+        require_choice(owner, "p2p_exchange", self.p2p_exchange, P2P_EXCHANGES)
+        for name in ("grad_accumulation", "expert_grad_accumulation"):
+            require_choice(owner, name, getattr(self, name), GRAD_ACCUMULATIONS)
+        require_non_negative(
+            owner,
+            grad_bucket_params_min=self.grad_bucket_params_min,
+            grad_bucket_params_per_dp=self.grad_bucket_params_per_dp,
+        )
+        if self.overlap_grad_reduce and not self.can_overlap_grad_reduce:
+            raise SpecError(f"{owner}: overlap_grad_reduce needs can_overlap_grad_reduce")
+        if self.overlap_param_gather and not self.overlap_grad_reduce:
+            raise SpecError(f"{owner}: overlap_param_gather needs overlap_grad_reduce")
+        for kind in self.cp_comm_types:
+            require_choice(owner, "cp_comm_types", kind, CP_COMM_TYPES)
+        if not self.moe_dispatchers:
+            raise SpecError(
+                f"{owner}: moe_dispatchers lists none; it needs its default first, from "
+                f"{', '.join(MOE_DISPATCHERS)}"
+            )
+        for kind in self.moe_dispatchers:
+            require_choice(owner, "moe_dispatchers", kind, MOE_DISPATCHERS)
+        if "a2a" in self.cp_comm_types:
+            require_choice(owner, "cp_a2a_style", str(self.cp_a2a_style), CP_A2A_STYLES)
+
+    def boundary_s(self, transfer_s: float, gather_s: float) -> float:
+        """What one pipeline boundary costs a middle rank per micro-batch (1F1B): ``transfer_s``
+        a send of the boundary activation, ``gather_s`` its TP all-gather on arrival where sends
+        are sliced over TP.
+
+        Batched, the activation and the gradient cross at once: one transfer and one gather.
+        Sequential (DeepSpeed), both cross one after the other, each blocking both ranks: two
+        transfers; the rank all-gathers the received activation, its own output (rebuilt for
+        its backward) and the received gradient, three gathers over its two boundaries.
+        """
+        if self.p2p_exchange == "sequential":
+            return 2 * transfer_s + 1.5 * gather_s
+        return transfer_s + gather_s
+
+    @property
+    def cp_comm_type(self) -> str | None:
+        """The context-parallel exchange the stack runs unless told (None: it has no CP)."""
+        return self.cp_comm_types[0] if self.cp_comm_types else None
+
+    def default_split(self, num_layers: int, pp: int) -> tuple[int, ...]:
+        """Layers per pipeline stage when the layout gives no explicit split.
+
+        An even split when ``pp`` divides the layers. Otherwise DeepSpeed gives the first
+        ``num_layers % pp`` stages one layer more; frameworks that take any split put the extra
+        layers on the middle stages (the first holds the embedding, the last the output layer
+        and the loss); a framework with only even splits has none (the rules refuse it).
+        """
+        base, extra = divmod(num_layers, pp)
+        if extra == 0:
+            return (base,) * pp
+        if self.layer_split == "deepspeed":
+            return deepspeed_split(num_layers, pp, balanced=False, embedding_slots=False)
+        by_centre = sorted(range(pp), key=lambda rank: (min(rank, pp - 1 - rank), rank))
+        heavier = set(by_centre[::-1][:extra])
+        return tuple(base + (rank in heavier) for rank in range(pp))
+
+    def split_variants(self, num_layers: int, pp: int) -> dict[str, tuple[int, ...]]:
+        """The splits worth searching, by name: ``default`` and, where the framework takes
+        any split, ``light_ends``: the first and last stages one layer lighter for the
+        embedding and the output layer with the loss (Megatron's
+        ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split``:
+        ``num_layers + 2`` slots split evenly, the two end slots not layers)."""
+        variants = {"default": self.default_split(num_layers, pp)}
+        if self.layer_split == "any" and pp > 2:
+            slots = list(self.default_split(num_layers + 2, pp))
+            slots[0], slots[-1] = slots[0] - 1, slots[-1] - 1
+            light = tuple(slots)
+            if min(light) >= 1 and light != variants["default"]:
+                variants["light_ends"] = light
+        return variants
+
+    def can_split(self, split: tuple[int, ...], num_layers: int) -> bool:
+        """Whether this framework can run the per-stage layer counts ``split``.
+
+        DeepSpeed's pipeline runs its current split, the one of its releases before 0.12.5 and,
+        in BigScience's fork, either with the embeddings weighed as layers
+        (:func:`deepspeed_splits`).
+        """
+        if self.layer_split == "any":
+            return True
+        if self.layer_split == "deepspeed":
+            return split in deepspeed_splits(num_layers, len(split))
+        return split == self.default_split(num_layers, len(split)) and num_layers % len(split) == 0
+
+    def grad_reduce_bytes(self, precision: str) -> float:
+        """Bytes per gradient element in the data-parallel reduction."""
+        if precision == "fp32" or (precision in ("bf16", "fp8") and self.grad_reduce_in_fp32):
+            return 4.0
+        return 2.0
+
+    def state_bytes(self, precision: str, distributed_optimizer: bool) -> StateBytes:
+        """What a rank keeps per parameter for ``precision`` and the optimizer mode.
+
+        Raises:
+            SpecError: a precision this framework's table does not list.
+        """
+        if precision not in self.state_bytes_per_param:
+            raise SpecError(
+                f"framework {self.name!r} lists no state bytes for precision {precision!r}; "
+                f"it has {', '.join(self.state_bytes_per_param)}"
+            )
+        mode = OPTIMIZER_MODES[int(distributed_optimizer)]
+        return self.state_bytes_per_param[precision][mode]
+
+    def grad_bucket_params(self, dp: int) -> int:
+        """Gradients per reduction bucket for a data-parallel group of ``dp``."""
+        return max(self.grad_bucket_params_min, self.grad_bucket_params_per_dp * dp)
+
+    def grad_buckets(self, params: float, dp: int, overlapped: bool) -> int:
+        """Buckets the gradients of ``params`` parameters are reduced in (at least one): one
+        collective per bucket when ``overlapped`` with the backward."""
+        if not overlapped:
+            return 1  # without overlap the whole buffer is one collective after the pipeline
+        return max(1, math.ceil(params / self.grad_bucket_params(dp)))
+
+
+def deepspeed_split(
+    num_layers: int, pp: int, *, balanced: bool, embedding_slots: bool
+) -> tuple[int, ...]:
+    """Layers per stage as DeepSpeed's pipeline engine splits Megatron-DeepSpeed's GPT model.
+
+    ``partition_method='type:transformer'`` weighs the transformer layers 1 and everything
+    else 0 (docs/reference.md 7.1). DeepSpeed 0.12.5 and later give the first ``L mod pp``
+    stages one layer more. Before it (``balanced``), ``partition_balanced`` filled each stage
+    in turn up to the smallest bottleneck that fits, ``ceil(L / pp)``: 78 layers over 12 stages
+    give eleven stages of 7 and a last stage of 1. BigScience's fork adds
+    ``--pp-partition-method 'type:transformer|embedding'`` (``embedding_slots``): the two
+    embedding copies on the first and last stage weigh as layers too, so either rule splits
+    ``L + 2`` items and the end stages hold one layer fewer. A stage may come out empty (the
+    rules refuse such a split).
+    """
+    items = num_layers + (2 if embedding_slots and pp > 1 else 0)
+    if balanced:
+        bottleneck = -(-items // pp)
+        stages = [min(bottleneck, max(items - rank * bottleneck, 0)) for rank in range(pp)]
+    else:
+        base, extra = divmod(items, pp)
+        stages = [base + (rank < extra) for rank in range(pp)]
+    if items > num_layers:
+        stages[0], stages[-1] = stages[0] - 1, stages[-1] - 1
+    return tuple(stages)
+
+
+def deepspeed_splits(num_layers: int, pp: int) -> tuple[tuple[int, ...], ...]:
+    """Every split :func:`deepspeed_split` gives (no stage empty), the current one first."""
+    found: list[tuple[int, ...]] = []
+    for embedding_slots in (False, True):
+        for balanced in (False, True):
+            split = deepspeed_split(
+                num_layers, pp, balanced=balanced, embedding_slots=embedding_slots
+            )
+            if min(split) >= 1 and split not in found:
+                found.append(split)
+    return tuple(found)

@@ -1,0 +1,291 @@
+"""The operator graph of one layer at per-rank shapes (plain data, no torch).
+
+A :class:`LayerShape` says what one rank computes for one layer and one micro-batch; the
+compile stage turns it into a :class:`LayerGraph` of :class:`Op` records (forward, backward)
+with FLOPs and bytes, which the cost and timeline stages price without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from dataclasses import fields
+from dataclasses import replace
+from typing import Any
+
+from autotune.simulators.layout import Layout
+from autotune.simulators.specs import ClusterSpec
+from autotune.simulators.specs import ModelSpec
+from autotune.simulators.specs import TrainSpec
+from autotune.simulators.specs import gpt_family
+
+__all__ = [
+    "COMM_CATEGORY",
+    "COMPUTE_CATEGORIES",
+    "LayerGraph",
+    "LayerShape",
+    "Op",
+    "layer_shapes",
+]
+
+# Operator classes, each priced with its own efficiency (conf/simulator/hierarchical.yaml).
+COMPUTE_CATEGORIES = ("matmul", "attention", "memory")
+COMM_CATEGORY = "comm"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Op:
+    """One recorded operator, or one collective of a parallel group.
+
+    Compute ops carry FLOPs as executed (``flops``, e.g. the score recompute inside a fused
+    attention backward) and as Megatron counts them (``model_flops``), plus the bytes read and
+    written. A collective (``category == "comm"``) names its ``group`` (``tp``, ``cp``, ``ep``)
+    and ``bytes`` is its buffer as docs/reference.md 3.6 defines it (all-reduce, reduce-scatter and
+    all-gather: the full buffer; all-to-all: the send buffer; ring: what one rank passes on in
+    all steps together). ``overlap`` marks a collective that runs beside the next compute op.
+    ``signature`` keys the profiled cost table: tensor shapes and the literal arguments.
+    ``gemm`` is a matmul's ``(batch, rows, depth, cols)`` (an output of ``batch`` matrices of
+    ``rows x cols``, each a sum over ``depth``), for its tile and wave quantization.
+    """
+
+    name: str
+    category: str
+    region: str
+    flops: float = 0.0
+    model_flops: float = 0.0
+    bytes: float = 0.0
+    dtype: str = ""
+    signature: str = ""
+    group: str = ""
+    overlap: bool = False
+    gemm: tuple[int, int, int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerShape:
+    """What one rank computes for one layer kind and one micro-batch (hashable cache key).
+
+    ``tokens`` is the micro-batch's sequence share of this rank before any gather
+    (``b * s / cp``, divided by ``sp`` with sequence parallelism); ``seq_q`` is this rank's
+    query length ``s / cp`` (the CP ring brings keys and values of all ``s``). Heads, FFN
+    widths and the vocabulary are already divided by TP; ``local_experts`` by EP.
+    ``expert_tokens`` is the number of token copies each local expert receives (balanced
+    top-k routing); ``moe_weighted_activation``: the experts weight their activation by the
+    router's probabilities (:class:`autotune.simulators.frameworks.FrameworkSpec`), else the
+    combine does. ``moe_allgather``: the tokens reach the experts by the ``allgather`` dispatcher
+    (gathered over TP x EP) instead of an all-to-all. ``dropout``: the residual adds apply
+    hidden dropout (:meth:`simulators.TrainSpec.drops_out`); ``flash_attention`` picks the fused
+    kernel or Megatron's unfused path (which records ``attention_dropout`` when set, and
+    PyTorch's fp32 softmax with ``softmax_in_fp32``, past the fused kernel's sequence);
+    ``flash_output_copy``: the output projection reads a rearranged copy of the kernel's output
+    (Megatron-DeepSpeed); ``fp8`` runs the linear layers' GEMMs in FP8 and saves their inputs
+    quantized (Transformer Engine).
+    ``cp_comm`` is the CP exchange (``p2p`` ring or ``a2a`` Ulysses), ``cp_a2a_style`` how the
+    framework builds the latter.
+    """
+
+    kind: str
+    micro_batch: int
+    seq_q: int
+    sp: int
+    tp: int
+    cp: int
+    ep: int
+    hidden: int
+    dtype: str = "bf16"
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    qkv_bias: bool = False
+    norm: str = "rmsnorm"
+    activation: str = "swiglu"
+    ffn: int = 0
+    attention: str = "gqa"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    num_experts: int = 0
+    top_k: int = 0
+    local_experts: int = 0
+    expert_ffn: int = 0
+    expert_tokens: int = 0
+    shared_ffn: int = 0
+    moe_weighted_activation: bool = False
+    moe_allgather: bool = False
+    vocab: int = 0
+    flash_attention: bool = True
+    flash_output_copy: bool = False
+    dropout: bool = False
+    attention_dropout: bool = False
+    softmax_in_fp32: bool = False
+    fp8: bool = False
+    cp_comm: str = "p2p"
+    cp_a2a_style: str | None = None
+
+    @property
+    def gpt(self) -> bool:
+        """GPT-2/3 family (:func:`autotune.simulators.specs.gpt_family`): learned positions,
+        biases."""
+        return gpt_family(self.norm, self.activation, self.qkv_bias)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens this rank holds at the layer boundary (sequence-parallel share)."""
+        return self.micro_batch * self.seq_q // self.sp
+
+    def canonical(self) -> LayerShape:
+        """This shape with the fields its kind does not read reset to their defaults.
+
+        The embedding reads the token and vocabulary shares (and the head its final norm);
+        a dense layer reads no expert field and not ``ep``. Layouts that differ only in the
+        rest (an embedding under another FFN width, a dense layer under another EP) then
+        share one compiled graph.
+        """
+        if self.kind in _ENDS:
+            kept: dict[str, Any] = {
+                f.name: getattr(self, f.name) for f in fields(self) if f.name in _ENDS[self.kind]
+            }
+            return LayerShape(cp=1, ep=1, **kept)
+        if self.kind == "dense":
+            return replace(self, **_DENSE_UNUSED)
+        return self
+
+
+# What the embedding and the head read of their shape (modules.Embedding, modules.Head).
+_ENDS = {
+    "embedding": {"kind", "micro_batch", "seq_q", "sp", "tp", "hidden", "vocab", "dtype"},
+    "head": {"kind", "micro_batch", "seq_q", "sp", "tp", "hidden", "vocab", "dtype", "norm"},
+}
+# The defaults of what a dense layer does not read.
+_DENSE_UNUSED: dict[str, Any] = {
+    "ep": 1,
+    "num_experts": 0,
+    "top_k": 0,
+    "local_experts": 0,
+    "expert_ffn": 0,
+    "expert_tokens": 0,
+    "shared_ffn": 0,
+    "vocab": 0,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerGraph:
+    """Recorded operators of one layer for one micro-batch on one rank.
+
+    ``saved_bytes`` are the activations autograd keeps from forward to backward (unique
+    storages, weights excluded); ``selective_saved_bytes`` the same when core attention is
+    recomputed; ``input_bytes`` the layer input that full recompute keeps. ``params`` and
+    ``expert_params`` count this rank's weights (routed experts apart, for expert-DP).
+    ``host_forward`` counts the Python-level torch calls of the forward (what the host issues
+    in eager mode), ``host_backward`` the autograd nodes its backward runs; ``host_core`` the
+    Python-level calls of core attention (what selective recompute issues again).
+    """
+
+    shape: LayerShape
+    forward: tuple[Op, ...]
+    backward: tuple[Op, ...]
+    saved_bytes: float
+    selective_saved_bytes: float
+    input_bytes: float
+    params: int
+    expert_params: int
+    host_forward: int = 0
+    host_backward: int = 0
+    host_core: int = 0
+
+    @property
+    def core_forward(self) -> tuple[Op, ...]:
+        """Forward ops of core attention: what selective recompute repeats."""
+        return tuple(op for op in self.forward if op.region == "core")
+
+    def model_flops(self) -> float:
+        """Forward plus backward FLOPs as Megatron counts them (no recompute)."""
+        return sum(op.model_flops for op in self.forward + self.backward)
+
+
+def layer_shapes(
+    model: ModelSpec,
+    layout: Layout,
+    train: TrainSpec,
+    cluster: ClusterSpec | None = None,
+) -> dict[str, LayerShape]:
+    """Per-rank shapes of every layer kind of ``model`` under ``layout``.
+
+    Attention is fused (flash) when ``train.uses_flash_attention(cluster)`` (without a cluster:
+    ``train.flash_attention``); otherwise Megatron's unfused path, with its attention dropout
+    where the run drops out (:meth:`simulators.TrainSpec.drops_out`, as the hidden dropout).
+
+    Keys: ``embedding``, ``head``, and ``dense`` and/or ``moe`` for the decoder layers.
+    TP divides heads (KV heads replicate when TP exceeds them), FFN widths and the vocabulary;
+    SP and CP divide the sequence; EP divides the routed experts.
+    """
+    tp, cp = layout.tp, layout.cp
+    flash = train.uses_flash_attention(cluster) if cluster else train.flash_attention
+    dropout = train.drops_out(model)
+    seq_q = train.seq_len // cp
+    base = LayerShape(
+        kind="dense",
+        micro_batch=layout.micro_batch,
+        seq_q=seq_q,
+        sp=tp if layout.sequence_parallel else 1,
+        tp=tp,
+        cp=cp,
+        cp_comm=train.context_exchange if cp > 1 else "p2p",
+        cp_a2a_style=train.framework.cp_a2a_style if cp > 1 else None,
+        ep=layout.ep,
+        hidden=model.hidden_size,
+        dtype=train.compute_dtype,
+        fp8=train.fp8,
+        heads=model.num_attention_heads // tp,
+        kv_heads=(
+            model.num_attention_heads // tp
+            if model.attention == "mla"
+            else max(1, model.num_kv_heads // tp)
+        ),
+        head_dim=model.head_dim,
+        qkv_bias=model.qkv_bias,
+        norm=model.norm,
+        activation=model.activation,
+        ffn=model.ffn_hidden_size // tp,
+        attention=model.attention,
+        q_lora_rank=model.q_lora_rank,
+        kv_lora_rank=model.kv_lora_rank,
+        qk_nope_head_dim=model.qk_nope_head_dim,
+        qk_rope_head_dim=model.qk_rope_head_dim,
+        v_head_dim=model.v_head_dim,
+        flash_attention=flash,
+        flash_output_copy=flash and train.framework.flash_output_copy,
+        dropout=dropout,
+        attention_dropout=dropout and not flash,
+        softmax_in_fp32=train.softmax_in_fp32 and not flash,
+    )
+    shapes = {
+        "embedding": _only(base, kind="embedding", vocab=math.ceil(model.vocab_size / tp)),
+        "head": _only(base, kind="head", vocab=math.ceil(model.vocab_size / tp)),
+    }
+    if model.num_dense_layers:
+        shapes["dense"] = base
+    if model.num_moe_layers:
+        local = model.num_experts // layout.ep
+        copies = model.moe_top_k * layout.micro_batch * seq_q
+        shapes["moe"] = _only(
+            base,
+            kind="moe",
+            ffn=0,
+            num_experts=model.num_experts,
+            top_k=model.moe_top_k,
+            local_experts=local,
+            expert_ffn=model.expert_ffn_hidden_size // tp,
+            expert_tokens=math.ceil(copies / local),
+            shared_ffn=model.shared_expert_ffn_hidden_size // tp,
+            moe_weighted_activation=train.framework.moe_weighted_activation,
+            moe_allgather=train.token_dispatcher == "allgather",
+        )
+    return shapes
+
+
+def _only(base: LayerShape, **changes: object) -> LayerShape:
+    return replace(base, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,488 @@
+"""Reference layer modules at per-rank shapes (Megatron-style TP, SP, CP and EP).
+
+Each module is built from a :class:`~autotune.simulators.hierarchical.graph.LayerShape` on the meta
+device. Tensors are ``[batch, tokens, hidden]``; TP collectives sit where Megatron puts them
+(``gather``/``scatter`` with sequence parallelism, ``copy_to_region``/``reduce`` without), so
+the recorded graph holds them in order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autotune.simulators.hierarchical.graph import LayerShape
+from autotune.simulators.hierarchical.record import _recorder
+from autotune.simulators.hierarchical.record import all_to_all
+from autotune.simulators.hierarchical.record import copy_to_region
+from autotune.simulators.hierarchical.record import core_attention
+from autotune.simulators.hierarchical.record import gather
+from autotune.simulators.hierarchical.record import reduce
+from autotune.simulators.hierarchical.record import scatter
+from autotune.simulators.hierarchical.record import unfused_attention
+
+__all__ = ["DTYPES", "build_module"]
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm as one fused kernel: recorded as a bias-free ``native_layer_norm``.
+
+    The composite ``rms_norm`` decomposes into fp32 elementwise ops on the meta device, while
+    Megatron and MindSpeed run a fused kernel that reads x once and keeps x and 1/rms.
+    """
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight)
+
+
+class _FP8Matmul(torch.autograd.Function):
+    """A Transformer Engine FP8 linear layer: GEMMs in FP8, the input saved quantized.
+
+    Forward, input gradient and weight gradient run as FP8 GEMMs (recorded with dtype
+    ``fp8``); their activation operands are cast first (the input in the forward, the output
+    gradient in the backward: read bf16, write FP8); the input is kept for the weight gradient
+    in FP8, 1 byte per element instead of 2 (TE ``module/linear.py``; docs/reference.md 7.6).
+    ``batched``: experts' ``[e, t, h]`` inputs against ``[e, h, f]`` weights; else
+    ``x @ weight.T`` as ``F.linear``.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, batched: bool
+    ) -> torch.Tensor:
+        recorder = _recorder()
+        with recorder.fp8():
+            if batched:
+                out = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
+            else:
+                out = F.linear(x, weight, bias)
+        quantized = x.to(torch.float8_e4m3fn)
+        recorder.copy_regather(x, quantized)  # with SP: the FP8 local shard, gathered again
+        ctx.save_for_backward(quantized, weight)
+        ctx.batched, ctx.has_bias, ctx.dtype = batched, bias is not None, x.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        quantized, weight = ctx.saved_tensors
+        recorder = _recorder()
+        grad_quantized = grad.to(torch.float8_e5m2)  # the output gradient, cast once for both
+        with recorder.paused():  # the FP8 GEMMs read the FP8 operands directly
+            x = quantized.to(ctx.dtype)
+            grad = grad_quantized.to(ctx.dtype)
+        with recorder.fp8():
+            if ctx.batched:
+                d_x = torch.bmm(grad, weight.transpose(1, 2))
+                d_weight = torch.bmm(x.transpose(1, 2), grad)
+            else:
+                d_x = grad.matmul(weight)
+                d_weight = grad.flatten(0, -2).t().matmul(x.flatten(0, -2))
+        d_bias = None
+        if ctx.has_bias:
+            d_bias = grad.sum(dim=1, keepdim=True) if ctx.batched else grad.flatten(0, -2).sum(0)
+        return d_x, d_weight, d_bias, None
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` that runs as a Transformer Engine FP8 layer when the step runs FP8."""
+
+    def __init__(self, shape: LayerShape, width_in: int, width_out: int, bias: bool) -> None:
+        super().__init__(width_in, width_out, bias=bias)
+        self.fp8 = shape.fp8
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.fp8:
+            return super().forward(x)
+        return _FP8Matmul.apply(x, self.weight, self.bias, False)  # type: ignore[no-any-return]
+
+
+def _grouped(shape: LayerShape, x: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
+    """The experts' grouped GEMM ``x @ weight (+ bias)``, FP8 when the step runs FP8."""
+    if shape.fp8:
+        return _FP8Matmul.apply(x, weight, bias, True)  # type: ignore[no-any-return]
+    return torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
+
+
+def _norm(shape: LayerShape, width: int) -> nn.Module:
+    if shape.norm == "layernorm":
+        return nn.LayerNorm(width)
+    return RMSNorm(width)
+
+
+def _enter(x: torch.Tensor, shape: LayerShape) -> torch.Tensor:
+    """Into a TP region: all-gather the sequence (SP) or mark the input for a backward AR."""
+    if shape.sp > 1:
+        return gather(x, "tp", shape.tp)
+    return copy_to_region(x, "tp", shape.tp)
+
+
+def _leave(x: torch.Tensor, shape: LayerShape) -> torch.Tensor:
+    """Out of a TP region: reduce-scatter (SP) or all-reduce the partial sums."""
+    if shape.sp > 1:
+        return scatter(x, "tp", shape.tp)
+    return reduce(x, "tp", shape.tp)
+
+
+def _core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: LayerShape) -> torch.Tensor:
+    """Core attention: one fused (flash) kernel, or Megatron's unfused path."""
+    if s.flash_attention:
+        return core_attention(q, k, v, s.cp, s.cp_comm, s.cp_a2a_style)
+    return unfused_attention(q, k, v, s.cp, s.attention_dropout, s.softmax_in_fp32)
+
+
+def _rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding as its elementwise ops (x*cos + rotate(x)*sin)."""
+    return x * table + x * table
+
+
+class Attention(nn.Module):
+    """GQA/MHA self-attention with a fused QKV projection, heads split by TP.
+
+    RoPE models rotate Q and K; the GPT family (``shape.gpt``) has learned absolute position
+    embeddings instead (added once at the embedding, not per layer), so no rotary ops.
+    """
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        d, heads, groups = shape.head_dim, shape.heads, shape.kv_heads
+        self.qkv = Linear(shape, shape.hidden, (heads + 2 * groups) * d, bias=shape.qkv_bias)
+        self.out = Linear(shape, heads * d, shape.hidden, bias=False)
+        self.table: torch.Tensor
+        self.register_buffer("table", torch.empty(shape.seq_q, 1, d), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.shape
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).split(
+            [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
+        )
+        q = q.view(b, n, s.heads, s.head_dim)
+        k = k.view(b, n, s.kv_heads, s.head_dim)
+        if not s.gpt:
+            q, k = _rope(q, self.table), _rope(k, self.table)
+        v = v.view(b, n, s.kv_heads, s.head_dim).transpose(1, 2)
+        context = _core(q, k.transpose(1, 2), v, s)
+        if s.flash_output_copy:  # rearranged with .contiguous() for the projection
+            context = context.clone()
+        return self.out(context)
+
+
+class MLAttention(nn.Module):
+    """DeepSeek multi-head latent attention; TP splits the heads, down-projections replicate."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        h, heads = shape.hidden, shape.heads
+        qk = shape.qk_nope_head_dim + shape.qk_rope_head_dim
+        if shape.q_lora_rank:
+            self.q: nn.Module = nn.Sequential(
+                Linear(shape, h, shape.q_lora_rank, bias=False),
+                RMSNorm(shape.q_lora_rank),
+                Linear(shape, shape.q_lora_rank, heads * qk, bias=False),
+            )
+        else:
+            self.q = Linear(shape, h, heads * qk, bias=False)
+        self.kv_down = Linear(shape, h, shape.kv_lora_rank + shape.qk_rope_head_dim, bias=False)
+        self.kv_norm = RMSNorm(shape.kv_lora_rank)
+        self.kv_up = Linear(
+            shape,
+            shape.kv_lora_rank,
+            heads * (shape.qk_nope_head_dim + shape.v_head_dim),
+            bias=False,
+        )
+        self.out = Linear(shape, heads * shape.v_head_dim, h, bias=False)
+        self.table: torch.Tensor
+        self.register_buffer("table", torch.empty(shape.seq_q, 1, qk), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.shape
+        b, n, _ = x.shape
+        qk = s.qk_nope_head_dim + s.qk_rope_head_dim
+        q = _rope(self.q(x).view(b, n, s.heads, qk), self.table)
+        latent, k_rope = self.kv_down(x).split([s.kv_lora_rank, s.qk_rope_head_dim], dim=-1)
+        kv = self.kv_up(self.kv_norm(latent)).view(
+            b, n, s.heads, s.qk_nope_head_dim + s.v_head_dim
+        )
+        k_nope, v = kv.split([s.qk_nope_head_dim, s.v_head_dim], dim=-1)
+        k_rope = _rope(
+            k_rope.view(b, n, 1, s.qk_rope_head_dim), self.table[..., : s.qk_rope_head_dim]
+        )
+        k = torch.cat([k_nope, k_rope.expand(b, n, s.heads, s.qk_rope_head_dim)], dim=-1)
+        return self.out(_core(q, k.transpose(1, 2), v.transpose(1, 2), s))
+
+
+class MLP(nn.Module):
+    """Dense MLP: fused gate+up and SwiGLU, or GeLU with biases; width split by TP.
+
+    The second projection's bias is not added here: Megatron's row-parallel linear returns it
+    (``skip_bias_add``) for the bias-dropout-add after the TP reduction (``DecoderLayer``).
+    """
+
+    def __init__(self, shape: LayerShape, width: int) -> None:
+        super().__init__()
+        self.swiglu = shape.activation == "swiglu"
+        bias = not self.swiglu
+        self.fc1 = Linear(shape, shape.hidden, width * (2 if self.swiglu else 1), bias=bias)
+        self.fc2 = Linear(shape, width, shape.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(_activate(self.fc1(x), self.swiglu))
+
+
+class _SwiGLU(torch.autograd.Function):
+    """Megatron's fused SwiGLU (``fused_bias_swiglu.SwiGLUFunction``; MindSpeed ``npu_swiglu``).
+
+    One kernel that saves only its input ``[gate, up]``: the backward recomputes silu(gate), so
+    silu's output is not kept (the composite ``F.silu(gate) * up`` would keep it as well).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        gate, up = x.chunk(2, dim=-1)
+        d_up = grad * F.silu(gate)
+        d_gate = torch.ops.aten.silu_backward(grad * up, gate)
+        return torch.cat([d_gate, d_up], dim=-1)
+
+
+class _WeightedSwiGLU(torch.autograd.Function):
+    """Megatron-Core's ``WeightedSwiGLUFunction``: SwiGLU times each routed copy's router
+    probability, one kernel that saves its input and the probabilities."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x, weights)
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up * weights
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, weights = ctx.saved_tensors
+        gate, up = x.chunk(2, dim=-1)
+        silu = F.silu(gate)
+        d_up = grad * weights * silu
+        d_gate = torch.ops.aten.silu_backward(grad * weights * up, gate)
+        d_weights = (grad * silu * up).sum(dim=-1, keepdim=True)
+        return torch.cat([d_gate, d_up], dim=-1), d_weights
+
+
+def _activate(x: torch.Tensor, swiglu: bool, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The MLP activation; with ``weights``, times each routed copy's router probability."""
+    if swiglu:
+        with _recorder().fused():
+            if weights is not None:
+                return _WeightedSwiGLU.apply(x, weights)  # type: ignore[no-any-return]
+            return _SwiGLU.apply(x)  # type: ignore[no-any-return]
+    if weights is not None:
+        return F.gelu(x) * weights
+    return F.gelu(x)
+
+
+def _bias_dropout_add(
+    x: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, dropout: bool
+) -> torch.Tensor:
+    """Megatron's ``bias_dropout_add``: residual + dropout(x + bias), one jit-fused call.
+
+    With hidden dropout (where the run drops out: :meth:`simulators.TrainSpec.drops_out`) the
+    1-byte mask is saved, the ``sbh`` dropout-mask term of Korthikanti et al. 2022 Table 2
+    (twice per layer); without it, a plain residual add.
+    """
+    if bias is None and not dropout:
+        return residual + x
+    with _recorder().fused():
+        if bias is not None:
+            x = x + bias
+        if dropout:
+            x = torch.ops.aten.native_dropout(x, 0.1, True)[0]
+        return residual + x
+
+
+class Experts(nn.Module):
+    """This rank's routed experts as one grouped GEMM (bmm over local experts)."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.swiglu = shape.activation == "swiglu"
+        e, h, f = shape.local_experts, shape.hidden, shape.expert_ffn
+        self.w1 = nn.Parameter(torch.empty(e, h, f * (2 if self.swiglu else 1)))
+        self.w2 = nn.Parameter(torch.empty(e, f, h))
+        self.b1 = None if self.swiglu else nn.Parameter(torch.empty(e, 1, f))
+        self.b2 = None if self.swiglu else nn.Parameter(torch.empty(e, 1, h))
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        """``x``: [local experts, tokens each, hidden]; ``weights``: each copy's router
+        probability, applied in the activation when given."""
+        s = self.shape
+        hidden = _activate(_grouped(s, x, self.w1, self.b1), self.swiglu, weights)
+        return _grouped(s, hidden, self.w2, self.b2)
+
+
+class MoE(nn.Module):
+    """Router, top-k dispatch by EP all-to-all (or the TP x EP all-gather), local experts,
+    combine; shared experts.
+
+    The router's probabilities weight the experts' activation (they travel with the tokens)
+    or, where the framework does not (``moe_weighted_activation`` false), the combine, which
+    then keeps the experts' outputs for their gradient."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.router = nn.Linear(shape.hidden, shape.num_experts, bias=False)
+        self.experts = Experts(shape)
+        self.shared = MLP(shape, shape.shared_ffn) if shape.shared_ffn else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.shape
+        b, n, h = x.shape
+        tokens = x.reshape(b * n, h)
+        probs, index = torch.topk(torch.softmax(self.router(tokens), dim=-1), s.top_k, dim=-1)
+        if s.moe_allgather:
+            combined = self._allgathered(tokens, probs).view(b, n, h)
+            if self.shared is not None:
+                combined = combined + _leave(self.shared(_enter(x, s)), s)
+            return combined
+        routed, copies = self._dispatch(tokens.index_select(0, index.flatten()).unsqueeze(0))
+        weights = None
+        if s.moe_weighted_activation:
+            weights, _ = self._dispatch(probs.reshape(1, -1, 1).to(x.dtype))
+        out = self.experts(routed, weights)
+        out = _leave(out.view(1, -1, h)[:, :copies], s)
+        out = all_to_all(out, "ep", s.ep).view(b * n, s.top_k, h)
+        if weights is None:
+            out = out * probs.unsqueeze(-1).to(out.dtype)
+        combined = out.sum(dim=1).view(b, n, h)
+        if self.shared is not None:
+            combined = combined + _leave(self.shared(_enter(x, s)), s)
+        return combined
+
+    def _allgathered(self, tokens: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+        """The ``allgather`` dispatcher (Megatron-Core's MoEAllGatherTokenDispatcher): every
+        token of the TP x EP group gathered (a TP stage, then an EP stage: the same bytes as
+        one gather over the group), this rank's experts' copies picked out, and their outputs
+        added into a zeroed buffer of all the gathered tokens, reduce-scattered back. The
+        routing (a few bytes per token) is not gathered here. ``tokens`` [tokens, hidden],
+        ``probs`` [tokens, top_k]; returns [tokens, hidden]."""
+        s = self.shape
+        h = tokens.shape[-1]
+        everyone = tokens.unsqueeze(0)
+        everyone = (
+            gather(everyone, "tp", s.tp, regather=False) if s.sp > 1 else _enter(everyone, s)
+        )
+        everyone = gather(everyone, "ep", s.ep, regather=False).view(-1, h)
+        # This rank's experts receive top_k / ep of every gathered token's copies (balanced).
+        copies = everyone.shape[0] * s.top_k // s.ep
+        local = torch.empty(copies, dtype=torch.long, device=tokens.device)
+        local_probs = probs.reshape(-1, 1).to(tokens.dtype).index_select(0, local)
+        weights = self._local(local_probs) if s.moe_weighted_activation else None
+        out = self.experts(self._local(everyone.index_select(0, local)), weights)
+        out = out.view(-1, h)[:copies]
+        if weights is None:
+            out = out * local_probs
+        # Unpermute (Megatron's scatter_add, MindSpeed's index_put): its backward keeps only
+        # the indices.
+        summed = torch.zeros_like(everyone).index_put((local,), out, accumulate=True)
+        summed = summed.unsqueeze(0)
+        return _leave(scatter(summed, "ep", s.ep), s).view(-1, h)
+
+    def _local(self, copies: torch.Tensor) -> torch.Tensor:
+        """``copies`` [(1,) copies, width] padded to the local experts' balanced share:
+        [local experts, tokens each, width]."""
+        s = self.shape
+        padded = s.local_experts * s.expert_tokens
+        if padded > copies.shape[-2]:
+            copies = F.pad(copies, (0, 0, 0, padded - copies.shape[-2]))
+        return copies.view(s.local_experts, s.expert_tokens, copies.shape[-1])
+
+    def _dispatch(self, copies: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """``copies`` [1, copies, width] to this rank's experts: EP all-to-all, the TP region,
+        padding to the local experts' balanced share; [local experts, tokens each, width] and
+        how many copies arrived."""
+        s = self.shape
+        copies = all_to_all(copies, "ep", s.ep)
+        # The dispatcher gathers over TP itself; the experts keep what it gathered.
+        copies = gather(copies, "tp", s.tp, regather=False) if s.sp > 1 else _enter(copies, s)
+        arrived = copies.shape[1]
+        return self._local(copies), arrived
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm decoder layer: attention and a dense MLP or an MoE block."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.norm1 = _norm(shape, shape.hidden)
+        self.norm2 = _norm(shape, shape.hidden)
+        self.attention = MLAttention(shape) if shape.attention == "mla" else Attention(shape)
+        self.mlp: nn.Module = MoE(shape) if shape.kind == "moe" else MLP(shape, shape.ffn)
+        # GPT family: Megatron's add_bias_linear (default on) gives both row-parallel
+        # projections a bias, added after the TP reduction in bias-dropout-add.
+        self.out_bias = nn.Parameter(torch.empty(shape.hidden)) if shape.gpt else None
+        self.fc2_bias = (
+            nn.Parameter(torch.empty(shape.hidden)) if shape.gpt and shape.kind != "moe" else None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.shape
+        attn = _leave(self.attention(_enter(self.norm1(x), s)), s)
+        x = _bias_dropout_add(attn, self.out_bias, x, s.dropout)
+        if s.kind == "moe":
+            return x + self.mlp(self.norm2(x))
+        mlp = _leave(self.mlp(_enter(self.norm2(x), s)), s)
+        return _bias_dropout_add(mlp, self.fc2_bias, x, s.dropout)
+
+
+class Embedding(nn.Module):
+    """Vocabulary-parallel embedding: local rows, then AR (or RS with SP) over TP."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.weight = nn.Parameter(torch.empty(shape.vocab, shape.hidden))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return _leave(F.embedding(ids, self.weight), self.shape)
+
+
+class Head(nn.Module):
+    """Final norm, vocabulary-parallel output projection and fp32 cross-entropy loss."""
+
+    def __init__(self, shape: LayerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.norm = _norm(shape, shape.hidden)
+        self.output = nn.Linear(shape.hidden, shape.vocab, bias=False)
+        targets = torch.empty(shape.micro_batch * shape.seq_q, dtype=torch.long)
+        self.targets: torch.Tensor
+        self.register_buffer("targets", targets, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.output(_enter(self.norm(x), self.shape)).float()
+        return F.cross_entropy(logits.flatten(0, 1), self.targets)
+
+
+def build_module(shape: LayerShape) -> nn.Module:
+    """The module for ``shape.kind`` (``dense``, ``moe``, ``embedding``, ``head``) on meta."""
+    kinds = {"dense": DecoderLayer, "moe": DecoderLayer, "embedding": Embedding, "head": Head}
+    with torch.device("meta"):
+        module = kinds[shape.kind](shape)
+    return module.to(DTYPES[shape.dtype])

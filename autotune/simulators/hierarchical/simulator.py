@@ -1,0 +1,451 @@
+"""HierarchicalSimulator: compile -> cost -> intra-stage -> inter-stage -> prediction."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from typing import ClassVar
+
+from autotune.simulators.device_memory import churning_grad_bytes
+from autotune.simulators.device_memory import fragmentation_bytes
+from autotune.simulators.device_memory import reserved_bytes
+from autotune.simulators.hierarchical.constants import HierarchicalConstants
+from autotune.simulators.hierarchical.cost import CommCost
+from autotune.simulators.hierarchical.cost import ProfiledCost
+from autotune.simulators.hierarchical.cost import RooflineCost
+from autotune.simulators.hierarchical.cost import load_cost_table
+from autotune.simulators.hierarchical.graph import COMM_CATEGORY
+from autotune.simulators.hierarchical.graph import COMPUTE_CATEGORIES
+from autotune.simulators.hierarchical.graph import LayerGraph
+from autotune.simulators.hierarchical.graph import layer_shapes
+from autotune.simulators.hierarchical.inter_stage import PipelineRun
+from autotune.simulators.hierarchical.inter_stage import Timeline
+from autotune.simulators.hierarchical.inter_stage import grad_sync
+from autotune.simulators.hierarchical.inter_stage import run_pipeline
+from autotune.simulators.hierarchical.intra_stage import PARTS
+from autotune.simulators.hierarchical.intra_stage import Block
+from autotune.simulators.hierarchical.intra_stage import ChunkPlan
+from autotune.simulators.hierarchical.intra_stage import StageCoster
+from autotune.simulators.hierarchical.trace import write_chrome_trace
+from autotune.simulators.layout import Layout
+from autotune.simulators.prediction import BREAKDOWN_KEYS
+from autotune.simulators.prediction import Prediction
+from autotune.simulators.specs import ClusterSpec
+from autotune.simulators.specs import ModelSpec
+from autotune.simulators.specs import TrainSpec
+from autotune.simulators.states import fp8_primary_params
+from autotune.simulators.states import gathered_weight_bytes
+from autotune.simulators.states import grad_accumulation_bytes
+from autotune.simulators.states import optimizer_step_s
+from autotune.simulators.states import state_bytes_of
+from autotune.simulators.states import state_memory_bytes
+from autotune.simulators.states import tied_embedding_grad_bytes
+
+__all__ = ["HierarchicalSimulator"]
+
+_GIB = 2**30
+# One pipeline rank: step time (s), its breakdown (s), compute by op class (s), memory (GiB).
+_Rank = tuple[float, dict[str, float], dict[str, float], dict[str, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class HierarchicalSimulator:
+    """The ParallelSim / LM-SimBench pipeline as a :class:`~simulators.Simulator`.
+
+    Layers are compiled on the meta device into operator graphs (torch is imported on the
+    first ``simulate``), priced per operator (roofline or a profiled table), timed per chunk
+    with compute and communication streams, and run through the pipeline schedule for every
+    pipeline rank. Step time is the slowest rank's (``slowest_rank``); ``detail`` holds, per
+    pipeline rank, the layers (``stage_layers``), step time and its breakdown (``rank_time_s``,
+    ``rank_breakdown_s``), memory and its breakdown (``rank_memory_gib``,
+    ``rank_memory_breakdown_gib``) and compute time by operator class
+    (``rank_op_category_time_s``; the slowest rank's as ``op_category_time_s``), in seconds and
+    GiB; with a profiled table, what it covers (``op_costs``, see :func:`_coverage`).
+    :meth:`simulate_timeline` adds the event timeline (``timeline``, see
+    :func:`autotune.simulators.hierarchical.trace.write_chrome_trace`).
+    """
+
+    constants: HierarchicalConstants
+    name: ClassVar[str] = "hierarchical"
+
+    @classmethod
+    def from_config(cls, constants: Mapping[str, Any]) -> HierarchicalSimulator:
+        """Build from ``conf/simulator/hierarchical.yaml`` (without its ``name`` key)."""
+        return cls(HierarchicalConstants.from_mapping(constants))
+
+    def simulate(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        """Predict one layout; ``detail`` holds every view but the event timeline."""
+        return self._predict(model, cluster, train, layout, record=False)
+
+    def simulate_timeline(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        """:meth:`simulate`, plus the event timeline in ``detail["timeline"]``.
+
+        The timeline holds seven numbers per block and transfer of every pipeline rank (about
+        half a MiB for 256 micro-batches on 4 x 2 virtual stages), so the plain prediction,
+        which a search keeps for every layout it prices, leaves it out.
+        """
+        return self._predict(model, cluster, train, layout, record=True)
+
+    def _predict(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        train: TrainSpec,
+        layout: Layout,
+        record: bool,
+    ) -> Prediction:
+        from autotune.simulators.hierarchical.compile import compile_layer  # torch loads here
+
+        consts = self.constants
+        shapes = layer_shapes(model, layout, train, cluster)
+        graphs = {kind: compile_layer(s) for kind, s in shapes.items()}
+        roofline = RooflineCost(
+            device=cluster.device, precision=train.compute_dtype, efficiency=consts.efficiency
+        )
+        cost: RooflineCost | ProfiledCost = roofline
+        if consts.op_costs:
+            cost = ProfiledCost(table=load_cost_table(consts.op_costs), fallback=roofline)
+        comm = CommCost(
+            cluster=cluster,
+            layout=layout,
+            efficiency=consts.efficiency.comm,
+            deepep_copies=model.moe_top_k if train.token_dispatcher == "deepep" else 0,
+        )
+        coster = StageCoster(
+            cost=cost,
+            comm=comm,
+            tp_overlap=layout.hides_tp_comm(train),
+            ep_overlap=train.moe_a2a_overlap,
+            host_op_s=consts.host_op_overhead_us * 1e-6,
+            checkpoint_ops=(
+                consts.host_ops_per_checkpoint_forward,
+                consts.host_ops_per_checkpoint_backward,
+            ),
+        )
+        head = shapes["head"]
+        per_logit = train.framework.logits_bytes_per_element
+        logits = head.micro_batch * head.seq_q * head.vocab * per_logit
+        plans = _plans(model, train, layout, graphs, logits)
+        tied = model.tied_embeddings
+        # Each backward adds its chunk's weight gradients to the buffer the step reduces.
+        bandwidth = cluster.device.achieved_memory_bytes_per_s
+        dense_s = grad_accumulation_bytes(train, layout) / bandwidth
+        expert_s = grad_accumulation_bytes(train, layout, expert=True) / bandwidth
+        blocks = [
+            _with_accumulation(
+                *coster.chunk_blocks(plan),
+                dense_s * _params(plan, expert=False, tied=tied)
+                + expert_s * _params(plan, expert=True, tied=tied),
+            )
+            for plan in plans
+        ]
+        p, v, m = layout.pp, layout.vpp, layout.num_microbatches(train)
+        p2p_s = _p2p_s(graphs["head"].input_bytes, train, layout, comm)
+        run = run_pipeline(
+            "interleaved" if v > 1 else consts.schedule,
+            p,
+            m,
+            v,
+            forward_s=[f.duration_s for f, _ in blocks],
+            backward_s=[b.duration_s for _, b in blocks],
+            p2p_s=[p2p_s(k % p, (k + 1) % p) for k in range(p * v - 1)],
+            activation_bytes=[plan.activation_bytes() for plan in plans],
+            transient_bytes=[plan.transient_bytes() for plan in plans],
+            record=record,
+            blocking=not (v > 1 and train.framework.overlap_p2p_comm),
+        )
+        # The first and last stages all-reduce a tied embedding's gradient after the DP sync.
+        tied_s = comm.time_s(
+            "all_reduce", tied_embedding_grad_bytes(model, train, layout), "embedding"
+        )
+        ranks = [
+            self._rank(
+                r,
+                plans[r::p],
+                blocks[r::p],
+                run,
+                m,
+                cluster,
+                train,
+                layout,
+                comm,
+                tied,
+                tied_s if r in (0, p - 1) else 0.0,
+            )
+            for r in range(p)
+        ]
+        reserved = (
+            reserved_bytes(model, cluster, layout)
+            if consts.reserved_memory_gib is None
+            else consts.reserved_memory_gib * _GIB
+        )
+        for rank in ranks:  # what each rank holds outside its tensors
+            memory = rank[3]
+            churning = memory["activations"] + churning_grad_bytes(
+                memory["gradients"], train, layout
+            )
+            memory["fragmentation"] = fragmentation_bytes(churning, consts.allocator_fragmentation)
+            memory["reserved"] = reserved / _GIB
+        slowest = max(range(p), key=lambda r: ranks[r][0])
+        step_s, breakdown, _, _ = ranks[slowest]
+        worst = max((rank[3] for rank in ranks), key=lambda mem: sum(mem.values()))
+        world = layout.world_size
+        tokens = train.tokens_per_step
+        detail = _detail(ranks, slowest, layout.stage_layers(model, train))
+        detail["schedule"] = "interleaved" if v > 1 else consts.schedule
+        if record:
+            detail["timeline"] = Timeline(tuple(run.timeline), chunked=v > 1)
+        if isinstance(cost, ProfiledCost):
+            coverage = _coverage(cost, graphs.values(), cluster)
+            detail["op_costs"] = coverage
+            detail["profiled_op_fraction"] = coverage["profiled"] / max(1, coverage["operators"])
+        return Prediction(
+            step_time_s=step_s,
+            memory_gib=sum(worst.values()),
+            memory_capacity_gib=cluster.device.memory_gib,
+            breakdown=breakdown,
+            memory_breakdown_gib=worst,
+            tokens_per_s_per_device=tokens / step_s / world,
+            mfu=model.flops_per_token(train.seq_len)
+            * tokens
+            / (step_s * world * cluster.device.peak_flops(train.precision)),
+            detail=detail,
+        )
+
+    def write_trace(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        train: TrainSpec,
+        layout: Layout,
+        path: str | Path,
+    ) -> Path:
+        """Simulate the layout and write its timeline as a Chrome trace (Perfetto)."""
+        return write_chrome_trace(self.simulate_timeline(model, cluster, train, layout), path)
+
+    def _rank(
+        self,
+        rank: int,
+        plans: list[ChunkPlan],
+        blocks: list[tuple[Block, Block]],
+        run: PipelineRun,
+        m: int,
+        cluster: ClusterSpec,
+        train: TrainSpec,
+        layout: Layout,
+        comm: CommCost,
+        tied: bool,
+        tied_sync_s: float,
+    ) -> _Rank:
+        """Step time, breakdown, op classes and memory (GiB) of one rank; DP spans to the run."""
+        consts, framework = self.constants, train.framework
+        states = state_bytes_of(train, layout)
+        dense = [_params(plan, expert=False, tied=tied) for plan in plans]
+        experts = [_params(plan, expert=True, tied=tied) for plan in plans]
+        sharded = layout.distributed_optimizer and framework.reduce_scatter_grads
+        kind = "reduce_scatter" if sharded else "all_reduce"
+        grad_bytes = train.grad_reduce_bytes
+        dp = layout.dp * layout.cp
+        overlapped = train.overlaps_grad_reduce
+        buckets = [
+            _buckets(d, framework.grad_buckets(d, dp, overlapped), kind, "dp_cp", grad_bytes, comm)
+            + _buckets(e, framework.grad_buckets(e, dp, overlapped), kind, "edp", grad_bytes, comm)
+            for d, e in zip(dense, experts, strict=True)
+        ]
+        finish = run.finish_s[rank]
+        synced = grad_sync(
+            rank,
+            run.last_backward[rank],
+            buckets,
+            finish,
+            overlapped,
+            run.timeline,
+            tied_sync_s,
+        )
+        optimizer_s = optimizer_step_s(
+            sum(dense),
+            sum(experts),
+            layout,
+            states,
+            consts.optimizer_traffic_bytes_per_param,
+            cluster.device,
+        )
+        linear = sum(g.params for plan in plans for g in plan.layers) + sum(experts)
+        fp8_primary = fp8_primary_params(train, layout, linear)
+        expert_fp8 = sum(experts) if fp8_primary else 0.0  # the experts are all linear
+        gather_s = 0.0
+        if states.sharded_optimizer and not train.overlaps_param_gather:
+            dense_bytes = gathered_weight_bytes(sum(dense), fp8_primary - expert_fp8, states)
+            expert_bytes = gathered_weight_bytes(sum(experts), expert_fp8, states)
+            gather_s = comm.time_s("all_gather", dense_bytes, "dp_cp") + comm.time_s(
+                "all_gather", expert_bytes, "edp"
+            )
+        breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+        categories = dict.fromkeys(COMPUTE_CATEGORIES, 0.0)
+        for forward, backward in blocks:
+            for block in (forward, backward):
+                for key in PARTS:
+                    breakdown[key] += m * block.parts[key]
+                for key in COMPUTE_CATEGORIES:
+                    categories[key] += m * block.categories[key]
+        breakdown["bubble"] = run.bubble_s[rank]
+        breakdown["pp_comm"] = run.pp_comm_s[rank]
+        breakdown["dp_comm"] = synced - finish + gather_s
+        breakdown["optimizer"] = optimizer_s
+        step_s = synced + optimizer_s + gather_s
+        state_bytes = state_memory_bytes(sum(dense), sum(experts), layout, states, fp8_primary)
+        if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
+            state_bytes["fp8_weights"] = linear * cluster.device.fp8_weight_copies
+        memory = {
+            **{key: value / _GIB for key, value in state_bytes.items()},
+            "activations": run.peak_activation_bytes[rank] / _GIB,
+        }
+        return step_s, breakdown, categories, memory
+
+
+def _detail(ranks: list[_Rank], slowest: int, stage_layers: Sequence[int]) -> dict[str, object]:
+    """The per-rank views: step time, its breakdown, op classes and memory of every rank.
+
+    ``op_category_time_s`` is the slowest rank's compute time by operator class.
+    """
+    return {
+        "stage_layers": list(stage_layers),
+        "slowest_rank": slowest,
+        "rank_time_s": [rank[0] for rank in ranks],
+        "rank_breakdown_s": [rank[1] for rank in ranks],
+        "rank_memory_gib": [sum(rank[3].values()) for rank in ranks],
+        "rank_memory_breakdown_gib": [rank[3] for rank in ranks],
+        "rank_op_category_time_s": [rank[2] for rank in ranks],
+        "op_category_time_s": ranks[slowest][2],
+    }
+
+
+def _coverage(
+    cost: ProfiledCost, graphs: Iterable[LayerGraph], cluster: ClusterSpec
+) -> dict[str, Any]:
+    """How many of the layout's distinct compute operators the profiled table prices.
+
+    An operator is (name, shapes and arguments, dtype), as the profiler times it; the others
+    fall back to the roofline. ``same_device``: the table was timed on the cluster's device.
+    """
+    ops = {
+        (op.name, op.signature, op.dtype): op
+        for graph in graphs
+        for op in graph.forward + graph.backward
+        if op.category != COMM_CATEGORY
+    }
+    profiled = sum(map(cost.covers, ops.values()))
+    return {
+        "table": cost.table.path,
+        "table_device": cost.table.device,
+        "cluster_device": cluster.device.name,
+        "same_device": cost.table.profiled_on(cluster.device),
+        "operators": len(ops),
+        "profiled": profiled,
+        "roofline": len(ops) - profiled,
+    }
+
+
+def _plans(
+    model: ModelSpec,
+    train: TrainSpec,
+    layout: Layout,
+    graphs: Mapping[str, LayerGraph],
+    logits_bytes: float,
+) -> list[ChunkPlan]:
+    """The chunk of every virtual stage (index ``chunk * pp + rank``), Megatron's assignment.
+
+    Virtual stages hold consecutive layers in index order (``Layout.chunk_layers``: the
+    framework's split of the layers over stages, each stage's dealt over its chunks); full
+    recompute of ``recompute_layers`` per stage takes the first layers of each chunk.
+    ``logits_bytes``: the head's logits working set (last virtual stage).
+    """
+    counts = layout.chunk_layers(model, train)
+    stage_layers = layout.stage_layers(model, train)
+    plans = []
+    first = 0
+    for vs, count in enumerate(counts):
+        rank = vs % layout.pp
+        recomputed = math.ceil(layout.recomputed_layers(stage_layers[rank]) / layout.vpp)
+        layers = tuple(
+            graphs["dense" if i < model.num_dense_layers else "moe"]
+            for i in range(first, first + count)
+        )
+        first += count
+        modes = tuple(
+            "full"
+            if i < recomputed
+            else "selective"
+            if layout.recompute == "selective"
+            else "none"
+            for i in range(count)
+        )
+        last = vs == len(counts) - 1
+        plans.append(
+            ChunkPlan(
+                layers=layers,
+                recompute=modes,
+                embedding=graphs["embedding"] if vs == 0 else None,
+                head=graphs["head"] if last else None,
+                logits_bytes=logits_bytes if last else 0.0,
+            )
+        )
+    return plans
+
+
+def _p2p_s(
+    boundary_bytes: float, train: TrainSpec, layout: Layout, comm: CommCost
+) -> Callable[[int, int], float]:
+    """Seconds of one pipeline send between two pipeline ranks (src, dst).
+
+    ``boundary_bytes`` is what one rank holds at a layer boundary (1/tp of it with SP). A
+    framework that slices sends over TP sends 1/tp and all-gathers over TP on arrival; a
+    framework that sends the activation and its gradient one after the other pays each
+    boundary twice (:meth:`simulators.FrameworkSpec.boundary_s`, docs/reference.md 7.3).
+    """
+    sliced = train.framework.p2p_tp_sliced and not layout.sequence_parallel and layout.tp > 1
+    send = boundary_bytes / layout.tp if sliced else boundary_bytes
+    gather_s = comm.time_s("all_gather", boundary_bytes, "tp") if sliced else 0.0
+    exchange = train.framework.boundary_s
+    return lambda src, dst: exchange(comm.p2p_s(send, src, dst, "pp"), gather_s)
+
+
+def _with_accumulation(forward: Block, backward: Block, seconds: float) -> tuple[Block, Block]:
+    """The chunk's blocks, its backward followed by ``seconds`` of gradient accumulation (a
+    memory-bound pass on the compute stream)."""
+    if not seconds:
+        return forward, backward
+    parts = {**backward.parts, "compute": backward.parts["compute"] + seconds}
+    categories = {**backward.categories, "memory": backward.categories["memory"] + seconds}
+    return forward, Block(
+        duration_s=backward.duration_s + seconds, parts=parts, categories=categories
+    )
+
+
+def _params(plan: ChunkPlan, expert: bool, tied: bool) -> int:
+    """Weights of a chunk; a tied output layer in the embedding's chunk shares its weight."""
+    if expert:
+        return sum(g.expert_params for g in plan.layers)
+    ends = sum(g.params for g in (plan.embedding, plan.head) if g is not None)
+    if tied and plan.embedding is not None and plan.head is not None:
+        ends -= plan.embedding.params  # the vocab x hidden/tp matrix, counted once
+    return sum(g.params for g in plan.layers) + ends
+
+
+def _buckets(
+    params: int, count: int, kind: str, group: str, grad_bytes: float, comm: CommCost
+) -> list[float]:
+    """Reduction time of each of ``count`` gradient buckets of ``params`` parameters."""
+    if not params:
+        return []
+    return [comm.time_s(kind, params / count * grad_bytes, group)] * count

@@ -1,0 +1,726 @@
+"""The parallel layout of a training job, the table of its dimensions, and its rules.
+
+:class:`Layout` owns its dimensions the way torchtitan's ``ParallelDims`` does: every field
+carries its metadata (what it means, whether it is a parallel degree, whether the search
+chooses it and from which candidates, whether it changes what one layer costs, its Megatron
+flag). The search space, the config schema, the measurement columns, the report columns, the
+JSON form and the simulators' cache keys are all derived from :data:`LAYOUT_FIELDS`; adding a
+dimension is one field here plus the simulators that price it (docs/architecture.md lists
+the files).
+
+Rules come from Megatron-LM and MindSpeed (docs/reference.md 3.7); each is a small function
+returning the sentences of what it finds broken, so :meth:`Layout.violations` reports every
+broken rule at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from autotune.simulators._checks import require_at_most
+from autotune.simulators._checks import require_choice
+from autotune.simulators._checks import require_integers
+from autotune.simulators._checks import require_positive
+from autotune.simulators.collectives import GroupPlacement
+from autotune.simulators.collectives import place_group
+from autotune.simulators.errors import LayoutError
+from autotune.simulators.errors import SpecError
+from autotune.simulators.limits import MAX_BATCH
+from autotune.simulators.limits import MAX_DEVICES
+from autotune.simulators.specs import ClusterSpec
+from autotune.simulators.specs import ModelSpec
+from autotune.simulators.specs import TrainSpec
+
+__all__ = [
+    "DEGREES",
+    "GROUPS",
+    "LAYOUT_FIELDS",
+    "RECOMPUTE_MODES",
+    "RULE_NAMES",
+    "SEARCHED",
+    "FieldInfo",
+    "Layout",
+    "deal_chunks",
+    "divisors",
+    "field_info",
+]
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+# search settings (conf/search/*.yaml) -> the values a searched field may take for a job
+Candidates = Callable[[ModelSpec, ClusterSpec, Mapping[str, Any]], Sequence[Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FieldInfo:
+    """What the rest of the project needs to know about one layout field.
+
+    ``degree``: a parallel degree (an integer >= 1 that splits the world or the model).
+    ``searched``: the search chooses it, from ``candidates`` (dp follows from the others).
+    ``layer_cost``: it changes what one layer costs on one rank (a simulator cache key).
+    ``flag``: the Megatron-LM flag that sets it one-to-one (``""`` when the launcher derives
+    it from several fields). ``required_column``: a measurement table must give it (else the
+    field's default fills an empty cell); ``choices``: the values a text field allows.
+    """
+
+    doc: str
+    required_column: bool = False
+    choices: tuple[str, ...] = ()
+    degree: bool = False
+    searched: bool = False
+    layer_cost: bool = False
+    flag: str = ""
+    candidates: Candidates | None = None
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in ascending order (O(sqrt n), so a huge world stays fast)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
+def _world_divisors(limit_key: str | None = None) -> Candidates:
+    def candidates(model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]) -> list[int]:
+        found = divisors(cluster.num_devices)
+        return [d for d in found if limit_key is None or d <= search[limit_key]]
+
+    return candidates
+
+
+def _pipeline_candidates(
+    model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
+) -> list[int]:
+    """Stages that divide the world; they need not divide the layers (frameworks that split
+    unevenly run them, the rules refuse the rest)."""
+    return [d for d in divisors(cluster.num_devices) if d <= model.num_layers]
+
+
+def _expert_candidates(
+    model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
+) -> list[int]:
+    if not model.is_moe:
+        return [1]
+    return [d for d in divisors(cluster.num_devices) if model.num_experts % d == 0]
+
+
+def _up_to(limit_key: str) -> Candidates:
+    def candidates(model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]) -> list[int]:
+        return list(range(1, int(search[limit_key]) + 1))
+
+    return candidates
+
+
+def _listed(key: str, ordered: bool = False) -> Candidates:
+    def candidates(model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]) -> list[Any]:
+        values = list(dict.fromkeys(search[key]))
+        return sorted(values) if ordered else values
+
+    return candidates
+
+
+def deal_chunks(stage_layers: tuple[int, ...], vpp: int) -> tuple[int, ...]:
+    """Layers of every virtual stage, indexed ``chunk * pp + rank`` (Megatron's order): a
+    stage's layers dealt over its ``vpp`` chunks as evenly as possible, the first chunks taking
+    the remainder."""
+    pp = len(stage_layers)
+    return tuple(
+        stage_layers[rank] // vpp + (chunk < stage_layers[rank] % vpp)
+        for chunk in range(vpp)
+        for rank in range(pp)
+    )
+
+
+def _info(doc: str, **options: Any) -> dict[str, FieldInfo]:
+    return {"layout": FieldInfo(doc=doc, **options)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """Data, tensor, pipeline, context and expert parallel degrees and memory options.
+
+    ``ep`` shards the routed experts; the expert grid reuses the TP degree inside experts
+    (ETP = TP), so expert data parallelism is ``world / (tp * ep * pp)``. ``vpp`` is the
+    number of model chunks per pipeline rank (1: plain 1F1B). ``recompute_layers`` counts
+    the layers per pipeline stage that full recompute checkpoints (Megatron's block method);
+    ``None`` means all of them.
+
+    Example:
+        >>> lay = Layout.resolve(64, tp=8, pp=2)
+        >>> lay.describe()
+        'dp4 tp8 pp2 cp1 ep1 vpp1 mbs1 rc=none sp do'
+        >>> lay.group("dp_cp", devices_per_node=8)
+        GroupPlacement(size=4, stride=8, per_node=1, nodes=4)
+    """
+
+    dp: int = field(
+        default=1,
+        metadata=_info(
+            "data parallel degree (follows from the others)", degree=True, required_column=True
+        ),
+    )
+    tp: int = field(
+        default=1,
+        metadata=_info(
+            "tensor parallel degree",
+            required_column=True,
+            degree=True,
+            searched=True,
+            layer_cost=True,
+            flag="--tensor-model-parallel-size",
+            candidates=_world_divisors("max_tp"),
+        ),
+    )
+    pp: int = field(
+        default=1,
+        metadata=_info(
+            "pipeline parallel degree (stages)",
+            required_column=True,
+            degree=True,
+            searched=True,
+            flag="--pipeline-model-parallel-size",
+            candidates=_pipeline_candidates,
+        ),
+    )
+    cp: int = field(
+        default=1,
+        metadata=_info(
+            "context parallel degree (splits the sequence)",
+            required_column=True,
+            degree=True,
+            searched=True,
+            layer_cost=True,
+            flag="--context-parallel-size",
+            candidates=_world_divisors("max_cp"),
+        ),
+    )
+    ep: int = field(
+        default=1,
+        metadata=_info(
+            "expert parallel degree (splits the routed experts)",
+            required_column=True,
+            degree=True,
+            searched=True,
+            layer_cost=True,
+            flag="--expert-model-parallel-size",
+            candidates=_expert_candidates,
+        ),
+    )
+    vpp: int = field(
+        default=1,
+        metadata=_info(
+            "model chunks per pipeline rank (interleaved 1F1B when > 1)",
+            degree=True,
+            searched=True,
+            candidates=_up_to("max_vpp"),
+        ),
+    )
+    micro_batch: int = field(
+        default=1,
+        metadata=_info(
+            "sequences per micro-batch",
+            required_column=True,
+            searched=True,
+            layer_cost=True,
+            flag="--micro-batch-size",
+            candidates=_listed("micro_batch", ordered=True),
+        ),
+    )
+    recompute: str = field(
+        default="none",
+        metadata=_info(
+            "activation recomputation: none, selective (core attention) or full",
+            required_column=True,
+            choices=RECOMPUTE_MODES,
+            searched=True,
+            layer_cost=True,
+            candidates=_listed("recompute"),
+        ),
+    )
+    layer_split: tuple[int, ...] | None = field(
+        default=None,
+        metadata=_info(
+            "layers per pipeline stage, first to last (None: the framework's default split)"
+        ),
+    )
+    recompute_layers: int | None = field(
+        default=None,
+        metadata=_info("layers per stage that full recompute checkpoints (None: all)"),
+    )
+    sequence_parallel: bool = field(
+        default=False,
+        metadata=_info(
+            "sequence parallelism inside the TP group (default: tp > 1)",
+            layer_cost=True,
+            flag="--sequence-parallel",
+        ),
+    )
+    distributed_optimizer: bool = field(
+        default=True,
+        metadata=_info(
+            "optimizer states sharded over data parallelism (ZeRO-1)",
+            searched=True,
+            flag="--use-distributed-optimizer",
+            candidates=_listed("distributed_optimizer"),
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        degrees = {name: getattr(self, name) for name in DEGREES}
+        require_integers("layout", **degrees, micro_batch=self.micro_batch)
+        require_positive("layout", **degrees)
+        require_positive("layout", micro_batch=self.micro_batch)
+        require_at_most("layout", MAX_DEVICES, "the largest clusters have ~2e5 devices", **degrees)
+        require_at_most("layout", MAX_BATCH, "sequences", micro_batch=self.micro_batch)
+        require_choice("layout", "recompute", self.recompute, RECOMPUTE_MODES)
+        if self.recompute_layers is not None:
+            require_integers("layout", recompute_layers=self.recompute_layers)
+            require_positive("layout", recompute_layers=self.recompute_layers)
+        if self.layer_split is not None:
+            split = self.layer_split
+            if not isinstance(split, tuple) or not all(isinstance(n, int) for n in split):
+                raise SpecError(f"layout: layer_split={split!r} must be a tuple of integers")
+            if not split or min(split) < 1:
+                raise SpecError(
+                    f"layout: layer_split={list(split)} has a stage with no layers; every "
+                    "stage needs at least one"
+                )
+
+    @classmethod
+    def resolve(cls, world_size: int, **given: object) -> Layout:
+        """Build a layout from the fields given; dp fills the rest of the world.
+
+        ``None`` values count as not given. ``sequence_parallel`` defaults to ``tp > 1`` as
+        Megatron recommends. When tp*pp*cp does not divide the world size, dp is rounded
+        down and :meth:`violations` reports the broken world-size rule with the others.
+        """
+        unknown = sorted(set(given) - set(LAYOUT_FIELDS))
+        if unknown:
+            raise LayoutError(
+                f"unknown layout field(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(sorted(LAYOUT_FIELDS))}"
+            )
+        values = {k: v for k, v in given.items() if v is not None}
+        split = values.get("layer_split")
+        if isinstance(split, list):
+            values["layer_split"] = tuple(split)  # from a config or JSON list
+        tp, pp, cp = (int(values.get(k, 1)) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]
+        values.setdefault("dp", max(1, world_size // max(1, tp * pp * cp)))
+        values.setdefault("sequence_parallel", tp > 1)
+        return cls(**values)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Layout:
+        """The inverse of :meth:`as_dict` (unknown keys are refused)."""
+        unknown = sorted(set(values) - set(LAYOUT_FIELDS))
+        if unknown:
+            raise LayoutError(f"unknown layout field(s) {', '.join(unknown)}")
+        split = values.get("layer_split")
+        return cls(**{**values, "layer_split": tuple(split) if split is not None else None})
+
+    # ---- derived -------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel degree: world / (ETP * EP * PP), with ETP = TP."""
+        return self.world_size // (self.tp * self.ep * self.pp)
+
+    def num_microbatches(self, train: TrainSpec) -> int:
+        """Micro-batches per step and per data-parallel rank: GBS / (mbs * DP)."""
+        return train.global_batch_size // (self.micro_batch * self.dp)
+
+    def hides_tp_comm(self, train: TrainSpec) -> bool:
+        """Whether the TP collectives hide behind the GEMMs: the run overlaps them (Transformer
+        Engine's userbuffers, MindSpeed's COC) and the layout has sequence parallelism, which
+        the overlap needs (Megatron asserts it, docs/reference.md 7.5)."""
+        return train.overlaps_tp_comm and self.sequence_parallel
+
+    def stage_layers(self, model: ModelSpec, train: TrainSpec) -> tuple[int, ...]:
+        """Transformer layers of each pipeline stage, first to last.
+
+        The explicit ``layer_split``, else the framework's default split (even when ``pp``
+        divides the layers; see :meth:`simulators.FrameworkSpec.default_split`).
+        """
+        if self.layer_split is not None:
+            return self.layer_split
+        return train.framework.default_split(model.num_layers, self.pp)
+
+    def chunk_layers(self, model: ModelSpec, train: TrainSpec) -> tuple[int, ...]:
+        """Layers of every virtual stage, indexed ``chunk * pp + rank`` (:func:`deal_chunks`)."""
+        return deal_chunks(self.stage_layers(model, train), self.vpp)
+
+    def recomputed_layers(self, stage_layers: int) -> int:
+        """Layers of a stage of ``stage_layers`` whose activations are recomputed in full."""
+        if self.recompute != "full":
+            return 0
+        if self.recompute_layers is None:
+            return stage_layers
+        return min(self.recompute_layers, stage_layers)
+
+    def layer_key(self) -> tuple[object, ...]:
+        """The fields that change what one layer costs (a cache key for per-layer costs)."""
+        return tuple(getattr(self, name) for name in LAYER_COST_FIELDS)
+
+    def group(self, name: str, devices_per_node: int) -> GroupPlacement:
+        """Size and placement of a process group, in Megatron's rank order.
+
+        Ranks are numbered TP fastest, then CP, DP, PP (``order="tp-cp-ep-dp-pp"`` in
+        ``megatron/core/parallel_state.py``); the expert grid numbers TP, EP, expert-DP, PP.
+        Groups: ``tp``, ``cp``, ``dp``, ``dp_cp`` (dense gradients: DP x CP), ``ep``,
+        ``edp`` (expert data parallel), ``pp`` and ``embedding``: the first and the last
+        pipeline stage, which hold the two copies of a tied embedding (Megatron's embedding
+        group; one rank without pipelining).
+        """
+        if name not in GROUPS:
+            raise ValueError(f"unknown process group {name!r}; known: {', '.join(GROUPS)}")
+        if name == "embedding":  # the first and last stage: one node when the pipeline is
+            stride = (self.pp - 1) * (self.world_size // self.pp)
+            if self.pp == 1:
+                return place_group(1, stride, devices_per_node)
+            one_node = self.group("pp", devices_per_node).nodes == 1
+            return GroupPlacement(2, stride, 2 if one_node else 1, 1 if one_node else 2)
+        size, stride = {
+            "tp": (self.tp, 1),
+            "cp": (self.cp, self.tp),
+            "dp": (self.dp, self.tp * self.cp),
+            "dp_cp": (self.dp * self.cp, self.tp),
+            "ep": (self.ep, self.tp),
+            "edp": (self.expert_dp, self.tp * self.ep),
+            "pp": (self.pp, self.world_size // self.pp),
+        }[name]
+        return place_group(size, stride, devices_per_node)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field by name: the JSON form and the measurement table's layout columns."""
+        return {name: getattr(self, name) for name in LAYOUT_FIELDS}
+
+    def describe(self) -> str:
+        """A compact one-line form, e.g. ``dp4 tp8 pp2 cp1 ep1 vpp1 mbs1 rc=none sp do``."""
+        degrees = " ".join(f"{d}{getattr(self, d)}" for d in DEGREES)
+        rc = self.recompute
+        if self.recompute == "full" and self.recompute_layers is not None:
+            rc += f":{self.recompute_layers}"
+        flags = ("sp " if self.sequence_parallel else "") + (
+            "do" if self.distributed_optimizer else ""
+        )
+        split = (
+            "" if self.layer_split is None else " split=" + "/".join(map(str, self.layer_split))
+        )
+        return f"{degrees} mbs{self.micro_batch} rc={rc} {flags}".strip() + split
+
+    # ---- rules ---------------------------------------------------------------------------
+    def world_size_problems(self, num_devices: int, where: str = "") -> list[str]:
+        """The world-size rule alone: dp * tp * pp * cp must equal the devices."""
+        if self.world_size == num_devices:
+            return []
+        return [
+            f"dp({self.dp}) * tp({self.tp}) * pp({self.pp}) * cp({self.cp}) = "
+            f"{self.world_size} != {num_devices} devices{where}"
+        ]
+
+    def split_problems(self, num_layers: int) -> list[str]:
+        """The explicit ``layer_split`` against the layout and the model, whatever the
+        framework: one count per pipeline stage, summing to the layers."""
+        split = self.layer_split
+        if split is None:
+            return []
+        found = []
+        if len(split) != self.pp:
+            found.append(f"layer_split has {len(split)} stages, expected pp={self.pp}")
+        if sum(split) != num_layers:
+            found.append(
+                f"layer_split {list(split)} sums to {sum(split)}, expected num_layers={num_layers}"
+            )
+        return found
+
+    def violations(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+        """Every rule of Megatron-LM / MindSpeed this layout breaks, one sentence each."""
+        found: list[str] = []
+        for rule in _RULES.values():
+            found.extend(rule(self, model, cluster, train))
+        return found
+
+    def broken_rules(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
+    ) -> dict[str, list[str]]:
+        """:meth:`violations` by rule: each broken rule's name (:data:`RULE_NAMES`) and its
+        sentences, in the order of the rules."""
+        found = {}
+        for name, rule in _RULES.items():
+            sentences = rule(self, model, cluster, train)
+            if sentences:
+                found[name] = sentences
+        return found
+
+    def check(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> None:
+        """Raise LayoutError listing every broken rule, if any."""
+        broken = self.violations(model, cluster, train)
+        if broken:
+            raise LayoutError(
+                f"layout {self.describe()} is invalid:\n  - " + "\n  - ".join(broken)
+            )
+
+
+def field_info(name: str) -> FieldInfo:
+    """The metadata of the layout field ``name``."""
+    info: FieldInfo = _FIELDS[name].metadata["layout"]
+    return info
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Layout)}
+# Every field, in order: the JSON form, the data columns, the report columns.
+LAYOUT_FIELDS: tuple[str, ...] = tuple(_FIELDS)
+DEGREES: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).degree)
+SEARCHED: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).searched)
+LAYER_COST_FIELDS: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).layer_cost)
+GROUPS = ("tp", "cp", "dp", "dp_cp", "ep", "edp", "pp", "embedding")
+
+Rule = Callable[[Layout, ModelSpec, ClusterSpec, TrainSpec], list[str]]
+
+
+def _world_size(
+    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
+) -> list[str]:
+    """world = DP * TP * PP * CP (megatron/core/parallel_state.py initialize_model_parallel)."""
+    return lay.world_size_problems(cluster.num_devices, f" of cluster {cluster.name}")
+
+
+def _heads(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+    """Heads % TP == 0; KV groups % TP == 0 or TP a multiple of them (transformer_config.py)."""
+    found = []
+    if model.num_attention_heads % lay.tp:
+        found.append(
+            f"tp={lay.tp} does not divide num_attention_heads={model.num_attention_heads}"
+        )
+    g = model.num_kv_heads
+    if model.attention == "gqa" and g % lay.tp and lay.tp % g:
+        found.append(f"tp={lay.tp} and num_kv_heads={g}: neither divides the other")
+    return found
+
+
+def _layers(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+    """Layers per stage as the framework can split them (docs/reference.md 7.1).
+
+    An explicit split has one count per stage and sums to the layers; without one, a
+    framework that splits evenly only needs pp to divide the layers.
+    """
+    framework = train.framework
+    split = lay.layer_split
+    if split is None:
+        if framework.layer_split == "even" and model.num_layers % lay.pp:
+            return [
+                f"pp={lay.pp} does not divide num_layers={model.num_layers} "
+                f"({framework.name} splits layers evenly only)"
+            ]
+        if model.num_layers < lay.pp:
+            return [f"pp={lay.pp} exceeds num_layers={model.num_layers}: a stage would be empty"]
+        return []
+    found = lay.split_problems(model.num_layers)
+    if not found and not framework.can_split(split, model.num_layers):
+        allowed = framework.default_split(model.num_layers, lay.pp)
+        found.append(
+            f"{framework.name} cannot run layer_split {list(split)}; its only split for "
+            f"pp={lay.pp} is {list(allowed)}"
+        )
+    return found
+
+
+def _virtual_pipeline(
+    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
+) -> list[str]:
+    """VPP needs the framework's interleaved schedule, PP > 1 (PP > 2 where its sends block:
+    two blocking exchanges with the same neighbour would meet in one batch; arguments.py), m
+    a multiple of PP and whole chunks.
+
+    The interleaved schedule runs the micro-batches through each chunk in groups of PP and
+    refuses a step whose last group is short: ``num_microbatches % pipeline_parallel_size``
+    must be 0 in ``schedules.py`` of core_v0.6.0, and ``0 < m % N < PP`` raises from
+    core_r0.12.0 to main, with N (``microbatch_group_size_per_vp_stage``) = PP unless set
+    (docs/reference.md 3.4).
+
+    With an even split Megatron needs vpp to divide the layers per stage (arguments.py); an
+    uneven split may leave a chunk empty, as the chunks that hold only the embedding or the
+    loss do with ``--account-for-embedding/loss-in-pipeline-split`` (docs/reference.md 7.1).
+    """
+    if lay.vpp == 1:
+        return []
+    found = []
+    if not train.framework.virtual_pipeline:
+        found.append(f"vpp={lay.vpp}: {train.framework.name} has no virtual pipeline stages")
+    if lay.pp == 1:
+        found.append(f"vpp={lay.vpp} needs pp > 1")
+    elif lay.pp == 2 and not train.framework.overlap_p2p_comm:
+        found.append(
+            f"vpp={lay.vpp} needs pp > 2 on {train.framework.name} (its interleaved schedule "
+            "blocks on its sends)"
+        )
+    elif lay.layer_split is None and model.num_layers % lay.pp == 0:
+        if (model.num_layers // lay.pp) % lay.vpp:
+            found.append(
+                f"vpp={lay.vpp} does not divide the {model.num_layers}/{lay.pp} layers per stage"
+            )
+    if lay.pp > 1 and _divides(lay.micro_batch * lay.dp, train.global_batch_size):
+        m = lay.num_microbatches(train)
+        if m % lay.pp:
+            found.append(
+                f"vpp={lay.vpp} needs micro-batches per step ({m}) to be a multiple of "
+                f"pp ({lay.pp}): the interleaved schedule runs them in groups of pp"
+            )
+    return found
+
+
+def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+    """CP > 1 needs a framework with context parallelism and seq_len % (2*CP) == 0
+    (arguments.py; load-balanced chunks). The all-to-all exchange splits heads over CP: the
+    query heads of a TP rank, and its KV heads where Transformer Engine splits them as they
+    are (DeepSpeed-style Ulysses repeats them to the query heads first, or, on
+    Megatron-DeepSpeed, takes multi-head attention only); Transformer Engine has no MLA
+    all-to-all; and Megatron-DeepSpeed's sequence parallelism excludes Megatron's
+    (docs/reference.md 3.5)."""
+    if lay.cp == 1:
+        return []
+    framework = train.framework
+    if not framework.cp_comm_types:
+        return [f"cp={lay.cp}: {framework.name} has no context parallelism (use cp=1)"]
+    found = []
+    if train.seq_len % (2 * lay.cp):
+        found.append(f"cp={lay.cp} needs seq_len={train.seq_len} divisible by 2*cp={2 * lay.cp}")
+    if framework.cp_excludes_sequence_parallel and lay.sequence_parallel:
+        found.append(f"cp={lay.cp} does not run with sequence_parallel on {framework.name}")
+    if train.context_exchange != "a2a":
+        return found
+    if model.attention == "mla" and framework.cp_a2a_style == "te":
+        return [*found, f"cp={lay.cp} with cp_comm_type a2a: Transformer Engine runs no MLA a2a"]
+    heads = model.num_attention_heads // lay.tp
+    if heads % lay.cp:
+        found.append(
+            f"cp={lay.cp} with cp_comm_type a2a needs cp to divide the {heads} attention heads "
+            f"per TP rank"
+        )
+    if not framework.cp_a2a_gqa and model.num_kv_heads < model.num_attention_heads:
+        found.append(
+            f"cp={lay.cp}: {framework.name}'s all-to-all needs as many KV heads as attention "
+            f"heads ({model.name} has {model.num_kv_heads} of {model.num_attention_heads})"
+        )
+    kv_heads = max(1, model.num_kv_heads // lay.tp)
+    if framework.cp_a2a_style == "te" and kv_heads % lay.cp:
+        found.append(
+            f"cp={lay.cp} with cp_comm_type a2a needs cp to divide the {kv_heads} KV heads per "
+            f"TP rank ({framework.name} splits them as they are)"
+        )
+    return found
+
+
+def _experts(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+    """EP needs experts % EP == 0 and the expert grid world % (TP*EP*PP) == 0."""
+    if lay.ep == 1:
+        return []
+    if not model.is_moe:
+        return [f"ep={lay.ep} needs a mixture-of-experts model; {model.name} is dense"]
+    found = []
+    if model.num_experts % lay.ep:
+        found.append(f"ep={lay.ep} does not divide num_experts={model.num_experts}")
+    grid = lay.tp * lay.ep * lay.pp
+    if lay.world_size % grid:
+        found.append(
+            f"expert grid tp({lay.tp}) * ep({lay.ep}) * pp({lay.pp}) = {grid} does not divide "
+            f"the world size {lay.world_size}"
+        )
+    if lay.tp > 1 and not lay.sequence_parallel:
+        found.append("ep > 1 with tp > 1 needs sequence_parallel (model_parallel_config.py)")
+    return found
+
+
+def _sequence_parallel(
+    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
+) -> list[str]:
+    """SP is meaningless with TP == 1 (Megatron turns it off); with it, TP splits the sequence
+    of each CP rank (seq / CP tokens) into equal parts (``_split_along_first_dim`` in
+    ``megatron/core/tensor_parallel/mappings.py`` asserts it)."""
+    if not lay.sequence_parallel:
+        return []
+    if lay.tp == 1:
+        return ["sequence_parallel needs tp > 1"]
+    if train.seq_len % (lay.cp * lay.tp):
+        return [
+            f"sequence_parallel with tp={lay.tp} needs seq_len={train.seq_len} divisible by "
+            f"cp*tp={lay.cp * lay.tp} (tp splits each CP rank's sequence)"
+        ]
+    return []
+
+
+def _batch(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+    """global_batch % (micro_batch * DP) == 0 (num_microbatches_calculator.py)."""
+    if not _divides(lay.micro_batch * lay.dp, train.global_batch_size):
+        return [
+            f"micro_batch({lay.micro_batch}) * dp({lay.dp}) = {lay.micro_batch * lay.dp} does "
+            f"not divide global_batch_size={train.global_batch_size}"
+        ]
+    return []
+
+
+def _recompute(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+    """recompute_layers only with full recompute, and at most the layers of a stage."""
+    if lay.recompute_layers is None:
+        return []
+    if lay.recompute != "full":
+        return [f"recompute_layers={lay.recompute_layers} needs recompute=full"]
+    stages = lay.stage_layers(model, train)
+    if len(stages) == lay.pp and lay.recompute_layers > max(stages):
+        return [
+            f"recompute_layers={lay.recompute_layers} exceeds the "
+            f"{max(stages)} layers per pipeline stage"
+        ]
+    return []
+
+
+def _expert_overlap(
+    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
+) -> list[str]:
+    """The EP all-to-all overlap needs EP, virtual stages when pp > 1, and no full recompute
+    (Megatron-Core's transformer_config.py asserts each)."""
+    if not (train.moe_a2a_overlap and model.is_moe):
+        return []
+    found = []
+    if lay.ep == 1:
+        found.append("moe_a2a_overlap needs ep > 1")
+    if lay.pp > 1 and lay.vpp == 1:
+        found.append(f"moe_a2a_overlap with pp={lay.pp} needs vpp > 1")
+    if lay.recompute == "full":
+        found.append("moe_a2a_overlap does not run with recompute=full")
+    return found
+
+
+def _divides(divisor: int, value: int) -> bool:
+    return divisor > 0 and value % divisor == 0
+
+
+# Each rule by the name that reports count broken layouts under.
+_RULES: dict[str, Rule] = {
+    "world size": _world_size,
+    "heads": _heads,
+    "layers": _layers,
+    "virtual pipeline": _virtual_pipeline,
+    "context parallel": _context,
+    "experts": _experts,
+    "sequence parallel": _sequence_parallel,
+    "batch": _batch,
+    "recompute": _recompute,
+    "expert overlap": _expert_overlap,
+}
+RULE_NAMES: tuple[str, ...] = tuple(_RULES)

@@ -1,0 +1,95 @@
+"""What a simulator answers for one layout."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+
+__all__ = ["BREAKDOWN_KEYS", "MEMORY_MEASURES", "OUTSIDE_ALLOCATOR_KEYS", "Prediction"]
+
+# Time categories of a step, in seconds; they add up to the step time.
+BREAKDOWN_KEYS = (
+    "compute",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "dp_comm",
+    "bubble",
+    "optimizer",
+)
+
+# The memory terms that are not the framework's tensors (autotune/simulators/device_memory.py):
+# what the caching allocator loses to fragmentation, and what the runtime and communicators hold.
+OUTSIDE_ALLOCATOR_KEYS = ("fragmentation", "reserved")
+# What a measured peak memory is: ``allocated``, the framework's tensors at their peak
+# (torch.cuda.max_memory_allocated, Megatron's "max allocated"); ``device``, everything the
+# process holds on the device (nvidia-smi, npu-smi), what must fit in the device's memory.
+MEMORY_MEASURES = ("allocated", "device")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prediction:
+    """Predicted step time and memory of one layout.
+
+    ``breakdown`` splits ``step_time_s`` into the categories of :data:`BREAKDOWN_KEYS`
+    (seconds, summing to the step time). ``memory_gib`` is the peak memory of the worst rank;
+    ``fits`` says whether it stays within ``memory_capacity_gib``. ``mfu`` is model FLOPs per
+    second over the devices' peak in the step's precision (FP8 runs: the FP8 peak, as NVIDIA's
+    benchmark tables count it). ``detail`` holds optional simulator-specific views (per-rank
+    figures, memory breakdown, events).
+    """
+
+    step_time_s: float
+    memory_gib: float
+    memory_capacity_gib: float
+    breakdown: Mapping[str, float]
+    memory_breakdown_gib: Mapping[str, float]
+    tokens_per_s_per_device: float
+    mfu: float
+    detail: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_gib <= self.memory_capacity_gib
+
+    @property
+    def memory_margin(self) -> float:
+        """The share of the predicted peak a layout must keep free (0 without a margin): a
+        margin lowers ``memory_capacity_gib`` to the device's memory over ``1 + margin``."""
+        return float(self.detail.get("memory_margin", 0.0))  # type: ignore[arg-type]
+
+    @property
+    def device_memory_gib(self) -> float:
+        """The device's memory, what a user reads on its data sheet."""
+        return self.memory_capacity_gib * (1 + self.memory_margin)
+
+    @property
+    def memory_with_margin_gib(self) -> float:
+        """The predicted peak with the margin added: what must fit in the device's memory."""
+        return self.memory_gib * (1 + self.memory_margin)
+
+    def peak_gib(self, measure: str) -> float:
+        """The predicted peak as ``measure`` (:data:`MEMORY_MEASURES`) counts it: the whole
+        device's, or the framework's tensors only (without fragmentation and reserved)."""
+        if measure == "device":
+            return self.memory_gib
+        if measure != "allocated":
+            raise ValueError(f"unknown memory measure {measure!r}; known: {MEMORY_MEASURES}")
+        outside = sum(self.memory_breakdown_gib.get(k, 0.0) for k in OUTSIDE_ALLOCATOR_KEYS)
+        return self.memory_gib - outside
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain JSON-ready form (no detail)."""
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "mfu": self.mfu,
+            "memory_gib": self.memory_gib,
+            "memory_capacity_gib": self.memory_capacity_gib,
+            "fits": self.fits,
+            "breakdown": dict(self.breakdown),
+            "memory_breakdown_gib": dict(self.memory_breakdown_gib),
+        }

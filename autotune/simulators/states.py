@@ -1,0 +1,159 @@
+"""Weights, gradients and optimizer states: their memory per device and the optimizer step.
+
+One formula for every simulator and baseline (docs/reference.md 3.2 and 7.2): every parameter
+a rank holds keeps its weight and gradient buffer and the framework's replicated optimizer
+bytes; the sharded optimizer bytes are split over data parallelism, dense parameters over
+DP x CP, routed experts over expert-DP. What the bytes are is the framework's
+(:meth:`simulators.FrameworkSpec.state_bytes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autotune.simulators.frameworks import StateBytes
+from autotune.simulators.layout import Layout
+from autotune.simulators.specs import DeviceSpec
+from autotune.simulators.specs import ModelSpec
+from autotune.simulators.specs import TrainSpec
+
+__all__ = [
+    "FP8_BYTES",
+    "StateBytes",
+    "fp8_primary",
+    "fp8_primary_params",
+    "gathered_weight_bytes",
+    "grad_accumulation_bytes",
+    "optimizer_step_s",
+    "state_bytes_of",
+    "state_memory_bytes",
+    "tied_embedding_grad_bytes",
+]
+
+FP8_BYTES = 1  # an FP8 element (E4M3 or E5M2)
+
+
+def state_bytes_of(train: TrainSpec, layout: Layout) -> StateBytes:
+    """What a rank keeps per parameter for this step's framework, precision and optimizer.
+
+    The framework's table holds its default gradient buffer; a step that reduces gradients in
+    another dtype (``TrainSpec.grad_reduce_in_fp32``) keeps that buffer in that dtype.
+    """
+    sizes = train.framework.state_bytes(train.compute_dtype, layout.distributed_optimizer)
+    buffer_change = train.grad_reduce_bytes - train.framework.grad_reduce_bytes(train.precision)
+    return replace(sizes, grad=sizes.grad + buffer_change) if buffer_change else sizes
+
+
+def grad_accumulation_bytes(train: TrainSpec, layout: Layout, expert: bool = False) -> float:
+    """Memory traffic per parameter a rank holds (a routed expert's with ``expert``), each
+    micro-batch, to add that micro-batch's weight gradient to the gradients the step reduces,
+    beyond the weight-gradient GEMM's own output (docs/reference.md 7.2). With ``w`` bytes
+    per model-dtype element and a ``g``-byte gradient buffer:
+
+    - ``fused``: none, the GEMM accumulates in its epilogue;
+    - ``main_grad``: read the gradient and the buffer, write the buffer, ``w + 2g``;
+    - ``autograd``: ``param.grad += grad`` in the model dtype, ``3w``, except in the step's
+      first micro-batch, whose gradient becomes ``param.grad`` (the optimizer set it to None);
+      an optimizer with a wider buffer of ``b = g - w`` bytes (DeepSpeed's BF16_Optimizer)
+      sets ``param.grad`` to None before every backward instead, then casts the gradient
+      (``w + b``) and adds it into its buffer (``3b``).
+
+    The mean over the step's micro-batches.
+    """
+    framework = train.framework
+    mode = framework.expert_grad_accumulation if expert else framework.grad_accumulation
+    if mode == "fused":
+        return 0.0
+    sizes = state_bytes_of(train, layout)
+    w, g = sizes.weight, sizes.grad
+    if mode == "main_grad":
+        return w + 2 * g
+    wider = max(0.0, g - w)
+    if wider:
+        return w + 4 * wider
+    m = max(1, layout.num_microbatches(train))
+    return 3 * w * (m - 1) / m
+
+
+def _shards(layout: Layout) -> tuple[int, int]:
+    """Data-parallel shards of (dense, expert) parameters' sharded optimizer bytes."""
+    return layout.dp * layout.cp, layout.expert_dp
+
+
+def state_memory_bytes(
+    dense_params: float,
+    expert_params: float,
+    layout: Layout,
+    sizes: StateBytes,
+    fp8_primary: float = 0.0,
+) -> dict[str, float]:
+    """``weights``, ``gradients`` and ``optimizer`` bytes of one rank's parameters.
+
+    ``dense_params`` are the rank's parameters reduced over DP x CP (already split by TP
+    and PP), ``expert_params`` its routed-expert parameters (reduced over expert-DP).
+    ``fp8_primary`` of them keep no weight in the model dtype: their weight is Transformer
+    Engine's FP8 copy, counted with the FP8 copies (docs/reference.md 7.6).
+    """
+    dense_shards, expert_shards = _shards(layout)
+    params = dense_params + expert_params
+    sharded = dense_params / dense_shards + expert_params / expert_shards
+    return {
+        "weights": (params - fp8_primary) * sizes.weight,
+        "gradients": params * sizes.grad,
+        "optimizer": params * sizes.optimizer + sharded * sizes.sharded_optimizer,
+    }
+
+
+def gathered_weight_bytes(params: float, fp8_primary: float, sizes: StateBytes) -> float:
+    """Bytes of the distributed optimizer's parameter all-gather of ``params`` parameters:
+    the model dtype, or one byte for the ``fp8_primary`` of them (``--fp8-param-gather``)."""
+    return (params - fp8_primary) * sizes.weight + fp8_primary * FP8_BYTES
+
+
+def fp8_primary(train: TrainSpec, layout: Layout) -> bool:
+    """Whether the linear layers' only weight is FP8: an FP8 step on a framework that keeps
+    FP8 primary weights (``--fp8-param-gather``, which needs the distributed optimizer)."""
+    return train.fp8 and train.framework.fp8_param_gather and layout.distributed_optimizer
+
+
+def fp8_primary_params(train: TrainSpec, layout: Layout, linear_params: float) -> float:
+    """The parameters whose only weight is FP8: the linear layers' (``linear_params``) when
+    :func:`fp8_primary`, else none."""
+    return linear_params if fp8_primary(train, layout) else 0.0
+
+
+def optimizer_step_s(
+    dense_params: float,
+    expert_params: float,
+    layout: Layout,
+    sizes: StateBytes,
+    traffic_bytes_per_param: float,
+    device: DeviceSpec,
+) -> float:
+    """Seconds of one optimizer step: memory-bound traffic over the parameters it updates
+    (the rank's shard when the optimizer states are sharded)."""
+    dense_shards, expert_shards = _shards(layout) if sizes.sharded_optimizer else (1, 1)
+    local = dense_params / dense_shards + expert_params / expert_shards
+    return local * traffic_bytes_per_param / device.achieved_memory_bytes_per_s
+
+
+def tied_embedding_grad_bytes(model: ModelSpec, train: TrainSpec, layout: Layout) -> float:
+    """Bytes of the tied embedding's gradient that the first and the last pipeline stage
+    all-reduce once per step, after the data-parallel reduction (0 without a tied embedding or
+    without pipelining).
+
+    With pipelining the last stage holds a copy of the word embedding as its output layer;
+    Megatron all-reduces the two copies' gradients over the embedding group
+    (``finalize_model_grads._allreduce_word_embedding_grads``), DeepSpeed's pipeline engine
+    does the same in ``ReduceTiedGrads`` before ``ReduceGrads`` (docs/reference.md 7.2). The
+    gradient is the TP rank's vocab / tp rows, in the dtype it is accumulated in: the
+    reduction's, or, where autograd's model-dtype gradients feed a wider buffer of their own
+    (DeepSpeed's BF16_Optimizer reduces the tied weight's fp32 ``_hp_grad``), that buffer's.
+    """
+    if not model.tied_embeddings or layout.pp == 1:
+        return 0.0
+    sizes = state_bytes_of(train, layout)
+    wider = sizes.grad - sizes.weight
+    autograd = train.framework.grad_accumulation == "autograd"
+    element = wider if autograd and wider > sizes.weight else train.grad_reduce_bytes
+    return model.vocab_size / layout.tp * model.hidden_size * element

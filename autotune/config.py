@@ -378,7 +378,7 @@ class BenchmarkConfig:
     seed: int = MISSING
     heuristic: HeuristicConfig = field(default_factory=HeuristicConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    protocols: Any = MISSING  # a protocol name or a list (autotune/benchmark/_protocols.py)
+    protocols: Any = MISSING  # a protocol name or a list (autotune/calibrate/_protocols.py)
     probes: list[int] = MISSING  # the K of the probe protocol
     calibration: str | None = MISSING  # also score this calibration (name or path)
     memory_margin: float | None = MISSING  # zero-shot fits; None: each simulator's shipped one

@@ -35,10 +35,10 @@ from typing import Any
 import pandas as pd
 
 from autotune import _signals
-from autotune._csv import write_csv
 from autotune._process import dead_here
 from autotune._process import this_process
 from autotune.config import TrackingConfig
+from autotune.csv_files import write_csv
 from autotune.simulators import UserError
 from autotune.simulators.files import check_output_path
 

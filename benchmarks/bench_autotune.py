@@ -39,11 +39,11 @@ from autotune.config import AutotuneConfig
 from autotune.config import load_config
 from autotune.search import Evaluator
 from autotune.search import StopFlag
+from autotune.search import build_space
 from autotune.search import open_study
 from autotune.search import optimize
+from autotune.search import ranked
 from autotune.search import search_job
-from autotune.search._outcome import ranked
-from autotune.search._space import build_space
 
 REPO = Path(__file__).resolve().parents[1]
 

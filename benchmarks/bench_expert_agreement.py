@@ -44,11 +44,11 @@ from autotune.calibrate import calibrated_job
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
 from autotune.config import load_config
-from autotune.dataset._specs import MODEL_FIELDS
-from autotune.dataset._specs import records
-from autotune.search._outcome import ranked
-from autotune.search._price import Evaluator
-from autotune.search._space import build_space
+from autotune.dataset import MODEL_FIELDS
+from autotune.dataset import records
+from autotune.search import Evaluator
+from autotune.search import build_space
+from autotune.search import ranked
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
 

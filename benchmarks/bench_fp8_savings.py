@@ -22,7 +22,7 @@ from _results import write_result
 
 from autotune import catalog
 from autotune import dataset
-from autotune.benchmark._report import markdown_table
+from autotune.benchmark import markdown_table
 
 SOURCES = ("dgxc", "megatron_bridge", "nemo")
 # What makes two rows the same job but for the precision.

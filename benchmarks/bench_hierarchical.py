@@ -24,7 +24,7 @@ from _results import write_result
 from autotune.catalog import job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
-from autotune.search._space import build_space
+from autotune.search import build_space
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
 

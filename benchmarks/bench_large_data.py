@@ -20,10 +20,10 @@ from pathlib import Path
 import pandas as pd
 
 from autotune import dataset
-from autotune._csv import write_csv
 from autotune.benchmark import run_benchmark
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
+from autotune.csv_files import write_csv
 
 _SCALED = ("global_batch_size", "step_time_s", "predicted_step_time_s")
 _SCALES = 4  # copy i runs a global batch (i % 4 + 1) times the shipped one

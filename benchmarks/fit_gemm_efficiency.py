@@ -38,7 +38,7 @@ from _results import write_result
 
 from autotune import catalog
 from autotune import dataset
-from autotune.benchmark._report import markdown_table
+from autotune.benchmark import markdown_table
 from autotune.simulators import ClusterSpec
 from autotune.simulators import Simulator
 from autotune.simulators import UserError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autotune.benchmark._rankers import HeuristicRule
 from autotune.benchmark._rankers import Ranking
-from autotune.benchmark._run import load_data
+from autotune.benchmark._report import markdown_table
 from autotune.benchmark._run import run
 from autotune.benchmark._run import run_benchmark
 from autotune.benchmark._run import simulators_of
@@ -16,7 +16,7 @@ __all__ = [
     "HeuristicRule",
     "Ranking",
     "ScoreSettings",
-    "load_data",
+    "markdown_table",
     "run",
     "run_benchmark",
     "simulators_of",

@@ -43,7 +43,7 @@ class Ranking:
     memory_gib: np.ndarray  # the whole device's peak (what must fit)
     fits: np.ndarray
     seconds_per_layout: float = float("nan")
-    protocol: str = "zero_shot"  # how it saw the data (autotune/benchmark/_protocols.py)
+    protocol: str = "zero_shot"  # how it saw the data (autotune/calibrate/_protocols.py)
     probes: int = 0  # measured layouts per scenario it was given (probe protocols)
     allocated_gib: np.ndarray | None = None  # the framework's tensors alone (None: unknown)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,19 +22,19 @@ import numpy as np
 import pandas as pd
 from omegaconf import ListConfig
 
+from autotune import calibrate
 from autotune import dataset
-from autotune.benchmark._protocols import PROTOCOLS
 from autotune.benchmark._rankers import HeuristicRule
 from autotune.benchmark._rankers import Ranking
 from autotune.benchmark._rankers import Specs
 from autotune.benchmark._rankers import heuristic_ranking
 from autotune.benchmark._rankers import peer_rankings
 from autotune.benchmark._rankers import simulate
-from autotune.benchmark._report import check_report_files
 from autotune.benchmark._report import console_tables
 from autotune.benchmark._report import json_payload
 from autotune.benchmark._report import regret_curve
-from autotune.benchmark._report import write_report
+from autotune.benchmark._report_files import check_report_files
+from autotune.benchmark._report_files import write_report
 from autotune.benchmark._score import RANDOM
 from autotune.benchmark._score import BenchmarkResult
 from autotune.benchmark._score import ScoreSettings
@@ -45,11 +46,13 @@ from autotune.config import BenchmarkConfig
 from autotune.config import config_yaml
 from autotune.simulators import Simulator
 from autotune.simulators import UserError
+from autotune.simulators.calibration import CalibratedSimulator
+from autotune.simulators.calibration import calibrated
 from autotune.simulators.files import write_failure
 from autotune.simulators.registry import SIMULATOR_NAMES
 from autotune.tracking import check_tracking
 
-__all__ = ["load_data", "run", "run_benchmark", "simulators_of"]
+__all__ = ["run", "run_benchmark", "simulators_of"]
 
 log = logging.getLogger("autotune.benchmark")
 BASELINES = (RANDOM, "heuristic")
@@ -63,27 +66,6 @@ def _names(value: Any) -> list[str] | None:
     if isinstance(value, ListConfig | list | tuple):
         return [str(v) for v in value]
     return [str(value)]
-
-
-def load_data(data: str) -> pd.DataFrame:
-    """The measurement table for ``data=``: ``public``, a shipped source, or a file path.
-
-    Raises:
-        UserError: an unknown source name, or a malformed file (every problem listed).
-    """
-    if data == "public":
-        table = dataset.load_public()
-    elif data in dataset.public_sources():
-        table = dataset.load_public([data])
-    elif Path(data).suffix.lower() in (".csv", ".parquet", ".pq") or Path(data).exists():
-        table = dataset.load_measurements(Path(data))
-        table["source"] = table["source"].fillna(Path(data).stem)
-    else:
-        raise UserError(
-            f"unknown data {data!r}; expected public, one of "
-            f"{', '.join(dataset.public_sources())}, or a path to a .csv/.parquet file"
-        )
-    return table
 
 
 def _filter(table: pd.DataFrame, column: str, wanted: list[str] | None, what: str) -> pd.DataFrame:
@@ -134,11 +116,11 @@ def simulators_of(config: BenchmarkConfig) -> list[Simulator]:
 
 def _protocols(config: BenchmarkConfig) -> list[str]:
     chosen = _names(config.protocols) or []
-    unknown = [p for p in chosen if p not in PROTOCOLS]
+    unknown = [p for p in chosen if p not in calibrate.PROTOCOLS]
     if unknown or not chosen:
         raise UserError(
             f"unknown protocol(s) {', '.join(unknown) or '(none given)'}; allowed: "
-            f"{', '.join(PROTOCOLS)}"
+            f"{', '.join(calibrate.PROTOCOLS)}"
         )
     return chosen
 
@@ -152,32 +134,28 @@ def _calibrated_rankings(
     zero: Ranking,
 ) -> list[Ranking]:
     """The rankings of ``calibration=`` and of the protocols beyond zero-shot."""
-    from autotune.benchmark._protocols import ProtocolSettings
-    from autotune.benchmark._protocols import leave_one_source_out
-    from autotune.benchmark._protocols import probe_rankings
-    from autotune.calibrate._command import fit_settings
-    from autotune.calibrate._rows import row_runs
-
     rankings: list[Ranking] = []
     if config.calibration is not None:
         rankings.extend(_given_calibration(config.calibration, simulator, table, specs))
     if not {"leave_one_source_out", "probe"} & set(protocols):
         return rankings
-    settings = ProtocolSettings(
-        fit=fit_settings(config.calibrate),
+    settings = calibrate.ProtocolSettings(
+        fit=calibrate.fit_settings(config.calibrate),
         probe_pool=config.calibrate.probe_pool,
         probes=tuple(config.probes),
         seed=config.seed,
     )
-    runs = row_runs(table, specs)
+    runs = calibrate.row_runs(table, specs)
     if "leave_one_source_out" in protocols:
         start = time.perf_counter()
-        ranking, _ = leave_one_source_out(simulator, table, runs, settings)
-        rankings.append(ranking)
+        scores, _ = calibrate.leave_one_source_out(simulator, table, runs, settings)
+        rankings.append(_ranking(scores))
         log.info("%s, leave one source out: %.1f s", simulator.name, time.perf_counter() - start)
     if "probe" in protocols:
         start = time.perf_counter()
-        rankings.extend(probe_rankings(simulator, table, runs, zero, settings))
+        zero_shot = calibrate.ZeroShot(zero.predicted_s, zero.memory_gib, zero.allocated_gib)
+        probes = calibrate.probe_scores(simulator, table, runs, zero_shot, settings)
+        rankings.extend(_ranking(scores) for scores in probes)
         log.info(
             "%s, probes K=%s: %.1f s",
             simulator.name,
@@ -187,14 +165,27 @@ def _calibrated_rankings(
     return rankings
 
 
+def _ranking(scores: calibrate.ProtocolScores) -> Ranking:
+    """A protocol's scores as a ranking (no time per layout: a fit is part of each)."""
+    return Ranking(
+        name=scores.name,
+        kind=scores.kind,
+        rows=scores.rows,
+        score=scores.score,
+        predicted_s=scores.predicted_s,
+        memory_gib=scores.memory_gib,
+        allocated_gib=scores.allocated_gib,
+        fits=scores.fits,
+        seconds_per_layout=math.nan,
+        protocol=scores.protocol,
+        probes=scores.probes,
+    )
+
+
 def _given_calibration(
     name: str, simulator: Simulator, table: pd.DataFrame, specs: Sequence[Specs]
 ) -> list[Ranking]:
     """``calibration=NAME``: the simulator it is for, calibrated, as one more ranker."""
-    from autotune.calibrate import shipped_margins
-    from autotune.simulators.calibration import CalibratedSimulator
-    from autotune.simulators.calibration import calibrated
-
     calibration = load_calibration(name)
     if calibration.simulator != simulator.name:
         return []
@@ -206,7 +197,7 @@ def _given_calibration(
         )
     margins: float | dict[str, float] = calibration.memory_margin or 0.0
     if calibration.memory_margin is None:
-        shipped = shipped_margins(calibrated(simulator, calibration))
+        shipped = calibrate.shipped_margins(calibrated(simulator, calibration))
         margins = {name: m.value for name, m in shipped.items()}
     ranking = simulate(CalibratedSimulator(simulator, calibration, 0.0), specs, margins)
     return [
@@ -246,7 +237,7 @@ def run_benchmark(
                 f"calibration {config.calibration!r} is for the {wanted} simulator, which is not "
                 f"among simulators={[s.name for s in simulators]} (simulators=[{wanted}])"
             )
-    table = load_data(config.data)
+    table = dataset.load_data(config.data)
     table = _filter(table, "cluster", _names(config.hardware), "hardware")
     table = _filter(table, "source", _names(config.source), "source")
     priceable = _priceable(table, config.data)
@@ -257,14 +248,13 @@ def run_benchmark(
     )
     protocols = _protocols(config)
     rankings: list[Ranking] = []
-    from autotune.calibrate import shipped_margins
 
     for simulator in simulators:
         start = time.perf_counter()
         # Zero-shot picks as the search picks: with the memory margin it derives for the
         # simulator and each row's stack from the shipped runs, unless one is given.
         margins: float | dict[str, float] = (
-            {name: m.value for name, m in shipped_margins(simulator).items()}
+            {name: m.value for name, m in calibrate.shipped_margins(simulator).items()}
             if config.memory_margin is None
             else config.memory_margin
         )

@@ -1,4 +1,6 @@
-"""Calibration: fit a simulator's factors to measured runs, apply them, probe a job.
+"""Calibration: fit a simulator's factors to measured runs, apply them, probe a job, and
+run the calibration protocols the benchmark scores (:func:`leave_one_source_out`,
+:func:`probe_scores`).
 
 ``python -m autotune.calibrate`` fits and writes ``./calibrations/<name>.yaml``;
 :func:`calibrated_job` applies one (and a memory margin) to a job; :func:`fit` is the fit.
@@ -11,6 +13,7 @@ from autotune.calibrate._apply import calibrated_job
 from autotune.calibrate._apply import check_calibration
 from autotune.calibrate._apply import shipped_margin
 from autotune.calibrate._apply import shipped_margins
+from autotune.calibrate._command import fit_settings
 from autotune.calibrate._fit import FitResult
 from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import Run
@@ -30,29 +33,44 @@ from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._probe import Pick
 from autotune.calibrate._probe import choose_probes
 from autotune.calibrate._probe import pick
+from autotune.calibrate._protocols import PROTOCOLS
+from autotune.calibrate._protocols import ProtocolScores
+from autotune.calibrate._protocols import ProtocolSettings
+from autotune.calibrate._protocols import ZeroShot
+from autotune.calibrate._protocols import leave_one_source_out
+from autotune.calibrate._protocols import probe_scores
+from autotune.calibrate._rows import row_runs
 
 __all__ = [
     "MIN_EVIDENCE",
+    "PROTOCOLS",
     "FitResult",
     "FitSettings",
     "Margin",
     "Pick",
     "ProbePlan",
     "ProbeRound",
+    "ProtocolScores",
+    "ProtocolSettings",
     "Run",
     "StackMargin",
+    "ZeroShot",
     "calibrated_job",
     "check_calibration",
     "choose_probes",
     "evidence",
     "fit",
+    "fit_settings",
+    "leave_one_source_out",
     "margin_for",
     "margins_from",
     "memory_margin",
     "pick",
     "plan_probes",
     "probe_round",
+    "probe_scores",
     "record_round",
+    "row_runs",
     "shipped_margin",
     "shipped_margins",
     "stack_margins",

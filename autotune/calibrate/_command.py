@@ -98,10 +98,8 @@ def _center(config: CalibrateConfig, simulator_name: str) -> Calibration | None:
 
 def run_calibrate(config: CalibrateConfig) -> None:
     """Fit, print the factors (or the JSON object) and write the calibration file."""
-    from autotune.benchmark import load_data
-
     simulator = catalog.simulator_from_config(config.simulator)
-    table = load_data(config.data)
+    table = dataset.load_data(config.data)
     sources = _sources(config.rows.source)
     if sources is not None:
         unknown = sorted(set(sources) - set(table["source"].dropna()))

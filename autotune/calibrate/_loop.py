@@ -29,7 +29,6 @@ import numpy as np
 import pandas as pd
 
 from autotune import dataset
-from autotune._csv import write_csv
 from autotune.calibrate._command import fit_settings
 from autotune.calibrate._fit import FitResult
 from autotune.calibrate._fit import Run
@@ -45,7 +44,8 @@ from autotune.calibrate._rows import skipped_notes
 from autotune.calibrate._rows import span_text
 from autotune.catalog import Job
 from autotune.config import AutotuneConfig
-from autotune.dataset._specs import MODEL_FIELDS
+from autotune.csv_files import write_csv
+from autotune.dataset import MODEL_FIELDS
 from autotune.report import launch_text
 from autotune.report import layout_table
 from autotune.simulators import Layout

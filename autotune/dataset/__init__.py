@@ -13,6 +13,7 @@ from __future__ import annotations
 from autotune.dataset._clusters import cluster_names
 from autotune.dataset._loader import load_measurements
 from autotune.dataset._public import DATA_DIR
+from autotune.dataset._public import load_data
 from autotune.dataset._public import load_public
 from autotune.dataset._public import public_sources
 from autotune.dataset._rows import PriceableRows
@@ -22,21 +23,26 @@ from autotune.dataset._rows import take_rows
 from autotune.dataset._schema import COLUMNS
 from autotune.dataset._schema import SCHEMA_VERSION
 from autotune.dataset._schema import STATUSES
+from autotune.dataset._specs import MODEL_FIELDS
+from autotune.dataset._specs import records
 from autotune.dataset._specs import row_to_specs
 from autotune.dataset._specs import table_specs
 
 __all__ = [
     "COLUMNS",
     "DATA_DIR",
+    "MODEL_FIELDS",
     "SCHEMA_VERSION",
     "STATUSES",
     "PriceableRows",
     "SkippedRow",
     "cluster_names",
     "load_measurements",
+    "load_data",
     "load_public",
     "priceable_rows",
     "public_sources",
+    "records",
     "row_to_specs",
     "table_specs",
     "take_rows",

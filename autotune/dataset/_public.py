@@ -1,4 +1,5 @@
-"""The measurements this project ships (``autotune/dataset/data/<source>.csv``)."""
+"""The measurements this project ships (``autotune/dataset/data/<source>.csv``), and the
+table a command's ``data=`` names (:func:`load_data`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 from autotune.dataset._loader import load_measurements
 from autotune.simulators.errors import UserError
 
-__all__ = ["DATA_DIR", "load_public", "public_sources"]
+__all__ = ["DATA_DIR", "load_data", "load_public", "public_sources"]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -39,3 +40,23 @@ def load_public(sources: Sequence[str] | None = None, data_dir: Path = DATA_DIR)
     for key in ("lines", "files"):
         table.attrs[key] = [value for t in tables for value in t.attrs[key]]
     return table
+
+
+def load_data(data: str) -> pd.DataFrame:
+    """The measurement table for ``data=``: ``public``, a shipped source, or a file path.
+
+    Raises:
+        UserError: an unknown source name, or a malformed file (every problem listed).
+    """
+    if data == "public":
+        return load_public()
+    if data in public_sources():
+        return load_public([data])
+    if Path(data).suffix.lower() in (".csv", ".parquet", ".pq") or Path(data).exists():
+        table = load_measurements(Path(data))
+        table["source"] = table["source"].fillna(Path(data).stem)
+        return table
+    raise UserError(
+        f"unknown data {data!r}; expected public, one of "
+        f"{', '.join(public_sources())}, or a path to a .csv/.parquet file"
+    )

@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--raw", type=Path, default=RAW_DIR, help="the raw files (default: shipped)")
+    parser.add_argument(
+        "--raw", type=Path, default=RAW_DIR, help="the raw files (default: shipped)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="the folder the tables go to")
     args = parser.parse_args(argv)
     try:

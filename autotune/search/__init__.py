@@ -7,6 +7,7 @@ from autotune.search._job import run_search_job
 from autotune.search._job import search_job
 from autotune.search._job import search_outputs
 from autotune.search._outcome import Outcome
+from autotune.search._outcome import ranked
 from autotune.search._price import Evaluator
 from autotune.search._space import SearchSpace
 from autotune.search._space import build_space
@@ -25,6 +26,7 @@ __all__ = [
     "build_space",
     "open_study",
     "optimize",
+    "ranked",
     "run_search_job",
     "search_job",
     "search_outputs",

@@ -9,7 +9,7 @@ the steady state too, and interleaving can run slower than none (docs/accuracy.m
 output layer and loss, which run in the last chunk of the last rank, weigh on it the same way.
 
 :func:`slowdown` measures it on the discrete-event run of the schedule that the hierarchical
-simulator uses (:func:`autotune.simulators.hierarchical.inter_stage.run_pipeline`): every layer
+simulator uses (:func:`autotune.simulators.schedule.run_pipeline`): every layer
 takes one unit forward and ``backward_ratio`` units backward, the output layer ``last_extra``
 layers' worth (in half-layer steps, so that the layouts of one job share runs), transfers are free,
 and the run is set against the closed form on the same units. Past two groups of ``pp``
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import functools
 
-from autotune.simulators.hierarchical.inter_stage import run_pipeline
 from autotune.simulators.layout import deal_chunks
+from autotune.simulators.schedule import run_pipeline
 
 __all__ = ["held_chunks", "slowdown", "unequal_chunks"]
 
@@ -77,7 +77,7 @@ def _line(
 
 def held_chunks(stage_layers: tuple[int, ...], vpp: int, microbatches: int) -> tuple[float, ...]:
     """Per pipeline rank, the most micro-batches of its activations it holds at once, in units
-    of its whole stage, as :func:`autotune.simulators.analytical_stages.in_flight` counts them:
+    of its whole stage, as :func:`autotune.simulators.analytical.stages.in_flight` counts them:
     from the schedule run with each chunk holding its own layers' activations. The order of a
     rank's blocks alone sets it, and a rank reaches it in its warm-up, within two groups of pp."""
     pp = len(stage_layers)

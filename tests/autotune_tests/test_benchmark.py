@@ -24,7 +24,7 @@ from autotune.benchmark._report import console_tables
 from autotune.benchmark._report import fit_table
 from autotune.benchmark._report import json_payload
 from autotune.benchmark._report import overall_table
-from autotune.benchmark._report import write_report
+from autotune.benchmark._report_files import write_report
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
 from autotune.simulators import ClusterSpec

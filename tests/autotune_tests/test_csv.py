@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from autotune._csv import escape_cell
-from autotune._csv import write_csv
+from autotune.csv_files import escape_cell
+from autotune.csv_files import write_csv
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import autotune.benchmark._protocols as protocols
+import autotune.calibrate._protocols as protocols
 from autotune import catalog
 from autotune import dataset
 from autotune.benchmark import run_benchmark

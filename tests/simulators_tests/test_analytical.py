@@ -396,8 +396,8 @@ def test_moe_dispatchers_by_hand(dispatcher: str) -> None:
     an EP stage of ep times the tokens), and both reduce-scatter back; shared experts gather the
     tokens over TP as a dense MLP does (docs/reference.md 7.7). By hand on one device-bound MoE
     layer: TP all-reduces 1 (attention) + k or 1 (routed) + 1 (shared)."""
-    from autotune.simulators.analytical_layer import layer_times_s
-    from autotune.simulators.analytical_stages import LayerCost
+    from autotune.simulators.analytical.layer import layer_times_s
+    from autotune.simulators.analytical.stages import LayerCost
 
     c = analytical("simulator.host_op_overhead_us=0.001").constants
     train = make_train(seq_len=4096, global_batch_size=64, moe_dispatcher=dispatcher)
@@ -478,7 +478,7 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
 def test_collectives_fill_the_device_idle_time_of_a_host_bound_layer() -> None:
     """While the host sets a layer's pace, the TP all-reduces run in the device's idle time:
     exposed only beyond it (the hierarchical simulator's max(device with collectives, host))."""
-    from autotune.simulators.analytical_layer import layer_times_s
+    from autotune.simulators.analytical.layer import layer_times_s
 
     train = make_train(seq_len=32, global_batch_size=2)
     layout = Layout.resolve(2, tp=2, recompute="none")
@@ -504,7 +504,7 @@ def test_collectives_fill_the_device_idle_time_of_a_host_bound_layer() -> None:
 def test_unfused_attention_by_hand() -> None:
     """Megatron's pre-flash attention: score-matrix traffic when the stack runs no flash, with
     and without attention dropout."""
-    from autotune.simulators.analytical_layer import _unfused_attention_s
+    from autotune.simulators.analytical.layer import _unfused_attention_s
 
     train = make_train(seq_len=32, global_batch_size=1, flash_attention=False, dropout=0.1)
     plain = dataclasses.replace(train, dropout=None)  # TINY is no GPT: no dropout
@@ -540,7 +540,7 @@ def test_unfused_attention_gemms_run_at_their_tiles_and_waves() -> None:
     4 x [2048, 128] with K = 2048: 32 tiles of 256 x 128, split three ways over K, 96 blocks in
     one wave of 108 (96/108). Forward: half the FLOPs at each; backward: dP at the first, the
     other three at the second."""
-    from autotune.simulators.analytical_layer import _unfused_attention_s
+    from autotune.simulators.analytical.layer import _unfused_attention_s
 
     model = dataclasses.replace(TINY, hidden_size=512, head_dim=128)
     train = make_train(seq_len=2048, global_batch_size=1, flash_attention=False, dropout=0.1)
@@ -668,7 +668,7 @@ def test_a_gpt_layer_keeps_korthikanti_s_activations_and_nemotron_no_dropout_mas
     (Korthikanti et al. 2022 Table 2 without the attention scores), the two 1-byte hidden
     dropout masks among them; Nemotron-4's layer, LayerNorm and a non-gated MLP too but no
     dropout, keeps 2/t less per token and hidden size."""
-    from autotune.simulators.analytical_layer import layer_bytes
+    from autotune.simulators.analytical.layer import layer_bytes
 
     gpt = catalog.load_model("gpt3_175b")
     nemotron = dataclasses.replace(gpt, qkv_bias=False)  # Nemotron-4's block at GPT-3's size
@@ -694,7 +694,7 @@ def test_a_selectively_recomputed_layer_holds_its_rebuilt_scores_in_its_backward
     """Selective recompute drops the unfused path's attention scores from what a layer keeps,
     and rebuilds them in its backward: the working set is the whole layer's activations, as
     the hierarchical simulator records it (benchmarks/bench_memory_agreement.py)."""
-    from autotune.simulators.analytical_layer import layer_bytes
+    from autotune.simulators.analytical.layer import layer_bytes
 
     unfused = make_train(seq_len=4096, global_batch_size=64, flash_attention=False)
     layout = Layout.resolve(16, tp=2, pp=2, recompute="selective")
@@ -709,7 +709,7 @@ def test_a_selectively_recomputed_layer_holds_its_rebuilt_scores_in_its_backward
 def test_fp8_casts_by_hand() -> None:
     """Llama-2-7B at tp=1: the forward casts each linear input (QKV, proj, fc1 read h, fc2
     reads f), the backward each output gradient (3h, h, 2f, h); 2 bytes read, 1 written."""
-    from autotune.simulators.analytical_layer import _fp8_cast_bytes
+    from autotune.simulators.analytical.layer import _fp8_cast_bytes
 
     model = catalog.load_model("llama2_7b")
     h, f, tokens = model.hidden_size, model.ffn_hidden_size, 4096.0
@@ -777,8 +777,8 @@ def test_each_activation_checkpoint_adds_its_host_calls_where_the_host_sets_the_
     """Megatron's CheckpointFunction issues 3 torch calls in the forward and 11 in the
     backward of each recomputed layer: a host-bound layer pays them, a device-bound one
     hides them."""
-    from autotune.simulators.analytical_layer import layer_times_s
-    from autotune.simulators.analytical_stages import LayerCost
+    from autotune.simulators.analytical.layer import layer_times_s
+    from autotune.simulators.analytical.stages import LayerCost
 
     c = analytical().constants
     assert (c.host_ops_per_checkpoint_forward, c.host_ops_per_checkpoint_backward) == (3, 11)
@@ -807,7 +807,7 @@ def test_a_recomputed_forward_and_its_backward_are_one_host_device_phase() -> No
     forward alone is host-bound and the backward device-bound, the device's backlog absorbs the
     host's lead: the pair lasts max(device sum, host sum), not the sum of two maxima (as the
     hierarchical simulator's chunk phases). By hand, on a layer without collectives."""
-    from autotune.simulators.analytical_layer import layer_times_s
+    from autotune.simulators.analytical.layer import layer_times_s
 
     layout = Layout(recompute="full")
     train = make_train(seq_len=2048, global_batch_size=1)

@@ -329,7 +329,7 @@ def test_megatron_deepspeed_keeps_flash_attention_s_output_twice() -> None:
     """Its FlashSelfAttention's output is saved by flash-attn and, rearranged, by the output
     projection: one attention output more per layer than Megatron-Core keeps, unless selective
     recompute reruns the kernel or the path is unfused (docs/reference.md 3.3)."""
-    from autotune.simulators.analytical_layer import layer_bytes
+    from autotune.simulators.analytical.layer import layer_bytes
 
     spec = model("llama2_7b")
     cluster = ascend(1)
@@ -377,7 +377,7 @@ def test_dropout_is_a_setting_of_the_run_in_both_simulators() -> None:
     (Korthikanti's 5as/h: softmax output, 1-byte mask, dropout output) and the softmax output
     alone without it, and each residual add keeps a 1-byte hidden mask; unset, the model's
     recipe decides (GPT family 0.1, the others 0). Both simulators keep the same bytes."""
-    from autotune.simulators.analytical_layer import layer_bytes
+    from autotune.simulators.analytical.layer import layer_bytes
     from autotune.simulators.hierarchical.compile import compile_layer
     from autotune.simulators.hierarchical.graph import layer_shapes
 
@@ -430,7 +430,7 @@ def test_dropout_probability_is_checked_and_described() -> None:
 
 def _moe_saved(framework: str, precision: str = "bf16", tp: int = 1) -> tuple[float, float]:
     """Bytes one Mixtral-shaped MoE layer keeps for backward (analytical, hierarchical)."""
-    from autotune.simulators.analytical_layer import layer_bytes
+    from autotune.simulators.analytical.layer import layer_bytes
     from autotune.simulators.hierarchical.compile import compile_layer
     from autotune.simulators.hierarchical.graph import layer_shapes
 

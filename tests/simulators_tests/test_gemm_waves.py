@@ -9,7 +9,7 @@ import pytest
 from autotune.simulators import DeviceSpec
 from autotune.simulators import SpecError
 from autotune.simulators.analytical import gemm_time_s
-from autotune.simulators.analytical_layer import gemm_pass_s
+from autotune.simulators.analytical.layer import gemm_pass_s
 from autotune.simulators.gemm_waves import MIN_SPLIT_DEPTH
 from autotune.simulators.gemm_waves import wave_efficiency
 

@@ -6,9 +6,9 @@ import pytest
 
 from autotune.simulators import Layout
 from autotune.simulators.hierarchical.cost import CommCost
-from autotune.simulators.hierarchical.inter_stage import grad_sync
-from autotune.simulators.hierarchical.inter_stage import run_pipeline
-from autotune.simulators.hierarchical.inter_stage import schedule_order
+from autotune.simulators.schedule import grad_sync
+from autotune.simulators.schedule import run_pipeline
+from autotune.simulators.schedule import schedule_order
 from tests.simulators_tests._specs import ascend
 
 
@@ -139,8 +139,8 @@ def test_the_analytical_in_flight_count_is_the_schedule_s_on_every_rank() -> Non
     """What each rank holds at its peak, in whole stages: the most forwards the hierarchical
     schedule has run and not yet backed, over v, equals the analytical simulator's count, on
     every rank (the last rank of an interleaved pipeline holds nearly as much as the first)."""
-    from autotune.simulators.analytical_stages import FLOATS
-    from autotune.simulators.analytical_stages import in_flight
+    from autotune.simulators.analytical.stages import FLOATS
+    from autotune.simulators.analytical.stages import in_flight
 
     for p, m, v in ((4, 8, 1), (4, 8, 2), (2, 32, 24), (8, 16, 5), (4, 2, 1), (3, 3, 2)):
         schedule = "interleaved" if v > 1 else "1f1b"

@@ -7,12 +7,12 @@ import pytest
 
 from autotune import catalog
 from autotune.simulators import Layout
-from autotune.simulators.analytical_stages import FLOATS
-from autotune.simulators.analytical_stages import in_flight
-from autotune.simulators.hierarchical.inter_stage import run_pipeline
+from autotune.simulators.analytical.stages import FLOATS
+from autotune.simulators.analytical.stages import in_flight
 from autotune.simulators.interleaving import held_chunks
 from autotune.simulators.interleaving import slowdown
 from autotune.simulators.layout import deal_chunks
+from autotune.simulators.schedule import run_pipeline
 
 
 def _event_over_closed(

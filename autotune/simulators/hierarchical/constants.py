@@ -10,7 +10,7 @@ from autotune.simulators._checks import constants_from_mapping
 from autotune.simulators._checks import require_share
 from autotune.simulators.errors import SpecError
 from autotune.simulators.hierarchical.cost import Efficiencies
-from autotune.simulators.hierarchical.inter_stage import SCHEDULES
+from autotune.simulators.schedule import SCHEDULES
 
 __all__ = ["HierarchicalConstants"]
 

@@ -24,10 +24,6 @@ from autotune.simulators.hierarchical.graph import COMM_CATEGORY
 from autotune.simulators.hierarchical.graph import COMPUTE_CATEGORIES
 from autotune.simulators.hierarchical.graph import LayerGraph
 from autotune.simulators.hierarchical.graph import layer_shapes
-from autotune.simulators.hierarchical.inter_stage import PipelineRun
-from autotune.simulators.hierarchical.inter_stage import Timeline
-from autotune.simulators.hierarchical.inter_stage import grad_sync
-from autotune.simulators.hierarchical.inter_stage import run_pipeline
 from autotune.simulators.hierarchical.intra_stage import PARTS
 from autotune.simulators.hierarchical.intra_stage import Block
 from autotune.simulators.hierarchical.intra_stage import ChunkPlan
@@ -36,6 +32,10 @@ from autotune.simulators.hierarchical.trace import write_chrome_trace
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import BREAKDOWN_KEYS
 from autotune.simulators.prediction import Prediction
+from autotune.simulators.schedule import PipelineRun
+from autotune.simulators.schedule import Timeline
+from autotune.simulators.schedule import grad_sync
+from autotune.simulators.schedule import run_pipeline
 from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec

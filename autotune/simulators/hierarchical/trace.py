@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from autotune.simulators.files import write_atomically
-from autotune.simulators.hierarchical.inter_stage import LANES
-from autotune.simulators.hierarchical.inter_stage import Event
-from autotune.simulators.hierarchical.inter_stage import Timeline
 from autotune.simulators.prediction import Prediction
+from autotune.simulators.schedule import LANES
+from autotune.simulators.schedule import Event
+from autotune.simulators.schedule import Timeline
 
 __all__ = ["chrome_trace", "write_chrome_trace"]
 

@@ -3,7 +3,7 @@
 Every function here takes floats, or numpy arrays that broadcast together (one entry per
 layout, or per layout and stage kind), and does the same arithmetic on both: the scalar path
 (:mod:`autotune.simulators.analytical`) and the vectorized one
-(:mod:`autotune.simulators.analytical_batch`) call the same formulas. Branches that depend on the
+(:mod:`autotune.simulators.analytical.batch`) call the same formulas. Branches that depend on the
 layout are written as 0/1 factors (``first * x`` adds ``x`` on the first stage, ``0.0``
 elsewhere), which leaves every float exactly as an ``if`` would.
 

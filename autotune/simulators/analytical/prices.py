@@ -1,61 +1,40 @@
-"""The closed-form simulator: roofline operators, alpha-beta collectives, pipeline formulas.
-
-Per micro-batch and pipeline stage it adds up the time of every layer's GEMMs (roofline),
-flash attention, memory-bound elementwise work and kernel launches, plus the exposed tensor,
-context and expert parallel communication. The pipeline runs ``m`` micro-batches at the pace
-of the slowest stage plus a fill-and-drain bubble divided by the virtual stages
-(Narayanan et al. 2021, docs/reference.md 3.4). Data-parallel gradient reduction hides behind the
-last micro-batch's backward where the framework overlaps it; then the first and last stages
-all-reduce a tied embedding's gradient. Memory is weights, gradients and optimizer states
-(sharded by DP or expert-DP with the distributed optimizer, docs/reference.md 3.2) plus the
-activations of the micro-batches the schedule holds in flight (Korthikanti et al. 2022 with
-flash attention, docs/reference.md 3.3), checked on every pipeline rank.
-
-One layer is priced in :mod:`autotune.simulators.analytical_layer`, a pipeline stage in
-:mod:`autotune.simulators.analytical_stages` (for one layout and for many), many layouts at once in
-:mod:`autotune.simulators.analytical_batch`.
+"""What one job's layouts cost: :class:`JobPrices` keeps the pieces of a price that layouts
+share, and :func:`simulate_layout` prices one layout from them (the scalar path; the
+vectorized one, :mod:`autotune.simulators.analytical.batch`, computes the same pieces on
+arrays).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from collections.abc import Mapping
-from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
-from typing import Any
 from typing import NamedTuple
 
-from autotune.simulators._checks import constants_from_mapping
-from autotune.simulators._checks import require_positive
-from autotune.simulators._checks import require_share
-from autotune.simulators.analytical_batch import BatchPrediction
-from autotune.simulators.analytical_batch import simulate_batch
-from autotune.simulators.analytical_layer import dtype_bytes
-from autotune.simulators.analytical_layer import gemm_pass_s
-from autotune.simulators.analytical_layer import gemm_time_s
-from autotune.simulators.analytical_layer import layer_bytes
-from autotune.simulators.analytical_layer import layer_times_s
-from autotune.simulators.analytical_stages import FLOATS
-from autotune.simulators.analytical_stages import GIB
-from autotune.simulators.analytical_stages import JobRates
-from autotune.simulators.analytical_stages import LayerCost
-from autotune.simulators.analytical_stages import ModelParams
-from autotune.simulators.analytical_stages import RankTerms
-from autotune.simulators.analytical_stages import Stage
-from autotune.simulators.analytical_stages import StageDetail
-from autotune.simulators.analytical_stages import StageShape
-from autotune.simulators.analytical_stages import chunk_slowdown
-from autotune.simulators.analytical_stages import exposed_dp_s
-from autotune.simulators.analytical_stages import interleaved_bubble_s
-from autotune.simulators.analytical_stages import memory_bytes
-from autotune.simulators.analytical_stages import rank_in_flight
-from autotune.simulators.analytical_stages import stage
-from autotune.simulators.analytical_stages import stage_detail
-from autotune.simulators.analytical_stages import stage_shape
-from autotune.simulators.analytical_stages import step_breakdown
-from autotune.simulators.analytical_stages import throughput
+from autotune.simulators.analytical.constants import AnalyticalConstants
+from autotune.simulators.analytical.layer import dtype_bytes
+from autotune.simulators.analytical.layer import gemm_pass_s
+from autotune.simulators.analytical.layer import layer_bytes
+from autotune.simulators.analytical.layer import layer_times_s
+from autotune.simulators.analytical.stages import FLOATS
+from autotune.simulators.analytical.stages import GIB
+from autotune.simulators.analytical.stages import JobRates
+from autotune.simulators.analytical.stages import LayerCost
+from autotune.simulators.analytical.stages import ModelParams
+from autotune.simulators.analytical.stages import RankTerms
+from autotune.simulators.analytical.stages import Stage
+from autotune.simulators.analytical.stages import StageDetail
+from autotune.simulators.analytical.stages import StageShape
+from autotune.simulators.analytical.stages import chunk_slowdown
+from autotune.simulators.analytical.stages import exposed_dp_s
+from autotune.simulators.analytical.stages import interleaved_bubble_s
+from autotune.simulators.analytical.stages import memory_bytes
+from autotune.simulators.analytical.stages import rank_in_flight
+from autotune.simulators.analytical.stages import stage
+from autotune.simulators.analytical.stages import stage_detail
+from autotune.simulators.analytical.stages import stage_shape
+from autotune.simulators.analytical.stages import step_breakdown
+from autotune.simulators.analytical.stages import throughput
 from autotune.simulators.collectives import GroupPlacement
 from autotune.simulators.collectives import all_gather_time_s
 from autotune.simulators.collectives import all_reduce_time_s
@@ -65,7 +44,6 @@ from autotune.simulators.device_memory import churning_bytes
 from autotune.simulators.device_memory import churning_grad_bytes
 from autotune.simulators.device_memory import fragmentation_bytes
 from autotune.simulators.device_memory import reserved_bytes
-from autotune.simulators.errors import SpecError
 from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import LAYER_COST_FIELDS
 from autotune.simulators.layout import LAYOUT_FIELDS
@@ -83,132 +61,20 @@ from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
 from autotune.simulators.states import tied_embedding_grad_bytes
 
-__all__ = ["AnalyticalConstants", "AnalyticalSimulator", "BatchPrediction", "gemm_time_s"]
-
-
-# The keys of the unfused attention's bytes per score element (conf/simulator/analytical.yaml).
-_SCORE_BYTES_KEYS = {
-    "unfused_attention_bytes_per_score": {
-        "forward_gemm",
-        "forward_elementwise",
-        "backward_gemm",
-        "backward_elementwise",
-        "saved",
-    },
-    "unfused_attention_fp32_bytes_per_score": {
-        "forward_gemm",
-        "forward_elementwise",
-        "backward_gemm",
-        "backward_elementwise",
-        "saved",
-    },
-    "unfused_attention_dropout_bytes_per_score": {
-        "forward_elementwise",
-        "backward_elementwise",
-        "saved",
-    },
-}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AnalyticalConstants:
-    """The simulator's own constants; ``conf/simulator/analytical.yaml`` gives their sources."""
-
-    attention_efficiency: float
-    attention_backward_factor: float
-    kernels_per_layer_forward: int
-    kernel_overhead_us: float
-    host_ops_per_layer_forward: int
-    host_ops_per_layer_backward: int
-    host_ops_per_checkpoint_forward: int
-    host_ops_per_checkpoint_backward: int
-    host_op_overhead_us: float
-    unfused_attention_bytes_per_score: Mapping[str, float]
-    unfused_attention_fp32_bytes_per_score: Mapping[str, float]
-    unfused_attention_dropout_bytes_per_score: Mapping[str, float]
-    cp_comm_overlap: bool
-    optimizer_traffic_bytes_per_param: float
-    allocator_fragmentation: float
-    reserved_memory_gib: float | None  # None: the device's runtime and the communicators'
-
-    def __post_init__(self) -> None:
-        require_positive(
-            "analytical simulator",
-            attention_efficiency=self.attention_efficiency,
-            attention_backward_factor=self.attention_backward_factor,
-        )
-        require_share("analytical simulator", allocator_fragmentation=self.allocator_fragmentation)
-        for name, keys in _SCORE_BYTES_KEYS.items():
-            given = set(getattr(self, name))
-            if given != keys:
-                raise SpecError(
-                    f"simulator analytical: {name} has keys {', '.join(sorted(given))}; "
-                    f"expected {', '.join(sorted(keys))}"
-                )
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> AnalyticalConstants:
-        """Build from ``conf/simulator/analytical.yaml``; unknown or missing keys raise."""
-        return constants_from_mapping(cls, values, "simulator analytical")
-
-
-class AnalyticalSimulator:
-    """Closed-form step time and memory; microseconds per layout, or many layouts at once
-    with numpy (:meth:`simulate_many`).
-
-    Example:
-        >>> from autotune import catalog
-        >>> catalog.load_simulator("analytical").name
-        'analytical'
-    """
-
-    name = "analytical"
-
-    def __init__(self, constants: AnalyticalConstants) -> None:
-        self.constants = constants
-        self._jobs: dict[tuple[ModelSpec, ClusterSpec, TrainSpec], _Job] = {}
-        self._last: _Job | None = None
-
-    @classmethod
-    def from_config(cls, constants: Mapping[str, Any]) -> AnalyticalSimulator:
-        return cls(AnalyticalConstants.from_mapping(constants))
-
-    def simulate(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> Prediction:
-        return _simulate(self._job(model, cluster, train), layout)
-
-    def simulate_many(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layouts: Sequence[Layout]
-    ) -> BatchPrediction:
-        """Price ``layouts`` at once with numpy: the numbers of :meth:`simulate`, as arrays.
-
-        Like :meth:`simulate`, it assumes every layout is valid.
-        """
-        return simulate_batch(self._job(model, cluster, train), layouts)
-
-    def _job(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> _Job:
-        job = self._last
-        if job is None or (job.model, job.cluster, job.train) != (model, cluster, train):
-            key = (model, cluster, train)
-            job = self._jobs.get(key)
-            if job is None:
-                job = self._jobs[key] = _Job(model, cluster, train, self.constants)
-            self._last = job
-        return job
+__all__ = ["JobPrices", "simulate_layout"]
 
 
 def _fields_but(*names: str) -> tuple[str, ...]:
     return tuple(name for name in LAYOUT_FIELDS if name not in names)
 
 
-class _Job:
+class JobPrices:
     """One job (model, cluster, training step) as this simulator prices it: what all its
     layouts share, and the pieces of their prices met so far.
 
     Each piece of a layout's price depends on a few of its fields, named by the ``*_FIELDS``
     below: the scalar path caches the pieces by them, the vectorized path
-    (:mod:`autotune.simulators.analytical_batch`) computes each piece once per distinct value of
+    (:mod:`autotune.simulators.analytical.batch`) computes each piece once per distinct value of
     them. Most are every field but those known not to matter, so that a new field is in them until
     shown otherwise.
     """
@@ -361,7 +227,7 @@ class _Job:
 
     def interleaving(self, layout: Layout, shape: StageShape, stages: list[Stage]) -> float:
         """How much longer unequal chunks make the interleaved schedule than the closed form
-        (:func:`autotune.simulators.analytical_stages.chunk_slowdown`)."""
+        (:func:`autotune.simulators.analytical.stages.chunk_slowdown`)."""
         if not unequal_chunks(shape.stage_layers, layout.vpp):
             return 1.0
         return chunk_slowdown(
@@ -450,14 +316,14 @@ class _Job:
         )
 
 
-_LAYER_KEY = attrgetter(*_Job.LAYER_FIELDS)
-_LAYER_TIMES_KEY = attrgetter(*_Job.LAYER_TIMES_FIELDS)
-_P2P_KEY = attrgetter(*_Job.P2P_FIELDS)
-_LOGITS_KEY = attrgetter(*_Job.LOGITS_FIELDS)
-_PIPELINE_KEY = attrgetter(*_Job.PIPELINE_FIELDS)
-_ACCUMULATE_KEY = attrgetter(*_Job.ACCUMULATE_FIELDS)
-_EMBEDDING_KEY = attrgetter(*_Job.EMBEDDING_FIELDS)
-_TERMS_KEY = attrgetter(*_Job.TERMS_FIELDS)
+_LAYER_KEY = attrgetter(*JobPrices.LAYER_FIELDS)
+_LAYER_TIMES_KEY = attrgetter(*JobPrices.LAYER_TIMES_FIELDS)
+_P2P_KEY = attrgetter(*JobPrices.P2P_FIELDS)
+_LOGITS_KEY = attrgetter(*JobPrices.LOGITS_FIELDS)
+_PIPELINE_KEY = attrgetter(*JobPrices.PIPELINE_FIELDS)
+_ACCUMULATE_KEY = attrgetter(*JobPrices.ACCUMULATE_FIELDS)
+_EMBEDDING_KEY = attrgetter(*JobPrices.EMBEDDING_FIELDS)
+_TERMS_KEY = attrgetter(*JobPrices.TERMS_FIELDS)
 
 
 # ---- stages, pipeline, data parallelism, memory ----------------------------------------------
@@ -485,7 +351,7 @@ class _Pipeline(NamedTuple):
     bubble_s: float
 
 
-def _pipeline(job: _Job, layout: Layout, accumulate_s: tuple[float, float]) -> _Pipeline:
+def _pipeline(job: JobPrices, layout: Layout, accumulate_s: tuple[float, float]) -> _Pipeline:
     dense, moe = job.layer_costs(layout)
     shape = job.shape(layout)
     sends, logits = job.p2p_s(layout), job.logits(layout)
@@ -567,7 +433,7 @@ def _logits(
     return seconds + 2 * nbytes / cluster.device.achieved_memory_bytes_per_s, nbytes
 
 
-def _simulate(job: _Job, layout: Layout) -> Prediction:
+def simulate_layout(job: JobPrices, layout: Layout) -> Prediction:
     shape, stages, slowest, bubble_s = job.pipeline(layout)
     m = layout.num_microbatches(job.train)
     bubble_s = interleaved_bubble_s(
@@ -631,7 +497,7 @@ def _simulate(job: _Job, layout: Layout) -> Prediction:
 
 
 def _detail(
-    job: _Job,
+    job: JobPrices,
     layout: Layout,
     shape: StageShape,
     stages: list[Stage],

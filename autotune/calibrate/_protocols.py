@@ -1,4 +1,8 @@
-"""Benchmark protocols beyond zero-shot: leave one source out, and probing K layouts.
+"""The calibration protocols the benchmark scores: leave one source out, and probing K layouts.
+
+They run here, beside the fit and the probe choice they exercise, on plain arrays: the
+benchmark hands in the zero-shot predictions (:class:`ZeroShot`) and scores the
+:class:`ProtocolScores` that come back like any ranking.
 
 ``leave_one_source_out``: for each source, calibrate on the rows of every other source
 (relative factors, so they carry across clusters), then predict this source's rows.
@@ -10,7 +14,7 @@ scenario (nor from any other scenario), re-predicts the other layouts and picks
 (:func:`autotune.calibrate.pick`): an unmeasured layout only when it is predicted to fit and to
 beat the best measured probe by more than the expected error. Baselines: ``random probes``
 (K drawn at random, then the same calibration and pick) and ``top-K probes`` (measure the K
-best predicted, keep the best measured). Each is a :class:`Ranking` scored like any other:
+best predicted, keep the best measured). Each is scored like any other ranking:
 a probe ranks by its measured time, an unmeasured layout by its calibrated prediction plus the
 lead it needs, so regret@1 is the pick's. A probe's own prediction is left out of the errors
 (MAPE and memory MAPE are on the other rows only).
@@ -25,14 +29,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from autotune.benchmark._rankers import Ranking
-from autotune.calibrate import FitSettings
-from autotune.calibrate import Run
-from autotune.calibrate import evidence
-from autotune.calibrate import fit
-from autotune.calibrate import margin_for
-from autotune.calibrate import margins_from
-from autotune.calibrate import stack_margins
+from autotune.calibrate._fit import FitSettings
+from autotune.calibrate._fit import Run
+from autotune.calibrate._fit import fit
+from autotune.calibrate._margins import evidence
+from autotune.calibrate._margins import margin_for
+from autotune.calibrate._margins import margins_from
+from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._probe import choose_probes
 from autotune.calibrate._probe import job_level
 from autotune.order import order_key
@@ -42,9 +45,11 @@ from autotune.simulators.calibration import Calibration
 
 __all__ = [
     "PROTOCOLS",
+    "ProtocolScores",
     "ProtocolSettings",
+    "ZeroShot",
     "leave_one_source_out",
-    "probe_rankings",
+    "probe_scores",
 ]
 
 PROTOCOLS = ("zero_shot", "leave_one_source_out", "probe")
@@ -64,8 +69,41 @@ class ProtocolSettings:
     seed: int
 
 
+@dataclass(frozen=True, slots=True)
+class ZeroShot:
+    """The uncalibrated predictions of every row of the table (NaN where none)."""
+
+    predicted_s: np.ndarray
+    memory_gib: np.ndarray  # the device's peak
+    allocated_gib: np.ndarray | None  # the framework's tensors; None: not predicted apart
+
+    def peak_gib(self, allocated: np.ndarray) -> np.ndarray:
+        """Each row's predicted peak as its measurement counts it: the tensors where
+        ``allocated`` (per row) says the peak was measured so, else the device's."""
+        if self.allocated_gib is None:
+            return self.memory_gib
+        return np.where(allocated, self.allocated_gib, self.memory_gib)
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolScores:
+    """What one protocol (and K) gives the rows it covers: a score to rank by (lower first),
+    the predictions, and whether each fits; arrays over ``rows`` (table positions)."""
+
+    name: str
+    kind: str  # "simulator" or "baseline"
+    protocol: str
+    rows: np.ndarray
+    score: np.ndarray
+    predicted_s: np.ndarray
+    memory_gib: np.ndarray
+    allocated_gib: np.ndarray
+    fits: np.ndarray
+    probes: int = 0
+
+
 def _margins_elsewhere(
-    table: pd.DataFrame, runs: Sequence[Run | None], zero: Ranking
+    table: pd.DataFrame, runs: Sequence[Run | None], zero: ZeroShot
 ) -> dict[tuple[str, str], float]:
     """Per (source, framework), the uncalibrated memory margin that the runs of every other
     source give that stack (:mod:`autotune.calibrate._margins`)."""
@@ -102,28 +140,26 @@ def _empty(n: int) -> dict[str, np.ndarray]:
     }
 
 
-def _ranking(
+def _scores(
     name: str,
     kind: str,
     protocol: str,
     arrays: dict[str, np.ndarray],
-    seconds: float,
     k: int = 0,
     rows: np.ndarray | None = None,
-) -> Ranking:
-    """A ranking of ``rows`` (every row when None) from full-length arrays."""
+) -> ProtocolScores:
+    """The scores of ``rows`` (every row when None) from full-length arrays."""
     rows = np.arange(len(arrays["score"])) if rows is None else rows
-    return Ranking(
+    return ProtocolScores(
         name=name,
         kind=kind,
+        protocol=protocol,
         rows=rows,
         score=arrays["score"][rows],
         predicted_s=arrays["predicted_s"][rows],
         memory_gib=arrays["memory_gib"][rows],
         allocated_gib=arrays["allocated_gib"][rows],
         fits=arrays["fits"][rows],
-        seconds_per_layout=seconds,
-        protocol=protocol,
         probes=k,
     )
 
@@ -133,7 +169,7 @@ def leave_one_source_out(
     table: pd.DataFrame,
     runs: Sequence[Run | None],
     settings: ProtocolSettings,
-) -> tuple[Ranking, dict[str, Calibration]]:
+) -> tuple[ProtocolScores, dict[str, Calibration]]:
     """Each source's rows predicted by a calibration fitted on every other source's rows."""
     sources = table["source"].astype(str).to_numpy()
     arrays = _empty(len(table))
@@ -159,7 +195,7 @@ def leave_one_source_out(
             arrays["allocated_gib"][i] = p.peak_gib("allocated")
             arrays["fits"][i] = p.memory_gib * (1 + margin) <= p.memory_capacity_gib
     name = f"{simulator.name}, leave-one-source-out"
-    return _ranking(name, "simulator", "leave_one_source_out", arrays, math.nan), calibrations
+    return _scores(name, "simulator", "leave_one_source_out", arrays), calibrations
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +212,7 @@ class _Scenario:
 def _scenarios(
     table: pd.DataFrame,
     runs: Sequence[Run | None],
-    zero: Ranking,
+    zero: ZeroShot,
     margins: dict[tuple[str, str], float],
 ) -> list[_Scenario]:
     """Scenarios whose regret is defined: two measured layouts, one of which ran."""
@@ -242,13 +278,13 @@ def _top_probes(
             arrays["score"][i] = _AFTER_PROBES + scenario.predicted_s[j]
 
 
-def probe_rankings(
+def probe_scores(
     simulator: Simulator,
     table: pd.DataFrame,
     runs: Sequence[Run | None],
-    zero: Ranking,
+    zero: ZeroShot,
     settings: ProtocolSettings,
-) -> list[Ranking]:
+) -> list[ProtocolScores]:
     """The probe protocol and its two baselines, for every K of ``settings.probes``."""
     margins = _margins_elsewhere(table, runs, zero)
     scenarios = _scenarios(table, runs, zero, margins)
@@ -292,7 +328,7 @@ def probe_rankings(
     covered = (
         np.sort(np.concatenate([s.rows for s in scenarios])) if scenarios else np.array([], int)
     )
-    rankings = []
+    scores = []
     for (family, k), arrays in families.items():
         if family == PROBE:
             name, kind = f"{simulator.name}, probe K={k}", "simulator"
@@ -300,5 +336,5 @@ def probe_rankings(
             name, kind = f"{simulator.name}, random probes K={k}", "baseline"
         else:
             name, kind = f"{simulator.name}, top-{k} probes", "baseline"
-        rankings.append(_ranking(name, kind, family, arrays, math.nan, k, covered))
-    return rankings
+        scores.append(_scores(name, kind, family, arrays, k, covered))
+    return scores

@@ -4,7 +4,7 @@
 columns, one per field. Each piece of a price that depends on a few fields (a layer, the
 stage shape, a pipeline send, the output layer, what a rank's parameters cost beyond its
 layers) is computed by the scalar path's own function, once per distinct value of those
-fields; the pipeline-stage formulas of :mod:`autotune.simulators.analytical_stages` then run on
+fields; the pipeline-stage formulas of :mod:`autotune.simulators.analytical.stages` then run on
 arrays of layouts x stage kinds. The numbers are those of ``simulate``, but for the order in which
 the bubble adds up a pipeline's ranks (a few units in the last place).
 """
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING
 from typing import Any
 from typing import NamedTuple
 from typing import TypeVar
@@ -28,31 +27,29 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from autotune.simulators.analytical_stages import ARRAYS
-from autotune.simulators.analytical_stages import GIB
-from autotune.simulators.analytical_stages import LayerCost
-from autotune.simulators.analytical_stages import Stage
-from autotune.simulators.analytical_stages import StageDetail
-from autotune.simulators.analytical_stages import StageShape
-from autotune.simulators.analytical_stages import chunk_slowdown
-from autotune.simulators.analytical_stages import exposed_dp_s
-from autotune.simulators.analytical_stages import in_flight
-from autotune.simulators.analytical_stages import interleaved_bubble_s
-from autotune.simulators.analytical_stages import memory_bytes
-from autotune.simulators.analytical_stages import rank_in_flight
-from autotune.simulators.analytical_stages import stage
-from autotune.simulators.analytical_stages import stage_detail
-from autotune.simulators.analytical_stages import step_breakdown
-from autotune.simulators.analytical_stages import throughput
+from autotune.simulators.analytical.prices import JobPrices
+from autotune.simulators.analytical.stages import ARRAYS
+from autotune.simulators.analytical.stages import GIB
+from autotune.simulators.analytical.stages import LayerCost
+from autotune.simulators.analytical.stages import Stage
+from autotune.simulators.analytical.stages import StageDetail
+from autotune.simulators.analytical.stages import StageShape
+from autotune.simulators.analytical.stages import chunk_slowdown
+from autotune.simulators.analytical.stages import exposed_dp_s
+from autotune.simulators.analytical.stages import in_flight
+from autotune.simulators.analytical.stages import interleaved_bubble_s
+from autotune.simulators.analytical.stages import memory_bytes
+from autotune.simulators.analytical.stages import rank_in_flight
+from autotune.simulators.analytical.stages import stage
+from autotune.simulators.analytical.stages import stage_detail
+from autotune.simulators.analytical.stages import step_breakdown
+from autotune.simulators.analytical.stages import throughput
 from autotune.simulators.device_memory import churning_grad_share
 from autotune.simulators.device_memory import fragmentation_bytes
 from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import Prediction
-
-if TYPE_CHECKING:
-    from autotune.simulators.analytical import _Job
 
 __all__ = ["BatchPrediction", "simulate_batch"]
 
@@ -211,7 +208,7 @@ def _column(values: Sequence[float], group: Array) -> Array:
     return np.asarray(values, dtype=np.float64)[group][:, None]
 
 
-def _layer_costs(job: _Job, columns: _Columns) -> tuple[LayerCost, LayerCost]:
+def _layer_costs(job: JobPrices, columns: _Columns) -> tuple[LayerCost, LayerCost]:
     """The dense and MoE layer of every layout, as column vectors."""
     costs, group = columns.each(job.LAYER_FIELDS, job.layer_costs)
     fields = [f.name for f in dataclasses.fields(LayerCost)]
@@ -226,7 +223,7 @@ def _layer_costs(job: _Job, columns: _Columns) -> tuple[LayerCost, LayerCost]:
 _KIND_ARRAYS = ("n_dense", "n_moe", "first", "last", "first_rank", "ranks", "share")
 
 
-def _kinds(job: _Job, columns: _Columns) -> tuple[list[StageShape], Array, dict[str, Array]]:
+def _kinds(job: JobPrices, columns: _Columns) -> tuple[list[StageShape], Array, dict[str, Array]]:
     """Every layout's stage shape (the shapes met, and which one each layout has) and its
     kinds as (layouts x kinds) arrays: ``n_dense``, ``n_moe``, ``first``, ``last``,
     ``first_rank``, ``ranks`` (how many ranks are of that kind) and ``share`` (of the layers
@@ -284,8 +281,8 @@ def _unequal_chunks(
     kind_s: Array,
     logits_s: Array,
 ) -> _Unequal:
-    """:func:`autotune.simulators.analytical_stages.chunk_slowdown` and
-    :func:`autotune.simulators.analytical_stages.rank_in_flight` of every layout whose chunks are
+    """:func:`autotune.simulators.analytical.stages.chunk_slowdown` and
+    :func:`autotune.simulators.analytical.stages.rank_in_flight` of every layout whose chunks are
     unequal (few: told apart per shape and vpp before any is priced); :func:`in_flight` and 1
     elsewhere. ``pp``, ``vpp`` and ``microbatches`` are columns (layouts x 1)."""
     flight = in_flight(microbatches, pp, vpp, first_rank, ARRAYS)
@@ -304,7 +301,7 @@ def _unequal_chunks(
     return _Unequal(slowdowns, flight)
 
 
-def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
+def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction:
     """Price ``layouts`` with the formulas of :func:`autotune.simulators.analytical._simulate`."""
     columns = _Columns(layouts)
     tp, pp, ep, vpp = (columns.number(name) for name in ("tp", "pp", "ep", "vpp"))
@@ -418,7 +415,7 @@ def simulate_batch(job: _Job, layouts: Sequence[Layout]) -> BatchPrediction:
 
 
 class _Terms(NamedTuple):
-    """:class:`autotune.simulators.analytical_stages.RankTerms` as (layouts x kinds) arrays."""
+    """:class:`autotune.simulators.analytical.stages.RankTerms` as (layouts x kinds) arrays."""
 
     reduce_s: Array
     gather_s: Array
@@ -427,7 +424,9 @@ class _Terms(NamedTuple):
     state_bytes: Array
 
 
-def _rank_terms(job: _Job, columns: _Columns, kinds: dict[str, Array], stages: Stage) -> _Terms:
+def _rank_terms(
+    job: JobPrices, columns: _Columns, kinds: dict[str, Array], stages: Stage
+) -> _Terms:
     """What each kind of rank's parameters cost beyond its layers, computed once per kind and
     data-parallel layout (which fix the parameters)."""
     _, group = columns.groups(job.TERMS_FIELDS)

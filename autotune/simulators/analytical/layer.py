@@ -12,9 +12,9 @@ layer saves for its backward (Korthikanti et al. 2022, docs/reference.md 3.3). T
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from typing import NamedTuple
 
+from autotune.simulators.analytical.constants import AnalyticalConstants
 from autotune.simulators.collectives import all_reduce_time_s
 from autotune.simulators.collectives import all_to_all_time_s
 from autotune.simulators.collectives import deepep_time_s
@@ -25,9 +25,6 @@ from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import DeviceSpec
 from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec
-
-if TYPE_CHECKING:
-    from autotune.simulators.analytical import AnalyticalConstants
 
 __all__ = ["dtype_bytes", "gemm_pass_s", "gemm_time_s", "layer_bytes", "layer_times_s"]
 

@@ -1,0 +1,83 @@
+"""The closed-form simulator: roofline operators, alpha-beta collectives, pipeline formulas.
+
+Per micro-batch and pipeline stage it adds up the time of every layer's GEMMs (roofline),
+flash attention, memory-bound elementwise work and kernel launches, plus the exposed tensor,
+context and expert parallel communication. The pipeline runs ``m`` micro-batches at the pace
+of the slowest stage plus a fill-and-drain bubble divided by the virtual stages
+(Narayanan et al. 2021, docs/reference.md 3.4). Data-parallel gradient reduction hides behind the
+last micro-batch's backward where the framework overlaps it; then the first and last stages
+all-reduce a tied embedding's gradient. Memory is weights, gradients and optimizer states
+(sharded by DP or expert-DP with the distributed optimizer, docs/reference.md 3.2) plus the
+activations of the micro-batches the schedule holds in flight (Korthikanti et al. 2022 with
+flash attention, docs/reference.md 3.3), checked on every pipeline rank.
+
+One layer is priced in :mod:`~autotune.simulators.analytical.layer`, a pipeline stage in
+:mod:`~autotune.simulators.analytical.stages` (for one layout and for many), one layout from
+the pieces a job's layouts share in :mod:`~autotune.simulators.analytical.prices`, many
+layouts at once in :mod:`~autotune.simulators.analytical.batch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+
+from autotune.simulators.analytical.batch import BatchPrediction
+from autotune.simulators.analytical.batch import simulate_batch
+from autotune.simulators.analytical.constants import AnalyticalConstants
+from autotune.simulators.analytical.prices import JobPrices
+from autotune.simulators.analytical.prices import simulate_layout
+from autotune.simulators.layout import Layout
+from autotune.simulators.prediction import Prediction
+from autotune.simulators.specs import ClusterSpec
+from autotune.simulators.specs import ModelSpec
+from autotune.simulators.specs import TrainSpec
+
+__all__ = ["AnalyticalSimulator"]
+
+
+class AnalyticalSimulator:
+    """Closed-form step time and memory; microseconds per layout, or many layouts at once
+    with numpy (:meth:`simulate_many`).
+
+    Example:
+        >>> from autotune import catalog
+        >>> catalog.load_simulator("analytical").name
+        'analytical'
+    """
+
+    name = "analytical"
+
+    def __init__(self, constants: AnalyticalConstants) -> None:
+        self.constants = constants
+        self._jobs: dict[tuple[ModelSpec, ClusterSpec, TrainSpec], JobPrices] = {}
+        self._last: JobPrices | None = None
+
+    @classmethod
+    def from_config(cls, constants: Mapping[str, Any]) -> AnalyticalSimulator:
+        return cls(AnalyticalConstants.from_mapping(constants))
+
+    def simulate(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        return simulate_layout(self._job(model, cluster, train), layout)
+
+    def simulate_many(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layouts: Sequence[Layout]
+    ) -> BatchPrediction:
+        """Price ``layouts`` at once with numpy: the numbers of :meth:`simulate`, as arrays.
+
+        Like :meth:`simulate`, it assumes every layout is valid.
+        """
+        return simulate_batch(self._job(model, cluster, train), layouts)
+
+    def _job(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> JobPrices:
+        job = self._last
+        if job is None or (job.model, job.cluster, job.train) != (model, cluster, train):
+            key = (model, cluster, train)
+            job = self._jobs.get(key)
+            if job is None:
+                job = self._jobs[key] = JobPrices(model, cluster, train, self.constants)
+            self._last = job
+        return job

@@ -21,13 +21,13 @@ from autotune.simulators import Layout
 from autotune.simulators import ModelSpec
 from autotune.simulators import Simulator
 from autotune.simulators import TrainSpec
+from autotune.simulators.layout import Specs
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
 
-__all__ = ["HeuristicRule", "Ranking", "Specs", "heuristic_ranking", "peer_rankings", "simulate"]
+__all__ = ["HeuristicRule", "Ranking", "heuristic_ranking", "peer_rankings", "simulate"]
 
 GIB = 1024**3
-Specs = tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]
 _RECOMPUTE_PREFERENCE = {"selective": 0, "none": 1, "full": 2}
 
 

@@ -26,7 +26,6 @@ from autotune import calibrate
 from autotune import dataset
 from autotune.benchmark._rankers import HeuristicRule
 from autotune.benchmark._rankers import Ranking
-from autotune.benchmark._rankers import Specs
 from autotune.benchmark._rankers import heuristic_ranking
 from autotune.benchmark._rankers import peer_rankings
 from autotune.benchmark._rankers import simulate
@@ -45,6 +44,7 @@ from autotune.catalog import simulator_from_config
 from autotune.config import BenchmarkConfig
 from autotune.config import config_yaml
 from autotune.simulators import Simulator
+from autotune.simulators import Specs
 from autotune.simulators import UserError
 from autotune.simulators.calibration import CalibratedSimulator
 from autotune.simulators.calibration import calibrated

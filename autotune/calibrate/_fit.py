@@ -29,11 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.simulators import ClusterSpec
-from autotune.simulators import Layout
-from autotune.simulators import ModelSpec
 from autotune.simulators import Simulator
-from autotune.simulators import TrainSpec
 from autotune.simulators import UserError
 from autotune.simulators.calibration import FACTORS
 from autotune.simulators.calibration import MEMORY_FACTORS
@@ -42,11 +38,11 @@ from autotune.simulators.calibration import SIMULATED_FACTORS
 from autotune.simulators.calibration import TIME_FACTORS
 from autotune.simulators.calibration import Calibration
 from autotune.simulators.calibration import calibrated
+from autotune.simulators.layout import Specs
 from autotune.simulators.limits import MAX_MEASURED_OVER_PREDICTED
 
 __all__ = ["FitResult", "FitSettings", "Run", "fit", "memory_margin", "time_sensitivities"]
 
-Specs = tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]
 _STEP = 1e-3  # finite-difference step of a log scale factor (0.1 %)
 _OVERLAP_MAX = 0.95  # an overlap hides at most this share of the exposed communication
 _SCALE_RANGE = 10.0  # a scale factor stays within [1/10, 10] x its uncalibrated value

@@ -32,7 +32,6 @@ from autotune import dataset
 from autotune.calibrate._command import fit_settings
 from autotune.calibrate._fit import FitResult
 from autotune.calibrate._fit import Run
-from autotune.calibrate._fit import Specs
 from autotune.calibrate._fit import check_plausible
 from autotune.calibrate._fit import fit
 from autotune.calibrate._probe import Pick
@@ -50,6 +49,7 @@ from autotune.report import launch_text
 from autotune.report import layout_table
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
+from autotune.simulators import Specs
 from autotune.simulators import UserError
 from autotune.simulators.calibration import FACTORS
 from autotune.simulators.calibration import CalibratedSimulator

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.calibrate._fit import FitSettings
-from autotune.calibrate._fit import Specs
 from autotune.calibrate._fit import time_sensitivities
 from autotune.order import order_key
 from autotune.simulators import Simulator
+from autotune.simulators import Specs
 from autotune.simulators.calibration import TIME_FACTORS
 from autotune.simulators.calibration import Calibration
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from autotune import dataset
 from autotune.calibrate._fit import Run
-from autotune.calibrate._fit import Specs
+from autotune.simulators import Specs
 from autotune.simulators import UserError
 
 __all__ = ["row_names", "row_runs", "runs_of", "single_value", "skipped_notes", "span_text"]

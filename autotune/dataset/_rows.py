@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from autotune.dataset._specs import Specs
 from autotune.dataset._specs import table_specs
+from autotune.simulators import Specs
 
 __all__ = ["PriceableRows", "SkippedRow", "priceable_rows", "take_rows"]
 

@@ -13,15 +13,14 @@ from autotune import catalog
 from autotune.dataset._clusters import sized_cluster
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import Layout
+from autotune.simulators.layout import Specs
 from autotune.simulators.specs import CARD_FIELDS
 from autotune.simulators.specs import RUN_SETTINGS
-from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec
 
-__all__ = ["MODEL_FIELDS", "Specs", "records", "row_to_specs", "table_specs"]
+__all__ = ["MODEL_FIELDS", "records", "row_to_specs", "table_specs"]
 
-Specs = tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]
 # The architecture columns: every ModelSpec field but the display name (``model``) and the
 # model-card facts, which no simulator prices (CARD_FIELDS: the catalog's, and their defaults).
 MODEL_FIELDS = tuple(

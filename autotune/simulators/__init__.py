@@ -15,6 +15,7 @@ from autotune.simulators.layout import DEGREES
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import RECOMPUTE_MODES
 from autotune.simulators.layout import Layout
+from autotune.simulators.layout import Specs
 from autotune.simulators.prediction import BREAKDOWN_KEYS
 from autotune.simulators.prediction import Prediction
 from autotune.simulators.specs import ClusterSpec
@@ -38,6 +39,7 @@ __all__ = [
     "Prediction",
     "Simulator",
     "SpecError",
+    "Specs",
     "TrainSpec",
     "UserError",
 ]

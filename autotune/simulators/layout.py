@@ -44,6 +44,7 @@ __all__ = [
     "RECOMPUTE_MODES",
     "RULE_NAMES",
     "SEARCHED",
+    "Specs",
     "FieldInfo",
     "Layout",
     "deal_chunks",
@@ -724,3 +725,6 @@ _RULES: dict[str, Rule] = {
     "expert overlap": _expert_overlap,
 }
 RULE_NAMES: tuple[str, ...] = tuple(_RULES)
+
+# A job and one of its layouts: what a simulator prices (``simulate(*specs)``).
+Specs = tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]

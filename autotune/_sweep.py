@@ -29,7 +29,7 @@ from autotune import catalog
 from autotune.config import typed
 from autotune.simulators import UserError
 
-__all__ = ["Job", "Output", "no_outputs", "plan_jobs"]
+__all__ = ["SweepJob", "Output", "no_outputs", "plan_jobs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ def no_outputs(config: Any) -> tuple[Output, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
+class SweepJob:
     """One run of a command: its overrides, its composed and its typed config."""
 
     number: int  # from 1
@@ -76,7 +76,7 @@ def plan_jobs(
     overrides: Sequence[str],
     multirun: bool,
     outputs: Callable[[Any], tuple[Output, ...]],
-) -> list[Job]:
+) -> list[SweepJob]:
     """The jobs to run, in order, each config composed and checked.
 
     Raises:
@@ -115,11 +115,11 @@ def _job(
     total: int,
     label: str,
     sweep: bool,
-) -> Job:
+) -> SweepJob:
     with _naming(_header(number, total, label) if sweep else None):
         cfg = catalog.compose(config_name, overrides)
         config: Any = typed(cfg, schema)
-    return Job(number, total, label, overrides, cfg, config)
+    return SweepJob(number, total, label, overrides, cfg, config)
 
 
 def _labels(runs: tuple[tuple[str, ...], ...]) -> list[str]:
@@ -130,8 +130,8 @@ def _labels(runs: tuple[tuple[str, ...], ...]) -> list[str]:
 
 
 def _apart(
-    jobs: list[Job], schema: type, outputs: Callable[[Any], tuple[Output, ...]]
-) -> list[Job]:
+    jobs: list[SweepJob], schema: type, outputs: Callable[[Any], tuple[Output, ...]]
+) -> list[SweepJob]:
     """The jobs, each output that two of them share moved to a numbered subfolder."""
     written = [outputs(job.config) for job in jobs]
     counts = Counter((o.key, os.path.abspath(o.path)) for found in written for o in found)
@@ -142,7 +142,7 @@ def _apart(
     ]
 
 
-def _moved(job: Job, schema: type, shared: list[Output]) -> Job:
+def _moved(job: SweepJob, schema: type, shared: list[Output]) -> SweepJob:
     """``job`` with its ``shared`` outputs in its numbered subfolder (checked again there)."""
     if not shared:
         return job

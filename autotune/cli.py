@@ -30,8 +30,8 @@ from autotune._command_line import FLAGS
 from autotune._command_line import CommandLine
 from autotune._command_line import parse_command_line
 from autotune._info import info_text
-from autotune._sweep import Job
 from autotune._sweep import Output
+from autotune._sweep import SweepJob
 from autotune._sweep import no_outputs
 from autotune._sweep import plan_jobs
 from autotune.config import register_schemas
@@ -116,7 +116,7 @@ def _user_error(exc: UserError) -> int:
     return USER_ERROR
 
 
-def _show(command: Command, line: CommandLine, jobs: list[Job]) -> None:
+def _show(command: Command, line: CommandLine, jobs: list[SweepJob]) -> None:
     """``--cfg`` or ``--info`` for each job, instead of running it."""
     for job in jobs:
         if line.multirun:
@@ -127,7 +127,7 @@ def _show(command: Command, line: CommandLine, jobs: list[Job]) -> None:
             print(OmegaConf.to_yaml(job.cfg), end="")
 
 
-def _run_jobs(command: Command, jobs: list[Job], sweep: bool) -> int:
+def _run_jobs(command: Command, jobs: list[SweepJob], sweep: bool) -> int:
     """Run the jobs in order; the worst exit status. A signal stops the sweep after the job
     in flight (which stops as the signal asks)."""
     statuses = []
@@ -145,7 +145,7 @@ def _run_jobs(command: Command, jobs: list[Job], sweep: bool) -> int:
     return max(statuses)
 
 
-def _run_job(command: Command, job: Job) -> int:
+def _run_job(command: Command, job: SweepJob) -> int:
     try:
         command.run(job.config)
     except UserError as exc:
@@ -153,7 +153,7 @@ def _run_job(command: Command, job: Job) -> int:
     return 0
 
 
-def _say_left(job: Job) -> None:
+def _say_left(job: SweepJob) -> None:
     """The jobs of the sweep that a signal leaves unrun."""
     if job.number < job.total:
         log.warning(

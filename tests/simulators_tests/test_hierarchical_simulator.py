@@ -270,8 +270,8 @@ def test_an_unfused_attention_keeps_per_score_what_autograd_saves(
     fill the one [s, s] causal mask every head shares (docs/reference.md 3.3)."""
     import torch
 
+    from autotune.simulators.hierarchical.kernels import unfused_attention
     from autotune.simulators.hierarchical.record import Recorder
-    from autotune.simulators.hierarchical.record import unfused_attention
 
     recorder = Recorder()
     with recorder, recorder.saving([]):

@@ -15,14 +15,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from autotune.simulators.hierarchical.graph import LayerShape
+from autotune.simulators.hierarchical.kernels import all_to_all
+from autotune.simulators.hierarchical.kernels import copy_to_region
+from autotune.simulators.hierarchical.kernels import core_attention
+from autotune.simulators.hierarchical.kernels import gather
+from autotune.simulators.hierarchical.kernels import reduce
+from autotune.simulators.hierarchical.kernels import scatter
+from autotune.simulators.hierarchical.kernels import unfused_attention
 from autotune.simulators.hierarchical.record import _recorder
-from autotune.simulators.hierarchical.record import all_to_all
-from autotune.simulators.hierarchical.record import copy_to_region
-from autotune.simulators.hierarchical.record import core_attention
-from autotune.simulators.hierarchical.record import gather
-from autotune.simulators.hierarchical.record import reduce
-from autotune.simulators.hierarchical.record import scatter
-from autotune.simulators.hierarchical.record import unfused_attention
 
 __all__ = ["DTYPES", "build_module"]
 

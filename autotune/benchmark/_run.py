@@ -209,6 +209,7 @@ def _given_calibration(
     ]
 
 
+# size: the benchmark's stages in order (load, filter, rank, calibrate, score), each one call
 def run_benchmark(
     config: BenchmarkConfig, simulators: Sequence[Simulator] | None = None
 ) -> BenchmarkResult:

@@ -17,6 +17,8 @@ Intervals: a bootstrap over the rows; each resample refits the step-time factors
 residuals linearised at the fit (no new simulation) and the memory model exactly.
 """
 
+# size: the fit, its priors and its bootstrap read the same factor tables
+
 from __future__ import annotations
 
 import math
@@ -454,6 +456,7 @@ def memory_margin(predicted_gib: np.ndarray, measured_gib: np.ndarray) -> float 
     return max(0.0, float(np.percentile(under, _MARGIN_QUANTILE)))
 
 
+# size: the fit's steps (priors, solve, bootstrap, notes) share a dozen locals
 def fit(
     simulator: Simulator,
     runs: Sequence[Run],

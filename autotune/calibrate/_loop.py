@@ -7,8 +7,7 @@ launch flags, and a CSV file in the measurement schema whose ``status``, ``step_
 of this job (the same model, cluster, devices, sequence and batch); the simulator is calibrated
 on them (from the calibration in use), every layout the search priced is re-predicted, and
 the pick is made with :func:`pick` (never a layout known to be worse than the best measured
-probe). With both, the next K probes come from the calibrated predictions. MLflow records each
-round.
+probe). With both, the next K probes come from the calibrated predictions; MLflow records it.
 """
 
 from __future__ import annotations
@@ -288,6 +287,7 @@ def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: st
     return pd.DataFrame(rows)
 
 
+# size: one round in the order the user sees it: read, calibrate, re-rank, pick, choose, write
 def probe_round(
     config: AutotuneConfig,
     job: Job,

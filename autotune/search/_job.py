@@ -155,6 +155,7 @@ def _check(search: SearchConfig) -> None:
         )
 
 
+# size: the search's stages in order (space, study, re-rank, probes, outputs), each one call
 def search_job(
     config: AutotuneConfig, job: Job, stop: StopFlag, storage: BaseStorage | None = None
 ) -> Outcome:

@@ -102,6 +102,7 @@ def _candidates(
 _RULE_FREE = ("distributed_optimizer", "recompute")
 
 
+# size: one candidate list per layout field, in the order of Layout's fields
 def build_space(
     model: ModelSpec,
     cluster: ClusterSpec,

@@ -68,6 +68,7 @@ class DeviceSpec:
     # part of memory_gib the driver does not expose and the CUDA/CANN context.
     runtime_memory_gib: float = 0.0
 
+    # size: one bounds check per field, each with its reason (simulators/limits.py)
     def __post_init__(self) -> None:
         owner = f"device {self.name!r}"
         require_name(owner, self.name)

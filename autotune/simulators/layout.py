@@ -13,6 +13,8 @@ returning the sentences of what it finds broken, so :meth:`Layout.violations` re
 broken rule at once.
 """
 
+# size: the layout and its rules (each rule reads the layout's derived fields; their names are API)
+
 from __future__ import annotations
 
 import dataclasses

@@ -93,6 +93,7 @@ def check_card(model: Any, owner: str) -> None:
         )
 
 
+# size: one table of bounds per kind of model-card fact
 def _check_values(model: Any, owner: str) -> None:
     """Types, choices and bounds of each fact on its own."""
     integers = {

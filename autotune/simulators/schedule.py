@@ -117,6 +117,7 @@ def schedule_order(
     return order + backwards[len(forwards) - warmup :]
 
 
+# size: one discrete-event loop; its state is shared by every event kind
 def run_pipeline(
     schedule: str,
     p: int,

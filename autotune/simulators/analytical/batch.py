@@ -301,8 +301,10 @@ def _unequal_chunks(
     return _Unequal(slowdowns, flight)
 
 
+# size: the vectorized twin of prices.simulate_layout, kept line for line beside it
 def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction:
-    """Price ``layouts`` with the formulas of :func:`autotune.simulators.analytical._simulate`."""
+    """Price ``layouts`` with the formulas of
+    :func:`~autotune.simulators.analytical.prices.simulate_layout`."""
     columns = _Columns(layouts)
     tp, pp, ep, vpp = (columns.number(name) for name in ("tp", "pp", "ep", "vpp"))
     dense, moe = _layer_costs(job, columns)

@@ -10,6 +10,8 @@ layer saves for its backward (Korthikanti et al. 2022, docs/reference.md 3.3). T
 (:func:`layer_bytes`) does.
 """
 
+# size: every formula of one layer's time and bytes, each with its source
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -369,6 +371,7 @@ def _hide(seconds: float, idle_s: float) -> tuple[float, float]:
     return max(0.0, seconds - idle_s), max(0.0, idle_s - seconds)
 
 
+# size: one term per line with its source; splitting would pass the same shapes to every piece
 def layer_times_s(
     model: ModelSpec,
     moe: bool,

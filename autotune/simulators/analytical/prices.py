@@ -4,6 +4,8 @@ vectorized one, :mod:`autotune.simulators.analytical.batch`, computes the same p
 arrays).
 """
 
+# size: JobPrices' caches and the scalar path that reads them are one unit
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -433,6 +435,7 @@ def _logits(
     return seconds + 2 * nbytes / cluster.device.achieved_memory_bytes_per_s, nbytes
 
 
+# size: the scalar twin of batch.simulate_batch, kept line for line beside it
 def simulate_layout(job: JobPrices, layout: Layout) -> Prediction:
     shape, stages, slowest, bubble_s = job.pipeline(layout)
     m = layout.num_microbatches(job.train)

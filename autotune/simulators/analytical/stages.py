@@ -184,6 +184,7 @@ class Stage(NamedTuple):
         return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
 
 
+# size: one formula per line on floats or arrays alike; it must stay branch-free
 def stage(
     params: ModelParams,
     dense: LayerCost,

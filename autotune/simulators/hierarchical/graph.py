@@ -206,6 +206,7 @@ class LayerGraph:
         return sum(op.model_flops for op in self.forward + self.backward)
 
 
+# size: one keyword per LayerShape field, each derived from the job in one line
 def layer_shapes(
     model: ModelSpec,
     layout: Layout,

@@ -75,6 +75,7 @@ class ProfileResult:
     seconds: float
 
 
+# size: the timing loop with its budget, progress and device synchronisation in one place
 def profile_shapes(
     shapes: Iterable[LayerShape],
     device: str,

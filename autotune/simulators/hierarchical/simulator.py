@@ -96,6 +96,7 @@ class HierarchicalSimulator:
         """
         return self._predict(model, cluster, train, layout, record=True)
 
+    # size: the step assembled from the ranks' timelines, the schedule and memory in one pass
     def _predict(
         self,
         model: ModelSpec,
@@ -233,6 +234,7 @@ class HierarchicalSimulator:
         """Simulate the layout and write its timeline as a Chrome trace (Perfetto)."""
         return write_chrome_trace(self.simulate_timeline(model, cluster, train, layout), path)
 
+    # size: one pipeline rank's timeline: every layer kind and its chunks in one loop
     def _rank(
         self,
         rank: int,

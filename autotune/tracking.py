@@ -199,10 +199,11 @@ class TrackedRun:
         params: Mapping[str, Any],
         values: Mapping[str, Any],
         start_ms: int | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> None:
         """A child run in one ``log_batch`` call (~16 ms on sqlite; docs/libraries.md):
-        ``params``, and the finite numbers of ``values`` as metrics. ``start_ms`` orders the
-        children in the UI, which lists the newest first."""
+        ``params``, and the finite numbers of ``values`` as metrics, with ``tags``. ``start_ms``
+        orders the children in the UI, which lists the newest first."""
         _go_on(self._pending)
         from mlflow import MlflowClient
         from mlflow.entities import Metric
@@ -214,7 +215,7 @@ class TrackedRun:
             experiment_id,
             start_time=start_ms,
             run_name=name,
-            tags={"mlflow.parentRunId": self.run_id, _PROCESS_TAG: this_process()},
+            tags={**(tags or {}), "mlflow.parentRunId": self.run_id, _PROCESS_TAG: this_process()},
         )
         now = int(time.time() * 1000)
         client.log_batch(

@@ -8,10 +8,11 @@ the chosen simulator re-prices the best ``search.rerank_top``, which finds the c
 simulator's own optimum where an Optuna sampler of the same cost misses it by several percent
 (``benchmarks/bench_autotune.py``). Otherwise an Optuna sampler drives the search, and every
 valid layout is still priced beside it when the budget allows, so the answer is always the
-best layout the tool knows of. With ``search.rerank``, a finer simulator re-prices the best
-``search.rerank_top`` layouts in ``search.workers`` processes. SIGINT and SIGTERM stop the
-search after the trial or the layout in flight: the best layout so far is printed and
-recorded, and the command exits 130 or 143 (a second signal interrupts at once).
+best layout the tool knows of, and the sampler's own gap to it is reported (``Outcome.gap``).
+With ``search.rerank``, a finer simulator re-prices the best ``search.rerank_top`` layouts in
+``search.workers`` processes. SIGINT and SIGTERM stop the search after the trial or the layout
+in flight: the best layout so far is printed and recorded, and the command exits 130 or 143 (a
+second signal interrupts at once).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from autotune.search._outcome import Outcome
 from autotune.search._outcome import Rerank
 from autotune.search._outcome import Timings
 from autotune.search._outcome import ranked
+from autotune.search._outcome import sampler_gap
 from autotune.search._output import emit_outcome
 from autotune.search._price import Evaluator
 from autotune.search._price import price_in_processes
@@ -204,13 +206,21 @@ def search_job(
             pairs, trials, stopped = _run(mode, config, job, space, evaluate, study, stop, place)
         if parallel and search.storage is None:
             study = in_memory_copy(study)
-    exhaustive = mode == "grid" and not stopped
+    sampled = list(pairs) if mode in SAMPLERS else []  # the sampler's own, for its gap
+    # Exhaustive: a grid, or a sampler whose trials happened to price every layout.
+    exhaustive = (mode == "grid" and not stopped) or len(dict(sampled)) == space.size
     if mode != "screen" and not exhaustive and not stopped and grid_s <= search.grid_budget_s:
         log.info(f"  pricing all {space.size} layouts beside the search (~{duration(grid_s)})")
         pairs += list(zip(space.layouts, evaluate.price(space.layouts), strict=True))
         exhaustive = True
     if not pairs:  # stopped before the first trial: nothing to show, the signal says why
         _signals.interrupt(stop.signal)
+    gap = None
+    if mode in SAMPLERS:
+        if exhaustive:
+            gap = sampler_gap(mode, sampled, pairs)
+        else:
+            gap = sampler_gap(mode, sampled, None, _gap_unknown(search, space, grid_s, stopped))
     outcome = Outcome(
         mode=mode,
         valid=space.size,
@@ -221,6 +231,7 @@ def search_job(
         stopped=stopped,
         study=study,
         rerank=screened if screened is not None and not stopped else None,
+        gap=gap,
     )
     if search.rerank and not stopped:
         rerank = _rerank(search, job, outcome, stop)
@@ -292,6 +303,17 @@ def _run(
     )
     pairs = [(layout, prediction) for _, layout, prediction in result.evaluated]
     return pairs, len(result.evaluated), bool(stop)
+
+
+def _gap_unknown(search: SearchConfig, space: SearchSpace, grid_s: float, stopped: bool) -> str:
+    """Why a sampler's gap to the exhaustive optimum is unknown, should not every layout be
+    priced."""
+    if stopped:
+        return "the search was stopped before every layout was priced"
+    return (
+        f"pricing all {space.size} layouts would take ~{duration(grid_s)}, above "
+        f"search.grid_budget_s={search.grid_budget_s:g} s"
+    )
 
 
 def _mode_text(mode: str, search: SearchConfig) -> str:

@@ -16,6 +16,7 @@ from autotune.report import breakdown_table
 from autotune.report import launch_text
 from autotune.report import layout_table
 from autotune.search._outcome import Outcome
+from autotune.search._outcome import SamplerGap
 from autotune.search._outcome import Timings
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
@@ -48,6 +49,8 @@ def emit_outcome(
         return
     top = outcome.top(config.search.top_k)
     print(f"\n{_headline(outcome, len(top), timings)}")
+    if outcome.gap is not None:
+        print(outcome.gap.text())
     print(_calibration_text(job))
     print(layout_table(top))
     print("\nTime breakdown per step (seconds):")
@@ -137,6 +140,17 @@ def _entry(layout: Layout, prediction: Prediction) -> dict[str, Any]:
     return {"layout": layout.as_dict(), "prediction": prediction.as_dict()}
 
 
+def _gap_payload(gap: SamplerGap) -> dict[str, Any]:
+    """The sampler's gap: ``gap_pct`` null and ``unknown`` saying why when it is not known."""
+    return {
+        "sampler": gap.sampler,
+        "gap_pct": gap.pct,
+        "unknown": gap.unknown,
+        "sampler_best": _entry(*gap.found),
+        "optimum": None if gap.optimum is None else _entry(*gap.optimum),
+    }
+
+
 def json_payload(
     config: AutotuneConfig,
     job: Job,
@@ -169,6 +183,7 @@ def json_payload(
         ),
         "launch_files": list(outcome.launch_files),
         "config_file": outcome.config_file,
+        "sampler_gap": None if outcome.gap is None else _gap_payload(outcome.gap),
     }
     if outcome.mode == "nsga2":
         payload["pareto_front"] = [_entry(lay, pred) for lay, pred in outcome.pareto()]

@@ -4,6 +4,10 @@ One run per search: tags to filter and compare searches (model, cluster, simulat
 protocol), a Markdown description (the job, the best layout, the top layouts, where the time
 goes, the memory margin, the launch flags), the evaluated layouts as a table the UI renders,
 the search's progress as a metric history, Optuna's plots, and one child run per top layout.
+The chosen layout (the answer) is marked throughout: the tag ``chosen_layout``, a ``chosen``
+column in the tables, the tag ``chosen=true`` on its child run, a star on the plots. A
+sampler's gap to the exhaustive optimum is the metric ``sampler_gap_pct`` when it is known,
+and the tag ``sampler_gap`` says it or why it is not.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from autotune.search._outcome import Outcome
 from autotune.search._outcome import Timings
 from autotune.search._plots import search_page
 from autotune.simulators import LAYOUT_FIELDS
+from autotune.simulators import Layout
 from autotune.simulators import Prediction
 from autotune.tracking import Recorded
 from autotune.tracking import TrackedRun
@@ -49,7 +54,10 @@ def record_search(
         "framework": job.train.framework.name,
         "simulator": job.simulator.name,
         "mode": outcome.mode,
+        "chosen_layout": outcome.best_layout.describe(),
     }
+    if outcome.gap is not None:
+        tags["sampler_gap"] = outcome.gap.text().removeprefix("Sampler gap: ")
 
     def fill(run: TrackedRun) -> None:
         _fill(run, config, job, outcome, timings)
@@ -93,6 +101,7 @@ def _fill(
             "valid_layouts": outcome.valid,
             "evaluated_layouts": len(outcome.ranked),
             "search_s": timings.search_s,
+            **_gap_metrics(outcome),
         }
     )
     table = layouts_frame(outcome)
@@ -101,8 +110,7 @@ def _fill(
         run.table("layouts_all.csv.gz", table)
     run.table("top_k.csv", table.head(config.search.top_k))
     if outcome.mode == "nsga2":  # step time against memory, the layouts that fit
-        front = pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.pareto()])
-        run.table("pareto_front.csv", front, ui=True)
+        run.table("pareto_front.csv", _marked(outcome, outcome.pareto()), ui=True)
     run.text("config.yaml", config_yaml(config))
     launch = launch_text(job.model, job.cluster, job.train, outcome.best_layout)
     run.text("launch_flags.txt", launch)
@@ -112,7 +120,9 @@ def _fill(
         run.text("launch.md", launch_page(files, Path(config.launch_dir)))
     _progress_history(run, outcome)
     if not outcome.stopped:  # a stopped search exits within seconds: no plots (seconds each)
-        run.html("plots.html", search_page(outcome.study, table))
+        notes = [outcome.gap.text()] if outcome.gap is not None else []
+        chosen = outcome.best_layout.describe()
+        run.html("plots.html", search_page(outcome.study, table, chosen, notes))
     # MLflow lists the newest run first: create the worst child first, a millisecond apart.
     top = list(enumerate(outcome.top(config.search.top_k), start=1))
     now = int(time.time() * 1000)
@@ -123,15 +133,36 @@ def _fill(
             {k: row[k] for k in LAYOUT_FIELDS},
             {k: v for k, v in row.items() if k not in LAYOUT_FIELDS},
             start_ms=now + offset,
+            tags={"chosen": "true"} if rank == 1 else {},
         )
 
 
+def _gap_metrics(outcome: Outcome) -> dict[str, float]:
+    """``sampler_best_step_time_s`` of a sampler's search, and ``sampler_gap_pct`` when the
+    gap is known (an unknown gap is no metric: the run's ``sampler_gap`` tag says why)."""
+    gap = outcome.gap
+    if gap is None:
+        return {}
+    metrics = {"sampler_best_step_time_s": gap.found[1].step_time_s}
+    if gap.pct is not None:
+        metrics["sampler_gap_pct"] = gap.pct
+    return metrics
+
+
+def _marked(outcome: Outcome, pairs: list[tuple[Layout, Prediction]]) -> pd.DataFrame:
+    """``pairs`` as rows, with ``chosen`` true on the chosen layout's (the answer)."""
+    table = pd.DataFrame([layout_row(lay, pred) for lay, pred in pairs])
+    table.insert(0, "chosen", [lay == outcome.best_layout for lay, _ in pairs])
+    return table
+
+
 def layouts_frame(outcome: Outcome) -> pd.DataFrame:
-    """One row per distinct layout evaluated, ranked (``layouts.csv``, the plots): the rank
-    and headline figures first, then the layout, then the time breakdown."""
-    table = pd.DataFrame([layout_row(lay, pred) for lay, pred in outcome.ranked])
+    """One row per distinct layout evaluated, ranked (``layouts.csv``, the plots): the rank,
+    ``chosen`` (true on the answer's row, the layout of ``launch/rank-1``) and the headline
+    figures first, then the layout, then the time breakdown."""
+    table = _marked(outcome, outcome.ranked)
     table.insert(0, "rank", range(1, len(table) + 1))
-    first = ["rank", *_HEADLINE]
+    first = ["rank", "chosen", *_HEADLINE]
     return table[first + [c for c in table.columns if c not in first]]
 
 
@@ -159,8 +190,11 @@ def _description(config: AutotuneConfig, job: Job, outcome: Outcome) -> str:
             "",
             f"**Best layout:** `{outcome.best_layout.describe()}`: "
             f"{best.step_time_s:.3f} s per step, {best.tokens_per_s_per_device:.0f} tokens/s per "
-            f"device, MFU {100 * best.mfu:.1f}%, {_memory_text(best)}.",
+            f"device, MFU {100 * best.mfu:.1f}%, {_memory_text(best)}. Marked as chosen: "
+            "the `chosen` column of the tables, the star of `plots.html`, the tag "
+            "`chosen_layout`.",
             "",
+            *([outcome.gap.text() + ".", ""] if outcome.gap is not None else []),
             "```",
             layout_table(top),
             "```",

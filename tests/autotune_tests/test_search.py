@@ -24,6 +24,8 @@ from autotune.search import open_study
 from autotune.search import optimize
 from autotune.search import search_job
 from autotune.search._outcome import Outcome
+from autotune.search._outcome import ranked
+from autotune.search._outcome import sampler_gap
 from autotune.search._plots import memory_window
 from autotune.search._plots import search_page
 from autotune.search._record import layouts_frame
@@ -100,6 +102,7 @@ def test_grid_prices_every_layout_and_answers_the_optimum(
     fitting = [p.step_time_s for _, p in outcome.ranked if p.fits]
     assert outcome.best.fits and outcome.best.step_time_s == min(fitting)
     assert len(outcome.study.trials) == min(cfg.search.n_trials, space.size)
+    assert outcome.gap is None  # no sampler, no sampler's gap
 
 
 def test_auto_picks_grid_within_the_budget_and_a_sampler_beyond(
@@ -120,6 +123,63 @@ def test_the_answer_is_the_best_layout_known(make_cfg: Callable[..., AutotuneCon
     grid, _, evaluate, _ = _job(make_cfg, "search.sampler=grid")
     optimum = search_job(grid, evaluate.job, StopFlag())
     assert outcome.exhaustive and outcome.best_layout == optimum.best_layout
+
+
+def test_a_sampler_knows_its_gap_when_every_layout_is_priced_beside(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    cfg, _, evaluate, _ = _job(make_cfg, "search.sampler=tpe", "search.n_trials=20")
+    outcome = search_job(cfg, evaluate.job, StopFlag())
+    gap = outcome.gap
+    assert outcome.exhaustive and gap is not None and gap.unknown is None
+    # The sampler's own layouts come first in `evaluated`, the exhaustive pricing after them.
+    found = ranked(outcome.evaluated[: outcome.trials])[0]
+    assert gap.found == found and gap.optimum == outcome.ranked[0]
+    expected = 100 * (found[1].step_time_s / outcome.best.step_time_s - 1)
+    assert gap.pct == pytest.approx(expected) and gap.pct >= 0
+    assert gap.text() == (
+        f"Sampler gap: {expected:.2f}% (tpe's own best {found[1].step_time_s:.3f} s against "
+        f"the exhaustive optimum {outcome.best.step_time_s:.3f} s of the same simulator)"
+    )
+
+
+def test_a_sampler_gap_is_unknown_beyond_the_budget_never_zero(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    cfg, space, evaluate, _ = _job(
+        make_cfg, "search.sampler=tpe", "search.n_trials=20", "search.grid_budget_s=1e-9"
+    )
+    gap = search_job(cfg, evaluate.job, StopFlag()).gap
+    assert gap is not None and gap.pct is None and gap.optimum is None
+    assert gap.unknown is not None
+    assert gap.unknown.startswith(f"pricing all {space.size} layouts would take ~")
+    assert gap.unknown.endswith("above search.grid_budget_s=1e-09 s")
+    assert gap.text().startswith("Sampler gap: unknown (pricing all ")
+
+
+def test_a_sampler_that_priced_every_layout_knows_its_gap_without_the_budget(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    pins = ("parallel.tp=2", "parallel.pp=2", "parallel.recompute=none", "parallel.micro_batch=1")
+    cfg, space, evaluate, _ = _job(
+        make_cfg, *pins, "search.sampler=random", "search.n_trials=60", "search.grid_budget_s=1e-9"
+    )
+    outcome = search_job(cfg, evaluate.job, StopFlag())
+    assert space.size == 12 and len(outcome.ranked) == space.size  # its trials priced them all
+    assert outcome.exhaustive and outcome.gap is not None and outcome.gap.pct == 0.0
+
+
+def test_a_sampler_gap_needs_layouts_that_fit(make_cfg: Callable[..., AutotuneConfig]) -> None:
+    some, _ = _oom_heavy_outcome(make_cfg, "llama2_13b")
+    too_big = [pair for pair in some.ranked if not pair[1].fits]
+    gap = sampler_gap("tpe", too_big, some.ranked)
+    assert gap is not None and gap.pct is None
+    assert gap.unknown == "none of the sampler's layouts fits in memory; the optimum does"
+    none, _ = _oom_heavy_outcome(make_cfg, "llama2_70b")
+    gap = sampler_gap("tpe", none.ranked[:5], none.ranked)
+    assert gap is not None and gap.pct is None
+    assert gap.unknown == "no valid layout fits in memory"
+    assert sampler_gap("tpe", [], some.ranked) is None
 
 
 def test_repeated_proposals_are_answered_from_the_cache(
@@ -401,9 +461,23 @@ def test_time_vs_memory_shows_every_layout_when_none_is_near_the_device_memory(
 
 def test_search_plots_embed_plotly_js(make_cfg: Callable[..., AutotuneConfig]) -> None:
     outcome, _ = _oom_heavy_outcome(make_cfg, "llama2_13b")
-    page = search_page(outcome.study, layouts_frame(outcome))
+    chosen = outcome.best_layout.describe()
+    page = search_page(outcome.study, layouts_frame(outcome), chosen, ["a note"])
     assert "plotly.js v" in page  # the library's own banner: it works offline
     assert not re.search(r"<script[^>]*\bsrc=", page)  # nothing loaded from a CDN
     assert page.count("Plotly.newPlot(") == 3
     # A grid's trials are its best layouts in rank order: a ranked profile, not a history.
     assert "Ranked profile" in page and "Optimization History" not in page
+    # The chosen layout: named above the plots, a star on the profile and on time vs memory
+    assert f"<p style='font-family:sans-serif'>Chosen layout: {chosen}, " in page
+    assert "<p style='font-family:sans-serif'>a note</p>" in page
+    assert page.count('"name":"chosen layout"') == 2 and page.count('"symbol":"star"') == 2
+
+
+def test_the_chosen_layout_is_marked_in_the_layouts_table(
+    make_cfg: Callable[..., AutotuneConfig],
+) -> None:
+    outcome, _ = _oom_heavy_outcome(make_cfg, "llama2_13b")
+    table = layouts_frame(outcome)
+    assert list(table.columns[:3]) == ["rank", "chosen", "step_time_s"]
+    assert table["chosen"].sum() == 1 and bool(table["chosen"].iloc[0])

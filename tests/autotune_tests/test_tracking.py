@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import mlflow
 import pandas as pd
@@ -15,8 +17,10 @@ from autotune.__main__ import COMMAND as SEARCH
 from autotune.cli import run_command
 from autotune.config import TrackingConfig
 from autotune.search._record import UI_ROWS
+from autotune.simulators import Layout
 from autotune.tracking import TrackedRun
 from autotune.tracking import record
+from autotune.tracking import rounded
 
 
 def _config(tmp_path: Path) -> TrackingConfig:
@@ -59,8 +63,9 @@ def test_a_search_logs_a_bounded_ui_table_and_every_layout_compressed(
     assert len(json.loads((folder / "layouts.json").read_text())["data"]) == UI_ROWS
     assert shown.equals(every.head(UI_ROWS))
     top = pd.read_csv(folder / "top_k.csv")
-    assert list(top.columns[:7]) == [
-        "rank", "step_time_s", "tokens_per_s_per_device", "mfu", "memory_gib", "fits", "dp"
+    assert list(top.columns[:8]) == [
+        "rank", "chosen", "step_time_s", "tokens_per_s_per_device", "mfu", "memory_gib", "fits",
+        "dp",
     ]  # fmt: skip
     assert list(top["rank"]) == [1, 2, 3, 4, 5]
     page = (folder / "launch.md").read_text()
@@ -84,4 +89,85 @@ def test_a_multi_objective_search_records_its_pareto_front(
     front = pd.read_csv(folder / "pareto_front.csv")
     expected = [p["prediction"]["step_time_s"] for p in payload["pareto_front"]]
     assert len(expected) > 1 and list(front["step_time_s"]) == pytest.approx(expected)
-    assert "Pareto-front Plot" in (folder / "plots.html").read_text()
+    assert front["chosen"].sum() == 1 and front["chosen"].iloc[0]  # the fastest that fits
+    page = (folder / "plots.html").read_text()
+    assert "Pareto-front Plot" in page
+    # On the history (a star, or a line where no trial priced it), the front, time vs memory
+    assert page.count('"name":"chosen layout') == 3
+
+
+def _search(
+    uri: str, capsys: pytest.CaptureFixture[str], *options: str
+) -> tuple[dict[str, Any], mlflow.entities.Run]:
+    """A search of Llama-2-7B on one Ascend node recorded in ``uri``: its JSON, its run."""
+    args = ["model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1", f"tracking.uri={uri}"]
+    assert run_command(SEARCH, [*args, *options, "output=json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    return payload, mlflow.MlflowClient(uri).get_run(payload["mlflow_run_id"])
+
+
+@pytest.mark.slow
+def test_a_sampler_search_marks_its_pick_and_records_its_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    payload, run = _search(uri, capsys, "search.sampler=tpe", "search.n_trials=20")
+    chosen = Layout.from_dict(payload["best"]).describe()
+    gap = payload["sampler_gap"]
+    assert gap["unknown"] is None and gap["optimum"]["layout"] == payload["best"]
+    found, best = gap["sampler_best"]["prediction"], payload["prediction"]
+    assert gap["gap_pct"] == pytest.approx(100 * (found["step_time_s"] / best["step_time_s"] - 1))
+    assert run.data.tags["chosen_layout"] == chosen
+    assert run.data.tags["sampler_gap"].startswith(f"{gap['gap_pct']:.2f}% (tpe's own best ")
+    assert run.data.metrics["sampler_gap_pct"] == rounded(gap["gap_pct"])
+    assert run.data.metrics["sampler_best_step_time_s"] == rounded(found["step_time_s"])
+    assert f"Sampler gap: {gap['gap_pct']:.2f}%" in (run.data.tags["mlflow.note.content"])
+    client = mlflow.MlflowClient(uri)
+    folder = Path(client.download_artifacts(run.info.run_id, "", str(tmp_path / "a")))
+    for table in ("layouts.csv", "layouts_all.csv.gz", "top_k.csv"):
+        marked = pd.read_csv(folder / table)
+        assert marked["chosen"].sum() == 1 and marked["chosen"].iloc[0], table
+    page = (folder / "plots.html").read_text()
+    assert f"Chosen layout: {chosen}, " in page and "Sampler gap: " in page
+    children = client.search_runs(
+        [run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'"
+    )
+    picked = [c.info.run_name for c in children if c.data.tags.get("chosen") == "true"]
+    assert picked == [f"#1 {chosen}"] and len(children) == 5
+
+
+@pytest.mark.slow
+def test_an_unknown_gap_is_no_metric_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    options = ("search.sampler=tpe", "search.n_trials=20", "search.grid_budget_s=1e-9")
+    payload, run = _search(uri, capsys, *options)
+    gap = payload["sampler_gap"]
+    assert gap["gap_pct"] is None and gap["optimum"] is None
+    assert "above search.grid_budget_s=1e-09 s" in gap["unknown"]
+    assert "sampler_gap_pct" not in run.data.metrics
+    assert "sampler_best_step_time_s" in run.data.metrics
+    assert run.data.tags["sampler_gap"] == f"unknown ({gap['unknown']}); " + (
+        f"tpe's own best {gap['sampler_best']['prediction']['step_time_s']:.3f} s"
+    )
+    payload, run = _search(uri, capsys, "search.sampler=grid")
+    assert payload["sampler_gap"] is None and "sampler_gap" not in run.data.tags
+    assert run.data.tags["chosen_layout"] == Layout.from_dict(payload["best"]).describe()
+
+
+def test_the_summary_prints_the_sampler_gap_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1", "tracking.enabled=false"]
+    assert run_command(SEARCH, [*args, "search.sampler=random", "search.n_trials=20"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("Sampler gap")]
+    assert len(lines) == 1
+    assert re.fullmatch(
+        r"Sampler gap: \d+\.\d\d% \(random's own best [\d.]+ s against the exhaustive "
+        r"optimum [\d.]+ s of the same simulator\)",
+        lines[0],
+    )

@@ -76,21 +76,7 @@ def _fill(
     run: TrackedRun, config: AutotuneConfig, job: Job, outcome: Outcome, timings: Timings
 ) -> None:
     best = outcome.best
-    run.params(
-        {
-            "model": job.model.name,
-            "cluster": job.cluster.name,
-            "num_nodes": job.cluster.num_nodes,
-            "world_size": job.cluster.num_devices,
-            "framework": job.train.framework.name,
-            "precision": job.train.precision,
-            "simulator": job.simulator.name,
-            "mode": outcome.mode,
-            "seq_len": job.train.seq_len,
-            "global_batch_size": job.train.global_batch_size,
-            "best_layout": outcome.best_layout.describe(),
-        }
-    )
+    run.params(_job_params(job, outcome))
     run.metrics(
         {
             "best_step_time_s": best.step_time_s,
@@ -123,6 +109,28 @@ def _fill(
         notes = [outcome.gap.text()] if outcome.gap is not None else []
         chosen = outcome.best_layout.describe()
         run.html("plots.html", search_page(outcome.study, table, chosen, notes))
+    _top_children(run, config, outcome)
+
+
+def _job_params(job: Job, outcome: Outcome) -> dict[str, object]:
+    """The search's parameters in MLflow: the job, the simulator and the layout chosen."""
+    return {
+        "model": job.model.name,
+        "cluster": job.cluster.name,
+        "num_nodes": job.cluster.num_nodes,
+        "world_size": job.cluster.num_devices,
+        "framework": job.train.framework.name,
+        "precision": job.train.precision,
+        "simulator": job.simulator.name,
+        "mode": outcome.mode,
+        "seq_len": job.train.seq_len,
+        "global_batch_size": job.train.global_batch_size,
+        "best_layout": outcome.best_layout.describe(),
+    }
+
+
+def _top_children(run: TrackedRun, config: AutotuneConfig, outcome: Outcome) -> None:
+    """One child run per layout of the top k, the chosen one tagged ``chosen``."""
     # MLflow lists the newest run first: create the worst child first, a millisecond apart.
     top = list(enumerate(outcome.top(config.search.top_k), start=1))
     now = int(time.time() * 1000)

@@ -343,14 +343,16 @@ def test_a_qwen_model_gets_yarn_where_the_framework_has_it(tmp_path: Path) -> No
     yarn += ("model.rope_original_max_positions=32768",)
     case = Case("yarn", "qwen2_5_7b", "h100", ("cluster.num_nodes=1", *yarn), {})
     job, _, written = _write(case, tmp_path / "core")
-    launched = run_script(written[0], tmp_path, _argrules.MEGATRON, MEGATRON_DIR=str(tmp_path))
+    table = _argrules.MEGATRON_RELEASES[job.train.framework.release]
+    launched = run_script(written[0], tmp_path, table, MEGATRON_DIR=str(tmp_path))
     args = launched.args
     assert megatron_problems(args, launched.env, 8) == []
     assert args["--position-embedding-type"] == "yarn" and args["--rotary-scaling-factor"] == 4
     assert args["--yarn-original-max-position-embeddings"] == 32768
     case = Case("yarn", "qwen2_5_7b", "ascend", ("cluster.num_nodes=1", *yarn), {})
-    _, _, written = _write(case, tmp_path / "ascend")
-    args = run_script(written[0], tmp_path, _argrules.MINDSPEED, **mindspeed_env(tmp_path)).args
+    job, _, written = _write(case, tmp_path / "ascend")
+    table = _argrules.MINDSPEED_RELEASES[job.train.framework.release]
+    args = run_script(written[0], tmp_path, table, **mindspeed_env(tmp_path)).args
     assert args["--rope-scaling-type"] == "yarn"
     assert args["--rope-scaling-original-max-position-embeddings"] == 32768
 
@@ -449,12 +451,12 @@ def test_a_run_without_the_dp_overlap_launches_without_it(tmp_path: Path) -> Non
 
 
 def test_megatron_script_takes_real_data_and_refuses_half_of_it(tmp_path: Path) -> None:
-    _, _, _ = _write(MEGATRON_CASES[0], tmp_path / "out")
+    job, _, _ = _write(MEGATRON_CASES[0], tmp_path / "out")
     script = tmp_path / "out" / "launch_megatron.sh"
     launched = run_script(
         script,
         tmp_path,
-        _argrules.MEGATRON,
+        _argrules.MEGATRON_RELEASES[job.train.framework.release],
         MEGATRON_DIR=str(tmp_path),
         DATA_PATH="/data/c4_text_document",
         TOKENIZER="meta-llama/Llama-3.1-70B",
@@ -586,7 +588,8 @@ def test_mindspeed_flags_follow_the_run_settings(tmp_path: Path) -> None:
     )
     write_launch_files(job.model, job.cluster, train, layout, tmp_path / "out")
     script = tmp_path / "out" / "launch_mindspeed.sh"
-    launched = run_script(script, tmp_path, _argrules.MINDSPEED, **mindspeed_env(tmp_path))
+    table = _argrules.MINDSPEED_RELEASES[job.train.framework.release]
+    launched = run_script(script, tmp_path, table, **mindspeed_env(tmp_path))
     args = launched.args
     assert "--overlap-grad-reduce" in args and "--overlap-param-gather" in args
     assert "--grad-reduce-in-bf16" in args and "--bf16" in args

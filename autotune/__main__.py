@@ -28,6 +28,7 @@ COMMAND = Command(
         ("train.seq_len", "tokens per sequence"),
         ("train.global_batch_size", "sequences per step"),
         ("train.framework", "a framework of conf/framework/ (unset: the cluster's)"),
+        ("framework.release", "its release the launch flags are for (unset: the yaml's)"),
         ("train.precision", "bf16, fp16, fp32 or fp8"),
         ("train.grad_reduce_in_fp32", "fp32 gradients; false: bf16 (unset: the framework's)"),
         ("train.tp_comm_overlap", "TP collectives behind the GEMMs (unset: the framework's)"),

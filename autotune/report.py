@@ -254,7 +254,8 @@ def launch_text(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout
     that framework cannot run of it; ``autotune.launch.write_launch_files`` writes the whole
     launch (README: Launch the pick)."""
     launch = layout_flags(model, cluster, train, layout)
+    stack = f"{launch.title} ({launch.framework} {launch.release})"
     if launch.refused:
         refused = "".join(f"\n  - {line}" for line in launch.refused)
-        return f"{launch.title} ({launch.framework}) cannot launch this layout:{refused}"
-    return f"{launch.title} ({launch.framework}):\n  " + " \\\n  ".join(launch.flags)
+        return f"{stack} cannot launch this layout:{refused}"
+    return f"{stack}:\n  " + " \\\n  ".join(launch.flags)

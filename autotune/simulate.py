@@ -142,6 +142,7 @@ COMMAND = Command(
         ("train.seq_len", "tokens per sequence"),
         ("train.global_batch_size", "sequences per step"),
         ("train.framework", "a framework of conf/framework/ (unset: the cluster's)"),
+        ("framework.release", "its release the launch flags are for (unset: the yaml's)"),
         ("train.precision", "bf16, fp16, fp32 or fp8"),
         ("train.dropout", "dropout probability (unset: the model's recipe)"),
         ("train.<setting>", "tp_comm_overlap, cp_comm_type, ... (conf/train/default.yaml)"),

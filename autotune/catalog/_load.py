@@ -82,29 +82,36 @@ def cluster_from_config(node: Any) -> ClusterSpec:
     return spec
 
 
-def train_from_config(node: Any, cluster: ClusterSpec) -> TrainSpec:
+def train_from_config(node: Any, cluster: ClusterSpec, release: str | None = None) -> TrainSpec:
     """The training step of a ``train`` node; its framework is loaded by name (None: the
-    cluster's default), and the step is checked against the cluster (FP8 needs FP8 cores)."""
+    cluster's default) at ``release`` (None: its yaml's), and the step is checked against the
+    cluster (FP8 needs FP8 cores)."""
     values = dict(plain(node))
     name = values.get("framework")
-    values["framework"] = load_framework(cluster.default_framework if name is None else name)
+    values["framework"] = load_framework(
+        cluster.default_framework if name is None else name, release
+    )
     spec: TrainSpec = _spec(TrainSpec, values, "train")
     spec.check_on(cluster)
     return spec
 
 
 @functools.lru_cache(maxsize=32)
-def load_framework(name: str) -> FrameworkSpec:
-    """The framework ``conf/framework/<name>.yaml`` (how a software stack runs a step).
+def load_framework(name: str, release: str | None = None) -> FrameworkSpec:
+    """The framework ``conf/framework/<name>.yaml`` (how a software stack runs a step), with
+    launch files written for ``release`` (None: the release the yaml names).
 
     Raises:
-        UserError: ``name`` is not a file of ``conf/framework/``.
+        UserError: ``name`` is not a file of ``conf/framework/``, or ``release`` is not one of
+            its ``releases``.
     """
     if name not in options("framework"):
         raise UserError(
             f"unknown framework {name!r}; available: {', '.join(options('framework'))}"
         )
     values = dict(plain(compose(None, [f"+framework={name}"]).framework))
+    if release is not None:
+        values["release"] = release
     return FrameworkSpec.from_mapping(name, values)
 
 
@@ -115,13 +122,19 @@ def simulator_from_config(node: Any) -> Simulator:
     return make_simulator(name, constants)
 
 
+def _release(cfg: Any) -> str | None:
+    """``framework.release`` of a composed config (None where it has no ``framework``)."""
+    framework = getattr(cfg, "framework", None)
+    return None if framework is None else framework.release
+
+
 def job_from_config(cfg: Any) -> Job:
     """The specs and the simulator of a composed config with a job's four groups."""
     cluster = cluster_from_config(cfg.cluster)
     return Job(
         model=model_from_config(cfg.model),
         cluster=cluster,
-        train=train_from_config(cfg.train, cluster),
+        train=train_from_config(cfg.train, cluster, _release(cfg)),
         simulator=simulator_from_config(cfg.simulator),
     )
 

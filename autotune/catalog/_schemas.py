@@ -21,7 +21,15 @@ from autotune.simulators import ClusterSpec
 from autotune.simulators import ModelSpec
 from autotune.simulators import TrainSpec
 
-__all__ = ["ClusterConfig", "JobConfig", "ModelConfig", "RecipeConfig", "TrainConfig", "register"]
+__all__ = [
+    "ClusterConfig",
+    "FrameworkConfig",
+    "JobConfig",
+    "ModelConfig",
+    "RecipeConfig",
+    "TrainConfig",
+    "register",
+]
 
 
 def _schema_of(
@@ -66,16 +74,27 @@ TrainConfig = _schema_of(TrainSpec, "TrainConfig", by_name=("framework",))
 
 
 @dataclass
+class FrameworkConfig:
+    """Settings of the job's framework (``train.framework``) beside its facts."""
+
+    # the release launch files are written for (one of the framework's ``releases``);
+    # None: the one its conf/framework/<name>.yaml names
+    release: str | None = MISSING
+
+
+@dataclass
 class JobConfig:
     """A training job: ``conf/job.yaml``, and the first part of every command's config.
 
     ``simulator`` holds the chosen simulator's ``name`` and constants; each simulator checks
-    its own keys (``conf/simulator/<name>.yaml``).
+    its own keys (``conf/simulator/<name>.yaml``). ``framework`` holds the settings of the
+    framework ``train.framework`` names (``framework.release``).
     """
 
     model: Any = field(default_factory=ModelConfig)
     cluster: Any = field(default_factory=ClusterConfig)
     train: Any = field(default_factory=TrainConfig)
+    framework: FrameworkConfig = field(default_factory=FrameworkConfig)
     simulator: dict[str, Any] = field(default_factory=dict)
 
 

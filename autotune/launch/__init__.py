@@ -6,8 +6,9 @@ a script and its ``ds_config.json``, and a Megatron-Core job also a NeMo 2.0 rec
 Every option comes from the layout, the model (its card facts included: positions, norm
 epsilon, QK norms, router; :mod:`autotune.simulators.model_card`) and the training settings; which
 overlaps run is a fact of the framework (docs/reference.md 7). What a framework cannot be told
-is said in the file's header. :func:`layout_flags` gives the options the layout sets, for the
-terminal report.
+is said in the file's header. Each file is written for the framework's release
+(``framework.release``, named in its header) and holds only options that release accepts.
+:func:`layout_flags` gives the options the layout sets, for the terminal report.
 """
 
 from __future__ import annotations

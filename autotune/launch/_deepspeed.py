@@ -36,7 +36,6 @@ from autotune.launch._script import has_linear_bias
 from autotune.launch._script import number
 from autotune.launch._script import require
 from autotune.launch._script import run_group
-from autotune.simulators import LayoutError
 
 SCRIPT_NAME = "launch_megatron_deepspeed.sh"
 CONFIG_NAME = "ds_config.json"
@@ -217,7 +216,7 @@ def _variables() -> tuple[Variable, ...]:
 
 def script(job: LaunchJob, title: str) -> BashScript:
     """The Megatron-DeepSpeed launch script of ``job``."""
-    header = [f"{title} launch written by autotune.", job.describe(), *job.precision_notes()]
+    header = [job.written_for(f"{title} launch"), job.describe(), *job.precision_notes()]
     if job.model.qkv_bias and not has_linear_bias(job.model):
         header.append(
             "Megatron-DeepSpeed has no QKV-bias-only flag: this model's QKV biases are off."
@@ -249,17 +248,7 @@ def script(job: LaunchJob, title: str) -> BashScript:
 
 
 def launch_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
-    """The launch script and DeepSpeed's JSON beside it.
-
-    Raises:
-        LayoutError: listing what Megatron-DeepSpeed cannot run of this job.
-    """
-    refused = refusals(job)
-    if refused:
-        raise LayoutError(
-            f"layout {job.layout.describe()} cannot be launched on {job.train.framework.name}:"
-            "\n  - " + "\n  - ".join(refused)
-        )
+    """The launch script and DeepSpeed's JSON beside it (for a job :func:`refusals` passes)."""
     config = json.dumps(ds_config(job), indent=2) + "\n"
     return (
         LaunchFile(SCRIPT_NAME, script(job, title).render(), executable=True),

@@ -8,11 +8,14 @@ on, so :mod:`autotune.launch._mindspeed` builds on them (positions it spells its
 Which overlaps run is a fact of the framework (``conf/framework/<name>.yaml``,
 docs/reference.md 7.2 and 7.5), never a constant. The model card's facts
 (:mod:`autotune.simulators.model_card`) are written as flags, and what Megatron-LM cannot be told
-of them is said in the script's header (:func:`card_notes`).
+of them is said in the script's header (:func:`card_notes`). The script is written for the
+job's Megatron-LM release (``framework.release``), and holds only options it accepts
+(:mod:`autotune.launch._releases`).
 """
 
 from __future__ import annotations
 
+from autotune.launch._releases import added_in
 from autotune.launch._script import CLUSTER_VARIABLES
 from autotune.launch._script import RUN_HINT
 from autotune.launch._script import RUN_VARIABLES
@@ -37,6 +40,7 @@ from autotune.simulators.layout import field_info
 from autotune.simulators.states import fp8_primary
 
 SCRIPT_NAME = "launch_megatron.sh"
+YARN_EMBEDDING = "--position-embedding-type yarn"  # with its --yarn-* options
 
 # What Megatron-LM fixes and cannot be told (megatron/core/models/common/embeddings/
 # rotary_pos_embedding.py RotaryEmbedding._apply_scaling; transformer_config.py
@@ -120,7 +124,7 @@ def position_flags(job: LaunchJob) -> list[Flag]:
     model = job.model
     if model.positions == "learned_absolute":
         return [flag("--position-embedding-type", "learned_absolute")]
-    kind = "yarn" if model.rope_scaling == "yarn" and model.attention != "mla" else "rope"
+    kind = "yarn" if yarn_embedding(job) else "rope"
     flags = [flag("--position-embedding-type", kind), flag("--rotary-base", model.rotary_base)]
     if model.rotary_percent != 1:
         flags.append(flag("--rotary-percent", number(model.rotary_percent)))
@@ -139,7 +143,7 @@ def _scaling_flags(job: LaunchJob) -> list[Flag]:
     if model.rope_scaling == "llama3":
         factor = number(model.rope_scaling_factor)
         return [flag("--use-rope-scaling"), flag("--rope-scaling-factor", factor)]
-    if model.rope_scaling == "yarn":
+    if yarn_embedding(job):
         return [
             *_yarn_shared_flags(model),
             flag("--yarn-original-max-position-embeddings", model.rope_original_max_positions),
@@ -147,6 +151,14 @@ def _scaling_flags(job: LaunchJob) -> list[Flag]:
             flag("--yarn-beta-slow", number(model.rope_beta_slow)),
         ]
     return []
+
+
+def yarn_embedding(job: LaunchJob) -> bool:
+    """YaRN of a non-MLA model, where the release has the yarn position embedding's options
+    (:mod:`autotune.launch._releases`; :func:`card_notes` says when it has not)."""
+    model = job.model
+    gqa_yarn = model.rope_scaling == "yarn" and model.attention != "mla"
+    return gqa_yarn and job.accepts(YARN_EMBEDDING)
 
 
 def _yarn_shared_flags(model: ModelSpec) -> list[Flag]:
@@ -205,6 +217,13 @@ def card_notes(job: LaunchJob) -> list[str]:
         notes += fixed_notes(model, "Megatron-LM's MLA YaRN", MLA_YARN_FIXED)
     if model.rope_scaling == "llama3" and model.attention == "mla":
         notes.append("Megatron-LM's MLA has no Llama 3.1 RoPE scaling: it is not launched.")
+    if model.rope_scaling == "yarn" and model.attention != "mla" and not yarn_embedding(job):
+        framework = job.train.framework
+        notes.append(
+            f"Megatron-LM {framework.release} has no YaRN position embedding options (from "
+            f"{added_in(framework, YARN_EMBEDDING)}): {model.name}'s YaRN scaling is not "
+            "launched."
+        )
     return notes
 
 
@@ -445,7 +464,7 @@ def script(job: LaunchJob, title: str) -> BashScript:
         '-n "${DATA_PATH}" && -z "${TOKENIZER}"', "set TOKENIZER for the data in DATA_PATH"
     )
     header = (
-        f"{title} launch written by autotune.",
+        job.written_for(f"{title} launch"),
         job.describe(),
         *job.precision_notes(),
         *card_notes(job),

@@ -8,7 +8,10 @@ attention and fused RMSNorm, SwiGLU and RoPE kernels, the tokenizer as a Hugging
 the CANN environment and the HCCL and allocator settings most of those scripts export
 (docs/reference.md 7.4). An uneven split without virtual stages is ``--num-layer-list``; with
 them, the layout string MindSpeed back-ports from Megatron
-(``mindspeed/features_manager/pipeline_parallel/pipeline_model_parallel_layout_feature.py``).
+(``mindspeed/features_manager/pipeline_parallel/pipeline_model_parallel_layout_feature.py``),
+which MindSpeed-LLM 26.0.0 lacks: on that release such a split is refused (:func:`refusals`).
+The script is written for the job's release (``framework.release``) and holds only options it
+accepts (:mod:`autotune.launch._releases`).
 Context parallelism is named explicitly: the ring (``megatron_cp_algo``) or Ulysses
 (``ulysses_cp_algo``), as the run's ``cp_comm_type`` says (docs/reference.md 3.5). Positions
 are MindSpeed-LLM's own options (``mindspeed_llm/features_manager/common/rotary.py``: RoPE
@@ -29,6 +32,7 @@ from autotune.launch._megatron import recompute_flags
 from autotune.launch._megatron import router_notes
 from autotune.launch._megatron import shape_flags
 from autotune.launch._megatron import uses_grouped_gemm
+from autotune.launch._releases import added_in
 from autotune.launch._script import CLUSTER_VARIABLES
 from autotune.launch._script import RUN_HINT
 from autotune.launch._script import RUN_VARIABLES
@@ -48,6 +52,7 @@ from autotune.launch._script import run_group
 from autotune.simulators import ModelSpec
 
 SCRIPT_NAME = "launch_mindspeed.sh"
+LAYOUT_OPTION = "--pipeline-model-parallel-layout"
 
 # What most example pretraining scripts export (counts over MindSpeed-LLM's 48
 # examples/mcore/*/pretrain_*.sh at c77308a1: the connect timeout in 33, the execution timeout
@@ -118,6 +123,22 @@ def card_notes(model: ModelSpec) -> list[str]:
             "rounded."
         )
     return notes
+
+
+def refusals(job: LaunchJob) -> list[str]:
+    """What the job's MindSpeed-LLM release cannot run of the layout, one sentence each: an
+    uneven split with virtual stages needs the layout string (``--num-layer-list`` takes no
+    virtual stages, docs/reference.md 7.1)."""
+    if not (job.uneven and job.layout.vpp > 1) or job.accepts(LAYOUT_OPTION):
+        return []
+    framework = job.train.framework
+    first = added_in(framework, LAYOUT_OPTION)
+    chunks = "/".join(map(str, job.chunk_layers))
+    return [
+        f"layers per virtual stage {chunks} need {LAYOUT_OPTION}, which MindSpeed-LLM "
+        f"{framework.release} does not accept (framework.release={first} and later do); on "
+        f"{framework.release} split the layers evenly or use no virtual stages"
+    ]
 
 
 def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
@@ -219,7 +240,7 @@ def _setup(job: LaunchJob) -> tuple[str, ...]:
 def script(job: LaunchJob, title: str) -> BashScript:
     """The MindSpeed-LLM launch script of ``job``."""
     header = (
-        f"{title} launch written by autotune.",
+        job.written_for(f"{title} launch"),
         job.describe(),
         *job.precision_notes(),
         *card_notes(job.model),

@@ -4,9 +4,11 @@ For a Megatron-Core job whose model has a NeMo recipe (``NVIDIA/NeMo`` at 8cfedd
 ``nemo/collections/llm/recipes/``), a Python file builds ``llm.<recipe>.pretrain_recipe(...)``
 and overrides what the layout and the job decide, by the field names NeMo's own classes take:
 ``nl.MegatronStrategy`` (parallel sizes, ``sequence_parallel``, ``pipeline_dtype``, the layer
-split), Megatron-Core's ``DistributedDataParallelConfig`` (the framework's overlaps), the
-optimizer's ``use_distributed_optimizer``, the model config's sizes, sequence and recompute,
-the data module's batch and sequence, the precision plugin
+split), the fields of the recipe's own Megatron-Core ``DistributedDataParallelConfig`` that the
+job decides (the framework's overlaps; the recipe's others, such as ``check_for_nan_in_grad``
+and ``average_in_collective``, are kept), the optimizer's ``use_distributed_optimizer``, the
+model config's sizes, sequence and recompute, the data module's batch and sequence, the
+precision plugin
 (``recipes/precision/mixed_precision.py``; its gradient dtype overrides the DDP config's), and
 TP communication overlap (``MegatronCommOverlapCallback``). Every split field is written, since
 recipes set their own (DeepSeek-V3 first/last stages, Llama-3.1-405B's embedding and loss
@@ -32,6 +34,9 @@ from autotune.launch._script import comment
 from autotune.simulators.states import fp8_primary
 
 FILE_NAME = "nemo_pretrain.py"
+# The NeMo the override is written for: main at 8cfedd72 (2025-09-20, after v2.5.0rc0), whose
+# recipes and Megatron-Core (b615e731, requirements/manifest.json) its fields are those of.
+NEMO_RELEASE = "NeMo main at 8cfedd72 (2025-09-20)"
 
 # Catalog model (ModelSpec.name) -> the NeMo recipe of the same model and extra arguments of
 # its pretrain_recipe (every one takes dir, name, num_nodes and num_gpus_per_node).
@@ -263,10 +268,7 @@ def _settings(job: LaunchJob) -> list[str]:
         "strategy = recipe.trainer.strategy",
         *(f"strategy.{key} = {_literal(value)}" for key, value in _strategy_fields(job)),
         f"strategy.pipeline_dtype = {pipeline_dtype}",
-        "strategy.ddp = run.Config(",
-        "    DistributedDataParallelConfig,",
-        *(f"    {key}={value}," for key, value in ddp.items()),
-        ")",
+        *_ddp_statements(ddp),
         f"recipe.optim.config.use_distributed_optimizer = {layout.distributed_optimizer}",
         f"recipe.optim.config.bf16 = {job.dtype == 'bf16'}",
         f"recipe.optim.config.fp16 = {job.dtype == 'fp16'}",
@@ -286,6 +288,22 @@ def _settings(job: LaunchJob) -> list[str]:
         ),
         *_tp_overlap_statements(layout.hides_tp_comm(job.train)),
         "recipe.trainer.max_steps = MAX_STEPS",
+    ]
+
+
+def _ddp_statements(fields: dict[str, bool]) -> list[str]:
+    """Set the DDP fields the job decides on the recipe's own DDP config, which keeps the rest
+    (its recipes set ``check_for_nan_in_grad`` and ``average_in_collective``); a recipe that
+    sets none has NeMo's default, ``ddp="megatron"``, which ``MegatronStrategy`` builds as
+    ``DistributedDataParallelConfig(check_for_nan_in_grad=True)`` (megatron_strategy.py
+    L354-355 at 8cfedd72): the file builds that one and sets the fields on it."""
+    return [
+        "ddp = strategy.ddp",
+        'if ddp == "megatron":  # NeMo\'s default: MegatronStrategy builds this config',
+        "    ddp = strategy.ddp = run.Config(",
+        "        DistributedDataParallelConfig, check_for_nan_in_grad=True",
+        "    )",
+        *(f"ddp.{key} = {value}" for key, value in fields.items()),
     ]
 
 
@@ -311,7 +329,7 @@ def _header(job: LaunchJob, title: str) -> list[str]:
     cluster = job.cluster
     return [
         "#!/usr/bin/env python3",
-        comment(f"{title} recipe override written by autotune."),
+        comment(f"{title} recipe override written by autotune for {NEMO_RELEASE}."),
         comment(job.describe()),
         *map(comment, [*job.precision_notes(), *card_notes(job)]),
         "# Run it on every node; each torchrun worker trains in its own process:",

@@ -13,6 +13,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from autotune.launch._releases import accepts
+from autotune.launch._releases import written_for
 from autotune.simulators import ClusterSpec
 from autotune.simulators import Layout
 from autotune.simulators import ModelSpec
@@ -67,6 +69,15 @@ class LaunchJob:
     def uneven(self) -> bool:
         """Whether the (virtual) stages hold different numbers of layers."""
         return len(set(self.chunk_layers)) > 1
+
+    def accepts(self, option: str) -> bool:
+        """Whether the framework's release takes ``option`` (``--name`` or ``--name value``;
+        :mod:`autotune.launch._releases`)."""
+        return accepts(self.train.framework, option)
+
+    def written_for(self, what: str) -> str:
+        """The header's first sentence: ``what`` and the release it was written for."""
+        return written_for(self.train.framework, what)
 
     def describe(self) -> str:
         """The job in one line, for headers: model, cluster, layout, per-stage layers."""

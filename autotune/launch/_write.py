@@ -15,6 +15,7 @@ from autotune.launch._script import LaunchFile
 from autotune.launch._script import LaunchJob
 from autotune.simulators import ClusterSpec
 from autotune.simulators import Layout
+from autotune.simulators import LayoutError
 from autotune.simulators import ModelSpec
 from autotune.simulators import TrainSpec
 from autotune.simulators import UserError
@@ -25,12 +26,14 @@ from autotune.simulators.files import write_atomically
 class LaunchFlags:
     """The options a framework's launch sets from the layout, for people to read.
 
-    ``framework`` is the name in ``conf/framework/``, ``title`` the stack's usual name;
-    ``refused`` lists, one sentence each, what the stack cannot run of the job (then
+    ``framework`` is the name in ``conf/framework/``, ``release`` the release of it the options
+    are for (``framework.release``), ``title`` the stack's usual name; ``refused`` lists, one
+    sentence each, what that release cannot run of the job (then ``flags`` is empty and
     :func:`write_launch_files` refuses it).
     """
 
     framework: str
+    release: str
     title: str
     flags: tuple[str, ...]
     refused: tuple[str, ...]
@@ -68,6 +71,7 @@ _LAUNCHERS = {
         title="MindSpeed-LLM",
         files=_mindspeed.launch_files,
         layout_flags=_mindspeed.layout_flags,
+        refusals=_mindspeed.refusals,
     ),
     "megatron_deepspeed": _Launcher(
         title="Megatron-DeepSpeed",
@@ -90,8 +94,8 @@ def _launcher(train: TrainSpec) -> _Launcher:
 def layout_flags(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
 ) -> LaunchFlags:
-    """The options the job's framework is launched with for this layout (degrees, batch,
-    layer split, recompute, overlaps), as one ``--flag value`` string each.
+    """The options the job's framework release is launched with for this layout (degrees,
+    batch, layer split, recompute, overlaps), as one ``--flag value`` string each.
 
     Example:
         >>> from autotune import catalog
@@ -103,11 +107,13 @@ def layout_flags(
     """
     job = LaunchJob(model=model, cluster=cluster, train=train, layout=layout)
     launcher = _launcher(train)
+    refused = tuple(launcher.refusals(job))
     return LaunchFlags(
         framework=train.framework.name,
+        release=train.framework.release,
         title=launcher.title,
-        flags=tuple(f.text() for f in launcher.layout_flags(job)),
-        refused=tuple(launcher.refusals(job)),
+        flags=() if refused else tuple(f.text() for f in launcher.layout_flags(job)),
+        refused=refused,
     )
 
 
@@ -122,7 +128,8 @@ def write_launch_files(
 
     Megatron-LM and MindSpeed-LLM get a bash script, Megatron-DeepSpeed a script and its
     ``ds_config.json``, and a Megatron-Core job also a NeMo 2.0 recipe override when NeMo has
-    the model's recipe. Scripts are executable; each starts with a comment naming the job and
+    the model's recipe. Every option is one the framework's release (``framework.release``)
+    accepts. Scripts are executable; each starts with a comment naming the release, the job and
     the layout, then the variables autotune cannot know (data, tokenizer, checkpoints,
     length, learning rate, the node's rank). The folder is created if needed. Each file is
     written whole or not at all, and replaces what stands at its name (a symbolic link there
@@ -132,7 +139,7 @@ def write_launch_files(
         The paths written, in order.
 
     Raises:
-        LayoutError: the layout breaks a rule, or the framework cannot run it.
+        LayoutError: the layout breaks a rule, or the framework's release cannot run it.
         SpecError: the training step cannot run on the cluster (FP8 without FP8 cores).
         UserError: the framework has no launcher, or a folder, FIFO or device stands at a
             file's name.
@@ -142,6 +149,12 @@ def write_launch_files(
     train.check_on(cluster)
     launcher = _launcher(train)
     job = LaunchJob(model=model, cluster=cluster, train=train, layout=layout)
+    refused = launcher.refusals(job)
+    if refused:
+        raise LayoutError(
+            f"layout {layout.describe()} cannot be launched on {train.framework.name} "
+            f"{train.framework.release}:\n  - " + "\n  - ".join(refused)
+        )
     files = launcher.files(job, launcher.title)
     folder = Path(out_dir)
     written = []

@@ -179,6 +179,9 @@ class FrameworkSpec:
     fewer KV heads than query heads (else multi-head attention only);
     ``cp_excludes_sequence_parallel``: context parallelism and Megatron's sequence parallelism
     cannot run together.
+    ``release``: the release of the stack the launch files are written for (the launchers
+    write only options it accepts); ``releases``: the releases autotune knows, oldest first.
+    The facts above do not change between them.
     """
 
     name: str
@@ -211,6 +214,8 @@ class FrameworkSpec:
     cp_a2a_style: str | None
     cp_a2a_gqa: bool
     cp_excludes_sequence_parallel: bool
+    release: str
+    releases: tuple[str, ...]
 
     @classmethod
     def from_mapping(cls, name: str, values: Mapping[str, Any]) -> FrameworkSpec:
@@ -223,6 +228,7 @@ class FrameworkSpec:
                 "state_bytes_per_param": _state_table,
                 "cp_comm_types": tuple,
                 "moe_dispatchers": tuple,
+                "releases": tuple,
             },
             fixed={"name": name},
         )
@@ -253,6 +259,11 @@ class FrameworkSpec:
             require_choice(owner, "moe_dispatchers", kind, MOE_DISPATCHERS)
         if "a2a" in self.cp_comm_types:
             require_choice(owner, "cp_a2a_style", str(self.cp_a2a_style), CP_A2A_STYLES)
+        if self.release not in self.releases:
+            raise SpecError(
+                f"framework.release={self.release!r} is not a release of {self.name} that "
+                f"autotune writes launch files for; supported: {', '.join(self.releases)}"
+            )
 
     def boundary_s(self, transfer_s: float, gather_s: float) -> float:
         """What one pipeline boundary costs a middle rank per micro-batch (1F1B): ``transfer_s``

@@ -5,7 +5,9 @@ choices), not from their code: torchrun (torch.distributed.run), Megatron-LM at 
 (``megatron/training/arguments.py`` and the config dataclasses it generates options from),
 MindSpeed-LLM at c77308a1 (Megatron core_v0.12.1 plus MindSpeed's feature options) and
 Megatron-DeepSpeed at f4157bea. Every table also holds documented options autotune does not
-write, so an option is refused only when the framework would refuse it.
+write, so an option is refused only when the framework would refuse it. ``*_RELEASES`` give
+the table of each release autotune writes launch files for (``framework.release``; docs/
+reference.md 7.8), derived from these where the releases differ.
 
 The parser follows argparse with ``allow_abbrev=False``, as these frameworks build theirs:
 an unknown or abbreviated option is an error, a switch (store_true / store_false) takes no
@@ -387,6 +389,33 @@ MINDSPEED: dict[str, Opt] = {
     "--workers": INT,
 }
 
+# Each release autotune knows (conf/framework/<name>.yaml ``releases``) with its option table,
+# read from the release's own parser (docs/reference.md 7.8). Megatron-LM core_v0.19.0 takes
+# every option of main's table above, alike; core_v0.17.1 has no --yarn-* options and fewer
+# choices (no yarn embedding, ncclep backend, quantile_balancing or sqrtsoftplus).
+_CORE_V0_17: dict[str, Opt] = {
+    **{name: opt for name, opt in MEGATRON.items() if not name.startswith("--yarn-")},
+    "--position-embedding-type": choice("learned_absolute", "rope", "mrope", "relative", "none"),
+    "--moe-flex-dispatcher-backend": choice("deepep", "hybridep"),
+    "--moe-router-load-balancing-type": choice(
+        "aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none", nargs="+"
+    ),
+    "--moe-router-score-function": choice("softmax", "sigmoid"),
+}
+MEGATRON_RELEASES: dict[str, dict[str, Opt]] = {
+    "core_v0.17.1": _CORE_V0_17,
+    "core_v0.19.0": MEGATRON,
+    "main": MEGATRON,
+}
+# MindSpeed-LLM 26.1.0 (v26.1.0 with MindSpeed 26.1.0_core_r0.12.1) takes every option of the
+# master table above, alike; 26.0.0 (v26.0.0 with MindSpeed 26.0.0_core_r0.12.1) all but the
+# layout string, which MindSpeed back-ported in 94e8ac1c.
+MINDSPEED_RELEASES: dict[str, dict[str, Opt]] = {
+    "26.0.0": {k: v for k, v in MINDSPEED.items() if k != "--pipeline-model-parallel-layout"},
+    "26.1.0": MINDSPEED,
+    "master": MINDSPEED,
+}
+
 # Megatron-DeepSpeed (f4157bea) with DeepSpeed's own two options.
 MEGATRON_DEEPSPEED: dict[str, Opt] = {
     "--num-layers": INT,
@@ -470,6 +499,7 @@ MEGATRON_DEEPSPEED: dict[str, Opt] = {
     "--local-rank": INT,
     "--local_rank": INT,
 }
+MEGATRON_DEEPSPEED_RELEASES: dict[str, dict[str, Opt]] = {"master": MEGATRON_DEEPSPEED}
 
 # NeMo 2.0 (8cfedd72): the fields a recipe override may set, per object. MegatronStrategy's
 # __init__ parameters (nemo/lightning/pytorch/strategies/megatron_strategy.py); Megatron-Core's
@@ -548,6 +578,7 @@ NEMO_FIELDS: dict[str, frozenset[str]] = {
             "use_distributed_optimizer",
             "check_for_nan_in_grad",
             "average_in_collective",
+            "data_parallel_sharding_strategy",  # set by some recipes, for Megatron FSDP
         }
     ),
 }

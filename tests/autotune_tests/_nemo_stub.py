@@ -33,14 +33,39 @@ RECIPE_EXTRAS: dict[str, frozenset[str]] = {
     "deepseek_v3": frozenset({"use_mtp"}),
 }
 
+# The DDP config each recipe's trainer sets (NeMo 8cfedd72 nemo/collections/llm/recipes/: the
+# llama*, mixtral_*, gpt3_175b, baichuan2_7b and chatglm3_6b files, qwen3.py and deepseek.py);
+# qwen2.py's trainer sets none, so MegatronStrategy keeps its default, ddp="megatron".
+_DDP = {
+    "check_for_nan_in_grad": True,
+    "grad_reduce_in_fp32": True,
+    "overlap_grad_reduce": True,
+    "overlap_param_gather": True,
+    "average_in_collective": True,
+}
+_NO_AVERAGE = {k: v for k, v in _DDP.items() if k != "average_in_collective"}
+_FSDP_READY = {**_DDP, "data_parallel_sharding_strategy": "optim_grads_params"}
+RECIPE_DDP: dict[str, dict[str, Any] | None] = {
+    **{name: None for name in ("qwen25_7b", "qwen25_14b", "qwen25_32b", "qwen25_72b")},
+    **{name: _NO_AVERAGE for name in ("baichuan2_7b", "chatglm3_6b")},
+    **{name: _FSDP_READY for name in ("llama3_8b", "qwen3_30b_a3b", "qwen3_235b_a22b")},
+}
+
 
 class Fields:
     """One NeMo object: only the fields of its ``kind`` (and ``extra``, a class's own) may be
-    set."""
+    set; like fiddle's ``run.Config``, an unset field reads as its default (``defaults``)."""
 
-    def __init__(self, kind: str, extra: frozenset[str] = frozenset(), **values: Any) -> None:
+    def __init__(
+        self,
+        kind: str,
+        extra: frozenset[str] = frozenset(),
+        defaults: dict[str, Any] | None = None,
+        **values: Any,
+    ) -> None:
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "allowed", NEMO_FIELDS[kind] | extra)
+        object.__setattr__(self, "defaults", dict(defaults or {}))
         object.__setattr__(self, "values", dict(values))
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -49,10 +74,11 @@ class Fields:
         self.values[name] = value
 
     def __getattr__(self, name: str) -> Any:
-        try:
+        if name in self.values:
             return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        if name in self.defaults:
+            return self.defaults[name]
+        raise AttributeError(name)
 
 
 class Config:
@@ -92,7 +118,10 @@ def _recipe(recipe_name: str) -> types.SimpleNamespace:
         unknown = set(extra) - RECIPE_EXTRAS[recipe_name]
         if unknown:
             raise TypeError(f"{recipe_name}.pretrain_recipe takes no {sorted(unknown)}")
-        strategy = Fields("strategy")
+        ddp = RECIPE_DDP.get(recipe_name, _DDP)
+        strategy = Fields("strategy", defaults={"ddp": "megatron"})  # MegatronStrategy's
+        if ddp is not None:
+            strategy.ddp = Config(DistributedDataParallelConfig, **ddp)
         # DeepSeek-V3's recipe brings an overlap callback with TP overlap off (8cfedd72 L145)
         callbacks = (
             [Config(MegatronCommOverlapCallback, tp_comm_overlap=False)]
@@ -174,7 +203,7 @@ def nemo_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
 
 def recorded(recipe: Any) -> dict[str, Any]:
     """The override's settings as plain dicts, for ``_launch_checks.nemo_problems``."""
-    ddp = recipe.trainer.strategy.values.get("ddp")
+    ddp = recipe.trainer.strategy.ddp
     assert isinstance(ddp, Config) and ddp.target is DistributedDataParallelConfig
     unknown = set(ddp.kwargs) - NEMO_FIELDS["ddp"]
     assert not unknown, f"DistributedDataParallelConfig has no {sorted(unknown)}"

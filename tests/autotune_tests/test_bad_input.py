@@ -384,6 +384,18 @@ TRAIN = [
     ("simulate", ["train.framework=nope"], "unknown framework 'nope'; available: "),
     ("simulate", ["train.framework="], "unknown framework ''"),
     ("simulate", ["train.framework=../job"], "unknown framework '../job'"),
+    (  # a release autotune writes no launch files for
+        "simulate",
+        ["framework.release=25.0.0"],
+        "framework.release='25.0.0' is not a release of mindspeed that autotune writes launch "
+        "files for; supported: 26.0.0, 26.1.0, master",
+    ),
+    (
+        "search",
+        ["train.framework=megatron_core", "framework.release=core_v0.12.1"],
+        "supported: core_v0.17.1, core_v0.19.0, main",
+    ),
+    ("simulate", ["framework.release=[26.1.0]"], "framework.release"),
     ("search", ["train.seq_len=-1"], "seq_len=-1 must be > 0"),
 ]
 LAYOUT = [

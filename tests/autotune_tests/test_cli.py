@@ -102,7 +102,7 @@ def test_search_table_shows_layouts_breakdown_and_flags(tmp_path: Path) -> None:
         "MFU",
         "Time breakdown",
         "bubble",
-        "MindSpeed-LLM (mindspeed):",
+        "MindSpeed-LLM (mindspeed 26.0.0):",
         "--tensor-model-parallel-size",
     ):
         assert text in out

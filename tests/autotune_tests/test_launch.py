@@ -25,6 +25,7 @@ import pytest
 from autotune import catalog
 from autotune.launch import layout_flags
 from autotune.launch import write_launch_files
+from autotune.launch._releases import ADDED_IN
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
 from autotune.simulators import SpecError
@@ -35,6 +36,7 @@ from tests.autotune_tests._launch_checks import megatron_problems
 from tests.autotune_tests._launch_checks import nemo_problems
 from tests.autotune_tests._launch_run import mindspeed_env
 from tests.autotune_tests._launch_run import run_script
+from tests.autotune_tests._nemo_stub import RECIPE_DDP
 from tests.autotune_tests._nemo_stub import nemo_modules
 from tests.autotune_tests._nemo_stub import recorded
 
@@ -59,6 +61,11 @@ class Case:
         layout = Layout.resolve(job.cluster.num_devices, **self.layout)
         return job, layout
 
+    def at(self, release: str) -> Case:
+        """The same job with launch files for ``release`` of its framework."""
+        overrides = (*self.overrides, f"framework.release={release}")
+        return dataclasses.replace(self, overrides=overrides)
+
 
 def _write(case: Case, out: Path) -> tuple[catalog.Job, Layout, list[Path]]:
     job, layout = case.specs()
@@ -66,12 +73,14 @@ def _write(case: Case, out: Path) -> tuple[catalog.Job, Layout, list[Path]]:
     return job, layout, write_launch_files(job.model, job.cluster, job.train, layout, out)
 
 
-def _check_file_form(path: Path, layout: Layout) -> None:
-    """Executable, a comment first that names the layout, a newline last, bash -n clean."""
+def _check_file_form(path: Path, layout: Layout, release: str) -> None:
+    """Executable, a comment first that names the release and the layout, a newline last,
+    bash -n clean."""
     text = path.read_text()
     assert os.access(path, os.X_OK) and text.endswith("\n")
     lines = text.splitlines()
     assert lines[0].startswith("#!") and lines[1].startswith("# ")
+    assert f"written by autotune for {release}" in lines[1], lines[1]
     assert layout.describe() in text.split("\n\n")[0]
     if path.suffix == ".sh":
         syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
@@ -182,16 +191,17 @@ MEGATRON_CASES = [
 ]
 
 
+@pytest.mark.parametrize("release", _argrules.MEGATRON_RELEASES)
 @pytest.mark.parametrize("case", MEGATRON_CASES, ids=lambda c: c.name)
-def test_megatron_script_passes_megatron_rules(case: Case, tmp_path: Path) -> None:
-    job, layout, written = _write(case, tmp_path / "out")
+def test_megatron_script_passes_megatron_rules(case: Case, release: str, tmp_path: Path) -> None:
+    """Every case, written for each Megatron-LM release, passes that release's options."""
+    job, layout, written = _write(case.at(release), tmp_path / "out")
     script = tmp_path / "out" / "launch_megatron.sh"
     assert written[0] == script
-    _check_file_form(script, layout)
+    _check_file_form(script, layout, f"release {release}")
     (tmp_path / "megatron").mkdir()
-    launched = run_script(
-        script, tmp_path, _argrules.MEGATRON, MEGATRON_DIR=str(tmp_path / "megatron")
-    )
+    table = _argrules.MEGATRON_RELEASES[release]
+    launched = run_script(script, tmp_path, table, MEGATRON_DIR=str(tmp_path / "megatron"))
     assert launched.cwd == tmp_path / "megatron"
     cluster = job.cluster
     assert launched.launcher["--nproc-per-node"] == str(cluster.devices_per_node)
@@ -333,16 +343,59 @@ def test_a_qwen_model_gets_yarn_where_the_framework_has_it(tmp_path: Path) -> No
     yarn += ("model.rope_original_max_positions=32768",)
     case = Case("yarn", "qwen2_5_7b", "h100", ("cluster.num_nodes=1", *yarn), {})
     job, _, written = _write(case, tmp_path / "core")
-    launched = run_script(written[0], tmp_path, _argrules.MEGATRON, MEGATRON_DIR=str(tmp_path))
+    table = _argrules.MEGATRON_RELEASES[job.train.framework.release]
+    launched = run_script(written[0], tmp_path, table, MEGATRON_DIR=str(tmp_path))
     args = launched.args
     assert megatron_problems(args, launched.env, 8) == []
     assert args["--position-embedding-type"] == "yarn" and args["--rotary-scaling-factor"] == 4
     assert args["--yarn-original-max-position-embeddings"] == 32768
     case = Case("yarn", "qwen2_5_7b", "ascend", ("cluster.num_nodes=1", *yarn), {})
-    _, _, written = _write(case, tmp_path / "ascend")
-    args = run_script(written[0], tmp_path, _argrules.MINDSPEED, **mindspeed_env(tmp_path)).args
+    job, _, written = _write(case, tmp_path / "ascend")
+    table = _argrules.MINDSPEED_RELEASES[job.train.framework.release]
+    args = run_script(written[0], tmp_path, table, **mindspeed_env(tmp_path)).args
     assert args["--rope-scaling-type"] == "yarn"
     assert args["--rope-scaling-original-max-position-embeddings"] == 32768
+
+
+def test_a_release_without_the_yarn_embedding_launches_rope_and_says_so(tmp_path: Path) -> None:
+    """Megatron-LM core_v0.17.1 has no --yarn-* options (docs/reference.md 7.8): a GQA model's
+    YaRN is launched as plain RoPE, which passes that release's options, and the header says
+    what is not launched."""
+    yarn = ("model.rope_scaling=yarn", "model.rope_scaling_factor=4")
+    yarn += ("model.rope_original_max_positions=32768", "framework.release=core_v0.17.1")
+    case = Case("yarn", "qwen2_5_7b", "h100", ("cluster.num_nodes=1", *yarn), {})
+    job, layout, written = _write(case, tmp_path / "core")
+    _check_file_form(written[0], layout, "release core_v0.17.1")
+    table = _argrules.MEGATRON_RELEASES["core_v0.17.1"]
+    launched = run_script(written[0], tmp_path, table, MEGATRON_DIR=str(tmp_path))
+    args = launched.args
+    assert megatron_problems(args, launched.env, 8) == []
+    assert args["--position-embedding-type"] == "rope" and "--rotary-scaling-factor" not in args
+    header = written[0].read_text().split("\n\n")[0]
+    assert "Megatron-LM core_v0.17.1 has no YaRN position embedding options (from " in header
+    assert "core_v0.19.0): Qwen2.5-7B's YaRN scaling is not launched." in header
+
+
+def test_each_release_table_is_a_known_release_of_its_framework() -> None:
+    """The tests' option tables cover exactly the releases conf/framework/ names, and the
+    launchers' table of options added later (autotune.launch._releases) agrees with them: an
+    option is in a release's table exactly from the release it names."""
+    tables = {
+        "megatron_core": _argrules.MEGATRON_RELEASES,
+        "megatron_lm": _argrules.MEGATRON_RELEASES,
+        "mindspeed": _argrules.MINDSPEED_RELEASES,
+        "megatron_deepspeed": _argrules.MEGATRON_DEEPSPEED_RELEASES,
+    }
+    assert set(tables) == set(catalog.options("framework")) == set(ADDED_IN)
+    for name, by_release in tables.items():
+        framework = catalog.load_framework(name)
+        assert tuple(by_release) == framework.releases and framework.release in by_release
+        for option, first in ADDED_IN[name].items():
+            flag, _, value = option.partition(" ")
+            for release, table in by_release.items():
+                known = flag in table and (not value or value in table[flag].choices)
+                later = framework.releases.index(release) >= framework.releases.index(first)
+                assert known == later, (name, option, release)
 
 
 def test_nemotron_launches_with_rope_and_without_biases(tmp_path: Path) -> None:
@@ -398,12 +451,12 @@ def test_a_run_without_the_dp_overlap_launches_without_it(tmp_path: Path) -> Non
 
 
 def test_megatron_script_takes_real_data_and_refuses_half_of_it(tmp_path: Path) -> None:
-    _, _, _ = _write(MEGATRON_CASES[0], tmp_path / "out")
+    job, _, _ = _write(MEGATRON_CASES[0], tmp_path / "out")
     script = tmp_path / "out" / "launch_megatron.sh"
     launched = run_script(
         script,
         tmp_path,
-        _argrules.MEGATRON,
+        _argrules.MEGATRON_RELEASES[job.train.framework.release],
         MEGATRON_DIR=str(tmp_path),
         DATA_PATH="/data/c4_text_document",
         TOKENIZER="meta-llama/Llama-3.1-70B",
@@ -474,12 +527,21 @@ MINDSPEED_CASES = [
 ]
 
 
+@pytest.mark.parametrize("release", _argrules.MINDSPEED_RELEASES)
 @pytest.mark.parametrize("case", MINDSPEED_CASES, ids=lambda c: c.name)
-def test_mindspeed_script_passes_mindspeed_rules(case: Case, tmp_path: Path) -> None:
-    job, layout, written = _write(case, tmp_path / "out")
+def test_mindspeed_script_passes_mindspeed_rules(case: Case, release: str, tmp_path: Path) -> None:
+    """Every case, written for each MindSpeed-LLM release, passes that release's options;
+    what a release cannot express is refused, with nothing written."""
+    job, layout = case.at(release).specs()
+    table = _argrules.MINDSPEED_RELEASES[release]
+    if layout.vpp > 1 and len(set(layout.chunk_layers(job.model, job.train))) > 1:
+        if "--pipeline-model-parallel-layout" not in table:  # the only way to say it
+            _check_refused_split(job, layout, tmp_path / "out")
+            return
+    written = write_launch_files(job.model, job.cluster, job.train, layout, tmp_path / "out")
     assert [p.name for p in written] == ["launch_mindspeed.sh"]
-    _check_file_form(written[0], layout)
-    launched = run_script(written[0], tmp_path, _argrules.MINDSPEED, **mindspeed_env(tmp_path))
+    _check_file_form(written[0], layout, f"release {release}")
+    launched = run_script(written[0], tmp_path, table, **mindspeed_env(tmp_path))
     assert launched.cwd == tmp_path / "mindspeed_llm"
     assert launched.env["ASCEND_HOME_PATH"] and launched.env["ATB_HOME_PATH"]
     assert launched.env["HCCL_CONNECT_TIMEOUT"] == "3600"
@@ -501,6 +563,18 @@ def test_mindspeed_script_passes_mindspeed_rules(case: Case, tmp_path: Path) -> 
         assert "--enable-recompute-layers-per-pp-rank" in args
 
 
+def _check_refused_split(job: catalog.Job, layout: Layout, out: Path) -> None:
+    """An uneven split with virtual stages on a MindSpeed-LLM release without the layout
+    string: refused by the writer and in the printed flags, which then hold none."""
+    release = job.train.framework.release
+    with pytest.raises(LayoutError, match=f"MindSpeed-LLM {release} does not accept"):
+        write_launch_files(job.model, job.cluster, job.train, layout, out)
+    assert not out.exists()
+    flags = layout_flags(job.model, job.cluster, job.train, layout)
+    assert flags.release == release and flags.flags == ()
+    assert "framework.release=26.1.0 and later do" in flags.refused[0]
+
+
 def test_mindspeed_flags_follow_the_run_settings(tmp_path: Path) -> None:
     """Overlaps and flash attention come from the run's settings and the job, not
     constants: turn them over and the flags follow, still passing the rules."""
@@ -514,7 +588,8 @@ def test_mindspeed_flags_follow_the_run_settings(tmp_path: Path) -> None:
     )
     write_launch_files(job.model, job.cluster, train, layout, tmp_path / "out")
     script = tmp_path / "out" / "launch_mindspeed.sh"
-    launched = run_script(script, tmp_path, _argrules.MINDSPEED, **mindspeed_env(tmp_path))
+    table = _argrules.MINDSPEED_RELEASES[job.train.framework.release]
+    launched = run_script(script, tmp_path, table, **mindspeed_env(tmp_path))
     args = launched.args
     assert "--overlap-grad-reduce" in args and "--overlap-param-gather" in args
     assert "--grad-reduce-in-bf16" in args and "--bf16" in args
@@ -578,13 +653,13 @@ DEEPSPEED_CASES = [
 def test_deepspeed_script_and_config_pass_deepspeed_rules(case: Case, tmp_path: Path) -> None:
     job, layout, written = _write(case, tmp_path / "out")
     assert [p.name for p in written] == ["launch_megatron_deepspeed.sh", "ds_config.json"]
-    _check_file_form(written[0], layout)
+    _check_file_form(written[0], layout, "release master")
     assert not os.access(written[1], os.X_OK)
     (tmp_path / "mds").mkdir()
     launched = run_script(
         written[0],
         tmp_path,
-        _argrules.MEGATRON_DEEPSPEED,
+        _argrules.MEGATRON_DEEPSPEED_RELEASES[job.train.framework.release],
         MEGATRON_DEEPSPEED_DIR=str(tmp_path / "mds"),
         DATA_PATH="/data/c4_text_document",
         TOKENIZER="meta-llama/Llama-2-7b-hf",
@@ -649,7 +724,7 @@ def test_nemo_override_passes_nemo_rules(
 ) -> None:
     job, layout, written = _write(case, tmp_path)
     assert [p.name for p in written] == ["launch_megatron.sh", "nemo_pretrain.py"]
-    _check_file_form(written[1], layout)
+    _check_file_form(written[1], layout, "NeMo main at 8cfedd72")
     with nemo_modules(monkeypatch) as ran:
         runpy.run_path(str(written[1]), run_name="__main__")
     (recipe,) = ran
@@ -693,6 +768,38 @@ def test_nemo_override_passes_nemo_rules(
         job.cluster.num_nodes,
         job.cluster.devices_per_node,
     )
+
+
+@pytest.mark.parametrize(
+    ("model", "recipe"),
+    [
+        ("llama3_8b", "llama3_8b"),  # its DDP config also holds an FSDP field
+        ("baichuan2_7b", "baichuan2_7b"),  # no average_in_collective
+        ("qwen2_5_7b", "qwen25_7b"),  # none: MegatronStrategy's default, ddp="megatron"
+        ("mixtral_8x7b", "mixtral_8x7b"),
+    ],
+)
+def test_nemo_override_keeps_the_recipes_ddp_settings(
+    model: str, recipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The override sets the DDP fields the job decides on the recipe's own config; the
+    recipe's other settings (check_for_nan_in_grad, average_in_collective, ...) stay."""
+    case = Case("ddp", model, "h100", ("train.overlap_param_gather=false",), dict(tp=4))
+    job, layout, written = _write(case, tmp_path)
+    with nemo_modules(monkeypatch) as ran:
+        runpy.run_path(str(written[1]), run_name="__main__")
+    (built,) = ran
+    ddp = recorded(built)["ddp"]
+    owned = {
+        "grad_reduce_in_fp32": job.train.reduces_grads_in_fp32,
+        "overlap_grad_reduce": job.train.overlaps_grad_reduce,
+        "overlap_param_gather": False,
+        "use_distributed_optimizer": layout.distributed_optimizer,
+    }
+    kept = RECIPE_DDP.get(recipe, {"check_for_nan_in_grad": True, "average_in_collective": True})
+    kept = kept or {"check_for_nan_in_grad": True}  # NeMo's default config
+    assert ddp == {**kept, **owned}
+    assert ddp["check_for_nan_in_grad"] is True
 
 
 def test_nemo_override_in_fp32_builds_its_own_plugin(

@@ -269,7 +269,8 @@ def _as_rope(card: Card, header: str, framework: str) -> Card:
 @pytest.mark.parametrize("name", MODELS)
 def test_megatron_flags_are_the_published_card(name: str, tmp_path: Path) -> None:
     job, written, header = _launch(name, "h100", "megatron_core", tmp_path / "out")
-    launched = run_script(written[0], tmp_path, _argrules.MEGATRON, MEGATRON_DIR=str(tmp_path))
+    table = _argrules.MEGATRON_RELEASES[job.train.framework.release]  # the default release's
+    launched = run_script(written[0], tmp_path, table, MEGATRON_DIR=str(tmp_path))
     args = launched.args
     assert megatron_problems(args, launched.env, job.cluster.num_devices) == []
     expected = _as_rope(PUBLISHED[name], header, "Megatron-LM")
@@ -324,7 +325,8 @@ def _mindspeed_card(args: Args) -> Card:
 @pytest.mark.parametrize("name", MODELS)
 def test_mindspeed_flags_are_the_published_card(name: str, tmp_path: Path) -> None:
     job, written, header = _launch(name, "ascend", "mindspeed", tmp_path / "out")
-    launched = run_script(written[0], tmp_path, _argrules.MINDSPEED, **mindspeed_env(tmp_path))
+    table = _argrules.MINDSPEED_RELEASES[job.train.framework.release]  # the default release's
+    launched = run_script(written[0], tmp_path, table, **mindspeed_env(tmp_path))
     args, world = launched.args, job.cluster.num_devices
     problems = megatron_problems(args, launched.env, world, core_0_12=True, mindspeed=True)
     assert problems == []
@@ -349,7 +351,8 @@ def test_deepspeed_flags_are_the_published_card_or_say_why_not(name: str, tmp_pa
     """Megatron-DeepSpeed runs the dense models (it refuses MoE and MLA)."""
     job, written, header = _launch(name, "vtrain_a100", "megatron_deepspeed", tmp_path / "out")
     env = {"MEGATRON_DEEPSPEED_DIR": str(tmp_path), "DATA_PATH": "/d", "TOKENIZER": "t"}
-    launched = run_script(written[0], tmp_path, _argrules.MEGATRON_DEEPSPEED, **env)
+    table = _argrules.MEGATRON_DEEPSPEED_RELEASES[job.train.framework.release]
+    launched = run_script(written[0], tmp_path, table, **env)
     args, world = launched.args, job.cluster.num_devices
     config = json.loads(written[1].read_text())
     assert deepspeed_problems(args, launched.env, world, config) == []

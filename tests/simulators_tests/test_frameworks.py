@@ -131,6 +131,19 @@ def test_a_run_without_the_dp_overlap_waits_for_its_reduction(name: str) -> None
     assert runs[0].step_time_s < runs[1].step_time_s < runs[2].step_time_s
 
 
+def test_a_release_is_one_the_framework_file_knows() -> None:
+    """framework.release picks one of the file's releases; another is refused with the list."""
+    assert catalog.load_framework("mindspeed").release == "26.0.0"  # the maintained release
+    assert catalog.load_framework("mindspeed", "26.1.0").release == "26.1.0"
+    assert catalog.load_framework("megatron_core", "main").releases[-1] == "main"
+    with pytest.raises(SpecError, match="supported: 26.0.0, 26.1.0, master$"):
+        catalog.load_framework("mindspeed", "2.3.0")
+    with pytest.raises(SpecError, match="release='x' is not a release of x"):
+        FrameworkSpec.from_mapping("x", {**_values(CORE), "release": "x"})
+    with pytest.raises(SpecError, match="releases=.1. must be a list of texts"):
+        FrameworkSpec.from_mapping("x", {**_values(CORE), "releases": [1]})
+
+
 def test_a_framework_file_with_a_typo_is_refused() -> None:
     values = {"layer_split": "any"}
     with pytest.raises(SpecError, match="framework 'x': missing key"):

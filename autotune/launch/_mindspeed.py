@@ -9,7 +9,8 @@ the CANN environment and the HCCL and allocator settings most of those scripts e
 (docs/reference.md 7.4). An uneven split without virtual stages is ``--num-layer-list``; with
 them, the layout string MindSpeed back-ports from Megatron
 (``mindspeed/features_manager/pipeline_parallel/pipeline_model_parallel_layout_feature.py``),
-which MindSpeed-LLM 26.0.0 lacks: on that release such a split is refused (:func:`refusals`).
+which MindSpeed-LLM 26.0.0 lacks: on that release such a split breaks a layout rule
+(``FrameworkSpec.unequal_chunks``), so the search never picks it.
 The script is written for the job's release (``framework.release``) and holds only options it
 accepts (:mod:`autotune.launch._releases`).
 Context parallelism is named explicitly: the ring (``megatron_cp_algo``) or Ulysses
@@ -32,7 +33,6 @@ from autotune.launch._megatron import recompute_flags
 from autotune.launch._megatron import router_notes
 from autotune.launch._megatron import shape_flags
 from autotune.launch._megatron import uses_grouped_gemm
-from autotune.launch._releases import added_in
 from autotune.launch._script import CLUSTER_VARIABLES
 from autotune.launch._script import RUN_HINT
 from autotune.launch._script import RUN_VARIABLES
@@ -123,22 +123,6 @@ def card_notes(model: ModelSpec) -> list[str]:
             "rounded."
         )
     return notes
-
-
-def refusals(job: LaunchJob) -> list[str]:
-    """What the job's MindSpeed-LLM release cannot run of the layout, one sentence each: an
-    uneven split with virtual stages needs the layout string (``--num-layer-list`` takes no
-    virtual stages, docs/reference.md 7.1)."""
-    if not (job.uneven and job.layout.vpp > 1) or job.accepts(LAYOUT_OPTION):
-        return []
-    framework = job.train.framework
-    first = added_in(framework, LAYOUT_OPTION)
-    chunks = "/".join(map(str, job.chunk_layers))
-    return [
-        f"layers per virtual stage {chunks} need {LAYOUT_OPTION}, which MindSpeed-LLM "
-        f"{framework.release} does not accept (framework.release={first} and later do); on "
-        f"{framework.release} split the layers evenly or use no virtual stages"
-    ]
 
 
 def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:

@@ -71,7 +71,6 @@ _LAUNCHERS = {
         title="MindSpeed-LLM",
         files=_mindspeed.launch_files,
         layout_flags=_mindspeed.layout_flags,
-        refusals=_mindspeed.refusals,
     ),
     "megatron_deepspeed": _Launcher(
         title="Megatron-DeepSpeed",

@@ -181,7 +181,8 @@ class FrameworkSpec:
     cannot run together.
     ``release``: the release of the stack the launch files are written for (the launchers
     write only options it accepts); ``releases``: the releases autotune knows, oldest first.
-    The facts above do not change between them.
+    The facts above do not change between them, but for ``unequal_chunks_since``: the first
+    release that can give virtual stages unequal layer counts (None: every release can).
     """
 
     name: str
@@ -216,6 +217,7 @@ class FrameworkSpec:
     cp_excludes_sequence_parallel: bool
     release: str
     releases: tuple[str, ...]
+    unequal_chunks_since: str | None = None
 
     @classmethod
     def from_mapping(cls, name: str, values: Mapping[str, Any]) -> FrameworkSpec:
@@ -264,6 +266,15 @@ class FrameworkSpec:
                 f"framework.release={self.release!r} is not a release of {self.name} that "
                 f"autotune writes launch files for; supported: {', '.join(self.releases)}"
             )
+        since = self.unequal_chunks_since
+        if since is not None and since not in self.releases:
+            raise SpecError(f"{owner}: unequal_chunks_since={since!r} is not in releases")
+
+    @property
+    def unequal_chunks(self) -> bool:
+        """Whether this release can give virtual stages unequal layer counts."""
+        since = self.unequal_chunks_since
+        return since is None or self.releases.index(self.release) >= self.releases.index(since)
 
     def boundary_s(self, transfer_s: float, gather_s: float) -> float:
         """What one pipeline boundary costs a middle rank per micro-batch (1F1B): ``transfer_s``

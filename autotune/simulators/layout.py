@@ -559,6 +559,8 @@ def _virtual_pipeline(
     With an even split Megatron needs vpp to divide the layers per stage (arguments.py); an
     uneven split may leave a chunk empty, as the chunks that hold only the embedding or the
     loss do with ``--account-for-embedding/loss-in-pipeline-split`` (docs/reference.md 7.1).
+    A release that cannot give virtual stages unequal layer counts
+    (``FrameworkSpec.unequal_chunks``, MindSpeed-LLM 26.0.0) refuses such a split.
     """
     if lay.vpp == 1:
         return []
@@ -576,6 +578,15 @@ def _virtual_pipeline(
         if (model.num_layers // lay.pp) % lay.vpp:
             found.append(
                 f"vpp={lay.vpp} does not divide the {model.num_layers}/{lay.pp} layers per stage"
+            )
+    framework = train.framework
+    if lay.pp > 1 and not framework.unequal_chunks and not _layers(lay, model, cluster, train):
+        chunks = lay.chunk_layers(model, train)
+        if len(set(chunks)) > 1:
+            found.append(
+                f"vpp={lay.vpp} with {'/'.join(map(str, chunks))} layers per virtual stage: "
+                f"{framework.name} {framework.release} gives virtual stages equal layer counts "
+                f"only (from framework.release={framework.unequal_chunks_since} they may differ)"
             )
     if lay.pp > 1 and _divides(lay.micro_batch * lay.dp, train.global_batch_size):
         m = lay.num_microbatches(train)

@@ -26,6 +26,7 @@ from autotune import catalog
 from autotune.launch import layout_flags
 from autotune.launch import write_launch_files
 from autotune.launch._releases import ADDED_IN
+from autotune.launch._releases import added_in
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
 from autotune.simulators import SpecError
@@ -565,14 +566,21 @@ def test_mindspeed_script_passes_mindspeed_rules(case: Case, release: str, tmp_p
 
 def _check_refused_split(job: catalog.Job, layout: Layout, out: Path) -> None:
     """An uneven split with virtual stages on a MindSpeed-LLM release without the layout
-    string: refused by the writer and in the printed flags, which then hold none."""
+    string breaks a layout rule (so the search never picks it): the writer refuses it."""
     release = job.train.framework.release
-    with pytest.raises(LayoutError, match=f"MindSpeed-LLM {release} does not accept"):
+    rule = f"mindspeed {release} gives virtual stages equal layer counts only"
+    assert any(rule in v for v in layout.violations(job.model, job.cluster, job.train))
+    with pytest.raises(LayoutError, match=rule):
         write_launch_files(job.model, job.cluster, job.train, layout, out)
     assert not out.exists()
-    flags = layout_flags(job.model, job.cluster, job.train, layout)
-    assert flags.release == release and flags.flags == ()
-    assert "framework.release=26.1.0 and later do" in flags.refused[0]
+
+
+def test_the_release_rule_and_the_option_table_agree() -> None:
+    """The layout rule's release (conf/framework/mindspeed.yaml) is the one the launcher's
+    option table says first takes the layout string."""
+    framework = catalog.load_framework("mindspeed")
+    since = added_in(framework, "--pipeline-model-parallel-layout")
+    assert framework.unequal_chunks_since == since
 
 
 def test_mindspeed_flags_follow_the_run_settings(tmp_path: Path) -> None:

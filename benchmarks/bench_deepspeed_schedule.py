@@ -8,7 +8,7 @@ micro-batch's output or input gradient, the receive of this one's, then its forw
 backward; sends block until the neighbour's matching receive (NCCL point-to-point), and a
 transfer takes ``send`` (in units of one forward; a backward takes two). Prints the ratio to
 the 1F1B time with the two transfers per micro-batch and stage boundary that 1F1B also makes
-(docs/accuracy.md 1).
+(docs/decisions/0003-checkpoint-host-calls.md).
 """
 
 from __future__ import annotations

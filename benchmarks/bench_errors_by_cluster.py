@@ -3,11 +3,13 @@
     python -m autotune.benchmark tracking.enabled=false simulators=[analytical,hierarchical]
     python benchmarks/bench_errors_by_cluster.py [benchmark_report/predictions.csv]
 
-The benchmark reports error per source; a change to one device (docs/accuracy.md 11, 12) shows
-per cluster. Prints, per simulator and cluster, the measured rows, the median predicted /
+The benchmark reports error per source; a change to one device
+(docs/decisions/0018-b200-collective-latency-curve.md, 0019-gemm-shapes-from-xla-tables.md)
+shows per cluster. Prints, per simulator and cluster, the measured rows, the median predicted /
 measured ratio and the MAPE, then the same over the sources of today's hardware (dgxc,
 megatron_bridge, nemo): all their rows, and those out of fit (``in_fit`` false: rows of no
-source that a constant of their cluster was fit on, docs/accuracy.md 21).
+source that a constant of their cluster was fit on,
+docs/decisions/0033-h100-gemm-level-fitted.md).
 """
 
 from __future__ import annotations

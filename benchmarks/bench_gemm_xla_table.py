@@ -7,9 +7,10 @@ matmul_interpolator_data.h``, Apache-2.0): measured FLOP/s of cuBLAS GEMMs of b 
 (k x n), every dimension 256-4096, per GPU generation (``sm_90``: H100, ``sm_100...``: B200).
 Prints each one's BF16 efficiency against the dense peak of ``conf/cluster/h100.yaml`` and
 ``b200.yaml``: the largest shapes, and how it falls as one dimension shrinks (m = 4096, b = 1).
-docs/accuracy.md 11 reads it against the matmul efficiencies of those two files. With
-``--csv-dir DIR`` it also writes each one's BF16 entries in the form the devices' ``gemm_table``
-ships them (``autotune/simulators/data/gemm_h100_xla.csv``, ``gemm_b200_xla.csv``).
+docs/decisions/0019-gemm-shapes-from-xla-tables.md reads it against the matmul efficiencies of
+those two files. With ``--csv-dir DIR`` it also writes each one's BF16 entries in the form the
+devices' ``gemm_table`` ships them (``autotune/simulators/data/gemm_h100_xla.csv``,
+``gemm_b200_xla.csv``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ the hierarchical one records what a PyTorch replica of the layer saves for its b
 models of each family under each training stack, in bf16 and FP8, without recompute and with
 selective recompute, it prints the activations of the fullest pipeline rank (the analytical
 figure with its working set, which the hierarchical figure includes) and their ratio. Where
-they part, one of them misses something the framework keeps (docs/accuracy.md 17, 20).
+they part, one of them misses something the framework keeps
+(docs/decisions/0028-megatron-deepspeed-flash-output-copy.md,
+0029-selective-recompute-keeps-core-inputs.md, 0031-moe-and-fp8-saved-activations.md).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
         [--before 0.80] [--simulator analytical] [--refresh]
 
 A GEMM microbenchmark (MAMF, XLA's table) runs one shape in a loop; in a training step the
-GEMMs sustain less of the peak (docs/accuracy.md 21). This script fits the two numbers that
-say how much, on the rows of the ``--fit-on`` sources that ran on ``--cluster``:
+GEMMs sustain less of the peak (docs/decisions/0033-h100-gemm-level-fitted.md). This script
+fits the two numbers that say how much, on the rows of the ``--fit-on`` sources that ran on
+``--cluster``:
 
 1. ``matmul_efficiency`` on the bf16 rows: the value at which the median of predicted over
    measured step time is 1;

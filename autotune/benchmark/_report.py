@@ -370,7 +370,8 @@ _ACROSS_TITLE = (
     "the same"
 )
 _FIT_TITLE = (
-    "Fitted constants (docs/accuracy.md): MAPE on the rows they were fit on, and on the rest"
+    "Fitted constants (docs/decisions/0033-h100-gemm-level-fitted.md): MAPE on the rows they "
+    "were fit on, and on the rest"
 )
 
 

@@ -273,8 +273,8 @@ class ClusterSpec:
     # (a name of conf/framework/: mindspeed on Ascend, megatron_core on NVIDIA GPUs).
     default_framework: str = "megatron_core"
     # The measured sources (autotune/dataset/) whose rows on this cluster some of its constants
-    # were fit on; the benchmark scores those rows apart as in-sample (docs/accuracy.md says which
-    # constants and how).
+    # were fit on; the benchmark scores those rows apart as in-sample (which constants and how:
+    # docs/decisions/0033-h100-gemm-level-fitted.md).
     fitted_on: tuple[str, ...] = ()
     # Device memory the collective library (NCCL, HCCL) keeps per communicator a rank runs
     # collectives or sends on, in GiB.

@@ -12,9 +12,10 @@ sources (docs/reference.md 1.5):
   GEMM performance tables (``autotune/simulators/data/``, NOTICE.md there): BF16 cuBLAS GEMMs of
   ``b x (m x k) @ (k x n)``, each dimension 256-4096, interpolated in log2 of each dimension.
   H100's efficiency is what its best shapes sustain in a training step (fit on measured steps,
-  docs/accuracy.md 21; a microbenchmark's best shape reaches 0.80), so ``xla_h100`` is relative
-  to its best entry; B200's is SimuMax's mean over training shapes of 4096 tokens, so
-  ``xla_b200`` is relative to 4096^3 and capped at 1 (larger shapes already hold that level).
+  docs/decisions/0033-h100-gemm-level-fitted.md; a microbenchmark's best shape reaches 0.80),
+  so ``xla_h100`` is relative to its best entry; B200's is SimuMax's mean over training shapes
+  of 4096 tokens, so ``xla_b200`` is relative to 4096^3 and capped at 1 (larger shapes already
+  hold that level).
 
 A batch of ``b`` GEMMs fills the device like one GEMM of ``b * m`` rows, so rows beyond 4096
 read the table's batched entries (8192 rows: ``b = 2``; 16384 and more: ``b = 4``). Sizes

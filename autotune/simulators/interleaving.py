@@ -5,7 +5,8 @@ the slowest rank plus a fill-and-drain bubble divided by ``vpp`` (Narayanan et a
 docs/reference.md 3.4). That holds when every chunk of a rank holds the same layers. When a
 stage's layers do not deal evenly over its chunks (2 layers over 3 chunks: 1, 1, 0), the
 schedule's fixed order of forward and backward blocks makes the ranks wait on each other in
-the steady state too, and interleaving can run slower than none (docs/accuracy.md 25). The
+the steady state too, and interleaving can run slower than none
+(docs/decisions/0038-unequal-interleaved-chunks.md). The
 output layer and loss, which run in the last chunk of the last rank, weigh on it the same way.
 
 :func:`slowdown` measures it on the discrete-event run of the schedule that the hierarchical

@@ -30,8 +30,9 @@ def test_the_root_of_a_decreasing_gap_and_the_ends_of_the_bracket(bench) -> None
 @pytest.mark.slow  # about 10 s: every dgxc H100 row, priced some 30 times
 def test_h100_carries_the_efficiencies_fit_on_dgxc(bench) -> None:  # noqa: ANN001
     """Change the analytical simulator and this may fail: rerun
-    ``python benchmarks/fit_gemm_efficiency.py --refresh`` and copy its values (docs/accuracy.md
-    21), which is the protocol that the benchmark's fitted-constants table reports."""
+    ``python benchmarks/fit_gemm_efficiency.py --refresh`` and copy its values
+    (docs/decisions/0033-h100-gemm-level-fitted.md), which is the protocol that the benchmark's
+    fitted-constants table reports."""
     table = bench.measured_rows("h100")
     fitted = bench.fit(catalog.load_simulator("analytical"), table, ["dgxc"])
     device = catalog.load_cluster("h100").device

@@ -35,7 +35,7 @@ def test_the_h100_reads_the_shipped_table() -> None:
     assert H100.gemm_table == "xla_h100" and H100.sm_count is None
     assert TABLE.reference == pytest.approx(804.715)  # the best entry: 0.81 of the 989 peak
     # the microbenchmark's best shape (MAMF's 0.80 too) is above what the best shapes sustain
-    # in a training step, the device's fitted level (docs/accuracy.md 21)
+    # in a training step, the device's fitted level (docs/decisions/0033-h100-gemm-level-fitted.md)
     assert H100.matmul_efficiency < 0.8 < TABLE.reference / 989.0
 
 

@@ -9,7 +9,7 @@ Parsed: ``vpp`` cells such as ``4 (num-layers-per-virtual-pipeline-stage=5)`` (t
 model chunks), ``recompute`` cells (``full/uniform/num_layers=1`` is full recompute of every
 layer; ``none+swap-attention`` is priced as no recompute: Mixtral 8x22B's script swaps every
 layer's attention activations to host and recomputes every layer's MoE block, neither of which
-the simulators model, docs/accuracy.md 24),
+the simulators model, docs/decisions/0036-mindspeed-moe-rows-left-unpriced.md),
 ``use-distributed-optimizer``, ``overlap-grad-reduce``, ``overlap-param-gather`` and
 ``num-layer-list`` (the uneven split, as ``layer_split``) in ``notes`` (each read from the row's
 example script at the same commit), and the MoE rows' token dispatcher (from their scripts).

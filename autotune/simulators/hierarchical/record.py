@@ -172,7 +172,8 @@ class Recorder(TorchDispatchMode):
         """Mark the inputs of core attention: selective recompute keeps them (its checkpoint
         saves them), whatever else saves them or not. Each counts its own bytes: a view of
         the fused QKV output is not taken to keep that whole output (NVIDIA's selective
-        recompute configs fit as measured only without it; docs/accuracy.md 17)."""
+        recompute configs fit as measured only without it;
+        docs/decisions/0029-selective-recompute-keeps-core-inputs.md)."""
         with self.paused():  # metadata, not calls the host makes
             for tensor in tensors:
                 storage = _storage(tensor)

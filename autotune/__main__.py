@@ -35,7 +35,7 @@ COMMAND = Command(
         ("train.cp_comm_type", "p2p (ring) or a2a (Ulysses) (unset: the framework's)"),
         ("train.dropout", "dropout probability (unset: the model's recipe)"),
         ("train.<setting>", "flash_attention, overlap_grad_reduce, moe_dispatcher, ..."),
-        ("simulator", "analytical or hierarchical"),
+        ("simulator", "the simulator that prices a layout (Simulators: below)"),
         ("calibration", "a calibration: NAME of ./calibrations/ or ./PATH.yaml"),
         ("search.sampler", "grid, screen, tpe, gp, random or nsga2 (auto: grid, screen or tpe)"),
         ("search.n_trials", "trials of the study"),

@@ -36,6 +36,7 @@ from autotune._sweep import no_outputs
 from autotune._sweep import plan_jobs
 from autotune.config import register_schemas
 from autotune.simulators import UserError
+from autotune.simulators.registry import SIMULATOR_NAMES
 
 __all__ = ["Command", "Output", "emit_json", "run_command"]
 
@@ -195,6 +196,7 @@ def help_text(command: Command) -> str:
         "Any other key of the composed config can be set the same way; --cfg prints it.",
         f"Models: {', '.join(catalog.options('model'))}",
         f"Clusters: {', '.join(catalog.options('cluster'))}",
+        f"Simulators: {', '.join(SIMULATOR_NAMES)}",
         "",
         "Hydra's flags and keys:",
         *(f"  {flag:<{_FLAG_WIDTH}}{meaning}".rstrip() for flag, meaning in _FLAG_HELP),

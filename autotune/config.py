@@ -37,6 +37,7 @@ from autotune.simulators.limits import MAX_BATCH
 from autotune.simulators.limits import MAX_DEVICES
 from autotune.simulators.limits import MAX_SEED
 from autotune.simulators.names import check_name
+from autotune.simulators.registry import SIMULATOR_NAMES
 
 __all__ = [
     "AutotuneConfig",
@@ -362,7 +363,7 @@ class HeuristicConfig:
 
 @dataclass
 class BenchmarkConfig:
-    """The root of ``conf/benchmark.yaml``; simulator constants under their names."""
+    """The root of ``conf/benchmark.yaml``; simulator constants under ``simulator.<name>``."""
 
     simulators: Any = MISSING  # a simulator name or a list of them
     baselines: Any = MISSING  # names or a list of them
@@ -383,8 +384,8 @@ class BenchmarkConfig:
     calibration: str | None = MISSING  # also score this calibration (name or path)
     memory_margin: float | None = MISSING  # zero-shot fits; None: each simulator's shipped one
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
-    analytical: dict[str, Any] = MISSING  # conf/simulator/analytical.yaml, overridable
-    hierarchical: dict[str, Any] = MISSING  # conf/simulator/hierarchical.yaml, overridable
+    # name -> conf/simulator/<name>.yaml, for every registered simulator (overridable)
+    simulator: dict[str, dict[str, Any]] = MISSING
 
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
@@ -425,8 +426,15 @@ def register_schemas() -> None:
     store = ConfigStore.instance()
     store.store(name="autotune_schema", node=AutotuneConfig)
     store.store(name="benchmark_schema", node=BenchmarkConfig)
+    store.store(name="benchmark_simulators", node=_every_simulator())
     store.store(name="profile_schema", node=ProfileConfig)
     store.store(name="calibrate_schema", node=CalibrateConfig)
+
+
+def _every_simulator() -> dict[str, Any]:
+    """A config whose defaults list puts ``conf/simulator/<name>.yaml`` of every registered
+    simulator under ``simulator.<name>`` (the benchmark scores any of them)."""
+    return {"defaults": [{f"simulator@simulator.{name}": name} for name in SIMULATOR_NAMES]}
 
 
 T = TypeVar("T")

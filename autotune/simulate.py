@@ -33,6 +33,7 @@ from autotune.simulators import Layout
 from autotune.simulators import Prediction
 from autotune.simulators import UserError
 from autotune.simulators.files import write_failure
+from autotune.simulators.registry import TRACE_WRITERS
 
 
 def simulate_layout(config: AutotuneConfig) -> None:
@@ -43,17 +44,17 @@ def simulate_layout(config: AutotuneConfig) -> None:
     model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
     layout = Layout.resolve(cluster.num_devices, **fixed_layout_values(config.parallel))
     layout.check(model, cluster, train)
-    write_trace = getattr(simulator, "write_trace", None)
-    if config.trace and write_trace is None:
+    if config.trace and simulator.name not in TRACE_WRITERS:
+        writers = " or ".join(f"simulator={name}" for name in TRACE_WRITERS)
         raise UserError(
-            f"trace= needs a simulator with an event timeline (simulator=hierarchical); "
+            f"trace= needs a simulator with an event timeline ({writers}); "
             f"{simulator.name} has none"
         )
     prediction = simulator.simulate(model, cluster, train, layout)
     _print_prediction(config, job, layout, prediction, margin)
-    if config.trace and write_trace is not None:  # after the result, which it cannot lose
+    if config.trace:  # after the result, which it cannot lose
         try:
-            write_trace(model, cluster, train, layout, config.trace)
+            simulator.write_trace(model, cluster, train, layout, config.trace)
         except (OSError, UserError) as exc:
             raise UserError("trace: " + write_failure(config.trace, exc)) from None
         print(
@@ -146,7 +147,7 @@ COMMAND = Command(
         ("train.precision", "bf16, fp16, fp32 or fp8"),
         ("train.dropout", "dropout probability (unset: the model's recipe)"),
         ("train.<setting>", "tp_comm_overlap, cp_comm_type, ... (conf/train/default.yaml)"),
-        ("simulator", "analytical or hierarchical"),
+        ("simulator", "the simulator that prices a layout (Simulators: below)"),
         ("simulator.op_costs", "operator costs profiled by autotune.profile (hierarchical)"),
         ("calibration", "a calibration: NAME of ./calibrations/ or ./PATH.yaml"),
         ("search.memory_margin", "a fit keeps this share of memory free (unset: derived)"),

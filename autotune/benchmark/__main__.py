@@ -38,7 +38,7 @@ COMMAND = Command(
         ("top_k", "the k of regret@k"),
         ("memory_margin", "fits: predicted peak x (1 + margin) <= memory (null: the search's)"),
         ("report_dir", "where the report files go"),
-        ("analytical.<constant>", "override a simulator constant"),
+        ("simulator.<name>.<constant>", "override a simulator constant"),
         ("output", "table or json"),
         ("tracking.enabled", "record the benchmark in MLflow"),
         ("tracking.uri", "MLflow tracking URI"),
@@ -46,7 +46,7 @@ COMMAND = Command(
     examples=(
         "python -m autotune.benchmark",
         "python -m autotune.benchmark simulators=[analytical,hierarchical] data=vtrain",
-        "python -m autotune.benchmark data=my_runs.csv analytical.host_op_overhead_us=15",
+        "python -m autotune.benchmark data=runs.csv simulator.analytical.host_op_overhead_us=15",
         "python -m autotune.benchmark 'protocols=[zero_shot,leave_one_source_out,probe]'",
         "python -m autotune.benchmark -m data=vtrain,simumax tracking.enabled=false",
     ),

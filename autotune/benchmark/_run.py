@@ -46,8 +46,8 @@ from autotune.config import config_yaml
 from autotune.simulators import Simulator
 from autotune.simulators import Specs
 from autotune.simulators import UserError
-from autotune.simulators.calibration import CalibratedSimulator
-from autotune.simulators.calibration import calibrated
+from autotune.simulators.calibrated import CalibratedSimulator
+from autotune.simulators.calibrated import calibrated
 from autotune.simulators.files import write_failure
 from autotune.simulators.registry import SIMULATOR_NAMES
 from autotune.tracking import check_tracking
@@ -111,7 +111,7 @@ def simulators_of(config: BenchmarkConfig) -> list[Simulator]:
     for name in names:
         if name not in SIMULATOR_NAMES:
             raise UserError(f"unknown simulator {name!r}; available: {', '.join(SIMULATOR_NAMES)}")
-    return [simulator_from_config(getattr(config, name)) for name in names]
+    return [simulator_from_config(config.simulator[name]) for name in names]
 
 
 def _protocols(config: BenchmarkConfig) -> list[str]:

@@ -30,7 +30,7 @@ COMMAND = Command(
     options=(
         ("data", "a schema-v1 .csv/.parquet file, a shipped source, or public (required)"),
         ("name", "the calibration's name (required)"),
-        ("simulator", "analytical or hierarchical"),
+        ("simulator", "the simulator that prices a layout (Simulators: below)"),
         ("out", "write the calibration here (unset: ./calibrations/<name>.yaml)"),
         ("rows.cluster", "the cluster every row must be on"),
         ("rows.framework", "the framework every row must run"),

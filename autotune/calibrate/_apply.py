@@ -19,9 +19,9 @@ from autotune.calibrate._rows import row_runs
 from autotune.catalog import Job
 from autotune.simulators import Simulator
 from autotune.simulators import UserError
-from autotune.simulators.calibration import CalibratedSimulator
+from autotune.simulators.calibrated import CalibratedSimulator
+from autotune.simulators.calibrated import calibrated
 from autotune.simulators.calibration import Calibration
-from autotune.simulators.calibration import calibrated
 
 __all__ = [
     "Margin",

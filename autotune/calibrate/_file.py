@@ -14,8 +14,8 @@ from autotune.calibrate._fit import FitResult
 from autotune.calibrate._fit import Run
 from autotune.simulators import ClusterSpec
 from autotune.simulators import Simulator
+from autotune.simulators.calibrated import constant_overrides
 from autotune.simulators.calibration import FACTORS
-from autotune.simulators.calibration import constant_overrides
 from autotune.simulators.files import write_atomically
 from autotune.simulators.names import one_line
 

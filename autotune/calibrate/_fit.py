@@ -33,13 +33,13 @@ import numpy as np
 
 from autotune.simulators import Simulator
 from autotune.simulators import UserError
+from autotune.simulators.calibrated import calibrated
 from autotune.simulators.calibration import FACTORS
 from autotune.simulators.calibration import MEMORY_FACTORS
 from autotune.simulators.calibration import SCALE_FACTORS
 from autotune.simulators.calibration import SIMULATED_FACTORS
 from autotune.simulators.calibration import TIME_FACTORS
 from autotune.simulators.calibration import Calibration
-from autotune.simulators.calibration import calibrated
 from autotune.simulators.layout import Specs
 from autotune.simulators.limits import MAX_MEASURED_OVER_PREDICTED
 
@@ -208,17 +208,15 @@ class _TimeModel:
 
 def _time_bounds(simulator: Simulator, runs: Sequence[Run]) -> tuple[np.ndarray, np.ndarray]:
     """Bounds of the step-time factors: efficiencies at most 1 on every cluster fitted."""
-    clusters = {run.specs[1] for run in runs}
-    efficiency = getattr(getattr(simulator, "constants", None), "efficiency", None)
-    comm = getattr(efficiency, "comm", None)
+    clusters = {simulator.effective_cluster(run.specs[1]) for run in runs}
     highest = {
         "matmul_efficiency": max(
             max(c.device.matmul_efficiency, c.device.fp8_matmul_efficiency or 0.0)
             for c in clusters
         ),
         "memory_efficiency": max(c.device.memory_efficiency for c in clusters),
-        "intra_node_efficiency": comm or max(c.intra_node.efficiency for c in clusters),
-        "inter_node_efficiency": comm or max(c.inter_node.efficiency for c in clusters),
+        "intra_node_efficiency": max(c.intra_node.efficiency for c in clusters),
+        "inter_node_efficiency": max(c.inter_node.efficiency for c in clusters),
     }
     lower, upper = [], []
     for name in TIME_FACTORS:
@@ -456,6 +454,14 @@ def memory_margin(predicted_gib: np.ndarray, measured_gib: np.ndarray) -> float 
     return max(0.0, float(np.percentile(under, _MARGIN_QUANTILE)))
 
 
+def _reserved_gib(simulator: Simulator) -> float | None:
+    """The fixed reserved memory the simulator charges every layout (the constant that
+    ``memory_constant_gib`` sets); None where it derives it per layout."""
+    values = simulator.calibrated_values()
+    keys = simulator.calibrated_constants.get("memory_constant_gib", ())
+    return next((values[key] for key in keys if key in values), None)
+
+
 # size: the fit's steps (priors, solve, bootstrap, notes) share a dozen locals
 def fit(
     simulator: Simulator,
@@ -484,9 +490,6 @@ def fit(
     """
     started = time.perf_counter()
     center = center or Calibration(simulator=simulator.name)
-    constants = getattr(simulator, "constants", None)
-    if not hasattr(constants, "reserved_memory_gib"):
-        raise UserError(f"the {simulator.name} simulator has no constants a calibration can fit")
     ran = [i for i, run in enumerate(runs) if run.ran]
     oom = [i for i, run in enumerate(runs) if run.status == "oom"]
     used = [
@@ -531,7 +534,7 @@ def fit(
     memory_widths = np.array([settings.prior[name] for name in MEMORY_FACTORS])
     data = _memory_data(simulator, center, memory_runs) if memory_runs else None
     # The constant's prior: the simulator's fixed figure, else what it derives for these runs.
-    reserved = getattr(constants, "reserved_memory_gib", None)
+    reserved = _reserved_gib(simulator)
     if reserved is None:
         reserved = float(np.median(data.reserved_gib)) if data is not None else 0.0
     y0 = _x_of(center, MEMORY_FACTORS, reserved)

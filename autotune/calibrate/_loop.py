@@ -50,8 +50,8 @@ from autotune.simulators import Layout
 from autotune.simulators import Prediction
 from autotune.simulators import Specs
 from autotune.simulators import UserError
+from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibration import FACTORS
-from autotune.simulators.calibration import CalibratedSimulator
 from autotune.simulators.files import check_output_path
 from autotune.simulators.files import write_failure
 from autotune.simulators.specs import RUN_SETTINGS

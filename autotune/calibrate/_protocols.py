@@ -40,7 +40,7 @@ from autotune.calibrate._probe import choose_probes
 from autotune.calibrate._probe import job_level
 from autotune.order import order_key
 from autotune.simulators import Simulator
-from autotune.simulators.calibration import CalibratedSimulator
+from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibration import Calibration
 
 __all__ = [

@@ -24,6 +24,7 @@ from autotune.simulators import UserError
 from autotune.simulators.calibration import Calibration
 from autotune.simulators.names import check_name
 from autotune.simulators.names import one_line
+from autotune.simulators.registry import SIMULATOR_NAMES
 
 __all__ = [
     "CALIBRATIONS",
@@ -140,6 +141,10 @@ def _calibration(where: str, path: Path, values: Mapping[Any, Any]) -> Calibrati
     simulator = _name(where, values, "simulator")
     if simulator is None:
         raise UserError(f"{where}: simulator is missing; give the simulator it calibrates")
+    if simulator not in SIMULATOR_NAMES:
+        raise UserError(
+            f"{where}: simulator {simulator!r} is unknown; available: {', '.join(SIMULATOR_NAMES)}"
+        )
     names = {key: _name(where, values, key) for key in ("cluster", "framework", "name")}
     if names["name"] is None:
         check_name(f"{where}: name (the file's)", path.stem)

@@ -68,7 +68,7 @@ from autotune.search._workers import shared_study
 from autotune.search._workers import start_workers
 from autotune.search._workers import stop_workers
 from autotune.simulators import UserError
-from autotune.simulators.calibration import calibrated
+from autotune.simulators.calibrated import calibrated
 from autotune.simulators.registry import SIMULATOR_NAMES
 from autotune.simulators.specs import CARD_FIELDS
 from autotune.tracking import check_tracking
@@ -330,7 +330,7 @@ def _mode_text(mode: str, search: SearchConfig) -> str:
 def _screening_job(job: Job) -> Job:
     """``job`` priced by the screening simulator, with the same memory margin (so that a
     layout fits the screen as it fits the search)."""
-    margin = getattr(job.simulator, "memory_margin", 0.0)
+    margin = job.simulator.memory_margin
     screening = calibrated(catalog.load_simulator(SCREENING), None, margin)
     return dataclasses.replace(job, simulator=screening)
 
@@ -396,7 +396,7 @@ def _study_name(job: Job, mode: str) -> str:
 
 
 def _calibration_name(job: Job) -> str | None:
-    calibration = getattr(job.simulator, "calibration", None)
+    calibration = job.simulator.calibration
     return None if calibration is None or not calibration.factors else calibration.name
 
 

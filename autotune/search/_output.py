@@ -83,8 +83,7 @@ def emit_outcome(
 
 def _calibration_text(job: Job) -> str:
     """Which calibration priced the layouts, and the memory margin a layout must keep."""
-    calibration = getattr(job.simulator, "calibration", None)
-    margin = getattr(job.simulator, "memory_margin", 0.0)
+    calibration, margin = job.simulator.calibration, job.simulator.memory_margin
     name = calibration.name if calibration is not None and calibration.factors else None
     return (
         f"{job.simulator.name} simulator, "
@@ -176,7 +175,7 @@ def json_payload(
             "total": timings.total_s,
         },
         "mlflow_run_id": run_id,
-        "memory_margin": getattr(job.simulator, "memory_margin", 0.0),
+        "memory_margin": job.simulator.memory_margin,
         "top_k": [_entry(lay, pred) for lay, pred in outcome.top(config.search.top_k)],
         "launch_flags": dataclasses.asdict(
             layout_flags(job.model, job.cluster, job.train, best_layout)

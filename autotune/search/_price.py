@@ -1,4 +1,4 @@
-"""Pricing layouts: once each, in batches where the simulator can, in parallel processes."""
+"""Pricing layouts: once each, in the simulator's batches, in parallel processes."""
 
 from __future__ import annotations
 
@@ -15,19 +15,16 @@ from autotune.simulators import Layout
 from autotune.simulators import Prediction
 from autotune.simulators import Simulator
 
-__all__ = ["BATCH", "POLL_S", "Evaluator", "price_in_processes"]
+__all__ = ["POLL_S", "Evaluator", "price_in_processes"]
 
-# Layouts priced in one call of a simulator's ``simulate_many``: a signal is noticed between two
-# calls (a few tenths of a second of the analytical simulator's) and the per-call cost stays small.
-BATCH = 4096
 POLL_S = 0.2  # seconds between two looks for a signal while other processes price
 
 
 class Evaluator:
     """Simulates layouts once each: samplers re-propose seen points, the cache answers them.
 
-    ``price`` prices many layouts at once through the simulator's ``simulate_many`` when it
-    has one (the analytical simulator, vectorized), else one by one.
+    ``price`` prices many layouts through the simulator's ``simulate_many``, ``batch_size``
+    at a time (the analytical simulator's thousands, vectorized; one by one by default).
     """
 
     def __init__(self, job: Job) -> None:
@@ -61,29 +58,23 @@ class Evaluator:
         stop: Callable[[], bool] = lambda: False,
     ) -> list[tuple[Layout, Prediction]]:
         """``layouts`` with their predictions, in order (each simulated once); once ``stop()``
-        is true, checked after each layout (each batch of :data:`BATCH` where the simulator
-        prices many at once), only the leading layouts priced so far (the first one at
-        least)."""
+        is true, checked after each of the simulator's batches (``batch_size`` layouts), only
+        the leading layouts priced so far (the first one at least). ``progress(done, total)``
+        follows the batches."""
         fresh = [lay for lay in dict.fromkeys(layouts) if lay not in self._cache]
-        many = getattr(self.simulator, "simulate_many", None)
-        if many is not None:
-            for start in range(0, len(fresh), BATCH):
-                chunk = fresh[start : start + BATCH]
-                started = time.perf_counter()
-                batch = many(self.model, self.cluster, self.train, chunk)
-                for index, layout in enumerate(chunk):
-                    self._cache[layout] = batch.prediction(index)
-                self.simulations += len(chunk)
-                self.seconds += time.perf_counter() - started
-                if stop():
-                    break
-        else:
-            for done, layout in enumerate(fresh, start=1):
-                self(layout)
-                if progress is not None:
-                    progress(done, len(fresh))
-                if stop():
-                    break
+        size = self.simulator.batch_size
+        for start in range(0, len(fresh), size):
+            chunk = fresh[start : start + size]
+            started = time.perf_counter()
+            batch = self.simulator.simulate_many(self.model, self.cluster, self.train, chunk)
+            for index, layout in enumerate(chunk):
+                self._cache[layout] = batch.prediction(index)
+            self.simulations += len(chunk)
+            self.seconds += time.perf_counter() - started
+            if progress is not None:
+                progress(start + len(chunk), len(fresh))
+            if stop():
+                break
         pairs = []
         for layout in layouts:
             prediction = self._cache.get(layout)
@@ -110,12 +101,7 @@ class Evaluator:
         sample = [layout for layout, _ in self.priced(sample, stop=stop)]
         if warm and sample:
             started = time.perf_counter()
-            many = getattr(self.simulator, "simulate_many", None)
-            if many is not None:
-                many(self.model, self.cluster, self.train, list(sample))
-            else:
-                for layout in sample:
-                    self.simulator.simulate(self.model, self.cluster, self.train, layout)
+            self.simulator.simulate_many(self.model, self.cluster, self.train, sample)
         return (time.perf_counter() - started) / max(1, len(sample))
 
 

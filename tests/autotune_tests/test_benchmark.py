@@ -9,6 +9,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,20 +32,29 @@ from autotune.simulators import ClusterSpec
 from autotune.simulators import Layout
 from autotune.simulators import ModelSpec
 from autotune.simulators import Prediction
+from autotune.simulators import Simulator
 from autotune.simulators import TrainSpec
 from autotune.simulators import UserError
+from autotune.simulators.calibration import Calibration
 from tests.dataset_tests._tables import write
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
-class LinearSimulator:
+class LinearSimulator(Simulator):
     """Test-only: step time 1 + slope * tp; a tp of ``too_big_tp`` is predicted not to fit."""
 
     name: str = "linear"
     slope: float = 0.1
     too_big_tp: int = 8
+
+    @classmethod
+    def from_config(cls, constants: Mapping[str, Any]) -> LinearSimulator:
+        return cls(**constants)
+
+    def calibrated(self, calibration: Calibration) -> LinearSimulator:
+        return self
 
     def simulate(
         self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout

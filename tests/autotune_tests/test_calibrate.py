@@ -19,8 +19,8 @@ from autotune.calibrate._command import fit_settings
 from autotune.config import CalibrateConfig
 from autotune.config import load_config
 from autotune.simulators import UserError
+from autotune.simulators.calibrated import calibrated
 from autotune.simulators.calibration import Calibration
-from autotune.simulators.calibration import calibrated
 from tests.autotune_tests.test_cli import run
 from tests.dataset_tests._tables import write
 

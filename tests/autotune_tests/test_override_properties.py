@@ -214,7 +214,9 @@ _COMMANDS = st.one_of(
     ),
     st.tuples(
         st.just(BenchmarkConfig),
-        st.lists(_override(BENCHMARK, {"simulator@analytical": ("analytical",)}), max_size=3),
+        st.lists(
+            _override(BENCHMARK, {"simulator@simulator.analytical": ("analytical",)}), max_size=3
+        ),
     ),
     st.tuples(
         st.just(ProfileConfig),

@@ -7,8 +7,8 @@ import pytest
 from autotune.report import layout_table
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
+from autotune.simulators.calibrated import calibrated
 from autotune.simulators.calibration import Calibration
-from autotune.simulators.calibration import calibrated
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train

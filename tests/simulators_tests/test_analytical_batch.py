@@ -20,8 +20,8 @@ from autotune.simulators import Layout
 from autotune.simulators import Prediction
 from autotune.simulators.analytical import AnalyticalSimulator
 from autotune.simulators.analytical import BatchPrediction
+from autotune.simulators.calibrated import calibrated
 from autotune.simulators.calibration import Calibration
-from autotune.simulators.calibration import calibrated
 
 # Catalog jobs whose valid layouts cover what the formulas branch on.
 JOBS = {

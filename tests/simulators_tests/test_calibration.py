@@ -9,10 +9,10 @@ import pytest
 from autotune import catalog
 from autotune.simulators import Layout
 from autotune.simulators import UserError
-from autotune.simulators.calibration import CalibratedSimulator
+from autotune.simulators.calibrated import CalibratedSimulator
+from autotune.simulators.calibrated import calibrated
+from autotune.simulators.calibrated import constant_overrides
 from autotune.simulators.calibration import Calibration
-from autotune.simulators.calibration import calibrated
-from autotune.simulators.calibration import constant_overrides
 
 JOB = catalog.load_job("llama70b", "a100", ["cluster.num_nodes=8"])
 LAYOUT = Layout.resolve(JOB.cluster.num_devices, tp=8, pp=2)
@@ -135,22 +135,11 @@ def test_the_hierarchical_simulator_takes_the_same_calibration() -> None:
 
 
 def test_batch_pricing_passes_through_calibrated() -> None:
-    class Batch:
-        def __init__(self, predictions: list) -> None:  # noqa: ANN001 - test double
-            self.predictions = predictions
-
-        def prediction(self, index: int):  # noqa: ANN201
-            return self.predictions[index]
-
-    class Many(type(JOB.simulator)):  # the analytical simulator with a batch method
-        def simulate_many(self, model, cluster, train, layouts):  # noqa: ANN001, ANN201
-            return Batch([self.simulate(model, cluster, train, lay) for lay in layouts])
-
-    hierarchical = catalog.load_simulator("hierarchical")
-    plain = calibrated(hierarchical, Calibration(simulator="hierarchical"))
-    assert plain.simulate_many is None
-    base = Many(JOB.simulator.constants)
-    sim = calibrated(base, Calibration(simulator="analytical", factors={"tp_overlap": 0.3}), 0.1)
+    """A calibrated simulator's batch is the wrapped simulator's, each prediction calibrated,
+    and it takes as many layouts at once."""
+    calibration = Calibration(simulator="analytical", factors={"tp_overlap": 0.3})
+    sim = calibrated(JOB.simulator, calibration, 0.1)
+    assert sim.batch_size == JOB.simulator.batch_size > 1
     batch = sim.simulate_many(JOB.model, JOB.cluster, JOB.train, [LAYOUT])
     one = sim.simulate(JOB.model, JOB.cluster, JOB.train, LAYOUT)
-    assert batch.prediction(0).as_dict() == one.as_dict()
+    assert len(batch) == 1 and batch.prediction(0).as_dict() == one.as_dict()

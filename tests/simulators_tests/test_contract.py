@@ -1,19 +1,43 @@
-"""The contract every registered simulator keeps, run on each of them (Optuna's way)."""
+"""The contract every registered simulator keeps, run on each of them (Optuna's way); and a
+new simulator needs only its class, its yaml and its registry line."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
 from autotune import catalog
+from autotune.cli import help_text
+from autotune.config import BenchmarkConfig
+from autotune.config import load_config
+from autotune.simulate import COMMAND as SIMULATE
 from autotune.simulators import BREAKDOWN_KEYS
 from autotune.simulators import Layout
 from autotune.simulators import Simulator
+from autotune.simulators import UserError
+from autotune.simulators.base import PredictionList
+from autotune.simulators.calibrated import calibrated
+from autotune.simulators.calibration import FACTORS
+from autotune.simulators.calibration import Calibration
 from autotune.simulators.registry import SIMULATOR_NAMES
+from autotune.simulators.registry import TRACE_WRITERS
+from autotune.simulators.registry import simulator_class
+from tests.dataset_tests._tables import write
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
 from tests.simulators_tests._specs import model
+from tests.simulators_tests._toy import TOY_YAML
+from tests.simulators_tests._toy import ToySimulator
+
+REPO = Path(__file__).resolve().parents[2]
 
 MODEL = model("llama2_7b", num_layers=8)  # 8 layers keep the hierarchical compile short
 CLUSTER = ascend(2)  # 16 NPUs
@@ -30,6 +54,122 @@ LAYOUTS = [
 @pytest.fixture(scope="module", params=SIMULATOR_NAMES)
 def simulator(request: pytest.FixtureRequest) -> Simulator:
     return catalog.load_simulator(request.param)
+
+
+@pytest.mark.parametrize("name", SIMULATOR_NAMES)
+def test_a_registered_simulator_implements_the_contract(name: str) -> None:
+    cls = simulator_class(name)
+    assert issubclass(cls, Simulator) and not inspect.isabstract(cls)
+    assert cls.name == name
+    assert cls.batch_size >= 1
+    assert set(cls.calibrated_constants) <= set(FACTORS)
+
+
+def test_the_registry_names_the_yaml_files_the_benchmark_and_the_help() -> None:
+    assert set(SIMULATOR_NAMES) == set(catalog.options("simulator"))
+    assert set(load_config(BenchmarkConfig).simulator) == set(SIMULATOR_NAMES)
+    assert f"Simulators: {', '.join(SIMULATOR_NAMES)}" in help_text(SIMULATE)
+    with pytest.raises(UserError, match="unknown simulator 'nope'; available: analytical, hier"):
+        simulator_class("nope")
+
+
+def test_a_calibration_of_an_unregistered_simulator_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("simulator: nope\n")
+    with pytest.raises(UserError, match="simulator 'nope' is unknown; available: analytical, "):
+        catalog.load_calibration(str(path))
+
+
+def test_the_default_simulate_many_is_the_loop_over_simulate(simulator: Simulator) -> None:
+    looped = Simulator.simulate_many(simulator, MODEL, CLUSTER, TRAIN, LAYOUTS)
+    one_by_one = [simulator.simulate(MODEL, CLUSTER, TRAIN, layout) for layout in LAYOUTS]
+    assert looped == PredictionList(tuple(one_by_one))
+    assert len(looped) == len(LAYOUTS) and looped.prediction(-1) == one_by_one[-1]
+
+
+def test_simulate_many_prices_as_simulate(simulator: Simulator) -> None:
+    """A simulator's own batch (the analytical's numpy arrays) gives simulate's numbers."""
+    batch = simulator.simulate_many(MODEL, CLUSTER, TRAIN, LAYOUTS)
+    assert len(batch) == len(LAYOUTS)
+    for index, layout in enumerate(LAYOUTS):
+        one, many = simulator.simulate(MODEL, CLUSTER, TRAIN, layout), batch.prediction(index)
+        assert many.step_time_s == pytest.approx(one.step_time_s, rel=1e-12)
+        assert many.memory_gib == pytest.approx(one.memory_gib, rel=1e-12)
+        assert many.breakdown == pytest.approx(dict(one.breakdown), rel=1e-12, abs=1e-15)
+
+
+def test_write_trace_is_refused_where_there_is_no_timeline(tmp_path: Path) -> None:
+    assert TRACE_WRITERS == ("hierarchical",)
+    for name in set(SIMULATOR_NAMES) - set(TRACE_WRITERS):
+        simulator = calibrated(catalog.load_simulator(name), None)  # the wrapper refuses alike
+        with pytest.raises(UserError, match=f"the {name} simulator writes no trace: it keeps no"):
+            simulator.write_trace(MODEL, CLUSTER, TRAIN, LAYOUTS[0], tmp_path / "t.json")
+    assert not list(tmp_path.iterdir())
+
+
+def test_calibrated_scales_the_constants_it_names_and_back(simulator: Simulator) -> None:
+    name, layout = simulator.name, LAYOUTS[1]
+    same = simulator.calibrated(Calibration(simulator=name))
+    assert type(same) is type(simulator) and same.name == name
+    assert same.calibrated_values() == simulator.calibrated_values()
+    assert same.simulate(MODEL, CLUSTER, TRAIN, layout) == simulator.simulate(
+        MODEL, CLUSTER, TRAIN, layout
+    )
+    scales = {"host_overhead": 2.0, "matmul_efficiency": 0.5}
+    there = simulator.calibrated(
+        Calibration(simulator=name, factors={**scales, "memory_constant_gib": 3.0})
+    )
+    back = there.calibrated(
+        Calibration(simulator=name, factors={k: 1 / v for k, v in scales.items()})
+    )
+    values, moved = simulator.calibrated_values(), there.calibrated_values()
+    for factor, scale in scales.items():
+        for key in simulator.calibrated_constants[factor]:
+            assert moved.get(key) == pytest.approx(values[key] * scale if key in values else None)
+    (reserved,) = simulator.calibrated_constants["memory_constant_gib"]
+    assert moved[reserved] == 3.0
+    assert back.calibrated_values() == pytest.approx({**values, reserved: 3.0})
+
+
+@pytest.mark.slow
+def test_a_new_simulator_needs_its_class_yaml_and_registry_line(tmp_path: Path) -> None:
+    """The toy simulator, registered in a fresh interpreter before the commands are imported,
+    with its yaml in a config folder of the user's, runs through ``autotune.simulate`` and the
+    benchmark."""
+    (tmp_path / "simulator").mkdir()
+    (tmp_path / "simulator" / "toy.yaml").write_text(TOY_YAML)
+    data = write(tmp_path / "runs.csv", {"dp": 8, "tp": 1}, {"dp": 4, "tp": 2, "step_time_s": 2})
+    folder = f"hydra.searchpath=[file://{tmp_path}]"
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from autotune.simulators import registry
+        from tests.simulators_tests._toy import ToySimulator
+        registry._CLASSES["toy"] = ToySimulator  # its registry line
+        registry.SIMULATOR_NAMES = tuple(registry._CLASSES)
+        from autotune.benchmark.__main__ import main as benchmark
+        from autotune.simulate import main as simulate
+        status = simulate(["simulator=toy", "model=llama2_7b", "cluster=ascend",
+                           "cluster.num_nodes=1", "search.memory_margin=0", "output=json",
+                           "{folder}"])
+        status += benchmark(["simulators=[toy]", "data={data}", "output=json",
+                             "tracking.enabled=false", "report_dir={tmp_path / "report"}",
+                             "bootstrap_samples=10", "memory_margin=0", "{folder}"])
+        sys.exit(status)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    decoder, text = json.JSONDecoder(), done.stdout.lstrip()
+    simulated, end = decoder.raw_decode(text)
+    scored, _ = decoder.raw_decode(text[end:].lstrip())
+    assert simulated["simulator"] == "toy"
+    assert simulated["prediction"]["step_time_s"] == pytest.approx(0.5 * 32)
+    assert "toy" in scored["simulators"]
+    assert ToySimulator.from_config({"seconds_per_layer": 1.0}).calibrated_values() == {}
 
 
 def test_layouts_are_valid() -> None:

@@ -28,6 +28,10 @@ from autotune.simulators.analytical.batch import simulate_batch
 from autotune.simulators.analytical.constants import AnalyticalConstants
 from autotune.simulators.analytical.prices import JobPrices
 from autotune.simulators.analytical.prices import simulate_layout
+from autotune.simulators.base import Simulator
+from autotune.simulators.calibration import Calibration
+from autotune.simulators.calibration import calibrate_constants
+from autotune.simulators.calibration import constant_values
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import Prediction
 from autotune.simulators.specs import ClusterSpec
@@ -37,7 +41,7 @@ from autotune.simulators.specs import TrainSpec
 __all__ = ["AnalyticalSimulator"]
 
 
-class AnalyticalSimulator:
+class AnalyticalSimulator(Simulator):
     """Closed-form step time and memory; microseconds per layout, or many layouts at once
     with numpy (:meth:`simulate_many`).
 
@@ -48,6 +52,14 @@ class AnalyticalSimulator:
     """
 
     name = "analytical"
+    # Layouts per simulate_many call in a search: a signal is noticed between two calls (a few
+    # tenths of a second) and the per-call cost stays small.
+    batch_size = 4096
+    calibrated_constants = {
+        "matmul_efficiency": ("attention_efficiency",),
+        "host_overhead": ("host_op_overhead_us",),
+        "memory_constant_gib": ("reserved_memory_gib",),
+    }
 
     def __init__(self, constants: AnalyticalConstants) -> None:
         self.constants = constants
@@ -71,6 +83,14 @@ class AnalyticalSimulator:
         Like :meth:`simulate`, it assumes every layout is valid.
         """
         return simulate_batch(self._job(model, cluster, train), layouts)
+
+    def calibrated(self, calibration: Calibration) -> AnalyticalSimulator:
+        return AnalyticalSimulator(
+            calibrate_constants(self.constants, calibration, self.calibrated_constants)
+        )
+
+    def calibrated_values(self) -> dict[str, float]:
+        return constant_values(self.constants, self.calibrated_constants)
 
     def _job(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> JobPrices:
         job = self._last

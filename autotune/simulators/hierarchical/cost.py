@@ -11,7 +11,6 @@ with the shared alpha-beta models of :mod:`autotune.simulators.collectives` (doc
 from __future__ import annotations
 
 import csv
-import dataclasses
 import functools
 import re
 from collections.abc import Mapping
@@ -166,15 +165,14 @@ def load_cost_table(path: str) -> CostTable:
 class CommCost:
     """Collective times for the parallel groups of one layout on one cluster.
 
-    Groups are placed by :meth:`simulators.Layout.group` in Megatron's rank order;
-    ``efficiency`` replaces the links' own efficiency when given. With ``deepep_copies`` (the
-    experts a token goes to) the expert all-to-all is DeepEP's, which sends a token once per
-    node (:func:`autotune.simulators.collectives.deepep_time_s`).
+    Groups are placed by :meth:`simulators.Layout.group` in Megatron's rank order, on the
+    cluster's links as the simulator sees them (``HierarchicalSimulator.effective_cluster``).
+    With ``deepep_copies`` (the experts a token goes to) the expert all-to-all is DeepEP's,
+    which sends a token once per node (:func:`autotune.simulators.collectives.deepep_time_s`).
     """
 
     cluster: ClusterSpec
     layout: Layout
-    efficiency: float | None = None
     deepep_copies: int = 0
 
     def time_s(self, kind: str, nbytes: float, group: str) -> float:
@@ -188,17 +186,16 @@ class CommCost:
             return 0.0
         if kind not in _COLLECTIVES:
             raise ValueError(f"unknown collective {kind!r}")
-        cluster = _with_efficiency(self.cluster, self.efficiency)
         if kind == "all_to_all" and group == "ep" and self.deepep_copies:
             copies = self.deepep_copies
-            return deepep_time_s(nbytes / copies, copies, placement, cluster)
-        return _COLLECTIVES[kind](nbytes, placement, cluster)
+            return deepep_time_s(nbytes / copies, copies, placement, self.cluster)
+        return _COLLECTIVES[kind](nbytes, placement, self.cluster)
 
     def p2p_s(self, nbytes: float, src: int, dst: int, group: str) -> float:
         """One send between members ``src`` and ``dst`` of ``group`` (same node or not)."""
         placement = self.layout.group(group, self.cluster.devices_per_node)
         same_node = placement.same_node(src, dst, self.cluster.devices_per_node)
-        return p2p_time_s(nbytes, same_node, _with_efficiency(self.cluster, self.efficiency))
+        return p2p_time_s(nbytes, same_node, self.cluster)
 
 
 _COLLECTIVES = {
@@ -208,15 +205,3 @@ _COLLECTIVES = {
     "all_to_all": all_to_all_time_s,
     "ring_send_recv": ring_exchange_time_s,
 }
-
-
-@functools.lru_cache(maxsize=64)
-def _with_efficiency(cluster: ClusterSpec, efficiency: float | None) -> ClusterSpec:
-    """The cluster with both link levels at ``efficiency`` (unchanged when None)."""
-    if efficiency is None:
-        return cluster
-    return dataclasses.replace(
-        cluster,
-        intra_node=dataclasses.replace(cluster.intra_node, efficiency=efficiency),
-        inter_node=dataclasses.replace(cluster.inter_node, efficiency=efficiency),
-    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -10,8 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from typing import ClassVar
 
+from autotune.simulators.base import Simulator
+from autotune.simulators.calibration import Calibration
+from autotune.simulators.calibration import calibrate_constants
+from autotune.simulators.calibration import constant_values
 from autotune.simulators.device_memory import churning_grad_bytes
 from autotune.simulators.device_memory import fragmentation_bytes
 from autotune.simulators.device_memory import reserved_bytes
@@ -55,7 +59,7 @@ _Rank = tuple[float, dict[str, float], dict[str, float], dict[str, float]]
 
 
 @dataclass(frozen=True, slots=True)
-class HierarchicalSimulator:
+class HierarchicalSimulator(Simulator):
     """The ParallelSim / LM-SimBench pipeline as a :class:`~simulators.Simulator`.
 
     Layers are compiled on the meta device into operator graphs (torch is imported on the
@@ -72,12 +76,39 @@ class HierarchicalSimulator:
     """
 
     constants: HierarchicalConstants
-    name: ClassVar[str] = "hierarchical"
+    name = "hierarchical"
+    calibrated_constants = {
+        "matmul_efficiency": ("efficiency.matmul", "efficiency.attention"),
+        "memory_efficiency": ("efficiency.memory",),
+        "host_overhead": ("host_op_overhead_us",),
+        "memory_constant_gib": ("reserved_memory_gib",),
+    }
 
     @classmethod
     def from_config(cls, constants: Mapping[str, Any]) -> HierarchicalSimulator:
         """Build from ``conf/simulator/hierarchical.yaml`` (without its ``name`` key)."""
         return cls(HierarchicalConstants.from_mapping(constants))
+
+    def calibrated(self, calibration: Calibration) -> HierarchicalSimulator:
+        """The calibrated constants, without ``efficiency.comm``: the calibrated cluster's
+        links carry it (:meth:`effective_cluster`)."""
+        constants = calibrate_constants(self.constants, calibration, self.calibrated_constants)
+        efficiency = dataclasses.replace(constants.efficiency, comm=None)
+        return HierarchicalSimulator(dataclasses.replace(constants, efficiency=efficiency))
+
+    def calibrated_values(self) -> dict[str, float]:
+        return constant_values(self.constants, self.calibrated_constants)
+
+    def effective_cluster(self, cluster: ClusterSpec) -> ClusterSpec:
+        """The cluster with both link levels at ``efficiency.comm`` where that is set."""
+        comm = self.constants.efficiency.comm
+        if comm is None:
+            return cluster
+        return dataclasses.replace(
+            cluster,
+            intra_node=dataclasses.replace(cluster.intra_node, efficiency=comm),
+            inter_node=dataclasses.replace(cluster.inter_node, efficiency=comm),
+        )
 
     def simulate(
         self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
@@ -108,6 +139,7 @@ class HierarchicalSimulator:
         from autotune.simulators.hierarchical.compile import compile_layer  # torch loads here
 
         consts = self.constants
+        cluster = self.effective_cluster(cluster)
         shapes = layer_shapes(model, layout, train, cluster)
         graphs = {kind: compile_layer(s) for kind, s in shapes.items()}
         roofline = RooflineCost(
@@ -119,7 +151,6 @@ class HierarchicalSimulator:
         comm = CommCost(
             cluster=cluster,
             layout=layout,
-            efficiency=consts.efficiency.comm,
             deepep_copies=model.moe_top_k if train.token_dispatcher == "deepep" else 0,
         )
         coster = StageCoster(

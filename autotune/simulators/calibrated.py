@@ -1,0 +1,194 @@
+"""A simulator with a calibration and a memory margin applied (:class:`CalibratedSimulator`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import ChainMap
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from typing import NoReturn
+
+from autotune.simulators.base import PredictionBatch
+from autotune.simulators.base import Simulator
+from autotune.simulators.calibration import Calibration
+from autotune.simulators.calibration import calibrate_cluster
+from autotune.simulators.errors import UserError
+from autotune.simulators.layout import Layout
+from autotune.simulators.prediction import Prediction
+from autotune.simulators.specs import ClusterSpec
+from autotune.simulators.specs import ModelSpec
+from autotune.simulators.specs import TrainSpec
+
+__all__ = ["CalibratedSimulator", "calibrated", "constant_overrides"]
+
+_PIPELINED = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm")
+
+
+def constant_overrides(
+    simulator: Simulator, cluster: ClusterSpec, calibration: Calibration
+) -> dict[str, float]:
+    """What the calibration sets, as the config keys it rewrites and their new values."""
+    calibrated_cluster = calibrate_cluster(simulator.effective_cluster(cluster), calibration)
+    device = calibrated_cluster.device
+    values: dict[str, float] = {
+        "cluster.device.matmul_efficiency": device.matmul_efficiency,
+        "cluster.device.memory_efficiency": device.memory_efficiency,
+        "cluster.intra_node.efficiency": calibrated_cluster.intra_node.efficiency,
+        "cluster.inter_node.efficiency": calibrated_cluster.inter_node.efficiency,
+    }
+    if device.fp8_matmul_efficiency is not None:
+        values["cluster.device.fp8_matmul_efficiency"] = device.fp8_matmul_efficiency
+    constants = simulator.calibrated(calibration).calibrated_values()
+    values |= {f"simulator.{key}": value for key, value in constants.items()}
+    return {k: round(float(v), 6) for k, v in values.items()}
+
+
+def _adjusted(
+    prediction: Prediction, calibration: Calibration, memory_margin: float
+) -> Prediction:
+    """The prediction with the overlap and memory factors applied and the margin set."""
+    breakdown = dict(prediction.breakdown)
+    tp_hidden = calibration.factor("tp_overlap") * breakdown.get("tp_comm", 0.0)
+    pipelined = sum(breakdown.get(k, 0.0) for k in _PIPELINED)
+    if tp_hidden and pipelined > 0:
+        # The bubble is made of the other stages' per-micro-batch time: it shrinks alike.
+        breakdown["bubble"] = breakdown.get("bubble", 0.0) * (1 - tp_hidden / pipelined)
+        breakdown["tp_comm"] -= tp_hidden
+    if "dp_comm" in breakdown:
+        breakdown["dp_comm"] *= 1 - calibration.factor("dp_overlap")
+    step_s = sum(breakdown.values())
+    scale = calibration.factor("memory_factor")
+    memory = {
+        key: value if key == "reserved" else value * scale
+        for key, value in prediction.memory_breakdown_gib.items()
+    }
+    speedup = prediction.step_time_s / step_s if step_s > 0 else 1.0
+    return dataclasses.replace(
+        prediction,
+        step_time_s=step_s,
+        breakdown=breakdown,
+        memory_gib=sum(memory.values()),
+        memory_breakdown_gib=memory,
+        memory_capacity_gib=prediction.memory_capacity_gib / (1 + memory_margin),
+        tokens_per_s_per_device=prediction.tokens_per_s_per_device * speedup,
+        mfu=prediction.mfu * speedup,
+        # A view, not a copy: the wrapped simulator's detail may be computed when first read
+        # (a ChainMap writes only into its first map, so a read-only one is fine after it).
+        detail=ChainMap({"memory_margin": memory_margin}, prediction.detail),  # type: ignore[arg-type]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _CalibratedBatch:
+    """A batch of the wrapped simulator's predictions, each calibrated when taken."""
+
+    batch: PredictionBatch
+    calibration: Calibration
+    memory_margin: float
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def prediction(self, index: int) -> Prediction:
+        return _adjusted(self.batch.prediction(index), self.calibration, self.memory_margin)
+
+
+class CalibratedSimulator(Simulator):
+    """A simulator with a :class:`Calibration` and a memory margin applied.
+
+    ``simulate`` runs the wrapped simulator calibrated on its own constants
+    (:meth:`Simulator.calibrated`) on the calibrated cluster, then applies the overlap and memory
+    factors to its prediction. The memory margin lowers ``memory_capacity_gib`` to
+    ``capacity / (1 + margin)``, so ``fits`` means "fits with the margin to spare";
+    ``detail["memory_margin"]`` records it. ``name`` and ``batch_size`` are the wrapped
+    simulator's.
+
+    Example:
+        >>> from autotune import catalog
+        >>> base = catalog.load_simulator("analytical")
+        >>> sim = calibrated(base, Calibration(simulator="analytical"), memory_margin=0.05)
+        >>> sim.name, sim.memory_margin
+        ('analytical', 0.05)
+    """
+
+    calibration: Calibration
+
+    def __init__(
+        self, base: Simulator, calibration: Calibration, memory_margin: float = 0.0
+    ) -> None:
+        if calibration.simulator != base.name:
+            raise UserError(
+                f"calibration {calibration.name or '(unnamed)'!r} is for the "
+                f"{calibration.simulator} simulator, not {base.name}"
+            )
+        if not memory_margin >= 0:
+            raise UserError(f"memory margin {memory_margin!r} must be >= 0")
+        self.name = base.name
+        self.batch_size = base.batch_size
+        self.base = base
+        self.calibration = calibration
+        self.memory_margin = float(memory_margin)
+        self._inner = base.calibrated(calibration)
+        self._clusters: dict[ClusterSpec, ClusterSpec] = {}
+
+    @classmethod
+    def from_config(cls, constants: Mapping[str, Any]) -> NoReturn:
+        """Not built from constants: :func:`calibrated` wraps a simulator that is."""
+        raise TypeError("a CalibratedSimulator wraps a simulator: build it with calibrated()")
+
+    def effective_cluster(self, cluster: ClusterSpec) -> ClusterSpec:
+        """The wrapped simulator's view of ``cluster``, calibrated."""
+        calibrated_cluster = self._clusters.get(cluster)
+        if calibrated_cluster is None:
+            calibrated_cluster = calibrate_cluster(
+                self.base.effective_cluster(cluster), self.calibration
+            )
+            self._clusters[cluster] = calibrated_cluster
+        return calibrated_cluster
+
+    def simulate(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
+    ) -> Prediction:
+        prediction = self._inner.simulate(model, self.effective_cluster(cluster), train, layout)
+        return _adjusted(prediction, self.calibration, self.memory_margin)
+
+    def simulate_many(
+        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layouts: Sequence[Layout]
+    ) -> PredictionBatch:
+        """The wrapped simulator's batch, each prediction calibrated."""
+        batch = self._inner.simulate_many(model, self.effective_cluster(cluster), train, layouts)
+        return _CalibratedBatch(batch, self.calibration, self.memory_margin)
+
+    def write_trace(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        train: TrainSpec,
+        layout: Layout,
+        path: str | Path,
+    ) -> Path:
+        """The wrapped simulator's trace on the calibrated cluster and constants. The overlap
+        factors scale step totals only, so the timeline does not show them."""
+        return self._inner.write_trace(model, self.effective_cluster(cluster), train, layout, path)
+
+    def calibrated(self, calibration: Calibration) -> CalibratedSimulator:
+        """The wrapped simulator with ``calibration`` instead, and the same margin."""
+        return CalibratedSimulator(self.base, calibration, self.memory_margin)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"base": self.base, "calibration": self.calibration, "margin": self.memory_margin}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["base"], state["calibration"], state["margin"])  # type: ignore[misc]
+
+
+def calibrated(
+    base: Simulator, calibration: Calibration | None, memory_margin: float = 0.0
+) -> CalibratedSimulator:
+    """``base`` with ``calibration`` (None: uncalibrated) and ``memory_margin`` applied."""
+    return CalibratedSimulator(
+        base, calibration or Calibration(simulator=base.name), memory_margin
+    )

@@ -67,6 +67,7 @@ def test_every_probe_out_of_memory_tightens_the_memory_model(probed: tuple[Path,
     assert "no probe ran: the best layout predicted to fit" in proc.stdout
 
 
+@pytest.mark.slow  # more search processes: the loop itself is checked above
 def test_measured_rows_of_another_job_are_refused(probed: tuple[Path, dict]) -> None:
     folder, _ = probed
     proc = run(
@@ -88,6 +89,7 @@ def test_the_memory_margin_is_shown_and_can_be_set(tmp_path: Path) -> None:
     assert "memory margin 10.0% (search.memory_margin)" in proc.stderr
 
 
+@pytest.mark.slow
 def test_the_next_probes_never_replace_the_measurements(
     probed: tuple[Path, dict], tmp_path: Path
 ) -> None:
@@ -108,6 +110,7 @@ def test_the_next_probes_never_replace_the_measurements(
     assert sorted(p.name for p in tmp_path.glob("probes*")) == ["probes-2.csv", "probes.csv"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("times", "refusal"),
     [

@@ -246,12 +246,16 @@ def test_unknown_model_lists_the_catalog(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    [
-        "autotune",
-        "autotune.simulate",
-        "autotune.benchmark",
-        "autotune.profile",
-        "autotune.calibrate",
+    # a process each; test_cli_hydra.py checks every command's help in this process
+    ["autotune"]
+    + [
+        pytest.param(module, marks=pytest.mark.slow)
+        for module in (
+            "autotune.simulate",
+            "autotune.benchmark",
+            "autotune.profile",
+            "autotune.calibrate",
+        )
     ],
 )
 def test_help_says_what_the_command_does(tmp_path: Path, module: str) -> None:

@@ -9,7 +9,8 @@ stderr.
 
 The cases are grouped by where the value enters: Hydra's own refusals (``catalog.compose``),
 the specs' ``__post_init__`` (model, cluster, train, layout), the simulators' and frameworks'
-constants, and each command's ``check()`` (search, tracking, benchmark, profile, paths).
+constants, and each command's ``check()`` (search, tracking, benchmark, profile, paths). The
+default run takes the first case of each group for each command; the rest are marked ``slow``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -679,14 +681,24 @@ PATHS = [
     ("search", ["tracking.uri=sqlite:////dev/null"], "'sqlite:////dev/null' is a device"),
     ("search", ["measured=/nonexistent.csv"], "/nonexistent.csv: no such file"),
 ]
-CASES = (
-    HYDRA + FLAGS + MODEL + CLUSTER + TRAIN + LAYOUT + CONSTANTS + SEARCH + TRACKING + BENCHMARK
-)
-CASES += PROFILE + NAMES + PATHS
+GROUPS = [HYDRA, FLAGS, MODEL, CLUSTER, TRAIN, LAYOUT, CONSTANTS, SEARCH, TRACKING, BENCHMARK]
+GROUPS += [PROFILE, NAMES, PATHS]
+CASES = [case for group in GROUPS for case in group]
 
 
 def _id(case: tuple[str, list[str], str]) -> str:
     return f"{case[0]}:{' '.join(case[1])}"
+
+
+def _params() -> list[Any]:
+    """Every case, ``slow`` past the first of its group for its command (400 take minutes)."""
+    params, seen = [], set()
+    for number, group in enumerate(GROUPS):
+        for case in group:
+            marks = [pytest.mark.slow] if (number, case[0]) in seen else []
+            seen.add((number, case[0]))
+            params.append(pytest.param(*case, marks=marks, id=_id(case)))
+    return params
 
 
 def test_the_cases_are_many_and_distinct() -> None:
@@ -741,7 +753,7 @@ def assert_one_clean_error(status: int, stderr: str, words: str) -> None:
     assert words in stderr, stderr
 
 
-@pytest.mark.parametrize(("command", "args", "words"), CASES, ids=[_id(c) for c in CASES])
+@pytest.mark.parametrize(("command", "args", "words"), _params())
 def test_bad_input_is_one_error_line_and_nothing_written(
     run_main: Run, tmp_path: Path, data_file: Path, command: str, args: list[str], words: str
 ) -> None:

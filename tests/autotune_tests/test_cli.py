@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,6 @@ def mlflow_runs(uri: str, experiment: str):  # noqa: ANN201
     return mlflow.search_runs(experiment_names=[experiment], output_format="list")
 
 
-@pytest.mark.slow
 def test_search_json_and_mlflow_record(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
     proc = run("autotune", *SMALL, "output=json", f"tracking.uri={uri}", cwd=tmp_path)
@@ -110,6 +110,7 @@ def test_search_table_shows_layouts_breakdown_and_flags(tmp_path: Path) -> None:
     assert max(len(line) for line in lines) <= 120, max(lines, key=len)
 
 
+@pytest.mark.slow  # two searches; test_search.py binds a study in this process
 def test_a_stored_study_is_bound_to_the_training_settings(tmp_path: Path) -> None:
     """A study resumed with another setting of the step (here the gradient dtype) would mix
     two objectives: it is refused."""
@@ -127,9 +128,14 @@ def test_a_stored_study_is_bound_to_the_training_settings(tmp_path: Path) -> Non
     assert other.returncode == 2 and "made for another job or sampler" in other.stderr
 
 
-def test_simulate_one_layout_as_json(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [["autotune.simulate"], ["autotune.console", "simulate"]],  # the second: `autotune simulate`
+    ids=["module", "console-script"],
+)
+def test_simulate_one_layout_as_json(tmp_path: Path, command: list[str]) -> None:
     proc = run(
-        "autotune.simulate",
+        *command,
         *SMALL,
         "parallel.tp=2",
         "parallel.pp=2",
@@ -157,56 +163,66 @@ def test_simulate_writes_the_hierarchical_timeline_as_a_chrome_trace(tmp_path: P
     assert {e["ph"] for e in events} >= {"X"} and len(events) > 100
 
 
-@pytest.mark.parametrize(
-    ("module", "args", "message"),
-    [
-        (
-            "autotune.simulate",
-            ["parallel.tp=3", "parallel.pp=7", "train.framework=megatron_lm"],
-            "pp=7 does not divide",
-        ),
-        (
-            "autotune.simulate",
-            ["parallel.pp=2", "parallel.layer_split=[10,20]"],
-            "layer_split [10, 20] sums to 30, expected num_layers=32",
-        ),
-        (
-            "autotune.simulate",
-            ["parallel.pp=2", "parallel.layer_split=[32,0]"],
-            "has a stage with no layers",
-        ),
-        ("autotune", ["train.framework=nope"], "unknown framework 'nope'; available: "),
-        ("autotune", ["train.precision=fp4"], "precision='fp4' is not one of"),
-        ("autotune", ["train.precision=fp8"], "mindspeed' has none (use bf16)"),
-        (
-            "autotune",
-            ["train.precision=fp8", "cluster=a100"],
-            "precision fp8 on A100 SXM 80GB, which has no FP8 tensor cores",
-        ),
-        ("autotune", ["cluster.num_nodes=0"], "num_nodes=0 must be > 0"),
-        ("autotune", ["train.global_batch_size=-4"], "global_batch_size=-4 must be > 0"),
-        (
-            "autotune",
-            ["parallel.pp=7", "train.framework=megatron_lm"],
-            "pp=7 does not divide num_layers=32",
-        ),
-        (
-            "autotune",
-            ["search.sampler=cmaes"],
-            "available: auto, grid, screen, tpe, gp, random, nsga2",
-        ),
-        ("autotune", ["search.rerank=nope"], "unknown search.rerank simulator 'nope'"),
-        ("autotune", ["search.rerank_top=0"], "search.rerank_top=0 must be >= 1"),
-        ("autotune", ["search.storage=notaurl"], "is not a storage URL"),
-        ("autotune", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
-        ("autotune", ["+model.layerz=3"], "unknown key(s) model.layerz (allowed: "),
-        ("autotune", ["model.layerz=3"], "unknown key 'model.layerz'"),
-        ("autotune", ["parallel.tp=abc"], "parallel.tp"),
-        ("autotune", ["model=schema"], "unknown model 'schema'; available: "),
-        ("autotune", ["--verbose"], "unknown option '--verbose'"),
-        ("autotune", ["output=xml"], "allowed: table, json"),
-    ],
-)
+BAD_INPUT = [
+    (
+        "autotune.simulate",
+        ["parallel.tp=3", "parallel.pp=7", "train.framework=megatron_lm"],
+        "pp=7 does not divide",
+    ),
+    (
+        "autotune.simulate",
+        ["parallel.pp=2", "parallel.layer_split=[10,20]"],
+        "layer_split [10, 20] sums to 30, expected num_layers=32",
+    ),
+    (
+        "autotune.simulate",
+        ["parallel.pp=2", "parallel.layer_split=[32,0]"],
+        "has a stage with no layers",
+    ),
+    ("autotune", ["train.framework=nope"], "unknown framework 'nope'; available: "),
+    ("autotune", ["train.precision=fp4"], "precision='fp4' is not one of"),
+    ("autotune", ["train.precision=fp8"], "mindspeed' has none (use bf16)"),
+    (
+        "autotune",
+        ["train.precision=fp8", "cluster=a100"],
+        "precision fp8 on A100 SXM 80GB, which has no FP8 tensor cores",
+    ),
+    ("autotune", ["cluster.num_nodes=0"], "num_nodes=0 must be > 0"),
+    ("autotune", ["train.global_batch_size=-4"], "global_batch_size=-4 must be > 0"),
+    (
+        "autotune",
+        ["parallel.pp=7", "train.framework=megatron_lm"],
+        "pp=7 does not divide num_layers=32",
+    ),
+    (
+        "autotune",
+        ["search.sampler=cmaes"],
+        "available: auto, grid, screen, tpe, gp, random, nsga2",
+    ),
+    ("autotune", ["search.rerank=nope"], "unknown search.rerank simulator 'nope'"),
+    ("autotune", ["search.rerank_top=0"], "search.rerank_top=0 must be >= 1"),
+    ("autotune", ["search.storage=notaurl"], "is not a storage URL"),
+    ("autotune", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
+    ("autotune", ["+model.layerz=3"], "unknown key(s) model.layerz (allowed: "),
+    ("autotune", ["model.layerz=3"], "unknown key 'model.layerz'"),
+    ("autotune", ["parallel.tp=abc"], "parallel.tp"),
+    ("autotune", ["model=schema"], "unknown model 'schema'; available: "),
+    ("autotune", ["--verbose"], "unknown option '--verbose'"),
+    ("autotune", ["output=xml"], "allowed: table, json"),
+]
+
+
+def _first_of_each_command(cases: list[tuple[str, list[str], str]]) -> list[Any]:
+    """A process each: the first case of each command in the default run, the others slow
+    (``test_bad_input.py`` tries such input, rule by rule, in this process)."""
+    params, seen = [], set()
+    for case in cases:
+        params.append(pytest.param(*case, marks=[pytest.mark.slow] if case[0] in seen else []))
+        seen.add(case[0])
+    return params
+
+
+@pytest.mark.parametrize(("module", "args", "message"), _first_of_each_command(BAD_INPUT))
 def test_bad_input_is_one_clear_message(
     tmp_path: Path, module: str, args: list[str], message: str
 ) -> None:
@@ -230,12 +246,16 @@ def test_unknown_model_lists_the_catalog(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    [
-        "autotune",
-        "autotune.simulate",
-        "autotune.benchmark",
-        "autotune.profile",
-        "autotune.calibrate",
+    # a process each; test_cli_hydra.py checks every command's help in this process
+    ["autotune"]
+    + [
+        pytest.param(module, marks=pytest.mark.slow)
+        for module in (
+            "autotune.simulate",
+            "autotune.benchmark",
+            "autotune.profile",
+            "autotune.calibrate",
+        )
     ],
 )
 def test_help_says_what_the_command_does(tmp_path: Path, module: str) -> None:

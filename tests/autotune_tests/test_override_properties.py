@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck
 from hypothesis import event
 from hypothesis import given
@@ -162,6 +163,7 @@ def _finite(value: Any) -> bool:
     return True
 
 
+@pytest.mark.slow  # fuzzing: a Hydra compose per example
 @settings(
     max_examples=40,
     deadline=None,
@@ -225,6 +227,7 @@ _COMMANDS = st.one_of(
 )
 
 
+@pytest.mark.slow  # fuzzing: a Hydra compose per example
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(command=_COMMANDS)
 def test_search_benchmark_and_profile_settings_are_taken_or_refused(
@@ -249,6 +252,7 @@ _HIERARCHICAL_KEYS = _leaves(
 )
 
 
+@pytest.mark.slow  # fuzzing: a Hydra compose per example
 @settings(max_examples=30, deadline=None)
 @given(
     overrides=st.lists(

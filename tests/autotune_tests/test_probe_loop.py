@@ -27,7 +27,18 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return folder, _probe(folder, "probes=3")
 
 
-def test_probes_end_the_search_with_a_csv_to_fill(probed: tuple[Path, dict]) -> None:
+@pytest.fixture(scope="module")
+def filled(probed: tuple[Path, dict]) -> Path:
+    """The probes' CSV filled in as after measuring them: ``filled.csv`` beside it."""
+    folder, _ = probed
+    table = pd.read_csv(folder / "probes.csv")
+    table["status"] = "ok"
+    table["step_time_s"] = table["predicted_step_time_s"] * [1.3, 1.2, 1.25]
+    table.to_csv(folder / "filled.csv", index=False)
+    return folder / "filled.csv"
+
+
+def test_probes_end_the_search_with_a_csv_to_fill(probed: tuple[Path, dict], filled: Path) -> None:
     folder, payload = probed
     probes = payload["probe_round"]["probes"]
     assert len(probes) == 3 and len({json.dumps(p["layout"]) for p in probes}) == 3
@@ -36,14 +47,12 @@ def test_probes_end_the_search_with_a_csv_to_fill(probed: tuple[Path, dict]) -> 
         len(table) == 3 and table[["status", "step_time_s", "peak_memory_gib"]].isna().all().all()
     )
     assert payload["memory_margin"] > 0  # derived from the shipped rows
-    table["status"] = "ok"
-    table["step_time_s"] = table["predicted_step_time_s"] * [1.3, 1.2, 1.25]
-    filled = folder / "filled.csv"
-    table.to_csv(filled, index=False)
     assert len(dataset.load_measurements(filled)) == 3  # in the measurement schema
 
 
-def test_measured_probes_calibrate_and_the_pick_is_not_worse(probed: tuple[Path, dict]) -> None:
+def test_measured_probes_calibrate_and_the_pick_is_not_worse(
+    probed: tuple[Path, dict], filled: Path
+) -> None:
     folder, _ = probed
     payload = _probe(folder, "measured=filled.csv")
     round_ = payload["probe_round"]
@@ -67,7 +76,8 @@ def test_every_probe_out_of_memory_tightens_the_memory_model(probed: tuple[Path,
     assert "no probe ran: the best layout predicted to fit" in proc.stdout
 
 
-def test_measured_rows_of_another_job_are_refused(probed: tuple[Path, dict]) -> None:
+@pytest.mark.slow  # more search processes: the loop itself is checked above
+def test_measured_rows_of_another_job_are_refused(probed: tuple[Path, dict], filled: Path) -> None:
     folder, _ = probed
     proc = run(
         "autotune", *SMALL[:2], "cluster.num_nodes=2", OFF, "measured=filled.csv", cwd=folder
@@ -88,26 +98,25 @@ def test_the_memory_margin_is_shown_and_can_be_set(tmp_path: Path) -> None:
     assert "memory margin 10.0% (search.memory_margin)" in proc.stderr
 
 
-def test_the_next_probes_never_replace_the_measurements(
-    probed: tuple[Path, dict], tmp_path: Path
-) -> None:
+@pytest.mark.slow
+def test_the_next_probes_never_replace_the_measurements(filled: Path, tmp_path: Path) -> None:
     """The README's loop, ``probes=K measured=probes.csv``: the filled-in file is read and
     kept; the next probes go beside it. An unfilled template is replaced in place."""
-    folder, _ = probed
-    filled = (folder / "filled.csv").read_bytes()
-    (tmp_path / "probes.csv").write_bytes(filled)
+    measured = filled.read_bytes()
+    (tmp_path / "probes.csv").write_bytes(measured)
     payload = _probe(tmp_path, "probes=2", "measured=probes.csv")
-    assert (tmp_path / "probes.csv").read_bytes() == filled
+    assert (tmp_path / "probes.csv").read_bytes() == measured
     assert payload["probe_round"]["probes_csv"] == "probes-2.csv"
     assert len(pd.read_csv(tmp_path / "probes-2.csv")) == 2
     proc = run("autotune", *SMALL, OFF, "probes=1", cwd=tmp_path)  # probes_out=probes.csv
     assert proc.returncode == 0, proc.stderr
     assert "probes.csv holds measurements: the next probes go to probes-2.csv" in proc.stdout
-    assert (tmp_path / "probes.csv").read_bytes() == filled
+    assert (tmp_path / "probes.csv").read_bytes() == measured
     assert len(pd.read_csv(tmp_path / "probes-2.csv")) == 1  # the unfilled one, replaced
     assert sorted(p.name for p in tmp_path.glob("probes*")) == ["probes-2.csv", "probes.csv"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("times", "refusal"),
     [

@@ -76,6 +76,7 @@ def _moe_table(path: Path, rows: tuple[dict[str, Any], ...] = _ZOO) -> Path:
     return path
 
 
+@pytest.mark.slow  # a benchmark process
 def test_a_moe_table_of_layouts_it_cannot_express_is_scored_on_the_rest(tmp_path: Path) -> None:
     data = _moe_table(tmp_path / "qwen3.csv")
     proc = run("autotune.benchmark", f"data={data}", OFF, cwd=tmp_path)
@@ -247,6 +248,7 @@ def _rows(draw: st.DrawFn) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
+@pytest.mark.slow  # fuzzing
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=_rows())
 def test_every_row_is_either_priced_by_every_ranker_or_set_apart_by_its_rules(

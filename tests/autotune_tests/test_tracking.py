@@ -28,7 +28,10 @@ def _config(tmp_path: Path) -> TrackingConfig:
 
 
 @pytest.mark.slow
-def test_a_gz_table_is_the_whole_frame_compressed(tmp_path: Path) -> None:
+def test_a_gz_table_is_the_whole_frame_compressed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the run's artifacts go to ./mlruns, not into the checkout
     frame = pd.DataFrame(
         {"rank": range(1, 2001), "step_time_s": [1.5] * 2000, "who": ["=a"] * 2000}
     )

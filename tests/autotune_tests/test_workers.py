@@ -52,9 +52,13 @@ def _assert_clean(study: optuna.Study, trials: int) -> None:
     assert len(polished) == len(set(polished))  # the polish prices each neighbour once
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
-    ("backend", "trials"), [("sqlite", 400), ("memory", 100), ("postgresql", 100)]
+    ("backend", "trials"),
+    [
+        pytest.param("sqlite", 400, marks=pytest.mark.slow),
+        ("memory", 100),
+        ("postgresql", 100),
+    ],
 )
 def test_four_local_workers_share_one_study(
     make_cfg: Callable[..., AutotuneConfig], tmp_path: Path, backend: str, trials: int

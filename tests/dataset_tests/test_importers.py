@@ -36,8 +36,15 @@ def test_free_text_parsers() -> None:
         leading_int("none")
 
 
-def test_build_round_trip_matches_the_shipped_files(tmp_path: Path) -> None:
-    written = build(RAW_DIR, tmp_path)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, int]]:
+    """A fresh build's folder and row counts, built once for the tests that read it."""
+    folder = tmp_path_factory.mktemp("built")
+    return folder, build(RAW_DIR, folder)
+
+
+def test_build_round_trip_matches_the_shipped_files(built: tuple[Path, dict[str, int]]) -> None:
+    folder, written = built
     assert written == {
         "vtrain": 1549,
         "simumax": 43,
@@ -53,13 +60,12 @@ def test_build_round_trip_matches_the_shipped_files(tmp_path: Path) -> None:
         "bigscience_tr3m": 27,
     }
     for source in IMPORTERS:
-        fresh = (tmp_path / f"{source}.csv").read_text()
+        fresh = (folder / f"{source}.csv").read_text()
         assert fresh == (dataset.DATA_DIR / f"{source}.csv").read_text(), source
 
 
-def test_values_survive_the_round_trip(tmp_path: Path) -> None:
-    build(RAW_DIR, tmp_path)
-    table = dataset.load_public(data_dir=tmp_path)
+def test_values_survive_the_round_trip(built: tuple[Path, dict[str, int]]) -> None:
+    table = dataset.load_public(data_dir=built[0])
     by_ref = {
         ref.split(" [config_id ")[1].rstrip("]"): row
         for ref, row in zip(table["source_ref"], table.to_dict("records"), strict=True)
@@ -121,9 +127,8 @@ def test_published_precision_labels() -> None:
         precision_of("INT4")
 
 
-def test_published_tables_values_checked_by_hand(tmp_path: Path) -> None:
-    build(RAW_DIR, tmp_path)
-    table = dataset.load_public(["nemo", "megatron_bridge", "dgxc", "mindspeed_2026"], tmp_path)
+def test_published_tables_values_checked_by_hand(built: tuple[Path, dict[str, int]]) -> None:
+    table = dataset.load_public(["nemo", "megatron_bridge", "dgxc", "mindspeed_2026"], built[0])
     rows = {row["scenario"]: row for row in table.to_dict("records")}
     # Megatron-Bridge 25.09, DGX-H100: | LLAMA3_70B | 64 | 128 | 1 | 8192 | 0 | 4 | 8 | 1 | 5 |
     # 1 | 64 | 1619 | 727 | (GPUs, GBS, MBS, seq, FSDP, TP, PP, CP, VP, EP, GA, tokens/s/GPU).
@@ -197,11 +202,10 @@ def test_published_tables_skip_reasons() -> None:
     assert sum(n for r, n in jobs.items() if r.startswith("expert TP")) == 5  # DeepSeek-V3
 
 
-def test_bloom_rows_carry_what_the_chronicles_state(tmp_path: Path) -> None:
+def test_bloom_rows_carry_what_the_chronicles_state(built: tuple[Path, dict[str, int]]) -> None:
     """Out-of-memory runs, the layer count inferred from the size, 2022 DeepSpeed's split, the
     BF16_Optimizer epoch, and the table whose GBS heading contradicts its column."""
-    build(RAW_DIR, tmp_path)
-    table = dataset.load_public(["bloom"], data_dir=tmp_path)
+    table = dataset.load_public(["bloom"], data_dir=built[0])
     by_ref = {
         ref.split(" [config_id ")[1].rstrip("]"): row
         for ref, row in zip(table["source_ref"], table.to_dict("records"), strict=True)
@@ -241,17 +245,18 @@ def test_an_empty_metric_is_absent_and_asking_for_it_names_the_config(tmp_path: 
         metric(ran, "iteration_time", "ms")
 
 
-def _rows_by_config(tmp_path: Path, source: str) -> dict[str, dict[str, object]]:
-    build(RAW_DIR, tmp_path)
-    table = dataset.load_public([source], tmp_path)
+def _rows_by_config(
+    built: tuple[Path, dict[str, int]], source: str
+) -> dict[str, dict[str, object]]:
+    table = dataset.load_public([source], built[0])
     return {
         str(row["source_ref"]).split(" [config_id ")[1].rstrip("]"): row
         for row in table.to_dict("records")
     }
 
 
-def test_flagperf_values_checked_by_hand(tmp_path: Path) -> None:
-    rows = _rows_by_config(tmp_path, "flagperf")
+def test_flagperf_values_checked_by_hand(built: tuple[Path, dict[str, int]]) -> None:
+    rows = _rows_by_config(built, "flagperf")
     # llama3_8B README line 60: | A100单机8卡（1x8） | bf16 | PP2DP4TP1 | / | 3698.7 | .. | 76/80 |
     base = rows["flagperf_llama3_8b_a800x8_pp2dp4tp1"]
     assert base["step_time_s"] == pytest.approx(512 * 8192 / (3698.7 * 8))  # 141.7 s
@@ -287,8 +292,8 @@ def test_flagperf_accounts_for_every_configuration() -> None:
     assert "gbs_unverified" in skipped["flagperf_llama3_8b_h100x440_bf16_pp1dp220tp2"]
 
 
-def test_bigscience_tr3m_values_checked_by_hand(tmp_path: Path) -> None:
-    rows = _rows_by_config(tmp_path, "bigscience_tr3m")
+def test_bigscience_tr3m_values_checked_by_hand(built: tuple[Path, dict[str, int]]) -> None:
+    rows = _rows_by_config(built, "bigscience_tr3m")
     # experiments/tr3m-1B3.md line 22: | 2 | 1 | 1 | 8 | 1 | 29 | 47.0 | 16GB |
     first = rows["bigscience_tr3m_v100_32g_full_tp1_pp1_dp8_mbs1"]
     assert (first["step_time_s"], first["peak_memory_gib"]) == (29, 16)

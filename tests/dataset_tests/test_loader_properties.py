@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 from hypothesis import event
 from hypothesis import given
 from hypothesis import settings
@@ -49,6 +50,7 @@ def _rows(changes: list[dict[str, Any]], extras: dict[str, Any]) -> list[dict[st
     return [{**BASE, "scenario": f"s{i}", **c, **extras} for i, c in enumerate(changes)]
 
 
+@pytest.mark.slow  # fuzzing
 @settings(max_examples=120, deadline=None)
 @given(
     changes=st.lists(_CHANGES, min_size=1, max_size=4),
@@ -106,6 +108,7 @@ _FIGURE_VALUES = st.one_of(
 )
 
 
+@pytest.mark.slow  # fuzzing
 @settings(max_examples=100, deadline=None)
 @given(
     rows=st.lists(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -32,12 +33,24 @@ def _packages_in_checkout() -> set[str]:
     return found
 
 
+def _sources(folder: Path) -> Path:
+    """The files the wheel is built from, copied: setuptools builds in the source folder, and
+    a checkout's build/ would keep modules that are gone (and ship them), besides leaving build/
+    and autotune.egg-info behind."""
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, folder / name)
+    for name in ("autotune", "conf"):
+        shutil.copytree(REPO / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    sources = _sources(tmp_path_factory.mktemp("sources"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["-w", str(out), str(REPO)],
+        + ["-w", str(out), str(sources)],
         check=True,
         capture_output=True,
         timeout=300,

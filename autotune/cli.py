@@ -42,6 +42,7 @@ __all__ = ["Command", "Output", "emit_json", "run_command"]
 
 log = logging.getLogger("autotune")
 USER_ERROR = 2
+BROKEN_PIPE = 128 + 13  # what a shell reports for a writer that SIGPIPE ended
 NO_HYDRA_CONFIG = (
     "--cfg hydra: these commands compose their config with Hydra's compose API, which has no "
     "Hydra runtime config (run folder, launcher, logging) to show; --cfg job prints the "
@@ -77,6 +78,9 @@ def run_command(command: Command, argv: Sequence[str] | None = None) -> int:
     with _signals.honoured():
         try:
             status = _run(command, argv)
+        except BrokenPipeError:  # the reader left (``--help | head``): nothing more to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return BROKEN_PIPE
         except _signals.Interrupted as exc:
             print(_signals.summary(exc.number), file=sys.stderr)
             return _signals.exit_status(exc.number)

@@ -263,3 +263,23 @@ def test_help_says_what_the_command_does(tmp_path: Path, module: str) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"usage: python -m {module} ")
     assert "Examples:" in proc.stdout and f"python -m {module}" in proc.stdout
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``--help | head``: the pipe's reader is gone before the help is written; the command
+    ends with a shell's SIGPIPE status, no traceback."""
+    read, write = os.pipe()
+    os.close(read)  # no reader at all: the first write breaks the pipe
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "autotune.simulate", "--help"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 128 + 13
+    assert proc.stderr == ""

@@ -415,7 +415,7 @@ def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[s
             for field in dataclasses.fields(job.train)
             if field.name != "framework"
         }
-        | {"framework": job.train.framework.name},
+        | {"framework": job.train.framework.name, "release": job.train.framework.release},
         "simulator": job.simulator.name,
         "calibration": _calibration_name(job),
         "parallel": {k: str(v) for k, v in fixed_layout_values(config.parallel).items()},

@@ -58,6 +58,7 @@ def test_search_json_and_mlflow_record(tmp_path: Path) -> None:
     run_ = parent[0]
     assert run_.info.status == "FINISHED"
     assert run_.data.params["model"] == "Llama-2-7B" and run_.data.params["mode"] == "grid"
+    assert run_.data.params["framework_release"] == "26.0.0"  # what the launch files are for
     assert run_.data.tags["simulator"] == "analytical" and run_.data.tags["cluster"] == "ascend"
     assert "**Best layout:**" in run_.data.tags["mlflow.note.content"]  # the run's description
     assert run_.data.metrics["best_step_time_s"] == pytest.approx(

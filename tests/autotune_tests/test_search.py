@@ -481,3 +481,22 @@ def test_the_chosen_layout_is_marked_in_the_layouts_table(
     table = layouts_frame(outcome)
     assert list(table.columns[:3]) == ["rank", "chosen", "step_time_s"]
     assert table["chosen"].sum() == 1 and bool(table["chosen"].iloc[0])
+
+
+def test_a_stored_study_is_bound_to_its_framework_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two Megatron-LM releases with the same layouts: a study made for one is not resumed
+    for the other (their launch files differ), and each run records its release."""
+    from autotune.__main__ import COMMAND as SEARCH
+    from autotune.cli import run_command
+
+    monkeypatch.chdir(tmp_path)
+    job = ["model=llama2_7b", "cluster=h100", "cluster.num_nodes=1", "search.sampler=tpe"]
+    job += ["search.n_trials=5", f"search.storage=sqlite:///{tmp_path / 'study.db'}"]
+    job += ["search.study_name=s", "tracking.enabled=false", "launch_dir=null"]
+    assert run_command(SEARCH, [*job, "framework.release=core_v0.17.1"]) == 0
+    capsys.readouterr()
+    assert run_command(SEARCH, [*job, "framework.release=core_v0.19.0"]) == 2
+    err = capsys.readouterr().err
+    assert "made for another job or sampler" in err and '"release": "core_v0.17.1"' in err

@@ -46,7 +46,7 @@ def trace_layer(shape: LayerShape, recorder: Recorder) -> LayerGraph:
         layer_input = torch.empty(
             shape.micro_batch,
             shape.tokens // shape.micro_batch,
-            shape.hidden,
+            shape.model.hidden_size,
             dtype=DTYPES[shape.dtype],
             device="meta",
             requires_grad=True,

@@ -65,10 +65,13 @@ class Op:
 class LayerShape:
     """What one rank computes for one layer kind and one micro-batch (hashable cache key).
 
-    ``tokens`` is the micro-batch's sequence share of this rank before any gather
-    (``b * s / cp``, divided by ``sp`` with sequence parallelism); ``seq_q`` is this rank's
-    query length ``s / cp`` (the CP ring brings keys and values of all ``s``). Heads, FFN
-    widths and the vocabulary are already divided by TP; ``local_experts`` by EP.
+    ``model`` is the architecture as :class:`~autotune.simulators.specs.ModelSpec` gives it
+    (width, heads' size, norm, activation, attention, MLA ranks, experts); the other fields are
+    this rank's shares of it under the layout and the run's settings. ``tokens`` is the
+    micro-batch's sequence share of this rank before any gather (``b * s / cp``, divided by
+    ``sp`` with sequence parallelism); ``seq_q`` is this rank's query length ``s / cp`` (the CP
+    ring brings keys and values of all ``s``). Heads, FFN widths and the vocabulary are already
+    divided by TP; ``local_experts`` by EP.
     ``expert_tokens`` is the number of token copies each local expert receives (balanced
     top-k routing); ``moe_weighted_activation``: the experts weight their activation by the
     router's probabilities (:class:`autotune.simulators.frameworks.FrameworkSpec`), else the
@@ -91,23 +94,11 @@ class LayerShape:
     tp: int
     cp: int
     ep: int
-    hidden: int
+    model: ModelSpec  # the architecture; the fields below are this rank's shares of it
     dtype: str = "bf16"
     heads: int = 0
     kv_heads: int = 0
-    head_dim: int = 0
-    qkv_bias: bool = False
-    norm: str = "rmsnorm"
-    activation: str = "swiglu"
     ffn: int = 0
-    attention: str = "gqa"
-    q_lora_rank: int = 0
-    kv_lora_rank: int = 0
-    qk_nope_head_dim: int = 0
-    qk_rope_head_dim: int = 0
-    v_head_dim: int = 0
-    num_experts: int = 0
-    top_k: int = 0
     local_experts: int = 0
     expert_ffn: int = 0
     expert_tokens: int = 0
@@ -128,7 +119,7 @@ class LayerShape:
     def gpt(self) -> bool:
         """GPT-2/3 family (:func:`autotune.simulators.specs.gpt_family`): learned positions,
         biases."""
-        return gpt_family(self.norm, self.activation, self.qkv_bias)
+        return gpt_family(self.model.norm, self.model.activation, self.model.qkv_bias)
 
     @property
     def tokens(self) -> int:
@@ -155,14 +146,12 @@ class LayerShape:
 
 # What the embedding and the head read of their shape (modules.Embedding, modules.Head).
 _ENDS = {
-    "embedding": {"kind", "micro_batch", "seq_q", "sp", "tp", "hidden", "vocab", "dtype"},
-    "head": {"kind", "micro_batch", "seq_q", "sp", "tp", "hidden", "vocab", "dtype", "norm"},
+    "embedding": {"kind", "micro_batch", "seq_q", "sp", "tp", "model", "vocab", "dtype"},
+    "head": {"kind", "micro_batch", "seq_q", "sp", "tp", "model", "vocab", "dtype"},
 }
 # The defaults of what a dense layer does not read.
 _DENSE_UNUSED: dict[str, Any] = {
     "ep": 1,
-    "num_experts": 0,
-    "top_k": 0,
     "local_experts": 0,
     "expert_ffn": 0,
     "expert_tokens": 0,
@@ -237,7 +226,7 @@ def layer_shapes(
         cp_comm=train.context_exchange if cp > 1 else "p2p",
         cp_a2a_style=train.framework.cp_a2a_style if cp > 1 else None,
         ep=layout.ep,
-        hidden=model.hidden_size,
+        model=model,
         dtype=train.compute_dtype,
         fp8=train.fp8,
         heads=model.num_attention_heads // tp,
@@ -246,17 +235,7 @@ def layer_shapes(
             if model.attention == "mla"
             else max(1, model.num_kv_heads // tp)
         ),
-        head_dim=model.head_dim,
-        qkv_bias=model.qkv_bias,
-        norm=model.norm,
-        activation=model.activation,
         ffn=model.ffn_hidden_size // tp,
-        attention=model.attention,
-        q_lora_rank=model.q_lora_rank,
-        kv_lora_rank=model.kv_lora_rank,
-        qk_nope_head_dim=model.qk_nope_head_dim,
-        qk_rope_head_dim=model.qk_rope_head_dim,
-        v_head_dim=model.v_head_dim,
         flash_attention=flash,
         flash_output_copy=flash and train.framework.flash_output_copy,
         dropout=dropout,
@@ -276,8 +255,6 @@ def layer_shapes(
             base,
             kind="moe",
             ffn=0,
-            num_experts=model.num_experts,
-            top_k=model.moe_top_k,
             local_experts=local,
             expert_ffn=model.expert_ffn_hidden_size // tp,
             expert_tokens=math.ceil(copies / local),

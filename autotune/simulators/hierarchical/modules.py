@@ -113,7 +113,7 @@ def _grouped(shape: LayerShape, x: torch.Tensor, weight: torch.Tensor, bias: Any
 
 
 def _norm(shape: LayerShape, width: int) -> nn.Module:
-    if shape.norm == "layernorm":
+    if shape.model.norm == "layernorm":
         return nn.LayerNorm(width)
     return RMSNorm(width)
 
@@ -154,23 +154,22 @@ class Attention(nn.Module):
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
         self.shape = shape
-        d, heads, groups = shape.head_dim, shape.heads, shape.kv_heads
-        self.qkv = Linear(shape, shape.hidden, (heads + 2 * groups) * d, bias=shape.qkv_bias)
-        self.out = Linear(shape, heads * d, shape.hidden, bias=False)
+        m, heads, groups = shape.model, shape.heads, shape.kv_heads
+        d = m.head_dim
+        self.qkv = Linear(shape, m.hidden_size, (heads + 2 * groups) * d, bias=m.qkv_bias)
+        self.out = Linear(shape, heads * d, m.hidden_size, bias=False)
         self.table: torch.Tensor
         self.register_buffer("table", torch.empty(shape.seq_q, 1, d), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = self.shape
+        s, d = self.shape, self.shape.model.head_dim
         b, n, _ = x.shape
-        q, k, v = self.qkv(x).split(
-            [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
-        )
-        q = q.view(b, n, s.heads, s.head_dim)
-        k = k.view(b, n, s.kv_heads, s.head_dim)
+        q, k, v = self.qkv(x).split([s.heads * d, s.kv_heads * d, s.kv_heads * d], dim=-1)
+        q = q.view(b, n, s.heads, d)
+        k = k.view(b, n, s.kv_heads, d)
         if not s.gpt:
             q, k = _rope(q, self.table), _rope(k, self.table)
-        v = v.view(b, n, s.kv_heads, s.head_dim).transpose(1, 2)
+        v = v.view(b, n, s.kv_heads, d).transpose(1, 2)
         context = _core(q, k.transpose(1, 2), v, s)
         if s.flash_output_copy:  # rearranged with .contiguous() for the projection
             context = context.clone()
@@ -183,42 +182,43 @@ class MLAttention(nn.Module):
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
         self.shape = shape
-        h, heads = shape.hidden, shape.heads
-        qk = shape.qk_nope_head_dim + shape.qk_rope_head_dim
-        if shape.q_lora_rank:
+        m, heads = shape.model, shape.heads
+        h = m.hidden_size
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank:
             self.q: nn.Module = nn.Sequential(
-                Linear(shape, h, shape.q_lora_rank, bias=False),
-                RMSNorm(shape.q_lora_rank),
-                Linear(shape, shape.q_lora_rank, heads * qk, bias=False),
+                Linear(shape, h, m.q_lora_rank, bias=False),
+                RMSNorm(m.q_lora_rank),
+                Linear(shape, m.q_lora_rank, heads * qk, bias=False),
             )
         else:
             self.q = Linear(shape, h, heads * qk, bias=False)
-        self.kv_down = Linear(shape, h, shape.kv_lora_rank + shape.qk_rope_head_dim, bias=False)
-        self.kv_norm = RMSNorm(shape.kv_lora_rank)
+        self.kv_down = Linear(shape, h, m.kv_lora_rank + m.qk_rope_head_dim, bias=False)
+        self.kv_norm = RMSNorm(m.kv_lora_rank)
         self.kv_up = Linear(
-            shape,
-            shape.kv_lora_rank,
-            heads * (shape.qk_nope_head_dim + shape.v_head_dim),
-            bias=False,
+            shape, m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim), bias=False
         )
-        self.out = Linear(shape, heads * shape.v_head_dim, h, bias=False)
+        self.out = Linear(shape, heads * m.v_head_dim, h, bias=False)
         self.table: torch.Tensor
         self.register_buffer("table", torch.empty(shape.seq_q, 1, qk), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.shape
         b, n, _ = x.shape
-        qk = s.qk_nope_head_dim + s.qk_rope_head_dim
+        qk = s.model.qk_nope_head_dim + s.model.qk_rope_head_dim
         q = _rope(self.q(x).view(b, n, s.heads, qk), self.table)
-        latent, k_rope = self.kv_down(x).split([s.kv_lora_rank, s.qk_rope_head_dim], dim=-1)
+        latent, k_rope = self.kv_down(x).split(
+            [s.model.kv_lora_rank, s.model.qk_rope_head_dim], dim=-1
+        )
         kv = self.kv_up(self.kv_norm(latent)).view(
-            b, n, s.heads, s.qk_nope_head_dim + s.v_head_dim
+            b, n, s.heads, s.model.qk_nope_head_dim + s.model.v_head_dim
         )
-        k_nope, v = kv.split([s.qk_nope_head_dim, s.v_head_dim], dim=-1)
+        k_nope, v = kv.split([s.model.qk_nope_head_dim, s.model.v_head_dim], dim=-1)
         k_rope = _rope(
-            k_rope.view(b, n, 1, s.qk_rope_head_dim), self.table[..., : s.qk_rope_head_dim]
+            k_rope.view(b, n, 1, s.model.qk_rope_head_dim),
+            self.table[..., : s.model.qk_rope_head_dim],
         )
-        k = torch.cat([k_nope, k_rope.expand(b, n, s.heads, s.qk_rope_head_dim)], dim=-1)
+        k = torch.cat([k_nope, k_rope.expand(b, n, s.heads, s.model.qk_rope_head_dim)], dim=-1)
         return self.out(_core(q, k.transpose(1, 2), v.transpose(1, 2), s))
 
 
@@ -231,10 +231,12 @@ class MLP(nn.Module):
 
     def __init__(self, shape: LayerShape, width: int) -> None:
         super().__init__()
-        self.swiglu = shape.activation == "swiglu"
+        self.swiglu = shape.model.activation == "swiglu"
         bias = not self.swiglu
-        self.fc1 = Linear(shape, shape.hidden, width * (2 if self.swiglu else 1), bias=bias)
-        self.fc2 = Linear(shape, width, shape.hidden, bias=False)
+        self.fc1 = Linear(
+            shape, shape.model.hidden_size, width * (2 if self.swiglu else 1), bias=bias
+        )
+        self.fc2 = Linear(shape, width, shape.model.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(_activate(self.fc1(x), self.swiglu))
@@ -320,8 +322,8 @@ class Experts(nn.Module):
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
         self.shape = shape
-        self.swiglu = shape.activation == "swiglu"
-        e, h, f = shape.local_experts, shape.hidden, shape.expert_ffn
+        self.swiglu = shape.model.activation == "swiglu"
+        e, h, f = shape.local_experts, shape.model.hidden_size, shape.expert_ffn
         self.w1 = nn.Parameter(torch.empty(e, h, f * (2 if self.swiglu else 1)))
         self.w2 = nn.Parameter(torch.empty(e, f, h))
         self.b1 = None if self.swiglu else nn.Parameter(torch.empty(e, 1, f))
@@ -346,7 +348,7 @@ class MoE(nn.Module):
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
         self.shape = shape
-        self.router = nn.Linear(shape.hidden, shape.num_experts, bias=False)
+        self.router = nn.Linear(shape.model.hidden_size, shape.model.num_experts, bias=False)
         self.experts = Experts(shape)
         self.shared = MLP(shape, shape.shared_ffn) if shape.shared_ffn else None
 
@@ -354,7 +356,9 @@ class MoE(nn.Module):
         s = self.shape
         b, n, h = x.shape
         tokens = x.reshape(b * n, h)
-        probs, index = torch.topk(torch.softmax(self.router(tokens), dim=-1), s.top_k, dim=-1)
+        probs, index = torch.topk(
+            torch.softmax(self.router(tokens), dim=-1), s.model.moe_top_k, dim=-1
+        )
         if s.moe_allgather:
             combined = self._allgathered(tokens, probs).view(b, n, h)
             if self.shared is not None:
@@ -366,7 +370,7 @@ class MoE(nn.Module):
             weights, _ = self._dispatch(probs.reshape(1, -1, 1).to(x.dtype))
         out = self.experts(routed, weights)
         out = _leave(out.view(1, -1, h)[:, :copies], s)
-        out = all_to_all(out, "ep", s.ep).view(b * n, s.top_k, h)
+        out = all_to_all(out, "ep", s.ep).view(b * n, s.model.moe_top_k, h)
         if weights is None:
             out = out * probs.unsqueeze(-1).to(out.dtype)
         combined = out.sum(dim=1).view(b, n, h)
@@ -389,7 +393,7 @@ class MoE(nn.Module):
         )
         everyone = gather(everyone, "ep", s.ep, regather=False).view(-1, h)
         # This rank's experts receive top_k / ep of every gathered token's copies (balanced).
-        copies = everyone.shape[0] * s.top_k // s.ep
+        copies = everyone.shape[0] * s.model.moe_top_k // s.ep
         local = torch.empty(copies, dtype=torch.long, device=tokens.device)
         local_probs = probs.reshape(-1, 1).to(tokens.dtype).index_select(0, local)
         weights = self._local(local_probs) if s.moe_weighted_activation else None
@@ -430,15 +434,17 @@ class DecoderLayer(nn.Module):
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
         self.shape = shape
-        self.norm1 = _norm(shape, shape.hidden)
-        self.norm2 = _norm(shape, shape.hidden)
-        self.attention = MLAttention(shape) if shape.attention == "mla" else Attention(shape)
+        self.norm1 = _norm(shape, shape.model.hidden_size)
+        self.norm2 = _norm(shape, shape.model.hidden_size)
+        self.attention = MLAttention(shape) if shape.model.attention == "mla" else Attention(shape)
         self.mlp: nn.Module = MoE(shape) if shape.kind == "moe" else MLP(shape, shape.ffn)
         # GPT family: Megatron's add_bias_linear (default on) gives both row-parallel
         # projections a bias, added after the TP reduction in bias-dropout-add.
-        self.out_bias = nn.Parameter(torch.empty(shape.hidden)) if shape.gpt else None
+        self.out_bias = nn.Parameter(torch.empty(shape.model.hidden_size)) if shape.gpt else None
         self.fc2_bias = (
-            nn.Parameter(torch.empty(shape.hidden)) if shape.gpt and shape.kind != "moe" else None
+            nn.Parameter(torch.empty(shape.model.hidden_size))
+            if shape.gpt and shape.kind != "moe"
+            else None
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -457,7 +463,7 @@ class Embedding(nn.Module):
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
         self.shape = shape
-        self.weight = nn.Parameter(torch.empty(shape.vocab, shape.hidden))
+        self.weight = nn.Parameter(torch.empty(shape.vocab, shape.model.hidden_size))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return _leave(F.embedding(ids, self.weight), self.shape)
@@ -469,8 +475,8 @@ class Head(nn.Module):
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
         self.shape = shape
-        self.norm = _norm(shape, shape.hidden)
-        self.output = nn.Linear(shape.hidden, shape.vocab, bias=False)
+        self.norm = _norm(shape, shape.model.hidden_size)
+        self.output = nn.Linear(shape.model.hidden_size, shape.vocab, bias=False)
         targets = torch.empty(shape.micro_batch * shape.seq_q, dtype=torch.long)
         self.targets: torch.Tensor
         self.register_buffer("targets", targets, persistent=False)

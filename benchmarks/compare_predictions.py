@@ -50,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("before", type=Path, help="report_dir or predictions.csv before")
     parser.add_argument("after", type=Path, help="report_dir or predictions.csv after")
     args = parser.parse_args(argv)
-    before, after = read_rows(args.before), read_rows(args.after)
+    try:
+        before, after = read_rows(args.before), read_rows(args.after)
+    except OSError as exc:  # a folder without predictions.csv, a path that is not there
+        parser.error(f"cannot read {exc.filename}: {exc.strerror}")
     found = differences(before, after)
     if not found:
         print(f"identical: {len(before)} rows, every cell the same")

@@ -34,3 +34,15 @@ def test_a_last_digit_or_a_missing_row_fails(
     out = capsys.readouterr().out
     assert "2 rows before, 1 after" in out
     assert "line 2 (analytical, dp8), predicted_step_time_s: '1.5' before, '1.5000000" in out
+
+
+def test_a_folder_without_predictions_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _file(tmp_path / "before", "analytical,dp8,1.5")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as exit_:
+        compare.main([str(before), str(tmp_path / "empty")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "cannot read " in err and "predictions.csv: No such file or directory" in err

@@ -1,5 +1,9 @@
-"""The service: command-line entry points, the layout search, MLflow tracking, reports and the
-regret benchmark. Run ``python -m autotune model=llama70b cluster=ascend``."""
+"""Pick the parallel layout of LLM training without the cluster.
+
+The simulators (:mod:`autotune.simulators`), the config tree's reader (:mod:`autotune.catalog`)
+and the measured data (:mod:`autotune.dataset`) are the base; on them, the service: the
+commands, the layout search, MLflow tracking, reports, calibration and the regret benchmark.
+Run ``python -m autotune model=llama70b cluster=ascend`` (installed: ``autotune ...``)."""
 
 import sys
 

@@ -180,7 +180,17 @@ def _check_constant(owner: str, key: str, value: Any, kind: str) -> None:
     if not expected[1](value):
         raise SpecError(f"{owner}: {key}={value!r} must be {expected[0]}")
     if isinstance(value, Mapping) or _is_number(value):
-        _check_numbers(owner, key, value, efficiency=key.endswith("efficiency"))
+        levels = _mapping_levels(kind)
+        _check_numbers(owner, key, value, key.endswith("efficiency"), levels)
+
+
+def _mapping_levels(kind: str) -> int:
+    """How many levels of mappings a field of type ``kind`` holds above its numbers: one per
+    ``Mapping[``, and one for a dataclass of numbers at the bottom (``Efficiencies``,
+    ``Mapping[str, Mapping[str, StateBytes]]``)."""
+    innermost = kind.replace("]", "").rsplit(",", 1)[-1].rsplit("[", 1)[-1].strip()
+    numbers = innermost in ("float", "int", "float | None")
+    return kind.count("Mapping[") + (0 if numbers else 1)
 
 
 def _is_text_list(value: Any) -> bool:
@@ -191,12 +201,15 @@ def _is_text_list(value: Any) -> bool:
     )
 
 
-def _check_numbers(owner: str, key: str, value: Any, efficiency: bool) -> None:
-    """``value``, a number or a mapping of them (nested), as :func:`_check_constant` says."""
+def _check_numbers(owner: str, key: str, value: Any, efficiency: bool, levels: int) -> None:
+    """``value``, a number or ``levels`` levels of mappings of them, as
+    :func:`_check_constant` says."""
     if isinstance(value, Mapping):
+        if levels == 0:
+            raise SpecError(f"{owner}: {key}={value!r} must be a number")
         for name, item in value.items():
             inner = efficiency or str(name).endswith("efficiency")
-            _check_numbers(owner, f"{key}.{name}", item, inner)
+            _check_numbers(owner, f"{key}.{name}", item, inner, levels - 1)
         return
     if value is None and efficiency:
         return  # an efficiency left to the cluster's figure

@@ -455,6 +455,16 @@ CONSTANTS = [
         "unfused_attention_bytes_per_score.saved=-1 must be a finite",
     ),
     ("simulate", ["simulator.unfused_attention_bytes_per_score.saved=x"], "must be a number"),
+    (
+        "simulate",
+        ["+simulator.unfused_attention_bytes_per_score.saved.extra=0"],
+        "unfused_attention_bytes_per_score.saved={'extra': 0} must be a number",
+    ),
+    (
+        "simulate",
+        ["simulator=hierarchical", "+simulator.efficiency.matmul.extra=0.5"],
+        "efficiency.matmul={'extra': 0.5} must be a number",
+    ),
     ("simulate", ["+simulator.kernel_overheads_us=4"], "unknown key(s) kernel_overheads_us"),
     ("simulate", ["~simulator.kernel_overhead_us"], "missing key(s) kernel_overhead_us"),
     ("simulate", ["simulator.name=nope"], "unknown simulator 'nope'"),

@@ -284,7 +284,7 @@ def one_to_one_flags(job: LaunchJob, skip: frozenset[str] = frozenset()) -> list
     flags = []
     for name in LAYOUT_FIELDS:
         option, value = field_info(name).flag, getattr(job.layout, name)
-        if not option or name in skip:
+        if not option or name in skip or value is None:  # None: the framework's default
             continue
         if isinstance(value, bool):
             flags += [flag(option)] if value else []

@@ -218,8 +218,8 @@ def _strategy_fields(job: LaunchJob) -> list[tuple[str, object]]:
         ("account_for_loss_in_pipeline_split", False),
         ("pipeline_model_parallel_layout", layout_string),
     ]
-    if job.model.is_moe:  # the layout's expert grid reuses TP inside experts
-        fields.append(("expert_tensor_parallel_size", layout.tp))
+    if job.model.is_moe:  # the recipe's own ETP is not the layout's unless written
+        fields.append(("expert_tensor_parallel_size", layout.expert_tp))
     return fields
 
 

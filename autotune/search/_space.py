@@ -139,6 +139,8 @@ def build_space(
         if world % (tp * pp * cp) or ("dp" in extra and extra["dp"] * tp * pp * cp != world):
             continue
         base = Layout.resolve(world, **values, **extra)
+        if any(getattr(base, name) != value for name, value in values.items()):
+            continue  # spelt by another candidate (etp equal to tp is etp None): once
         if pp not in variants:
             variants[pp] = train.framework.split_variants(model.num_layers, pp)
         for order, (kind, layout) in enumerate(_split_variants(base, variants[pp])):

@@ -167,6 +167,8 @@ class FrameworkSpec:
     linear layers' weights only in FP8 (``--fp8-param-gather``; no bf16 copy of them) and
     all-gather them in FP8. ``moe_dispatchers``: the MoE token dispatchers the stack can run
     (:data:`MOE_DISPATCHERS`), the one it runs unless told first.
+    ``expert_tensor_parallel``: the experts can have a TP degree of their own (ETP, Megatron's
+    ``--expert-tensor-parallel-size``); without it they reuse TP.
     ``moe_a2a_overlap``: the expert all-to-all can run under another micro-batch's compute
     (Megatron-Core's ``--overlap-moe-expert-parallel-comm``). ``moe_weighted_activation``: the
     routed experts weight their activation by the router's probabilities, so the combine only
@@ -210,6 +212,7 @@ class FrameworkSpec:
     fp8_param_gather: bool
     moe_dispatchers: tuple[str, ...]
     moe_a2a_overlap: bool
+    expert_tensor_parallel: bool
     moe_weighted_activation: bool
     cp_comm_types: tuple[str, ...]
     cp_a2a_style: str | None

@@ -119,6 +119,16 @@ def _expert_candidates(
     return [d for d in divisors(cluster.num_devices) if model.num_experts % d == 0]
 
 
+def _expert_tp_candidates(
+    model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
+) -> list[int | None]:
+    """None (the experts reuse TP), then every other expert TP up to ``max_tp``; a dense
+    model has no experts to split."""
+    if not model.is_moe:
+        return [None]
+    return [None, *(d for d in divisors(cluster.num_devices) if d <= search["max_tp"])]
+
+
 def _up_to(limit_key: str) -> Candidates:
     def candidates(model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]) -> list[int]:
         return list(range(1, int(search[limit_key]) + 1))
@@ -154,8 +164,10 @@ def _info(doc: str, **options: Any) -> dict[str, FieldInfo]:
 class Layout:
     """Data, tensor, pipeline, context and expert parallel degrees and memory options.
 
-    ``ep`` shards the routed experts; the expert grid reuses the TP degree inside experts
-    (ETP = TP), so expert data parallelism is ``world / (tp * ep * pp)``. ``vpp`` is the
+    ``ep`` shards the routed experts and ``etp`` splits each of them (expert tensor
+    parallelism; ``None``, Megatron's default, reuses TP: :attr:`expert_tp`); the expert grid
+    is ETP x EP x expert-DP x PP, so expert data parallelism is ``world / (etp * ep * pp)``
+    ("MoE parallel folding": attention runs over TP x CP x DP x PP). ``vpp`` is the
     number of model chunks per pipeline rank (1: plain 1F1B). ``recompute_layers`` counts
     the layers per pipeline stage that full recompute checkpoints (Megatron's block method);
     ``None`` means all of them.
@@ -221,6 +233,17 @@ class Layout:
             candidates=_expert_candidates,
         ),
     )
+    etp: int | None = field(
+        default=None,
+        metadata=_info(
+            "expert tensor parallel degree (splits each routed expert; empty: tp)",
+            degree=True,
+            searched=True,
+            layer_cost=True,
+            flag="--expert-tensor-parallel-size",
+            candidates=_expert_tp_candidates,
+        ),
+    )
     vpp: int = field(
         default=1,
         metadata=_info(
@@ -281,7 +304,11 @@ class Layout:
     )
 
     def __post_init__(self) -> None:
-        degrees = {name: getattr(self, name) for name in DEGREES}
+        if self.etp is not None and self.etp == self.tp:
+            object.__setattr__(self, "etp", None)  # one spelling per layout: ETP = TP is None
+        degrees = {
+            name: getattr(self, name) for name in DEGREES if getattr(self, name) is not None
+        }
         require_integers("layout", **degrees, micro_batch=self.micro_batch)
         require_positive("layout", **degrees)
         require_positive("layout", micro_batch=self.micro_batch)
@@ -339,9 +366,14 @@ class Layout:
         return self.dp * self.tp * self.pp * self.cp
 
     @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel degree: ``etp``, or TP when it is not set."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
     def expert_dp(self) -> int:
-        """Expert data-parallel degree: world / (ETP * EP * PP), with ETP = TP."""
-        return self.world_size // (self.tp * self.ep * self.pp)
+        """Expert data-parallel degree: world / (ETP * EP * PP)."""
+        return self.world_size // (self.expert_tp * self.ep * self.pp)
 
     def num_microbatches(self, train: TrainSpec) -> int:
         """Micro-batches per step and per data-parallel rank: GBS / (mbs * DP)."""
@@ -383,9 +415,10 @@ class Layout:
         """Size and placement of a process group, in Megatron's rank order.
 
         Ranks are numbered TP fastest, then CP, DP, PP (``order="tp-cp-ep-dp-pp"`` in
-        ``megatron/core/parallel_state.py``); the expert grid numbers TP, EP, expert-DP, PP.
-        Groups: ``tp``, ``cp``, ``dp``, ``dp_cp`` (dense gradients: DP x CP), ``ep``,
-        ``edp`` (expert data parallel), ``pp`` and ``embedding``: the first and the last
+        ``megatron/core/parallel_state.py``); the expert grid numbers ETP, EP, expert-DP, PP.
+        Groups: ``tp``, ``cp``, ``dp``, ``dp_cp`` (dense gradients: DP x CP), ``etp``
+        (expert tensor parallel), ``ep``, ``edp`` (expert data parallel), ``pp`` and
+        ``embedding``: the first and the last
         pipeline stage, which hold the two copies of a tied embedding (Megatron's embedding
         group; one rank without pipelining).
         """
@@ -402,8 +435,9 @@ class Layout:
             "cp": (self.cp, self.tp),
             "dp": (self.dp, self.tp * self.cp),
             "dp_cp": (self.dp * self.cp, self.tp),
-            "ep": (self.ep, self.tp),
-            "edp": (self.expert_dp, self.tp * self.ep),
+            "etp": (self.expert_tp, 1),
+            "ep": (self.ep, self.expert_tp),
+            "edp": (self.expert_dp, self.expert_tp * self.ep),
             "pp": (self.pp, self.world_size // self.pp),
         }[name]
         return place_group(size, stride, devices_per_node)
@@ -414,7 +448,9 @@ class Layout:
 
     def describe(self) -> str:
         """A compact one-line form, e.g. ``dp4 tp8 pp2 cp1 ep1 vpp1 mbs1 rc=none sp do``."""
-        degrees = " ".join(f"{d}{getattr(self, d)}" for d in DEGREES)
+        degrees = " ".join(
+            f"{d}{getattr(self, d)}" for d in DEGREES if getattr(self, d) is not None
+        )
         rc = self.recompute
         if self.recompute == "full" and self.recompute_layers is not None:
             rc += f":{self.recompute_layers}"
@@ -491,7 +527,7 @@ LAYOUT_FIELDS: tuple[str, ...] = tuple(_FIELDS)
 DEGREES: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).degree)
 SEARCHED: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).searched)
 LAYER_COST_FIELDS: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).layer_cost)
-GROUPS = ("tp", "cp", "dp", "dp_cp", "ep", "edp", "pp", "embedding")
+GROUPS = ("tp", "cp", "dp", "dp_cp", "etp", "ep", "edp", "pp", "embedding")
 
 Rule = Callable[[Layout, ModelSpec, ClusterSpec, TrainSpec], list[str]]
 
@@ -641,21 +677,35 @@ def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
 
 
 def _experts(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
-    """EP needs experts % EP == 0 and the expert grid world % (TP*EP*PP) == 0."""
-    if lay.ep == 1:
-        return []
-    if not model.is_moe:
-        return [f"ep={lay.ep} needs a mixture-of-experts model; {model.name} is dense"]
+    """EP needs experts % EP == 0 and the expert grid world % (ETP*EP*PP) == 0
+    (``parallel_state.py``, "expert_tensor_model_pipeline_parallel_size"); ETP other than TP
+    needs experts, and a framework whose experts can have their own TP."""
     found = []
+    if lay.etp is not None:
+        if not model.is_moe:
+            found.append(f"etp={lay.etp} needs a mixture-of-experts model; {model.name} is dense")
+        elif not train.framework.expert_tensor_parallel:
+            found.append(
+                f"etp={lay.etp}: {train.framework.name} splits experts over TP only "
+                f"(etp must equal tp={lay.tp})"
+            )
+    if lay.ep == 1 and lay.etp is None:
+        return found
+    if not model.is_moe:
+        return found + (
+            [f"ep={lay.ep} needs a mixture-of-experts model; {model.name} is dense"]
+            if lay.ep > 1
+            else []
+        )
     if model.num_experts % lay.ep:
         found.append(f"ep={lay.ep} does not divide num_experts={model.num_experts}")
-    grid = lay.tp * lay.ep * lay.pp
+    grid = lay.expert_tp * lay.ep * lay.pp
     if lay.world_size % grid:
         found.append(
-            f"expert grid tp({lay.tp}) * ep({lay.ep}) * pp({lay.pp}) = {grid} does not divide "
-            f"the world size {lay.world_size}"
+            f"expert grid etp({lay.expert_tp}) * ep({lay.ep}) * pp({lay.pp}) = {grid} does not "
+            f"divide the world size {lay.world_size}"
         )
-    if lay.tp > 1 and not lay.sequence_parallel:
+    if lay.ep > 1 and lay.tp > 1 and not lay.sequence_parallel:
         found.append("ep > 1 with tp > 1 needs sequence_parallel (model_parallel_config.py)")
     return found
 

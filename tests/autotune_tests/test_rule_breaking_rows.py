@@ -52,7 +52,7 @@ _ZOO = (
     {"dp": 4, "tp": 2, "pp": 32, "ep": 8, "vpp": 3, "step_time_s": 24.2, "moe_dispatcher": ""},
     {"dp": 8, "tp": 4, "pp": 8, "ep": 8, "vpp": 4, "step_time_s": 29.0},
 )
-_GRID = "expert grid tp({tp}) * ep({ep}) * pp({pp}) = 512 does not divide the world size 256"
+_GRID = "expert grid etp({tp}) * ep({ep}) * pp({pp}) = 512 does not divide the world size 256"
 
 
 def _moe_table(path: Path, rows: tuple[dict[str, Any], ...] = _ZOO) -> Path:
@@ -144,7 +144,7 @@ _BROKEN = [
     (
         {**_MOE, "dp": 4, "tp": 2, "ep": 8},
         "experts",
-        "expert grid tp(2) * ep(8) * pp(1) = 16 does not divide the world size 8",
+        "expert grid etp(2) * ep(8) * pp(1) = 16 does not divide the world size 8",
     ),
     (
         {"dp": 8, "tp": 1, "sequence_parallel": True},

@@ -81,6 +81,7 @@ def test_every_proposal_maps_to_the_nearest_valid_layout(
         "pp": 8,
         "cp": 1,
         "ep": 1,
+        "etp": None,
         "vpp": 1,
         "micro_batch": 1,
         "recompute": "full",

@@ -97,6 +97,8 @@ def _reference(
         if world % (tp * pp * cp) or ("dp" in extra and extra["dp"] * tp * pp * cp != world):
             continue
         base = Layout.resolve(world, **values, **extra)
+        if base.etp is None and values["etp"] is not None:
+            continue  # etp equal to tp: the candidate None is that layout
         if base.layer_split is not None:
             variants = [("explicit", base)]
         else:

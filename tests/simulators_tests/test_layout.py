@@ -180,7 +180,44 @@ def test_ep_must_divide_experts() -> None:
 
 def test_expert_grid_must_divide_world() -> None:
     found = _violations(Layout(dp=4, tp=2, pp=4, ep=8, sequence_parallel=True), MIXTRAL)
-    assert found == ["expert grid tp(2) * ep(8) * pp(4) = 64 does not divide the world size 32"]
+    assert found == ["expert grid etp(2) * ep(8) * pp(4) = 64 does not divide the world size 32"]
+
+
+CORE = make_train("megatron_core", seq_len=4096, global_batch_size=1024)
+
+
+def test_expert_tp_equal_to_tp_is_the_default_spelling() -> None:
+    """One layout, one spelling: ETP = TP is ``etp=None`` (Megatron's default when
+    --expert-tensor-parallel-size is not given), so equal layouts compare and hash equal."""
+    assert Layout(dp=8, tp=4, ep=8, etp=4) == Layout(dp=8, tp=4, ep=8)
+    assert Layout(dp=8, tp=4, ep=8, etp=4).etp is None
+    assert Layout(dp=8, tp=4, ep=8).expert_tp == 4
+    assert Layout(dp=8, tp=4, ep=8, etp=1).expert_tp == 1
+
+
+def test_expert_grid_folds_with_its_own_tp() -> None:
+    """MoE parallel folding: TP 4 for attention, ETP 1 x EP 8 x expert-DP 4 for the experts
+    (32 ranks), numbered ETP fastest (parallel_state.py's expert rank generator)."""
+    lay = Layout(dp=8, tp=4, ep=8, etp=1, sequence_parallel=True)
+    assert _violations(lay, MIXTRAL, CORE) == []
+    assert lay.expert_dp == 4
+    assert lay.group("etp", devices_per_node=8).size == 1
+    assert (lay.group("ep", 8).size, lay.group("ep", 8).stride) == (8, 1)
+    assert (lay.group("edp", 8).size, lay.group("edp", 8).stride) == (4, 8)
+    assert lay.describe().startswith("dp8 tp4 pp1 cp1 ep8 etp1 vpp1")
+    assert "etp" not in Layout(dp=8, tp=4, ep=8).describe()
+
+
+def test_expert_grid_uses_expert_tp() -> None:
+    found = _violations(Layout(dp=8, tp=4, ep=8, etp=8, sequence_parallel=True), MIXTRAL, CORE)
+    assert found == ["expert grid etp(8) * ep(8) * pp(1) = 64 does not divide the world size 32"]
+
+
+def test_expert_tp_needs_experts_and_a_framework_that_splits_them_alone() -> None:
+    dense = _violations(Layout(dp=8, tp=4, etp=1, sequence_parallel=True), LLAMA2_70B, CORE)
+    assert dense == ["etp=1 needs a mixture-of-experts model; Llama-2-70B is dense"]
+    old = _violations(Layout(dp=8, tp=4, ep=8, etp=1, sequence_parallel=True), MIXTRAL)
+    assert old == ["etp=1: megatron_lm splits experts over TP only (etp must equal tp=4)"]
 
 
 def test_ep_with_tp_needs_sequence_parallel() -> None:

@@ -46,14 +46,17 @@ Real: TypeAlias = Any  # a float for one layout, a numpy column for many
 def communicators(model: ModelSpec, layout: Layout) -> int:
     """The NCCL/HCCL communicators the busiest rank of ``layout`` runs collectives or sends on.
 
-    The default (world) group; the TP, CP, data-parallel (DP x CP) and expert groups that have
-    more than one member; with pipelining, one per neighbour stage (PyTorch keys point-to-point
-    communicators by the pair of ranks: two for a middle stage), the embedding group of a tied
-    embedding, and the model-parallel group (TP x PP) that all-reduces the gradient norm.
+    The default (world) group; the TP, CP, data-parallel (DP x CP) and expert groups (EP,
+    expert-DP, and expert TP where it is not TP) that have more than one member; with
+    pipelining, one per neighbour stage (PyTorch keys point-to-point communicators by the
+    pair of ranks: two for a middle stage), the embedding group of a tied embedding, and the
+    model-parallel group (TP x PP) that all-reduces the gradient norm.
     """
     count = 1
     count += (layout.tp > 1) + (layout.cp > 1) + (layout.dp * layout.cp > 1)
-    count += (layout.ep > 1) + (layout.ep > 1 and layout.expert_dp > 1)
+    own_grid = layout.ep > 1 or layout.etp is not None  # the experts' groups are not TP's/DP's
+    count += (layout.ep > 1) + (own_grid and layout.expert_dp > 1)
+    count += layout.etp is not None and layout.etp > 1  # an expert TP group apart from TP
     if layout.pp > 1:
         count += 2 + model.tied_embeddings
     count += layout.tp * layout.pp > 1

@@ -420,6 +420,42 @@ def test_moe_dispatchers_by_hand(dispatcher: str) -> None:
     assert times.ep_forward_s == times.ep_backward_s == pytest.approx(ep_s)
 
 
+def test_expert_tensor_parallelism_by_hand() -> None:
+    """TP 2 with ETP 1 (MoE parallel folding): attention and shared experts gather over TP as
+    before; the routed experts run whole on each rank, on the copies its own 1/TP of the
+    tokens sent (no expert TP gather), so their GEMMs do the same FLOPs on half the tokens at
+    twice the width, and a rank holds twice the expert weights of ETP 2."""
+    from autotune.simulators.analytical.layer import layer_times_s
+    from autotune.simulators.analytical.stages import LayerCost
+
+    c = analytical("simulator.host_op_overhead_us=0.001").constants
+    two = cluster(2)
+    folded, shared_tp = Layout.resolve(16, tp=2, ep=4, etp=1), Layout.resolve(16, tp=2, ep=4)
+    assert (folded.expert_dp, shared_tp.expert_dp) == (4, 2)
+
+    def times(layout: Layout) -> LayerCost:
+        return LayerCost(
+            *layer_times_s(MOE, True, two, TRAIN, layout, c), activation_bytes=0, input_bytes=0
+        )
+
+    token_bytes = 4096 * MOE.hidden_size * 2  # one micro-batch of bf16 tokens
+    tp_one = all_reduce_time_s(token_bytes, folded.group("tp", 8), two)
+    assert times(folded).tp_forward_s == pytest.approx(2 * tp_one)  # attention + shared
+    assert times(shared_tp).tp_forward_s == pytest.approx((2 + MOE.moe_top_k) * tp_one)
+    assert times(folded).ep_forward_s == pytest.approx(times(shared_tp).ep_forward_s)
+    sim = analytical()
+    weights = {
+        etp: sim.simulate(MOE, two, TRAIN, lay).memory_breakdown_gib["weights"]
+        for etp, lay in ((1, folded), (2, shared_tp))
+    }
+    # 7 MoE layers (one dense first) of 8 experts over EP 4: 2 experts of 3 matrices of h x f
+    # per rank, ETP splits f.
+    expert_params = 7 * 2 * 3 * MOE.hidden_size * MOE.expert_ffn_hidden_size
+    per_param = TRAIN.framework.state_bytes_per_param["bf16"]["distributed"].weight
+    extra = expert_params * (1 - 1 / 2) * per_param / GIB
+    assert weights[1] - weights[2] == pytest.approx(extra)
+
+
 def test_tp_group_on_full_mesh_is_slower_than_on_a_switch() -> None:
     mesh = LinkSpec(
         bandwidth_gbps=100.0,

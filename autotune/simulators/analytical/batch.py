@@ -167,6 +167,7 @@ class _Columns:
             ids = {value: code for code, value in enumerate(dict.fromkeys(column))}
             self.codes[name] = np.fromiter(map(ids.__getitem__, column), np.int64, len(column))
             self.values[name] = ids
+        self.codes["expert_tp"] = np.fromiter(map(attrgetter("expert_tp"), layouts), np.int64)
 
     def number(self, name: str) -> Array:
         """A numeric field as a column vector (layouts x 1) of floats, which mix with the
@@ -321,6 +322,7 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
         share=kinds["share"],
         selective=columns.equals("recompute", "selective"),
         tp=tp,
+        etp=columns.number("expert_tp"),
         ep=ep,
         pp=pp,
         vpp=vpp,

@@ -121,17 +121,32 @@ def _mlp_gemms(
     ]
 
 
+def _expert_share(layout: Layout) -> float:
+    """The token copies a rank's experts compute, per token of its TP group, over the top-k:
+    each TP rank dispatches its own tokens (1/TP of them under SP) and the experts' TP gather
+    joins ETP ranks' worth (Megatron-Core's token dispatchers), so ETP / TP; 1 when the
+    experts reuse TP."""
+    return layout.expert_tp / layout.tp
+
+
 def _linear_gemms(
     model: ModelSpec, moe: bool, tokens: float, layout: Layout
 ) -> list[tuple[float, float, float, float]]:
-    """(m, k, n, count) of a layer's linear layers: what FP8 runs in FP8 (not the router)."""
+    """(m, k, n, count) of a layer's linear layers: what FP8 runs in FP8 (not the router).
+    The routed experts' width is split by ETP, the rest by TP."""
     tp = layout.tp
     gemms = [(m, k, n, 1.0) for m, k, n in _attention_gemms(model, tokens, tp)]
     if not moe:
         return gemms + _mlp_gemms(model, tokens, model.ffn_hidden_size, tp)
     local_experts = model.num_experts / layout.ep
-    tokens_per_expert = model.moe_top_k * tokens / local_experts
-    gemms += _mlp_gemms(model, tokens_per_expert, model.expert_ffn_hidden_size, tp, local_experts)
+    copies = model.moe_top_k * tokens * _expert_share(layout)
+    gemms += _mlp_gemms(
+        model,
+        copies / local_experts,
+        model.expert_ffn_hidden_size,
+        layout.expert_tp,
+        local_experts,
+    )
     if model.shared_expert_ffn_hidden_size:
         gemms += _mlp_gemms(model, tokens, model.shared_expert_ffn_hidden_size, tp)
     return gemms
@@ -181,11 +196,11 @@ def _elementwise_bytes_per_token(
 
     Two norms (read + write h) and two residual adds (read 2h, write h), rotary embedding on
     Q and K, the MLP activation (SwiGLU reads gate and up, writes their product), and for MoE
-    the permutation of the top-k token copies before and after the experts. The GPT family
-    has learned positions instead of RoPE. With ``dropout`` the two residual adds apply hidden
-    dropout, writing a 1-byte mask each (Megatron's ``bias_dropout_add``). The ``allgather``
-    dispatcher unpermutes into a zeroed buffer of every token of the EP group (``ep`` tokens'
-    worth per token here) before reducing it over TP x EP.
+    the permutation of the top-k token copies its experts compute, before and after them. The
+    GPT family has learned positions instead of RoPE. With ``dropout`` the two residual adds
+    apply hidden dropout, writing a 1-byte mask each (Megatron's ``bias_dropout_add``). The
+    ``allgather`` dispatcher unpermutes into a zeroed buffer of every token of the EP group
+    (``ep`` tokens' worth per token here) before reducing it over ETP x EP.
     """
     tp = layout.tp
     seq_shard = tp if layout.sequence_parallel else 1
@@ -206,7 +221,7 @@ def _elementwise_bytes_per_token(
     permute = 2 * 2 * k * act * h
     if allgather:
         permute += layout.ep * act * h
-    return norms_residuals + rope + mlp + permute
+    return norms_residuals + rope + mlp + permute * _expert_share(layout)
 
 
 def _unfused_attention_s(
@@ -312,7 +327,9 @@ def _activation_bytes_per_token(
         mlp = per_f * model.ffn_hidden_size / tp
     else:
         k = model.moe_top_k
-        mlp = k * (linear_in * h + per_f * model.expert_ffn_hidden_size / tp)
+        mlp = k * (
+            linear_in * h * _expert_share(layout) + per_f * model.expert_ffn_hidden_size / tp
+        )
         mlp += 4 * model.num_experts + per_f * model.shared_expert_ffn_hidden_size / tp
         mlp += (act - linear_in) * h / seq_shard  # the router keeps the norm output in bf16
         if model.shared_expert_ffn_hidden_size and linear_in != act:
@@ -349,20 +366,21 @@ def _ulysses_s(
     return exchanges_s(forward), exchanges_s(backward)
 
 
-def _tp_transfers(model: ModelSpec, moe: bool, train: TrainSpec) -> float:
-    """How many token-sized all-reduces (all-gather + reduce-scatter with SP) a layer's tensor
-    parallelism runs in each pass: one around attention and one around a dense MLP.
+def _tp_transfers(model: ModelSpec, moe: bool, train: TrainSpec) -> tuple[float, float]:
+    """How many token-sized all-reduces (all-gather + reduce-scatter with SP) a layer runs in
+    each pass: over TP (one around attention, one around a dense MLP), and over the experts'
+    TP (ETP).
 
-    An MoE layer's dispatcher gathers over TP what the experts compute: the top-k copies that
+    An MoE layer's dispatcher gathers over ETP what the experts compute: the top-k copies that
     arrived by all-to-all (``alltoall``, ``deepep``), or the tokens once (``allgather``, whose
-    TP x EP gather is priced as a TP stage here and an EP stage with the experts). Shared
+    ETP x EP gather is priced as an ETP stage here and an EP stage with the experts). Shared
     experts gather the tokens over TP again, as a dense MLP does (docs/reference.md 7.7).
     """
     if not moe:
-        return 2.0
+        return 2.0, 0.0
     routed = 1 if train.token_dispatcher == "allgather" else model.moe_top_k
     shared = 1 if model.shared_expert_ffn_hidden_size else 0
-    return 1 + routed + shared
+    return 1.0 + shared, float(routed)
 
 
 def _hide(seconds: float, idle_s: float) -> tuple[float, float]:
@@ -429,8 +447,13 @@ def layer_times_s(
 
     # Tensor parallel: all-reduces (or all-gather + reduce-scatter with SP) each way.
     tp_group = layout.group("tp", cluster.devices_per_node)
-    tp_one = all_reduce_time_s(tokens * model.hidden_size * act, tp_group, cluster)
-    tp_all = _tp_transfers(model, moe, train) * tp_one
+    tp_bytes = tokens * model.hidden_size * act
+    dense_transfers, routed_transfers = _tp_transfers(model, moe, train)
+    tp_all = dense_transfers * all_reduce_time_s(tp_bytes, tp_group, cluster)
+    if routed_transfers:  # the routed experts' gathers, over ETP ranks' share of the tokens
+        etp_group = layout.group("etp", cluster.devices_per_node)
+        expert_bytes = tp_bytes * _expert_share(layout)
+        tp_all += routed_transfers * all_reduce_time_s(expert_bytes, etp_group, cluster)
     # With the overlap (userbuffers) the collectives run chunk by chunk under the GEMMs they
     # feed, so they hide up to those GEMMs' time.
     hidden = layout.hides_tp_comm(train)
@@ -451,9 +474,9 @@ def layer_times_s(
         if train.token_dispatcher == "deepep":
             ep_exposed = 2 * deepep_time_s(token_bytes, model.moe_top_k, ep_group, cluster)
         elif train.token_dispatcher == "allgather":
-            # Past the TP stage each rank holds its tokens whole; the EP stage gathers the
+            # Past the ETP stage each rank holds ETP ranks' tokens; the EP stage gathers the
             # group's (ep times as many) and reduce-scatters the outputs back.
-            gathered = tokens * layout.ep * model.hidden_size * act
+            gathered = tokens * _expert_share(layout) * layout.ep * model.hidden_size * act
             ep_exposed = all_reduce_time_s(gathered, ep_group, cluster)
         else:
             ep_exposed = 2 * all_to_all_time_s(model.moe_top_k * token_bytes, ep_group, cluster)

@@ -85,12 +85,13 @@ class JobPrices:
     LAYER_TIMES_FIELDS = tuple(name for name in LAYER_FIELDS if name != "recompute")
     SHAPE_FIELDS = ("pp", "layer_split", "recompute", "recompute_layers")  # kinds and shares
     P2P_FIELDS = _fields_but(
-        "ep", "vpp", "recompute", "recompute_layers", "layer_split", "distributed_optimizer"
+        "ep", "etp", "vpp", "recompute", "recompute_layers", "layer_split", "distributed_optimizer"
     )
     LOGITS_FIELDS = _fields_but(
         "dp",
         "pp",
         "ep",
+        "etp",
         "vpp",
         "recompute",
         "recompute_layers",
@@ -99,7 +100,7 @@ class JobPrices:
         "distributed_optimizer",
     )
     EMBEDDING_FIELDS = ("dp", "tp", "pp", "cp")  # the tied embedding's gradient all-reduce
-    RESERVED_FIELDS = ("dp", "tp", "pp", "cp", "ep")  # the communicators a rank uses
+    RESERVED_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp")  # the communicators a rank uses
     # a micro-batch's gradient accumulation: the optimizer's buffers, the micro-batches
     ACCUMULATE_FIELDS = ("distributed_optimizer", "dp", "micro_batch")
     # the stages; the optimizer mode only through the accumulation, keyed by its value
@@ -367,6 +368,7 @@ def _pipeline(job: JobPrices, layout: Layout, accumulate_s: tuple[float, float])
             share=share,
             selective=selective,
             tp=layout.tp,
+            etp=layout.expert_tp,
             ep=layout.ep,
             pp=layout.pp,
             vpp=layout.vpp,

@@ -194,6 +194,7 @@ def stage(
     share: Real,
     selective: Real,
     tp: Real,
+    etp: Real,
     ep: Real,
     pp: Real,
     vpp: Real,
@@ -248,7 +249,7 @@ def stage(
         ),
         last * logits_bytes,
     )
-    expert_params = n_moe * params.expert_per_layer / (ep * tp)
+    expert_params = n_moe * params.expert_per_layer / (ep * etp)
     # Each backward adds its weight gradients to the buffer the step reduces.
     backward += accumulate_s[0] * dense_params + accumulate_s[1] * expert_params
     return Stage(

@@ -69,8 +69,11 @@ def layout_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
     """The top layouts: degrees, options, step time, tokens/s, MFU, memory vs capacity.
 
     A ``split`` column (layers per pipeline stage) appears when a listed layout sets its own
-    split: two layouts that differ only there would otherwise look the same."""
+    split: two layouts that differ only there would otherwise look the same. An ``etp``
+    column (the experts' TP) appears likewise when a listed layout gives its experts a TP
+    of their own."""
     show_split = any(lay.layer_split is not None for lay, _ in ranked)
+    show_etp = any(lay.etp is not None for lay, _ in ranked)
     rows = []
     for rank, (lay, pred) in enumerate(ranked, start=1):
         recompute = lay.recompute
@@ -87,6 +90,7 @@ def layout_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
                 "pp": lay.pp,
                 "cp": lay.cp,
                 "ep": lay.ep,
+                **({"etp": lay.expert_tp} if show_etp else {}),
                 "vpp": lay.vpp,
                 **split,
                 "mbs": lay.micro_batch,

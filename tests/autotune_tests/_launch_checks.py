@@ -108,20 +108,21 @@ def _moe_problems(args: Args, world: int, core_0_12: bool, mindspeed: bool) -> l
     tp = args.get("--tensor-model-parallel-size", 1)
     pp = args.get("--pipeline-model-parallel-size", 1)
     ep = args.get("--expert-model-parallel-size", 1)
+    etp = args.get("--expert-tensor-parallel-size", tp)  # arguments.py: unset is TP
     experts = args.get("--num-experts")
     found = []
     if ep > 1 and (not experts or experts % ep):
         found.append(f"R28: ep={ep} needs --num-experts divisible by it")
     if not experts:
         return found
-    if world % (tp * ep * pp):
-        found.append(f"X4: expert grid tp*ep*pp={tp * ep * pp} does not divide world={world}")
+    if world % (etp * ep * pp):
+        found.append(f"X4: expert grid etp*ep*pp={etp * ep * pp} does not divide world={world}")
     if core_0_12 and ep > 1 and tp > 1 and "--sequence-parallel" not in args:
         found.append("T2: expert and tensor parallelism need --sequence-parallel")
     biased = "--disable-bias-linear" not in args
     if biased and core_0_12 and not mindspeed:
         found.append("T10: no linear biases with MoE on core_v0.12.1")
-    if biased and not core_0_12 and tp > 1:
+    if biased and not core_0_12 and etp > 1:
         found.append("T10: MoE biases need expert tensor parallelism 1")
     if args.get("--moe-router-topk") == 1 and "--moe-router-pre-softmax" not in args:
         if not mindspeed:

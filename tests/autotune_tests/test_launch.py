@@ -109,6 +109,7 @@ def _check_layout(args: dict[str, Any], job: catalog.Job, layout: Layout) -> Non
     assert args["--pipeline-model-parallel-size"] == layout.pp
     assert args.get("--context-parallel-size", 1) == layout.cp
     assert args.get("--expert-model-parallel-size", 1) == layout.ep
+    assert args.get("--expert-tensor-parallel-size", layout.tp) == layout.expert_tp
     assert args["--micro-batch-size"] == layout.micro_batch
     assert args["--global-batch-size"] == job.train.global_batch_size
     assert ("--sequence-parallel" in args) == layout.sequence_parallel
@@ -126,6 +127,7 @@ MEGATRON_CASES = [
         dict(tp=8, pp=4, vpp=5, recompute="selective"),
     ),
     Case("moe_ep_tp", "mixtral_8x7b", "h100", (), dict(tp=2, pp=2, ep=4)),
+    Case("moe_folded_etp1", "mixtral_8x7b", "h100", (), dict(tp=4, pp=2, ep=8, etp=1)),
     Case(
         "mla_moe_uneven", "deepseek_v3", "h100", ("cluster.num_nodes=16",), dict(tp=2, pp=8, ep=8)
     ),
@@ -481,6 +483,13 @@ def test_megatron_script_takes_real_data_and_refuses_half_of_it(tmp_path: Path) 
 
 MINDSPEED_CASES = [
     Case("dense_cp", "llama70b", "ascend", (), dict(tp=8, pp=2, cp=2)),
+    Case(
+        "moe_folded_etp1",
+        "qwen3_30b_a3b",
+        "ascend",
+        ("cluster.num_nodes=2",),
+        dict(tp=4, pp=2, ep=8, etp=1),
+    ),
     Case("ulysses_cp", "llama70b", "ascend", ("train.cp_comm_type=a2a",), dict(tp=8, pp=2, cp=2)),
     Case("uneven_layer_list", "llama70b", "ascend", ("cluster.num_nodes=6",), dict(tp=8, pp=3)),
     Case(  # 96 micro-batches: the interleaved schedule runs them in groups of pp

@@ -36,6 +36,18 @@ def test_the_split_column_tells_apart_layouts_that_differ_only_in_their_split() 
     assert "split" not in plain.splitlines()[0].split()
 
 
+def test_the_etp_column_appears_when_a_layout_gives_its_experts_their_own_tp() -> None:
+    mixtral = model("mixtral_8x7b")
+    simulator = analytical()
+    folded = Layout.resolve(8, tp=2, ep=4, etp=1, sequence_parallel=True)
+    shared = Layout.resolve(8, tp=2, ep=4, sequence_parallel=True)
+    ranked = [(lay, simulator.simulate(mixtral, CLUSTER, TRAIN, lay)) for lay in (folded, shared)]
+    lines = layout_table(ranked).splitlines()
+    column = lines[0].split().index("etp")
+    assert [line.split()[column] for line in lines[1:]] == ["1", "2"]  # None reads as TP
+    assert "etp" not in layout_table(ranked[1:]).splitlines()[0].split()
+
+
 def test_the_recompute_column_names_the_block_count() -> None:
     block = Layout.resolve(8, tp=2, pp=4, recompute="full", recompute_layers=2)
     row = layout_table(_ranked(block)).splitlines()[1].split()

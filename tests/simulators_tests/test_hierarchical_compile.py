@@ -13,6 +13,7 @@ from autotune.simulators import ModelSpec
 from autotune.simulators import TrainSpec
 from autotune.simulators.hierarchical.graph import layer_shapes
 from tests.simulators_tests._specs import make_train
+from tests.simulators_tests._specs import model as catalog_model
 
 compile_mod = pytest.importorskip("autotune.simulators.hierarchical.compile")
 
@@ -155,6 +156,38 @@ def test_expert_params_are_sharded_by_ep() -> None:
     assert one.expert_params == TINY_MOE.expert_params_per_layer
     assert four.expert_params * 4 == one.expert_params
     assert one.params == four.params == TINY_MOE.moe_layer_non_expert_params
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "allgather"])
+def test_expert_tp_1_puts_whole_experts_on_each_rank_by_hand(dispatcher: str) -> None:
+    """Mixtral 8x7B (hidden 4096, 8 experts of FFN 14336, top-2) on 32 ranks, TP 4 with SP,
+    EP 8: one expert per rank, and each rank holds 4096 / 4 = 1024 tokens. With ETP = TP its
+    expert is a quarter wide (3584) and computes the 2 x 1024 copies of each of the 4
+    expert-TP ranks, gathered: 8192; with ETP 1 it is whole (14336) and computes its own
+    2048 copies, no gather. The same FLOPs: 2 x 4096 x copies x 3 x width (SwiGLU gate and
+    up, then down) forward, twice that backward."""
+    mixtral = catalog_model("mixtral_8x7b", num_layers=4)
+    train = make_train(seq_len=4096, global_batch_size=64, moe_dispatcher=dispatcher)
+    layouts = [Layout.resolve(32, tp=4, ep=8, etp=e, sequence_parallel=True) for e in (None, 1)]
+    tp_wide, whole = (layer_shapes(mixtral, lay, train)["moe"] for lay in layouts)
+    assert (tp_wide.etp, tp_wide.expert_ffn, tp_wide.expert_tokens) == (4, 3584, 8192)
+    assert (whole.etp, whole.expert_ffn, whole.expert_tokens) == (1, 14336, 2048)
+    assert whole.shared_ffn == tp_wide.shared_ffn and whole.heads == tp_wide.heads
+    graphs = [compile_mod.compile_layer(shape) for shape in (tp_wide, whole)]
+    forward = 2 * 4096 * 8192 * 3 * 3584
+    assert forward == 2 * 4096 * 2048 * 3 * 14336
+    for graph in graphs:  # the experts' grouped GEMMs are the layer's only bmm (flash attention)
+        assert sum(op.flops for op in graph.forward if op.name == "aten.bmm.default") == forward
+        assert sum(op.flops for op in graph.backward if op.name == "aten.bmm.default") == (
+            2 * forward
+        )
+    assert graphs[0].model_flops() == graphs[1].model_flops()
+    groups = [{op.group for op in g.forward + g.backward if op.category == "comm"} for g in graphs]
+    assert groups[0] == {"tp", "ep", "etp"} and groups[1] == {"tp", "ep"}
+    # Routed weights per rank: num_experts / ep = 1 expert of 3 x 4096 x 14336, not split by TP.
+    assert graphs[1].expert_params == 3 * 4096 * 14336 == mixtral.expert_params_per_layer // 8
+    assert graphs[0].expert_params * 4 == graphs[1].expert_params
+    assert graphs[0].params == graphs[1].params  # attention, router: split by TP either way
 
 
 def test_hierarchical_package_imports_without_torch() -> None:

@@ -24,6 +24,7 @@ from autotune.simulators.hierarchical.intra_stage import phase
 from autotune.simulators.registry import make_simulator
 from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
+from tests.simulators_tests._specs import model as catalog_model
 
 compile_mod = pytest.importorskip("autotune.simulators.hierarchical.compile")
 
@@ -302,3 +303,23 @@ def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages(tmp_path: Pa
     trace = json.loads(SIM.write_trace(tied, CLUSTER, TRAIN, lay, tmp_path / "t.json").read_text())
     spans = [e for e in trace["traceEvents"] if e.get("name") == "tied embedding grads"]
     assert sorted(e["pid"] for e in spans) == [0, 3]
+
+
+def test_expert_tp_keeps_whole_experts_and_etp_equal_to_tp_prices_as_before() -> None:
+    """Mixtral 8x7B on 32 ranks, TP 4, EP 8: with ETP 1 each rank keeps its one expert whole,
+    3 x 4096 x 14336 weights per layer instead of a quarter of them (bf16: 2 bytes each) in
+    each of the 4 layers; ETP = TP spelt out is the default layout and prices the same."""
+    mixtral = catalog_model("mixtral_8x7b", num_layers=4)
+    cluster = ascend(4)
+    train = make_train(seq_len=4096, global_batch_size=64)
+    layouts = [
+        Layout.resolve(32, tp=4, ep=8, sequence_parallel=True, **etp)
+        for etp in ({}, {"etp": 4}, {"etp": 1})
+    ]
+    assert layouts[1] == layouts[0] and layouts[2].expert_dp == 4
+    assert all(lay.violations(mixtral, cluster, train) == [] for lay in layouts)
+    default, spelt, whole = (SIM.simulate(mixtral, cluster, train, lay) for lay in layouts)
+    assert spelt.as_dict() == default.as_dict()
+    extra = 4 * 3 * 4096 * 14336 * (1 - 1 / 4) * 2 / 2**30
+    weights = whole.memory_breakdown_gib["weights"] - default.memory_breakdown_gib["weights"]
+    assert weights == pytest.approx(extra, rel=1e-9)

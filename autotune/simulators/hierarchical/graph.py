@@ -39,10 +39,11 @@ class Op:
 
     Compute ops carry FLOPs as executed (``flops``, e.g. the score recompute inside a fused
     attention backward) and as Megatron counts them (``model_flops``), plus the bytes read and
-    written. A collective (``category == "comm"``) names its ``group`` (``tp``, ``cp``, ``ep``)
-    and ``bytes`` is its buffer as docs/reference.md 3.6 defines it (all-reduce, reduce-scatter and
-    all-gather: the full buffer; all-to-all: the send buffer; ring: what one rank passes on in
-    all steps together). ``overlap`` marks a collective that runs beside the next compute op.
+    written. A collective (``category == "comm"``) names its ``group`` (``tp``, ``cp``, ``ep``,
+    ``etp``) and ``bytes`` is its buffer as docs/reference.md 3.6 defines it (all-reduce,
+    reduce-scatter and all-gather: the full buffer; all-to-all: the send buffer; ring: what one
+    rank passes on in all steps together). ``overlap`` marks a collective that runs beside the
+    next compute op.
     ``signature`` keys the profiled cost table: tensor shapes and the literal arguments.
     ``gemm`` is a matmul's ``(batch, rows, depth, cols)`` (an output of ``batch`` matrices of
     ``rows x cols``, each a sum over ``depth``), for its tile and wave quantization.
@@ -71,12 +72,14 @@ class LayerShape:
     micro-batch's sequence share of this rank before any gather (``b * s / cp``, divided by
     ``sp`` with sequence parallelism); ``seq_q`` is this rank's query length ``s / cp`` (the CP
     ring brings keys and values of all ``s``). Heads, FFN widths and the vocabulary are already
-    divided by TP; ``local_experts`` by EP.
-    ``expert_tokens`` is the number of token copies each local expert receives (balanced
-    top-k routing); ``moe_weighted_activation``: the experts weight their activation by the
-    router's probabilities (:class:`autotune.simulators.frameworks.FrameworkSpec`), else the
-    combine does. ``moe_allgather``: the tokens reach the experts by the ``allgather`` dispatcher
-    (gathered over TP x EP) instead of an all-to-all. ``dropout``: the residual adds apply
+    divided by TP, the routed experts' FFN width by ``etp`` (expert tensor parallelism, TP
+    unless the layout sets its own: :attr:`simulators.Layout.expert_tp`); ``local_experts``
+    by EP. ``expert_tokens`` is the number of token copies each local expert receives
+    (balanced top-k routing: :attr:`routed_copies`); ``moe_weighted_activation``: the experts
+    weight their activation by the router's probabilities
+    (:class:`autotune.simulators.frameworks.FrameworkSpec`), else the combine does.
+    ``moe_allgather``: the tokens reach the experts by the ``allgather`` dispatcher (gathered
+    over ETP x EP) instead of an all-to-all. ``dropout``: the residual adds apply
     hidden dropout (:meth:`simulators.TrainSpec.drops_out`); ``flash_attention`` picks the fused
     kernel or Megatron's unfused path (which records ``attention_dropout`` when set, and
     PyTorch's fp32 softmax with ``softmax_in_fp32``, past the fused kernel's sequence);
@@ -94,6 +97,7 @@ class LayerShape:
     tp: int
     cp: int
     ep: int
+    etp: int = 1
     model: ModelSpec  # the architecture; the fields below are this rank's shares of it
     dtype: str = "bf16"
     heads: int = 0
@@ -126,6 +130,23 @@ class LayerShape:
         """Tokens this rank holds at the layer boundary (sequence-parallel share)."""
         return self.micro_batch * self.seq_q // self.sp
 
+    @property
+    def expert_gathered(self) -> bool:
+        """Whether the dispatcher all-gathers the routed copies over the expert-TP group and
+        the combine reduce-scatters them back, as Megatron-Core's dispatchers do for ETP > 1
+        (``gather_from_sequence_parallel_region`` over the expert-TP group). With ETP = TP and
+        no SP the TP ranks hold the same tokens already: the experts read them in place, their
+        input gradient and output all-reduced as a dense MLP's."""
+        return self.sp > 1 or self.etp != self.tp
+
+    @property
+    def routed_copies(self) -> int:
+        """Token copies this rank's experts receive together (balanced top-k routing): its
+        tokens' ``top_k`` copies (an EP all-to-all sends as many as it receives), times
+        ``etp`` where the expert-TP gather brings the other ranks' copies."""
+        gathered = self.etp if self.expert_gathered else 1
+        return self.model.moe_top_k * self.tokens * gathered
+
     def canonical(self) -> LayerShape:
         """This shape with the fields its kind does not read reset to their defaults.
 
@@ -152,6 +173,7 @@ _ENDS = {
 # The defaults of what a dense layer does not read.
 _DENSE_UNUSED: dict[str, Any] = {
     "ep": 1,
+    "etp": 1,
     "local_experts": 0,
     "expert_ffn": 0,
     "expert_tokens": 0,
@@ -210,7 +232,8 @@ def layer_shapes(
 
     Keys: ``embedding``, ``head``, and ``dense`` and/or ``moe`` for the decoder layers.
     TP divides heads (KV heads replicate when TP exceeds them), FFN widths and the vocabulary;
-    SP and CP divide the sequence; EP divides the routed experts.
+    SP and CP divide the sequence; EP divides the routed experts and ETP their FFN width (the
+    shared experts are a dense MLP, split by TP).
     """
     tp, cp = layout.tp, layout.cp
     flash = train.uses_flash_attention(cluster) if cluster else train.flash_attention
@@ -226,6 +249,7 @@ def layer_shapes(
         cp_comm=train.context_exchange if cp > 1 else "p2p",
         cp_a2a_style=train.framework.cp_a2a_style if cp > 1 else None,
         ep=layout.ep,
+        etp=layout.expert_tp,
         model=model,
         dtype=train.compute_dtype,
         fp8=train.fp8,
@@ -250,18 +274,17 @@ def layer_shapes(
         shapes["dense"] = base
     if model.num_moe_layers:
         local = model.num_experts // layout.ep
-        copies = model.moe_top_k * layout.micro_batch * seq_q
-        shapes["moe"] = _only(
+        moe = _only(
             base,
             kind="moe",
             ffn=0,
             local_experts=local,
-            expert_ffn=model.expert_ffn_hidden_size // tp,
-            expert_tokens=math.ceil(copies / local),
+            expert_ffn=model.expert_ffn_hidden_size // layout.expert_tp,
             shared_ffn=model.shared_expert_ffn_hidden_size // tp,
             moe_weighted_activation=train.framework.moe_weighted_activation,
             moe_allgather=train.token_dispatcher == "allgather",
         )
+        shapes["moe"] = _only(moe, expert_tokens=math.ceil(moe.routed_copies / local))
     return shapes
 
 

@@ -1,10 +1,11 @@
 """Intra-stage: the time of one model chunk for one micro-batch, forward and backward.
 
 Within a phase, ops run on a compute stream and collectives on communication streams.
-TP all-reduce / all-gather / reduce-scatter and EP all-to-all block the compute stream (they
-feed the next op) unless TP overlap is configured, in which case TP traffic hides behind
-the phase's GEMMs; the CP ring exchange runs beside core attention (Megatron
-``context_parallel.md``). Backward is preceded by the recomputed forward when recompute applies.
+TP all-reduce / all-gather / reduce-scatter (the experts' TP, ETP, booked as TP) and EP
+all-to-all block the compute stream (they feed the next op) unless TP overlap is configured,
+in which case TP traffic hides behind the phase's GEMMs; the CP ring exchange runs beside
+core attention (Megatron ``context_parallel.md``). Backward is preceded by the recomputed
+forward when recompute applies.
 
 Eager PyTorch issues every operator from one host thread, and the host runs ahead of the
 device only as far as the device is slower: a chunk's phase lasts
@@ -32,6 +33,8 @@ from autotune.simulators.hierarchical.graph import Op
 __all__ = ["PARTS", "Block", "ChunkPlan", "StageCoster", "phase"]
 
 PARTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm")
+# The part of the breakdown each layer group's collectives are booked to.
+_COMM_PARTS = {"tp": "tp", "etp": "tp", "cp": "cp", "ep": "ep"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,9 +101,10 @@ def phase(
     for op in ops:
         if op.category == COMM_CATEGORY:
             seconds = comm.time_s(op.name, op.bytes, op.group)
-            overlapped = op.overlap or (op.group == "tp" and tp_overlap)
+            part = _COMM_PARTS[op.group]
+            overlapped = op.overlap or (part == "tp" and tp_overlap)
             target = hidden if overlapped else blocking
-            target[op.group] = target.get(op.group, 0.0) + seconds
+            target[part] = target.get(part, 0.0) + seconds
         else:
             seconds = cost.op_time_s(op)
             categories[op.category] += seconds
@@ -109,10 +113,10 @@ def phase(
     cover = {"cp": core, "tp": categories["matmul"]}
     parts = dict.fromkeys(PARTS, 0.0)
     parts["compute"] = sum(categories.values())
-    for group in ("tp", "cp", "ep"):
-        exposed = blocking.get(group, 0.0)
-        exposed += max(0.0, hidden.get(group, 0.0) - cover.get(group, 0.0))
-        parts[f"{group}_comm"] = exposed
+    for part in ("tp", "cp", "ep"):
+        exposed = blocking.get(part, 0.0)
+        exposed += max(0.0, hidden.get(part, 0.0) - cover.get(part, 0.0))
+        parts[f"{part}_comm"] = exposed
     return Block(duration_s=sum(parts.values()), parts=parts, categories=categories)
 
 

@@ -1,10 +1,13 @@
-"""Reference layer modules at per-rank shapes (Megatron-style TP, SP, CP and EP).
+"""Reference layer modules at per-rank shapes (Megatron-style TP, SP, CP, EP and ETP).
 
 Each module is built from a :class:`~autotune.simulators.hierarchical.graph.LayerShape` on the meta
 device. Tensors are ``[batch, tokens, hidden]``; TP collectives sit where Megatron puts them
 (``gather``/``scatter`` with sequence parallelism, ``copy_to_region``/``reduce`` without), so
 the recorded graph holds them in order.
 """
+
+# size: the decoder layer's modules and the TP and expert-TP regions, FP8 linear and fused
+# activations they share
 
 from __future__ import annotations
 
@@ -130,6 +133,23 @@ def _leave(x: torch.Tensor, shape: LayerShape) -> torch.Tensor:
     if shape.sp > 1:
         return scatter(x, "tp", shape.tp)
     return reduce(x, "tp", shape.tp)
+
+
+def _expert_enter(x: torch.Tensor, shape: LayerShape) -> torch.Tensor:
+    """Into the experts' TP region: the dispatcher's all-gather of the routed copies over the
+    expert-TP group, kept whole by the experts (:attr:`LayerShape.expert_gathered`), or the
+    TP ranks' shared tokens marked for a backward AR."""
+    if shape.expert_gathered:
+        return gather(x, "etp", shape.etp, regather=False)
+    return copy_to_region(x, "etp", shape.etp)
+
+
+def _expert_leave(x: torch.Tensor, shape: LayerShape) -> torch.Tensor:
+    """Out of the experts' TP region: the combine's reduce-scatter of the partial sums over
+    the expert-TP group, or their all-reduce where the TP ranks share the tokens."""
+    if shape.expert_gathered:
+        return scatter(x, "etp", shape.etp)
+    return reduce(x, "etp", shape.etp)
 
 
 def _core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: LayerShape) -> torch.Tensor:
@@ -317,7 +337,8 @@ def _bias_dropout_add(
 
 
 class Experts(nn.Module):
-    """This rank's routed experts as one grouped GEMM (bmm over local experts)."""
+    """This rank's routed experts as one grouped GEMM (bmm over local experts), each expert's
+    FFN width split by expert TP."""
 
     def __init__(self, shape: LayerShape) -> None:
         super().__init__()
@@ -338,8 +359,8 @@ class Experts(nn.Module):
 
 
 class MoE(nn.Module):
-    """Router, top-k dispatch by EP all-to-all (or the TP x EP all-gather), local experts,
-    combine; shared experts.
+    """Router, top-k dispatch by EP all-to-all then an expert-TP gather (or the ETP x EP
+    all-gather), local experts, combine; shared experts (a dense MLP over the attention TP).
 
     The router's probabilities weight the experts' activation (they travel with the tokens)
     or, where the framework does not (``moe_weighted_activation`` false), the combine, which
@@ -369,7 +390,7 @@ class MoE(nn.Module):
         if s.moe_weighted_activation:
             weights, _ = self._dispatch(probs.reshape(1, -1, 1).to(x.dtype))
         out = self.experts(routed, weights)
-        out = _leave(out.view(1, -1, h)[:, :copies], s)
+        out = _expert_leave(out.view(1, -1, h)[:, :copies], s)
         out = all_to_all(out, "ep", s.ep).view(b * n, s.model.moe_top_k, h)
         if weights is None:
             out = out * probs.unsqueeze(-1).to(out.dtype)
@@ -380,17 +401,14 @@ class MoE(nn.Module):
 
     def _allgathered(self, tokens: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
         """The ``allgather`` dispatcher (Megatron-Core's MoEAllGatherTokenDispatcher): every
-        token of the TP x EP group gathered (a TP stage, then an EP stage: the same bytes as
-        one gather over the group), this rank's experts' copies picked out, and their outputs
-        added into a zeroed buffer of all the gathered tokens, reduce-scattered back. The
-        routing (a few bytes per token) is not gathered here. ``tokens`` [tokens, hidden],
-        ``probs`` [tokens, top_k]; returns [tokens, hidden]."""
+        token of the ETP x EP group gathered (an expert-TP stage, then an EP stage: the same
+        bytes as one gather over the group), this rank's experts' copies picked out, and
+        their outputs added into a zeroed buffer of all the gathered tokens, reduce-scattered
+        back. The routing (a few bytes per token) is not gathered here. ``tokens`` [tokens,
+        hidden], ``probs`` [tokens, top_k]; returns [tokens, hidden]."""
         s = self.shape
         h = tokens.shape[-1]
-        everyone = tokens.unsqueeze(0)
-        everyone = (
-            gather(everyone, "tp", s.tp, regather=False) if s.sp > 1 else _enter(everyone, s)
-        )
+        everyone = _expert_enter(tokens.unsqueeze(0), s)
         everyone = gather(everyone, "ep", s.ep, regather=False).view(-1, h)
         # This rank's experts receive top_k / ep of every gathered token's copies (balanced).
         copies = everyone.shape[0] * s.model.moe_top_k // s.ep
@@ -405,7 +423,7 @@ class MoE(nn.Module):
         # the indices.
         summed = torch.zeros_like(everyone).index_put((local,), out, accumulate=True)
         summed = summed.unsqueeze(0)
-        return _leave(scatter(summed, "ep", s.ep), s).view(-1, h)
+        return _expert_leave(scatter(summed, "ep", s.ep), s).view(-1, h)
 
     def _local(self, copies: torch.Tensor) -> torch.Tensor:
         """``copies`` [(1,) copies, width] padded to the local experts' balanced share:
@@ -417,13 +435,11 @@ class MoE(nn.Module):
         return copies.view(s.local_experts, s.expert_tokens, copies.shape[-1])
 
     def _dispatch(self, copies: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """``copies`` [1, copies, width] to this rank's experts: EP all-to-all, the TP region,
-        padding to the local experts' balanced share; [local experts, tokens each, width] and
-        how many copies arrived."""
+        """``copies`` [1, copies, width] to this rank's experts: EP all-to-all, the expert-TP
+        region, padding to the local experts' balanced share; [local experts, tokens each,
+        width] and how many copies arrived."""
         s = self.shape
-        copies = all_to_all(copies, "ep", s.ep)
-        # The dispatcher gathers over TP itself; the experts keep what it gathered.
-        copies = gather(copies, "tp", s.tp, regather=False) if s.sp > 1 else _enter(copies, s)
+        copies = _expert_enter(all_to_all(copies, "ep", s.ep), s)
         arrived = copies.shape[1]
         return self._local(copies), arrived
 

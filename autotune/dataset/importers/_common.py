@@ -164,9 +164,17 @@ def provenance(config: Config, source: str) -> dict[str, str]:
     }
 
 
+# Integer columns that are empty on most rows: pandas would write them as floats ("1.0").
+_NULLABLE_INTEGERS = ("devices_per_node", "etp", "recompute_layers")
+
+
 def order_columns(records: list[dict[str, object]]) -> pd.DataFrame:
     """A table of ``records`` with the schema columns first, in schema order, then extras."""
     table = pd.DataFrame.from_records(records)
     schema = [c.name for c in COLUMNS if c.name in table.columns]
     extra = [c for c in table.columns if c not in schema]
-    return table[schema + extra]
+    table = table[schema + extra]
+    for name in _NULLABLE_INTEGERS:
+        if name in table.columns:
+            table[name] = table[name].astype("Int64")
+    return table

@@ -37,6 +37,7 @@ __all__ = [
     "table",
 ]
 
+_NO_THROUGHPUT = "no tokens/s published (model TFLOP/s only)"
 _FSDP = "FSDP on (fsdp > 0: sharded data parallelism, not modelled)"
 _NVFP4 = "NVFP4 precision (not modelled)"
 _NOT_OK = "status {} (not a usable measurement of the stated layout)"
@@ -88,7 +89,8 @@ def skip_reason(row: Mapping[str, str], clusters: Mapping[str, str]) -> str:
     """Why a raw row is left out by every importer ("" when it passes these checks).
 
     The checks, in order: status, NVFP4, hardware (``clusters`` maps the raw ``hardware`` cell
-    to a catalog cluster), catalog model (the raw ``model_key``), FSDP.
+    to a catalog cluster), catalog model (the raw ``model_key``), FSDP, a throughput (tokens/s
+    per device or in all; a row that publishes only model TFLOP/s has no step time).
     """
     if row["status"] != "ok":
         return _NOT_OK.format(row["status"])
@@ -100,6 +102,8 @@ def skip_reason(row: Mapping[str, str], clusters: Mapping[str, str]) -> str:
         return _MODEL
     if row["fsdp"] not in ("", "0"):
         return _FSDP
+    if not (row["tokens_per_s_per_gpu"] or row["tokens_per_s_total"]):
+        return _NO_THROUGHPUT
     return ""
 
 
@@ -115,15 +119,17 @@ def _int(row: Mapping[str, str], key: str, default: int) -> int:
     return int(row[key]) if row[key] else default
 
 
-def layout_columns(row: Mapping[str, str]) -> dict[str, int]:
-    """dp (devices / (tp*pp*cp)), tp, pp, cp, ep, vpp and micro_batch of a raw row.
+def layout_columns(row: Mapping[str, str], expert_tp: int | None = None) -> dict[str, int | None]:
+    """dp (devices / (tp*pp*cp)), tp, pp, cp, ep, etp, vpp and micro_batch of a raw row.
 
-    An empty ``cp``, ``ep`` or ``vp`` is 1 (NeMo prints VP=1 or n/a for no interleaving).
+    An empty ``cp``, ``ep`` or ``vp`` is 1 (NeMo prints VP=1 or n/a for no interleaving); an
+    empty ``etp`` is ``expert_tp`` where the importer knows the recipes' value, else tp; etp
+    equal to tp is written empty (the layout's spelling of experts that reuse TP).
 
     Raises:
         LayoutMismatch: no micro-batch, degrees that do not divide the devices, a published dp
             that differs from the derived one, global batch != micro-batch * dp * published GA,
-            or ep not dividing dp * cp (the expert grid of a layout whose expert TP is its TP).
+            or an expert grid etp * ep * pp that does not divide the devices.
     """
     tp, pp, cp = int(row["tp"]), int(row["pp"]), _int(row, "cp", 1)
     devices, batch = int(row["num_devices"]), int(row["global_batch"])
@@ -136,23 +142,26 @@ def layout_columns(row: Mapping[str, str]) -> dict[str, int]:
     if batch % (mbs * dp) or (row["ga"] and batch != mbs * dp * int(row["ga"])):
         raise LayoutMismatch(f"global batch {batch} != micro-batch {mbs} * dp {dp} * GA")
     ep = _int(row, "ep", 1)
-    if (dp * cp) % ep:
-        raise LayoutMismatch(f"ep {ep} does not divide dp {dp} * cp {cp}")
+    etp = _int(row, "etp", expert_tp or tp) if "etp" in row else tp
+    if devices % (etp * ep * pp):
+        raise LayoutMismatch(f"expert grid etp {etp} * ep {ep} * pp {pp} does not divide {devices}")
     return {
         "dp": dp,
         "tp": tp,
         "pp": pp,
         "cp": cp,
         "ep": ep,
+        "etp": None if etp == tp else etp,
         "vpp": _int(row, "vp", 1),
         "micro_batch": mbs,
     }
 
 
-def layout_reason(row: Mapping[str, str], cluster: str) -> str:
-    """Why the layout of a raw row cannot be used ("" when it can)."""
+def layout_reason(row: Mapping[str, str], cluster: str, expert_tp: int | None = None) -> str:
+    """Why the layout of a raw row cannot be used ("" when it can); ``expert_tp`` as
+    :func:`layout_columns` takes it."""
     try:
-        layout_columns(row)
+        layout_columns(row, expert_tp)
         cluster_columns(cluster, int(row["num_devices"]))
     except LayoutMismatch:
         return _MISMATCH
@@ -240,6 +249,7 @@ def megatron_core_row(
     tp_comm_overlap: bool = True,
     moe: Mapping[str, object] | None = None,
     changes: Mapping[str, object] | None = None,
+    expert_tp: int | None = None,
 ) -> dict[str, object]:
     """A kept row of an NVIDIA table (NeMo, Megatron-Bridge, dgxc-benchmarking).
 
@@ -248,19 +258,21 @@ def megatron_core_row(
     ``grad_reduce_in_fp32`` and TP communication overlapped where tp > 1 unless not
     ``tp_comm_overlap`` (False: not known, the framework's default), as the performance configs
     of these tables set them (NOTICE.md); ``moe`` the MoE settings the config names
-    (``moe_dispatcher``, ``moe_a2a_overlap``); ``changes`` replace architecture fields.
+    (``moe_dispatcher``, ``moe_a2a_overlap``); ``changes`` replace architecture fields;
+    ``expert_tp`` the recipes' expert TP where the row leaves it empty (:func:`layout_columns`).
     """
-    layout = layout_columns(row)
+    layout = layout_columns(row, expert_tp)
+    tp = int(row["tp"])
     return {
         **measured_row(source, row, seq_len, layout),
         **architecture(row, **(changes or {})),
         **cluster_columns(cluster, int(row["num_devices"])),
         "recompute": recompute,
-        "sequence_parallel": layout["tp"] > 1,
+        "sequence_parallel": tp > 1,
         "distributed_optimizer": True,
         "framework": "megatron_core",
         "grad_reduce_in_fp32": grad_reduce_in_fp32,
-        "tp_comm_overlap": True if tp_comm_overlap and layout["tp"] > 1 else None,
+        "tp_comm_overlap": True if tp_comm_overlap and tp > 1 else None,
         "moe_dispatcher": None,
         "moe_a2a_overlap": None,
         **(moe or {}),
@@ -273,7 +285,4 @@ def table(records: list[dict[str, object]]) -> pd.DataFrame:
     repeated = sorted(s for s, n in counts.items() if n > 1)
     if repeated:
         raise ValueError(f"rows share the scenario(s) {repeated}")
-    frame = order_columns(records)
-    if "devices_per_node" in frame.columns:  # empty on most rows: keep it an integer column
-        frame["devices_per_node"] = frame["devices_per_node"].astype("Int64")
-    return frame
+    return order_columns(records)

@@ -6,8 +6,8 @@ tokens/s (tokens/s per device = cluster tokens/s / devices); the one malformed s
 ("8.7  5") is replaced by global batch * seq / cluster tokens/s. ``layers=N`` in ``other`` marks a
 layer-truncated proxy: the catalog model cut to N layers. Skipped, and counted in NOTICE.md:
 models outside the catalog (Grok-1, Llama 4, Nemotron-H, GPT 5B/175B of Paxml), FSDP rows
-(MaxText), mixture-of-experts rows whose expert TP differs from TP, and layouts that contradict
-their own cells. The JAX runs (MaxText, Paxml) all fall under the first two.
+(MaxText), and layouts that contradict their own cells. The JAX runs (MaxText, Paxml) all fall
+under the first two. A row's expert TP (``etp``) is the layout's; empty, it is TP.
 
 Read in the recipe of the row's own commit where the README is silent (NeMo 1.0 Hydra configs of
 releases v24.11.1 and v25.02): the sequence length, which those tables omit (each README's MFU
@@ -41,7 +41,6 @@ __all__ = ["RAW_FILE", "SOURCE", "convert", "skipped"]
 SOURCE = "dgxc"
 RAW_FILE = "dgxc_benchmarking.csv"
 _CLUSTERS = {"h100": "h100", "gb200": "gb200"}
-_EXPERT_TP = "expert TP differs from TP (the layout has ETP = TP)"
 _GPT2_VOCAB = 50257  # GPT-2 BPE vocabulary (docs/reference.md 2.1, GPT-3 175B)
 _VOCAB_MULTIPLE = 128  # the configs' make_vocab_size_divisible_by (times tp, as Megatron pads)
 # Published tokens/s against global batch * seq / published step time (rounded step times).
@@ -101,8 +100,6 @@ def _reason(row: Row) -> str:
     reason = skip_reason(row, _CLUSTERS)
     if reason:
         return reason
-    if row["etp"] and row["etp"] != row["tp"]:
-        return _EXPERT_TP
     return layout_reason(row, _CLUSTERS[row["hardware"]])
 
 

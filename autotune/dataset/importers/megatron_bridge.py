@@ -4,9 +4,8 @@ Kept: rows with status ``ok`` of catalog models on H100, B200 and GB200 in BF16 
 FP8, FP8-CS, FP8-MX, MXFP8 and the block-scaled FP8 of 25.09 (``fp8``, the label in ``notes``).
 Step time = global batch * seq / (tokens/s/GPU * devices). Skipped, and counted in NOTICE.md:
 superseded rows, NVFP4, B300/GB300 and models outside the catalog, FSDP rows (``fsdp`` > 0),
-mixture-of-experts rows with tp > 1 (the performance recipes set expert tensor parallelism to 1,
-which the layout, whose expert grid reuses tp, cannot express), and layouts that contradict
-their own cells.
+and layouts that contradict their own cells. Mixture-of-experts rows leave ETP empty: the
+performance recipes set expert tensor parallelism to 1 (``etp`` 1 where tp > 1).
 
 Assumed (NOTICE.md): dp = devices / (tp * pp * cp), checked against the published GA; an empty
 VP or EP is 1; recompute none (not published); sequence parallelism where tp > 1 and the
@@ -37,7 +36,6 @@ __all__ = ["RAW_FILE", "SOURCE", "convert", "skipped"]
 SOURCE = "megatron_bridge"
 RAW_FILE = "megatron_bridge_perf_summary.csv"
 _CLUSTERS = {"h100": "h100", "b200": "b200", "gb200": "gb200"}
-_EXPERT_TP = "mixture of experts with tp > 1 (recipes set expert TP 1; the layout has ETP = TP)"
 
 Row = Mapping[str, str]
 # The MoE settings of the performance configs, by (release, model, hardware), where they are
@@ -58,17 +56,16 @@ _MOE_SETTINGS: dict[tuple[str, str, str], dict[str, object]] = {
 }
 
 
-def _expert_tp_differs(row: Row) -> bool:
-    return int(row["tp"]) > 1 and catalog.load_model(row["model_key"]).is_moe
+def _expert_tp(row: Row) -> int | None:
+    """The recipes' expert TP of a mixture-of-experts row: 1; None for a dense model."""
+    return 1 if catalog.load_model(row["model_key"]).is_moe else None
 
 
 def _reason(row: Row) -> str:
     reason = skip_reason(row, _CLUSTERS)
     if reason:
         return reason
-    if _expert_tp_differs(row):
-        return _EXPERT_TP
-    return layout_reason(row, _CLUSTERS[row["hardware"]])
+    return layout_reason(row, _CLUSTERS[row["hardware"]], _expert_tp(row))
 
 
 def skipped(path: Path) -> list[tuple[str, str]]:
@@ -85,6 +82,7 @@ def convert(path: Path) -> pd.DataFrame:
             _CLUSTERS[r["hardware"]],
             int(r["seq_len"]),
             moe=_MOE_SETTINGS.get((r["release"], r["model"], r["hardware"])),
+            expert_tp=_expert_tp(r),
         )
         for r in read_rows(path)
         if not _reason(r)

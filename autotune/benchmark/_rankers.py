@@ -120,7 +120,7 @@ class HeuristicRule:
         """Whether the states of an average pipeline stage fill at most the allowed share."""
         experts = model.num_moe_layers * model.expert_params_per_layer
         dense = (model.num_params - experts) / (layout.tp * layout.pp)
-        local_experts = experts / (layout.tp * layout.ep * layout.pp)
+        local_experts = experts / (layout.expert_tp * layout.ep * layout.pp)
         states = state_memory_bytes(dense, local_experts, layout, state_bytes_of(train, layout))
         return sum(states.values()) <= self.state_memory_fraction * cluster.device.memory_gib * GIB
 

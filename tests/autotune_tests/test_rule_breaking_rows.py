@@ -42,9 +42,10 @@ OFF = "tracking.enabled=false"
 QWEN3 = catalog.load_model("qwen3_235b_a22b")  # 94 layers, 64 heads, 4 KV heads, 128 experts
 
 # Qwen3-235B-A22B on 256 H100 (sequence 4096, global batch 2048) in the layouts of NVIDIA's
-# Megatron-MoE model zoo (best_practice/Qwen3): expert tensor parallelism 1 in every row, which
-# a layout whose experts take tp cannot express. Lines 2, 3 and 5 then need an expert grid of
-# 512 devices; line 4 ran with FSDP, which the schema does not hold either (it reads as dp 128).
+# Megatron-MoE model zoo (best_practice/Qwen3), as issue 27 quotes them: expert tensor
+# parallelism 1 in every row. Without an etp column the experts take tp, and lines 2, 3 and 5
+# then need an expert grid of 512 devices; line 4 ran with FSDP, which the schema does not hold
+# (it reads as dp 128).
 _ZOO = (
     {"dp": 16, "tp": 2, "pp": 8, "ep": 32, "vpp": 4, "step_time_s": 19.7},
     {"dp": 16, "tp": 2, "pp": 8, "ep": 32, "vpp": 4, "step_time_s": 17.6, "moe_a2a_overlap": True},
@@ -106,6 +107,19 @@ def test_a_moe_table_of_layouts_it_cannot_express_is_scored_on_the_rest(tmp_path
     scenarios = pd.read_csv(tmp_path / "benchmark_report" / "scenarios.csv")
     assert set(scenarios["simulator"]) == {"analytical", "random", "heuristic"}
     assert scenarios["eligible"].all() and (scenarios["n_layouts"] == 2).all()
+
+
+@pytest.mark.slow  # a benchmark process
+def test_the_moe_table_with_its_expert_tp_is_scored_whole(tmp_path: Path) -> None:
+    """The same table with the ETP column it ran with: every row keeps the layout rules and is
+    priced (issue 27's first target)."""
+    data = _moe_table(tmp_path / "qwen3.csv", tuple({**row, "etp": 1} for row in _ZOO))
+    proc = run("autotune.benchmark", f"data={data}", OFF, cwd=tmp_path)
+    assert proc.returncode == 0 and "break a layout rule" not in proc.stderr, proc.stderr
+    scored = pd.read_csv(tmp_path / "benchmark_report" / "predictions.csv")
+    analytical = scored[scored["simulator"] == "analytical"]
+    assert len(analytical) == 5 and analytical["predicted_step_time_s"].notna().all()
+    assert analytical["layout"].str.contains(" etp1 ").all()
 
 
 def test_a_table_whose_every_row_breaks_a_rule_is_one_error_line(tmp_path: Path) -> None:

@@ -144,7 +144,7 @@ def layout_columns(row: Mapping[str, str], expert_tp: int | None = None) -> dict
     ep = _int(row, "ep", 1)
     etp = _int(row, "etp", expert_tp or tp) if "etp" in row else tp
     if devices % (etp * ep * pp):
-        raise LayoutMismatch(f"expert grid etp {etp} * ep {ep} * pp {pp} does not divide {devices}")
+        raise LayoutMismatch(f"expert grid etp {etp} * ep {ep} * pp {pp} over {devices} devices")
     return {
         "dp": dp,
         "tp": tp,

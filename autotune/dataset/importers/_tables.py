@@ -217,7 +217,7 @@ def _provenance(row: Mapping[str, str], source: str) -> dict[str, str]:
 
 
 def measured_row(
-    source: str, row: Mapping[str, str], seq_len: int, layout: Mapping[str, int]
+    source: str, row: Mapping[str, str], seq_len: int, layout: Mapping[str, int | None]
 ) -> dict[str, object]:
     """The job, layout, precision, measurement and provenance columns of a kept raw row."""
     step, per_device, how = _step_time_s(row, seq_len)

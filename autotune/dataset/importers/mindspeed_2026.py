@@ -72,7 +72,7 @@ def _record(row: Row) -> dict[str, object]:
         **architecture(row),
         "cluster": _CLUSTERS[row["hardware"]],
         "recompute": _RECOMPUTE[row["recompute"]],
-        "sequence_parallel": "sequence-parallel" in flags and layout["tp"] > 1,
+        "sequence_parallel": "sequence-parallel" in flags and int(row["tp"]) > 1,
         "distributed_optimizer": "use-distributed-optimizer" in flags,
         **dp_overlap(flags),
         "framework": "mindspeed",

@@ -680,22 +680,15 @@ def _experts(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
     """EP needs experts % EP == 0 and the expert grid world % (ETP*EP*PP) == 0
     (``parallel_state.py``, "expert_tensor_model_pipeline_parallel_size"); ETP other than TP
     needs experts, and a framework whose experts can have their own TP."""
-    found = []
-    if lay.etp is not None:
-        if not model.is_moe:
-            found.append(f"etp={lay.etp} needs a mixture-of-experts model; {model.name} is dense")
-        elif not train.framework.expert_tensor_parallel:
-            found.append(
-                f"etp={lay.etp}: {train.framework.name} splits experts over TP only "
-                f"(etp must equal tp={lay.tp})"
-            )
-    if lay.ep == 1 and lay.etp is None:
-        return found
     if not model.is_moe:
-        return found + (
-            [f"ep={lay.ep} needs a mixture-of-experts model; {model.name} is dense"]
-            if lay.ep > 1
-            else []
+        given = [f"ep={lay.ep}"] * (lay.ep > 1) + [f"etp={lay.etp}"] * (lay.etp is not None)
+        dense = f"needs a mixture-of-experts model; {model.name} is dense"
+        return [f"{degree} {dense}" for degree in given]
+    found = []
+    if lay.etp is not None and not train.framework.expert_tensor_parallel:
+        found.append(
+            f"etp={lay.etp}: {train.framework.name} splits experts over TP only "
+            f"(etp must equal tp={lay.tp})"
         )
     if model.num_experts % lay.ep:
         found.append(f"ep={lay.ep} does not divide num_experts={model.num_experts}")

@@ -134,6 +134,7 @@ class SearchConfig:
     max_tp: int = MISSING
     max_cp: int = MISSING
     max_vpp: int = MISSING
+    max_etp: int = MISSING
     micro_batch: list[int] = MISSING
     recompute: list[str] = MISSING
     distributed_optimizer: list[bool] = MISSING
@@ -152,7 +153,7 @@ class SearchConfig:
         _check_margin("search.memory_margin", self.memory_margin)
         for key in ("top_k", "rerank_top", "workers"):
             _at_least(f"search.{key}", getattr(self, key), 1)
-        for key in ("max_tp", "max_cp", "max_vpp"):
+        for key in ("max_tp", "max_cp", "max_vpp", "max_etp"):
             _between(f"search.{key}", getattr(self, key), 1, MAX_DEVICES)
         if not 0 <= self.polish < 1:
             raise UserError(

@@ -113,7 +113,12 @@ def _widened(search: SearchConfig, shipped: Layout) -> tuple[SearchConfig, tuple
             *search.distributed_optimizer,
             shipped.distributed_optimizer,
         ]
-    for name, value in (("max_tp", shipped.tp), ("max_cp", shipped.cp), ("max_vpp", shipped.vpp)):
+    for name, value in (
+        ("max_tp", shipped.tp),
+        ("max_cp", shipped.cp),
+        ("max_vpp", shipped.vpp),
+        ("max_etp", shipped.etp or 1),
+    ):
         if value > getattr(search, name):
             changes[name] = value
     return dataclasses.replace(search, **changes), tuple(changes)

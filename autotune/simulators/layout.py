@@ -122,11 +122,11 @@ def _expert_candidates(
 def _expert_tp_candidates(
     model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
 ) -> list[int | None]:
-    """None (the experts reuse TP), then every other expert TP up to ``max_tp``; a dense
-    model has no experts to split."""
+    """None (the experts reuse TP), then every expert TP up to ``max_etp`` (1 by default:
+    whole experts); a dense model has no experts to split."""
     if not model.is_moe:
         return [None]
-    return [None, *(d for d in divisors(cluster.num_devices) if d <= search["max_tp"])]
+    return [None, *(d for d in divisors(cluster.num_devices) if d <= search["max_etp"])]
 
 
 def _up_to(limit_key: str) -> Candidates:

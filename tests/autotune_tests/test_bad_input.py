@@ -550,6 +550,7 @@ SEARCH = [
     ("search", ["search.max_tp=0"], "search.max_tp=0 must be from 1 to 1,048,576"),
     ("search", ["search.max_cp=-1"], "search.max_cp=-1 must be from 1"),
     ("search", ["search.max_vpp=0"], "search.max_vpp=0 must be from 1"),
+    ("search", ["search.max_etp=0"], "search.max_etp=0 must be from 1"),
     ("search", ["search.micro_batch=[0]"], "search.micro_batch=0 must be from 1"),
     ("search", ["search.micro_batch=[]"], "search.micro_batch=[] is empty"),
     ("search", ["search.recompute=[bogus]"], "search.recompute: 'bogus' is not one of none"),

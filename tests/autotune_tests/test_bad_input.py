@@ -47,7 +47,7 @@ HYDRA = [
     (
         "simulate",
         ["parallel.tpp=2"],
-        "allowed there: cp, distributed_optimizer, dp, ep, layer_split, micro_batch",
+        "allowed there: cp, distributed_optimizer, dp, ep, etp, layer_split, micro_batch",
     ),
     ("simulate", ["model=schema"], "unknown model 'schema'; available: "),
     ("simulate", ["model=nope"], "unknown model 'nope'; available: "),

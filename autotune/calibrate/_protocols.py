@@ -265,8 +265,8 @@ def leave_one_model_out(
     its source, cluster and framework.
 
     The margin is that calibration's (:func:`_predict_calibrated`); where those rows hold no
-    memory evidence, the uncalibrated one of the other sources' runs of the stack (as the
-    probe protocol starts from), never one that the scored source's rows decide. A history of
+    memory evidence, the uncalibrated one of the other sources' runs of the stack (what the
+    probe protocol starts from): no row of the scored model decides its margin. A history of
     a single model is not scored: :attr:`ProtocolScores.unscored` says so per source.
     """
     elsewhere = _margins_elsewhere(table, runs, zero)

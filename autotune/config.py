@@ -297,6 +297,8 @@ class RowsConfig:
     framework: str | None = MISSING  # the framework every row must run
     model: str | None = MISSING  # the model every row must be of
     source: Any = MISSING  # None, a source name or a list of them
+    hardware: Any = MISSING  # None, or the cluster(s) whose rows are kept
+    exclude_model: Any = MISSING  # None, or the model(s) whose rows are left out
 
 
 @dataclass
@@ -318,7 +320,8 @@ class CalibrateConfig:
         _check_output(self.output)
         catalog.check_calibration_name("name", self.name)
         _check_calibration("calibration", self.calibration)
-        _once_each("rows.source", self.rows.source)
+        for key in ("source", "hardware", "exclude_model"):
+            _once_each(f"rows.{key}", getattr(self.rows, key))
         self.calibrate.check()
         if self.out is not None:
             check_output_path("out", self.out)

@@ -13,6 +13,9 @@ import pandas as pd
 
 from autotune.benchmark._metrics import ape
 from autotune.benchmark._score import BenchmarkResult
+from autotune.benchmark._unscored import NOT_SCORED
+from autotune.benchmark._unscored import unscored_text
+from autotune.benchmark._unscored import wholly_unscored
 
 __all__ = [
     "console_tables",
@@ -68,7 +71,8 @@ def overall_table(result: BenchmarkResult, top_k: int) -> pd.DataFrame:
 
 
 def source_table(result: BenchmarkResult, top_k: int) -> pd.DataFrame:
-    """One formatted row per (source, ranker)."""
+    """One formatted row per (source, ranker); a source a protocol does not score at all
+    (``unscored``) has a row that says so."""
     records = []
     for name, summary in result.summaries.items():
         for source, s in summary["by_source"].items():
@@ -85,6 +89,19 @@ def source_table(result: BenchmarkResult, top_k: int) -> pd.DataFrame:
                     "MAPE": _pct(s["mape"]),
                     "max APE": _pct(s["max_ape"]),
                     "mem MAPE": _pct(s["memory_mape"]),
+                }
+            )
+        for source in wholly_unscored(summary):
+            blank = dict.fromkeys(("regret@1 worst", f"regret@{top_k}", "tau (med)"), "-")
+            records.append(
+                {
+                    "source": source,
+                    "simulator": name,
+                    "scenarios": 0,
+                    "regret@1 mean": NOT_SCORED,
+                    **blank,
+                    "rows": 0,
+                    **dict.fromkeys(("MAPE", "max APE", "mem MAPE"), "-"),
                 }
             )
     return pd.DataFrame(records).sort_values(["source", "simulator"], kind="stable")
@@ -236,6 +253,8 @@ def protocol_table(result: BenchmarkResult) -> pd.DataFrame:
         for source in sources:
             figures = s["by_source"].get(source)
             record[source] = _pct(figures["regret_at_1_mean"]) if figures else "-"
+            if source in wholly_unscored(s):
+                record[source] = NOT_SCORED
         record["all"] = _pct(s["regret_at_1_mean"])
         record["OOM picks"] = _pct(s["false_feasible_pick_rate"])
         record["MAPE"] = _pct(s["mape"])
@@ -299,6 +318,7 @@ def console_tables(result: BenchmarkResult, top_k: int) -> str:
         "Per source:",
         source_table(result, top_k).to_string(index=False),
         "",
+        *unscored_text(result, markdown=False),
         _ACROSS_TITLE + ":",
         across_sources_table(result).to_string(index=False),
         "",
@@ -355,6 +375,7 @@ def markdown_report(
         "",
         markdown_table(source_table(result, top_k)),
         "",
+        *unscored_text(result, markdown=True),
         *_fit_section(result),
         *_protocol_sections(result),
         "## Definitions",

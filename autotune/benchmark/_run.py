@@ -137,7 +137,7 @@ def _calibrated_rankings(
     rankings: list[Ranking] = []
     if config.calibration is not None:
         rankings.extend(_given_calibration(config.calibration, simulator, table, specs))
-    if not {"leave_one_source_out", "probe"} & set(protocols):
+    if not {"leave_one_source_out", "leave_one_model_out", "probe"} & set(protocols):
         return rankings
     settings = calibrate.ProtocolSettings(
         fit=calibrate.fit_settings(config.calibrate),
@@ -146,14 +146,19 @@ def _calibrated_rankings(
         seed=config.seed,
     )
     runs = calibrate.row_runs(table, specs)
+    zero_shot = calibrate.ZeroShot(zero.predicted_s, zero.memory_gib, zero.allocated_gib)
     if "leave_one_source_out" in protocols:
         start = time.perf_counter()
         scores, _ = calibrate.leave_one_source_out(simulator, table, runs, settings)
         rankings.append(_ranking(scores))
         log.info("%s, leave one source out: %.1f s", simulator.name, time.perf_counter() - start)
+    if "leave_one_model_out" in protocols:
+        start = time.perf_counter()
+        scores = calibrate.leave_one_model_out(simulator, table, runs, zero_shot, settings)
+        rankings.append(_ranking(scores))
+        log.info("%s, leave one model out: %.1f s", simulator.name, time.perf_counter() - start)
     if "probe" in protocols:
         start = time.perf_counter()
-        zero_shot = calibrate.ZeroShot(zero.predicted_s, zero.memory_gib, zero.allocated_gib)
         probes = calibrate.probe_scores(simulator, table, runs, zero_shot, settings)
         rankings.extend(_ranking(scores) for scores in probes)
         log.info(
@@ -179,6 +184,7 @@ def _ranking(scores: calibrate.ProtocolScores) -> Ranking:
         seconds_per_layout=math.nan,
         protocol=scores.protocol,
         probes=scores.probes,
+        unscored=scores.unscored,
     )
 
 

@@ -109,6 +109,7 @@ def score(
         summaries[ranking.name]["seconds_per_layout"] = ranking.seconds_per_layout
         summaries[ranking.name]["protocol"] = ranking.protocol
         summaries[ranking.name]["probes"] = ranking.probes
+        summaries[ranking.name]["unscored"] = dict(ranking.unscored)
     return BenchmarkResult(scenarios=scenarios, rows=rows, summaries=summaries)
 
 

@@ -1,6 +1,6 @@
 """Calibration: fit a simulator's factors to measured runs, apply them, probe a job, and
 run the calibration protocols the benchmark scores (:func:`leave_one_source_out`,
-:func:`probe_scores`).
+:func:`leave_one_model_out`, :func:`probe_scores`).
 
 ``python -m autotune.calibrate`` fits and writes ``./calibrations/<name>.yaml``;
 :func:`calibrated_job` applies one (and a memory margin) to a job; :func:`fit` is the fit.
@@ -37,6 +37,7 @@ from autotune.calibrate._protocols import PROTOCOLS
 from autotune.calibrate._protocols import ProtocolScores
 from autotune.calibrate._protocols import ProtocolSettings
 from autotune.calibrate._protocols import ZeroShot
+from autotune.calibrate._protocols import leave_one_model_out
 from autotune.calibrate._protocols import leave_one_source_out
 from autotune.calibrate._protocols import probe_scores
 from autotune.calibrate._rows import row_runs
@@ -61,6 +62,7 @@ __all__ = [
     "evidence",
     "fit",
     "fit_settings",
+    "leave_one_model_out",
     "leave_one_source_out",
     "margin_for",
     "margins_from",

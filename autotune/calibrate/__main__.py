@@ -36,6 +36,8 @@ COMMAND = Command(
         ("rows.framework", "the framework every row must run"),
         ("rows.model", "the model every row must be of"),
         ("rows.source", "keep only these sources"),
+        ("rows.hardware", "keep only the rows on these clusters"),
+        ("rows.exclude_model", "leave out the rows of these models (history of other jobs)"),
         ("calibration", "start from this calibration: NAME or ./PATH.yaml"),
         ("calibrate.time_noise", "log step-time error a row keeps"),
         ("output", "table or json"),
@@ -44,6 +46,8 @@ COMMAND = Command(
         "python -m autotune.calibrate data=runs.csv name=my_cluster",
         "python -m autotune.calibrate data=vtrain name=vtrain_a100 simulator=analytical",
         "python -m autotune.calibrate data=runs.csv name=mine out=/tmp/mine.yaml output=json",
+        "python -m autotune.calibrate data=dgxc name=h100_history rows.hardware=h100 "
+        "'rows.exclude_model=Llama 3.1 70b'",
     ),
     run=run_calibrate,
     outputs=calibrate_outputs,

@@ -53,7 +53,8 @@ def fit_settings(settings: CalibrateSettings, bootstrap: bool = True) -> FitSett
     )
 
 
-def _sources(value: Any) -> list[str] | None:
+def _names(value: Any) -> list[str] | None:
+    """A name or list of names from the command line (``x``, ``[x,y]``); None for no filter."""
     if value is None:
         return None
     if isinstance(value, ListConfig | list | tuple):
@@ -61,13 +62,70 @@ def _sources(value: Any) -> list[str] | None:
     return [str(value)]
 
 
+def _model_names(model: str) -> set[str]:
+    """How rows may name ``model`` (a display name or a catalog name), in lower case."""
+    wanted = {model.lower()}
+    if model in catalog.options("model"):
+        wanted.add(catalog.load_model(model).name.lower())
+    return wanted
+
+
+def _keep(
+    table: pd.DataFrame, column: str, wanted: list[str] | None, what: str, data: str
+) -> pd.DataFrame:
+    """The rows whose ``column`` is one of ``wanted`` (all when None).
+
+    Raises:
+        UserError: a value of ``wanted`` that no row has (naming those there are).
+    """
+    if wanted is None:
+        return table
+    present = set(table[column].dropna().astype(str))
+    unknown = sorted(set(wanted) - present)
+    if unknown:
+        raise UserError(
+            f"{what} {', '.join(unknown)} not in {data}; there: {', '.join(sorted(present))}"
+        )
+    return dataset.take_rows(table, np.flatnonzero(table[column].isin(wanted)))
+
+
+def _leave_out_models(table: pd.DataFrame, models: list[str] | None, data: str) -> pd.DataFrame:
+    """The rows of any other model than ``models`` (display or catalog names).
+
+    Raises:
+        UserError: a model no row is of, or no row left (naming the models there are).
+    """
+    if models is None:
+        return table
+    names = table["model"].astype(str).str.lower()
+    there = ", ".join(sorted(set(table["model"].astype(str))))
+    left_out = np.zeros(len(table), dtype=bool)
+    for model in models:
+        mine = names.isin(_model_names(model)).to_numpy()
+        if not mine.any():
+            raise UserError(f"rows.exclude_model: no row of {data} is of {model}; there: {there}")
+        left_out |= mine
+    if left_out.all():
+        raise UserError(
+            f"rows.exclude_model: {data} has no row of another model ({there}): nothing to fit on"
+        )
+    return dataset.take_rows(table, np.flatnonzero(~left_out))
+
+
+def _selected_rows(config: CalibrateConfig, table: pd.DataFrame) -> pd.DataFrame:
+    """The rows ``rows.source``, ``rows.hardware`` and ``rows.exclude_model`` keep, in turn."""
+    table = _keep(table, "source", _names(config.rows.source), "source", config.data)
+    table = _keep(
+        table, "cluster", _names(config.rows.hardware), "rows.hardware: cluster", config.data
+    )
+    return _leave_out_models(table, _names(config.rows.exclude_model), config.data)
+
+
 def _select_model(table: pd.DataFrame, model: str | None, data: str) -> None:
     """Refuse rows of another model than ``model`` (a display name or a catalog name)."""
     if model is None:
         return
-    wanted = {model.lower()}
-    if model in catalog.options("model"):
-        wanted.add(catalog.load_model(model).name.lower())
+    wanted = _model_names(model)
     names = row_names(table)
     other = [
         n
@@ -99,13 +157,7 @@ def _center(config: CalibrateConfig, simulator_name: str) -> Calibration | None:
 def run_calibrate(config: CalibrateConfig) -> None:
     """Fit, print the factors (or the JSON object) and write the calibration file."""
     simulator = catalog.simulator_from_config(config.simulator)
-    table = dataset.load_data(config.data)
-    sources = _sources(config.rows.source)
-    if sources is not None:
-        unknown = sorted(set(sources) - set(table["source"].dropna()))
-        if unknown:
-            raise UserError(f"source {', '.join(unknown)} not in {config.data}")
-        table = dataset.take_rows(table, np.flatnonzero(table["source"].isin(sources)))
+    table = _selected_rows(config, dataset.load_data(config.data))
     priceable = dataset.priceable_rows(table)  # the rows' job and stack: those it is fit on
     table = priceable.table
     cluster = single_value(table, "cluster", config.rows.cluster, "cluster", config.data)

@@ -1,4 +1,5 @@
-"""The calibration protocols the benchmark scores: leave one source out, and probing K layouts.
+"""The calibration protocols the benchmark scores: leave one source out, leave one model out,
+and probing K layouts.
 
 They run here, beside the fit and the probe choice they exercise, on plain arrays: the
 benchmark hands in the zero-shot predictions (:class:`ZeroShot`) and scores the
@@ -6,6 +7,11 @@ benchmark hands in the zero-shot predictions (:class:`ZeroShot`) and scores the
 
 ``leave_one_source_out``: for each source, calibrate on the rows of every other source
 (relative factors, so they carry across clusters), then predict this source's rows.
+
+``leave_one_model_out``: within each source, for each model, calibrate on the rows of the
+other models of the same cluster and framework (the cluster's history), then predict this
+model's rows. A (source, cluster, framework) with a single model is not scored, and says so
+(:attr:`ProtocolScores.unscored`).
 
 ``probe`` (K = 1..5): per scenario, the tool chooses K probes among the scenario's measured
 layouts from its uncalibrated predictions (:func:`autotune.calibrate.choose_probes`), sees
@@ -48,11 +54,12 @@ __all__ = [
     "ProtocolScores",
     "ProtocolSettings",
     "ZeroShot",
+    "leave_one_model_out",
     "leave_one_source_out",
     "probe_scores",
 ]
 
-PROTOCOLS = ("zero_shot", "leave_one_source_out", "probe")
+PROTOCOLS = ("zero_shot", "leave_one_source_out", "leave_one_model_out", "probe")
 PROBE = "probe"
 RANDOM_PROBES = "random probes"
 TOP_PROBES = "top-K probes"
@@ -100,6 +107,7 @@ class ProtocolScores:
     allocated_gib: np.ndarray
     fits: np.ndarray
     probes: int = 0
+    unscored: tuple[tuple[str, str], ...] = ()  # (source, why some of its rows are not)
 
 
 def _margins_elsewhere(
@@ -147,6 +155,7 @@ def _scores(
     arrays: dict[str, np.ndarray],
     k: int = 0,
     rows: np.ndarray | None = None,
+    unscored: tuple[tuple[str, str], ...] = (),
 ) -> ProtocolScores:
     """The scores of ``rows`` (every row when None) from full-length arrays."""
     rows = np.arange(len(arrays["score"])) if rows is None else rows
@@ -161,7 +170,43 @@ def _scores(
         allocated_gib=arrays["allocated_gib"][rows],
         fits=arrays["fits"][rows],
         probes=k,
+        unscored=unscored,
     )
+
+
+def _predict_calibrated(
+    simulator: Simulator,
+    train: Sequence[Run],
+    sources: Sequence[str],
+    rows: np.ndarray,
+    runs: Sequence[Run | None],
+    settings: ProtocolSettings,
+    arrays: dict[str, np.ndarray],
+    no_evidence: float = 0.0,
+) -> Calibration:
+    """Fit on ``train`` (named by ``sources``, or ``()``), predict ``rows`` (table positions)
+    into ``arrays``; the calibration fitted.
+
+    A layout fits with its stack's margin on ``train`` as calibrated
+    (:func:`autotune.calibrate.stack_margins`; too few runs of the stack: every stack's
+    pooled), or ``no_evidence`` when no run of ``train`` has a measured peak or ran out of
+    memory.
+    """
+    result = fit(simulator, train, settings.fit)
+    calibrated = CalibratedSimulator(simulator, result.calibration, 0.0)
+    stacks = stack_margins(calibrated, train, sources)
+    for i in rows:
+        run = runs[int(i)]
+        if run is None:
+            continue
+        p = calibrated.simulate(*run.specs)
+        stack = margin_for(run.specs[2].framework.name, stacks)
+        margin = stack.value if stack.runs or stack.pooled_runs else no_evidence
+        arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
+        arrays["memory_gib"][i] = p.memory_gib
+        arrays["allocated_gib"][i] = p.peak_gib("allocated")
+        arrays["fits"][i] = p.memory_gib * (1 + margin) <= p.memory_capacity_gib
+    return result.calibration
 
 
 def leave_one_source_out(
@@ -176,26 +221,76 @@ def leave_one_source_out(
     calibrations: dict[str, Calibration] = {}
     for source in sorted(set(sources)):
         others = [(r, s) for r, s in zip(runs, sources, strict=True) if r and s != source]
-        train = [r for r, _ in others]
-        if not train:
+        if not others:
             continue
-        result = fit(simulator, train, settings.fit)
-        calibrations[source] = result.calibration
-        calibrated = CalibratedSimulator(simulator, result.calibration, 0.0)
+        train, named = [r for r, _ in others], [s for _, s in others]
         # Each stack's margin from the other sources' runs of it (too few: the widest).
-        stacks = stack_margins(calibrated, train, [s for _, s in others])
-        for i in np.flatnonzero(sources == source):
-            run = runs[int(i)]
-            if run is None:
-                continue
-            p = calibrated.simulate(*run.specs)
-            margin = margin_for(run.specs[2].framework.name, stacks).value
-            arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
-            arrays["memory_gib"][i] = p.memory_gib
-            arrays["allocated_gib"][i] = p.peak_gib("allocated")
-            arrays["fits"][i] = p.memory_gib * (1 + margin) <= p.memory_capacity_gib
+        calibrations[source] = _predict_calibrated(
+            simulator, train, named, np.flatnonzero(sources == source), runs, settings, arrays
+        )
     name = f"{simulator.name}, leave-one-source-out"
     return _scores(name, "simulator", "leave_one_source_out", arrays), calibrations
+
+
+@dataclass(frozen=True, slots=True)
+class _History:
+    """The measured rows of one (source, cluster, framework): one cluster's history."""
+
+    source: str
+    cluster: str
+    framework: str
+    rows: np.ndarray  # table positions
+
+
+def _histories(table: pd.DataFrame, runs: Sequence[Run | None]) -> list[_History]:
+    """The measured rows of each (source, cluster, framework), in that order."""
+    sources = table["source"].astype(str).to_numpy()
+    clusters = table["cluster"].astype(str).to_numpy()
+    found: dict[tuple[str, str, str], list[int]] = {}
+    for i, run in enumerate(runs):
+        if run is not None:
+            key = (str(sources[i]), str(clusters[i]), run.specs[2].framework.name)
+            found.setdefault(key, []).append(i)
+    return [_History(*key, np.array(rows, dtype=int)) for key, rows in sorted(found.items())]
+
+
+def leave_one_model_out(
+    simulator: Simulator,
+    table: pd.DataFrame,
+    runs: Sequence[Run | None],
+    zero: ZeroShot,
+    settings: ProtocolSettings,
+) -> ProtocolScores:
+    """Each model's rows predicted by a calibration fitted on the rows of the other models of
+    its source, cluster and framework.
+
+    The margin is that calibration's (:func:`_predict_calibrated`); where those rows hold no
+    memory evidence, the uncalibrated one of the other sources' runs of the stack (what the
+    probe protocol starts from): no row of the scored model decides its margin. A history of
+    a single model is not scored: :attr:`ProtocolScores.unscored` says so per source.
+    """
+    elsewhere = _margins_elsewhere(table, runs, zero)
+    models = table["model"].astype(str).to_numpy()
+    arrays = _empty(len(table))
+    scored: list[np.ndarray] = []
+    unscored: dict[str, list[str]] = {}
+    for history in _histories(table, runs):
+        names = sorted(set(models[history.rows]))
+        if len(names) < 2:
+            unscored.setdefault(history.source, []).append(
+                f"{history.cluster}, {history.framework}: one model ({names[0]})"
+            )
+            continue
+        for model in names:
+            held = history.rows[models[history.rows] == model]
+            train = [r for i in history.rows if models[i] != model and (r := runs[i])]
+            margin = elsewhere[history.source, history.framework]
+            _predict_calibrated(simulator, train, (), held, runs, settings, arrays, margin)
+            scored.append(held)
+    rows = np.sort(np.concatenate(scored)) if scored else np.array([], dtype=int)
+    why = tuple((source, "; ".join(texts)) for source, texts in sorted(unscored.items()))
+    name = f"{simulator.name}, leave-one-model-out"
+    return _scores(name, "simulator", "leave_one_model_out", arrays, rows=rows, unscored=why)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from autotune.calibrate import FitSettings
 from autotune.calibrate import Run
 from autotune.calibrate import calibrated_job
 from autotune.calibrate import fit
+from autotune.calibrate._command import _selected_rows
 from autotune.calibrate._command import fit_settings
 from autotune.config import CalibrateConfig
 from autotune.config import load_config
@@ -177,6 +178,33 @@ def test_rows_of_another_model_are_refused(tmp_path: Path) -> None:
     data = _csv(tmp_path, *_layouts(), {"scenario": "s2", "model": "other", "step_time_s": 0.5})
     proc = run("autotune.calibrate", f"data={data}", "name=x", "rows.model=toy", cwd=tmp_path)
     assert proc.returncode == 2 and "another model than toy (other): runs line 5" in proc.stderr
+
+
+def _history(data: Path, *overrides: str) -> list[tuple[str, str]]:
+    """(cluster, model) of each row ``rows.*`` keeps of ``data``."""
+    config = load_config(CalibrateConfig, [f"data={data}", "name=x", *overrides])
+    table = _selected_rows(config, dataset.load_data(config.data))
+    return list(zip(table["cluster"], table["model"], strict=True))
+
+
+def test_a_clusters_history_without_the_planned_model_is_what_is_fitted(tmp_path: Path) -> None:
+    data = _csv(
+        tmp_path,
+        *_layouts(),
+        {"scenario": "s2", "model": "other", "step_time_s": 0.5},
+        {"scenario": "s3", "model": "other", "cluster": "h100", "step_time_s": 0.4},
+    )
+    assert _history(data, "rows.hardware=a100", "rows.exclude_model=toy") == [("a100", "other")]
+    assert len(_history(data, "rows.exclude_model=[other]")) == 3  # the toy rows on a100
+    assert _history(data, "rows.hardware=h100") == [("h100", "other")]
+    with pytest.raises(UserError, match="cluster h200 not in .*; there: a100, h100"):
+        _history(data, "rows.hardware=h200")
+    with pytest.raises(UserError, match="rows.exclude_model: no row of .* is of nope; there: oth"):
+        _history(data, "rows.exclude_model=nope")
+    with pytest.raises(UserError, match="no row of another model \\(other\\): nothing to fit on"):
+        _history(data, "rows.hardware=h100", "rows.exclude_model=other")
+    with pytest.raises(UserError, match="names toy more than once"):
+        _history(data, "rows.exclude_model=[toy,toy]")
 
 
 def test_only_failed_rows_is_an_error_and_only_oom_rows_a_note(tmp_path: Path) -> None:

@@ -214,6 +214,9 @@ def _table(
     )
     rows = [f"  {'factor':<24}{'value':>8}   {interval:.0%} interval"]
     for name in FACTORS:
+        if name not in c.factors:  # the reserved memory left derived per layout
+            rows.append(f"  {name:<24}{'derived per layout':>27}")
+            continue
         low, high = result.intervals[name]
         unit = "x" if name in SCALE_FACTORS else ("GiB" if name.endswith("_gib") else "")
         rows.append(f"  {name:<24}{c.factors[name]:>8.3f}{unit:<3}[{low:.3f}, {high:.3f}]")

@@ -42,8 +42,14 @@ def calibration_record(
         "simulator": calibration.simulator,
         "cluster": calibration.cluster,
         "framework": calibration.framework,
-        "factors": {k: _number(calibration.factors[k]) for k in FACTORS},
-        "intervals": {k: [_number(v) for v in result.intervals[k]] for k in FACTORS},
+        "factors": {
+            k: _number(calibration.factors[k]) for k in FACTORS if k in calibration.factors
+        },
+        "intervals": {
+            k: [_number(v) for v in result.intervals[k]]
+            for k in FACTORS
+            if k in calibration.factors
+        },
         "memory_margin": None
         if calibration.memory_margin is None
         else _number(calibration.memory_margin),
@@ -79,7 +85,8 @@ _HEADER = """\
 # A calibration of the {simulator} simulator, written by python -m autotune.calibrate
 # (docs/calibration.md). factors: multipliers of the uncalibrated constants (1: unchanged),
 # tp_overlap / dp_overlap: shares of the exposed communication that hide (0: unchanged),
-# memory_constant_gib: the reserved memory (GiB). intervals: {interval:.0%} bootstrap intervals.
+# memory_constant_gib: the reserved memory (GiB; absent: derived per layout, as uncalibrated).
+# intervals: {interval:.0%} bootstrap intervals.
 # overrides: the constants these factors set on cluster {cluster}. rows: what it was fitted on.
 """
 

@@ -362,17 +362,45 @@ class _MemoryData:
     """Predicted memory without its reserved part, and what each row says of the truth.
 
     A peak measured as ``allocated`` is compared with the predicted tensors alone: ``kept``
-    of the variable part (what fragmentation leaves), without the constant; ``device`` peaks
-    with the whole prediction (``kept`` 1, the constant added)."""
+    of the variable part (what fragmentation leaves), without the reserved part; ``device``
+    peaks with the whole prediction (``kept`` 1, the reserved part added): the fitted
+    constant where ``constant``, else each row's own derived figure (:func:`_fits_constant`).
+    """
 
     variable_gib: np.ndarray
     reserved_gib: np.ndarray
+    constant: bool
     kept: np.ndarray
     device: np.ndarray  # the measured peak is the whole device's (else the tensors')
     capacity_gib: np.ndarray
     measured_gib: np.ndarray  # NaN where not measured
     oom: np.ndarray  # ran out of memory
     ran: np.ndarray  # ran (so the truth is within the capacity)
+
+
+def _fits_constant(simulator: Simulator, runs: Sequence[Run]) -> bool:
+    """Whether the fit sets the reserved memory as one figure (``memory_constant_gib``): the
+    simulator charges a fixed one, or the runs are of one cluster and some of them measured
+    the whole device (a device peak, or an out-of-memory run).
+
+    Otherwise each layout keeps the figure the simulator derives for it (its devices' runtime
+    and its communicators' buffers: docs/decisions/0041-device-memory-beyond-tensors.md): a
+    figure in GiB of one cluster's devices, or one fitted without a measurement of them, is no
+    evidence for another cluster, nor for layouts with other communicators.
+    """
+    if _reserved_gib(simulator) is not None:
+        return True
+    return any(map(_measured_whole_device, runs)) and len(_clusters(runs)) == 1
+
+
+def _measured_whole_device(run: Run) -> bool:
+    """The run says how much its whole device held: a device peak, or it ran out of memory."""
+    device_peak = run.peak_memory_measure == "device" and math.isfinite(run.peak_memory_gib)
+    return device_peak or run.status == "oom"
+
+
+def _clusters(runs: Sequence[Run]) -> set[str]:
+    return {run.specs[1].name for run in runs}
 
 
 def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run]) -> _MemoryData:
@@ -390,6 +418,7 @@ def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run])
     return _MemoryData(
         variable_gib=np.array(variable),
         reserved_gib=np.array(reserved),
+        constant=_fits_constant(simulator, runs),
         kept=np.array(kept),
         device=device,
         capacity_gib=np.array(capacity),
@@ -399,10 +428,16 @@ def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run])
     )
 
 
+def _whole_gib(y: np.ndarray, data: _MemoryData, rows: np.ndarray | slice) -> np.ndarray:
+    """The device's whole predicted memory of ``rows`` at the memory factors ``y``."""
+    reserved = y[1] if data.constant else data.reserved_gib[rows]
+    return reserved + math.exp(y[0]) * data.variable_gib[rows]
+
+
 def _memory_residuals(
     y: np.ndarray, data: _MemoryData, rows: np.ndarray, noise: float
 ) -> np.ndarray:
-    whole = np.log(y[1] + math.exp(y[0]) * data.variable_gib[rows])
+    whole = np.log(_whole_gib(y, data, rows))
     tensors = np.log(math.exp(y[0]) * data.kept[rows] * data.variable_gib[rows])
     predicted = np.where(data.device[rows], whole, tensors)  # as the row measured its peak
     capacity = np.log(data.capacity_gib[rows])
@@ -550,9 +585,18 @@ def fit(
         )
 
     factors = {**_factors_of(x, TIME_FACTORS), **_factors_of(y, MEMORY_FACTORS)}
+    if data is not None and not data.constant:
+        del factors["memory_constant_gib"]
+        clusters = len(_clusters(memory_runs))
+        why = (
+            f"the rows span {clusters} clusters"
+            if clusters > 1
+            else "no row measured the whole device (a device peak or an out-of-memory run)"
+        )
+        notes.append(f"the reserved memory stays derived per layout: {why}")
     margin = None
     if data is not None:
-        whole = y[1] + math.exp(y[0]) * data.variable_gib
+        whole = _whole_gib(y, data, slice(None))
         tensors = math.exp(y[0]) * data.kept * data.variable_gib
         predicted = np.where(data.device, whole, tensors)
         exceeded = data.oom & ~np.isfinite(data.measured_gib)  # past the device's memory

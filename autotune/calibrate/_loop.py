@@ -377,7 +377,7 @@ def probe_round(
 
 def _factor_line(result: FitResult) -> str:
     factors = result.calibration.factors
-    return ", ".join(f"{name} {factors[name]:.3g}" for name in FACTORS)
+    return ", ".join(f"{name} {factors[name]:.3g}" for name in FACTORS if name in factors)
 
 
 def _fed_back_text(

@@ -239,7 +239,7 @@ class Recorder(TorchDispatchMode):
             key: size
             for key, (size, regions) in self.saved.items()
             if not (selective and regions == {"core"})
-            and not (modules and all(self.saved_scopes[key]))
+            and not (modules and self._inside(key))
             and key not in discarded
         }
         total = sum(kept.values())
@@ -254,15 +254,31 @@ class Recorder(TorchDispatchMode):
             total += sum(
                 size
                 for storage, size in self.module_inputs.items()
-                if storage not in kept and storage not in discarded
+                if storage not in kept
+                and storage not in discarded
+                and not self._regathered_only(storage, kept)
             )
         return total
 
+    def _regathered_only(self, storage: int, kept: dict[int, float]) -> bool:
+        """Whether a checkpoint's input is held only as the local shard of a kept gathered
+        copy (a sequence-parallel linear layer's input), counted there already."""
+        held = any(self.shard_of.get(key) == storage for key in kept)
+        return held and storage not in self.saved
+
+    def _inside(self, key: int) -> bool:
+        """Whether only recomputed modules saved storage ``key`` (a gathered copy whose
+        local shard a checkpoint keeps as its input is that input: kept)."""
+        return all(self.saved_scopes[key]) and self.shard_of.get(key) not in self.module_inputs
+
     def _discarded(self) -> set[int]:
         """Storages an output-discarding checkpoint frees: its outputs and the gathered
-        copies whose local shard (what the linear layer keeps) is one of them."""
+        copies a linear layer keeps as their local shard, where the shard is one of them
+        and is not saved on its own as well (the layer then saved the shard itself)."""
         return self.discarded | {
-            gathered for gathered, shard in self.shard_of.items() if shard in self.discarded
+            gathered
+            for gathered, shard in self.shard_of.items()
+            if shard in self.discarded and shard not in self.saved
         }
 
     def comm(self, name: str, group: str, nbytes: float, overlap: bool = False) -> None:

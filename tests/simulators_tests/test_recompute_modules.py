@@ -21,6 +21,7 @@ from tests.simulators_tests._specs import make_train
 from tests.simulators_tests.test_analytical import DEVICE
 from tests.simulators_tests.test_analytical import TINY
 from tests.simulators_tests.test_analytical import cluster
+from tests.simulators_tests.test_analytical_batch import assert_same
 
 compile_mod = pytest.importorskip("autotune.simulators.hierarchical.compile")
 
@@ -264,3 +265,25 @@ def test_both_simulators_free_the_same_bytes(
         freed[name] = held[0] - held[1]
     assert freed["analytical"] > 0
     assert freed["hierarchical"] == pytest.approx(freed["analytical"], rel=0.01)
+
+
+def test_a_batch_mixing_module_sets_prices_each_as_alone() -> None:
+    """The vectorized path tells the layouts' module sets apart (core attention or not, other
+    modules or not) as the scalar path does."""
+    train = make_train(seq_len=32, global_batch_size=8)
+    layouts = [
+        Layout.resolve(8, ep=4, recompute=recompute, recompute_modules=modules)
+        for recompute, modules in (
+            ("none", None),
+            ("selective", None),
+            ("selective", ("moe_act",)),
+            ("selective", ("core_attn", "layernorm", "moe")),
+            ("full", None),
+        )
+    ]
+    simulator = analytical()
+    batch = simulator.simulate_many(TINY_MOE, cluster(), train, layouts)
+    for index, layout in enumerate(layouts):
+        assert_same(
+            batch.prediction(index), analytical().simulate(TINY_MOE, cluster(), train, layout)
+        )

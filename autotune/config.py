@@ -249,7 +249,8 @@ def _parallel_schema() -> type:
     rows = []
     for name in LAYOUT_FIELDS:
         kinds = {"int": int, "str": str, "bool": bool, "int | None": int}
-        kind = kinds.get(str(hints[name]), list[int])  # a tuple field: a list in the config
+        kinds["tuple[str, ...] | None"] = list[str]  # a tuple field: a list in the config
+        kind = kinds.get(str(hints[name]), list[int])
         rows.append((name, kind | None, field(default=None)))
     return dataclasses.make_dataclass("ParallelConfig", rows)
 

@@ -48,9 +48,7 @@ _MAX_RANK_ROWS = 16
 
 def layout_row(layout: Layout, prediction: Prediction) -> dict[str, object]:
     """One layout and its headline figures as a flat row (trial and top-k tables)."""
-    fields = layout.as_dict()
-    if fields["layer_split"] is not None:  # as a measurement file writes it: 19/21/21/19
-        fields["layer_split"] = "/".join(map(str, fields["layer_split"]))
+    fields = layout.as_cells()  # as a measurement file writes it: 19/21/21/19
     return {
         **fields,
         "step_time_s": prediction.step_time_s,
@@ -79,6 +77,8 @@ def layout_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
         recompute = lay.recompute
         if lay.recompute_layers is not None:
             recompute += f":{lay.recompute_layers}"
+        if lay.recompute_modules is not None:
+            recompute += ":" + "+".join(lay.recompute_modules)
         split = {}
         if show_split:
             split["split"] = "default" if lay.layer_split is None else _split_text(lay.layer_split)

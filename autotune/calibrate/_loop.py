@@ -258,9 +258,7 @@ def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: st
     }
     rows = []
     for rank, (layout, prediction) in enumerate(probes, start=1):
-        fields = layout.as_dict()
-        if fields["layer_split"] is not None:
-            fields["layer_split"] = "/".join(map(str, fields["layer_split"]))
+        fields = layout.as_cells()
         rows.append(
             {
                 "scenario": name,

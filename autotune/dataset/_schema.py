@@ -21,6 +21,7 @@ from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import Layout
 from autotune.simulators.layout import field_info
 from autotune.simulators.prediction import MEMORY_MEASURES
+from autotune.simulators.recompute_modules import RECOMPUTE_MODULES
 from autotune.simulators.specs import ACTIVATIONS
 from autotune.simulators.specs import ATTENTIONS
 from autotune.simulators.specs import PRECISIONS
@@ -138,6 +139,14 @@ def _int_list(cell: str) -> tuple[int, ...]:
     return values
 
 
+def _module_list(cell: str) -> tuple[str, ...]:
+    """Recompute modules separated by ``/`` or ``,`` (``core_attn/mlp``)."""
+    values = tuple(part.strip() for part in cell.replace(",", "/").split("/"))
+    if not all(value in RECOMPUTE_MODULES for value in values):
+        raise ValueError(f"modules of {', '.join(RECOMPUTE_MODULES)} separated by /")
+    return values
+
+
 def _choice(allowed: tuple[str, ...]) -> Callable[[str], str]:
     def parse(cell: str) -> str:
         if cell not in allowed:
@@ -166,7 +175,7 @@ class Column:
             return "boolean"
         if self.parse is _text or getattr(self.parse, "choices", None):
             return "str"
-        if self.parse is _int_list:
+        if self.parse is _int_list or self.parse is _module_list:
             return "object"
         return "Int64"
 
@@ -222,6 +231,8 @@ def _layout_column(name: str) -> Column:
         parse = _choice(info.choices)
     elif "bool" in kind:
         parse = _bool
+    elif "tuple[str" in kind:
+        parse = _module_list
     elif "tuple" in kind:
         parse = _int_list
     else:

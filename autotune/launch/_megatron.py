@@ -315,7 +315,10 @@ def pipeline_flags(job: LaunchJob, layer_list: bool) -> list[Flag]:
 
 def recompute_flags(job: LaunchJob, per_stage_option: str = "") -> list[Flag]:
     """Selective, or full recompute of every layer (uniform groups of one layer), or of the
-    first ``recompute_layers`` of each stage (block; docs/reference.md 4.1).
+    first ``recompute_layers`` of each stage (block; docs/reference.md 4.1). Selective
+    recompute names its modules where they are not the default, core attention
+    (``--recompute-modules``: every known release of Megatron-LM and MindSpeed-LLM's Megatron
+    core_v0.12.1 takes it; the layout's rules keep to the modules each framework can run).
 
     With virtual stages the block count applies per model chunk; ``per_stage_option`` is the
     framework's switch that makes it count per stage (MindSpeed), else it is divided over
@@ -323,7 +326,10 @@ def recompute_flags(job: LaunchJob, per_stage_option: str = "") -> list[Flag]:
     """
     layout = job.layout
     if layout.recompute == "selective":
-        return [flag("--recompute-granularity", "selective")]
+        selective = [flag("--recompute-granularity", "selective")]
+        if layout.recompute_modules is not None:
+            selective.append(flag("--recompute-modules", *layout.recompute_modules))
+        return selective
     if layout.recompute != "full":
         return []
     full = flag("--recompute-granularity", "full")

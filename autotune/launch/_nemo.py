@@ -111,7 +111,7 @@ def _model_fields(job: LaunchJob) -> list[tuple[str, object]]:
         ("recompute_num_layers", count),
     ]
     if layout.recompute == "selective":
-        fields.append(("recompute_modules", ["core_attn"]))
+        fields.append(("recompute_modules", list(layout.recomputed_modules)))
     return fields
 
 

@@ -95,10 +95,10 @@ def _candidates(
     return found
 
 
-# Layout fields that no rule of Layout.violations reads (recompute: unless recompute_layers is
-# pinned or the run overlaps the EP all-to-all), so layouts that differ only in them are valid
-# or invalid together and the rules run once for them all (tests/autotune_tests/test_space.py
-# holds the rules to this).
+# Layout fields that no rule of Layout.violations reads (recompute: unless recompute_layers or
+# recompute_modules is pinned or the run overlaps the EP all-to-all), so layouts that differ
+# only in them are valid or invalid together and the rules run once for them all
+# (tests/autotune_tests/test_space.py holds the rules to this).
 _RULE_FREE = ("distributed_optimizer", "recompute")
 
 
@@ -123,7 +123,8 @@ def build_space(
         if name in candidates:
             candidates[name] = [value]
     extra = {k: v for k, v in fixed.items() if k not in candidates}
-    ruled = "recompute_layers" in extra or (train.moe_a2a_overlap and model.is_moe)
+    pinned = "recompute_layers" in extra or "recompute_modules" in extra
+    ruled = pinned or (train.moe_a2a_overlap and model.is_moe)
     free = [name for name in _RULE_FREE if name != "recompute" or not ruled]
     checked = [name for name in SEARCHED if name not in free]
     place = [(checked + free).index(name) for name in SEARCHED]  # to the order of SEARCHED

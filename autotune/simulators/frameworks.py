@@ -18,6 +18,7 @@ from autotune.simulators._checks import constants_from_mapping
 from autotune.simulators._checks import require_choice
 from autotune.simulators._checks import require_non_negative
 from autotune.simulators.errors import SpecError
+from autotune.simulators.recompute_modules import RECOMPUTE_MODULES
 
 __all__ = [
     "CP_A2A_STYLES",
@@ -181,6 +182,11 @@ class FrameworkSpec:
     fewer KV heads than query heads (else multi-head attention only);
     ``cp_excludes_sequence_parallel``: context parallelism and Megatron's sequence parallelism
     cannot run together.
+    ``recompute_modules``: the submodules selective recompute can checkpoint on this stack
+    (Megatron-Core's ``--recompute-modules``; :mod:`autotune.simulators.recompute_modules`),
+    core attention first; ``fused_norm_linear``: a norm before a plain linear layer runs
+    inside it (Transformer Engine's ``LayerNormLinear``), so only the norms of their own
+    (MLA's input norm, the MoE router's) are left for ``layernorm`` to recompute.
     ``release``: the release of the stack the launch files are written for (the launchers
     write only options it accepts); ``releases``: the releases autotune knows, oldest first.
     The facts above do not change between them, but for ``unequal_chunks_since``: the first
@@ -218,6 +224,8 @@ class FrameworkSpec:
     cp_a2a_style: str | None
     cp_a2a_gqa: bool
     cp_excludes_sequence_parallel: bool
+    recompute_modules: tuple[str, ...]
+    fused_norm_linear: bool
     release: str
     releases: tuple[str, ...]
     unequal_chunks_since: str | None = None
@@ -233,6 +241,7 @@ class FrameworkSpec:
                 "state_bytes_per_param": _state_table,
                 "cp_comm_types": tuple,
                 "moe_dispatchers": tuple,
+                "recompute_modules": tuple,
                 "releases": tuple,
             },
             fixed={"name": name},
@@ -262,6 +271,10 @@ class FrameworkSpec:
             )
         for kind in self.moe_dispatchers:
             require_choice(owner, "moe_dispatchers", kind, MOE_DISPATCHERS)
+        for name in self.recompute_modules:
+            require_choice(owner, "recompute_modules", name, RECOMPUTE_MODULES)
+        if self.recompute_modules[:1] != ("core_attn",):
+            raise SpecError(f"{owner}: recompute_modules must start with core_attn (selective)")
         if "a2a" in self.cp_comm_types:
             require_choice(owner, "cp_a2a_style", str(self.cp_a2a_style), CP_A2A_STYLES)
         if self.release not in self.releases:

@@ -35,6 +35,11 @@ from autotune.simulators.errors import LayoutError
 from autotune.simulators.errors import SpecError
 from autotune.simulators.limits import MAX_BATCH
 from autotune.simulators.limits import MAX_DEVICES
+from autotune.simulators.recompute_modules import DEFAULT_MODULES
+from autotune.simulators.recompute_modules import layer_modules
+from autotune.simulators.recompute_modules import model_problems
+from autotune.simulators.recompute_modules import normalized_modules
+from autotune.simulators.recompute_modules import standalone_norms
 from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec
@@ -285,6 +290,13 @@ class Layout:
         default=None,
         metadata=_info("layers per stage that full recompute checkpoints (None: all)"),
     )
+    recompute_modules: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_info(
+            "submodules selective recompute checkpoints, sorted (None: core_attn only)",
+            layer_cost=True,
+        ),
+    )
     sequence_parallel: bool = field(
         default=False,
         metadata=_info(
@@ -306,6 +318,8 @@ class Layout:
     def __post_init__(self) -> None:
         if self.etp is not None and self.etp == self.tp:
             object.__setattr__(self, "etp", None)  # one spelling per layout: ETP = TP is None
+        # one spelling per layout: sorted, and the default set (core attention) is None
+        object.__setattr__(self, "recompute_modules", normalized_modules(self.recompute_modules))
         degrees = {
             name: getattr(self, name) for name in DEGREES if getattr(self, name) is not None
         }
@@ -407,6 +421,14 @@ class Layout:
             return stage_layers
         return min(self.recompute_layers, stage_layers)
 
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """The submodules selective recompute checkpoints (none without it): the layout's
+        ``recompute_modules``, or core attention, Megatron's default."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or DEFAULT_MODULES
+
     def layer_key(self) -> tuple[object, ...]:
         """The fields that change what one layer costs (a cache key for per-layer costs)."""
         return tuple(getattr(self, name) for name in LAYER_COST_FIELDS)
@@ -446,6 +468,14 @@ class Layout:
         """Every field by name: the JSON form and the measurement table's layout columns."""
         return {name: getattr(self, name) for name in LAYOUT_FIELDS}
 
+    def as_cells(self) -> dict[str, Any]:
+        """:meth:`as_dict` as a measurement file writes it: a tuple field's values joined by
+        ``/`` (``layer_split`` 19/21/21/19, ``recompute_modules`` core_attn/mlp)."""
+        return {
+            name: "/".join(map(str, value)) if isinstance(value, tuple) else value
+            for name, value in self.as_dict().items()
+        }
+
     def describe(self) -> str:
         """A compact one-line form, e.g. ``dp4 tp8 pp2 cp1 ep1 vpp1 mbs1 rc=none sp do``."""
         degrees = " ".join(
@@ -454,6 +484,8 @@ class Layout:
         rc = self.recompute
         if self.recompute == "full" and self.recompute_layers is not None:
             rc += f":{self.recompute_layers}"
+        if self.recompute_modules is not None:
+            rc += ":" + "+".join(self.recompute_modules)
         flags = ("sp " if self.sequence_parallel else "") + (
             "do" if self.distributed_optimizer else ""
         )
@@ -732,25 +764,81 @@ def _batch(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
 
 
 def _recompute(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
-    """recompute_layers only with full recompute, and at most the layers of a stage."""
+    """recompute_layers only with full recompute, and at most the layers of a stage;
+    recompute_modules only with selective recompute (transformer_config.py reads them then)."""
+    found = []
+    if lay.recompute_modules is not None and lay.recompute != "selective":
+        found.append(
+            f"recompute_modules=[{','.join(lay.recompute_modules)}] needs recompute=selective"
+        )
     if lay.recompute_layers is None:
-        return []
+        return found
     if lay.recompute != "full":
-        return [f"recompute_layers={lay.recompute_layers} needs recompute=full"]
+        return [*found, f"recompute_layers={lay.recompute_layers} needs recompute=full"]
     stages = lay.stage_layers(model, train)
     if len(stages) == lay.pp and lay.recompute_layers > max(stages):
-        return [
+        found.append(
             f"recompute_layers={lay.recompute_layers} exceeds the "
             f"{max(stages)} layers per pipeline stage"
+        )
+    return found
+
+
+def _recompute_modules(
+    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
+) -> list[str]:
+    """Each module of ``recompute_modules`` is one the model has
+    (:func:`autotune.simulators.recompute_modules.model_problems`) and the framework can
+    checkpoint (``FrameworkSpec.recompute_modules``); ``layernorm`` needs a norm that runs on
+    its own; and Megatron-Core's refusals (``transformer_config.py``): ``moe_act`` needs the
+    experts' grouped GEMMs (the launch files give ``--moe-grouped-gemm`` to bf16 runs), and
+    ``moe_act`` and ``layernorm`` refuse FP8's delayed scaling (Megatron's default
+    ``--fp8-recipe``, which the launch files keep). ``moe`` beside the EP all-to-all overlap
+    is the expert-overlap rule's."""
+    modules = lay.recompute_modules
+    if modules is None or lay.recompute != "selective":
+        return []
+    framework = train.framework
+    found = model_problems(modules, model)
+    lacking = {name for name in modules if not layer_modules((name,), model, model.is_moe)}
+    for name in modules:
+        if name not in framework.recompute_modules and name not in lacking:
+            found.append(
+                f"recompute module {name}: {framework.name} cannot recompute it (its modules: "
+                f"{', '.join(framework.recompute_modules)})"
+            )
+    kinds = [
+        moe for moe, n in ((False, model.num_dense_layers), (True, model.num_moe_layers)) if n
+    ]
+    fused = framework.fused_norm_linear
+    if "layernorm" in modules and not any(standalone_norms(model, m, fused) for m in kinds):
+        found.append(
+            f"recompute module layernorm: {framework.name} fuses every norm of {model.name} "
+            "into the linear layer after it (Transformer Engine), no norm runs on its own"
+        )
+    if train.fp8:
+        found += [
+            f"recompute module {name} does not run with FP8's delayed scaling, the recipe "
+            "of the launch files (transformer_config.py)"
+            for name in modules
+            if name in ("layernorm", "moe_act")
         ]
-    return []
+    if "moe_act" in modules and model.is_moe:
+        runs = cluster.device.runs_as(train.compute_dtype)
+        if runs != "bf16":
+            found.append(
+                "recompute module moe_act needs the experts' grouped GEMMs "
+                f"(--moe-grouped-gemm), which the launch files give bf16 runs only (this one "
+                f"runs {runs})"
+            )
+    return found
 
 
 def _expert_overlap(
     lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
 ) -> list[str]:
-    """The EP all-to-all overlap needs EP, virtual stages when pp > 1, and no full recompute
-    (Megatron-Core's transformer_config.py asserts each)."""
+    """The EP all-to-all overlap needs EP, virtual stages when pp > 1, no full recompute and
+    no recompute of the MoE layer (Megatron-Core's transformer_config.py asserts each)."""
     if not (train.moe_a2a_overlap and model.is_moe):
         return []
     found = []
@@ -760,6 +848,8 @@ def _expert_overlap(
         found.append(f"moe_a2a_overlap with pp={lay.pp} needs vpp > 1")
     if lay.recompute == "full":
         found.append("moe_a2a_overlap does not run with recompute=full")
+    if "moe" in lay.recomputed_modules:
+        found.append("moe_a2a_overlap does not run with recompute module moe")
     return found
 
 
@@ -778,6 +868,7 @@ _RULES: dict[str, Rule] = {
     "sequence parallel": _sequence_parallel,
     "batch": _batch,
     "recompute": _recompute,
+    "recompute modules": _recompute_modules,
     "expert overlap": _expert_overlap,
 }
 RULE_NAMES: tuple[str, ...] = tuple(_RULES)

@@ -103,6 +103,46 @@ def _recompute_problems(args: Args) -> list[str]:
     return []
 
 
+# transformer_config.py's allowed recompute modules: core_v0.12.1 (8d209ba2aa) and NeMo's
+# Megatron-Core b615e731 on (shared_experts from 781e765818; the gdn_*/gdp_*/mhc modules of
+# layers autotune never writes are left out); what MindSpeed-LLM v26.0.0's layers honour.
+_MODULES_0_12 = frozenset({"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe"})
+_MODULES = _MODULES_0_12 | {"shared_experts"}
+_MINDSPEED_MODULES = frozenset({"core_attn", "layernorm", "mlp", "moe"})
+
+
+def recompute_module_problems(
+    args: Args, core_0_12: bool, mindspeed: bool, fp8: bool = False
+) -> list[str]:
+    """transformer_config.py's rules on --recompute-modules: selective recompute only, the
+    release's modules (MindSpeed-LLM: those its layers honour), moe_act with grouped GEMMs,
+    mla_up_proj with MLA, no moe_act or layernorm under FP8's delayed scaling (the default
+    recipe), no moe with the EP all-to-all overlap."""
+    modules = args.get("--recompute-modules")
+    if modules is None:
+        return []
+    found = []
+    if args.get("--recompute-granularity") != "selective":
+        found.append("--recompute-modules needs --recompute-granularity selective")
+    allowed = _MINDSPEED_MODULES if mindspeed else _MODULES_0_12 if core_0_12 else _MODULES
+    found += [
+        f"recompute module {name} is not one of {sorted(allowed)}"
+        for name in sorted(set(modules) - allowed)
+    ]
+    if not modules:
+        found.append("--recompute-modules names no module")
+    if "moe_act" in modules and "--moe-grouped-gemm" not in args:
+        found.append("moe_act in recompute_modules needs --moe-grouped-gemm")
+    if "mla_up_proj" in modules and "--multi-latent-attention" not in args:
+        found.append("mla_up_proj in recompute_modules needs multi-latent attention")
+    delayed = args.get("--fp8-recipe", "delayed") == "delayed"
+    if (fp8 or args.get("--fp8-format")) and delayed and {"moe_act", "layernorm"} & set(modules):
+        found.append("delayed scaling does not support moe_act and layernorm recompute")
+    if "moe" in modules and "--overlap-moe-expert-parallel-comm" in args:
+        found.append("disable moe in recompute_modules with the EP all-to-all overlap")
+    return found
+
+
 def _moe_problems(args: Args, world: int, core_0_12: bool, mindspeed: bool) -> list[str]:
     """R20, R28, T2, T10, T11, X4 and the layer pattern's length."""
     tp = args.get("--tensor-model-parallel-size", 1)
@@ -277,6 +317,7 @@ def megatron_problems(
         found.append("R19: --min-lr above --lr")
     found += _split_problems(args, pp, gbs // (mbs * dp), mindspeed)
     found += _recompute_problems(args)
+    found += recompute_module_problems(args, core_0_12, mindspeed)
     if "--overlap-param-gather" in args and not (
         "--use-distributed-optimizer" in args and "--overlap-grad-reduce" in args
     ):
@@ -462,6 +503,16 @@ def nemo_problems(recipe: Mapping[str, Mapping[str, Any]], world: int) -> list[s
         "--recompute-num-layers": model.get("recompute_num_layers"),
     }
     found += _recompute_problems({k: v for k, v in flags.items() if v is not None})
+    modules = model.get("recompute_modules")
+    if modules is not None and model.get("recompute_granularity") is not None:
+        # the recipes of MLA and MoE models set MLA and the experts' grouped GEMMs themselves
+        as_args = {
+            "--recompute-granularity": model["recompute_granularity"],
+            "--recompute-modules": modules,
+            **({"--multi-latent-attention": True} if "mla_up_proj" in modules else {}),
+            **({"--moe-grouped-gemm": True} if "moe_act" in modules else {}),
+        }
+        found += recompute_module_problems(as_args, core_0_12=False, mindspeed=False)
     ddp, optim = recipe["ddp"], recipe["optim"]
     if ddp["overlap_param_gather"] and not (
         ddp["overlap_grad_reduce"] and ddp["use_distributed_optimizer"]

@@ -116,6 +116,8 @@ def _check_layout(args: dict[str, Any], job: catalog.Job, layout: Layout) -> Non
     assert _stage_layers(args) == (layout.stage_layers(job.model, job.train), layout.vpp)
     granularity = {"none": None, "selective": "selective", "full": "full"}[layout.recompute]
     assert args.get("--recompute-granularity") == granularity
+    modules = layout.recompute_modules  # None: Megatron's default, core attention
+    assert args.get("--recompute-modules") == (None if modules is None else list(modules))
 
 
 MEGATRON_CASES = [
@@ -166,6 +168,40 @@ MEGATRON_CASES = [
     Case("legacy_v100", "llama2_7b", "v100", (), dict(tp=8, pp=2)),
     Case("bf16_grads", "llama3_8b", "h100", ("train.grad_reduce_in_fp32=false",), dict(tp=2)),
     Case("tp_overlap", "llama70b", "h100", ("train.tp_comm_overlap=true",), dict(tp=8, pp=4)),
+    Case(  # recompute by module: the dense MLP beside core attention
+        "recompute_mlp",
+        "llama3_8b",
+        "h100",
+        (),
+        dict(tp=2, recompute="selective", recompute_modules=("core_attn", "mlp")),
+    ),
+    Case(  # the output-discarding checkpoints of an MoE model, core attention kept
+        "recompute_moe_act_layernorm",
+        "mixtral_8x7b",
+        "h100",
+        (),
+        dict(tp=2, pp=2, ep=4, recompute="selective", recompute_modules=("layernorm", "moe_act")),
+    ),
+    Case(  # MLA's up projections and the shared experts
+        "recompute_mla_shared",
+        "deepseek_v3",
+        "h100",
+        ("cluster.num_nodes=16",),
+        dict(
+            tp=2,
+            pp=8,
+            ep=8,
+            recompute="selective",
+            recompute_modules=("core_attn", "mla_up_proj", "shared_experts"),
+        ),
+    ),
+    Case(  # the whole MoE layer
+        "recompute_moe",
+        "qwen3_30b_a3b",
+        "h100",
+        ("cluster.num_nodes=2",),
+        dict(ep=16, recompute="selective", recompute_modules=("moe",)),
+    ),
     Case(
         "deepep_across_nodes",
         "qwen3_30b_a3b",
@@ -534,6 +570,13 @@ MINDSPEED_CASES = [
         ("cluster.num_nodes=1",),
         dict(tp=4, recompute="selective"),
     ),
+    Case(  # Megatron's --recompute-modules, which MindSpeed-LLM's layers honour
+        "recompute_modules",
+        "qwen3_30b_a3b",
+        "ascend",
+        ("cluster.num_nodes=2",),
+        dict(tp=2, ep=4, recompute="selective", recompute_modules=("layernorm", "moe")),
+    ),
 ]
 
 
@@ -571,6 +614,37 @@ def test_mindspeed_script_passes_mindspeed_rules(case: Case, release: str, tmp_p
     if layout.recompute_layers and layout.vpp > 1:
         assert args["--recompute-num-layers"] == layout.recompute_layers
         assert "--enable-recompute-layers-per-pp-rank" in args
+
+
+@pytest.mark.parametrize(
+    ("case", "rule"),
+    [
+        (  # MindSpeed's grouped MLP replaces Megatron's, which checkpoints the activation
+            Case("", "qwen3_30b_a3b", "ascend", ("cluster.num_nodes=2",), dict(tp=2, ep=4)),
+            "recompute module moe_act: mindspeed cannot recompute it",
+        ),
+        (  # Megatron-DeepSpeed's selective recompute is core attention's
+            Case("", "llama2_7b", "vtrain_a100", ("cluster.num_nodes=2",), dict(tp=2, pp=2)),
+            "recompute module mlp: megatron_deepspeed cannot recompute it",
+        ),
+        (  # Megatron's FP8 delayed scaling, the recipe the launch files keep
+            Case("", "mixtral_8x7b", "h100", ("train.precision=fp8",), dict(tp=2, ep=4)),
+            "recompute module moe_act does not run with FP8's delayed scaling",
+        ),
+    ],
+    ids=["mindspeed_moe_act", "deepspeed_mlp", "fp8_moe_act"],
+)
+def test_recompute_modules_a_framework_cannot_run_are_refused(
+    case: Case, rule: str, tmp_path: Path
+) -> None:
+    """A module the stack cannot checkpoint breaks a layout rule, and nothing is written."""
+    module = rule.split()[2].rstrip(":")
+    modules = {**case.layout, "recompute": "selective", "recompute_modules": (module,)}
+    job, layout = dataclasses.replace(case, layout=modules).specs()
+    assert any(rule in v for v in layout.violations(job.model, job.cluster, job.train))
+    with pytest.raises(LayoutError, match=rule):
+        write_launch_files(job.model, job.cluster, job.train, layout, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def _check_refused_split(job: catalog.Job, layout: Layout, out: Path) -> None:
@@ -765,6 +839,8 @@ def test_nemo_override_passes_nemo_rules(
     assert settings["ddp"]["overlap_grad_reduce"] == job.train.overlaps_grad_reduce
     assert settings["ddp"]["grad_reduce_in_fp32"] == job.train.reduces_grads_in_fp32
     assert settings["model"]["hidden_dropout"] == job.train.dropout_of(job.model)
+    modules = list(layout.recomputed_modules) or None  # selective: core_attn unless named
+    assert settings["model"].get("recompute_modules") == modules
     if job.model.is_moe:
         deepep = job.train.token_dispatcher == "deepep" and layout.ep > 1
         allgather = job.train.token_dispatcher == "allgather"

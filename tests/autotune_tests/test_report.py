@@ -48,10 +48,14 @@ def test_the_etp_column_appears_when_a_layout_gives_its_experts_their_own_tp() -
     assert "etp" not in layout_table(ranked[1:]).splitlines()[0].split()
 
 
-def test_the_recompute_column_names_the_block_count() -> None:
+def test_the_recompute_column_names_the_block_count_and_the_modules() -> None:
     block = Layout.resolve(8, tp=2, pp=4, recompute="full", recompute_layers=2)
     row = layout_table(_ranked(block)).splitlines()[1].split()
     assert "full:2" in row
+    named = Layout.resolve(8, tp=2, pp=4, recompute="selective", recompute_modules=("mlp",))
+    plain = Layout.resolve(8, tp=2, pp=4, recompute="selective")
+    rows = layout_table(_ranked(named, plain)).splitlines()
+    assert "selective:mlp" in rows[1].split() and "selective" in rows[2].split()
 
 
 def test_memory_is_shown_against_the_device_with_the_margin_beside_it() -> None:

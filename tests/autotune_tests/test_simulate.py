@@ -166,3 +166,20 @@ def test_a_table_knows_the_device_it_was_timed_on(
 
     table = CostTable(path="ops.csv", device=table_device, seconds={})
     assert table.profiled_on(catalog.load_cluster(cluster).device) is same
+
+
+def test_recompute_modules_compose_through_hydra(capsys: pytest.CaptureFixture[str]) -> None:
+    """``parallel.recompute_modules=[...]`` is a list override: the layout keeps it sorted,
+    the launch flags name it, and selective recompute of the MLP costs recompute time."""
+    layout = [*LAYOUT, "parallel.recompute=selective"]
+    assert simulate_cli.main([*SMALL, *layout, "output=json"]) == 0
+    default = _strict(capsys.readouterr().out)
+    modules = "parallel.recompute_modules=[mlp,layernorm,core_attn]"
+    assert simulate_cli.main([*SMALL, *layout, modules, "output=json"]) == 0
+    named = _strict(capsys.readouterr().out)
+    assert named["layout"]["recompute_modules"] == ["core_attn", "layernorm", "mlp"]
+    assert default["layout"]["recompute_modules"] is None
+    recompute = [p["prediction"]["breakdown"]["recompute"] for p in (default, named)]
+    assert recompute[1] > recompute[0]
+    assert simulate_cli.main([*SMALL, *layout, modules]) == 0
+    assert "--recompute-modules core_attn layernorm mlp" in capsys.readouterr().out

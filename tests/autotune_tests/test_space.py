@@ -22,7 +22,8 @@ from autotune.simulators import Layout
 from autotune.simulators.layout import SEARCHED
 
 # Jobs and pins: splits that pp does not divide (and their light_ends variants), pinned
-# degrees, modes, dp, recompute_layers and an explicit split, each framework's split rules.
+# degrees, modes, dp, recompute_layers, recompute modules and an explicit split, each
+# framework's split rules.
 JOBS = {
     "default": ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1"),
     "pinned-tp-recompute": (
@@ -44,6 +45,12 @@ JOBS = {
         "cluster=ascend",
         "cluster.num_nodes=4",
         "parallel.recompute_layers=4",
+    ),
+    "pinned-recompute-modules": (  # selective recompute only: the other modes are refused
+        "model=mixtral_8x7b",
+        "cluster=h100",
+        "cluster.num_nodes=2",
+        "parallel.recompute_modules=[moe_act,core_attn]",
     ),
     "explicit-split": (
         "model=chatglm3_6b",
@@ -161,3 +168,23 @@ def test_a_space_is_a_value() -> None:
         space.size,
         len(FIELDS),
     )
+
+
+def test_recompute_modules_are_not_searched() -> None:
+    """The field is the framework's default unless pinned: a search tries no module sets, and
+    a pinned set keeps to selective recompute."""
+    cfg = load_config(AutotuneConfig, [*JOBS["default"], "tracking.enabled=false"])
+    job = job_from_config(cfg)
+    space = build_space(job.model, job.cluster, job.train, cfg.search, {})
+    assert "recompute_modules" not in SEARCHED
+    assert {lay.recompute_modules for lay in space.layouts} == {None}
+    cfg = load_config(
+        AutotuneConfig, [*JOBS["pinned-recompute-modules"], "tracking.enabled=false"]
+    )
+    job = job_from_config(cfg)
+    fixed = fixed_layout_values(cfg.parallel)
+    assert fixed["recompute_modules"] == ["moe_act", "core_attn"]  # as the config lists them
+    space = build_space(job.model, job.cluster, job.train, cfg.search, fixed)
+    assert space.size and {(lay.recompute, lay.recompute_modules) for lay in space.layouts} == {
+        ("selective", ("core_attn", "moe_act"))
+    }

@@ -394,3 +394,20 @@ def test_a_binary_file_is_one_clean_error(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00\x01scenario,model\n")
     with pytest.raises(DataFileError, match=r"binary\.csv: cannot be read: 'utf-8' codec"):
         dataset.load_measurements(path)
+
+
+def test_recompute_modules_load_as_the_layouts_spelling(tmp_path: Path) -> None:
+    """A ``/``-separated list of modules, sorted and the default spelt empty, as the layout
+    keeps them; an unknown module is refused naming the allowed ones."""
+    rows = (
+        {"recompute": "selective", "recompute_modules": "mlp/core_attn"},
+        {"recompute": "selective", "recompute_modules": "core_attn", "scenario": "s2"},
+    )
+    table = dataset.load_measurements(write(tmp_path / "modules.csv", *rows))
+    priced = dataset.priceable_rows(table)
+    assert [spec[3].recompute_modules for spec in priced.specs] == [("core_attn", "mlp"), None]
+    bad = write(tmp_path / "bad.csv", {"recompute": "selective", "recompute_modules": "ffn"})
+    with pytest.raises(
+        DataFileError, match="column recompute_modules: expected modules of core_attn"
+    ):
+        dataset.load_measurements(bad)

@@ -71,6 +71,12 @@ JOBS = {
         "parallel.pp=4",
         "parallel.layer_split=[6,8,8,6]",
     ),
+    "recompute-modules-mla-moe": (  # no core attention: the layer keeps what it saves
+        "model=deepseek_v2_lite",
+        "cluster=h100",
+        "cluster.num_nodes=1",
+        "parallel.recompute_modules=[layernorm,mla_up_proj,moe_act,shared_experts,mlp]",
+    ),
     "fp32": ("model=qwen2_5_7b", "cluster=a100", "cluster.num_nodes=1", "train.precision=fp32"),
     "tied-embedding-across-nodes": (
         "model=gpt3_175b",
@@ -135,8 +141,8 @@ def test_vectorized_equals_scalar_on_every_valid_layout(overrides: tuple[str, ..
 
 
 def test_the_covered_jobs_exercise_every_branch() -> None:
-    """The jobs above hold uneven and explicit splits, vpp, cp, ep, every recompute mode and
-    block recompute, FP8, unfused attention and each framework."""
+    """The jobs above hold uneven and explicit splits, vpp, cp, ep, every recompute mode,
+    block recompute and recompute by module, FP8, unfused attention and each framework."""
     seen: dict[str, set[object]] = {}
     for overrides in JOBS.values():
         job, layouts = _job(*overrides)
@@ -144,7 +150,7 @@ def test_the_covered_jobs_exercise_every_branch() -> None:
         seen.setdefault("precision", set()).add(job.train.precision)
         seen.setdefault("flash", set()).add(job.train.uses_flash_attention(job.cluster))
         for layout in layouts:
-            for name in ("vpp", "cp", "ep", "recompute", "recompute_layers"):
+            for name in ("vpp", "cp", "ep", "recompute", "recompute_layers", "recompute_modules"):
                 seen.setdefault(name, set()).add(getattr(layout, name))
             split = layout.stage_layers(job.model, job.train)
             seen.setdefault("uneven", set()).add(len(set(split)) > 1)
@@ -153,6 +159,7 @@ def test_the_covered_jobs_exercise_every_branch() -> None:
     assert {"bf16", "fp8", "fp16", "fp32"} <= seen["precision"]
     assert seen["flash"] == {True, False}
     assert seen["recompute"] == {"none", "selective", "full"} and 3 in seen["recompute_layers"]
+    assert len(seen["recompute_modules"]) == 2  # the default and a set of every other module
     assert max(seen["vpp"]) > 1 and max(seen["cp"]) > 1 and max(seen["ep"]) > 1  # type: ignore[type-var]
     assert seen["uneven"] == seen["explicit"] == {True, False}
 

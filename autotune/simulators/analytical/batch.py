@@ -209,6 +209,14 @@ def _column(values: Sequence[float], group: Array) -> Array:
     return np.asarray(values, dtype=np.float64)[group][:, None]
 
 
+_RECOMPUTE_FIELDS = ("recompute", "recompute_modules")
+
+
+def _core_recomputed(layout: Layout) -> float:
+    """1.0 where selective recompute checkpoints core attention."""
+    return float("core_attn" in layout.recomputed_modules)
+
+
 def _layer_costs(job: JobPrices, columns: _Columns) -> tuple[LayerCost, LayerCost]:
     """The dense and MoE layer of every layout, as column vectors."""
     costs, group = columns.each(job.LAYER_FIELDS, job.layer_costs)
@@ -320,7 +328,8 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
         moe,
         (kinds["n_dense"], kinds["n_moe"], kinds["first"], kinds["last"]),
         share=kinds["share"],
-        selective=columns.equals("recompute", "selective"),
+        selective=_column(*columns.each(_RECOMPUTE_FIELDS, _core_recomputed)),
+        modules=columns.equals("recompute", "selective"),
         tp=tp,
         etp=columns.number("expert_tp"),
         ep=ep,

@@ -315,7 +315,7 @@ def _activation_bytes_per_token(
     norms = 2 * (act + linear_in) * h / seq_shard
     attention = act * (model.q_width / tp + _kv_local_width(model, tp))
     attention += linear_in * model.attn_out_width / tp
-    kernel_keeps_lse = flash and layout.recompute != "selective"
+    kernel_keeps_lse = flash and "core_attn" not in layout.recomputed_modules
     lse = 4 * model.num_attention_heads / tp if kernel_keeps_lse else 0.0
     if model.attention == "mla":
         attention += act * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
@@ -570,7 +570,7 @@ def layer_bytes(
         activation_bytes += (
             tokens * model.moe_top_k * act * model.hidden_size * (1 - 1 / seq_shard)
         )
-    kept = layout.recompute != "selective"  # selective recompute reruns core attention
+    kept = "core_attn" not in layout.recomputed_modules  # selective recompute reruns it
     core_bytes = 0.0
     if not flash:
         # The unfused path keeps softmax output, dropout mask and dropout output: 5as/h per

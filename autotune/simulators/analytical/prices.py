@@ -16,8 +16,8 @@ from typing import NamedTuple
 from autotune.simulators.analytical.constants import AnalyticalConstants
 from autotune.simulators.analytical.layer import dtype_bytes
 from autotune.simulators.analytical.layer import gemm_pass_s
-from autotune.simulators.analytical.layer import layer_bytes
-from autotune.simulators.analytical.layer import layer_times_s
+from autotune.simulators.analytical.recompute import layer_bytes_with_modules
+from autotune.simulators.analytical.recompute import layer_times_with_modules
 from autotune.simulators.analytical.stages import FLOATS
 from autotune.simulators.analytical.stages import GIB
 from autotune.simulators.analytical.stages import JobRates
@@ -85,7 +85,14 @@ class JobPrices:
     LAYER_TIMES_FIELDS = tuple(name for name in LAYER_FIELDS if name != "recompute")
     SHAPE_FIELDS = ("pp", "layer_split", "recompute", "recompute_layers")  # kinds and shares
     P2P_FIELDS = _fields_but(
-        "ep", "etp", "vpp", "recompute", "recompute_layers", "layer_split", "distributed_optimizer"
+        "ep",
+        "etp",
+        "vpp",
+        "recompute",
+        "recompute_layers",
+        "recompute_modules",
+        "layer_split",
+        "distributed_optimizer",
     )
     LOGITS_FIELDS = _fields_but(
         "dp",
@@ -95,6 +102,7 @@ class JobPrices:
         "vpp",
         "recompute",
         "recompute_layers",
+        "recompute_modules",
         "layer_split",
         "sequence_parallel",
         "distributed_optimizer",
@@ -106,7 +114,13 @@ class JobPrices:
     # the stages; the optimizer mode only through the accumulation, keyed by its value
     PIPELINE_FIELDS = _fields_but("distributed_optimizer")
     TERMS_FIELDS = _fields_but(  # what a rank's parameters cost beyond its layers
-        "micro_batch", "recompute", "recompute_layers", "layer_split", "sequence_parallel", "vpp"
+        "micro_batch",
+        "recompute",
+        "recompute_layers",
+        "recompute_modules",
+        "layer_split",
+        "sequence_parallel",
+        "vpp",
     )
 
     def __init__(
@@ -138,9 +152,11 @@ class JobPrices:
             times_key = _LAYER_TIMES_KEY(layout)
             times = self._layer_times.get(times_key)
             if times is None:
-                times = self._layer_times[times_key] = self._dense_and_moe(layer_times_s, layout)
-            nbytes = self._dense_and_moe(layer_bytes, layout)
-            dense, moe = (LayerCost(*t, *b) for t, b in zip(times, nbytes, strict=True))
+                times = self._layer_times[times_key] = self._dense_and_moe(
+                    layer_times_with_modules, layout
+                )
+            nbytes = self._dense_and_moe(layer_bytes_with_modules, layout)
+            dense, moe = (_layer_cost(t, b) for t, b in zip(times, nbytes, strict=True))
             costs = self._layers[key] = (dense, moe)
         return costs
 
@@ -319,6 +335,23 @@ class JobPrices:
         )
 
 
+def _layer_cost(times: tuple[float, ...], nbytes: tuple[float, ...]) -> LayerCost:
+    """A layer's cost from :func:`~autotune.simulators.analytical.recompute.
+    layer_times_with_modules` and ``layer_bytes_with_modules``."""
+    layer, (modules_s, modules_tp_s, modules_ep_s) = times[:-3], times[-3:]
+    saved, inputs, core, freed = nbytes
+    return LayerCost(
+        *layer,  # type: ignore[misc]  # the eleven seconds of layer_times_s, in order
+        activation_bytes=saved,
+        input_bytes=inputs,
+        core_bytes=core,
+        modules_s=modules_s,
+        modules_tp_s=modules_tp_s,
+        modules_ep_s=modules_ep_s,
+        modules_bytes=freed,
+    )
+
+
 _LAYER_KEY = attrgetter(*JobPrices.LAYER_FIELDS)
 _LAYER_TIMES_KEY = attrgetter(*JobPrices.LAYER_TIMES_FIELDS)
 _P2P_KEY = attrgetter(*JobPrices.P2P_FIELDS)
@@ -358,7 +391,8 @@ def _pipeline(job: JobPrices, layout: Layout, accumulate_s: tuple[float, float])
     dense, moe = job.layer_costs(layout)
     shape = job.shape(layout)
     sends, logits = job.p2p_s(layout), job.logits(layout)
-    selective = layout.recompute == "selective"
+    selective = "core_attn" in layout.recomputed_modules
+    modules = layout.recompute == "selective"
     stages = [
         stage(
             job.params,
@@ -367,6 +401,7 @@ def _pipeline(job: JobPrices, layout: Layout, accumulate_s: tuple[float, float])
             kind,
             share=share,
             selective=selective,
+            modules=modules,
             tp=layout.tp,
             etp=layout.expert_tp,
             ep=layout.ep,

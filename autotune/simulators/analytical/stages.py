@@ -96,10 +96,17 @@ class LayerCost:
     # what full recompute saves: its recomputed forward and the backward are one host-device
     # phase (host and device time add up before the larger sets the length), not two passes
     recompute_saving_s: Real
-    activation_bytes: Real  # saved for backward without recompute
+    activation_bytes: Real  # saved for backward without recompute (less what modules free)
     input_bytes: Real  # the layer input, all that full recompute keeps
     # what selective recompute drops from core attention and rebuilds in the layer's backward
     core_bytes: Real = 0.0
+    # What selective recompute of the layout's other modules adds (analytical.recompute):
+    # their forward again with their checkpoints' host calls, the TP and EP collectives in
+    # them, and what their checkpoints free and the layer's backward rebuilds.
+    modules_s: Real = 0.0
+    modules_tp_s: Real = 0.0
+    modules_ep_s: Real = 0.0
+    modules_bytes: Real = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +200,7 @@ def stage(
     *,
     share: Real,
     selective: Real,
+    modules: Real,
     tp: Real,
     etp: Real,
     ep: Real,
@@ -207,10 +215,12 @@ def stage(
     """One pipeline rank holding ``n_dense`` dense and ``n_moe`` MoE layers.
 
     ``kind`` is ``(n_dense, n_moe, first, last)``; ``share`` the fraction of the stage's
-    layers that full recompute checkpoints (0 without full recompute), ``selective`` 1 with
-    selective recompute; ``sends`` a micro-batch's transfer over each of the rank's two
-    pipeline boundaries, the slower first (:func:`pipeline_sends_s`); ``overlap_p2p`` whether
-    the framework runs interleaved sends beside the next chunk; ``accumulate_s`` the seconds
+    layers that full recompute checkpoints (0 without full recompute), ``selective`` 1 where
+    selective recompute checkpoints core attention, ``modules`` 1 with selective recompute
+    (the layers' other recomputed modules, ``LayerCost.modules_*``); ``sends`` a
+    micro-batch's transfer over each of the rank's two pipeline boundaries, the slower first
+    (:func:`pipeline_sends_s`); ``overlap_p2p`` whether the framework runs interleaved sends
+    beside the next chunk; ``accumulate_s`` the seconds
     per dense and per routed-expert parameter held that a micro-batch's gradient accumulation
     takes (:func:`autotune.simulators.states.grad_accumulation_bytes`); ``logits`` the (seconds,
     bytes) of the output layer and loss.
@@ -234,6 +244,10 @@ def stage(
     recompute_s += selective * core
     # Full recompute checkpoints each recomputed layer, selective each core attention.
     recompute_s += (share + selective) * (n_dense * dense.checkpoint_s + n_moe * moe.checkpoint_s)
+    # Selective recompute of other modules reruns their forward, their collectives among it.
+    recompute_s += modules * (n_dense * dense.modules_s + n_moe * moe.modules_s)
+    tp_modules = modules * (n_dense * dense.modules_tp_s + n_moe * moe.modules_tp_s)
+    ep_modules = modules * (n_dense * dense.modules_ep_s + n_moe * moe.modules_ep_s)
     linear_params = (n_dense * params.dense_layer + n_moe * params.moe_layer_non_expert) / tp
     dense_params = linear_params + first * (params.embedding / tp) + last * params.hidden
     # The output layer: its own weight, or a tied one copied to the last of several stages.
@@ -241,11 +255,11 @@ def stage(
     logits_s, logits_bytes = logits
     # The logits live until the loss backward is done, before any layer's backward starts; a
     # layer's backward holds what it saved and, with selective recompute, the core attention
-    # it rebuilds (the unfused path's scores).
+    # it rebuilds (the unfused path's scores), and what the other recomputed modules rebuild.
     working = ops.maximum(
         ops.maximum(
-            dense.activation_bytes + selective * dense.core_bytes,
-            moe.activation_bytes + selective * moe.core_bytes,
+            dense.activation_bytes + selective * dense.core_bytes + dense.modules_bytes,
+            moe.activation_bytes + selective * moe.core_bytes + moe.modules_bytes,
         ),
         last * logits_bytes,
     )
@@ -255,10 +269,10 @@ def stage(
     return Stage(
         compute_s=forward + backward + last * logits_s,
         recompute_s=recompute_s,
-        tp_s=tp_forward + tp_backward + share * tp_forward,
+        tp_s=tp_forward + tp_backward + share * tp_forward + tp_modules,
         # Selective recompute reruns core attention, the CP exchange inside it included.
         cp_s=cp_forward + cp_backward + (share + selective) * cp_forward,
-        ep_s=ep_forward + ep_backward + share * ep_forward,
+        ep_s=ep_forward + ep_backward + share * ep_forward + ep_modules,
         pp_s=pipeline_sends_s(
             sends, vpp, forward / vpp, (backward + recompute_s) / vpp, overlap_p2p, ops
         ),

@@ -56,6 +56,7 @@ def trace_layer(shape: LayerShape, recorder: Recorder) -> LayerGraph:
         out = module(layer_input)
     forward = tuple(recorder.ops)
     host_forward, host_core = recorder.host_calls, recorder.host_core_calls
+    host_modules, checkpoints = recorder.host_module_calls, recorder.checkpoints
     host_backward = autograd_nodes(out.grad_fn, {id(layer_input)}) + recorder.inner_nodes
     grad = None if out.dim() == 0 else torch.empty_like(out)
     recorder.ops.clear()
@@ -70,11 +71,15 @@ def trace_layer(shape: LayerShape, recorder: Recorder) -> LayerGraph:
         forward=forward,
         backward=backward,
         saved_bytes=recorder.saved_bytes(selective=False),
-        selective_saved_bytes=recorder.saved_bytes(selective=True),
+        selective_saved_bytes=recorder.saved_bytes(
+            selective="core_attn" in shape.recomputed, modules=bool(checkpoints)
+        ),
         input_bytes=float(layer_input.numel() * layer_input.element_size()),
         params=sum(p.numel() for p in module.parameters()) - expert_params,
         expert_params=expert_params,
         host_forward=host_forward,
         host_backward=host_backward,
         host_core=host_core,
+        host_modules=host_modules,
+        module_checkpoints=checkpoints,
     )

@@ -14,6 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from autotune.simulators.layout import Layout
+from autotune.simulators.recompute_modules import DEFAULT_MODULES
+from autotune.simulators.recompute_modules import layer_modules
 from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec
@@ -47,6 +49,8 @@ class Op:
     ``signature`` keys the profiled cost table: tensor shapes and the literal arguments.
     ``gemm`` is a matmul's ``(batch, rows, depth, cols)`` (an output of ``batch`` matrices of
     ``rows x cols``, each a sum over ``depth``), for its tile and wave quantization.
+    ``scope``: the recomputed modules (other than core attention) the op runs inside, which
+    selective recompute runs again (:attr:`LayerShape.recomputed`).
     """
 
     name: str
@@ -60,6 +64,7 @@ class Op:
     group: str = ""
     overlap: bool = False
     gemm: tuple[int, int, int, int] | None = None
+    scope: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +93,10 @@ class LayerShape:
     quantized (Transformer Engine).
     ``cp_comm`` is the CP exchange (``p2p`` ring or ``a2a`` Ulysses), ``cp_a2a_style`` how the
     framework builds the latter.
+    ``recomputed``: the modules of this layer selective recompute checkpoints (core attention
+    alone unless the layout names others: :mod:`autotune.simulators.recompute_modules`);
+    ``fused_norm_linear``: a norm before a plain linear layer runs inside it (read by the
+    ``mlp`` and ``layernorm`` checkpoints only).
     """
 
     kind: str
@@ -118,6 +127,8 @@ class LayerShape:
     fp8: bool = False
     cp_comm: str = "p2p"
     cp_a2a_style: str | None = None
+    recomputed: tuple[str, ...] = DEFAULT_MODULES
+    fused_norm_linear: bool = False
 
     @property
     def gpt(self) -> bool:
@@ -193,6 +204,8 @@ class LayerGraph:
     ``host_forward`` counts the Python-level torch calls of the forward (what the host issues
     in eager mode), ``host_backward`` the autograd nodes its backward runs; ``host_core`` the
     Python-level calls of core attention (what selective recompute issues again).
+    ``host_modules`` and ``module_checkpoints`` count the calls and the checkpoints of the
+    other recomputed modules (``shape.recomputed``).
     """
 
     shape: LayerShape
@@ -206,11 +219,30 @@ class LayerGraph:
     host_forward: int = 0
     host_backward: int = 0
     host_core: int = 0
+    host_modules: int = 0
+    module_checkpoints: int = 0
 
     @property
-    def core_forward(self) -> tuple[Op, ...]:
-        """Forward ops of core attention: what selective recompute repeats."""
-        return tuple(op for op in self.forward if op.region == "core")
+    def core_recomputed(self) -> bool:
+        """Whether selective recompute checkpoints this layer's core attention."""
+        return "core_attn" in self.shape.recomputed
+
+    @property
+    def selective_forward(self) -> tuple[Op, ...]:
+        """Forward ops that selective recompute repeats: core attention's, where it is
+        recomputed, and those of the other recomputed modules."""
+        core = self.core_recomputed
+        return tuple(op for op in self.forward if (core and op.region == "core") or op.scope)
+
+    @property
+    def host_selective(self) -> int:
+        """Python-level calls of what selective recompute repeats."""
+        return self.host_core * self.core_recomputed + self.host_modules
+
+    @property
+    def selective_checkpoints(self) -> int:
+        """Activation checkpoints of this layer under selective recompute."""
+        return int(self.core_recomputed) + self.module_checkpoints
 
     def model_flops(self) -> float:
         """Forward plus backward FLOPs as Megatron counts them (no recompute)."""
@@ -265,6 +297,7 @@ def layer_shapes(
         dropout=dropout,
         attention_dropout=dropout and not flash,
         softmax_in_fp32=train.softmax_in_fp32 and not flash,
+        **_recompute_fields(layout, model, train, moe=False),
     )
     shapes = {
         "embedding": _only(base, kind="embedding", vocab=math.ceil(model.vocab_size / tp)),
@@ -283,9 +316,27 @@ def layer_shapes(
             shared_ffn=model.shared_expert_ffn_hidden_size // tp,
             moe_weighted_activation=train.framework.moe_weighted_activation,
             moe_allgather=train.token_dispatcher == "allgather",
+            **_recompute_fields(layout, model, train, moe=True),
         )
         shapes["moe"] = _only(moe, expert_tokens=math.ceil(moe.routed_copies / local))
     return shapes
+
+
+def _recompute_fields(
+    layout: Layout, model: ModelSpec, train: TrainSpec, moe: bool
+) -> dict[str, Any]:
+    """A layer kind's ``recomputed`` modules under selective recompute (core attention
+    without it: what a layout recomputing none or all of it never reads), and
+    ``fused_norm_linear`` where a checkpoint reads it, so that the graphs of layouts that
+    name no module keep one cache key."""
+    recomputed: tuple[str, ...] = DEFAULT_MODULES
+    if layout.recompute == "selective":
+        recomputed = layer_modules(layout.recomputed_modules, model, moe)
+    reads_norms = "mlp" in recomputed or "layernorm" in recomputed
+    return {
+        "recomputed": recomputed,
+        "fused_norm_linear": reads_norms and train.framework.fused_norm_linear,
+    }
 
 
 def _only(base: LayerShape, **changes: object) -> LayerShape:

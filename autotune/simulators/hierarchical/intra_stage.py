@@ -54,7 +54,8 @@ class Block:
 class ChunkPlan:
     """The layers of one virtual pipeline stage and what each recomputes.
 
-    ``recompute`` per layer: ``none``, ``selective`` (core attention) or ``full``.
+    ``recompute`` per layer: ``none``, ``selective`` (core attention, or the modules its
+    graph's shape names) or ``full``.
     ``logits_bytes`` is the head's logits working set (0 without the head).
     """
 
@@ -133,10 +134,11 @@ class StageCoster:
     memo: dict[tuple[int, str], Block] = field(default_factory=dict)
 
     def graph_phase(self, graph: LayerGraph, which: str) -> Block:
-        """``forward``, ``backward`` or ``core`` (core-attention forward) of one graph."""
+        """``forward``, ``backward`` or ``selective`` (the forward ops selective recompute
+        repeats: :attr:`LayerGraph.selective_forward`) of one graph."""
         key = (id(graph), which)
         if key not in self.memo:
-            ops = graph.core_forward if which == "core" else getattr(graph, which)
+            ops = graph.selective_forward if which == "selective" else getattr(graph, which)
             self.memo[key] = phase(ops, self.cost, self.comm, self.tp_overlap)
         return self.memo[key]
 
@@ -145,14 +147,15 @@ class StageCoster:
 
         Each phase lasts at least its host calls times ``host_op_s`` (host dispatch): the
         forward's Python-level torch calls, the backward's autograd nodes (see ``LayerGraph``),
-        and ``checkpoint_ops`` for each recomputed layer or core attention.
+        and ``checkpoint_ops`` for each checkpoint: a recomputed layer, or each module
+        selective recompute checkpoints in it (core attention unless told otherwise).
         """
         ends = tuple(g for g in (plan.embedding, plan.head) if g is not None)
         graphs = (*plan.layers, *ends)
         forward = _sum(self.graph_phase(g, "forward") for g in graphs)
         backward = _sum(self.graph_phase(g, "backward") for g in graphs)
         redone = [
-            (g, "forward" if mode == "full" else "core")
+            (g, "forward" if mode == "full" else "selective")
             for g, mode in zip(plan.layers, plan.recompute, strict=True)
             if mode != "none"
         ]
@@ -165,10 +168,11 @@ class StageCoster:
             forward, backward = _hide_ep(forward, backward), _hide_ep(backward, forward)
         forward_ops = sum(g.host_forward for g in graphs)
         backward_ops = sum(g.host_backward for g in graphs) + sum(
-            g.host_forward if which == "forward" else g.host_core for g, which in redone
+            g.host_forward if which == "forward" else g.host_selective for g, which in redone
         )
-        forward_ops += len(redone) * self.checkpoint_ops[0]
-        backward_ops += len(redone) * self.checkpoint_ops[1]
+        checkpoints = sum(1 if w == "forward" else g.selective_checkpoints for g, w in redone)
+        forward_ops += checkpoints * self.checkpoint_ops[0]
+        backward_ops += checkpoints * self.checkpoint_ops[1]
         return (
             _host_bound(forward, forward_ops * self.host_op_s),
             _host_bound(backward, backward_ops * self.host_op_s),

@@ -53,6 +53,7 @@ class _Collective(torch.autograd.Function):
         if names[0] == "all_gather" and regather:
             # Megatron keeps the local shard and gathers again in backward (SP memory).
             _recorder().regathered[_storage(out)] = _nbytes(x)
+            _recorder().shard_of[_storage(out)] = _storage(x)
         if names[0] != "none":
             _recorder().comm(names[0], group, ctx.nbytes)
         return out

@@ -223,22 +223,36 @@ class MLAttention(nn.Module):
         self.register_buffer("table", torch.empty(shape.seq_q, 1, qk), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The ``mla_up_proj`` checkpoint (one, entered for the queries, then for keys and
+        values) holds the up projections and RoPE (``multi_latent_attention.py``
+        ``qkv_up_proj_and_rope_apply``): it keeps the latents and discards the queries,
+        keys and values it gives core attention."""
         s = self.shape
         b, n, _ = x.shape
         qk = s.model.qk_nope_head_dim + s.model.qk_rope_head_dim
-        q = _rope(self.q(x).view(b, n, s.heads, qk), self.table)
+        recorder, up = _recorder(), "mla_up_proj" in s.recomputed
+        q_latent, q_up = x, self.q
+        if isinstance(self.q, nn.Sequential):  # down projection and norm, then up
+            q_latent, q_up = self.q[1](self.q[0](x)), self.q[2]
+        with recorder.checkpointed("mla_up_proj", up, q_latent) as discarded:
+            q = _rope(q_up(q_latent).view(b, n, s.heads, qk), self.table)
+            discarded.append(q)
         latent, k_rope = self.kv_down(x).split(
             [s.model.kv_lora_rank, s.model.qk_rope_head_dim], dim=-1
         )
-        kv = self.kv_up(self.kv_norm(latent)).view(
-            b, n, s.heads, s.model.qk_nope_head_dim + s.model.v_head_dim
-        )
-        k_nope, v = kv.split([s.model.qk_nope_head_dim, s.model.v_head_dim], dim=-1)
-        k_rope = _rope(
-            k_rope.view(b, n, 1, s.model.qk_rope_head_dim),
-            self.table[..., : s.model.qk_rope_head_dim],
-        )
-        k = torch.cat([k_nope, k_rope.expand(b, n, s.heads, s.model.qk_rope_head_dim)], dim=-1)
+        kv_latent = self.kv_norm(latent)
+        with recorder.checkpointed("mla_up_proj", up, kv_latent, k_rope, once=False) as discarded:
+            kv = self.kv_up(kv_latent).view(
+                b, n, s.heads, s.model.qk_nope_head_dim + s.model.v_head_dim
+            )
+            k_nope, v = kv.split([s.model.qk_nope_head_dim, s.model.v_head_dim], dim=-1)
+            k_rope = _rope(
+                k_rope.view(b, n, 1, s.model.qk_rope_head_dim),
+                self.table[..., : s.model.qk_rope_head_dim],
+            )
+            rope = k_rope.expand(b, n, s.heads, s.model.qk_rope_head_dim)
+            k = torch.cat([k_nope, rope], dim=-1)
+            discarded += [k, v]
         return self.out(_core(q, k.transpose(1, 2), v.transpose(1, 2), s))
 
 
@@ -354,7 +368,11 @@ class Experts(nn.Module):
         """``x``: [local experts, tokens each, hidden]; ``weights``: each copy's router
         probability, applied in the activation when given."""
         s = self.shape
-        hidden = _activate(_grouped(s, x, self.w1, self.b1), self.swiglu, weights)
+        fc1 = _grouped(s, x, self.w1, self.b1)
+        inputs = (fc1,) if weights is None else (fc1, weights)
+        with _recorder().checkpointed("moe_act", "moe_act" in s.recomputed, *inputs) as out:
+            hidden = _activate(fc1, self.swiglu, weights)
+            out.append(hidden)  # linear_fc2's input, discarded (experts.py)
         return _grouped(s, hidden, self.w2, self.b2)
 
 
@@ -383,7 +401,7 @@ class MoE(nn.Module):
         if s.moe_allgather:
             combined = self._allgathered(tokens, probs).view(b, n, h)
             if self.shared is not None:
-                combined = combined + _leave(self.shared(_enter(x, s)), s)
+                combined = combined + self._shared(x)
             return combined
         routed, copies = self._dispatch(tokens.index_select(0, index.flatten()).unsqueeze(0))
         weights = None
@@ -396,8 +414,16 @@ class MoE(nn.Module):
             out = out * probs.unsqueeze(-1).to(out.dtype)
         combined = out.sum(dim=1).view(b, n, h)
         if self.shared is not None:
-            combined = combined + _leave(self.shared(_enter(x, s)), s)
+            combined = combined + self._shared(x)
         return combined
+
+    def _shared(self, x: torch.Tensor) -> torch.Tensor:
+        """The shared experts, a dense MLP over the attention TP (their own checkpoint where
+        ``shared_experts`` is recomputed: moe_layer.py)."""
+        s = self.shape
+        assert self.shared is not None
+        with _recorder().checkpointed("shared_experts", "shared_experts" in s.recomputed, x):
+            return _leave(self.shared(_enter(x, s)), s)
 
     def _allgathered(self, tokens: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
         """The ``allgather`` dispatcher (Megatron-Core's MoEAllGatherTokenDispatcher): every
@@ -464,13 +490,40 @@ class DecoderLayer(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Where selective recompute checkpoints modules (``shape.recomputed``,
+        ``transformer_layer.py``): ``moe`` the MoE block, ``mlp`` the dense MLP with its TP
+        collectives (and the pre-MLP norm where it runs inside ``linear_fc1``), ``layernorm``
+        each norm that runs on its own (:meth:`_norm`)."""
         s = self.shape
-        attn = _leave(self.attention(_enter(self.norm1(x), s)), s)
+        recomputed = s.recomputed
+        fused = s.fused_norm_linear
+        attention_norm_alone = not fused or s.model.attention == "mla"
+        normed = self._norm(self.norm1, x, attention_norm_alone)
+        attn = _leave(self.attention(_enter(normed, s)), s)
         x = _bias_dropout_add(attn, self.out_bias, x, s.dropout)
+        recorder = _recorder()
         if s.kind == "moe":
-            return x + self.mlp(self.norm2(x))
-        mlp = _leave(self.mlp(_enter(self.norm2(x), s)), s)
+            normed = self._norm(self.norm2, x, alone=True)  # the router reads it
+            with recorder.checkpointed("moe", "moe" in recomputed, normed):
+                out = self.mlp(normed)
+            return x + out
+        if fused and "mlp" in recomputed:  # the norm runs inside the checkpointed linear_fc1
+            with recorder.checkpointed("mlp", True, x):
+                mlp = _leave(self.mlp(_enter(self.norm2(x), s)), s)
+        else:
+            normed = self._norm(self.norm2, x, not fused)
+            with recorder.checkpointed("mlp", "mlp" in recomputed, normed):
+                mlp = _leave(self.mlp(_enter(normed, s)), s)
         return _bias_dropout_add(mlp, self.fc2_bias, x, s.dropout)
+
+    def _norm(self, norm: nn.Module, x: torch.Tensor, alone: bool) -> torch.Tensor:
+        """``norm(x)``, under the ``layernorm`` checkpoint where it is recomputed and runs
+        on its own (``alone``): its input kept, its output discarded."""
+        active = alone and "layernorm" in self.shape.recomputed
+        with _recorder().checkpointed("layernorm", active, x) as discarded:
+            out: torch.Tensor = norm(x)
+            discarded.append(out)
+        return out
 
 
 class Embedding(nn.Module):

@@ -69,8 +69,9 @@ class Recorder(TorchDispatchMode):
     """Collect the operators of everything run inside ``with recorder:``.
 
     ``region`` tags forward ops by part of the layer (``core`` marks core attention, which
-    selective recompute repeats); ``paused()`` hides layout shuffles that a fused kernel would
-    not perform. Saved activations are tracked through :meth:`saving`.
+    selective recompute repeats); ``scope`` the other recomputed modules they run inside
+    (:meth:`checkpointed`); ``paused()`` hides layout shuffles that a fused kernel would not
+    perform. Saved activations are tracked through :meth:`saving`.
     """
 
     def __init__(self) -> None:
@@ -92,6 +93,17 @@ class Recorder(TorchDispatchMode):
         self.fused_depth = 0
         self.inner_nodes = 0
         self.fp8_depth = 0
+        # Other recomputed modules (recompute_modules): the ones the code runs inside, the
+        # scopes each saved storage was saved under, what each checkpoint keeps (its inputs)
+        # and discards (an output-discarding checkpoint's outputs), and which gathered copy
+        # a sequence-parallel linear layer keeps as which local shard.
+        self.scope: tuple[str, ...] = ()
+        self.saved_scopes: dict[int, list[tuple[str, ...]]] = {}
+        self.module_inputs: dict[int, float] = {}
+        self.discarded: set[int] = set()
+        self.shard_of: dict[int, int] = {}
+        self.host_module_calls = 0
+        self.checkpoints = 0
 
     def __enter__(self) -> Recorder:
         _ACTIVE.append(self)
@@ -117,12 +129,40 @@ class Recorder(TorchDispatchMode):
         finally:
             self.paused_depth -= 1
 
+    @contextlib.contextmanager
+    def checkpointed(
+        self, name: str, active: bool, *inputs: torch.Tensor, once: bool = True
+    ) -> Iterator[list[torch.Tensor]]:
+        """Run a module that selective recompute checkpoints (when ``active``): its ops carry
+        ``name`` in their scope, its ``inputs`` are kept by the checkpoint, what it saves
+        inside is not, and where the checkpoint discards its output (``CheckpointWithoutOutput``,
+        ``OUTPUT_DISCARDING``) the tensors the caller appends to the yielded list are freed
+        wherever they are saved (and the local shards of their sequence-parallel gathers).
+        ``once`` false: a second part of a checkpoint already counted."""
+        outputs: list[torch.Tensor] = []
+        if not active:
+            yield outputs
+            return
+        with self.paused():
+            for tensor in inputs:
+                self.module_inputs[_storage(tensor)] = _nbytes(tensor)
+        self.checkpoints += once
+        previous, self.scope = self.scope, (*self.scope, name)
+        try:
+            yield outputs
+        finally:
+            self.scope = previous
+        with self.paused():
+            self.discarded.update(_storage(tensor) for tensor in outputs)
+
     def host_call(self, calls: int = 1) -> None:
         """Count ``calls`` Python-level torch calls issued by the host (eager dispatch)."""
         if not self.paused_depth and not self.fused_depth:
             self.host_calls += calls
             if self.region == "core":
                 self.host_core_calls += calls
+            if self.scope:
+                self.host_module_calls += calls
 
     @contextlib.contextmanager
     def fused(self) -> Iterator[None]:
@@ -163,6 +203,7 @@ class Recorder(TorchDispatchMode):
                 size = self.regathered.get(key, float(tensor.untyped_storage().nbytes()))
                 size, regions = self.saved.setdefault(key, (size, set()))
                 regions.add(self.region)
+                self.saved_scopes.setdefault(key, []).append(self.scope)
             return tensor
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
@@ -186,19 +227,59 @@ class Recorder(TorchDispatchMode):
         shard = self.regathered.get(_storage(source))
         if shard is not None:
             self.regathered[_storage(copy)] = shard * copy.element_size() / source.element_size()
+            if _storage(source) in self.shard_of:
+                self.shard_of[_storage(copy)] = self.shard_of[_storage(source)]
 
-    def saved_bytes(self, selective: bool) -> float:
-        """Unique saved bytes; with ``selective``, without what only core attention keeps."""
+    def saved_bytes(self, selective: bool, modules: bool = False) -> float:
+        """Unique saved bytes; with ``selective``, without what only core attention keeps;
+        with ``modules``, without what the other recomputed modules save inside or discard,
+        their inputs kept (:meth:`checkpointed`)."""
+        discarded = self._discarded() if modules else set()
         kept = {
             key: size
             for key, (size, regions) in self.saved.items()
             if not (selective and regions == {"core"})
+            and not (modules and self._inside(key))
+            and key not in discarded
         }
         total = sum(kept.values())
         if selective:  # the checkpoint around core attention keeps its inputs
             inputs = self.core_inputs.values()
-            total += sum(size for storage, size in inputs if storage not in kept)
+            total += sum(
+                size
+                for storage, size in inputs
+                if storage not in kept and storage not in discarded
+            )
+        if modules:  # each module's checkpoint keeps its inputs
+            total += sum(
+                size
+                for storage, size in self.module_inputs.items()
+                if storage not in kept
+                and storage not in discarded
+                and not self._regathered_only(storage, kept)
+            )
         return total
+
+    def _regathered_only(self, storage: int, kept: dict[int, float]) -> bool:
+        """Whether a checkpoint's input is held only as the local shard of a kept gathered
+        copy (a sequence-parallel linear layer's input), counted there already."""
+        held = any(self.shard_of.get(key) == storage for key in kept)
+        return held and storage not in self.saved
+
+    def _inside(self, key: int) -> bool:
+        """Whether only recomputed modules saved storage ``key`` (a gathered copy whose
+        local shard a checkpoint keeps as its input is that input: kept)."""
+        return all(self.saved_scopes[key]) and self.shard_of.get(key) not in self.module_inputs
+
+    def _discarded(self) -> set[int]:
+        """Storages an output-discarding checkpoint frees: its outputs and the gathered
+        copies a linear layer keeps as their local shard, where the shard is one of them
+        and is not saved on its own as well (the layer then saved the shard itself)."""
+        return self.discarded | {
+            gathered
+            for gathered, shard in self.shard_of.items()
+            if shard in self.discarded and shard not in self.saved
+        }
 
     def comm(self, name: str, group: str, nbytes: float, overlap: bool = False) -> None:
         self.host_call()  # the torch.distributed call
@@ -210,6 +291,7 @@ class Recorder(TorchDispatchMode):
                 bytes=nbytes,
                 group=group,
                 overlap=overlap,
+                scope=self.scope,
             )
         )
 
@@ -230,6 +312,8 @@ class Recorder(TorchDispatchMode):
             op = replace(op, model_flops=op.model_flops * self.model_flop_scale)
         if self.fp8_depth and op.category == "matmul":
             op = replace(op, dtype="fp8")
+        if self.scope:
+            op = replace(op, scope=self.scope)
         self.ops.append(op)
         self.observe(op, func, args, kwargs)
         return out

@@ -186,14 +186,14 @@ def run(
     for source in sources:
         found = jobs(table[table["source"] == source])
         todo += found[:limit] if limit is not None else found
-    found_margin: float | None = None if margin < 0 else margin
     results = []
     for done, row in enumerate(todo, start=1):
-        if found_margin is None:  # derived once: it depends on the simulator only
+        job_margin = margin
+        if margin < 0:  # derived, as the search derives it: the margin of the job's stack
             model, cluster, train, _ = dataset.row_to_specs(row)
             plain = catalog.Job(model, cluster, train, catalog.load_simulator("analytical"))
-            found_margin = calibrated_job(plain, None, None)[1].value
-        results.append(agreement(row, search, found_margin, sample))
+            job_margin = calibrated_job(plain, None, None)[1].value
+        results.append(agreement(row, search, job_margin, sample))
         if progress is not None:
             progress(done, len(todo), results[-1])
     return results

@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
+import autotune.calibrate._protocols as protocols
+from autotune.calibrate import Run
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
 
@@ -16,3 +18,17 @@ def make_cfg() -> Callable[..., AutotuneConfig]:
         return load_config(AutotuneConfig, overrides)
 
     return make
+
+
+@pytest.fixture
+def fitted(monkeypatch: pytest.MonkeyPatch) -> list[list[Run]]:
+    """Every set of rows the calibration protocols fit a calibration on."""
+    calls: list[list[Run]] = []
+    real = protocols.fit
+
+    def spy(simulator, runs, settings, center=None):  # noqa: ANN001, ANN202
+        calls.append(list(runs))
+        return real(simulator, runs, settings, center)
+
+    monkeypatch.setattr(protocols, "fit", spy)
+    return calls

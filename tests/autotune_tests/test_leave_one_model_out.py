@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-import autotune.calibrate._protocols as protocols
 from autotune import calibrate
 from autotune import catalog
 from autotune import dataset
@@ -46,20 +45,6 @@ def _table(tmp_path: Path) -> Path:
         *_job("split", "toy_d"),
         *_job("split", "toy_e", cluster="h100"),
     )
-
-
-@pytest.fixture
-def fitted(monkeypatch: pytest.MonkeyPatch) -> list[list[Run]]:
-    """Every set of rows the protocol fits a calibration on."""
-    calls: list[list[Run]] = []
-    real = protocols.fit
-
-    def spy(simulator, runs, settings, center=None):  # noqa: ANN001, ANN202
-        calls.append(list(runs))
-        return real(simulator, runs, settings, center)
-
-    monkeypatch.setattr(protocols, "fit", spy)
-    return calls
 
 
 def test_a_model_is_calibrated_on_the_other_models_of_its_cluster_only(

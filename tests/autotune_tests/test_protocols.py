@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import autotune.calibrate._protocols as protocols
 from autotune import catalog
 from autotune import dataset
 from autotune.benchmark import run_benchmark
@@ -30,20 +29,6 @@ SMALL = ["data=public", "source=[korthikanti,dlperf]", "tracking.enabled=false"]
 
 def _config(*overrides: str) -> BenchmarkConfig:
     return load_config(BenchmarkConfig, [*SMALL, *overrides])
-
-
-@pytest.fixture
-def fitted(monkeypatch: pytest.MonkeyPatch) -> list[list[Run]]:
-    """Every set of rows the protocols fit a calibration on."""
-    calls: list[list[Run]] = []
-    real = protocols.fit
-
-    def spy(simulator, runs, settings, center=None):  # noqa: ANN001, ANN202
-        calls.append(list(runs))
-        return real(simulator, runs, settings, center)
-
-    monkeypatch.setattr(protocols, "fit", spy)
-    return calls
 
 
 def test_leave_one_source_out_never_fits_on_the_scored_source(fitted: list[list[Run]]) -> None:

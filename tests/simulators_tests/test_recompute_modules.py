@@ -26,18 +26,8 @@ from tests.simulators_tests.test_analytical_batch import assert_same
 compile_mod = pytest.importorskip("autotune.simulators.hierarchical.compile")
 
 GIB = 1024**3
-TINY_MOE = ModelSpec(
-    name="tiny-moe",
-    num_layers=2,
-    hidden_size=64,
-    ffn_hidden_size=256,
-    num_attention_heads=4,
-    num_kv_heads=4,
-    head_dim=16,
-    vocab_size=1000,
-    num_experts=4,
-    moe_top_k=2,
-    expert_ffn_hidden_size=128,
+TINY_MOE = dataclasses.replace(
+    TINY, name="tiny-moe", num_experts=4, moe_top_k=2, expert_ffn_hidden_size=128
 )
 SELECTIVE = dict(recompute="selective")
 

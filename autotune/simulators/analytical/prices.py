@@ -84,7 +84,8 @@ class JobPrices:
     LAYER_FIELDS = LAYER_COST_FIELDS  # what one layer costs (Layout.layer_key)
     LAYER_TIMES_FIELDS = tuple(name for name in LAYER_FIELDS if name != "recompute")
     SHAPE_FIELDS = ("pp", "layer_split", "recompute", "recompute_layers")  # kinds and shares
-    P2P_FIELDS = _fields_but(
+    # what neither a micro-batch's pipeline sends nor the output layer depend on
+    _NOT_SENDS = (
         "ep",
         "etp",
         "vpp",
@@ -94,19 +95,8 @@ class JobPrices:
         "layer_split",
         "distributed_optimizer",
     )
-    LOGITS_FIELDS = _fields_but(
-        "dp",
-        "pp",
-        "ep",
-        "etp",
-        "vpp",
-        "recompute",
-        "recompute_layers",
-        "recompute_modules",
-        "layer_split",
-        "sequence_parallel",
-        "distributed_optimizer",
-    )
+    P2P_FIELDS = _fields_but(*_NOT_SENDS)
+    LOGITS_FIELDS = _fields_but(*_NOT_SENDS, "dp", "pp", "sequence_parallel")
     EMBEDDING_FIELDS = ("dp", "tp", "pp", "cp")  # the tied embedding's gradient all-reduce
     RESERVED_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp")  # the communicators a rank uses
     # a micro-batch's gradient accumulation: the optimizer's buffers, the micro-batches

@@ -36,6 +36,7 @@ from autotune.launch._script import require
 from autotune.launch._script import run_group
 from autotune.simulators import ModelSpec
 from autotune.simulators.layout import LAYOUT_FIELDS
+from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.layout import field_info
 from autotune.simulators.states import fp8_primary
 
@@ -364,6 +365,28 @@ def overlap_flags(job: LaunchJob) -> list[Flag]:
     return flags
 
 
+# Megatron-FSDP's names of the ZeRO stages it runs (--data-parallel-sharding-strategy).
+_FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def sharding_flags(job: LaunchJob) -> list[Flag]:
+    """ZeRO-2 and -3 as Megatron-FSDP (``--use-megatron-fsdp`` with its sharding strategy and
+    the ``fsdp_dtensor`` checkpoint format it asserts; every known release, core_v0.14.0 on),
+    hybrid sharding as ``--num-distributed-optimizer-instances`` (the partial distributed
+    optimizer, or Megatron-FSDP's HSDP); docs/reference.md 7.9. ``--use-distributed-
+    optimizer``, which Megatron-FSDP needs, is the layout's own flag."""
+    layout, flags = job.layout, []
+    if layout.sharding >= ZERO_GRADS:
+        flags += [
+            flag("--use-megatron-fsdp"),
+            flag("--data-parallel-sharding-strategy", _FSDP_STRATEGIES[layout.sharding]),
+            flag("--ckpt-format", "fsdp_dtensor"),
+        ]
+    if layout.dp_replicate > 1:
+        flags.append(flag("--num-distributed-optimizer-instances", layout.dp_replicate))
+    return flags
+
+
 def moe_layout_flags(job: LaunchJob) -> list[Flag]:
     """The token dispatcher as priced where tokens cross ranks (TP or EP): the all-to-all,
     the TP x EP all-gather, or with experts split over ranks the flex dispatcher with DeepEP
@@ -397,6 +420,7 @@ def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
         *pipeline_flags(job, layer_list=False),
         *recompute_flags(job),
         *overlap_flags(job),
+        *sharding_flags(job),
         *moe_layout_flags(job),
     ]
     if job.layout.hides_tp_comm(job.train):
@@ -479,7 +503,7 @@ def script(job: LaunchJob, title: str) -> BashScript:
     return BashScript(
         header=header,
         variables=_variables(),
-        setup=(guard, *device_connections_export(job)),
+        setup=(guard, *device_connections_export(job, fsdp=job.layout.sharding >= ZERO_GRADS)),
         launcher="torchrun",
         launcher_group=distributed_group(job.cluster),
         groups=(

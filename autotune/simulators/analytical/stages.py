@@ -40,8 +40,10 @@ __all__ = [
     "LayerCost",
     "ModelParams",
     "Ops",
+    "NO_SHARD_COMM",
     "RankTerms",
     "Real",
+    "ShardComm",
     "Stage",
     "StageDetail",
     "StageShape",
@@ -54,6 +56,7 @@ __all__ = [
     "stage",
     "stage_detail",
     "stage_shape",
+    "sharded_dp_s",
     "step_breakdown",
     "throughput",
 ]
@@ -166,6 +169,27 @@ def stage_shape(model: ModelSpec, stage_layers: tuple[int, ...]) -> StageShape:
     return StageShape(stage_layers, tuple(kinds), tuple(rank_kinds), first_ranks)
 
 
+class ShardComm(NamedTuple):
+    """What ZeRO-2 and -3 send per micro-batch, by layer (docs/decisions/0049): seconds of the
+    all-gather of a dense and an MoE layer's parameters (``*_gather_s``; 0 below ZeRO-3) and
+    of the reduce-scatter of their gradients (``*_reduce_s``; 0 below ZeRO-2), the same of the
+    embedding and the output layer, and whether the framework runs them beside the compute
+    (``overlap``, 0 or 1). All 0 below ZeRO-2."""
+
+    dense_gather_s: Real = 0.0
+    dense_reduce_s: Real = 0.0
+    moe_gather_s: Real = 0.0
+    moe_reduce_s: Real = 0.0
+    embedding_gather_s: Real = 0.0
+    embedding_reduce_s: Real = 0.0
+    head_gather_s: Real = 0.0
+    head_reduce_s: Real = 0.0
+    overlap: Real = 0.0
+
+
+NO_SHARD_COMM = ShardComm()
+
+
 class Stage(NamedTuple):
     """One pipeline rank: per-micro-batch times (s), parameters and activation bytes.
 
@@ -185,10 +209,13 @@ class Stage(NamedTuple):
     linear_params: Real  # weights of the layers' linear GEMMs (FP8 caches copies of them)
     activation_bytes: Real  # saved per micro-batch on this rank, after recompute
     working_bytes: Real  # transient: one layer's activations in its backward, or the logits
+    dp_s: Real = 0.0  # exposed ZeRO-2/-3 gathers and reduce-scatters of one micro-batch
 
     @property
     def per_microbatch_s(self) -> Real:
-        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
+        return (
+            self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
+        ) + self.dp_s
 
 
 # size: one formula per line on floats or arrays alike; it must stay branch-free
@@ -211,6 +238,7 @@ def stage(
     accumulate_s: tuple[Real, Real],
     logits: tuple[Real, Real],
     ops: Ops,
+    shard: ShardComm = NO_SHARD_COMM,
 ) -> Stage:
     """One pipeline rank holding ``n_dense`` dense and ``n_moe`` MoE layers.
 
@@ -223,7 +251,8 @@ def stage(
     beside the next chunk; ``accumulate_s`` the seconds
     per dense and per routed-expert parameter held that a micro-batch's gradient accumulation
     takes (:func:`autotune.simulators.states.grad_accumulation_bytes`); ``logits`` the (seconds,
-    bytes) of the output layer and loss.
+    bytes) of the output layer and loss; ``shard`` what ZeRO-2 and -3 send per layer
+    (:func:`sharded_dp_s`).
     """
     n_dense, n_moe, first, last = kind
     forward = n_dense * dense.forward_s + n_moe * moe.forward_s
@@ -266,6 +295,8 @@ def stage(
     expert_params = n_moe * params.expert_per_layer / (ep * etp)
     # Each backward adds its weight gradients to the buffer the step reduces.
     backward += accumulate_s[0] * dense_params + accumulate_s[1] * expert_params
+    head = last * ops.maximum(params.has_output, pp > 1)
+    dp_s = sharded_dp_s(shard, (n_dense, n_moe, first, head), forward, backward, ops)
     return Stage(
         compute_s=forward + backward + last * logits_s,
         recompute_s=recompute_s,
@@ -282,7 +313,44 @@ def stage(
         linear_params=linear_params + expert_params,
         activation_bytes=(1 - share) * saved + share * inputs,
         working_bytes=working,
+        dp_s=dp_s,
     )
+
+
+def sharded_dp_s(
+    shard: ShardComm,
+    counts: tuple[Real, Real, Real, Real],
+    forward: Real,
+    backward: Real,
+    ops: Ops,
+) -> Real:
+    """Seconds of one micro-batch's ZeRO-2/-3 traffic left beside the compute
+    (docs/decisions/0049): ``counts`` are the rank's dense and MoE layers and whether it holds
+    the embedding and an output layer of its own.
+
+    ZeRO-3 all-gathers each layer's parameters before its forward and again before its
+    backward (the forward resharded them; a full recompute's forward and the backward share
+    one gather); ZeRO-2 and -3 reduce-scatter each layer's gradients after its backward, in
+    every micro-batch (Megatron-FSDP's ``grad_reduce_every_bprop``, DeepSpeed's "ZeRO stage
+    >= 2 communicates during non gradient accumulation boundaries as well"). Overlapped (the
+    next layer's gather prefetched, a layer's reduce-scatter beside the next backward), only
+    what exceeds the pass's compute is exposed; otherwise all of it.
+    """
+    n_dense, n_moe, first, head = counts
+    gather = (
+        n_dense * shard.dense_gather_s
+        + n_moe * shard.moe_gather_s
+        + first * shard.embedding_gather_s
+        + head * shard.head_gather_s
+    )
+    reduce = (
+        n_dense * shard.dense_reduce_s
+        + n_moe * shard.moe_reduce_s
+        + first * shard.embedding_reduce_s
+        + head * shard.head_reduce_s
+    )
+    hidden = ops.maximum(0.0, gather - forward) + ops.maximum(0.0, gather + reduce - backward)
+    return shard.overlap * hidden + (1 - shard.overlap) * (2 * gather + reduce)
 
 
 def pipeline_sends_s(
@@ -403,7 +471,7 @@ def step_breakdown(
         "cp_comm": m * slowest.cp_s,
         "ep_comm": m * slowest.ep_s,
         "pp_comm": m * slowest.pp_s,
-        "dp_comm": dp_s,
+        "dp_comm": dp_s + m * slowest.dp_s,
         "bubble": bubble_s,
         "optimizer": optimizer_s,
     }

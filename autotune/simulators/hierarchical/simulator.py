@@ -33,6 +33,8 @@ from autotune.simulators.hierarchical.intra_stage import Block
 from autotune.simulators.hierarchical.intra_stage import ChunkPlan
 from autotune.simulators.hierarchical.intra_stage import StageCoster
 from autotune.simulators.hierarchical.trace import write_chrome_trace
+from autotune.simulators.layout import ZERO_GRADS
+from autotune.simulators.layout import ZERO_PARAMS
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import BREAKDOWN_KEYS
 from autotune.simulators.prediction import Prediction
@@ -50,6 +52,7 @@ from autotune.simulators.states import optimizer_step_s
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
 from autotune.simulators.states import tied_embedding_grad_bytes
+from autotune.simulators.states import unsharded_bytes
 
 __all__ = ["HierarchicalSimulator"]
 
@@ -181,6 +184,11 @@ class HierarchicalSimulator(Simulator):
             )
             for plan in plans
         ]
+        if layout.zero_stage is not None:  # ZeRO-2 and -3: per-layer gathers, reduce-scatters
+            blocks = [
+                _with_sharding(*block, _shard_comm_s(plan, train, layout, comm, tied))
+                for plan, block in zip(plans, blocks, strict=True)
+            ]
         p, v, m = layout.pp, layout.vpp, layout.num_microbatches(train)
         p2p_s = _p2p_s(graphs["head"].input_bytes, train, layout, comm)
         run = run_pipeline(
@@ -287,14 +295,26 @@ class HierarchicalSimulator(Simulator):
         experts = [_params(plan, expert=True, tied=tied) for plan in plans]
         sharded = layout.distributed_optimizer and framework.reduce_scatter_grads
         kind = "reduce_scatter" if sharded else "all_reduce"
+        if layout.sharding >= ZERO_GRADS:
+            kind = ""  # reduce-scattered in every micro-batch (_with_sharding)
         grad_bytes = train.grad_reduce_bytes
         dp = layout.dp * layout.cp
         overlapped = train.overlaps_grad_reduce
+        groups = ("dp_shard", "edp_shard") if sharded else ("dp_cp", "edp")
         buckets = [
-            _buckets(d, framework.grad_buckets(d, dp, overlapped), kind, "dp_cp", grad_bytes, comm)
-            + _buckets(e, framework.grad_buckets(e, dp, overlapped), kind, "edp", grad_bytes, comm)
+            _buckets(
+                d, framework.grad_buckets(d, dp, overlapped), kind, groups[0], grad_bytes, comm
+            )
+            + _buckets(
+                e, framework.grad_buckets(e, dp, overlapped), kind, groups[1], grad_bytes, comm
+            )
             for d, e in zip(dense, experts, strict=True)
         ]
+        if layout.dp_replicate > 1:  # the shards' gradients across the replicas
+            buckets = [
+                [*chunk, *_replica_reduce_s(d, e, layout, grad_bytes, comm)]
+                for chunk, d, e in zip(buckets, dense, experts, strict=True)
+            ]
         finish = run.finish_s[rank]
         synced = grad_sync(
             rank,
@@ -317,28 +337,34 @@ class HierarchicalSimulator(Simulator):
         fp8_primary = fp8_primary_params(train, layout, linear)
         expert_fp8 = sum(experts) if fp8_primary else 0.0  # the experts are all linear
         gather_s = 0.0
-        if states.sharded_optimizer and not train.overlaps_param_gather:
+        gathers = layout.sharding < ZERO_PARAMS  # ZeRO-3 updates the shards it holds
+        if states.sharded_optimizer and not train.overlaps_param_gather and gathers:
             dense_bytes = gathered_weight_bytes(sum(dense), fp8_primary - expert_fp8, states)
             expert_bytes = gathered_weight_bytes(sum(experts), expert_fp8, states)
-            gather_s = comm.time_s("all_gather", dense_bytes, "dp_cp") + comm.time_s(
-                "all_gather", expert_bytes, "edp"
+            gather_s = comm.time_s("all_gather", dense_bytes, "dp_shard") + comm.time_s(
+                "all_gather", expert_bytes, "edp_shard"
             )
         breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         categories = dict.fromkeys(COMPUTE_CATEGORIES, 0.0)
         for forward, backward in blocks:
             for block in (forward, backward):
-                for key in PARTS:
-                    breakdown[key] += m * block.parts[key]
+                for key in (*PARTS, "dp_comm"):
+                    breakdown[key] += m * block.parts.get(key, 0.0)
                 for key in COMPUTE_CATEGORIES:
                     categories[key] += m * block.categories[key]
         breakdown["bubble"] = run.bubble_s[rank]
         breakdown["pp_comm"] = run.pp_comm_s[rank]
-        breakdown["dp_comm"] = synced - finish + gather_s
+        breakdown["dp_comm"] += synced - finish + gather_s
         breakdown["optimizer"] = optimizer_s
         step_s = synced + optimizer_s + gather_s
         state_bytes = state_memory_bytes(sum(dense), sum(experts), layout, states, fp8_primary)
         if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
             state_bytes["fp8_weights"] = linear * cluster.device.fp8_weight_copies
+        if layout.sharding >= ZERO_GRADS:  # whole layers in flight beside their shards
+            largest = max((g.params + g.expert_params for p in plans for g in p.layers), default=0)
+            state_bytes["unsharded"] = unsharded_bytes(
+                largest, sum(dense) + sum(experts), layout, states, framework.shard_prefetch_params
+            )
         memory = {
             **{key: value / _GIB for key, value in state_bytes.items()},
             "activations": run.peak_activation_bytes[rank] / _GIB,
@@ -478,7 +504,66 @@ def _params(plan: ChunkPlan, expert: bool, tied: bool) -> int:
 def _buckets(
     params: int, count: int, kind: str, group: str, grad_bytes: float, comm: CommCost
 ) -> list[float]:
-    """Reduction time of each of ``count`` gradient buckets of ``params`` parameters."""
-    if not params:
+    """Reduction time of each of ``count`` gradient buckets of ``params`` parameters (none
+    without a ``kind``: ZeRO-2 and -3 reduce-scatter in every micro-batch)."""
+    if not params or not kind:
         return []
     return [comm.time_s(kind, params / count * grad_bytes, group)] * count
+
+
+def _replica_reduce_s(
+    dense: int, experts: int, layout: Layout, grad_bytes: float, comm: CommCost
+) -> list[float]:
+    """Hybrid sharding: the all-reduce of each shard's gradients across the replicas, after
+    the shard group's reduce-scatter (one collective each for the dense and expert shards)."""
+    found = []
+    for params, shards, group in (
+        (dense, layout.dp_shard, "dp_replicate"),
+        (experts, layout.edp_shard, "edp_replicate"),
+    ):
+        if params:
+            found.append(comm.time_s("all_reduce", params / shards * grad_bytes, group))
+    return found
+
+
+def _shard_comm_s(
+    plan: ChunkPlan, train: TrainSpec, layout: Layout, comm: CommCost, tied: bool
+) -> tuple[float, float, bool]:
+    """(all-gather, reduce-scatter) seconds of one micro-batch of a chunk under ZeRO-2/-3,
+    layer by layer (the gathers ZeRO-3's only, in the weight's dtype; the reduce-scatters in
+    the reduction's), and whether the framework runs them beside the compute
+    (docs/decisions/0049)."""
+    sizes = state_bytes_of(train, layout)
+    gather_s = reduce_s = 0.0
+    for graph in (plan.embedding, *plan.layers, plan.head):
+        if graph is None or (tied and graph is plan.head and plan.embedding is not None):
+            continue
+        for params, group in (
+            (graph.params, "dp_shard"),
+            (graph.expert_params, "edp_shard"),
+        ):
+            if params:
+                gather_s += comm.time_s("all_gather", params * sizes.sharded_weight, group)
+                reduce_s += comm.time_s("reduce_scatter", params * train.grad_reduce_bytes, group)
+    if layout.sharding < ZERO_PARAMS:
+        gather_s = 0.0
+    return gather_s, reduce_s, layout.sharding in train.framework.shard_overlap_stages
+
+
+def _with_sharding(
+    forward: Block, backward: Block, comm_s: tuple[float, float, bool]
+) -> tuple[Block, Block]:
+    """The chunk's blocks with its exposed ZeRO-2/-3 traffic (booked as ``dp_comm``): the
+    gathers before the forward, the gathers again and the reduce-scatters in the backward;
+    overlapped, what exceeds each pass's own time (:func:`autotune.simulators.analytical.
+    stages.sharded_dp_s`)."""
+    gather_s, reduce_s, overlap = comm_s
+    passes = ((forward, gather_s), (backward, gather_s + reduce_s))
+    blocks = []
+    for block, seconds in passes:
+        exposed = max(0.0, seconds - block.duration_s) if overlap else seconds
+        parts = {**block.parts, "dp_comm": exposed}
+        blocks.append(
+            Block(duration_s=block.duration_s + exposed, parts=parts, categories=block.categories)
+        )
+    return blocks[0], blocks[1]

@@ -366,7 +366,7 @@ def overlap_flags(job: LaunchJob) -> list[Flag]:
 
 
 # Megatron-FSDP's names of the ZeRO stages it runs (--data-parallel-sharding-strategy).
-_FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
+FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
 
 
 def sharding_flags(job: LaunchJob) -> list[Flag]:
@@ -379,7 +379,7 @@ def sharding_flags(job: LaunchJob) -> list[Flag]:
     if layout.sharding >= ZERO_GRADS:
         flags += [
             flag("--use-megatron-fsdp"),
-            flag("--data-parallel-sharding-strategy", _FSDP_STRATEGIES[layout.sharding]),
+            flag("--data-parallel-sharding-strategy", FSDP_STRATEGIES[layout.sharding]),
             flag("--ckpt-format", "fsdp_dtensor"),
         ]
     if layout.dp_replicate > 1:

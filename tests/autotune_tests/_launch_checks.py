@@ -546,4 +546,13 @@ def nemo_problems(recipe: Mapping[str, Mapping[str, Any]], world: int) -> list[s
         found.append("optimizer and DDP disagree on the distributed optimizer")
     if recipe["plugin"].get("fp8_param_gather") and not ddp["use_distributed_optimizer"]:
         found.append("R30: fp8_param_gather needs the distributed optimizer")
+    # Megatron-FSDP (megatron_strategy.py at 8cfedd72) needs its checkpoint format (a DDP
+    # sharding strategy without it is not read: llama3_8b's recipe holds one); the
+    # optimizer's replicas divide DP x CP
+    fsdp = strategy.get("fsdp") == "megatron"
+    if fsdp and strategy.get("save_ckpt_format") != "fsdp_dtensor":
+        found.append("Megatron-FSDP checkpointing needs save_ckpt_format fsdp_dtensor")
+    instances = strategy.get("num_distributed_optimizer_instances", 1)
+    if (world // (tp * pp * cp) * cp) % instances:
+        found.append(f"{instances} distributed optimizer instances do not divide dp*cp")
     return found

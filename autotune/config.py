@@ -7,6 +7,8 @@ the yaml files; the schemas give their types, and ``MISSING`` marks what the yam
 The job groups' schemas (model, cluster, train) come from :mod:`catalog`.
 """
 
+# size: the commands' schemas and their checks are one table of settings, each beside its check
+
 from __future__ import annotations
 
 import dataclasses

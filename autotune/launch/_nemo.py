@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from autotune.launch._megatron import FSDP_STRATEGIES
+from autotune.launch._data_parallel import FSDP_STRATEGIES
 from autotune.launch._megatron import moe_dispatcher_name
 from autotune.launch._megatron import pipeline_flags
 from autotune.launch._megatron import pre_softmax

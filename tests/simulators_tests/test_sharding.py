@@ -11,9 +11,9 @@ import pytest
 from autotune import catalog
 from autotune.simulators import Layout
 from autotune.simulators import SpecError
+from autotune.simulators.analytical.sharding import ShardComm
+from autotune.simulators.analytical.sharding import sharded_dp_s
 from autotune.simulators.analytical.stages import FLOATS
-from autotune.simulators.analytical.stages import ShardComm
-from autotune.simulators.analytical.stages import sharded_dp_s
 from autotune.simulators.collectives import GroupPlacement
 from autotune.simulators.collectives import all_gather_time_s
 from autotune.simulators.collectives import all_reduce_time_s

@@ -28,10 +28,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from autotune.simulators.analytical.prices import JobPrices
+from autotune.simulators.analytical.sharding import ShardComm
 from autotune.simulators.analytical.stages import ARRAYS
 from autotune.simulators.analytical.stages import GIB
 from autotune.simulators.analytical.stages import LayerCost
-from autotune.simulators.analytical.stages import ShardComm
 from autotune.simulators.analytical.stages import Stage
 from autotune.simulators.analytical.stages import StageDetail
 from autotune.simulators.analytical.stages import StageShape
@@ -472,11 +472,12 @@ def _rank_terms(
     def spread(values: list[float]) -> Array:
         return np.asarray(values, dtype=np.float64)[spread_index]
 
-    names = list(found[0].states) if found else []
+    # every state any layout keeps (ZeRO-2/-3 add the layers in flight), 0 where one has none
+    names = list(dict.fromkeys(name for t in found for name in t.states))
     return _Terms(
         reduce_s=spread([t.reduce_s for t in found]),
         gather_s=spread([t.gather_s for t in found]),
         optimizer_s=spread([t.optimizer_s for t in found]),
-        states={name: spread([t.states[name] for t in found]) for name in names},
+        states={name: spread([t.states.get(name, 0.0) for t in found]) for name in names},
         state_bytes=spread([t.state_bytes for t in found]),
     )

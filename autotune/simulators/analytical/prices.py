@@ -18,14 +18,16 @@ from autotune.simulators.analytical.layer import dtype_bytes
 from autotune.simulators.analytical.layer import gemm_pass_s
 from autotune.simulators.analytical.recompute import layer_bytes_with_modules
 from autotune.simulators.analytical.recompute import layer_times_with_modules
+from autotune.simulators.analytical.sharding import NO_SHARD_COMM
+from autotune.simulators.analytical.sharding import ShardComm
+from autotune.simulators.analytical.sharding import largest_layer_params
+from autotune.simulators.analytical.sharding import shard_comm
 from autotune.simulators.analytical.stages import FLOATS
 from autotune.simulators.analytical.stages import GIB
-from autotune.simulators.analytical.stages import NO_SHARD_COMM
 from autotune.simulators.analytical.stages import JobRates
 from autotune.simulators.analytical.stages import LayerCost
 from autotune.simulators.analytical.stages import ModelParams
 from autotune.simulators.analytical.stages import RankTerms
-from autotune.simulators.analytical.stages import ShardComm
 from autotune.simulators.analytical.stages import Stage
 from autotune.simulators.analytical.stages import StageDetail
 from autotune.simulators.analytical.stages import StageShape
@@ -237,13 +239,22 @@ class JobPrices:
         return seconds
 
     def shard_comm(self, layout: Layout) -> ShardComm:
-        """What ZeRO-2 and -3 send per layer and micro-batch (:func:`_shard_comm`)."""
+        """What ZeRO-2 and -3 send per layer and micro-batch
+        (:func:`autotune.simulators.analytical.sharding.shard_comm`)."""
         if layout.zero_stage is None:
             return NO_SHARD_COMM
         key = _SHARD_KEY(layout)
         comm = self._shard_comm.get(key)
         if comm is None:
-            comm = self._shard_comm[key] = _shard_comm(self, layout)
+            p = self.params
+            layers = (
+                p.dense_layer,
+                p.moe_layer_non_expert,
+                p.expert_per_layer,
+                p.embedding,
+                p.head,
+            )
+            comm = self._shard_comm[key] = shard_comm(layers, self.cluster, self.train, layout)
         return comm
 
     def pipeline(self, layout: Layout) -> _Pipeline:
@@ -300,7 +311,12 @@ class JobPrices:
                 layout.group("edp_shard", per_node),
                 layout.group("edp_replicate", per_node),
             ),
-            layer_params=_largest_layer_params(self.params, layout),
+            layer_params=largest_layer_params(
+                self.params.dense_layer,
+                self.params.moe_layer_non_expert,
+                self.params.expert_per_layer,
+                layout,
+            ),
         )
 
     def _rank_terms(
@@ -317,35 +333,18 @@ class JobPrices:
         optimizer reduce-scatters the gradients (docs/reference.md 7.2). With hybrid sharding
         the reduce-scatter and the gather run inside a replica's shard group and the shards
         are all-reduced across the replicas; ZeRO-2 and -3 reduce-scatter in every
-        micro-batch instead (:func:`~autotune.simulators.analytical.stages.sharded_dp_s`),
+        micro-batch instead (:func:`~autotune.simulators.analytical.sharding.sharded_dp_s`),
         leaving the replicas' all-reduce to the step, and ZeRO-3 gathers no weights after
         it (docs/decisions/0049).
         """
         cluster, train = self.cluster, self.train
         framework = train.framework
-        layout, sizes, grad_bytes = parallel.layout, parallel.sizes, parallel.grad_bytes
-        reduce_s = gather_s = 0.0
-        fp8_primary = fp8_primary_params(train, layout, linear_params)
-        expert_fp8 = expert_params if fp8_primary else 0.0  # the experts are all linear
-        groups = (
-            (dense_params, fp8_primary - expert_fp8, parallel.dense_group, parallel.dense_shards),
-            (expert_params, expert_fp8, parallel.expert_group, parallel.expert_shards),
-        )
+        layout, sizes = parallel.layout, parallel.sizes
         stage = layout.sharding
-        for params, fp8_params, group, (shard, replicas) in groups:
-            if group.size == 1 or params == 0:
-                continue
-            if stage >= ZERO_GRADS:
-                pass  # reduce-scattered in every micro-batch (the stage's dp_s)
-            elif layout.distributed_optimizer and framework.reduce_scatter_grads:
-                reduce_s += reduce_scatter_time_s(params * grad_bytes, shard, cluster)
-            else:
-                reduce_s += all_reduce_time_s(params * grad_bytes, group, cluster)
-            if replicas.size > 1:  # the shards' gradients across the replicas
-                reduce_s += all_reduce_time_s(params * grad_bytes / shard.size, replicas, cluster)
-            if sizes.sharded_optimizer and stage < ZERO_PARAMS:  # gather the updated weights
-                weight_bytes = gathered_weight_bytes(params, fp8_params, sizes)
-                gather_s += all_gather_time_s(weight_bytes, shard, cluster)
+        fp8_primary = fp8_primary_params(train, layout, linear_params)
+        reduce_s, gather_s = _reduce_and_gather(
+            dense_params, expert_params, fp8_primary, parallel, cluster, train
+        )
         optimizer_s = optimizer_step_s(
             dense_params,
             expert_params,
@@ -372,6 +371,42 @@ class JobPrices:
             states=states,
             state_bytes=sum(states.values()),
         )
+
+
+def _reduce_and_gather(
+    dense_params: float,
+    expert_params: float,
+    fp8_primary: float,
+    parallel: _DataParallel,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+) -> tuple[float, float]:
+    """(gradient reduction, weight gather) seconds of a rank's parameters at the step
+    (:meth:`JobPrices._rank_terms`)."""
+    framework = train.framework
+    layout, sizes, grad_bytes = parallel.layout, parallel.sizes, parallel.grad_bytes
+    reduce_s = gather_s = 0.0
+    expert_fp8 = expert_params if fp8_primary else 0.0  # the experts are all linear
+    groups = (
+        (dense_params, fp8_primary - expert_fp8, parallel.dense_group, parallel.dense_shards),
+        (expert_params, expert_fp8, parallel.expert_group, parallel.expert_shards),
+    )
+    stage = layout.sharding
+    for params, fp8_params, group, (shard, replicas) in groups:
+        if group.size == 1 or params == 0:
+            continue
+        if stage >= ZERO_GRADS:
+            pass  # reduce-scattered in every micro-batch (the stage's dp_s)
+        elif layout.distributed_optimizer and framework.reduce_scatter_grads:
+            reduce_s += reduce_scatter_time_s(params * grad_bytes, shard, cluster)
+        else:
+            reduce_s += all_reduce_time_s(params * grad_bytes, group, cluster)
+        if replicas.size > 1:  # the shards' gradients across the replicas
+            reduce_s += all_reduce_time_s(params * grad_bytes / shard.size, replicas, cluster)
+        if sizes.sharded_optimizer and stage < ZERO_PARAMS:  # gather the updated weights
+            weight_bytes = gathered_weight_bytes(params, fp8_params, sizes)
+            gather_s += all_gather_time_s(weight_bytes, shard, cluster)
+    return reduce_s, gather_s
 
 
 def _layer_cost(times: tuple[float, ...], nbytes: tuple[float, ...]) -> LayerCost:
@@ -419,50 +454,6 @@ class _DataParallel(NamedTuple):
     dense_shards: tuple[GroupPlacement, GroupPlacement]
     expert_shards: tuple[GroupPlacement, GroupPlacement]
     layer_params: float
-
-
-def _largest_layer_params(params: ModelParams, layout: Layout) -> float:
-    """The parameters a rank holds of its largest layer: a dense one, or an MoE layer's
-    non-expert part and its share of the routed experts."""
-    moe = params.moe_layer_non_expert / layout.tp
-    moe += params.expert_per_layer / (layout.ep * layout.expert_tp)
-    return max(params.dense_layer / layout.tp, moe if params.expert_per_layer else 0.0)
-
-
-def _shard_comm(job: JobPrices, layout: Layout) -> ShardComm:
-    """What ZeRO-2 and -3 send per layer and micro-batch: each layer's (and the embedding's
-    and output layer's) parameters all-gathered in the weight's dtype over the shard group
-    (ZeRO-3), its gradients reduce-scattered in the reduction's dtype (docs/decisions/0049).
-    A layer's routed experts go over the experts' shard group."""
-    cluster, train, params = job.cluster, job.train, job.params
-    sizes = state_bytes_of(train, layout)
-    grad_bytes = train.grad_reduce_bytes
-    per_node = cluster.devices_per_node
-    dense_group = layout.group("dp_shard", per_node)
-    expert_group = layout.group("edp_shard", per_node)
-    gathers = layout.sharding >= ZERO_PARAMS
-
-    def comm(dense: float, expert: float = 0.0) -> tuple[float, float]:
-        gather = reduce = 0.0
-        for count, group in ((dense, dense_group), (expert, expert_group)):
-            if count:
-                gather += all_gather_time_s(count * sizes.sharded_weight, group, cluster)
-                reduce += reduce_scatter_time_s(count * grad_bytes, group, cluster)
-        return (gather if gathers else 0.0), reduce
-
-    tp = layout.tp
-    dense = comm(params.dense_layer / tp)
-    moe = comm(
-        params.moe_layer_non_expert / tp,
-        params.expert_per_layer / (layout.ep * layout.expert_tp),
-    )
-    return ShardComm(
-        *dense,
-        *moe,
-        *comm(params.embedding / tp),
-        *comm(params.head / tp),
-        overlap=float(layout.sharding in train.framework.shard_overlap_stages),
-    )
 
 
 class _Pipeline(NamedTuple):

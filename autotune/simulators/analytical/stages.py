@@ -25,6 +25,9 @@ from typing import TypeAlias
 
 import numpy as np
 
+from autotune.simulators.analytical.sharding import NO_SHARD_COMM
+from autotune.simulators.analytical.sharding import ShardComm
+from autotune.simulators.analytical.sharding import sharded_dp_s
 from autotune.simulators.device_memory import device_bytes
 from autotune.simulators.device_memory import fragmentation_bytes
 from autotune.simulators.interleaving import held_chunks
@@ -40,10 +43,8 @@ __all__ = [
     "LayerCost",
     "ModelParams",
     "Ops",
-    "NO_SHARD_COMM",
     "RankTerms",
     "Real",
-    "ShardComm",
     "Stage",
     "StageDetail",
     "StageShape",
@@ -56,7 +57,6 @@ __all__ = [
     "stage",
     "stage_detail",
     "stage_shape",
-    "sharded_dp_s",
     "step_breakdown",
     "throughput",
 ]
@@ -167,27 +167,6 @@ def stage_shape(model: ModelSpec, stage_layers: tuple[int, ...]) -> StageShape:
         rank_kinds.append(kinds.setdefault(key, len(kinds)))
     first_ranks = tuple(rank_kinds.index(kind) for kind in range(len(kinds)))
     return StageShape(stage_layers, tuple(kinds), tuple(rank_kinds), first_ranks)
-
-
-class ShardComm(NamedTuple):
-    """What ZeRO-2 and -3 send per micro-batch, by layer (docs/decisions/0049): seconds of the
-    all-gather of a dense and an MoE layer's parameters (``*_gather_s``; 0 below ZeRO-3) and
-    of the reduce-scatter of their gradients (``*_reduce_s``; 0 below ZeRO-2), the same of the
-    embedding and the output layer, and whether the framework runs them beside the compute
-    (``overlap``, 0 or 1). All 0 below ZeRO-2."""
-
-    dense_gather_s: Real = 0.0
-    dense_reduce_s: Real = 0.0
-    moe_gather_s: Real = 0.0
-    moe_reduce_s: Real = 0.0
-    embedding_gather_s: Real = 0.0
-    embedding_reduce_s: Real = 0.0
-    head_gather_s: Real = 0.0
-    head_reduce_s: Real = 0.0
-    overlap: Real = 0.0
-
-
-NO_SHARD_COMM = ShardComm()
 
 
 class Stage(NamedTuple):
@@ -315,42 +294,6 @@ def stage(
         working_bytes=working,
         dp_s=dp_s,
     )
-
-
-def sharded_dp_s(
-    shard: ShardComm,
-    counts: tuple[Real, Real, Real, Real],
-    forward: Real,
-    backward: Real,
-    ops: Ops,
-) -> Real:
-    """Seconds of one micro-batch's ZeRO-2/-3 traffic left beside the compute
-    (docs/decisions/0049): ``counts`` are the rank's dense and MoE layers and whether it holds
-    the embedding and an output layer of its own.
-
-    ZeRO-3 all-gathers each layer's parameters before its forward and again before its
-    backward (the forward resharded them; a full recompute's forward and the backward share
-    one gather); ZeRO-2 and -3 reduce-scatter each layer's gradients after its backward, in
-    every micro-batch (Megatron-FSDP's ``grad_reduce_every_bprop``, DeepSpeed's "ZeRO stage
-    >= 2 communicates during non gradient accumulation boundaries as well"). Overlapped (the
-    next layer's gather prefetched, a layer's reduce-scatter beside the next backward), only
-    what exceeds the pass's compute is exposed; otherwise all of it.
-    """
-    n_dense, n_moe, first, head = counts
-    gather = (
-        n_dense * shard.dense_gather_s
-        + n_moe * shard.moe_gather_s
-        + first * shard.embedding_gather_s
-        + head * shard.head_gather_s
-    )
-    reduce = (
-        n_dense * shard.dense_reduce_s
-        + n_moe * shard.moe_reduce_s
-        + first * shard.embedding_reduce_s
-        + head * shard.head_reduce_s
-    )
-    hidden = ops.maximum(0.0, gather - forward) + ops.maximum(0.0, gather + reduce - backward)
-    return shard.overlap * hidden + (1 - shard.overlap) * (2 * gather + reduce)
 
 
 def pipeline_sends_s(

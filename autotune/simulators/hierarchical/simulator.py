@@ -32,6 +32,9 @@ from autotune.simulators.hierarchical.intra_stage import PARTS
 from autotune.simulators.hierarchical.intra_stage import Block
 from autotune.simulators.hierarchical.intra_stage import ChunkPlan
 from autotune.simulators.hierarchical.intra_stage import StageCoster
+from autotune.simulators.hierarchical.sharding import grad_buckets
+from autotune.simulators.hierarchical.sharding import shard_comm_s
+from autotune.simulators.hierarchical.sharding import with_sharding
 from autotune.simulators.hierarchical.trace import write_chrome_trace
 from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.layout import ZERO_PARAMS
@@ -186,7 +189,7 @@ class HierarchicalSimulator(Simulator):
         ]
         if layout.zero_stage is not None:  # ZeRO-2 and -3: per-layer gathers, reduce-scatters
             blocks = [
-                _with_sharding(*block, _shard_comm_s(plan, train, layout, comm, tied))
+                with_sharding(*block, shard_comm_s(plan, train, layout, comm, tied))
                 for plan, block in zip(plans, blocks, strict=True)
             ]
         p, v, m = layout.pp, layout.vpp, layout.num_microbatches(train)
@@ -293,28 +296,8 @@ class HierarchicalSimulator(Simulator):
         states = state_bytes_of(train, layout)
         dense = [_params(plan, expert=False, tied=tied) for plan in plans]
         experts = [_params(plan, expert=True, tied=tied) for plan in plans]
-        sharded = layout.distributed_optimizer and framework.reduce_scatter_grads
-        kind = "reduce_scatter" if sharded else "all_reduce"
-        if layout.sharding >= ZERO_GRADS:
-            kind = ""  # reduce-scattered in every micro-batch (_with_sharding)
-        grad_bytes = train.grad_reduce_bytes
-        dp = layout.dp * layout.cp
+        buckets = grad_buckets(dense, experts, train, layout, comm)
         overlapped = train.overlaps_grad_reduce
-        groups = ("dp_shard", "edp_shard") if sharded else ("dp_cp", "edp")
-        buckets = [
-            _buckets(
-                d, framework.grad_buckets(d, dp, overlapped), kind, groups[0], grad_bytes, comm
-            )
-            + _buckets(
-                e, framework.grad_buckets(e, dp, overlapped), kind, groups[1], grad_bytes, comm
-            )
-            for d, e in zip(dense, experts, strict=True)
-        ]
-        if layout.dp_replicate > 1:  # the shards' gradients across the replicas
-            buckets = [
-                [*chunk, *_replica_reduce_s(d, e, layout, grad_bytes, comm)]
-                for chunk, d, e in zip(buckets, dense, experts, strict=True)
-            ]
         finish = run.finish_s[rank]
         synced = grad_sync(
             rank,
@@ -499,71 +482,3 @@ def _params(plan: ChunkPlan, expert: bool, tied: bool) -> int:
     if tied and plan.embedding is not None and plan.head is not None:
         ends -= plan.embedding.params  # the vocab x hidden/tp matrix, counted once
     return sum(g.params for g in plan.layers) + ends
-
-
-def _buckets(
-    params: int, count: int, kind: str, group: str, grad_bytes: float, comm: CommCost
-) -> list[float]:
-    """Reduction time of each of ``count`` gradient buckets of ``params`` parameters (none
-    without a ``kind``: ZeRO-2 and -3 reduce-scatter in every micro-batch)."""
-    if not params or not kind:
-        return []
-    return [comm.time_s(kind, params / count * grad_bytes, group)] * count
-
-
-def _replica_reduce_s(
-    dense: int, experts: int, layout: Layout, grad_bytes: float, comm: CommCost
-) -> list[float]:
-    """Hybrid sharding: the all-reduce of each shard's gradients across the replicas, after
-    the shard group's reduce-scatter (one collective each for the dense and expert shards)."""
-    found = []
-    for params, shards, group in (
-        (dense, layout.dp_shard, "dp_replicate"),
-        (experts, layout.edp_shard, "edp_replicate"),
-    ):
-        if params:
-            found.append(comm.time_s("all_reduce", params / shards * grad_bytes, group))
-    return found
-
-
-def _shard_comm_s(
-    plan: ChunkPlan, train: TrainSpec, layout: Layout, comm: CommCost, tied: bool
-) -> tuple[float, float, bool]:
-    """(all-gather, reduce-scatter) seconds of one micro-batch of a chunk under ZeRO-2/-3,
-    layer by layer (the gathers ZeRO-3's only, in the weight's dtype; the reduce-scatters in
-    the reduction's), and whether the framework runs them beside the compute
-    (docs/decisions/0049)."""
-    sizes = state_bytes_of(train, layout)
-    gather_s = reduce_s = 0.0
-    for graph in (plan.embedding, *plan.layers, plan.head):
-        if graph is None or (tied and graph is plan.head and plan.embedding is not None):
-            continue
-        for params, group in (
-            (graph.params, "dp_shard"),
-            (graph.expert_params, "edp_shard"),
-        ):
-            if params:
-                gather_s += comm.time_s("all_gather", params * sizes.sharded_weight, group)
-                reduce_s += comm.time_s("reduce_scatter", params * train.grad_reduce_bytes, group)
-    if layout.sharding < ZERO_PARAMS:
-        gather_s = 0.0
-    return gather_s, reduce_s, layout.sharding in train.framework.shard_overlap_stages
-
-
-def _with_sharding(
-    forward: Block, backward: Block, comm_s: tuple[float, float, bool]
-) -> tuple[Block, Block]:
-    """The chunk's blocks with its exposed ZeRO-2/-3 traffic (booked as ``dp_comm``): the
-    gathers before the forward, the gathers again and the reduce-scatters in the backward;
-    overlapped, what exceeds each pass's own time (:func:`autotune.simulators.analytical.
-    stages.sharded_dp_s`)."""
-    gather_s, reduce_s, overlap = comm_s
-    passes = ((forward, gather_s), (backward, gather_s + reduce_s))
-    blocks = []
-    for block, seconds in passes:
-        exposed = max(0.0, seconds - block.duration_s) if overlap else seconds
-        parts = {**block.parts, "dp_comm": exposed}
-        blocks.append(
-            Block(duration_s=block.duration_s + exposed, parts=parts, categories=block.categories)
-        )
-    return blocks[0], blocks[1]

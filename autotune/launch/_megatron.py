@@ -15,6 +15,8 @@ job's Megatron-LM release (``framework.release``), and holds only options it acc
 
 from __future__ import annotations
 
+from autotune.launch._data_parallel import overlap_flags
+from autotune.launch._data_parallel import sharding_flags
 from autotune.launch._releases import added_in
 from autotune.launch._script import CLUSTER_VARIABLES
 from autotune.launch._script import RUN_HINT
@@ -36,6 +38,7 @@ from autotune.launch._script import require
 from autotune.launch._script import run_group
 from autotune.simulators import ModelSpec
 from autotune.simulators.layout import LAYOUT_FIELDS
+from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.layout import field_info
 from autotune.simulators.states import fp8_primary
 
@@ -348,22 +351,6 @@ def recompute_flags(job: LaunchJob, per_stage_option: str = "") -> list[Flag]:
     ]
 
 
-def overlap_flags(job: LaunchJob) -> list[Flag]:
-    """Bucketed gradient reduction and the parameter all-gather in the next forward, exactly
-    when the run has them (docs/reference.md 7.2); the all-gather overlap needs the
-    distributed optimizer and the gradient overlap (arguments.py validate_args). Interleaved
-    sends run beside the next chunk by default; a stack that blocks on them turns that off
-    (docs/reference.md 7.3)."""
-    train, flags = job.train, []
-    if train.overlaps_grad_reduce:
-        flags.append(flag("--overlap-grad-reduce"))
-        if train.overlaps_param_gather and job.layout.distributed_optimizer:
-            flags.append(flag("--overlap-param-gather"))
-    if job.layout.vpp > 1 and not train.framework.overlap_p2p_comm:
-        flags.append(flag("--no-overlap-p2p-communication"))
-    return flags
-
-
 def moe_layout_flags(job: LaunchJob) -> list[Flag]:
     """The token dispatcher as priced where tokens cross ranks (TP or EP): the all-to-all,
     the TP x EP all-gather, or with experts split over ranks the flex dispatcher with DeepEP
@@ -397,6 +384,7 @@ def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
         *pipeline_flags(job, layer_list=False),
         *recompute_flags(job),
         *overlap_flags(job),
+        *sharding_flags(job),
         *moe_layout_flags(job),
     ]
     if job.layout.hides_tp_comm(job.train):
@@ -479,7 +467,7 @@ def script(job: LaunchJob, title: str) -> BashScript:
     return BashScript(
         header=header,
         variables=_variables(),
-        setup=(guard, *device_connections_export(job)),
+        setup=(guard, *device_connections_export(job, fsdp=job.layout.sharding >= ZERO_GRADS)),
         launcher="torchrun",
         launcher_group=distributed_group(job.cluster),
         groups=(

@@ -203,7 +203,8 @@ class FrameworkSpec:
     cannot run together.
     ``recompute_modules``: the submodules selective recompute can checkpoint on this stack
     (Megatron-Core's ``--recompute-modules``; :mod:`autotune.simulators.recompute_modules`),
-    core attention first; empty where the stack has no selective recompute the simulators price; ``fused_norm_linear``: a norm before a plain linear layer runs
+    core attention first (empty: no selective recompute the simulators price);
+    ``fused_norm_linear``: a norm before a plain linear layer runs
     inside it (Transformer Engine's ``LayerNormLinear``), so only the norms of their own
     (MLA's input norm, the MoE router's) are left for ``layernorm`` to recompute.
     ``zero_stages``: the ZeRO stages the stack runs (:data:`simulators.ZERO_STAGES`: 0 and 1

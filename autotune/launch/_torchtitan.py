@@ -1,7 +1,8 @@
 """torchtitan: the TOML job config of the pick and the ``torchrun`` script that starts it.
 
 Written for torchtitan's TOML release (``framework.release``, v0.2.2; docs/torchtitan.md 7):
-every key is one of that release's ``config/job_config.py`` (:mod:`autotune.launch._torchtitan_keys`).
+every key is one of that release's ``config/job_config.py``
+(:mod:`autotune.launch._torchtitan_keys`).
 The layout maps onto ``ParallelDims`` (docs/torchtitan.md 1): ZeRO-3 is FSDP2 over
 ``dp_shard = dp / dp_replicate`` (and CP), ZeRO-0 is DDP (``dp_replicate = dp``); the layers
 of each (virtual) stage are named in ``module_fqns_per_model_part``. torchtitan builds the

@@ -133,7 +133,8 @@ def write_launch_files(
     """Write the ready-to-run launch files of the job's framework into ``out_dir``.
 
     Megatron-LM and MindSpeed-LLM get a bash script, Megatron-DeepSpeed a script and its
-    ``ds_config.json``, torchtitan a torchrun script and its TOML job config, and a Megatron-Core job also a NeMo 2.0 recipe override when NeMo has
+    ``ds_config.json``, torchtitan a torchrun script and its TOML job config, and a
+    Megatron-Core job also a NeMo 2.0 recipe override when NeMo has
     the model's recipe. Every option is one the framework's release (``framework.release``)
     accepts. Scripts are executable; each starts with a comment naming the release, the job and
     the layout, then the variables autotune cannot know (data, tokenizer, checkpoints,

@@ -1,4 +1,4 @@
-"""torchtitan as a framework (docs/decisions/0050): its facts load, its code's rules refuse what
+"""torchtitan as a framework (docs/decisions/0051): its facts load, its code's rules refuse what
 it refuses, and FSDP2's bytes per parameter by hand (docs/torchtitan.md 4)."""
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ split over pipeline stages, whether virtual stages exist, how the data-parallel 
 reduction is timed and sized, what a pipeline send carries, and whether FP8 GEMMs exist.
 """
 
+# size: one table of a stack's facts (FrameworkSpec), each field beside its check
+
 from __future__ import annotations
 
 import math

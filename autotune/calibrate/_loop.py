@@ -40,15 +40,15 @@ from autotune.calibrate._rows import row_names
 from autotune.calibrate._rows import row_runs
 from autotune.calibrate._rows import skipped_notes
 from autotune.calibrate._rows import span_text
-from autotune.catalog import Job
+from autotune.catalog import PricedJob
 from autotune.config import AutotuneConfig
 from autotune.csv_files import write_csv
 from autotune.dataset import MODEL_FIELDS
 from autotune.report import launch_text
 from autotune.report import layout_table
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
-from autotune.simulators import Specs
 from autotune.simulators import UserError
 from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibration import FACTORS
@@ -113,7 +113,7 @@ class ProbePlan:
     moved: str | None  # why ``csv`` is not ``probes_out`` (None: it is)
 
 
-def plan_probes(config: AutotuneConfig, job: Job) -> ProbePlan | None:
+def plan_probes(config: AutotuneConfig, priced: PricedJob) -> ProbePlan | None:
     """Read ``measured=`` and choose where the next probes go, before any work (None: no
     probe loop).
 
@@ -123,7 +123,7 @@ def plan_probes(config: AutotuneConfig, job: Job) -> ProbePlan | None:
     """
     if not (config.probes or config.measured):
         return None
-    measured, notes = _measured(job, config.measured) if config.measured else ([], [])
+    measured, notes = _measured(priced, config.measured) if config.measured else ([], [])
     csv, moved = (None, None)
     if config.probes > 0:
         csv, moved = template_path(config.probes_out, config.measured)
@@ -180,9 +180,9 @@ def _holds_measurements(path: Path, measured: str | None) -> str | None:
     return None
 
 
-def _job_problems(job: Job, specs: Specs) -> list[str]:
-    """How one measured row differs from the job (empty: it is the job)."""
-    model, cluster, train, _ = specs
+def _job_problems(job: Job, row: Job) -> list[str]:
+    """How the job of one measured row differs from ``job`` (empty: it is the job)."""
+    model, cluster, train = row.model, row.cluster, row.train
     problems = []
     same_model = dataclasses.replace(model, name=job.model.name) == job.model
     if not same_model:
@@ -201,7 +201,7 @@ def _job_problems(job: Job, specs: Specs) -> list[str]:
 Measured = tuple[list[tuple[Layout, Run]], list[str]]  # (layout, run) pairs, notes
 
 
-def _measured(job: Job, path: str) -> Measured:
+def _measured(priced: PricedJob, path: str) -> Measured:
     """The rows of ``measured=`` as (layout, run), and notes on the rows left out; checked
     before the search: rows of another job, and step times too far from the job's predictions
     to be measurements of their layouts (a time in milliseconds), are refused, naming them.
@@ -209,11 +209,12 @@ def _measured(job: Job, path: str) -> Measured:
     Raises:
         UserError: naming the rows and what is wrong with them.
     """
+    job = priced.job
     table = dataset.load_measurements(Path(path))
     names = row_names(table.assign(source=Path(path).stem))
     wrong: dict[str, list[str]] = {}
-    for name, spec in zip(names, dataset.table_specs(table), strict=True):
-        for problem in _job_problems(job, spec):
+    for name, (row, _) in zip(names, dataset.table_specs(table), strict=True):
+        for problem in _job_problems(job, row):
             wrong.setdefault(problem, []).append(name)
     if wrong:
         parts = "; ".join(f"{problem}: {span_text(rows)}" for problem, rows in wrong.items())
@@ -226,10 +227,8 @@ def _measured(job: Job, path: str) -> Measured:
         if run is None:
             notes.append(f"{name} left out (status error)")
             continue
-        layout = run.specs[3]
-        run = dataclasses.replace(
-            run, specs=(job.model, job.cluster, job.train, layout), group="probes"
-        )
+        layout = run.specs[1]
+        run = dataclasses.replace(run, specs=(job, layout), group="probes")
         measured.append((layout, run))
     if not measured:
         raise UserError(
@@ -237,10 +236,10 @@ def _measured(job: Job, path: str) -> Measured:
             + (f" ({span_text(notes, '; ')})" if notes else "")
         )
     ran = [(layout, run) for layout, run in measured if run.ran]
-    predicted = [job.simulator.simulate(*run.specs).step_time_s for _, run in ran]
+    predicted = [priced.simulator.simulate(*run.specs).step_time_s for _, run in ran]
     try:
         check_plausible(
-            job.simulator.name,
+            priced.simulator.name,
             [run for _, run in ran],
             np.array([run.step_time_s for _, run in ran]),
             np.array(predicted),
@@ -250,8 +249,11 @@ def _measured(job: Job, path: str) -> Measured:
     return measured, notes
 
 
-def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: str) -> pd.DataFrame:
+def _probe_frame(
+    priced: PricedJob, probes: Sequence[tuple[Layout, Prediction]], name: str
+) -> pd.DataFrame:
     """The probes as measurement rows (schema v1) with the columns to fill left empty."""
+    job = priced.job
     settings = {  # the run's own settings; empty: the framework's default
         key: "" if getattr(job.train, key) is None else getattr(job.train, key)
         for key in RUN_SETTINGS
@@ -278,7 +280,7 @@ def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: st
                 **dict.fromkeys(_FILL, ""),
                 # what the filled-in peak counts: Megatron's "max allocated" unless changed
                 "peak_memory_measure": "allocated",
-                "predictor": f"{job.simulator.name} probe {rank}",
+                "predictor": f"{priced.simulator.name} probe {rank}",
                 "predicted_step_time_s": round(prediction.step_time_s, 6),
             }
         )
@@ -288,7 +290,7 @@ def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: st
 # size: one round in the order the user sees it: read, calibrate, re-rank, pick, choose, write
 def probe_round(
     config: AutotuneConfig,
-    job: Job,
+    priced: PricedJob,
     ranked: Sequence[tuple[Layout, Prediction]],
     plan: ProbePlan,
 ) -> ProbeRound:
@@ -303,9 +305,10 @@ def probe_round(
         ranked: every layout the search priced, best first, with its prediction.
         plan: the measured rows and where the probes go (:func:`plan_probes`).
     """
-    assert isinstance(job.simulator, CalibratedSimulator)
+    job = priced.job
+    assert isinstance(priced.simulator, CalibratedSimulator)
     settings = fit_settings(config.calibrate, bootstrap=False)
-    simulator: CalibratedSimulator = job.simulator
+    simulator: CalibratedSimulator = priced.simulator
     round_ = ProbeRound()
     candidates = [lay for lay, _ in ranked]
     predictions = [pred for _, pred in ranked]
@@ -328,9 +331,7 @@ def probe_round(
             if lay not in known:
                 known[lay] = len(candidates)
                 candidates.append(lay)
-        predictions = [
-            simulator.simulate(job.model, job.cluster, job.train, lay) for lay in candidates
-        ]
+        predictions = [simulator.simulate(job, lay) for lay in candidates]
         probes = [known[lay] for lay, _ in round_.measured]
         measured_s = [run.step_time_s if run.ran else math.nan for _, run in round_.measured]
         chosen = pick(
@@ -353,7 +354,7 @@ def probe_round(
         center = simulator.calibration
         chosen_probes = choose_probes(
             simulator.base,
-            [(job.model, job.cluster, job.train, candidates[i]) for i in open_],
+            [(job, candidates[i]) for i in open_],
             [predictions[i].step_time_s for i in open_],
             [predictions[i].fits for i in open_],
             config.probes,
@@ -365,7 +366,7 @@ def probe_round(
         assert plan.csv is not None
         name = f"{job.model.name} on {job.cluster.num_devices} x {job.cluster.name}"
         try:
-            round_.csv = write_csv(_probe_frame(job, round_.probes, name), plan.csv)
+            round_.csv = write_csv(_probe_frame(priced, round_.probes, name), plan.csv)
         except (OSError, UserError) as exc:
             round_.problem = write_failure(plan.csv, exc)
         lines += _probes_text(job, round_, plan.moved)
@@ -417,7 +418,7 @@ def _fed_back_text(
         " / predicted level):",
         layout_table(shown[: config.search.top_k]),
         f"Pick: {round_.final[0].describe()} ({chosen.reason})",
-        launch_text(job.model, job.cluster, job.train, round_.final[0]),
+        launch_text(job, round_.final[0]),
     ]
     for note in round_.notes:
         lines += textwrap.wrap(
@@ -441,7 +442,7 @@ def _probes_text(job: Job, round_: ProbeRound, moved: str | None) -> list[str]:
     for rank, (layout, _) in enumerate(round_.probes, start=1):
         lines += [
             f"Probe {rank}: {layout.describe()}",
-            launch_text(job.model, job.cluster, job.train, layout),
+            launch_text(job, layout),
         ]
     if round_.csv is None:  # not written: the command says why after the result
         return lines
@@ -455,8 +456,9 @@ def _probes_text(job: Job, round_: ProbeRound, moved: str | None) -> list[str]:
     return lines
 
 
-def record_round(config: AutotuneConfig, job: Job, round_: ProbeRound) -> None:
+def record_round(config: AutotuneConfig, priced: PricedJob, round_: ProbeRound) -> None:
     """One MLflow run per round: the probes, the measurements, the calibration, the pick."""
+    job = priced.job
     from autotune.tracking import TrackedRun
     from autotune.tracking import record
 
@@ -466,7 +468,7 @@ def record_round(config: AutotuneConfig, job: Job, round_: ProbeRound) -> None:
                 "model": job.model.name,
                 "cluster": job.cluster.name,
                 "devices": job.cluster.num_devices,
-                "simulator": job.simulator.name,
+                "simulator": priced.simulator.name,
                 "probes": config.probes,
                 "measured": config.measured or "none",
                 "calibration": config.calibration or "none",
@@ -485,7 +487,7 @@ def record_round(config: AutotuneConfig, job: Job, round_: ProbeRound) -> None:
             )
             run.tags({"pick": round_.final[0].describe()})
         if round_.probes:
-            run.table("probes.csv", _probe_frame(job, round_.probes, "probes"))
+            run.table("probes.csv", _probe_frame(priced, round_.probes, "probes"))
         run.text("round.txt", round_.text)
 
     recorded = record(

@@ -31,8 +31,9 @@ import numpy as np
 from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import time_sensitivities
 from autotune.order import order_key
+from autotune.simulators import Job
+from autotune.simulators import Layout
 from autotune.simulators import Simulator
-from autotune.simulators import Specs
 from autotune.simulators.calibration import TIME_FACTORS
 from autotune.simulators.calibration import Calibration
 
@@ -62,7 +63,7 @@ def _pool(predicted_s: Sequence[float], fits: Sequence[bool], k: int, slack: flo
 
 def choose_probes(
     simulator: Simulator,
-    specs: Sequence[Specs],
+    specs: Sequence[tuple[Job, Layout]],
     predicted_s: Sequence[float],
     fits: Sequence[bool],
     k: int,

@@ -116,10 +116,12 @@ def _margins_elsewhere(
     """Per (source, framework), the uncalibrated memory margin that the runs of every other
     source give that stack (:mod:`autotune.calibrate._margins`)."""
     sources = table["source"].astype(str).to_numpy()
-    frameworks = np.array([run.specs[2].framework.name if run else "" for run in runs])
+    frameworks = np.array([run.specs[0].train.framework.name if run else "" for run in runs])
     measured = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
     oom = table["status"].to_numpy(dtype=str) == "oom"
-    capacity = np.array([run.specs[1].device.memory_gib if run else np.nan for run in runs])
+    capacity = np.array(
+        [run.specs[0].cluster.device.memory_gib if run else np.nan for run in runs]
+    )
     allocated = table["peak_memory_measure"].to_numpy(dtype=str) == "allocated"
     as_measured = zero.peak_gib(allocated)
     has = (np.isfinite(measured) | oom) & (frameworks != "")
@@ -200,7 +202,7 @@ def _predict_calibrated(
         if run is None:
             continue
         p = calibrated.simulate(*run.specs)
-        stack = margin_for(run.specs[2].framework.name, stacks)
+        stack = margin_for(run.specs[0].train.framework.name, stacks)
         margin = stack.value if stack.runs or stack.pooled_runs else no_evidence
         arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
         arrays["memory_gib"][i] = p.memory_gib
@@ -249,7 +251,7 @@ def _histories(table: pd.DataFrame, runs: Sequence[Run | None]) -> list[_History
     found: dict[tuple[str, str, str], list[int]] = {}
     for i, run in enumerate(runs):
         if run is not None:
-            key = (str(sources[i]), str(clusters[i]), run.specs[2].framework.name)
+            key = (str(sources[i]), str(clusters[i]), run.specs[0].train.framework.name)
             found.setdefault(key, []).append(i)
     return [_History(*key, np.array(rows, dtype=int)) for key, rows in sorted(found.items())]
 
@@ -312,7 +314,7 @@ def _scenarios(
 ) -> list[_Scenario]:
     """Scenarios whose regret is defined: two measured layouts, one of which ran."""
     found = []
-    capacity = np.array([r.specs[1].device.memory_gib if r else np.nan for r in runs])
+    capacity = np.array([r.specs[0].cluster.device.memory_gib if r else np.nan for r in runs])
     for (source, _), positions in table.groupby(
         ["source", "scenario"], sort=False
     ).indices.items():
@@ -320,7 +322,7 @@ def _scenarios(
         ran = [i for i in rows if runs[i] is not None and runs[i].ran]  # type: ignore[union-attr]
         if len(rows) < 2 or not ran:
             continue
-        framework = runs[rows[0]].specs[2].framework.name  # type: ignore[union-attr]
+        framework = runs[rows[0]].specs[0].train.framework.name  # type: ignore[union-attr]
         margin = margins[str(source), framework]
         fits = zero.memory_gib[rows] * (1 + margin) <= capacity[rows]
         found.append(_Scenario(rows, zero.predicted_s[rows], zero.memory_gib[rows], fits, margin))

@@ -110,10 +110,10 @@ def check_calibration(
 def calibrated_job(
     priced: PricedJob, calibration: str | Calibration | None, margin: float | None
 ) -> tuple[PricedJob, Margin]:
-    """``job`` with its simulator calibrated and a memory margin applied.
+    """``priced`` with its simulator calibrated and a memory margin applied.
 
     Args:
-        job: the job as composed.
+        priced: the job and its simulator as composed.
         calibration: a calibration name or path (``calibration=``), one already loaded, or
             None (uncalibrated).
         margin: ``search.memory_margin``; None derives it: the calibration's own, else the

@@ -301,7 +301,7 @@ def probe_round(
 
     Args:
         config: the search's config (``probes``, ``measured``, ``calibrate``).
-        job: the job, its simulator a :class:`CalibratedSimulator` (calibration and margin).
+        priced: the job, its simulator a :class:`CalibratedSimulator` (calibration and margin).
         ranked: every layout the search priced, best first, with its prediction.
         plan: the measured rows and where the probes go (:func:`plan_probes`).
     """

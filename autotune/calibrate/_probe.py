@@ -75,7 +75,7 @@ def choose_probes(
 
     Args:
         simulator: the uncalibrated simulator.
-        specs: the candidate layouts of one job, as (model, cluster, train, layout).
+        specs: the candidate layouts of one job, as (job, layout).
         predicted_s: ``simulator``'s predicted step times of them (``center`` applied).
         fits: whether each is predicted to fit (with the memory margin).
         k: how many to measure.

@@ -100,8 +100,7 @@ def model_flags(launch: Launch) -> tuple[Flag, ...]:
 def card_notes(launch: Launch) -> list[str]:
     """The model-card facts Megatron-DeepSpeed has no option for (megatron/arguments.py:
     RoPE's base and share only), one sentence each for the header."""
-    job = launch.job
-    model, notes = job.model, []
+    model, notes = launch.job.model, []
     if model.positions == "alibi":
         notes.append(
             f"Megatron-DeepSpeed has no ALiBi: {model.name}'s ALiBi positions are launched as "
@@ -123,13 +122,12 @@ def card_notes(launch: Launch) -> list[str]:
 def layout_flags(launch: Launch) -> tuple[Flag, ...]:
     """Degrees, batch, sequence parallelism (Megatron's, or DeepSpeed-Ulysses for context
     parallelism), recompute (uniform, one layer per group)."""
-    job = launch.job
     layout = launch.layout
     flags = [
         flag("--tensor-model-parallel-size", layout.tp),
         flag("--pipeline-model-parallel-size", layout.pp),
         flag("--micro-batch-size", layout.micro_batch),
-        flag("--global-batch-size", job.train.global_batch_size),
+        flag("--global-batch-size", launch.job.train.global_batch_size),
     ]
     if layout.cp > 1:
         flags.append(flag("--ds-sequence-parallel-size", layout.cp))
@@ -221,7 +219,7 @@ def _variables() -> tuple[Variable, ...]:
 
 
 def script(launch: Launch, title: str) -> BashScript:
-    """The Megatron-DeepSpeed launch script of ``job``."""
+    """The Megatron-DeepSpeed launch script of ``launch``."""
     job = launch.job
     header = [launch.written_for(f"{title} launch"), launch.describe(), *launch.precision_notes()]
     if job.model.qkv_bias and not has_linear_bias(job.model):

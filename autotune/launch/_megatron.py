@@ -71,16 +71,15 @@ def shape_flags(launch: Launch) -> tuple[Flag, ...]:
     An all-MoE model (no dense layer, ``ffn_hidden_size`` 0) passes its expert width as
     ``--ffn-hidden-size`` too, as Megatron's Mixtral example does.
     """
-    job = launch.job
-    model = job.model
+    model, train = launch.job.model, launch.job.train
     flags = [
         flag("--num-layers", model.num_layers),
         flag("--hidden-size", model.hidden_size),
         flag("--ffn-hidden-size", model.ffn_hidden_size or model.expert_ffn_hidden_size),
         flag("--num-attention-heads", model.num_attention_heads),
         *_attention_flags(launch),
-        flag("--seq-length", job.train.seq_len),
-        flag("--max-position-embeddings", job.train.seq_len),
+        flag("--seq-length", train.seq_len),
+        flag("--max-position-embeddings", train.seq_len),
         flag("--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"),
         flag("--norm-epsilon", number(model.norm_epsilon)),
     ]
@@ -94,13 +93,12 @@ def shape_flags(launch: Launch) -> tuple[Flag, ...]:
         flags.append(flag("--disable-bias-linear"))
         if model.qkv_bias:
             flags.append(flag("--add-qkv-bias"))
-    return (*flags, *dropout_flags(model, job.train), *_moe_flags(launch), *router_flags(launch))
+    return (*flags, *dropout_flags(model, train), *_moe_flags(launch), *router_flags(launch))
 
 
 def _attention_flags(launch: Launch) -> list[Flag]:
     """MLA's ranks and head sizes, or the head size and GQA's query groups."""
-    job = launch.job
-    model = job.model
+    model = launch.job.model
     if model.attention == "mla":
         flags = [flag("--multi-latent-attention")]
         if model.q_lora_rank:
@@ -123,8 +121,7 @@ def position_flags(launch: Launch) -> list[Flag]:
     its Llama 3.1 or YaRN scaling, or learned absolute positions. ALiBi, which Megatron-LM
     lacks, is launched as RoPE (:func:`card_notes` says so). MLA rotates inside its
     attention, so its YaRN is ``--rope-type yarn`` with MLA's own options."""
-    job = launch.job
-    model = job.model
+    model = launch.job.model
     if model.positions == "learned_absolute":
         return [flag("--position-embedding-type", "learned_absolute")]
     kind = "yarn" if yarn_embedding(launch) else "rope"
@@ -138,8 +135,7 @@ def position_flags(launch: Launch) -> list[Flag]:
 
 def _scaling_flags(launch: Launch) -> list[Flag]:
     """Llama 3.1's scaling (its factor; the rest is fixed), YaRN's for MLA and for GQA."""
-    job = launch.job
-    model = job.model
+    model = launch.job.model
     if model.attention == "mla":
         if model.rope_scaling != "yarn":
             return [flag("--rope-type", "rope")]
@@ -160,8 +156,7 @@ def _scaling_flags(launch: Launch) -> list[Flag]:
 def yarn_embedding(launch: Launch) -> bool:
     """YaRN of a non-MLA model, where the release has the yarn position embedding's options
     (:mod:`autotune.launch._releases`; :func:`card_notes` says when it has not)."""
-    job = launch.job
-    model = job.model
+    model = launch.job.model
     gqa_yarn = model.rope_scaling == "yarn" and model.attention != "mla"
     return gqa_yarn and launch.accepts(YARN_EMBEDDING)
 
@@ -180,8 +175,7 @@ def router_flags(launch: Launch) -> list[Flag]:
     topk_routing_with_score_function): the score function, softmax before the top-k
     (:func:`pre_softmax`), the aux-loss-free expert bias, group-limited top-k, the scaling of
     the weights."""
-    job = launch.job
-    model = job.model
+    model = launch.job.model
     if not model.is_moe:
         return []
     flags = [flag("--moe-router-score-function", model.moe_router_score_function)]
@@ -210,8 +204,7 @@ def pre_softmax(model: ModelSpec) -> bool:
 
 def card_notes(launch: Launch) -> list[str]:
     """The model-card facts Megatron-LM cannot be told, one sentence each for the header."""
-    job = launch.job
-    model = job.model
+    model = launch.job.model
     notes = router_notes(model)
     if model.positions == "alibi":
         notes.append(
@@ -225,7 +218,7 @@ def card_notes(launch: Launch) -> list[str]:
     if model.rope_scaling == "llama3" and model.attention == "mla":
         notes.append("Megatron-LM's MLA has no Llama 3.1 RoPE scaling: it is not launched.")
     if model.rope_scaling == "yarn" and model.attention != "mla" and not yarn_embedding(launch):
-        framework = job.train.framework
+        framework = launch.job.train.framework
         notes.append(
             f"Megatron-LM {framework.release} has no YaRN position embedding options (from "
             f"{added_in(framework, YARN_EMBEDDING)}): {model.name}'s YaRN scaling is not "
@@ -262,8 +255,7 @@ def fixed_notes(model: ModelSpec, what: str, fixed: dict[str, float]) -> list[st
 def _moe_flags(launch: Launch) -> list[Flag]:
     """Experts, their top-k and the dense-then-MoE layer pattern (``--moe-grouped-gemm``
     needs bf16 on core_v0.12.1)."""
-    job = launch.job
-    model = job.model
+    model = launch.job.model
     if not model.is_moe:
         return []
     flags = [
@@ -284,8 +276,7 @@ def _moe_flags(launch: Launch) -> list[Flag]:
 
 def uses_grouped_gemm(launch: Launch) -> bool:
     """The experts run as grouped GEMMs (``--moe-grouped-gemm``: bf16 on core_v0.12.1)."""
-    job = launch.job
-    return job.model.is_moe and job.dtype == "bf16"
+    return launch.job.model.is_moe and launch.job.dtype == "bf16"
 
 
 def one_to_one_flags(launch: Launch, skip: frozenset[str] = frozenset()) -> list[Flag]:
@@ -363,8 +354,7 @@ def overlap_flags(launch: Launch) -> list[Flag]:
     distributed optimizer and the gradient overlap (arguments.py validate_args). Interleaved
     sends run beside the next chunk by default; a stack that blocks on them turns that off
     (docs/reference.md 7.3)."""
-    job = launch.job
-    train, flags = job.train, []
+    train, flags = launch.job.train, []
     if train.overlaps_grad_reduce:
         flags.append(flag("--overlap-grad-reduce"))
         if train.overlaps_param_gather and launch.layout.distributed_optimizer:
@@ -378,15 +368,14 @@ def moe_layout_flags(launch: Launch) -> list[Flag]:
     """The token dispatcher as priced where tokens cross ranks (TP or EP): the all-to-all,
     the TP x EP all-gather, or with experts split over ranks the flex dispatcher with DeepEP
     (docs/reference.md 7.7)."""
-    job = launch.job
     layout = launch.layout
-    if not (job.model.is_moe and layout.tp * layout.ep > 1):
+    if not (launch.job.model.is_moe and layout.tp * layout.ep > 1):
         return []
     dispatcher = moe_dispatcher_name(launch)
     flags = [flag("--moe-token-dispatcher-type", dispatcher)]
     if dispatcher == "flex":
         flags.append(flag("--moe-flex-dispatcher-backend", "deepep"))
-    if job.train.moe_a2a_overlap:  # Megatron-Core's MoE README: both flags together
+    if launch.job.train.moe_a2a_overlap:  # Megatron-Core's MoE README: both flags together
         flags += [flag("--overlap-moe-expert-parallel-comm"), flag("--delay-wgrad-compute")]
     return flags
 
@@ -394,8 +383,7 @@ def moe_layout_flags(launch: Launch) -> list[Flag]:
 def moe_dispatcher_name(launch: Launch) -> str:
     """Megatron-Core's name of the dispatcher as priced: ``flex`` for DeepEP (which only an
     EP group uses), else the setting's own name."""
-    job = launch.job
-    dispatcher = job.train.token_dispatcher
+    dispatcher = launch.job.train.token_dispatcher
     if dispatcher == "deepep":
         return "flex" if launch.layout.ep > 1 else "alltoall"
     return dispatcher
@@ -403,18 +391,18 @@ def moe_dispatcher_name(launch: Launch) -> str:
 
 def layout_flags(launch: Launch) -> tuple[Flag, ...]:
     """Everything the layout decides: degrees, batch, split, recompute, overlaps."""
-    job = launch.job
+    layout, train = launch.layout, launch.job.train
     flags = [
         *one_to_one_flags(launch),
-        flag("--global-batch-size", job.train.global_batch_size),
+        flag("--global-batch-size", train.global_batch_size),
         *pipeline_flags(launch, layer_list=False),
         *recompute_flags(launch),
         *overlap_flags(launch),
         *moe_layout_flags(launch),
     ]
-    if launch.layout.hides_tp_comm(job.train):
+    if layout.hides_tp_comm(train):
         flags.append(flag("--tp-comm-overlap"))  # docs/reference.md 7.5: needs SP
-    if launch.layout.cp > 1 and job.train.context_exchange == "a2a":
+    if layout.cp > 1 and train.context_exchange == "a2a":
         flags.append(flag("--cp-comm-type", "a2a"))  # docs/reference.md 3.5; default p2p
     return tuple(flags)
 
@@ -423,14 +411,13 @@ def dtype_flags(launch: Launch) -> list[Flag]:
     """The training dtype and the gradient buffer's, where it is not Megatron's default for
     that dtype (bf16 reduces in fp32 unless ``--grad-reduce-in-bf16``; fp16 in fp16 unless
     ``--accumulate-allreduce-grads-in-fp32``)."""
-    job = launch.job
-    if job.dtype == "fp32":
+    dtype, fp32_grads = launch.job.dtype, launch.job.train.reduces_grads_in_fp32
+    if dtype == "fp32":
         return []
-    flags = [flag(f"--{job.dtype}")]
-    fp32_grads = job.train.reduces_grads_in_fp32
-    if job.dtype == "bf16" and not fp32_grads:
+    flags = [flag(f"--{dtype}")]
+    if dtype == "bf16" and not fp32_grads:
         flags.append(flag("--grad-reduce-in-bf16"))
-    elif job.dtype == "fp16" and fp32_grads:
+    elif dtype == "fp16" and fp32_grads:
         flags.append(flag("--accumulate-allreduce-grads-in-fp32"))
     return flags
 
@@ -439,8 +426,7 @@ def _precision_flags(launch: Launch) -> tuple[Flag, ...]:
     """Training dtype, FP8 through Transformer Engine (the default ``--transformer-impl``;
     docs/reference.md 7.6), and the attention kernel: TransformerEngine picks flash or cuDNN
     fused attention (``auto``), or none where the device has no kernel (``unfused``)."""
-    job = launch.job
-    flags = dtype_flags(launch)
+    job, flags = launch.job, dtype_flags(launch)
     if job.train.fp8:
         flags.append(flag("--fp8-format", "hybrid"))
     if fp8_primary(job.train, launch.layout):  # the priced memory keeps no bf16 linear weights
@@ -451,7 +437,6 @@ def _precision_flags(launch: Launch) -> tuple[Flag, ...]:
 
 def _data_group(launch: Launch) -> ArgGroup:
     """A preprocessed dataset and its Hugging Face tokenizer, or mock data (a smoke run)."""
-    job = launch.job
     return ArgGroup(
         "DATA_ARGS",
         "data: DATA_PATH and TOKENIZER, or mock data when DATA_PATH is empty",
@@ -465,7 +450,7 @@ def _data_group(launch: Launch) -> ArgGroup:
         otherwise=(
             flag("--mock-data"),
             flag("--tokenizer-type", "NullTokenizer"),
-            flag("--vocab-size", job.model.vocab_size),
+            flag("--vocab-size", launch.job.model.vocab_size),
         ),
     )
 
@@ -481,8 +466,7 @@ def _variables() -> tuple[Variable, ...]:
 
 
 def script(launch: Launch, title: str) -> BashScript:
-    """The Megatron-LM launch script of ``job``."""
-    job = launch.job
+    """The Megatron-LM launch script of ``launch``."""
     guard = require(
         '-n "${DATA_PATH}" && -z "${TOKENIZER}"', "set TOKENIZER for the data in DATA_PATH"
     )
@@ -498,7 +482,7 @@ def script(launch: Launch, title: str) -> BashScript:
         variables=_variables(),
         setup=(guard, *device_connections_export(launch)),
         launcher="torchrun",
-        launcher_group=distributed_group(job.cluster),
+        launcher_group=distributed_group(launch.job.cluster),
         groups=(
             ArgGroup("MODEL_ARGS", "the model's architecture", model_flags(launch)),
             ArgGroup("LAYOUT_ARGS", "the parallel layout autotune picked", layout_flags(launch)),

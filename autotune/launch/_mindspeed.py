@@ -70,8 +70,7 @@ _ASCEND_EXPORTS = (
 def model_flags(launch: Launch) -> tuple[Flag, ...]:
     """The architecture and the model card: Megatron's shapes and router, MindSpeed-LLM's
     positions."""
-    job = launch.job
-    return (*shape_flags(launch), *position_flags(job.model))
+    return (*shape_flags(launch), *position_flags(launch.job.model))
 
 
 def position_flags(model: ModelSpec) -> list[Flag]:
@@ -185,7 +184,6 @@ def _plain_rope(model: ModelSpec) -> bool:
 def _data_group(launch: Launch) -> ArgGroup:
     """The dataset prefix and the Hugging Face tokenizer folder; the embedding keeps the
     model's vocabulary (``--padded-vocab-size`` with divisor 1, as the example scripts do)."""
-    job = launch.job
     return ArgGroup(
         "DATA_ARGS",
         "data and tokenizer (variables above)",
@@ -195,7 +193,7 @@ def _data_group(launch: Launch) -> ArgGroup:
             flag("--tokenizer-type", "PretrainedFromHF"),
             flag("--tokenizer-name-or-path", Ref("TOKENIZER_PATH")),
             flag("--make-vocab-size-divisible-by", 1),
-            flag("--padded-vocab-size", job.model.vocab_size),
+            flag("--padded-vocab-size", launch.job.model.vocab_size),
         ),
     )
 
@@ -226,7 +224,7 @@ def _setup(launch: Launch) -> tuple[str, ...]:
 
 
 def script(launch: Launch, title: str) -> BashScript:
-    """The MindSpeed-LLM launch script of ``job``."""
+    """The MindSpeed-LLM launch script of ``launch``."""
     job = launch.job
     header = (
         launch.written_for(f"{title} launch"),

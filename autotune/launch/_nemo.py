@@ -119,8 +119,7 @@ def _model_fields(launch: Launch) -> list[tuple[str, object]]:
 def _card_fields(launch: Launch) -> list[tuple[str, object]]:
     """The model card on the model config: the norm epsilon, query/key norms (MLA's latent
     norms too), positions, RoPE's scaling and the MoE router (:func:`_router_fields`)."""
-    job = launch.job
-    model = job.model
+    model = launch.job.model
     fields: list[tuple[str, object]] = [
         ("layernorm_epsilon", model.norm_epsilon),
         ("qk_layernorm", model.qk_layernorm or model.attention == "mla"),
@@ -167,8 +166,7 @@ def _scaling_fields(launch: Launch) -> list[tuple[str, object]]:
 def _router_fields(launch: Launch) -> list[tuple[str, object]]:
     """The router as Megatron-LM's flags give it (:func:`_megatron.router_flags`), on the
     config fields of the same names (None: Megatron-Core's off)."""
-    job = launch.job
-    model = job.model
+    model = launch.job.model
     if not model.is_moe:
         return []
     scale = model.moe_router_topk_scaling_factor
@@ -207,7 +205,6 @@ def card_notes(launch: Launch) -> list[str]:
 def _strategy_fields(launch: Launch) -> list[tuple[str, object]]:
     """Parallel sizes and the layer split on ``nl.MegatronStrategy``; ``pipeline_dtype``
     (NeMo requires it whenever pp > 1, ``llm/api.py`` _validate_config)."""
-    job = launch.job
     layout = launch.layout
     split = pipeline_flags(launch, layer_list=False)
     layout_string = str(split[0].values[0]) if launch.uneven else None
@@ -224,7 +221,7 @@ def _strategy_fields(launch: Launch) -> list[tuple[str, object]]:
         ("account_for_loss_in_pipeline_split", False),
         ("pipeline_model_parallel_layout", layout_string),
     ]
-    if job.model.is_moe:  # the recipe's own ETP is not the layout's unless written
+    if launch.job.model.is_moe:  # the recipe's own ETP is not the layout's unless written
         fields.append(("expert_tensor_parallel_size", layout.expert_tp))
     return fields
 
@@ -334,8 +331,7 @@ def _tp_overlap_statements(overlap: bool) -> list[str]:
 
 def _header(launch: Launch, title: str) -> list[str]:
     """The opening comment: what it launches and how to run it."""
-    job = launch.job
-    cluster = job.cluster
+    cluster = launch.job.cluster
     return [
         "#!/usr/bin/env python3",
         comment(f"{title} recipe override written by autotune for {NEMO_RELEASE}."),
@@ -350,7 +346,7 @@ def _header(launch: Launch, title: str) -> list[str]:
 
 
 def recipe_text(launch: Launch, title: str) -> str:
-    """The recipe override file of ``job`` (its model must be in :data:`RECIPES`)."""
+    """The recipe override file of ``launch`` (its model must be in :data:`RECIPES`)."""
     job = launch.job
     recipe, extra = RECIPES[job.model.name]
     cluster = job.cluster

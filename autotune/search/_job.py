@@ -143,7 +143,7 @@ def run_search_job(config: AutotuneConfig) -> None:
 
 
 def _screens(priced: PricedJob) -> bool:
-    """Whether ``job``'s simulator is the one that screens (the analytical)."""
+    """Whether ``priced``'s simulator is the one that screens (the analytical)."""
     return priced.simulator.name == SCREENING
 
 
@@ -163,7 +163,7 @@ def _check(search: SearchConfig) -> None:
 def search_job(
     config: AutotuneConfig, priced: PricedJob, stop: StopFlag, storage: BaseStorage | None = None
 ) -> Outcome:
-    """The search of ``config`` for ``job`` (no output, no MLflow record), in ``storage``
+    """The search of ``config`` for ``priced`` (no output, no MLflow record), in ``storage``
     (when None: ``search.storage``, opened once the space is built, or in memory)."""
     job = priced.job
     search = config.search
@@ -331,7 +331,7 @@ def _mode_text(mode: str, search: SearchConfig) -> str:
 
 
 def _screening_job(priced: PricedJob) -> PricedJob:
-    """``job`` priced by the screening simulator, with the same memory margin (so that a
+    """``priced``'s job priced by the screening simulator, with the same memory margin (so that a
     layout fits the screen as it fits the search)."""
     margin = priced.simulator.memory_margin
     screening = calibrated(catalog.load_simulator(SCREENING), None, margin)
@@ -346,7 +346,7 @@ def _screen(
     study: Any,
     stop: StopFlag,
 ) -> tuple[Rerank, bool]:
-    """Every layout priced by ``screen``, the best ``search.rerank_top`` by ``job.simulator``
+    """Every layout priced by ``screen``, the best ``search.rerank_top`` by ``priced.simulator``
     (in ``search.workers`` processes); the re-priced layouts become the study's trials. A
     signal during the screen leaves its best layouts, by the screening simulator, as
     ``reranked`` (and says so)."""

@@ -37,7 +37,6 @@ def emit_outcome(
 ) -> None:
     """Print the report (or the JSON object) of a finished or stopped search; ``rounds``: the
     probe loop's round (autotune/calibrate/_loop.py), shown last."""
-    job = priced.job
     if not outcome.best.fits:
         log.warning("warning: no evaluated layout fits in memory; the table shows the closest")
     if recorded.problem:
@@ -64,7 +63,7 @@ def emit_outcome(
     if outcome.stopped:
         print("\nThe search was stopped: the table shows the best layouts found so far.")
     print(f"\nLaunch flags of the best layout ({outcome.best_layout.describe()}):")
-    print(launch_text(job, outcome.best_layout))
+    print(launch_text(priced.job, outcome.best_layout))
     if outcome.launch_files:
         folders = sorted({str(Path(f).parent) for f in outcome.launch_files})
         best = [f for f in outcome.launch_files if Path(f).parent == Path(folders[0])]
@@ -84,14 +83,13 @@ def emit_outcome(
 
 def _calibration_text(priced: PricedJob) -> str:
     """Which calibration priced the layouts, and the memory margin a layout must keep."""
-    job = priced.job
     calibration, margin = priced.simulator.calibration, priced.simulator.memory_margin
     name = calibration.name if calibration is not None and calibration.factors else None
     return (
         f"{priced.simulator.name} simulator, "
         + (f"calibration {name!r}" if name else "uncalibrated")
         + f"; fits = predicted peak memory x {1 + margin:.3f} (+margin) within the device's "
-        f"{job.cluster.device.memory_gib:.4g} GiB"
+        f"{priced.job.cluster.device.memory_gib:.4g} GiB"
     )
 
 

@@ -122,7 +122,7 @@ def price_in_processes(
     workers: int,
     stop: Callable[[], bool] = lambda: False,
 ) -> list[Prediction] | None:
-    """Predictions of ``layouts`` by ``job.simulator`` in ``workers`` processes, in order; None
+    """Predictions of ``layouts`` by ``priced.simulator`` in ``workers`` processes, in order; None
     once ``stop()`` is true (checked after each layout in this process, every
     :data:`POLL_S` while other processes price; those are then ended at once).
 

@@ -77,7 +77,6 @@ def record_search(
 def _fill(
     run: TrackedRun, config: AutotuneConfig, priced: PricedJob, outcome: Outcome, timings: Timings
 ) -> None:
-    job = priced.job
     best = outcome.best
     run.params(_job_params(priced, outcome))
     run.metrics(
@@ -101,7 +100,7 @@ def _fill(
     if outcome.mode == "nsga2":  # step time against memory, the layouts that fit
         run.table("pareto_front.csv", _marked(outcome, outcome.pareto()), ui=True)
     run.text("config.yaml", config_yaml(config))
-    launch = launch_text(job, outcome.best_layout)
+    launch = launch_text(priced.job, outcome.best_layout)
     run.text("launch_flags.txt", launch)
     if outcome.launch_files and config.launch_dir is not None:  # those files, nothing else
         files = [Path(f) for f in outcome.launch_files]

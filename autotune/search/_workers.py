@@ -132,13 +132,12 @@ def _work(
 ) -> None:
     """One worker: the same space, the same study, its own sampler seed; no polish. It stops
     after its trial in flight on SIGINT, SIGTERM, or when ``parent`` (its pid) is gone."""
-    job = priced.job
     stop = StopFlag()
     for number in SIGNALS:
         signal.signal(number, lambda sig, _: stop.set(sig))
     die_with_parent(parent, lambda: stop.set(signal.SIGTERM))
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    space = build_space(job, search, fixed)
+    space = build_space(priced.job, search, fixed)
     study = open_study(place.url, place.study_name, place.sampler, seed, place.fingerprint)
     sample(study, space, Evaluator(priced), n_trials=target, polish_fraction=0.0, stop=stop)
 

@@ -132,6 +132,7 @@ class CalibratedSimulator(Simulator):
         self.memory_margin = float(memory_margin)
         self._inner = base.calibrated(calibration)
         self._clusters: dict[ClusterSpec, ClusterSpec] = {}
+        self._last_job: tuple[Job, Job] | None = None
 
     @classmethod
     def from_config(cls, constants: Mapping[str, Any]) -> NoReturn:
@@ -149,8 +150,13 @@ class CalibratedSimulator(Simulator):
         return calibrated_cluster
 
     def _calibrated_job(self, job: Job) -> Job:
-        """``job`` on its cluster as :meth:`effective_cluster` gives it."""
-        return dataclasses.replace(job, cluster=self.effective_cluster(job.cluster))
+        """``job`` on its cluster as :meth:`effective_cluster` gives it (the last one kept: a
+        search prices one job's layouts in a row)."""
+        last = self._last_job
+        if last is None or last[0] is not job:
+            cluster = self.effective_cluster(job.cluster)
+            last = self._last_job = (job, dataclasses.replace(job, cluster=cluster))
+        return last[1]
 
     def simulate(self, job: Job, layout: Layout) -> Prediction:
         prediction = self._inner.simulate(self._calibrated_job(job), layout)

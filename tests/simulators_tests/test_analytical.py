@@ -111,16 +111,15 @@ def test_what_a_rank_holds_outside_its_tensors() -> None:
     )
     tied = dataclasses.replace(TINY, tied_embeddings=True)
     train = make_train(seq_len=32, global_batch_size=8)
-    one = analytical().simulate(
-        Job(model=tied, cluster=held, train=train), Layout(distributed_optimizer=False)
-    )
+    job = Job(model=tied, cluster=held, train=train)
+    one = analytical().simulate(job, Layout(distributed_optimizer=False))
     assert one.memory_breakdown_gib["reserved"] == pytest.approx(1.25 + 0.5)  # the world group
     split = Layout(dp=2, tp=2, pp=2, distributed_optimizer=False)
-    many = analytical().simulate(Job(model=tied, cluster=held, train=train), split)
+    many = analytical().simulate(job, split)
     assert many.memory_breakdown_gib["reserved"] == pytest.approx(1.25 + 7 * 0.5)
     fixed = AnalyticalSimulator(
         dataclasses.replace(analytical().constants, reserved_memory_gib=4.0)
-    ).simulate(Job(model=tied, cluster=held, train=train), split)  # a calibration's fixed figure
+    ).simulate(job, split)  # a calibration's fixed figure
     assert fixed.memory_breakdown_gib["reserved"] == 4.0
 
 
@@ -198,12 +197,9 @@ def test_a_tied_embedding_gradient_is_reduced_in_the_dtype_it_is_accumulated_in(
 def test_distributed_optimizer_shards_states_by_dp() -> None:
     train = make_train(seq_len=32, global_batch_size=8)
     sim = analytical()
-    plain = sim.simulate(
-        Job(model=TINY, cluster=cluster(), train=train), Layout(dp=8, distributed_optimizer=False)
-    )
-    sharded = sim.simulate(
-        Job(model=TINY, cluster=cluster(), train=train), Layout(dp=8, distributed_optimizer=True)
-    )
+    job = Job(model=TINY, cluster=cluster(), train=train)
+    plain = sim.simulate(job, Layout(dp=8, distributed_optimizer=False))
+    sharded = sim.simulate(job, Layout(dp=8, distributed_optimizer=True))
     assert sharded.memory_breakdown_gib["optimizer"] == pytest.approx(
         plain.memory_breakdown_gib["optimizer"] / 8
     )
@@ -364,10 +360,9 @@ def test_full_recompute_adds_one_forward() -> None:
     """Recompute time of a full-recompute layout equals its forward compute (no comm)."""
     train = make_train(seq_len=2048, global_batch_size=8)
     sim = analytical()
-    full = sim.simulate(
-        Job(model=LLAMA, cluster=cluster(), train=train), Layout(dp=8, recompute="full")
-    )
-    none = sim.simulate(Job(model=LLAMA, cluster=cluster(), train=train), Layout(dp=8))
+    job = Job(model=LLAMA, cluster=cluster(), train=train)
+    full = sim.simulate(job, Layout(dp=8, recompute="full"))
+    none = sim.simulate(job, Layout(dp=8))
     assert full.breakdown["compute"] == pytest.approx(none.breakdown["compute"])
     # Forward is about a third of forward + backward (GEMMs: exactly 1 of 3).
     ratio = full.breakdown["recompute"] / full.breakdown["compute"]
@@ -376,12 +371,9 @@ def test_full_recompute_adds_one_forward() -> None:
 
 def test_bubble_shrinks_with_virtual_stages() -> None:
     sim = analytical()
-    plain = sim.simulate(
-        Job(model=LLAMA, cluster=cluster(2), train=TRAIN), Layout.resolve(16, tp=2, pp=4)
-    )
-    interleaved = sim.simulate(
-        Job(model=LLAMA, cluster=cluster(2), train=TRAIN), Layout.resolve(16, tp=2, pp=4, vpp=2)
-    )
+    job = Job(model=LLAMA, cluster=cluster(2), train=TRAIN)
+    plain = sim.simulate(job, Layout.resolve(16, tp=2, pp=4))
+    interleaved = sim.simulate(job, Layout.resolve(16, tp=2, pp=4, vpp=2))
     stages = plain.detail["stage_time_s"]
     assert plain.breakdown["bubble"] == pytest.approx(sum(stages) - max(stages))
     # Interleaving divides the fill-and-drain by v (each chunk also sends v times the p2p).
@@ -412,13 +404,12 @@ def test_breakdown_sums_to_step_time_and_mfu_is_a_fraction(kw: dict[str, object]
 
 def test_moe_expert_parallel_shards_experts_and_adds_all_to_all() -> None:
     sim = analytical()
+    job = Job(model=MOE, cluster=cluster(2), train=TRAIN)
     one = sim.simulate(
-        Job(model=MOE, cluster=cluster(2), train=TRAIN),
+        job,
         Layout.resolve(16, tp=2, sequence_parallel=True),
     )
-    four = sim.simulate(
-        Job(model=MOE, cluster=cluster(2), train=TRAIN), Layout.resolve(16, tp=2, ep=4)
-    )
+    four = sim.simulate(job, Layout.resolve(16, tp=2, ep=4))
     assert one.breakdown["ep_comm"] == 0
     assert four.breakdown["ep_comm"] > 0
     assert four.memory_breakdown_gib["weights"] < one.memory_breakdown_gib["weights"]
@@ -519,9 +510,8 @@ def test_tp_group_on_full_mesh_is_slower_than_on_a_switch() -> None:
 def test_deterministic_and_from_config_rejects_unknown_constants() -> None:
     sim = analytical("simulator.attention_efficiency=0.5")
     lay = Layout.resolve(16, tp=4, pp=2)
-    assert sim.simulate(Job(model=LLAMA, cluster=cluster(2), train=TRAIN), lay) == sim.simulate(
-        Job(model=LLAMA, cluster=cluster(2), train=TRAIN), lay
-    )
+    job = Job(model=LLAMA, cluster=cluster(2), train=TRAIN)
+    assert sim.simulate(job, lay) == sim.simulate(job, lay)
     from autotune.simulators import SpecError
 
     constants = {**catalog.simulator_constants("analytical"), "attention_eficiency": 0.5}
@@ -537,9 +527,8 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     """Kernels of a 64-wide layer take nanoseconds: each pass costs ops x host overhead."""
     c = analytical().constants
     train = make_train(seq_len=32, global_batch_size=1)
-    pred = analytical().simulate(
-        Job(model=TINY, cluster=cluster(), train=train), Layout(recompute="none")
-    )
+    job = Job(model=TINY, cluster=cluster(), train=train)
+    pred = analytical().simulate(job, Layout(recompute="none"))
     host = 33 * 20e-6  # 33 eager ops per layer forward, 20 us each (analytical.yaml)
     host_backward = 55 * 20e-6  # 55 autograd nodes per layer backward
     assert c.host_ops_per_layer_forward * c.host_op_overhead_us * 1e-6 == pytest.approx(host)
@@ -552,9 +541,7 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     assert pred.breakdown["compute"] == pytest.approx(2 * (host + host_backward) + logits)
     # Without the host bound the same layers are far faster (the GPU work is sub-microsecond
     # plus 16 launches of 4 us forward, twice that backward).
-    fast = analytical("simulator.host_op_overhead_us=0").simulate(
-        Job(model=TINY, cluster=cluster(), train=train), Layout(recompute="none")
-    )
+    fast = analytical("simulator.host_op_overhead_us=0").simulate(job, Layout(recompute="none"))
     assert fast.breakdown["compute"] < pred.breakdown["compute"] / 2
 
 
@@ -568,12 +555,9 @@ def test_collectives_fill_the_device_idle_time_of_a_host_bound_layer() -> None:
     bound = analytical()
     free = analytical("simulator.host_op_overhead_us=0")
     # (forward, backward, core, tp forward, tp backward, ...) of one dense layer
-    host = layer_times_s(
-        Job(model=TINY, cluster=cluster(), train=train), False, layout, bound.constants
-    )
-    device = layer_times_s(
-        Job(model=TINY, cluster=cluster(), train=train), False, layout, free.constants
-    )
+    job = Job(model=TINY, cluster=cluster(), train=train)
+    host = layer_times_s(job, False, layout, bound.constants)
+    device = layer_times_s(job, False, layout, free.constants)
     tp_one = all_reduce_time_s(32 * 64 * 2, layout.group("tp", 8), cluster())
     assert device[3] == pytest.approx(2 * tp_one) and device[4] == pytest.approx(2 * tp_one)
     idle_forward, idle_backward = host[0] - device[0], host[1] - device[1]
@@ -708,7 +692,8 @@ def test_pipeline_p2p_sends_a_tp_slice_and_all_gathers_it_by_hand() -> None:
     """
     train = make_train("megatron_deepspeed", seq_len=128, global_batch_size=8)
     layout = dataclasses.replace(Layout.resolve(16, tp=2, pp=2), sequence_parallel=False)
-    pred = analytical().simulate(Job(model=TINY, cluster=cluster(2), train=train), layout)
+    job = Job(model=TINY, cluster=cluster(2), train=train)
+    pred = analytical().simulate(job, layout)
     send = 8192 / 12.5e9 + 20e-6
     gather = 0.5 * 16384 / 80e9 + 10e-6
     m = 8 // (layout.dp * layout.micro_batch)
@@ -719,7 +704,7 @@ def test_pipeline_p2p_sends_a_tp_slice_and_all_gathers_it_by_hand() -> None:
     assert pred.breakdown["pp_comm"] == pytest.approx(m * 2 * (16384 / 12.5e9 + 20e-6))
     # With sequence parallelism the boundary is already a 1/t slice: no all-gather.
     sp = analytical().simulate(
-        Job(model=TINY, cluster=cluster(2), train=train),
+        job,
         dataclasses.replace(layout, sequence_parallel=True),
     )
     assert sp.breakdown["pp_comm"] == pytest.approx(m * 2 * 2 * send)
@@ -759,11 +744,12 @@ def test_interleaved_sends_hide_behind_the_next_chunk_where_the_framework_overla
     far = p2p_time_s(2048 * 2048 * 2, False, cluster(2))  # a stage per node: every link crosses
     for framework, per_microbatch in (("megatron_core", 0.0), ("megatron_lm", 2 * far)):
         train = make_train(framework, seq_len=2048, global_batch_size=16)
-        pred = analytical().simulate(Job(model=model, cluster=cluster(2), train=train), layout)
+        job = Job(model=model, cluster=cluster(2), train=train)
+        pred = analytical().simulate(job, layout)
         assert pred.breakdown["pp_comm"] == pytest.approx(2 * per_microbatch), framework
         # Without virtual stages both run blocking 1F1B.
         flat = dataclasses.replace(layout, vpp=1)
-        pred = analytical().simulate(Job(model=model, cluster=cluster(2), train=train), flat)
+        pred = analytical().simulate(job, flat)
         assert pred.breakdown["pp_comm"] == pytest.approx(2 * 2 * far), framework
 
 
@@ -803,17 +789,16 @@ def test_a_selectively_recomputed_layer_holds_its_rebuilt_scores_in_its_backward
     unfused = make_train(seq_len=4096, global_batch_size=64, flash_attention=False)
     layout = Layout.resolve(16, tp=2, pp=2, recompute="selective")
     c = analytical().constants
-    kept, _, scores = layer_bytes(
-        Job(model=LLAMA, cluster=cluster(2), train=unfused), False, layout, c
-    )
+    job = Job(model=LLAMA, cluster=cluster(2), train=unfused)
+    kept, _, scores = layer_bytes(job, False, layout, c)
     whole = layer_bytes(
-        Job(model=LLAMA, cluster=cluster(2), train=unfused),
+        job,
         False,
         Layout.resolve(16, tp=2, pp=2),
         c,
     )[0]
     assert scores > 0 and kept + scores == pytest.approx(whole)  # no log-sum-exp unfused
-    pred = analytical().simulate(Job(model=LLAMA, cluster=cluster(2), train=unfused), layout)
+    pred = analytical().simulate(job, layout)
     assert pred.memory_breakdown_gib["working"] == pytest.approx((kept + scores) / GIB)
 
 
@@ -835,7 +820,8 @@ def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages() -> None:
     tied = dataclasses.replace(TINY, num_layers=4, tied_embeddings=True)
     train = make_train(seq_len=32, global_batch_size=4)
     layout = Layout.resolve(8, dp=1, tp=2, pp=4)
-    pred = analytical().simulate(Job(model=tied, cluster=cluster(), train=train), layout)
+    job = Job(model=tied, cluster=cluster(), train=train)
+    pred = analytical().simulate(job, layout)
     group = layout.group("embedding", 8)
     assert (group.size, group.stride) == (2, 6)  # stages 0 and 3, tp 2 apart per stage
     expected = all_reduce_time_s(1000 / 2 * 64 * 4, group, cluster())  # fp32 main grads
@@ -849,12 +835,7 @@ def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages() -> None:
     )
     # Without pipelining the one copy needs no sync.
     flat = Layout.resolve(8, dp=1, tp=8)
-    assert (
-        analytical()
-        .simulate(Job(model=tied, cluster=cluster(), train=train), flat)
-        .breakdown["dp_comm"]
-        == 0.0
-    )
+    assert analytical().simulate(job, flat).breakdown["dp_comm"] == 0.0
 
 
 def test_a_group_that_does_not_fill_its_last_node_is_priced_at_its_emptiest_node() -> None:
@@ -945,9 +926,8 @@ def test_a_recomputed_forward_and_its_backward_are_one_host_device_phase() -> No
         "simulator.host_ops_per_checkpoint_forward=0",
         "simulator.host_ops_per_checkpoint_backward=0",
     ).constants
-    device_fwd, device_bwd = layer_times_s(
-        Job(model=TINY, cluster=cluster(), train=train), False, layout, quiet
-    )[:2]
+    job = Job(model=TINY, cluster=cluster(), train=train)
+    device_fwd, device_bwd = layer_times_s(job, False, layout, quiet)[:2]
     host_fwd, host_bwd = 2 * device_fwd, device_bwd / 2  # a host-bound forward only
     ops = (1000, round(1000 * host_bwd / host_fwd))
     overhead = host_fwd / ops[0] * 1e6
@@ -957,7 +937,7 @@ def test_a_recomputed_forward_and_its_backward_are_one_host_device_phase() -> No
         host_ops_per_layer_forward=ops[0],
         host_ops_per_layer_backward=ops[1],
     )
-    times = layer_times_s(Job(model=TINY, cluster=cluster(), train=train), False, layout, mixed)
+    times = layer_times_s(job, False, layout, mixed)
     host_bwd = ops[1] * overhead * 1e-6
     assert times[:2] == pytest.approx(
         (host_fwd, device_bwd)
@@ -966,10 +946,8 @@ def test_a_recomputed_forward_and_its_backward_are_one_host_device_phase() -> No
     assert times[10] == pytest.approx(host_fwd + device_bwd - together)  # the saving
     assert times[10] == pytest.approx(host_fwd - device_fwd)  # the forward's idle, absorbed
     simulator = AnalyticalSimulator(mixed)
-    recomputed = simulator.simulate(Job(model=TINY, cluster=cluster(), train=train), layout)
-    plain = simulator.simulate(
-        Job(model=TINY, cluster=cluster(), train=train), Layout(recompute="none")
-    )
+    recomputed = simulator.simulate(job, layout)
+    plain = simulator.simulate(job, Layout(recompute="none"))
     extra = recomputed.breakdown["recompute"]
     assert extra == pytest.approx(TINY.num_layers * device_fwd)  # only the device's own time
     assert plain.breakdown["recompute"] == 0.0

@@ -221,10 +221,11 @@ UNEVEN = model("llama2_7b", num_layers=10)  # 10 layers over 4 stages: 2, 3, 3, 
 def test_uneven_split_is_priced_stage_by_stage(simulator: Simulator, framework: str) -> None:
     train = make_train(framework, seq_len=2048, global_batch_size=32)
     layout = Layout.resolve(16, tp=2, pp=4)
-    assert not layout.violations(Job(model=UNEVEN, cluster=CLUSTER, train=train))
+    job = Job(model=UNEVEN, cluster=CLUSTER, train=train)
+    assert not layout.violations(job)
     split = layout.stage_layers(UNEVEN, train)
     assert sum(split) == 10 and len(split) == 4 and max(split) - min(split) == 1
-    prediction = simulator.simulate(Job(model=UNEVEN, cluster=CLUSTER, train=train), layout)
+    prediction = simulator.simulate(job, layout)
     assert prediction.detail["stage_layers"] == list(split)
     assert sum(prediction.breakdown.values()) == pytest.approx(prediction.step_time_s)
     # one more layer on the slowest stage costs time; the even 8-layer model is cheaper
@@ -296,15 +297,17 @@ def test_tp_comm_overlap_hides_the_tp_collectives_with_sequence_parallelism(
     with_sp = Layout.resolve(16, tp=4, pp=2)
     without_sp = Layout.resolve(16, tp=4, pp=2, sequence_parallel=False)
     assert with_sp.hides_tp_comm(hidden) and not without_sp.hides_tp_comm(hidden)
-    slow = simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=exposed), with_sp)
-    fast = simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=hidden), with_sp)
+    exposed_job = Job(model=MODEL, cluster=CLUSTER, train=exposed)
+    slow = simulator.simulate(exposed_job, with_sp)
+    hidden_job = Job(model=MODEL, cluster=CLUSTER, train=hidden)
+    fast = simulator.simulate(hidden_job, with_sp)
     # the hierarchical hides a phase's TP collectives up to its GEMM time (the embedding's
     # reduction has little to hide behind); the analytical hides the layers' whole
     assert 0 <= fast.breakdown["tp_comm"] < 0.2 * slow.breakdown["tp_comm"]
     assert fast.step_time_s < slow.step_time_s
     assert fast.memory_gib == slow.memory_gib
-    plain = simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=exposed), without_sp)
-    assert simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=hidden), without_sp) == plain
+    plain = simulator.simulate(exposed_job, without_sp)
+    assert simulator.simulate(hidden_job, without_sp) == plain
 
 
 def test_deepep_cuts_the_cross_node_expert_all_to_all(simulator: Simulator) -> None:
@@ -316,12 +319,14 @@ def test_deepep_cuts_the_cross_node_expert_all_to_all(simulator: Simulator) -> N
     plain = make_train(seq_len=2048, global_batch_size=32)
     deepep = make_train(seq_len=2048, global_batch_size=32, moe_dispatcher="deepep")
     across, within = Layout.resolve(16, ep=16), Layout.resolve(16, ep=8)
-    slow = simulator.simulate(Job(model=moe, cluster=h100, train=plain), across)
-    fast = simulator.simulate(Job(model=moe, cluster=h100, train=deepep), across)
+    plain_job = Job(model=moe, cluster=h100, train=plain)
+    slow = simulator.simulate(plain_job, across)
+    deepep_job = Job(model=moe, cluster=h100, train=deepep)
+    fast = simulator.simulate(deepep_job, across)
     assert 0 < fast.breakdown["ep_comm"] < 0.6 * slow.breakdown["ep_comm"]
     assert fast.memory_gib == slow.memory_gib
-    inside = simulator.simulate(Job(model=moe, cluster=h100, train=plain), within)
-    assert simulator.simulate(Job(model=moe, cluster=h100, train=deepep), within) == inside
+    inside = simulator.simulate(plain_job, within)
+    assert simulator.simulate(deepep_job, within) == inside
 
 
 def test_allgather_dispatch_gathers_each_token_once_over_tp_x_ep(simulator: Simulator) -> None:
@@ -335,23 +340,16 @@ def test_allgather_dispatch_gathers_each_token_once_over_tp_x_ep(simulator: Simu
     plain = make_train(seq_len=4096, global_batch_size=16)
     gathered = make_train(seq_len=4096, global_batch_size=16, moe_dispatcher="allgather")
     tp8 = Layout.resolve(8, tp=8)
+    plain_job = Job(model=mixtral, cluster=h100, train=plain)
+    gathered_job = Job(model=mixtral, cluster=h100, train=gathered)
     assert (
-        simulator.simulate(Job(model=mixtral, cluster=h100, train=gathered), tp8).breakdown[
-            "tp_comm"
-        ]
-        < simulator.simulate(Job(model=mixtral, cluster=h100, train=plain), tp8).breakdown[
-            "tp_comm"
-        ]
+        simulator.simulate(gathered_job, tp8).breakdown["tp_comm"]
+        < simulator.simulate(plain_job, tp8).breakdown["tp_comm"]
     )
     ep8 = Layout.resolve(8, ep=8)
     assert (
-        simulator.simulate(Job(model=mixtral, cluster=h100, train=gathered), ep8).breakdown[
-            "ep_comm"
-        ]
-        > 2
-        * simulator.simulate(Job(model=mixtral, cluster=h100, train=plain), ep8).breakdown[
-            "ep_comm"
-        ]
+        simulator.simulate(gathered_job, ep8).breakdown["ep_comm"]
+        > 2 * simulator.simulate(plain_job, ep8).breakdown["ep_comm"]
     )
 
 
@@ -364,23 +362,21 @@ def test_ep_overlap_hides_the_all_to_all_under_the_partner_pass(simulator: Simul
     plain = make_train(seq_len=2048, global_batch_size=32)
     overlap = make_train(seq_len=2048, global_batch_size=32, moe_a2a_overlap=True)
     layout = Layout.resolve(16, ep=16)
-    exposed = simulator.simulate(Job(model=moe, cluster=h100, train=plain), layout)
-    hidden = simulator.simulate(Job(model=moe, cluster=h100, train=overlap), layout)
+    plain_job = Job(model=moe, cluster=h100, train=plain)
+    exposed = simulator.simulate(plain_job, layout)
+    overlap_job = Job(model=moe, cluster=h100, train=overlap)
+    hidden = simulator.simulate(overlap_job, layout)
     # each layer's all-to-all of one pass against the other pass's compute of that layer
     assert 0 <= hidden.breakdown["ep_comm"] < 0.5 * exposed.breakdown["ep_comm"]
     assert hidden.breakdown["compute"] == pytest.approx(exposed.breakdown["compute"])
     assert hidden.memory_gib == exposed.memory_gib
-    rules = Layout.resolve(16, pp=2, ep=8, recompute="full").violations(
-        Job(model=moe, cluster=h100, train=overlap)
-    )
+    rules = Layout.resolve(16, pp=2, ep=8, recompute="full").violations(overlap_job)
     assert rules == [
         "moe_a2a_overlap with pp=2 needs vpp > 1",
         "moe_a2a_overlap does not run with recompute=full",
     ]
-    assert Layout.resolve(16).violations(Job(model=moe, cluster=h100, train=overlap)) == [
-        "moe_a2a_overlap needs ep > 1"
-    ]
-    assert not Layout.resolve(16, pp=2, ep=8).violations(Job(model=moe, cluster=h100, train=plain))
+    assert Layout.resolve(16).violations(overlap_job) == ["moe_a2a_overlap needs ep > 1"]
+    assert not Layout.resolve(16, pp=2, ep=8).violations(plain_job)
 
 
 def test_fp8_primary_weights_replace_the_bf16_copy(simulator: Simulator) -> None:
@@ -390,23 +386,17 @@ def test_fp8_primary_weights_replace_the_bf16_copy(simulator: Simulator) -> None
     fp8_train = make_train(seq_len=2048, global_batch_size=32, precision="fp8")
     sharded = Layout.resolve(16, tp=2, pp=2)
     replicated = Layout.resolve(16, tp=2, pp=2, distributed_optimizer=False)
-    bf16 = simulator.simulate(
-        Job(model=MODEL, cluster=cluster, train=TRAIN), sharded
-    ).memory_breakdown_gib
-    fp8 = simulator.simulate(
-        Job(model=MODEL, cluster=cluster, train=fp8_train), sharded
-    ).memory_breakdown_gib
+    bf16_job = Job(model=MODEL, cluster=cluster, train=TRAIN)
+    bf16 = simulator.simulate(bf16_job, sharded).memory_breakdown_gib
+    fp8_job = Job(model=MODEL, cluster=cluster, train=fp8_train)
+    fp8 = simulator.simulate(fp8_job, sharded).memory_breakdown_gib
     h, ffn = MODEL.hidden_size, MODEL.ffn_hidden_size
     linear_per_rank = 4 * (4 * h * h + 3 * h * ffn) / 2  # 4 layers a stage, split over TP 2
     dropped = (bf16["weights"] - fp8["weights"]) * 2**30
     assert dropped == pytest.approx(2 * linear_per_rank, rel=1e-3)
     assert fp8["fp8_weights"] * 2**30 == pytest.approx(2 * linear_per_rank, rel=1e-3)
-    kept = simulator.simulate(
-        Job(model=MODEL, cluster=cluster, train=fp8_train), replicated
-    ).memory_breakdown_gib
-    bf16_kept = simulator.simulate(
-        Job(model=MODEL, cluster=cluster, train=TRAIN), replicated
-    ).memory_breakdown_gib
+    kept = simulator.simulate(fp8_job, replicated).memory_breakdown_gib
+    bf16_kept = simulator.simulate(bf16_job, replicated).memory_breakdown_gib
     assert kept["weights"] == bf16_kept["weights"]  # the flag needs the distributed optimizer
 
 

@@ -426,10 +426,9 @@ def test_dropout_is_a_setting_of_the_run_in_both_simulators() -> None:
             flash_attention=flash,
             dropout=dropout,
         )
-        analytical_bytes = layer_bytes(
-            Job(model=spec, cluster=cluster, train=train), False, layout, c
-        )[0]
-        shape = layer_shapes(Job(model=spec, cluster=cluster, train=train), layout)["dense"]
+        job = Job(model=spec, cluster=cluster, train=train)
+        analytical_bytes = layer_bytes(job, False, layout, c)[0]
+        shape = layer_shapes(job, layout)["dense"]
         return analytical_bytes, compile_layer(shape).saved_bytes
 
     for spec in (gpt, llama):
@@ -472,10 +471,9 @@ def _moe_saved(framework: str, precision: str = "bf16", tp: int = 1) -> tuple[fl
     fw = catalog.load_framework(framework)
     train = TrainSpec(framework=fw, seq_len=1024, global_batch_size=8, precision=precision)
     layout = Layout.resolve(8, tp=tp, ep=8 // tp, sequence_parallel=tp > 1)
-    analytical_bytes = layer_bytes(
-        Job(model=spec, cluster=cluster, train=train), True, layout, analytical().constants
-    )[0]
-    shape = layer_shapes(Job(model=spec, cluster=cluster, train=train), layout)["moe"]
+    job = Job(model=spec, cluster=cluster, train=train)
+    analytical_bytes = layer_bytes(job, True, layout, analytical().constants)[0]
+    shape = layer_shapes(job, layout)["moe"]
     return analytical_bytes, compile_layer(shape).saved_bytes
 
 

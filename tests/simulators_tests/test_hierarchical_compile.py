@@ -116,17 +116,14 @@ def test_graph_flops_match_model_spec(model: ModelSpec, layout: Layout) -> None:
 
 
 def test_graph_records_tp_collectives_in_megatron_places() -> None:
+    job = Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN)
     sp = compile_mod.compile_layer(
         layer_shapes(
-            Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN),
+            job,
             Layout(tp=2, dp=4, sequence_parallel=True),
         )["dense"]
     )
-    plain = compile_mod.compile_layer(
-        layer_shapes(Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN), Layout(tp=2, dp=4))[
-            "dense"
-        ]
-    )
+    plain = compile_mod.compile_layer(layer_shapes(job, Layout(tp=2, dp=4))["dense"])
     names = lambda ops: [op.name for op in ops if op.category == "comm"]  # noqa: E731
     assert names(sp.forward) == ["all_gather", "reduce_scatter"] * 2
     assert sorted(names(sp.backward)) == sorted(["all_gather", "reduce_scatter"] * 2)
@@ -149,14 +146,11 @@ def test_fused_attention_backward_counts_model_flops_without_rescore() -> None:
 
 
 def test_saved_activations_shrink_with_selective_and_sequence_parallel() -> None:
-    plain = compile_mod.compile_layer(
-        layer_shapes(Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN), Layout(tp=2, dp=4))[
-            "dense"
-        ]
-    )
+    job = Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN)
+    plain = compile_mod.compile_layer(layer_shapes(job, Layout(tp=2, dp=4))["dense"])
     sp = compile_mod.compile_layer(
         layer_shapes(
-            Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN),
+            job,
             Layout(tp=2, dp=4, sequence_parallel=True),
         )["dense"]
     )
@@ -170,12 +164,9 @@ def test_saved_activations_shrink_with_selective_and_sequence_parallel() -> None
 
 
 def test_expert_params_are_sharded_by_ep() -> None:
-    one = compile_mod.compile_layer(
-        layer_shapes(Job(model=TINY_MOE, cluster=CLUSTER, train=TRAIN), Layout(dp=8))["moe"]
-    )
-    four = compile_mod.compile_layer(
-        layer_shapes(Job(model=TINY_MOE, cluster=CLUSTER, train=TRAIN), Layout(dp=8, ep=4))["moe"]
-    )
+    job = Job(model=TINY_MOE, cluster=CLUSTER, train=TRAIN)
+    one = compile_mod.compile_layer(layer_shapes(job, Layout(dp=8))["moe"])
+    four = compile_mod.compile_layer(layer_shapes(job, Layout(dp=8, ep=4))["moe"])
     assert one.expert_params == TINY_MOE.expert_params_per_layer
     assert four.expert_params * 4 == one.expert_params
     assert one.params == four.params == TINY_MOE.moe_layer_non_expert_params

@@ -204,17 +204,12 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     """A layer of tiny kernels lasts its host calls x the per-call host overhead."""
     tiny, train = MICRO, MICRO_TRAIN
     lay = Layout.resolve(CLUSTER.num_devices, pp=1)
-    assert (
-        lay.violations(Job(model=tiny, cluster=CLUSTER, train=train)) == []
-        and lay.num_microbatches(train) == 4
-    )
+    job = Job(model=tiny, cluster=CLUSTER, train=train)
+    assert lay.violations(job) == [] and lay.num_microbatches(train) == 4
     free = HierarchicalSimulator.from_config(constants(host_op_overhead_us=0.0))
-    bound = free.simulate(Job(model=tiny, cluster=CLUSTER, train=train), lay).step_time_s
-    host = SIM.simulate(Job(model=tiny, cluster=CLUSTER, train=train), lay)
-    graphs = [
-        compile_mod.compile_layer(s)
-        for s in layer_shapes(Job(model=tiny, cluster=CLUSTER, train=train), lay).values()
-    ]
+    bound = free.simulate(job, lay).step_time_s
+    host = SIM.simulate(job, lay)
+    graphs = [compile_mod.compile_layer(s) for s in layer_shapes(job, lay).values()]
     counts = {g.shape.kind: g.host_forward + g.host_backward for g in graphs}
     ops = counts["embedding"] + counts["head"] + tiny.num_layers * counts["dense"]
     per_microbatch = ops * SIM.constants.host_op_overhead_us * 1e-6
@@ -232,14 +227,13 @@ def test_each_activation_checkpoint_adds_its_host_calls_to_a_host_bound_layer() 
     free = HierarchicalSimulator.from_config(
         constants(host_ops_per_checkpoint_forward=0, host_ops_per_checkpoint_backward=0)
     )
-    checkpointed = SIM.simulate(Job(model=tiny, cluster=CLUSTER, train=train), full).step_time_s
-    uncounted = free.simulate(Job(model=tiny, cluster=CLUSTER, train=train), full).step_time_s
+    job = Job(model=tiny, cluster=CLUSTER, train=train)
+    checkpointed = SIM.simulate(job, full).step_time_s
+    uncounted = free.simulate(job, full).step_time_s
     per_step = plain.num_microbatches(train) * tiny.num_layers * (3 + 11) * 20e-6
     assert checkpointed - uncounted == pytest.approx(per_step)
     # Without recompute there is no checkpoint to pay for.
-    assert SIM.simulate(Job(model=tiny, cluster=CLUSTER, train=train), plain) == free.simulate(
-        Job(model=tiny, cluster=CLUSTER, train=train), plain
-    )
+    assert SIM.simulate(job, plain) == free.simulate(job, plain)
 
 
 def test_memory_includes_the_reserve_and_the_logits_working_set() -> None:
@@ -305,7 +299,8 @@ def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages(tmp_path: Pa
     embedding's all-reduce (vocab / tp x hidden, fp32 main grads), the middle ranks' none."""
     tied = dataclasses.replace(MODEL, tied_embeddings=True)
     lay = Layout.resolve(CLUSTER.num_devices, dp=1, tp=4, pp=4)
-    pred = SIM.simulate(Job(model=tied, cluster=CLUSTER, train=TRAIN), lay)
+    job = Job(model=tied, cluster=CLUSTER, train=TRAIN)
+    pred = SIM.simulate(job, lay)
     nbytes = 2048 / 4 * 512 * 4  # MindSpeed, the cluster's framework: fp32 gradients
     expected = all_reduce_time_s(nbytes, lay.group("embedding", 8), CLUSTER)
     assert lay.group("embedding", 8).nodes == 2  # first and last stage on different nodes
@@ -313,11 +308,7 @@ def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages(tmp_path: Pa
     assert per_rank == pytest.approx([expected, 0.0, 0.0, expected])
     untied = SIM.simulate(JOB, lay).detail["rank_breakdown_s"]
     assert [b["dp_comm"] for b in untied] == [0.0] * 4
-    trace = json.loads(
-        SIM.write_trace(
-            Job(model=tied, cluster=CLUSTER, train=TRAIN), lay, tmp_path / "t.json"
-        ).read_text()
-    )
+    trace = json.loads(SIM.write_trace(job, lay, tmp_path / "t.json").read_text())
     spans = [e for e in trace["traceEvents"] if e.get("name") == "tied embedding grads"]
     assert sorted(e["pid"] for e in spans) == [0, 3]
 
@@ -334,12 +325,9 @@ def test_expert_tp_keeps_whole_experts_and_etp_equal_to_tp_prices_as_before() ->
         for etp in ({}, {"etp": 4}, {"etp": 1})
     ]
     assert layouts[1] == layouts[0] and layouts[2].expert_dp == 4
-    assert all(
-        lay.violations(Job(model=mixtral, cluster=cluster, train=train)) == [] for lay in layouts
-    )
-    default, spelt, whole = (
-        SIM.simulate(Job(model=mixtral, cluster=cluster, train=train), lay) for lay in layouts
-    )
+    job = Job(model=mixtral, cluster=cluster, train=train)
+    assert all(lay.violations(job) == [] for lay in layouts)
+    default, spelt, whole = (SIM.simulate(job, lay) for lay in layouts)
     assert spelt.as_dict() == default.as_dict()
     extra = 4 * 3 * 4096 * 14336 * (1 - 1 / 4) * 2 / 2**30
     weights = whole.memory_breakdown_gib["weights"] - default.memory_breakdown_gib["weights"]

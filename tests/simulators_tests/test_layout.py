@@ -378,7 +378,8 @@ def test_virtual_stages_with_an_uneven_split() -> None:
     lay = Layout(dp=1, tp=8, pp=3, vpp=2, sequence_parallel=True)
     core = make_train("megatron_core", seq_len=4096, global_batch_size=1536)  # m % pp == 0
     deepspeed = make_train("megatron_deepspeed", seq_len=4096, global_batch_size=1536)
-    assert lay.violations(Job(model=LLAMA2_70B, cluster=cluster, train=core)) == []
+    job = Job(model=LLAMA2_70B, cluster=cluster, train=core)
+    assert lay.violations(job) == []
     # chunk (c, r) at index c * pp + r: each stage's layers dealt over its 2 chunks
     assert lay.chunk_layers(LLAMA2_70B, core) == (13, 14, 14, 13, 13, 13)
     assert lay.violations(Job(model=LLAMA2_70B, cluster=cluster, train=deepspeed)) == [
@@ -386,7 +387,7 @@ def test_virtual_stages_with_an_uneven_split() -> None:
     ]
     # a chunk may be empty (Megatron: the embedding's or the loss's own virtual stage)
     thin = dataclasses.replace(lay, vpp=2, layer_split=(1, 40, 39))
-    assert thin.violations(Job(model=LLAMA2_70B, cluster=cluster, train=core)) == []
+    assert thin.violations(job) == []
     assert thin.chunk_layers(LLAMA2_70B, core) == (1, 20, 20, 0, 20, 19)
 
 

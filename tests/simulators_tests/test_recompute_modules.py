@@ -253,14 +253,13 @@ def test_both_simulators_free_the_same_bytes(
     ep = 8 if spec.is_moe else 1
     base = Layout.resolve(devices, tp=2, ep=ep, **SELECTIVE)
     named = dataclasses.replace(base, recompute_modules=modules)
-    assert not named.violations(Job(model=spec, cluster=node, train=train))
+    job = Job(model=spec, cluster=node, train=train)
+    assert not named.violations(job)
     freed = {}
     for name in ("analytical", "hierarchical"):
         simulator = catalog.load_simulator(name, ())
         held = [
-            simulator.simulate(
-                Job(model=spec, cluster=node, train=train), lay
-            ).memory_breakdown_gib["activations"]
+            simulator.simulate(job, lay).memory_breakdown_gib["activations"]
             for lay in (base, named)
         ]
         freed[name] = held[0] - held[1]
@@ -283,9 +282,10 @@ def test_a_batch_mixing_module_sets_prices_each_as_alone() -> None:
         )
     ]
     simulator = analytical()
-    batch = simulator.simulate_many(Job(model=TINY_MOE, cluster=cluster(), train=train), layouts)
+    job = Job(model=TINY_MOE, cluster=cluster(), train=train)
+    batch = simulator.simulate_many(job, layouts)
     for index, layout in enumerate(layouts):
         assert_same(
             batch.prediction(index),
-            analytical().simulate(Job(model=TINY_MOE, cluster=cluster(), train=train), layout),
+            analytical().simulate(job, layout),
         )

@@ -349,7 +349,7 @@ def _ulysses_s(job: Job, token_bytes: float, layout: Layout) -> tuple[float, flo
     dV; DeepSpeed's style repeats K and V to the query heads (K as wide as Q, V as the output)
     and sends the four gradients (docs/reference.md 3.5).
     """
-    model, train, cluster = job.model, job.train, job.cluster
+    model, cluster, train = job.model, job.cluster, job.train
     group = layout.group("cp", cluster.devices_per_node)
     q_width, out_width = model.q_width / layout.tp, model.attn_out_width / layout.tp
     forward: tuple[float, ...] = (q_width, q_width, out_width, out_width)

@@ -46,6 +46,8 @@ COMMAND = Command(
         ("search.study_name", "the study's name (unset: model-cluster-nodes-simulator-mode)"),
         ("search.rerank", "a finer simulator that re-prices the best search.rerank_top"),
         ("search.memory_margin", "a fit keeps this share of memory free (unset: derived)"),
+        ("search.zero_stages", "ZeRO stages beyond the optimizer's also tried, e.g. [2,3]"),
+        ("search.max_dp_replicate", "replicas of the sharded states at most (hybrid sharding)"),
         ("parallel.<field>", "pin a layout field, e.g. parallel.tp=8"),
         ("launch_dir", "launch files (rank-N/) and config.yaml of the search; null: none"),
         ("probes", "end with this many layouts to measure, and a CSV to fill in"),

@@ -7,6 +7,8 @@ the yaml files; the schemas give their types, and ``MISSING`` marks what the yam
 The job groups' schemas (model, cluster, train) come from :mod:`catalog`.
 """
 
+# size: the commands' schemas and their checks are one table of settings, each beside its check
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,6 +34,7 @@ from autotune.simulators.calibration import FACTORS
 from autotune.simulators.files import check_output_path
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import RECOMPUTE_MODES
+from autotune.simulators.layout import ZERO_STAGES
 from autotune.simulators.layout import Layout
 from autotune.simulators.limits import MAX_BATCH
 from autotune.simulators.limits import MAX_DEVICES
@@ -138,6 +141,8 @@ class SearchConfig:
     micro_batch: list[int] = MISSING
     recompute: list[str] = MISSING
     distributed_optimizer: list[bool] = MISSING
+    zero_stages: list[int] = MISSING
+    max_dp_replicate: int = MISSING
     polish: float = MISSING
     grid_budget_s: float = MISSING
     rerank: str | None = MISSING
@@ -153,7 +158,7 @@ class SearchConfig:
         _check_margin("search.memory_margin", self.memory_margin)
         for key in ("top_k", "rerank_top", "workers"):
             _at_least(f"search.{key}", getattr(self, key), 1)
-        for key in ("max_tp", "max_cp", "max_vpp", "max_etp"):
+        for key in ("max_tp", "max_cp", "max_vpp", "max_etp", "max_dp_replicate"):
             _between(f"search.{key}", getattr(self, key), 1, MAX_DEVICES)
         if not 0 <= self.polish < 1:
             raise UserError(
@@ -170,6 +175,13 @@ class SearchConfig:
             _once_each(f"search.{key}", getattr(self, key))
         for size in self.micro_batch:
             _between("search.micro_batch", size, 1, MAX_BATCH, " sequences")
+        _once_each("search.zero_stages", self.zero_stages)
+        for stage in self.zero_stages:
+            if stage not in ZERO_STAGES:
+                raise UserError(
+                    f"search.zero_stages: {stage!r} is not a ZeRO stage (0, 1, 2 or 3; 0 and 1 "
+                    "are search.distributed_optimizer's false and true)"
+                )
         for mode in self.recompute:
             if mode not in RECOMPUTE_MODES:
                 raise UserError(

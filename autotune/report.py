@@ -67,9 +67,12 @@ def layout_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
     A ``split`` column (layers per pipeline stage) appears when a listed layout sets its own
     split: two layouts that differ only there would otherwise look the same. An ``etp``
     column (the experts' TP) appears likewise when a listed layout gives its experts a TP
-    of their own."""
+    of their own, and a ``zero`` column (the ZeRO stage, ``xN`` with N replicas of the
+    shards) when a listed layout shards beyond the optimizer states or replicates them;
+    ``dist-opt`` says stages 0 and 1 otherwise."""
     show_split = any(lay.layer_split is not None for lay, _ in ranked)
     show_etp = any(lay.etp is not None for lay, _ in ranked)
+    show_zero = any(lay.zero_stage is not None or lay.dp_replicate > 1 for lay, _ in ranked)
     rows = []
     for rank, (lay, pred) in enumerate(ranked, start=1):
         recompute = lay.recompute
@@ -95,6 +98,7 @@ def layout_table(ranked: Sequence[tuple[Layout, Prediction]]) -> str:
                 "recompute": recompute,
                 "sp": "yes" if lay.sequence_parallel else "no",
                 "dist-opt": "yes" if lay.distributed_optimizer else "no",
+                **({"zero": _zero_text(lay)} if show_zero else {}),
                 "step s": f"{pred.step_time_s:.3f}",
                 "tok/s/dev": f"{pred.tokens_per_s_per_device:.0f}",
                 "MFU": f"{100 * pred.mfu:.1f}%",
@@ -112,6 +116,12 @@ def _memory_columns(prediction: Prediction) -> dict[str, str]:
     if prediction.memory_margin == 0:
         return {"mem GiB": used + oom}
     return {"mem GiB": used, "+margin": f"{prediction.memory_with_margin_gib:.1f}{oom}"}
+
+
+def _zero_text(layout: Layout) -> str:
+    """The ZeRO stage, with the replicas of hybrid sharding: ``3``, ``1x2``."""
+    replicas = f"x{layout.dp_replicate}" if layout.dp_replicate > 1 else ""
+    return f"{layout.sharding}{replicas}"
 
 
 def _split_text(split: Sequence[int]) -> str:

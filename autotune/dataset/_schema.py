@@ -18,6 +18,7 @@ from autotune.simulators import limits
 from autotune.simulators.frameworks import CP_COMM_TYPES
 from autotune.simulators.frameworks import MOE_DISPATCHERS
 from autotune.simulators.layout import LAYOUT_FIELDS
+from autotune.simulators.layout import ZERO_STAGES
 from autotune.simulators.layout import Layout
 from autotune.simulators.layout import field_info
 from autotune.simulators.prediction import MEMORY_MEASURES
@@ -235,13 +236,20 @@ def _layout_column(name: str) -> Column:
         parse = _module_list
     elif "tuple" in kind:
         parse = _int_list
+    elif name == "zero_stage":  # 0 to 3; 0 and 1 agree with distributed_optimizer
+        parse = _Int(min(ZERO_STAGES), max(ZERO_STAGES))
     else:
         parse = _Int(1, _MAX_DEVICES if info.degree else _LAYOUT_MAXIMA[name])
     default = None if name == "sequence_parallel" else _LAYOUT_DEFAULTS[name]  # tp > 1
     return Column(name, parse, required=info.required_column, default=default)
 
 
-_LAYOUT_MAXIMA = {"micro_batch": _MAX_BATCH, "recompute_layers": _MAX_LAYERS}  # not degrees
+# not degrees
+_LAYOUT_MAXIMA = {
+    "micro_batch": _MAX_BATCH,
+    "recompute_layers": _MAX_LAYERS,
+    "dp_replicate": _MAX_DEVICES,
+}
 _FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(Layout)}
 _LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Layout)}
 _LAYOUT = tuple(_layout_column(name) for name in LAYOUT_FIELDS)

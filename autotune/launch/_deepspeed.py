@@ -36,6 +36,7 @@ from autotune.launch._script import has_linear_bias
 from autotune.launch._script import number
 from autotune.launch._script import require
 from autotune.launch._script import run_group
+from autotune.simulators.layout import ZERO_GRADS
 
 SCRIPT_NAME = "launch_megatron_deepspeed.sh"
 CONFIG_NAME = "ds_config.json"
@@ -121,7 +122,10 @@ def card_notes(launch: Launch) -> list[str]:
 
 def layout_flags(launch: Launch) -> tuple[Flag, ...]:
     """Degrees, batch, sequence parallelism (Megatron's, or DeepSpeed-Ulysses for context
-    parallelism), recompute (uniform, one layer per group)."""
+    parallelism), recompute (uniform, one layer per group). ZeRO-2 and -3 (pp 1, the rules
+    see to it) run on DeepSpeed's engine without the pipeline module
+    (``--no-pipeline-parallel``: ``pretrain_gpt.py`` builds ``GPTModel``, not
+    ``GPTModelPipe``), since the pipeline engine refuses them (docs/reference.md 7.9)."""
     layout = launch.layout
     flags = [
         flag("--tensor-model-parallel-size", layout.tp),
@@ -129,6 +133,8 @@ def layout_flags(launch: Launch) -> tuple[Flag, ...]:
         flag("--micro-batch-size", layout.micro_batch),
         flag("--global-batch-size", launch.job.train.global_batch_size),
     ]
+    if layout.sharding >= ZERO_GRADS:  # DeepSpeed's engine, not its pipeline engine
+        flags.append(flag("--no-pipeline-parallel"))
     if layout.cp > 1:
         flags.append(flag("--ds-sequence-parallel-size", layout.cp))
     if layout.sequence_parallel:
@@ -168,8 +174,9 @@ def _deepspeed_flags(launch: Launch) -> tuple[Flag, ...]:
 
 
 def zero_stage(launch: Launch) -> int:
-    """ZeRO-1 for a distributed optimizer, else stage 0 (the pipeline engine refuses 2 and 3)."""
-    return int(launch.layout.distributed_optimizer)
+    """The layout's ZeRO stage: 1 for a distributed optimizer, else 0, or 2 or 3 (which the
+    pipeline engine refuses: those run without it, :func:`layout_flags`)."""
+    return launch.layout.sharding
 
 
 def ds_config(launch: Launch) -> dict[str, object]:

@@ -15,6 +15,8 @@ job's Megatron-LM release (``framework.release``), and holds only options it acc
 
 from __future__ import annotations
 
+from autotune.launch._data_parallel import overlap_flags
+from autotune.launch._data_parallel import sharding_flags
 from autotune.launch._releases import added_in
 from autotune.launch._script import CLUSTER_VARIABLES
 from autotune.launch._script import RUN_HINT
@@ -36,6 +38,7 @@ from autotune.launch._script import require
 from autotune.launch._script import run_group
 from autotune.simulators import ModelSpec
 from autotune.simulators.layout import LAYOUT_FIELDS
+from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.layout import field_info
 from autotune.simulators.states import fp8_primary
 
@@ -348,22 +351,6 @@ def recompute_flags(launch: Launch, per_stage_option: str = "") -> list[Flag]:
     ]
 
 
-def overlap_flags(launch: Launch) -> list[Flag]:
-    """Bucketed gradient reduction and the parameter all-gather in the next forward, exactly
-    when the run has them (docs/reference.md 7.2); the all-gather overlap needs the
-    distributed optimizer and the gradient overlap (arguments.py validate_args). Interleaved
-    sends run beside the next chunk by default; a stack that blocks on them turns that off
-    (docs/reference.md 7.3)."""
-    train, flags = launch.job.train, []
-    if train.overlaps_grad_reduce:
-        flags.append(flag("--overlap-grad-reduce"))
-        if train.overlaps_param_gather and launch.layout.distributed_optimizer:
-            flags.append(flag("--overlap-param-gather"))
-    if launch.layout.vpp > 1 and not train.framework.overlap_p2p_comm:
-        flags.append(flag("--no-overlap-p2p-communication"))
-    return flags
-
-
 def moe_layout_flags(launch: Launch) -> list[Flag]:
     """The token dispatcher as priced where tokens cross ranks (TP or EP): the all-to-all,
     the TP x EP all-gather, or with experts split over ranks the flex dispatcher with DeepEP
@@ -398,6 +385,7 @@ def layout_flags(launch: Launch) -> tuple[Flag, ...]:
         *pipeline_flags(launch, layer_list=False),
         *recompute_flags(launch),
         *overlap_flags(launch),
+        *sharding_flags(launch),
         *moe_layout_flags(launch),
     ]
     if layout.hides_tp_comm(train):
@@ -480,7 +468,10 @@ def script(launch: Launch, title: str) -> BashScript:
     return BashScript(
         header=header,
         variables=_variables(),
-        setup=(guard, *device_connections_export(launch)),
+        setup=(
+            guard,
+            *device_connections_export(launch, fsdp=launch.layout.sharding >= ZERO_GRADS),
+        ),
         launcher="torchrun",
         launcher_group=distributed_group(launch.job.cluster),
         groups=(

@@ -24,10 +24,10 @@ sigmoid top-k already sum to 1).
 
 from __future__ import annotations
 
+from autotune.launch._data_parallel import overlap_flags
 from autotune.launch._megatron import dtype_flags
 from autotune.launch._megatron import moe_layout_flags
 from autotune.launch._megatron import one_to_one_flags
-from autotune.launch._megatron import overlap_flags
 from autotune.launch._megatron import pipeline_flags
 from autotune.launch._megatron import recompute_flags
 from autotune.launch._megatron import router_notes

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 
+from autotune.launch._data_parallel import FSDP_STRATEGIES
 from autotune.launch._megatron import moe_dispatcher_name
 from autotune.launch._megatron import pipeline_flags
 from autotune.launch._megatron import pre_softmax
@@ -31,6 +32,7 @@ from autotune.launch._megatron import router_notes
 from autotune.launch._script import Launch
 from autotune.launch._script import LaunchFile
 from autotune.launch._script import comment
+from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.states import fp8_primary
 
 FILE_NAME = "nemo_pretrain.py"
@@ -223,6 +225,12 @@ def _strategy_fields(launch: Launch) -> list[tuple[str, object]]:
     ]
     if launch.job.model.is_moe:  # the recipe's own ETP is not the layout's unless written
         fields.append(("expert_tensor_parallel_size", layout.expert_tp))
+    # ZeRO-2 and -3: Megatron-FSDP, which needs its checkpoint format; hybrid sharding: the
+    # distributed optimizer's replicas (megatron_strategy.py at 8cfedd72, docs/reference.md 7.9)
+    if layout.sharding >= ZERO_GRADS:
+        fields += [("fsdp", "megatron"), ("save_ckpt_format", "fsdp_dtensor")]
+    if layout.dp_replicate > 1:
+        fields.append(("num_distributed_optimizer_instances", layout.dp_replicate))
     return fields
 
 
@@ -259,12 +267,14 @@ def _settings(launch: Launch) -> list[str]:
     job = launch.job
     layout = launch.layout
     plugin, _ = _plugin(launch)
-    ddp = {
+    ddp: dict[str, object] = {
         "grad_reduce_in_fp32": job.dtype != "fp32" and job.train.reduces_grads_in_fp32,
         "overlap_grad_reduce": job.train.overlaps_grad_reduce,
         "overlap_param_gather": job.train.overlaps_param_gather and layout.distributed_optimizer,
         "use_distributed_optimizer": layout.distributed_optimizer,
     }
+    if layout.sharding >= ZERO_GRADS:  # Megatron-FSDP's name of the stage
+        ddp["data_parallel_sharding_strategy"] = FSDP_STRATEGIES[layout.sharding]
     pipeline_dtype = _TORCH_DTYPES[job.dtype] if layout.pp > 1 else "None"
     return [
         "model = recipe.model.config",
@@ -296,7 +306,7 @@ def _settings(launch: Launch) -> list[str]:
     ]
 
 
-def _ddp_statements(fields: dict[str, bool]) -> list[str]:
+def _ddp_statements(fields: dict[str, object]) -> list[str]:
     """Set the DDP fields the job decides on the recipe's own DDP config, which keeps the rest
     (its recipes set ``check_for_nan_in_grad`` and ``average_in_collective``); a recipe that
     sets none has NeMo's default, ``ddp="megatron"``, which ``MegatronStrategy`` builds as
@@ -308,7 +318,7 @@ def _ddp_statements(fields: dict[str, bool]) -> list[str]:
         "    ddp = strategy.ddp = run.Config(",
         "        DistributedDataParallelConfig, check_for_nan_in_grad=True",
         "    )",
-        *(f"ddp.{key} = {value}" for key, value in fields.items()),
+        *(f"ddp.{key} = {_literal(value)}" for key, value in fields.items()),
     ]
 
 

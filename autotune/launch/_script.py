@@ -290,13 +290,17 @@ def run_group() -> ArgGroup:
     )
 
 
-def device_connections_export(launch: Launch) -> tuple[str, ...]:
+def device_connections_export(launch: Launch, fsdp: bool = False) -> tuple[str, ...]:
     """``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1.
 
     Megatron-LM's validate_args refuses TP or CP without it before Blackwell, and MindSpeed
     reports its NPUs as such a device (``get_device_arch_version`` patched to 8), so the rule
     holds on Ascend too; Megatron-DeepSpeed needs it for sequence parallelism, which needs TP.
+    Megatron-FSDP (ZeRO-2 and -3 on Megatron-LM) asserts the opposite and only warns about
+    TP or CP beside it (arguments.py at core_v0.19.0), so its jobs (``fsdp``) leave it unset.
     """
+    if fsdp:
+        return ()
     if launch.layout.tp > 1 or launch.layout.cp > 1:
         return ("export CUDA_DEVICE_MAX_CONNECTIONS=1",)
     return ()

@@ -19,13 +19,16 @@ from autotune.simulators import LayoutError
 from autotune.simulators import ModelSpec
 from autotune.simulators.layout import SEARCHED
 from autotune.simulators.layout import field_info
+from autotune.simulators.layout import sharding_spelt
 
 __all__ = ["FIELDS", "SearchSpace", "build_space"]
 
 # What a sampler chooses: the layout's searched fields, and which of the framework's layer
 # splits (FrameworkSpec.split_variants: default, light_ends) the pipeline stages take.
 FIELDS = (*SEARCHED, "split")
-_MODES = [FIELDS.index("recompute"), FIELDS.index("distributed_optimizer"), FIELDS.index("split")]
+_MODES = [
+    FIELDS.index(name) for name in ("recompute", "distributed_optimizer", "zero_stage", "split")
+]
 
 
 # Changing a mode (recompute, optimizer sharding) counts as this many steps along a degree's
@@ -118,13 +121,20 @@ def build_space(
     """
     model, cluster, train = job.model, job.cluster, job.train
     candidates = _candidates(model, cluster, search)
+    fixed = sharding_spelt(fixed)  # zero_stage 0 or 1 pins distributed_optimizer
     for name, value in fixed.items():
         if name in candidates:
             candidates[name] = [value]
     extra = {k: v for k, v in fixed.items() if k not in candidates}
     pinned = "recompute_layers" in extra or "recompute_modules" in extra
     ruled = pinned or (train.moe_a2a_overlap and model.is_moe)
-    free = [name for name in _RULE_FREE if name != "recompute" or not ruled]
+    # ZeRO-2 and -3 and hybrid sharding need the distributed optimizer: it is ruled with them
+    sharded = candidates["zero_stage"] != [None] or candidates["dp_replicate"] != [1]
+    free = [
+        name
+        for name in _RULE_FREE
+        if (name != "recompute" or not ruled) and (name != "distributed_optimizer" or not sharded)
+    ]
     checked = [name for name in SEARCHED if name not in free]
     place = [(checked + free).index(name) for name in SEARCHED]  # to the order of SEARCHED
     free_combos = list(itertools.product(*(enumerate(candidates[name]) for name in free)))
@@ -135,6 +145,8 @@ def build_space(
     found: list[tuple[list[int], str, Layout]] = []  # candidate indices + variant, kind, layout
     for combo in itertools.product(*(enumerate(candidates[name]) for name in checked)):
         values = {name: value for name, (_, value) in zip(checked, combo, strict=True)}
+        if values.get("zero_stage") is not None and not values.get("distributed_optimizer"):
+            continue  # ZeRO-2 and -3 shard the optimizer states too
         tp, pp, cp = values["tp"], values["pp"], values["cp"]
         if world % (tp * pp * cp) or ("dp" in extra and extra["dp"] * tp * pp * cp != world):
             continue

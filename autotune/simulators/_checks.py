@@ -176,6 +176,7 @@ def _check_constant(owner: str, key: str, value: Any, kind: str) -> None:
         "str": ("a text", lambda v: isinstance(v, str)),
         "str | None": ("a text or null", lambda v: v is None or isinstance(v, str)),
         "tuple[str, ...]": ("a list of texts", _is_text_list),
+        "tuple[int, ...]": ("a list of integers", _is_int_list),
     }.get(kind, ("a mapping", lambda v: isinstance(v, Mapping)))
     if not expected[1](value):
         raise SpecError(f"{owner}: {key}={value!r} must be {expected[0]}")
@@ -191,6 +192,14 @@ def _mapping_levels(kind: str) -> int:
     innermost = kind.replace("]", "").rsplit(",", 1)[-1].rsplit("[", 1)[-1].strip()
     numbers = innermost in ("float", "int", "float | None")
     return kind.count("Mapping[") + (0 if numbers else 1)
+
+
+def _is_int_list(value: Any) -> bool:
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and all(_is_int(item) for item in value)
+    )
 
 
 def _is_text_list(value: Any) -> bool:

@@ -60,6 +60,9 @@ def communicators(model: ModelSpec, layout: Layout) -> int:
     if layout.pp > 1:
         count += 2 + model.tied_embeddings
     count += layout.tp * layout.pp > 1
+    # hybrid sharding: a replica's shard group and the group across replicas, each for the
+    # dense and (with a grid of their own) the expert states
+    count += 2 * (1 + own_grid) * (layout.dp_replicate > 1)
     return int(count)
 
 
@@ -77,6 +80,8 @@ def churning_grad_share(train: TrainSpec, layout: Layout) -> float:
     if train.framework.grad_accumulation != "autograd":
         return 0.0
     sizes = state_bytes_of(train, layout)
+    if not sizes.grad:  # ZeRO-2 and -3: reduced as they come (states.unsharded_bytes)
+        return 0.0
     return sizes.weight / sizes.grad
 
 

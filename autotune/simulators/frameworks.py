@@ -68,10 +68,12 @@ MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
 #              param.grad before each backward and adds a cast copy into that buffer after it
 GRAD_ACCUMULATIONS = ("fused", "main_grad", "autograd")
 
-# How the optimizer states are held: ``replicated`` on every data-parallel rank, or
-# ``distributed`` (Megatron's distributed optimizer, DeepSpeed ZeRO-1; Layout
-# ``distributed_optimizer``).
-OPTIMIZER_MODES = ("replicated", "distributed")
+# How the optimizer states are held, by ZeRO stage (Layout.sharding): ``replicated`` on every
+# data-parallel rank (0), ``distributed`` (Megatron's distributed optimizer, DeepSpeed ZeRO-1;
+# Layout ``distributed_optimizer``), ``sharded_grads`` (ZeRO-2, Megatron-FSDP optim_grads:
+# the gradients too) and ``sharded_params`` (ZeRO-3, Megatron-FSDP optim_grads_params: the
+# parameters too). Every framework lists the first two, and the others for the stages it runs.
+OPTIMIZER_MODES = ("replicated", "distributed", "sharded_grads", "sharded_params")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,13 +83,16 @@ class StateBytes:
     ``weight`` and ``grad`` (the gradient buffer) are kept whole; ``optimizer`` bytes are kept
     whole too, ``sharded_optimizer`` bytes are split over data parallelism (the master weights
     and Adam moments of a distributed optimizer; DeepSpeed's bf16 optimizer shards them even
-    without ZeRO).
+    without ZeRO). ``sharded_grad`` and ``sharded_weight`` are the gradient buffer and the
+    weight where ZeRO-2 and ZeRO-3 split them over data parallelism too (0 below those stages).
     """
 
     weight: float
     grad: float
     optimizer: float
     sharded_optimizer: float
+    sharded_grad: float = 0.0
+    sharded_weight: float = 0.0
 
     def __post_init__(self) -> None:
         require_non_negative(
@@ -96,6 +101,8 @@ class StateBytes:
             grad=self.grad,
             optimizer=self.optimizer,
             sharded_optimizer=self.sharded_optimizer,
+            sharded_grad=self.sharded_grad,
+            sharded_weight=self.sharded_weight,
         )
 
 
@@ -112,10 +119,10 @@ def _state_table(values: Mapping[str, Any]) -> dict[str, dict[str, StateBytes]]:
             "{weight, grad, optimizer, sharded_optimizer}}}}"
         ) from None
     for precision, modes in table.items():
-        if sorted(modes) != sorted(OPTIMIZER_MODES):
+        if not set(OPTIMIZER_MODES[:2]) <= set(modes) <= set(OPTIMIZER_MODES):
             raise SpecError(
-                f"state_bytes_per_param.{precision}: expected {', '.join(OPTIMIZER_MODES)}, "
-                f"got {', '.join(modes)}"
+                f"state_bytes_per_param.{precision}: expected {', '.join(OPTIMIZER_MODES[:2])} "
+                f"and any of {', '.join(OPTIMIZER_MODES[2:])}, got {', '.join(modes)}"
             )
     return table
 
@@ -187,6 +194,13 @@ class FrameworkSpec:
     core attention first; ``fused_norm_linear``: a norm before a plain linear layer runs
     inside it (Transformer Engine's ``LayerNormLinear``), so only the norms of their own
     (MLA's input norm, the MoE router's) are left for ``layernorm`` to recompute.
+    ``zero_stages``: the ZeRO stages the stack runs (:data:`simulators.ZERO_STAGES`: 0 and 1
+    everywhere, 2 and 3 through Megatron-FSDP or DeepSpeed's ZeRO), ``pipeline_zero_stages``
+    those it runs with pipeline parallelism; ``hybrid_sharding``: the sharded states can be
+    replicated over groups of data-parallel ranks (``Layout.dp_replicate``);
+    ``shard_overlap_stages``: the stages whose per-layer gather and reduce-scatter run beside
+    the compute by default; ``shard_prefetch_params``: parameters all-gathered ahead of the
+    layer in use under ZeRO-3.
     ``release``: the release of the stack the launch files are written for (the launchers
     write only options it accepts); ``releases``: the releases autotune knows, oldest first.
     The facts above do not change between them, but for ``unequal_chunks_since``: the first
@@ -226,6 +240,11 @@ class FrameworkSpec:
     cp_excludes_sequence_parallel: bool
     recompute_modules: tuple[str, ...]
     fused_norm_linear: bool
+    zero_stages: tuple[int, ...]
+    pipeline_zero_stages: tuple[int, ...]
+    hybrid_sharding: bool
+    shard_overlap_stages: tuple[int, ...]
+    shard_prefetch_params: int
     release: str
     releases: tuple[str, ...]
     unequal_chunks_since: str | None = None
@@ -242,6 +261,9 @@ class FrameworkSpec:
                 "cp_comm_types": tuple,
                 "moe_dispatchers": tuple,
                 "recompute_modules": tuple,
+                "zero_stages": tuple,
+                "pipeline_zero_stages": tuple,
+                "shard_overlap_stages": tuple,
                 "releases": tuple,
             },
             fixed={"name": name},
@@ -277,6 +299,7 @@ class FrameworkSpec:
             raise SpecError(f"{owner}: recompute_modules must start with core_attn (selective)")
         if "a2a" in self.cp_comm_types:
             require_choice(owner, "cp_a2a_style", str(self.cp_a2a_style), CP_A2A_STYLES)
+        self._check_sharding(owner)
         if self.release not in self.releases:
             raise SpecError(
                 f"framework.release={self.release!r} is not a release of {self.name} that "
@@ -285,6 +308,23 @@ class FrameworkSpec:
         since = self.unequal_chunks_since
         if since is not None and since not in self.releases:
             raise SpecError(f"{owner}: unequal_chunks_since={since!r} is not in releases")
+
+    def _check_sharding(self, owner: str) -> None:
+        """ZeRO stages 0 and 1 everywhere; each stage beyond has its state bytes."""
+        require_non_negative(owner, shard_prefetch_params=self.shard_prefetch_params)
+        if not {0, 1} <= set(self.zero_stages) <= set(range(len(OPTIMIZER_MODES))):
+            raise SpecError(f"{owner}: zero_stages must list 0 and 1, and stages up to 3 only")
+        if not set(self.pipeline_zero_stages) <= set(self.zero_stages):
+            raise SpecError(f"{owner}: pipeline_zero_stages must be among zero_stages")
+        for precision, modes in self.state_bytes_per_param.items():
+            lacking = [
+                OPTIMIZER_MODES[s] for s in self.zero_stages if OPTIMIZER_MODES[s] not in modes
+            ]
+            if lacking:
+                raise SpecError(
+                    f"{owner}: state_bytes_per_param.{precision} lacks {', '.join(lacking)} "
+                    "for its zero_stages"
+                )
 
     @property
     def unequal_chunks(self) -> bool:
@@ -362,8 +402,9 @@ class FrameworkSpec:
             return 4.0
         return 2.0
 
-    def state_bytes(self, precision: str, distributed_optimizer: bool) -> StateBytes:
-        """What a rank keeps per parameter for ``precision`` and the optimizer mode.
+    def state_bytes(self, precision: str, distributed_optimizer: bool | int) -> StateBytes:
+        """What a rank keeps per parameter for ``precision`` and the optimizer mode: the ZeRO
+        stage (``Layout.sharding``; a bool is stage 0 or 1).
 
         Raises:
             SpecError: a precision this framework's table does not list.
@@ -374,7 +415,14 @@ class FrameworkSpec:
                 f"it has {', '.join(self.state_bytes_per_param)}"
             )
         mode = OPTIMIZER_MODES[int(distributed_optimizer)]
-        return self.state_bytes_per_param[precision][mode]
+        modes = self.state_bytes_per_param[precision]
+        if mode not in modes:
+            raise SpecError(
+                f"framework {self.name!r} lists no state bytes for ZeRO stage "
+                f"{int(distributed_optimizer)} ({mode}); it runs stages "
+                f"{', '.join(map(str, self.zero_stages))}"
+            )
+        return modes[mode]
 
     def grad_bucket_params(self, dp: int) -> int:
         """Gradients per reduction bucket for a data-parallel group of ``dp``."""

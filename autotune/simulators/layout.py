@@ -51,15 +51,23 @@ __all__ = [
     "LAYOUT_FIELDS",
     "RECOMPUTE_MODES",
     "RULE_NAMES",
+    "ZERO_GRADS",
+    "ZERO_PARAMS",
+    "ZERO_STAGES",
     "SEARCHED",
     "FieldInfo",
     "Layout",
     "deal_chunks",
     "divisors",
     "field_info",
+    "sharding_spelt",
 ]
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+# ZeRO stages (Rajbhandari et al. 2020), what data parallelism shards: nothing, the optimizer
+# states (Megatron's distributed optimizer), the gradients too, the parameters too (FSDP).
+ZERO_STAGES = (0, 1, 2, 3)
+ZERO_GRADS, ZERO_PARAMS = 2, 3
 
 # search settings (conf/search/*.yaml) -> the values a searched field may take for a job
 Candidates = Callable[[ModelSpec, ClusterSpec, Mapping[str, Any]], Sequence[Any]]
@@ -132,6 +140,39 @@ def _expert_tp_candidates(
     if not model.is_moe:
         return [None]
     return [None, *(d for d in divisors(cluster.num_devices) if d <= search["max_etp"])]
+
+
+def _zero_stage_candidates(
+    model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
+) -> list[int | None]:
+    """None (the stage ``distributed_optimizer`` spells: 1 or 0), then the stages beyond it
+    that ``search.zero_stages`` lists (2: gradients sharded too, 3: parameters too); the
+    default lists none, so a default search is what it was (docs/decisions/0049)."""
+    return [None, *sorted({int(s) for s in search["zero_stages"] if int(s) >= ZERO_GRADS})]
+
+
+def _replicate_candidates(
+    model: ModelSpec, cluster: ClusterSpec, search: Mapping[str, Any]
+) -> list[int]:
+    """Full sharding (1), then every replica count up to ``search.max_dp_replicate`` (1 by
+    default: full sharding only) that divides the world; the rules keep those that divide
+    the data-parallel groups."""
+    return [d for d in divisors(cluster.num_devices) if d <= search["max_dp_replicate"]]
+
+
+def sharding_spelt(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with ZeRO stage 0 or 1 spelt as the layout spells it: a ``zero_stage`` of 0
+    or 1 sets ``distributed_optimizer`` when that is not given, and is then no field of its
+    own (``zero_stage`` None). A contradiction (``zero_stage=0`` beside
+    ``distributed_optimizer=true``) is left for the layout to refuse."""
+    found = dict(values)
+    stage = found.get("zero_stage")
+    if isinstance(stage, int) and not isinstance(stage, bool) and stage in (0, 1):
+        if found.get("distributed_optimizer") is None:
+            found["distributed_optimizer"] = bool(stage)
+        if found["distributed_optimizer"] == bool(stage):
+            found["zero_stage"] = None
+    return found
 
 
 def _up_to(limit_key: str) -> Candidates:
@@ -314,12 +355,32 @@ class Layout:
             candidates=_listed("distributed_optimizer"),
         ),
     )
+    zero_stage: int | None = field(
+        default=None,
+        metadata=_info(
+            "data-parallel sharding beyond the optimizer states: 2 the gradients too (ZeRO-2, "
+            "Megatron-FSDP optim_grads), 3 the parameters too (ZeRO-3, FSDP, optim_grads_"
+            "params); empty: 1 with distributed_optimizer, else 0",
+            searched=True,
+            candidates=_zero_stage_candidates,
+        ),
+    )
+    dp_replicate: int = field(
+        default=1,
+        metadata=_info(
+            "replicas of the sharded states (hybrid sharding: each replica shards over "
+            "dp*cp/dp_replicate ranks, experts over expert-DP/dp_replicate); 1: full sharding",
+            searched=True,
+            candidates=_replicate_candidates,
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.etp is not None and self.etp == self.tp:
             object.__setattr__(self, "etp", None)  # one spelling per layout: ETP = TP is None
         # one spelling per layout: sorted, and the default set (core attention) is None
         object.__setattr__(self, "recompute_modules", normalized_modules(self.recompute_modules))
+        self._check_sharding()
         degrees = {
             name: getattr(self, name) for name in DEGREES if getattr(self, name) is not None
         }
@@ -342,6 +403,35 @@ class Layout:
                     "stage needs at least one"
                 )
 
+    def _check_sharding(self) -> None:
+        """``zero_stage`` and ``dp_replicate`` on their own and beside
+        ``distributed_optimizer``; ZeRO stage 0 or 1 is ``distributed_optimizer``'s to say
+        (one spelling: an agreeing ``zero_stage`` of 0 or 1 becomes None)."""
+        stage, replicas = self.zero_stage, self.dp_replicate
+        require_integers("layout", dp_replicate=replicas)
+        require_positive("layout", dp_replicate=replicas)
+        require_at_most(
+            "layout", MAX_DEVICES, "the largest clusters have ~2e5 devices", dp_replicate=replicas
+        )
+        if stage is None:
+            return
+        require_integers("layout", zero_stage=stage)
+        if stage not in ZERO_STAGES:
+            raise SpecError(f"layout: zero_stage={stage!r} is not one of 0, 1, 2, 3")
+        if stage < ZERO_GRADS and bool(stage) != self.distributed_optimizer:
+            raise SpecError(
+                f"layout: zero_stage={stage} contradicts distributed_optimizer="
+                f"{str(self.distributed_optimizer).lower()} (which is ZeRO stage "
+                f"{int(self.distributed_optimizer)}); give one of them"
+            )
+        if stage >= ZERO_GRADS and not self.distributed_optimizer:
+            raise SpecError(
+                f"layout: zero_stage={stage} shards the optimizer states too; it needs "
+                "distributed_optimizer=true"
+            )
+        if stage < ZERO_GRADS:
+            object.__setattr__(self, "zero_stage", None)  # one spelling: the optimizer's
+
     @classmethod
     def resolve(cls, world_size: int, **given: object) -> Layout:
         """Build a layout from the fields given; dp fills the rest of the world.
@@ -356,7 +446,8 @@ class Layout:
                 f"unknown layout field(s) {', '.join(unknown)}; "
                 f"allowed: {', '.join(sorted(LAYOUT_FIELDS))}"
             )
-        values = {k: v for k, v in given.items() if v is not None}
+        values = sharding_spelt({k: v for k, v in given.items() if v is not None})
+        values = {k: v for k, v in values.items() if v is not None}
         split = values.get("layer_split")
         if isinstance(split, list):
             values["layer_split"] = tuple(split)  # from a config or JSON list
@@ -388,6 +479,23 @@ class Layout:
     def expert_dp(self) -> int:
         """Expert data-parallel degree: world / (ETP * EP * PP)."""
         return self.world_size // (self.expert_tp * self.ep * self.pp)
+
+    @property
+    def sharding(self) -> int:
+        """The ZeRO stage in use: ``zero_stage``, else 1 with the distributed optimizer, 0
+        without."""
+        return int(self.distributed_optimizer) if self.zero_stage is None else self.zero_stage
+
+    @property
+    def dp_shard(self) -> int:
+        """Data-parallel (DP x CP) ranks one shard group spans: all of them, or
+        ``dp * cp / dp_replicate`` with hybrid sharding."""
+        return max(1, self.dp * self.cp // self.dp_replicate)
+
+    @property
+    def edp_shard(self) -> int:
+        """Expert data-parallel ranks one shard group of the experts' states spans."""
+        return max(1, self.expert_dp // self.dp_replicate)
 
     def num_microbatches(self, train: TrainSpec) -> int:
         """Micro-batches per step and per data-parallel rank: GBS / (mbs * DP)."""
@@ -461,6 +569,12 @@ class Layout:
             "ep": (self.ep, self.expert_tp),
             "edp": (self.expert_dp, self.expert_tp * self.ep),
             "pp": (self.pp, self.world_size // self.pp),
+            # hybrid sharding (Megatron's partial distributed optimizer, parallel_state.py):
+            # each replica shards over consecutive DP x CP ranks, replicas stride past them
+            "dp_shard": (self.dp_shard, self.tp),
+            "dp_replicate": (self.dp_replicate, self.tp * self.dp_shard),
+            "edp_shard": (self.edp_shard, self.expert_tp * self.ep),
+            "edp_replicate": (self.dp_replicate, self.expert_tp * self.ep * self.edp_shard),
         }[name]
         return place_group(size, stride, devices_per_node)
 
@@ -489,6 +603,10 @@ class Layout:
         flags = ("sp " if self.sequence_parallel else "") + (
             "do" if self.distributed_optimizer else ""
         )
+        if self.zero_stage is not None:
+            flags += f" zero{self.zero_stage}"
+        if self.dp_replicate > 1:
+            flags += f" hsdp{self.dp_replicate}"
         split = (
             "" if self.layer_split is None else " split=" + "/".join(map(str, self.layer_split))
         )
@@ -557,7 +675,21 @@ LAYOUT_FIELDS: tuple[str, ...] = tuple(_FIELDS)
 DEGREES: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).degree)
 SEARCHED: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).searched)
 LAYER_COST_FIELDS: tuple[str, ...] = tuple(n for n in LAYOUT_FIELDS if field_info(n).layer_cost)
-GROUPS = ("tp", "cp", "dp", "dp_cp", "etp", "ep", "edp", "pp", "embedding")
+GROUPS = (
+    "tp",
+    "cp",
+    "dp",
+    "dp_cp",
+    "etp",
+    "ep",
+    "edp",
+    "pp",
+    "embedding",
+    "dp_shard",
+    "dp_replicate",
+    "edp_shard",
+    "edp_replicate",
+)
 
 Rule = Callable[[Layout, Job], list[str]]
 
@@ -852,6 +984,46 @@ def _expert_overlap(lay: Layout, job: Job) -> list[str]:
     return found
 
 
+def _sharding(lay: Layout, job: Job) -> list[str]:
+    """The ZeRO stage is one the framework runs (``FrameworkSpec.zero_stages``: Megatron-FSDP
+    for 2 and 3 on Megatron-Core, DeepSpeed's ZeRO on Megatron-DeepSpeed), with pipeline
+    parallelism only where it can (DeepSpeed's pipeline engine asserts stage < 2,
+    ``deepspeed/runtime/pipe/engine.py``); hybrid sharding (``dp_replicate`` > 1) needs a
+    framework that replicates sharded states (Megatron's ``--num-distributed-optimizer-
+    instances``), sharded states to replicate, and replicas that divide the data-parallel
+    ranks and the expert-DP ranks (``parallel_state.py`` asserts both) (docs/reference.md 7.9)."""
+    model, train = job.model, job.train
+    framework, stage, replicas = train.framework, lay.sharding, lay.dp_replicate
+    found = []
+    stages = "/".join(map(str, framework.zero_stages))
+    if stage not in framework.zero_stages:
+        found.append(f"zero_stage={stage}: {framework.name} runs ZeRO stages {stages} only")
+    elif lay.pp > 1 and stage not in framework.pipeline_zero_stages:
+        allowed = "/".join(map(str, framework.pipeline_zero_stages))
+        found.append(
+            f"zero_stage={stage} with pp={lay.pp}: {framework.name} runs ZeRO stages {allowed} "
+            "with pipeline parallelism (use pp=1)"
+        )
+    if replicas == 1:
+        return found
+    if not framework.hybrid_sharding:
+        found.append(f"dp_replicate={replicas}: {framework.name} has no hybrid sharding")
+    if not lay.distributed_optimizer:
+        found.append(
+            f"dp_replicate={replicas} replicates sharded states: it needs distributed_optimizer"
+        )
+    if (lay.dp * lay.cp) % replicas:
+        found.append(
+            f"dp_replicate={replicas} does not divide the dp*cp={lay.dp * lay.cp} "
+            "data-parallel ranks"
+        )
+    elif model.is_moe and lay.expert_dp % replicas:
+        found.append(
+            f"dp_replicate={replicas} does not divide the {lay.expert_dp} expert-DP ranks"
+        )
+    return found
+
+
 def _divides(divisor: int, value: int) -> bool:
     return divisor > 0 and value % divisor == 0
 
@@ -869,5 +1041,6 @@ _RULES: dict[str, Rule] = {
     "recompute": _recompute,
     "recompute modules": _recompute_modules,
     "expert overlap": _expert_overlap,
+    "sharding": _sharding,
 }
 RULE_NAMES: tuple[str, ...] = tuple(_RULES)

@@ -28,6 +28,7 @@ __all__ = [
     "state_bytes_of",
     "state_memory_bytes",
     "tied_embedding_grad_bytes",
+    "unsharded_bytes",
 ]
 
 FP8_BYTES = 1  # an FP8 element (E4M3 or E5M2)
@@ -39,9 +40,13 @@ def state_bytes_of(train: TrainSpec, layout: Layout) -> StateBytes:
     The framework's table holds its default gradient buffer; a step that reduces gradients in
     another dtype (``TrainSpec.grad_reduce_in_fp32``) keeps that buffer in that dtype.
     """
-    sizes = train.framework.state_bytes(train.compute_dtype, layout.distributed_optimizer)
+    sizes = train.framework.state_bytes(train.compute_dtype, layout.sharding)
     buffer_change = train.grad_reduce_bytes - train.framework.grad_reduce_bytes(train.precision)
-    return replace(sizes, grad=sizes.grad + buffer_change) if buffer_change else sizes
+    if not buffer_change:
+        return sizes
+    if sizes.sharded_grad:  # ZeRO-2 and -3 keep the buffer sharded
+        return replace(sizes, sharded_grad=sizes.sharded_grad + buffer_change)
+    return replace(sizes, grad=sizes.grad + buffer_change)
 
 
 def grad_accumulation_bytes(train: TrainSpec, layout: Layout, expert: bool = False) -> float:
@@ -76,8 +81,9 @@ def grad_accumulation_bytes(train: TrainSpec, layout: Layout, expert: bool = Fal
 
 
 def _shards(layout: Layout) -> tuple[int, int]:
-    """Data-parallel shards of (dense, expert) parameters' sharded optimizer bytes."""
-    return layout.dp * layout.cp, layout.expert_dp
+    """Data-parallel shards of (dense, expert) parameters' sharded bytes: DP x CP and
+    expert-DP, or a replica's share of them with hybrid sharding (``dp_replicate``)."""
+    return layout.dp_shard, layout.edp_shard
 
 
 def state_memory_bytes(
@@ -98,10 +104,34 @@ def state_memory_bytes(
     params = dense_params + expert_params
     sharded = dense_params / dense_shards + expert_params / expert_shards
     return {
-        "weights": (params - fp8_primary) * sizes.weight,
-        "gradients": params * sizes.grad,
+        "weights": (params - fp8_primary) * sizes.weight + sharded * sizes.sharded_weight,
+        "gradients": params * sizes.grad + sharded * sizes.sharded_grad,
         "optimizer": params * sizes.optimizer + sharded * sizes.sharded_optimizer,
     }
+
+
+def unsharded_bytes(
+    layer_params: float, rank_params: float, layout: Layout, sizes: StateBytes, prefetch: float
+) -> float:
+    """Bytes of the whole (gathered) weights and gradients a rank holds at its peak beyond its
+    shards, under ZeRO-2 and -3 (0 below them; docs/decisions/0049).
+
+    ``layer_params`` are the parameters of the rank's largest layer, ``rank_params`` all it
+    holds. ZeRO-2 and -3 produce each layer's gradients whole and reduce-scatter them while
+    the next layer's backward runs: two layers' gradients in the reduction's dtype (the
+    buffer's, ``sharded_grad``). ZeRO-3 also gathers the layer in use and ``prefetch``
+    parameters ahead of it (Megatron-FSDP's ``suggested_AG_prefetch_size``, DeepSpeed's
+    ``stage3_prefetch_bucket_size``), at least the next layer, in the weight's dtype. Neither
+    exceeds what the rank holds.
+    """
+    stage = layout.sharding
+    if stage < 2:
+        return 0.0
+    grads = min(rank_params, 2 * layer_params) * sizes.sharded_grad
+    if stage < 3:
+        return grads
+    gathered = min(rank_params, layer_params + max(layer_params, prefetch))
+    return grads + gathered * sizes.sharded_weight
 
 
 def gathered_weight_bytes(params: float, fp8_primary: float, sizes: StateBytes) -> float:

@@ -159,6 +159,11 @@ _MEGATRON_COMMON: dict[str, Opt] = {
     "--global-batch-size": INT,
     "--sequence-parallel": SWITCH,
     "--use-distributed-optimizer": SWITCH,
+    # sharded data parallelism: arguments.py at d98e8a64 and core_v0.12.1 (L2136-2149)
+    "--data-parallel-sharding-strategy": choice(
+        "no_shard", "optim", "optim_grads", "optim_grads_params"
+    ),
+    "--num-distributed-optimizer-instances": INT,
     "--overlap-grad-reduce": SWITCH,
     "--overlap-param-gather": SWITCH,
     "--recompute-granularity": choice("full", "selective"),
@@ -268,6 +273,8 @@ MEGATRON: dict[str, Opt] = {
     "--pipeline-model-parallel-layout": STR,
     "--recompute-modules": Opt(nargs="+"),
     "--distribute-saved-activations": SWITCH,
+    # Megatron-FSDP (common_config.py's use_megatron_fsdp, from core_v0.14.0)
+    "--use-megatron-fsdp": SWITCH,
     "--cp-comm-type": Opt(nargs="+"),
     "--position-embedding-type": choice(
         "learned_absolute", "rope", "yarn", "mrope", "relative", "none"
@@ -523,6 +530,10 @@ NEMO_FIELDS: dict[str, frozenset[str]] = {
             "pipeline_model_parallel_layout",
             "pipeline_dtype",
             "ddp",
+            # sharded data parallelism (megatron_strategy.py L130, L264-286 at 8cfedd72)
+            "fsdp",
+            "save_ckpt_format",
+            "num_distributed_optimizer_instances",
         }
     ),
     "model": frozenset(

@@ -324,8 +324,10 @@ def megatron_problems(
         found.append("R11: --overlap-param-gather needs the distributed optimizer and overlap")
     if "--tp-comm-overlap" in args and "--sequence-parallel" not in args:
         found.append("R24: --tp-comm-overlap needs --sequence-parallel")
-    if (tp > 1 or cp > 1) and env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+    fsdp = "--use-megatron-fsdp" in args
+    if (tp > 1 or cp > 1) and env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1" and not fsdp:
         found.append("R25: tp or cp > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1")
+    found += _sharding_problems(args, env, dp * cp, fsdp)
     if not core_0_12 and "--multi-latent-attention" in args and "--group-query-attention" in args:
         found.append("R29: MLA and GQA exclude each other")
     found += _moe_problems(args, world, core_0_12, mindspeed)
@@ -338,6 +340,28 @@ def megatron_problems(
     found += _data_problems(args, mindspeed)
     if mindspeed:
         found += _mindspeed_problems(args, tp, cp, heads, seq, impl)
+    return found
+
+
+def _sharding_problems(args: Args, env: Mapping[str, str], dp_cp: int, fsdp: bool) -> list[str]:
+    """Megatron-FSDP's and the partial distributed optimizer's rules (arguments.py at
+    core_v0.19.0 validate_args; parallel_state.py): Megatron-FSDP asserts
+    CUDA_DEVICE_MAX_CONNECTIONS is not 1 and the fsdp_dtensor checkpoint format, and runs a
+    sharding strategy other than no_shard only with it; the optimizer instances divide
+    DP x CP and need the distributed optimizer."""
+    found = []
+    strategy = args.get("--data-parallel-sharding-strategy", "no_shard")
+    if fsdp and env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+        found.append("FSDP: Megatron-FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset")
+    if fsdp and args.get("--ckpt-format") != "fsdp_dtensor":
+        found.append("FSDP: Megatron-FSDP requires --ckpt-format fsdp_dtensor")
+    if strategy != "no_shard" and not fsdp:
+        found.append(f"FSDP: --data-parallel-sharding-strategy {strategy} needs Megatron-FSDP")
+    instances = args.get("--num-distributed-optimizer-instances", 1)
+    if instances > 1 and "--use-distributed-optimizer" not in args and not fsdp:
+        found.append("DO: --num-distributed-optimizer-instances needs the distributed optimizer")
+    if dp_cp % instances:
+        found.append(f"DO: {instances} optimizer instances do not divide dp*cp={dp_cp}")
     return found
 
 
@@ -522,4 +546,13 @@ def nemo_problems(recipe: Mapping[str, Mapping[str, Any]], world: int) -> list[s
         found.append("optimizer and DDP disagree on the distributed optimizer")
     if recipe["plugin"].get("fp8_param_gather") and not ddp["use_distributed_optimizer"]:
         found.append("R30: fp8_param_gather needs the distributed optimizer")
+    # Megatron-FSDP (megatron_strategy.py at 8cfedd72) needs its checkpoint format (a DDP
+    # sharding strategy without it is not read: llama3_8b's recipe holds one); the
+    # optimizer's replicas divide DP x CP
+    fsdp = strategy.get("fsdp") == "megatron"
+    if fsdp and strategy.get("save_ckpt_format") != "fsdp_dtensor":
+        found.append("Megatron-FSDP checkpointing needs save_ckpt_format fsdp_dtensor")
+    instances = strategy.get("num_distributed_optimizer_instances", 1)
+    if (world // (tp * pp * cp) * cp) % instances:
+        found.append(f"{instances} distributed optimizer instances do not divide dp*cp")
     return found

@@ -224,11 +224,34 @@ MEGATRON_CASES = [
         ("cluster.num_nodes=32", "train.moe_dispatcher=deepep", "train.moe_a2a_overlap=true"),
         dict(pp=8, vpp=2, ep=32),
     ),
+    Case(  # ZeRO-3 as Megatron-FSDP, hybrid: two replicas of 4 shards
+        "fsdp_zero3_hsdp",
+        "llama3_8b",
+        "h100",
+        ("cluster.num_nodes=2",),
+        dict(tp=2, zero_stage=3, dp_replicate=2),
+    ),
+    Case(  # ZeRO-2 as Megatron-FSDP with pipeline stages
+        "fsdp_zero2_pp",
+        "llama3_8b",
+        "h100",
+        ("cluster.num_nodes=2",),
+        dict(tp=2, pp=2, zero_stage=2),
+    ),
+    Case(  # ZeRO-1 with replicas: Megatron's partial distributed optimizer
+        "partial_distributed_optimizer",
+        "llama3_8b",
+        "h100",
+        ("cluster.num_nodes=2",),
+        dict(tp=2, dp_replicate=4),
+    ),
     Case(  # fp16 on the V100, gradients accumulated in fp32 on request
         "fp16_fp32_grads", "llama2_7b", "v100", ("train.grad_reduce_in_fp32=true",), dict(tp=8)
     ),
     Case("no_nemo_recipe", "internlm2_7b", "h100", ("cluster.num_nodes=1",), dict(tp=2)),
 ]
+
+_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 
 
 @pytest.mark.parametrize("release", _argrules.MEGATRON_RELEASES)
@@ -270,6 +293,11 @@ def test_megatron_script_passes_megatron_rules(case: Case, release: str, tmp_pat
             assert [path.name for path in written] == ["launch_megatron.sh"]
     fp32_grads = job.train.reduces_grads_in_fp32  # Megatron's defaults: bf16 in fp32, fp16 not
     assert ("--grad-reduce-in-bf16" in args) == ("--bf16" in args and not fp32_grads)
+    # ZeRO-2 and -3 are Megatron-FSDP, replicas the optimizer's instances (docs/reference.md 7.9)
+    assert ("--use-megatron-fsdp" in args) == (layout.sharding >= 2)
+    assert args.get("--data-parallel-sharding-strategy") == _FSDP_STRATEGY.get(layout.sharding)
+    assert args.get("--num-distributed-optimizer-instances", 1) == layout.dp_replicate
+    assert ("--use-distributed-optimizer" in args) == layout.distributed_optimizer
     assert ("--accumulate-allreduce-grads-in-fp32" in args) == ("--fp16" in args and fp32_grads)
 
 
@@ -737,6 +765,10 @@ DEEPSPEED_CASES = [
         dict(tp=2, pp=2),
     ),
     Case("qkv_bias", "qwen2_5_7b", "vtrain_a100", ("cluster.num_nodes=1",), dict(tp=4)),
+    Case(  # ZeRO-2 and -3 run on DeepSpeed's engine, without its pipeline engine
+        "zero2", "llama2_7b", "vtrain_a100", ("cluster.num_nodes=2",), dict(tp=2, zero_stage=2)
+    ),
+    Case("zero3", "llama2_7b", "vtrain_a100", ("cluster.num_nodes=2",), dict(zero_stage=3)),
     Case(  # DeepSpeed-Ulysses, which excludes Megatron's sequence parallelism
         "ulysses",
         "llama2_7b",
@@ -774,7 +806,8 @@ def test_deepspeed_script_and_config_pass_deepspeed_rules(case: Case, tmp_path: 
         config["train_batch_size"]
         == args["--micro-batch-size"] * dp * (config["gradient_accumulation_steps"])
     )
-    assert config["zero_optimization"]["stage"] == int(layout.distributed_optimizer)
+    assert config["zero_optimization"]["stage"] == args["--zero-stage"] == layout.sharding
+    assert ("--no-pipeline-parallel" in args) == (layout.sharding >= 2)
     asked = job.train.grad_reduce_in_fp32  # DeepSpeed's own default unless the job says
     grads = "fp32" if job.train.reduces_grads_in_fp32 else job.train.precision
     assert config.get("data_types") == (None if asked is None else {"grad_accum_dtype": grads})
@@ -858,6 +891,12 @@ def test_nemo_override_passes_nemo_rules(
     callbacks = settings["tp_comm_overlap"]
     assert set(callbacks) <= {overlap} and (callbacks or not overlap)
     assert settings["optim"]["use_distributed_optimizer"] == layout.distributed_optimizer
+    assert strategy.get("fsdp") == ("megatron" if layout.sharding >= 2 else None)
+    if layout.sharding >= 2:  # else the recipe's own, which only FSDP reads
+        assert (
+            settings["ddp"]["data_parallel_sharding_strategy"] == _FSDP_STRATEGY[layout.sharding]
+        )
+    assert strategy.get("num_distributed_optimizer_instances", 1) == layout.dp_replicate
     plugin = "bf16_with_fp8_mixed" if job.train.fp8 else "bf16_mixed"
     assert recipe.trainer.plugins.factory == plugin
     if job.train.fp8:  # FP8 primary weights exactly when priced so (docs/reference.md 7.6)

@@ -53,6 +53,23 @@ def test_the_etp_column_appears_when_a_layout_gives_its_experts_their_own_tp() -
     assert "etp" not in layout_table(ranked[1:]).splitlines()[0].split()
 
 
+def test_the_zero_column_appears_when_a_layout_shards_beyond_the_optimizer() -> None:
+    llama = model("llama2_7b")
+    simulator = analytical()
+    train = make_train("megatron_core", seq_len=4096, global_batch_size=64)
+    layouts = [
+        Layout.resolve(8, tp=2, zero_stage=3),
+        Layout.resolve(8, tp=2, dp_replicate=2),
+        Layout.resolve(8, tp=2),
+    ]
+    job = Job(model=llama, cluster=CLUSTER, train=train)
+    ranked = [(lay, simulator.simulate(job, lay)) for lay in layouts]
+    lines = layout_table(ranked).splitlines()
+    column = lines[0].split().index("zero")
+    assert [line.split()[column] for line in lines[1:]] == ["3", "1x2", "1"]
+    assert "zero" not in layout_table(ranked[2:]).splitlines()[0].split()
+
+
 def test_the_recompute_column_names_the_block_count_and_the_modules() -> None:
     block = Layout.resolve(8, tp=2, pp=4, recompute="full", recompute_layers=2)
     row = layout_table(_ranked(block)).splitlines()[1].split()

@@ -93,6 +93,8 @@ def test_every_proposal_maps_to_the_nearest_valid_layout(
         "micro_batch": 1,
         "recompute": "full",
         "distributed_optimizer": True,
+        "zero_stage": None,
+        "dp_replicate": 1,
         "split": "default",
     }
     moved = space.nearest(values)

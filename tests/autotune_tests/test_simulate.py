@@ -183,3 +183,26 @@ def test_recompute_modules_compose_through_hydra(capsys: pytest.CaptureFixture[s
     assert recompute[1] > recompute[0]
     assert simulate_cli.main([*SMALL, *layout, modules]) == 0
     assert "--recompute-modules core_attn layernorm mlp" in capsys.readouterr().out
+
+
+def test_sharding_composes_through_hydra(capsys: pytest.CaptureFixture[str]) -> None:
+    """``parallel.zero_stage=3 parallel.dp_replicate=2`` as a user types them: the layout
+    holds them, the weights are sharded over a replica's ranks (memory drops), and the launch
+    flags run Megatron-FSDP with two optimizer instances; ``parallel.zero_stage=0`` is
+    ``distributed_optimizer=false``."""
+    h100 = [*SMALL[:4], "cluster=h100", "cluster.num_nodes=1", "simulator=analytical"]
+    sharded = ["parallel.tp=2", "parallel.zero_stage=3", "parallel.dp_replicate=2"]
+    assert simulate_cli.main([*h100, "parallel.tp=2", "output=json"]) == 0
+    plain = _strict(capsys.readouterr().out)
+    assert simulate_cli.main([*h100, *sharded, "output=json"]) == 0
+    zero3 = _strict(capsys.readouterr().out)
+    assert (zero3["layout"]["zero_stage"], zero3["layout"]["dp_replicate"]) == (3, 2)
+    weights = [p["prediction"]["memory_breakdown_gib"]["weights"] for p in (plain, zero3)]
+    assert weights[1] == pytest.approx(weights[0] / 2)  # dp 4: two replicas of 2 shards
+    assert simulate_cli.main([*h100, *sharded]) == 0
+    out = capsys.readouterr().out
+    assert "--data-parallel-sharding-strategy optim_grads_params" in out
+    assert "--num-distributed-optimizer-instances 2" in out
+    assert simulate_cli.main([*h100, "parallel.zero_stage=0", "output=json"]) == 0
+    stage0 = _strict(capsys.readouterr().out)["layout"]
+    assert (stage0["zero_stage"], stage0["distributed_optimizer"]) == (None, False)

@@ -21,6 +21,7 @@ from autotune.search._space import build_space
 from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators.layout import SEARCHED
+from autotune.simulators.layout import sharding_spelt
 
 # Jobs and pins: splits that pp does not divide (and their light_ends variants), pinned
 # degrees, modes, dp, recompute_layers, recompute modules and an explicit split, each
@@ -79,6 +80,26 @@ JOBS = {
         "cluster.num_nodes=4",
         "train.seq_len=8192",
     ),
+    "zero-3-hybrid": (  # ZeRO-2 and -3 and hybrid sharding searched (Megatron-FSDP)
+        "model=llama3_8b",
+        "cluster=h100",
+        "cluster.num_nodes=2",
+        "search.zero_stages=[3,2]",
+        "search.max_dp_replicate=4",
+    ),
+    "zero-deepspeed-pinned": (  # ZeRO-3 pinned with a ZeRO spelling: pp 1 only on DeepSpeed
+        "model=llama3_8b",
+        "cluster=a100",
+        "cluster.num_nodes=2",
+        "train.framework=megatron_deepspeed",
+        "parallel.zero_stage=3",
+    ),
+    "zero-0-pinned": (  # ZeRO stage 0 as the user types it: no distributed optimizer
+        "model=llama2_7b",
+        "cluster=h100",
+        "cluster.num_nodes=1",
+        "parallel.zero_stage=0",
+    ),
     "moe-a2a-overlap-reads-recompute": (
         "model=qwen3_30b_a3b",
         "cluster=h100",
@@ -92,6 +113,7 @@ def _reference(job: Job, search: Any, fixed: Mapping[str, Any]) -> list[tuple[La
     """Every product of the candidates, each of its split variants checked by the rules."""
     model, cluster, train = job.model, job.cluster, job.train
     candidates = _candidates(model, cluster, search)
+    fixed = sharding_spelt(fixed)  # zero_stage 0 or 1 is distributed_optimizer's
     for name, value in fixed.items():
         if name in candidates:
             candidates[name] = [value]
@@ -99,6 +121,8 @@ def _reference(job: Job, search: Any, fixed: Mapping[str, Any]) -> list[tuple[La
     valid = []
     for combo in itertools.product(*(candidates[name] for name in SEARCHED)):
         values = dict(zip(SEARCHED, combo, strict=True))
+        if values["zero_stage"] is not None and not values["distributed_optimizer"]:
+            continue  # ZeRO-2 and -3 shard the optimizer states too
         tp, pp, cp = values["tp"], values["pp"], values["cp"]
         world = cluster.num_devices
         if world % (tp * pp * cp) or ("dp" in extra and extra["dp"] * tp * pp * cp != world):
@@ -188,3 +212,30 @@ def test_recompute_modules_are_not_searched() -> None:
     assert space.size and {(lay.recompute, lay.recompute_modules) for lay in space.layouts} == {
         ("selective", ("core_attn", "moe_act"))
     }
+
+
+def _space(job_name: str, *more: str) -> tuple[Any, SearchSpace]:
+    cfg = load_config(AutotuneConfig, [*JOBS[job_name], *more, "tracking.enabled=false"])
+    job = job_from_config(cfg)
+    space = build_space(job, cfg.search, fixed_layout_values(cfg.parallel))
+    return job, space
+
+
+def test_a_default_search_tries_no_sharding_beyond_the_optimizers() -> None:
+    """search.zero_stages=[] and max_dp_replicate=1 by default: the space is what it was."""
+    _, space = _space("default")
+    assert {(lay.zero_stage, lay.dp_replicate) for lay in space.layouts} == {(None, 1)}
+    assert space.choices["zero_stage"] == (None,) and space.choices["dp_replicate"] == (1,)
+
+
+def test_a_search_with_zero_3_tries_it_with_the_optimizer_sharded() -> None:
+    job, space = _space("zero-3-hybrid")
+    stages = {(lay.sharding, lay.dp_replicate) for lay in space.layouts}
+    assert {(s, r) for s in (2, 3) for r in (1, 2, 4)} <= stages
+    assert (0, 2) not in stages  # replicas need sharded states
+    assert space.choices["zero_stage"] == (None, 2, 3)
+    assert all(lay.distributed_optimizer for lay in space.layouts if lay.zero_stage)
+    _, deepspeed = _space("zero-deepspeed-pinned")
+    assert deepspeed.size and {(lay.sharding, lay.pp) for lay in deepspeed.layouts} == {(3, 1)}
+    _, stage_0 = _space("zero-0-pinned")
+    assert {lay.sharding for lay in stage_0.layouts} == {0}

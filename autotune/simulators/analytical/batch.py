@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from autotune.simulators.analytical.prices import JobPrices
+from autotune.simulators.analytical.sharding import ShardComm
 from autotune.simulators.analytical.stages import ARRAYS
 from autotune.simulators.analytical.stages import GIB
 from autotune.simulators.analytical.stages import LayerCost
@@ -322,6 +323,13 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
     accumulate, accumulate_group = columns.each(job.ACCUMULATE_FIELDS, job.accumulate_s)
     logits, logits_group = columns.each(job.LOGITS_FIELDS, job.logits)
     logits_s = _column([seconds for seconds, _ in logits], logits_group)
+    shard_comm, shard_group = columns.each(job.SHARD_FIELDS, job.shard_comm)
+    shard = ShardComm(
+        *(
+            _column([comm[k] for comm in shard_comm], shard_group)
+            for k in range(len(ShardComm._fields))
+        )
+    )
     stages = stage(
         job.params,
         dense,
@@ -346,6 +354,7 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
         ),
         logits=(logits_s, _column([b for _, b in logits], logits_group)),
         ops=ARRAYS,
+        shard=shard,
     )
     # The pipeline runs at the pace of its slowest rank, plus the fill and drain of the others.
     kind_s = np.broadcast_to(stages.per_microbatch_s, kinds["share"].shape)
@@ -386,7 +395,7 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
     reserved = _column(reserved_values, reserved_group)
     fragmentation = job.constants.allocator_fragmentation
     shares, share_group = columns.each(
-        ("distributed_optimizer",), lambda lay: churning_grad_share(job.train, lay)
+        ("distributed_optimizer", "zero_stage"), lambda lay: churning_grad_share(job.train, lay)
     )
     gradients = terms.states.get("gradients", np.zeros_like(terms.state_bytes))  # no layouts
     churning_grads = gradients * _column(shares, share_group)
@@ -463,11 +472,12 @@ def _rank_terms(
     def spread(values: list[float]) -> Array:
         return np.asarray(values, dtype=np.float64)[spread_index]
 
-    names = list(found[0].states) if found else []
+    # every state any layout keeps (ZeRO-2/-3 add the layers in flight), 0 where one has none
+    names = list(dict.fromkeys(name for t in found for name in t.states))
     return _Terms(
         reduce_s=spread([t.reduce_s for t in found]),
         gather_s=spread([t.gather_s for t in found]),
         optimizer_s=spread([t.optimizer_s for t in found]),
-        states={name: spread([t.states[name] for t in found]) for name in names},
+        states={name: spread([t.states.get(name, 0.0) for t in found]) for name in names},
         state_bytes=spread([t.state_bytes for t in found]),
     )

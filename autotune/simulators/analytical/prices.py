@@ -18,6 +18,10 @@ from autotune.simulators.analytical.layer import dtype_bytes
 from autotune.simulators.analytical.layer import gemm_pass_s
 from autotune.simulators.analytical.recompute import layer_bytes_with_modules
 from autotune.simulators.analytical.recompute import layer_times_with_modules
+from autotune.simulators.analytical.sharding import NO_SHARD_COMM
+from autotune.simulators.analytical.sharding import ShardComm
+from autotune.simulators.analytical.sharding import largest_layer_params
+from autotune.simulators.analytical.sharding import shard_comm
 from autotune.simulators.analytical.stages import FLOATS
 from autotune.simulators.analytical.stages import GIB
 from autotune.simulators.analytical.stages import JobRates
@@ -50,8 +54,12 @@ from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.job import Job
 from autotune.simulators.layout import LAYER_COST_FIELDS
 from autotune.simulators.layout import LAYOUT_FIELDS
+from autotune.simulators.layout import ZERO_GRADS
+from autotune.simulators.layout import ZERO_PARAMS
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import Prediction
+from autotune.simulators.specs import ClusterSpec
+from autotune.simulators.specs import TrainSpec
 from autotune.simulators.states import StateBytes
 from autotune.simulators.states import fp8_primary_params
 from autotune.simulators.states import gathered_weight_bytes
@@ -60,6 +68,7 @@ from autotune.simulators.states import optimizer_step_s
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
 from autotune.simulators.states import tied_embedding_grad_bytes
+from autotune.simulators.states import unsharded_bytes
 
 __all__ = ["JobPrices", "simulate_layout"]
 
@@ -92,13 +101,18 @@ class JobPrices:
         "recompute_modules",
         "layer_split",
         "distributed_optimizer",
+        "zero_stage",
+        "dp_replicate",
     )
     P2P_FIELDS = _fields_but(*_NOT_SENDS)
     LOGITS_FIELDS = _fields_but(*_NOT_SENDS, "dp", "pp", "sequence_parallel")
     EMBEDDING_FIELDS = ("dp", "tp", "pp", "cp")  # the tied embedding's gradient all-reduce
-    RESERVED_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp")  # the communicators a rank uses
+    # the communicators a rank uses
+    RESERVED_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "dp_replicate")
     # a micro-batch's gradient accumulation: the optimizer's buffers, the micro-batches
-    ACCUMULATE_FIELDS = ("distributed_optimizer", "dp", "micro_batch")
+    ACCUMULATE_FIELDS = ("distributed_optimizer", "zero_stage", "dp", "micro_batch")
+    # what ZeRO-2 and -3 send per layer and micro-batch (:meth:`shard_comm`)
+    SHARD_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "dp_replicate")
     # the stages; the optimizer mode only through the accumulation, keyed by its value
     PIPELINE_FIELDS = _fields_but("distributed_optimizer")
     TERMS_FIELDS = _fields_but(  # what a rank's parameters cost beyond its layers
@@ -131,6 +145,7 @@ class JobPrices:
         self._logits: dict[tuple[object, ...], tuple[float, float]] = {}
         self._data_parallel: dict[tuple[object, ...], _DataParallel] = {}
         self._embedding_sync: dict[tuple[object, ...], float] = {}
+        self._shard_comm: dict[tuple[object, ...], ShardComm] = {}
 
     def layer_costs(self, layout: Layout) -> tuple[LayerCost, LayerCost]:
         """(dense, MoE) layer of ``layout`` (the dense one twice for a dense model)."""
@@ -223,6 +238,25 @@ class JobPrices:
             self._embedding_sync[key] = seconds
         return seconds
 
+    def shard_comm(self, layout: Layout) -> ShardComm:
+        """What ZeRO-2 and -3 send per layer and micro-batch
+        (:func:`autotune.simulators.analytical.sharding.shard_comm`)."""
+        if layout.zero_stage is None:
+            return NO_SHARD_COMM
+        key = _SHARD_KEY(layout)
+        comm = self._shard_comm.get(key)
+        if comm is None:
+            p = self.params
+            layers = (
+                p.dense_layer,
+                p.moe_layer_non_expert,
+                p.expert_per_layer,
+                p.embedding,
+                p.head,
+            )
+            comm = self._shard_comm[key] = shard_comm(layers, self.cluster, self.train, layout)
+        return comm
+
     def pipeline(self, layout: Layout) -> _Pipeline:
         """The stages of ``layout``, one per kind of pipeline rank, and the pace they set."""
         accumulate_s = self.accumulate_s(layout)
@@ -262,12 +296,27 @@ class JobPrices:
 
     def _data_parallel_of(self, layout: Layout) -> _DataParallel:
         cluster, train = self.cluster, self.train
+        per_node = cluster.devices_per_node
         return _DataParallel(
             layout=layout,
             sizes=state_bytes_of(train, layout),
             grad_bytes=train.grad_reduce_bytes,
-            dense_group=layout.group("dp_cp", cluster.devices_per_node),
-            expert_group=layout.group("edp", cluster.devices_per_node),
+            dense_group=layout.group("dp_cp", per_node),
+            expert_group=layout.group("edp", per_node),
+            dense_shards=(
+                layout.group("dp_shard", per_node),
+                layout.group("dp_replicate", per_node),
+            ),
+            expert_shards=(
+                layout.group("edp_shard", per_node),
+                layout.group("edp_replicate", per_node),
+            ),
+            layer_params=largest_layer_params(
+                self.params.dense_layer,
+                self.params.moe_layer_non_expert,
+                self.params.expert_per_layer,
+                layout,
+            ),
         )
 
     def _rank_terms(
@@ -281,28 +330,21 @@ class JobPrices:
         gradient reduction and parameter all-gather, the optimizer step, and their memory.
 
         The framework says in which dtype the reduction runs and whether a distributed
-        optimizer reduce-scatters the gradients (docs/reference.md 7.2).
+        optimizer reduce-scatters the gradients (docs/reference.md 7.2). With hybrid sharding
+        the reduce-scatter and the gather run inside a replica's shard group and the shards
+        are all-reduced across the replicas; ZeRO-2 and -3 reduce-scatter in every
+        micro-batch instead (:func:`~autotune.simulators.analytical.sharding.sharded_dp_s`),
+        leaving the replicas' all-reduce to the step, and ZeRO-3 gathers no weights after
+        it (docs/decisions/0049).
         """
         cluster, train = self.cluster, self.train
         framework = train.framework
-        layout, sizes, grad_bytes = parallel.layout, parallel.sizes, parallel.grad_bytes
-        reduce_s = gather_s = 0.0
+        layout, sizes = parallel.layout, parallel.sizes
+        stage = layout.sharding
         fp8_primary = fp8_primary_params(train, layout, linear_params)
-        expert_fp8 = expert_params if fp8_primary else 0.0  # the experts are all linear
-        groups = (
-            (dense_params, fp8_primary - expert_fp8, parallel.dense_group),
-            (expert_params, expert_fp8, parallel.expert_group),
+        reduce_s, gather_s = _reduce_and_gather(
+            dense_params, expert_params, fp8_primary, parallel, cluster, train
         )
-        for params, fp8_params, group in groups:
-            if group.size == 1 or params == 0:
-                continue
-            if layout.distributed_optimizer and framework.reduce_scatter_grads:
-                reduce_s += reduce_scatter_time_s(params * grad_bytes, group, cluster)
-            else:
-                reduce_s += all_reduce_time_s(params * grad_bytes, group, cluster)
-            if sizes.sharded_optimizer:  # each rank updated its shard: gather the new weights
-                weight_bytes = gathered_weight_bytes(params, fp8_params, sizes)
-                gather_s += all_gather_time_s(weight_bytes, group, cluster)
         optimizer_s = optimizer_step_s(
             dense_params,
             expert_params,
@@ -314,6 +356,14 @@ class JobPrices:
         states = state_memory_bytes(dense_params, expert_params, layout, sizes, fp8_primary)
         if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
             states["fp8_weights"] = linear_params * cluster.device.fp8_weight_copies
+        if stage >= ZERO_GRADS:  # whole layers in flight beside their shards
+            states["unsharded"] = unsharded_bytes(
+                parallel.layer_params,
+                dense_params + expert_params,
+                layout,
+                sizes,
+                framework.shard_prefetch_params,
+            )
         return RankTerms(
             reduce_s=reduce_s,
             gather_s=gather_s,
@@ -321,6 +371,42 @@ class JobPrices:
             states=states,
             state_bytes=sum(states.values()),
         )
+
+
+def _reduce_and_gather(
+    dense_params: float,
+    expert_params: float,
+    fp8_primary: float,
+    parallel: _DataParallel,
+    cluster: ClusterSpec,
+    train: TrainSpec,
+) -> tuple[float, float]:
+    """(gradient reduction, weight gather) seconds of a rank's parameters at the step
+    (:meth:`JobPrices._rank_terms`)."""
+    framework = train.framework
+    layout, sizes, grad_bytes = parallel.layout, parallel.sizes, parallel.grad_bytes
+    reduce_s = gather_s = 0.0
+    expert_fp8 = expert_params if fp8_primary else 0.0  # the experts are all linear
+    groups = (
+        (dense_params, fp8_primary - expert_fp8, parallel.dense_group, parallel.dense_shards),
+        (expert_params, expert_fp8, parallel.expert_group, parallel.expert_shards),
+    )
+    stage = layout.sharding
+    for params, fp8_params, group, (shard, replicas) in groups:
+        if group.size == 1 or params == 0:
+            continue
+        if stage >= ZERO_GRADS:
+            pass  # reduce-scattered in every micro-batch (the stage's dp_s)
+        elif layout.distributed_optimizer and framework.reduce_scatter_grads:
+            reduce_s += reduce_scatter_time_s(params * grad_bytes, shard, cluster)
+        else:
+            reduce_s += all_reduce_time_s(params * grad_bytes, group, cluster)
+        if replicas.size > 1:  # the shards' gradients across the replicas
+            reduce_s += all_reduce_time_s(params * grad_bytes / shard.size, replicas, cluster)
+        if sizes.sharded_optimizer and stage < ZERO_PARAMS:  # gather the updated weights
+            weight_bytes = gathered_weight_bytes(params, fp8_params, sizes)
+            gather_s += all_gather_time_s(weight_bytes, shard, cluster)
+    return reduce_s, gather_s
 
 
 def _layer_cost(times: tuple[float, ...], nbytes: tuple[float, ...]) -> LayerCost:
@@ -348,6 +434,7 @@ _PIPELINE_KEY = attrgetter(*JobPrices.PIPELINE_FIELDS)
 _ACCUMULATE_KEY = attrgetter(*JobPrices.ACCUMULATE_FIELDS)
 _EMBEDDING_KEY = attrgetter(*JobPrices.EMBEDDING_FIELDS)
 _TERMS_KEY = attrgetter(*JobPrices.TERMS_FIELDS)
+_SHARD_KEY = attrgetter(*JobPrices.SHARD_FIELDS)
 
 
 # ---- stages, pipeline, data parallelism, memory ----------------------------------------------
@@ -355,14 +442,18 @@ _TERMS_KEY = attrgetter(*JobPrices.TERMS_FIELDS)
 
 class _DataParallel(NamedTuple):
     """What a layout's data parallelism is, whatever the parameters a rank holds: a layout
-    of it, the state bytes per parameter, gradient bytes in the reduction, and the groups
-    that reduce dense and expert gradients."""
+    of it, the state bytes per parameter, gradient bytes in the reduction, the groups that
+    reduce dense and expert gradients, each one's (shard group, group across replicas), and
+    the parameters of the rank's largest layer."""
 
     layout: Layout
     sizes: StateBytes
     grad_bytes: float
     dense_group: GroupPlacement
     expert_group: GroupPlacement
+    dense_shards: tuple[GroupPlacement, GroupPlacement]
+    expert_shards: tuple[GroupPlacement, GroupPlacement]
+    layer_params: float
 
 
 class _Pipeline(NamedTuple):
@@ -381,6 +472,7 @@ def _pipeline(job: JobPrices, layout: Layout, accumulate_s: tuple[float, float])
     sends, logits = job.p2p_s(layout), job.logits(layout)
     selective = "core_attn" in layout.recomputed_modules
     modules = layout.recompute == "selective"
+    shard = job.shard_comm(layout)
     stages = [
         stage(
             job.params,
@@ -400,6 +492,7 @@ def _pipeline(job: JobPrices, layout: Layout, accumulate_s: tuple[float, float])
             accumulate_s=accumulate_s,
             logits=logits,
             ops=FLOATS,
+            shard=shard,
         )
         for kind, share in zip(shape.kinds, job.shares(layout, shape), strict=True)
     ]

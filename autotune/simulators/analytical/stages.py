@@ -25,6 +25,9 @@ from typing import TypeAlias
 
 import numpy as np
 
+from autotune.simulators.analytical.sharding import NO_SHARD_COMM
+from autotune.simulators.analytical.sharding import ShardComm
+from autotune.simulators.analytical.sharding import sharded_dp_s
 from autotune.simulators.device_memory import device_bytes
 from autotune.simulators.device_memory import fragmentation_bytes
 from autotune.simulators.interleaving import held_chunks
@@ -185,10 +188,13 @@ class Stage(NamedTuple):
     linear_params: Real  # weights of the layers' linear GEMMs (FP8 caches copies of them)
     activation_bytes: Real  # saved per micro-batch on this rank, after recompute
     working_bytes: Real  # transient: one layer's activations in its backward, or the logits
+    dp_s: Real = 0.0  # exposed ZeRO-2/-3 gathers and reduce-scatters of one micro-batch
 
     @property
     def per_microbatch_s(self) -> Real:
-        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
+        return (
+            self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
+        ) + self.dp_s
 
 
 # size: one formula per line on floats or arrays alike; it must stay branch-free
@@ -211,6 +217,7 @@ def stage(
     accumulate_s: tuple[Real, Real],
     logits: tuple[Real, Real],
     ops: Ops,
+    shard: ShardComm = NO_SHARD_COMM,
 ) -> Stage:
     """One pipeline rank holding ``n_dense`` dense and ``n_moe`` MoE layers.
 
@@ -223,7 +230,8 @@ def stage(
     beside the next chunk; ``accumulate_s`` the seconds
     per dense and per routed-expert parameter held that a micro-batch's gradient accumulation
     takes (:func:`autotune.simulators.states.grad_accumulation_bytes`); ``logits`` the (seconds,
-    bytes) of the output layer and loss.
+    bytes) of the output layer and loss; ``shard`` what ZeRO-2 and -3 send per layer
+    (:func:`sharded_dp_s`).
     """
     n_dense, n_moe, first, last = kind
     forward = n_dense * dense.forward_s + n_moe * moe.forward_s
@@ -266,6 +274,8 @@ def stage(
     expert_params = n_moe * params.expert_per_layer / (ep * etp)
     # Each backward adds its weight gradients to the buffer the step reduces.
     backward += accumulate_s[0] * dense_params + accumulate_s[1] * expert_params
+    head = last * ops.maximum(params.has_output, pp > 1)
+    dp_s = sharded_dp_s(shard, (n_dense, n_moe, first, head), forward, backward, ops)
     return Stage(
         compute_s=forward + backward + last * logits_s,
         recompute_s=recompute_s,
@@ -282,6 +292,7 @@ def stage(
         linear_params=linear_params + expert_params,
         activation_bytes=(1 - share) * saved + share * inputs,
         working_bytes=working,
+        dp_s=dp_s,
     )
 
 
@@ -403,7 +414,7 @@ def step_breakdown(
         "cp_comm": m * slowest.cp_s,
         "ep_comm": m * slowest.ep_s,
         "pp_comm": m * slowest.pp_s,
-        "dp_comm": dp_s,
+        "dp_comm": dp_s + m * slowest.dp_s,
         "bubble": bubble_s,
         "optimizer": optimizer_s,
     }

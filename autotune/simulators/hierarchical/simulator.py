@@ -32,8 +32,13 @@ from autotune.simulators.hierarchical.intra_stage import PARTS
 from autotune.simulators.hierarchical.intra_stage import Block
 from autotune.simulators.hierarchical.intra_stage import ChunkPlan
 from autotune.simulators.hierarchical.intra_stage import StageCoster
+from autotune.simulators.hierarchical.sharding import grad_buckets
+from autotune.simulators.hierarchical.sharding import shard_comm_s
+from autotune.simulators.hierarchical.sharding import with_sharding
 from autotune.simulators.hierarchical.trace import write_chrome_trace
 from autotune.simulators.job import Job
+from autotune.simulators.layout import ZERO_GRADS
+from autotune.simulators.layout import ZERO_PARAMS
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import BREAKDOWN_KEYS
 from autotune.simulators.prediction import Prediction
@@ -51,6 +56,7 @@ from autotune.simulators.states import optimizer_step_s
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
 from autotune.simulators.states import tied_embedding_grad_bytes
+from autotune.simulators.states import unsharded_bytes
 
 __all__ = ["HierarchicalSimulator"]
 
@@ -172,6 +178,11 @@ class HierarchicalSimulator(Simulator):
             )
             for plan in plans
         ]
+        if layout.zero_stage is not None:  # ZeRO-2 and -3: per-layer gathers, reduce-scatters
+            blocks = [
+                with_sharding(*block, shard_comm_s(plan, train, layout, comm, tied))
+                for plan, block in zip(plans, blocks, strict=True)
+            ]
         p, v, m = layout.pp, layout.vpp, layout.num_microbatches(train)
         p2p_s = _p2p_s(graphs["head"].input_bytes, train, layout, comm)
         run = run_pipeline(
@@ -267,16 +278,8 @@ class HierarchicalSimulator(Simulator):
         states = state_bytes_of(train, layout)
         dense = [_params(plan, expert=False, tied=tied) for plan in plans]
         experts = [_params(plan, expert=True, tied=tied) for plan in plans]
-        sharded = layout.distributed_optimizer and framework.reduce_scatter_grads
-        kind = "reduce_scatter" if sharded else "all_reduce"
-        grad_bytes = train.grad_reduce_bytes
-        dp = layout.dp * layout.cp
+        buckets = grad_buckets(dense, experts, train, layout, comm)
         overlapped = train.overlaps_grad_reduce
-        buckets = [
-            _buckets(d, framework.grad_buckets(d, dp, overlapped), kind, "dp_cp", grad_bytes, comm)
-            + _buckets(e, framework.grad_buckets(e, dp, overlapped), kind, "edp", grad_bytes, comm)
-            for d, e in zip(dense, experts, strict=True)
-        ]
         finish = run.finish_s[rank]
         synced = grad_sync(
             rank,
@@ -299,28 +302,34 @@ class HierarchicalSimulator(Simulator):
         fp8_primary = fp8_primary_params(train, layout, linear)
         expert_fp8 = sum(experts) if fp8_primary else 0.0  # the experts are all linear
         gather_s = 0.0
-        if states.sharded_optimizer and not train.overlaps_param_gather:
+        gathers = layout.sharding < ZERO_PARAMS  # ZeRO-3 updates the shards it holds
+        if states.sharded_optimizer and not train.overlaps_param_gather and gathers:
             dense_bytes = gathered_weight_bytes(sum(dense), fp8_primary - expert_fp8, states)
             expert_bytes = gathered_weight_bytes(sum(experts), expert_fp8, states)
-            gather_s = comm.time_s("all_gather", dense_bytes, "dp_cp") + comm.time_s(
-                "all_gather", expert_bytes, "edp"
+            gather_s = comm.time_s("all_gather", dense_bytes, "dp_shard") + comm.time_s(
+                "all_gather", expert_bytes, "edp_shard"
             )
         breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         categories = dict.fromkeys(COMPUTE_CATEGORIES, 0.0)
         for forward, backward in blocks:
             for block in (forward, backward):
-                for key in PARTS:
-                    breakdown[key] += m * block.parts[key]
+                for key in (*PARTS, "dp_comm"):
+                    breakdown[key] += m * block.parts.get(key, 0.0)
                 for key in COMPUTE_CATEGORIES:
                     categories[key] += m * block.categories[key]
         breakdown["bubble"] = run.bubble_s[rank]
         breakdown["pp_comm"] = run.pp_comm_s[rank]
-        breakdown["dp_comm"] = synced - finish + gather_s
+        breakdown["dp_comm"] += synced - finish + gather_s
         breakdown["optimizer"] = optimizer_s
         step_s = synced + optimizer_s + gather_s
         state_bytes = state_memory_bytes(sum(dense), sum(experts), layout, states, fp8_primary)
         if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
             state_bytes["fp8_weights"] = linear * cluster.device.fp8_weight_copies
+        if layout.sharding >= ZERO_GRADS:  # whole layers in flight beside their shards
+            largest = max((g.params + g.expert_params for p in plans for g in p.layers), default=0)
+            state_bytes["unsharded"] = unsharded_bytes(
+                largest, sum(dense) + sum(experts), layout, states, framework.shard_prefetch_params
+            )
         memory = {
             **{key: value / _GIB for key, value in state_bytes.items()},
             "activations": run.peak_activation_bytes[rank] / _GIB,
@@ -455,12 +464,3 @@ def _params(plan: ChunkPlan, expert: bool, tied: bool) -> int:
     if tied and plan.embedding is not None and plan.head is not None:
         ends -= plan.embedding.params  # the vocab x hidden/tp matrix, counted once
     return sum(g.params for g in plan.layers) + ends
-
-
-def _buckets(
-    params: int, count: int, kind: str, group: str, grad_bytes: float, comm: CommCost
-) -> list[float]:
-    """Reduction time of each of ``count`` gradient buckets of ``params`` parameters."""
-    if not params:
-        return []
-    return [comm.time_s(kind, params / count * grad_bytes, group)] * count

@@ -143,7 +143,10 @@ def _calibrated_rankings(
         return rankings
     settings = calibrate.ProtocolSettings(
         fit=calibrate.fit_settings(config.calibrate),
-        probe_pool=config.calibrate.probe_pool,
+        probe=calibrate.ProbeSettings(
+            stop_gain=config.calibrate.stop_gain,
+            stop_probability=config.calibrate.stop_probability,
+        ),
         probes=tuple(config.probes),
     )
     runs = calibrate.row_runs(table, specs)

@@ -43,6 +43,7 @@ __all__ = ["Belief", "ResidualModel", "belief", "estimate", "field_codes"]
 _SD_BOUNDS = (1e-3, 1.0)  # an sd of a log residual: 0.1 % to e (beyond: no evidence of it)
 _MEAN_BOUND = 1.0  # the mean log residual within [-1, 1] (predictions off by at most e)
 _START_SD = 0.05  # where the search for the sds starts
+_SHOWN = 3  # fields named in the model's one-line text (the largest parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,8 @@ class ResidualModel:
 
     def text(self) -> str:
         """The model in one line: the sds that matter, in percent of the step time."""
-        parts = [f"{name} {100 * w:.1f}%" for name, w in self.widths if w >= 0.01]
+        largest = sorted(self.widths, key=lambda item: -item[1])[:_SHOWN]
+        parts = [f"{name} {100 * w:.1f}%" for name, w in largest]
         return (
             f"measured / predicted x{math.exp(self.mean):.3f} on average, sd {100 * self.sd:.1f}%"
             f": {100 * self.own:.1f}% a layout's own, {100 * self.level:.1f}% the job's"

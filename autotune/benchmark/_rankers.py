@@ -44,6 +44,7 @@ class Ranking:
     probes: int = 0  # measured layouts per scenario it was given (probe protocols)
     allocated_gib: np.ndarray | None = None  # the framework's tensors alone (None: unknown)
     unscored: tuple[tuple[str, str], ...] = ()  # (source, why some of its rows are not ranked)
+    probes_used: np.ndarray | None = None  # per row: the probes its scenario measured
 
     def peak_gib(self, allocated: np.ndarray) -> np.ndarray:
         """The predicted peak of each row as its measurement counts it: the tensors where

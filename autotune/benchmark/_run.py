@@ -45,8 +45,9 @@ from autotune.catalog import load_calibration
 from autotune.catalog import simulator_from_config
 from autotune.config import BenchmarkConfig
 from autotune.config import config_yaml
+from autotune.simulators import Job
+from autotune.simulators import Layout
 from autotune.simulators import Simulator
-from autotune.simulators import Specs
 from autotune.simulators import UserError
 from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibrated import calibrated
@@ -132,7 +133,7 @@ def _calibrated_rankings(
     protocols: Sequence[str],
     simulator: Simulator,
     table: pd.DataFrame,
-    specs: Sequence[Specs],
+    specs: Sequence[tuple[Job, Layout]],
     zero: Ranking,
 ) -> list[Ranking]:
     """The rankings of ``calibration=`` and of the protocols beyond zero-shot."""
@@ -194,7 +195,7 @@ def _ranking(scores: calibrate.ProtocolScores) -> Ranking:
 
 
 def _given_calibration(
-    name: str, simulator: Simulator, table: pd.DataFrame, specs: Sequence[Specs]
+    name: str, simulator: Simulator, table: pd.DataFrame, specs: Sequence[tuple[Job, Layout]]
 ) -> list[Ranking]:
     """``calibration=NAME``: the simulator it is for, calibrated, as one more ranker."""
     calibration = load_calibration(name)
@@ -254,7 +255,7 @@ def run_benchmark(
     table = _filter(table, "source", _names(config.source), "source")
     priceable = _priceable(table, config.data)
     table, specs = priceable.table, priceable.specs
-    labels = [layout.describe() for *_, layout in specs]
+    labels = [layout.describe() for _, layout in specs]
     log.info(
         "%d measured rows, %d scenarios", len(table), table.groupby(["source", "scenario"]).ngroups
     )
@@ -292,8 +293,8 @@ def run_benchmark(
         seed=config.seed,
     )
     in_fit = [
-        source in cluster.fitted_on
-        for source, (_, cluster, _, _) in zip(table["source"], specs, strict=True)
+        source in job.cluster.fitted_on
+        for source, (job, _) in zip(table["source"], specs, strict=True)
     ]
     random_probes = sorted(set(config.probes)) if "probe" in protocols else []
     result = score(table, labels, rankings, settings, RANDOM in baselines, in_fit, random_probes)

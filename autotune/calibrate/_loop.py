@@ -33,12 +33,12 @@ from autotune.calibrate._rows import row_names
 from autotune.calibrate._rows import row_runs
 from autotune.calibrate._rows import skipped_notes
 from autotune.calibrate._rows import span_text
-from autotune.catalog import Job
+from autotune.catalog import PricedJob
 from autotune.config import AutotuneConfig
 from autotune.dataset import MODEL_FIELDS
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
-from autotune.simulators import Specs
 from autotune.simulators import UserError
 from autotune.simulators.files import check_output_path
 from autotune.simulators.specs import RUN_SETTINGS
@@ -128,7 +128,7 @@ class ProbePlan:
     moved: str | None  # why ``csv`` is not ``probes_out`` (None: it is)
 
 
-def plan_probes(config: AutotuneConfig, job: Job) -> ProbePlan | None:
+def plan_probes(config: AutotuneConfig, priced: PricedJob) -> ProbePlan | None:
     """Read ``measured=`` and choose where the next probes go, before any work (None: no
     probe loop).
 
@@ -138,7 +138,7 @@ def plan_probes(config: AutotuneConfig, job: Job) -> ProbePlan | None:
     """
     if not (config.probes or config.measured):
         return None
-    measured, notes = _measured(job, config.measured) if config.measured else ([], [])
+    measured, notes = _measured(priced, config.measured) if config.measured else ([], [])
     csv, moved = (None, None)
     if config.probes > 0:
         csv, moved = template_path(config.probes_out, config.measured)
@@ -195,9 +195,9 @@ def _holds_measurements(path: Path, measured: str | None) -> str | None:
     return None
 
 
-def _job_problems(job: Job, specs: Specs) -> list[str]:
-    """How one measured row differs from the job (empty: it is the job)."""
-    model, cluster, train, _ = specs
+def _job_problems(job: Job, row: Job) -> list[str]:
+    """How the job of one measured row differs from ``job`` (empty: it is the job)."""
+    model, cluster, train = row.model, row.cluster, row.train
     problems = []
     same_model = dataclasses.replace(model, name=job.model.name) == job.model
     if not same_model:
@@ -216,7 +216,7 @@ def _job_problems(job: Job, specs: Specs) -> list[str]:
 Measured = tuple[list[tuple[Layout, Run]], list[str]]  # (layout, run) pairs, notes
 
 
-def _measured(job: Job, path: str) -> Measured:
+def _measured(priced: PricedJob, path: str) -> Measured:
     """The rows of ``measured=`` as (layout, run), and notes on the rows left out; checked
     before the search: rows of another job, and step times too far from the job's predictions
     to be measurements of their layouts (a time in milliseconds), are refused, naming them.
@@ -224,11 +224,12 @@ def _measured(job: Job, path: str) -> Measured:
     Raises:
         UserError: naming the rows and what is wrong with them.
     """
+    job = priced.job
     table = dataset.load_measurements(Path(path))
     names = row_names(table.assign(source=Path(path).stem))
     wrong: dict[str, list[str]] = {}
-    for name, spec in zip(names, dataset.table_specs(table), strict=True):
-        for problem in _job_problems(job, spec):
+    for name, (row, _) in zip(names, dataset.table_specs(table), strict=True):
+        for problem in _job_problems(job, row):
             wrong.setdefault(problem, []).append(name)
     if wrong:
         parts = "; ".join(f"{problem}: {span_text(rows)}" for problem, rows in wrong.items())
@@ -241,10 +242,8 @@ def _measured(job: Job, path: str) -> Measured:
         if run is None:
             notes.append(f"{name} left out (status error)")
             continue
-        layout = run.specs[3]
-        run = dataclasses.replace(
-            run, specs=(job.model, job.cluster, job.train, layout), group="probes"
-        )
+        layout = run.specs[1]
+        run = dataclasses.replace(run, specs=(job, layout), group="probes")
         measured.append((layout, run))
     if not measured:
         raise UserError(
@@ -252,10 +251,10 @@ def _measured(job: Job, path: str) -> Measured:
             + (f" ({span_text(notes, '; ')})" if notes else "")
         )
     ran = [(layout, run) for layout, run in measured if run.ran]
-    predicted = [job.simulator.simulate(*run.specs).step_time_s for _, run in ran]
+    predicted = [priced.simulator.simulate(*run.specs).step_time_s for _, run in ran]
     try:
         check_plausible(
-            job.simulator.name,
+            priced.simulator.name,
             [run for _, run in ran],
             np.array([run.step_time_s for _, run in ran]),
             np.array(predicted),
@@ -265,8 +264,11 @@ def _measured(job: Job, path: str) -> Measured:
     return measured, notes
 
 
-def probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: str) -> pd.DataFrame:
+def probe_frame(
+    priced: PricedJob, probes: Sequence[tuple[Layout, Prediction]], name: str
+) -> pd.DataFrame:
     """The probes as measurement rows (schema v1) with the columns to fill left empty."""
+    job = priced.job
     settings = {  # the run's own settings; empty: the framework's default
         key: "" if getattr(job.train, key) is None else getattr(job.train, key)
         for key in RUN_SETTINGS
@@ -293,15 +295,16 @@ def probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: str
                 **dict.fromkeys(_FILL, ""),
                 # what the filled-in peak counts: Megatron's "max allocated" unless changed
                 "peak_memory_measure": "allocated",
-                "predictor": f"{job.simulator.name} probe {rank}",
+                "predictor": f"{priced.simulator.name} probe {rank}",
                 "predicted_step_time_s": round(prediction.step_time_s, 6),
             }
         )
     return pd.DataFrame(rows)
 
 
-def record_round(config: AutotuneConfig, job: Job, round_: ProbeRound) -> None:
+def record_round(config: AutotuneConfig, priced: PricedJob, round_: ProbeRound) -> None:
     """One MLflow run per round: the probes, the measurements, the calibration, the pick."""
+    job = priced.job
     from autotune.tracking import TrackedRun
     from autotune.tracking import record
 
@@ -311,7 +314,7 @@ def record_round(config: AutotuneConfig, job: Job, round_: ProbeRound) -> None:
                 "model": job.model.name,
                 "cluster": job.cluster.name,
                 "devices": job.cluster.num_devices,
-                "simulator": job.simulator.name,
+                "simulator": priced.simulator.name,
                 "probes": config.probes,
                 "measured": config.measured or "none",
                 "calibration": config.calibration or "none",
@@ -337,7 +340,7 @@ def record_round(config: AutotuneConfig, job: Job, round_: ProbeRound) -> None:
         if round_.stop:
             run.tags({"stop": round_.stop})
         if round_.probes:
-            run.table("probes.csv", probe_frame(job, round_.probes, "probes"))
+            run.table("probes.csv", probe_frame(priced, round_.probes, "probes"))
         run.text("round.txt", round_.text)
 
     recorded = record(

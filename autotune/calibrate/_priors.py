@@ -66,7 +66,7 @@ def priors_from(
         np.log([runs[i].step_time_s / predicted_s[i] for i in timed]),  # type: ignore[union-attr]
         [jobs[i] for i in timed],
         sources[timed],
-        field_codes([runs[i].specs[3] for i in timed]),  # type: ignore[union-attr]
+        field_codes([runs[i].specs[1] for i in timed]),  # type: ignore[union-attr]
     )
     peaks = [
         i

@@ -77,7 +77,7 @@ def _scenarios(
 ) -> list[_Scenario]:
     """Scenarios whose regret is defined: two measured layouts, one of which ran."""
     found = []
-    capacity = np.array([r.specs[1].device.memory_gib if r else np.nan for r in runs])
+    capacity = np.array([r.specs[0].cluster.device.memory_gib if r else np.nan for r in runs])
     for (source, _), positions in table.groupby(
         ["source", "scenario"], sort=False
     ).indices.items():
@@ -85,7 +85,7 @@ def _scenarios(
         ran = [i for i in rows if runs[i] is not None and runs[i].ran]  # type: ignore[union-attr]
         if len(rows) < 2 or not ran:
             continue
-        framework = runs[rows[0]].specs[2].framework.name  # type: ignore[union-attr]
+        framework = runs[rows[0]].specs[0].train.framework.name  # type: ignore[union-attr]
         margin = margins[str(source), framework]
         fits = zero.memory_gib[rows] * (1 + margin) <= capacity[rows]
         found.append(
@@ -123,10 +123,10 @@ def _probe_steps(
         settings: the stop rule and the K asked.
     """
     scenario_runs = [run for run in (runs[i] for i in scenario.rows) if run is not None]
-    device = np.array([run.specs[1].device.memory_gib for run in scenario_runs])
+    device = np.array([run.specs[0].cluster.device.memory_gib for run in scenario_runs])
     candidates = Candidates(
         log_predicted=np.log(scenario.predicted_s),
-        codes=field_codes([run.specs[3] for run in scenario_runs]),
+        codes=field_codes([run.specs[1] for run in scenario_runs]),
         memory_gib=scenario.memory_gib,
         device_gib=device,
         memory=memory_belief(scenario.margin, priors.memory_common),

@@ -101,10 +101,12 @@ def margins_elsewhere(
     """Per (source, framework), the uncalibrated memory margin that the runs of every other
     source give that stack (:mod:`autotune.calibrate._margins`)."""
     sources = table["source"].astype(str).to_numpy()
-    frameworks = np.array([run.specs[2].framework.name if run else "" for run in runs])
+    frameworks = np.array([run.specs[0].train.framework.name if run else "" for run in runs])
     measured = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
     oom = table["status"].to_numpy(dtype=str) == "oom"
-    capacity = np.array([run.specs[1].device.memory_gib if run else np.nan for run in runs])
+    capacity = np.array(
+        [run.specs[0].cluster.device.memory_gib if run else np.nan for run in runs]
+    )
     allocated = table["peak_memory_measure"].to_numpy(dtype=str) == "allocated"
     as_measured = zero.peak_gib(allocated)
     has = (np.isfinite(measured) | oom) & (frameworks != "")
@@ -186,7 +188,7 @@ def _predict_calibrated(
         if run is None:
             continue
         p = calibrated.simulate(*run.specs)
-        stack = margin_for(run.specs[2].framework.name, stacks)
+        stack = margin_for(run.specs[0].train.framework.name, stacks)
         margin = stack.value if stack.runs or stack.pooled_runs else no_evidence
         arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
         arrays["memory_gib"][i] = p.memory_gib
@@ -235,7 +237,7 @@ def _histories(table: pd.DataFrame, runs: Sequence[Run | None]) -> list[_History
     found: dict[tuple[str, str, str], list[int]] = {}
     for i, run in enumerate(runs):
         if run is not None:
-            key = (str(sources[i]), str(clusters[i]), run.specs[2].framework.name)
+            key = (str(sources[i]), str(clusters[i]), run.specs[0].train.framework.name)
             found.setdefault(key, []).append(i)
     return [_History(*key, np.array(rows, dtype=int)) for key, rows in sorted(found.items())]
 

@@ -34,11 +34,12 @@ from autotune.calibrate._probe import next_probes
 from autotune.calibrate._probe import outlook
 from autotune.calibrate._probe import pick
 from autotune.calibrate._residuals import field_codes
-from autotune.catalog import Job
+from autotune.catalog import PricedJob
 from autotune.config import AutotuneConfig
 from autotune.csv_files import write_csv
 from autotune.report import launch_text
 from autotune.report import layout_table
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
 from autotune.simulators import UserError
@@ -57,7 +58,7 @@ def _wrapped(text: str, indent: str = "  ") -> list[str]:
 # size: one round in the order the user sees it: read, believe, pick, choose, write
 def probe_round(
     config: AutotuneConfig,
-    job: Job,
+    priced: PricedJob,
     ranked: Sequence[tuple[Layout, Prediction]],
     plan: ProbePlan,
 ) -> ProbeRound:
@@ -68,12 +69,13 @@ def probe_round(
 
     Args:
         config: the search's config (``probes``, ``measured``, ``calibrate``).
-        job: the job, its simulator a :class:`CalibratedSimulator` (calibration and margin).
+        priced: the job, its simulator a :class:`CalibratedSimulator` (calibration and margin).
         ranked: every layout the search priced, best first, with its prediction.
         plan: the measured rows and where the probes go (:func:`plan_probes`).
     """
-    assert isinstance(job.simulator, CalibratedSimulator)
-    simulator: CalibratedSimulator = job.simulator
+    job = priced.job
+    assert isinstance(priced.simulator, CalibratedSimulator)
+    simulator: CalibratedSimulator = priced.simulator
     priors = shipped_priors(simulator)
     round_ = ProbeRound(model=priors.time, margin=simulator.memory_margin)
     predictions = dict(ranked)
@@ -147,7 +149,9 @@ def probe_round(
         if round_.probes:
             assert plan.csv is not None
             name = f"{job.model.name} on {job.cluster.num_devices} x {job.cluster.name}"
-            frame = probe_frame(job, [(lay, predictions[lay]) for lay, _ in round_.probes], name)
+            frame = probe_frame(
+                priced, [(lay, predictions[lay]) for lay, _ in round_.probes], name
+            )
             try:
                 round_.csv = write_csv(frame, plan.csv)
             except (OSError, UserError) as exc:
@@ -192,7 +196,7 @@ def _fed_back_text(config: AutotuneConfig, job: Job, round_: ProbeRound) -> list
         "probes say of this job and of the layout values they share):",
         layout_table(round_.ranked[: config.search.top_k]),
         f"Pick: {round_.final[0].describe()} ({round_.final_pick.reason})",
-        launch_text(job.model, job.cluster, job.train, round_.final[0]),
+        launch_text(job, round_.final[0]),
     ]
     for note in round_.notes:
         lines += _wrapped(f"note: {note}")
@@ -213,7 +217,7 @@ def _probes_text(job: Job, round_: ProbeRound, moved: str | None) -> list[str]:
         lines += [
             f"Probe {rank}: {layout.describe()} (expected {p.step_time_s:.4g} s, chance to "
             f"fit {chance:.0%}, expected improvement x chance {worth:.3g} s)",
-            launch_text(job.model, job.cluster, job.train, layout),
+            launch_text(job, layout),
         ]
     if round_.stop:
         lines += textwrap.wrap(f"Probes: {round_.stop}", width=_WIDTH)

@@ -13,10 +13,10 @@ import numpy as np
 
 from autotune.config import SearchConfig
 from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
 from autotune.simulators import ModelSpec
-from autotune.simulators import TrainSpec
 from autotune.simulators.layout import SEARCHED
 from autotune.simulators.layout import field_info
 from autotune.simulators.layout import sharding_spelt
@@ -107,9 +107,7 @@ _RULE_FREE = ("distributed_optimizer", "recompute")
 
 # size: one candidate list per layout field, in the order of Layout's fields
 def build_space(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    train: TrainSpec,
+    job: Job,
     search: SearchConfig,
     fixed: Mapping[str, Any],
 ) -> SearchSpace:
@@ -121,6 +119,7 @@ def build_space(
 
     Raises LayoutError when no layout is valid, quoting the rules the pinned values break.
     """
+    model, cluster, train = job.model, job.cluster, job.train
     candidates = _candidates(model, cluster, search)
     fixed = sharding_spelt(fixed)  # zero_stage 0 or 1 pins distributed_optimizer
     for name, value in fixed.items():
@@ -157,7 +156,7 @@ def build_space(
         if pp not in variants:
             variants[pp] = train.framework.split_variants(model.num_layers, pp)
         for order, (kind, layout) in enumerate(_split_variants(base, variants[pp])):
-            if layout.violations(model, cluster, train):
+            if layout.violations(job):
                 continue
             fields = layout.as_dict()
             for free_combo in free_combos:
@@ -168,7 +167,7 @@ def build_space(
                 )
                 found.append(([*index, order], kind, _layout(fields)))
     if not found:
-        raise LayoutError(_explain_empty(model, cluster, train, fixed))
+        raise LayoutError(_explain_empty(job, fixed))
     found.sort(key=lambda item: item[0])  # the order of the product, as when checking it all
     indices = np.array([index[:-1] for index, _, _ in found], dtype=np.int64)
     splits = tuple(kind for _, kind, _ in found)
@@ -223,16 +222,15 @@ def _split_variants(
     ]
 
 
-def _explain_empty(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, fixed: Mapping[str, Any]
-) -> str:
+def _explain_empty(job: Job, fixed: Mapping[str, Any]) -> str:
     """Why nothing is valid: the rules the pinned values break on their own."""
+    model, cluster = job.model, job.cluster
     head = f"no valid layout for {model.name} on {cluster.num_devices} devices of {cluster.name}"
     try:
         probe = Layout.resolve(cluster.num_devices, **dict(fixed))
     except LayoutError as exc:
         return f"{head}: {exc}"
-    broken = probe.violations(model, cluster, train)
+    broken = probe.violations(job)
     pinned = ", ".join(f"{k}={v}" for k, v in fixed.items()) or "nothing pinned"
     if broken:
         return f"{head} ({pinned}):\n  - " + "\n  - ".join(broken)

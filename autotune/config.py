@@ -213,7 +213,8 @@ class CalibrateSettings:
     bootstrap_samples: int = MISSING
     interval: float = MISSING
     seed: int = MISSING
-    probe_pool: float = MISSING
+    stop_gain: float = MISSING  # probes stop when no layout likely beats the best by this share
+    stop_probability: float = MISSING  # "likely": a chance above this (0.05: one in twenty)
 
     def check(self) -> None:
         """Refuse values that are meaningless on their own (UserError)."""
@@ -228,8 +229,10 @@ class CalibrateSettings:
                 bad.append(f"{key}={getattr(self, key)}")
         if not 0 < self.interval < 1:
             bad.append(f"interval={self.interval} (a probability in (0, 1))")
-        if not self.probe_pool >= 0:
-            bad.append(f"probe_pool={self.probe_pool}")
+        if not 0 <= self.stop_gain < 1:
+            bad.append(f"stop_gain={self.stop_gain} (a share of the step time in [0, 1))")
+        if not 0 < self.stop_probability < 1:
+            bad.append(f"stop_probability={self.stop_probability} (a probability in (0, 1))")
         if bad:
             raise UserError(f"calibrate: {', '.join(bad)} out of range (widths, noise > 0)")
 

@@ -44,9 +44,9 @@ def profile_layout(config: ProfileConfig) -> None:
         raise UserError(f"budget_s={config.budget_s} must be > 0 (or null for no budget)")
     job = job_from_config(config)
     layout = Layout.resolve(job.cluster.num_devices, **fixed_layout_values(config.parallel))
-    layout.check(job.model, job.cluster, job.train)
+    layout.check(job)
     device = resolve_device(config.device)
-    shapes = layer_shapes(job.model, layout, job.train, job.cluster)
+    shapes = layer_shapes(job, layout)
     progress: Progress | None = None
 
     def report(done: int, total: int, left_s: float) -> None:

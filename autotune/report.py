@@ -13,11 +13,9 @@ import pandas as pd
 
 from autotune.launch import layout_flags
 from autotune.simulators import BREAKDOWN_KEYS
-from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
-from autotune.simulators import ModelSpec
 from autotune.simulators import Prediction
-from autotune.simulators import TrainSpec
 
 __all__ = [
     "breakdown_table",
@@ -263,11 +261,11 @@ def _finite(value: object) -> object:
     return value
 
 
-def launch_text(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout) -> str:
+def launch_text(job: Job, layout: Layout) -> str:
     """The options that launch the layout on the job's framework, ready to paste, or what
     that framework cannot run of it; ``autotune.launch.write_launch_files`` writes the whole
     launch (README: Launch the pick)."""
-    launch = layout_flags(model, cluster, train, layout)
+    launch = layout_flags(job, layout)
     stack = f"{launch.title} ({launch.framework} {launch.release})"
     if launch.refused:
         refused = "".join(f"\n  - {line}" for line in launch.refused)

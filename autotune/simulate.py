@@ -14,8 +14,8 @@ from typing import Any
 
 from autotune.calibrate import Margin
 from autotune.calibrate import calibrated_job
-from autotune.catalog import Job
-from autotune.catalog import job_from_config
+from autotune.catalog import PricedJob
+from autotune.catalog import priced_job_from_config
 from autotune.cli import Command
 from autotune.cli import Output
 from autotune.cli import emit_json
@@ -38,23 +38,23 @@ from autotune.simulators.registry import TRACE_WRITERS
 
 def simulate_layout(config: AutotuneConfig) -> None:
     """Predict the layout of ``config.parallel`` and print it (or its JSON object)."""
-    job, margin = calibrated_job(
-        job_from_config(config), config.calibration, config.search.memory_margin
+    priced, margin = calibrated_job(
+        priced_job_from_config(config), config.calibration, config.search.memory_margin
     )
-    model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
-    layout = Layout.resolve(cluster.num_devices, **fixed_layout_values(config.parallel))
-    layout.check(model, cluster, train)
+    job, simulator = priced.job, priced.simulator
+    layout = Layout.resolve(job.cluster.num_devices, **fixed_layout_values(config.parallel))
+    layout.check(job)
     if config.trace and simulator.name not in TRACE_WRITERS:
         writers = " or ".join(f"simulator={name}" for name in TRACE_WRITERS)
         raise UserError(
             f"trace= needs a simulator with an event timeline ({writers}); "
             f"{simulator.name} has none"
         )
-    prediction = simulator.simulate(model, cluster, train, layout)
-    _print_prediction(config, job, layout, prediction, margin)
+    prediction = simulator.simulate(job, layout)
+    _print_prediction(config, priced, layout, prediction, margin)
     if config.trace:  # after the result, which it cannot lose
         try:
-            simulator.write_trace(model, cluster, train, layout, config.trace)
+            simulator.write_trace(job, layout, config.trace)
         except (OSError, UserError) as exc:
             raise UserError("trace: " + write_failure(config.trace, exc)) from None
         print(
@@ -64,10 +64,15 @@ def simulate_layout(config: AutotuneConfig) -> None:
 
 
 def _print_prediction(
-    config: AutotuneConfig, job: Job, layout: Layout, prediction: Prediction, margin: Margin
+    config: AutotuneConfig,
+    priced: PricedJob,
+    layout: Layout,
+    prediction: Prediction,
+    margin: Margin,
 ) -> None:
     """The prediction as tables (or the JSON object of ``output=json``)."""
-    model, cluster, train, simulator = job.model, job.cluster, job.train, job.simulator
+    job, simulator = priced.job, priced.simulator
+    model, cluster, train = job.model, job.cluster, job.train
     views = rank_views(prediction)
     costs, warning = op_costs_text(views) if views and "op_costs" in views else ("", None)
     if warning:
@@ -105,7 +110,7 @@ def _print_prediction(
     print("\n" + textwrap.fill(f"Peak memory of the worst rank (GiB): {memory}", 100))
     if views is not None:
         _print_views(views, costs)
-    print("\nLaunch flags:\n" + launch_text(model, cluster, train, layout))
+    print("\nLaunch flags:\n" + launch_text(job, layout))
 
 
 def _print_views(views: dict[str, Any], costs: str) -> None:

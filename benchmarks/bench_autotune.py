@@ -34,7 +34,7 @@ from _results import add_output_options
 from _results import write_result
 
 from autotune import catalog
-from autotune.catalog import job_from_config
+from autotune.catalog import priced_job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
 from autotune.search import Evaluator
@@ -50,19 +50,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _job(*overrides: str):  # noqa: ANN202
     cfg = load_config(AutotuneConfig, overrides)
-    job = job_from_config(cfg)
-    return cfg, job.model, job.cluster, job.train, job.simulator
+    return cfg, priced_job_from_config(cfg)
 
 
 def throughput(repeats: int) -> tuple[float, int]:
-    cfg, model, cluster, train, _ = _job()
-    space = build_space(model, cluster, train, cfg.search, {})
+    cfg, priced = _job()
+    job = priced.job
+    space = build_space(job, cfg.search, {})
     rates = []
     for _ in range(repeats):
         simulator = catalog.load_simulator("analytical")
         started = time.perf_counter()
         for layout in space.layouts:
-            simulator.simulate(model, cluster, train, layout)
+            simulator.simulate(job, layout)
         rates.append(space.size / (time.perf_counter() - started))
     return statistics.median(rates), space.size
 
@@ -91,10 +91,9 @@ def search_gaps(
     """Gap of the best layout a sampler found to the exhaustive optimum, per seed (default
     polish), and the size of the space; the search itself answers the optimum when it prices
     every layout beside."""
-    cfg, model, cluster, train, simulator = _job(*overrides)
-    job = job_from_config(cfg)
-    space = build_space(model, cluster, train, cfg.search, {})
-    evaluate = Evaluator(job)
+    cfg, priced = _job(*overrides)
+    space = build_space(priced.job, cfg.search, {})
+    evaluate = Evaluator(priced)
     optimum = ranked(zip(space.layouts, evaluate.price(space.layouts), strict=True))[0][1]
     gaps = []
     for seed in seeds:
@@ -114,10 +113,9 @@ def search_gaps(
 
 def hierarchical_search(seeds: range) -> list[str]:
     """Rows of part 4: the default (screen) and TPE, gaps to the hierarchical optimum."""
-    cfg, model, cluster, train, _ = _job("simulator=hierarchical", "launch_dir=null")
-    job = job_from_config(cfg)
-    space = build_space(model, cluster, train, cfg.search, {})
-    evaluate = Evaluator(job)
+    cfg, priced = _job("simulator=hierarchical", "launch_dir=null")
+    space = build_space(priced.job, cfg.search, {})
+    evaluate = Evaluator(priced)
     started = time.perf_counter()
     optimum = ranked(zip(space.layouts, evaluate.price(space.layouts), strict=True))[0][1]
     every_s = time.perf_counter() - started
@@ -126,7 +124,7 @@ def hierarchical_search(seeds: range) -> list[str]:
         f"{every_s:.1f} |"
     ]
     started = time.perf_counter()
-    outcome = search_job(cfg, job_from_config(cfg), StopFlag())
+    outcome = search_job(cfg, priced_job_from_config(cfg), StopFlag())
     auto_s = time.perf_counter() - started
     gap = outcome.best.step_time_s / optimum.step_time_s - 1
     rows.append(
@@ -136,7 +134,7 @@ def hierarchical_search(seeds: range) -> list[str]:
     )
     gaps, times = [], []
     for seed in seeds:
-        fresh = job_from_config(cfg)  # a cold simulator, as a search starts
+        fresh = priced_job_from_config(cfg)  # a cold simulator, as a search starts
         study = open_study(None, f"bench-hier-{seed}", "tpe", seed, {"bench": "hier"})
         started = time.perf_counter()
         result = optimize(

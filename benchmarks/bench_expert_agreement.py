@@ -49,6 +49,7 @@ from autotune.dataset import records
 from autotune.search import Evaluator
 from autotune.search import build_space
 from autotune.search import ranked
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
 
@@ -124,17 +125,20 @@ def _widened(search: SearchConfig, shipped: Layout) -> tuple[SearchConfig, tuple
     return dataclasses.replace(search, **changes), tuple(changes)
 
 
+def _analytical(job: Job) -> catalog.PricedJob:
+    """``job`` priced by the analytical simulator, uncalibrated."""
+    return catalog.PricedJob(job=job, simulator=catalog.load_simulator("analytical"))
+
+
 def agreement(
     row: dict[str, Any], search: SearchConfig, margin: float, sample: int = SAMPLE, seed: int = 0
 ) -> Agreement:
     """Search the job of ``row`` and place its shipped layout among the priced layouts."""
-    model, cluster, train, shipped = dataset.row_to_specs(row)
-    job, _ = calibrated_job(
-        catalog.Job(model, cluster, train, catalog.load_simulator("analytical")), None, margin
-    )
+    job, shipped = dataset.row_to_specs(row)
+    priced, _ = calibrated_job(_analytical(job), None, margin)
     widened, extended = _widened(search, shipped)
     try:
-        layouts = list(build_space(model, cluster, train, widened, {}).layouts)
+        layouts = list(build_space(job, widened, {}).layouts)
     except LayoutError:
         layouts = []
     valid = len(layouts)
@@ -144,15 +148,15 @@ def agreement(
         layouts = random.Random(seed).sample(layouts, sample)
     if shipped not in layouts:
         layouts.append(shipped)
-    pairs = ranked(zip(layouts, Evaluator(job).price(layouts), strict=True))
+    pairs = ranked(zip(layouts, Evaluator(priced).price(layouts), strict=True))
     rank = next(i for i, (lay, _) in enumerate(pairs, start=1) if lay == shipped)
     pick, best = pairs[0]
     own = pairs[rank - 1][1]
     return Agreement(
         source=str(row["source"]),
         job=(
-            f"{row['model']} {cluster.name} x{cluster.num_devices} {train.precision} "
-            f"seq {train.seq_len} gbs {train.global_batch_size}"
+            f"{row['model']} {job.cluster.name} x{job.cluster.num_devices} "
+            f"{job.train.precision} seq {job.train.seq_len} gbs {job.train.global_batch_size}"
         ),
         shipped=shipped.describe(),
         pick=pick.describe(),
@@ -161,7 +165,7 @@ def agreement(
         valid=valid,
         sampled=sampled,
         extended=extended,
-        outside_rules=not in_space and bool(shipped.violations(model, cluster, train)),
+        outside_rules=not in_space and bool(shipped.violations(job)),
         shipped_fits=own.fits,
         speedup=own.step_time_s / best.step_time_s,
     )
@@ -190,9 +194,8 @@ def run(
     for done, row in enumerate(todo, start=1):
         job_margin = margin
         if margin < 0:  # derived, as the search derives it: the margin of the job's stack
-            model, cluster, train, _ = dataset.row_to_specs(row)
-            plain = catalog.Job(model, cluster, train, catalog.load_simulator("analytical"))
-            job_margin = calibrated_job(plain, None, None)[1].value
+            job, _ = dataset.row_to_specs(row)
+            job_margin = calibrated_job(_analytical(job), None, None)[1].value
         results.append(agreement(row, search, job_margin, sample))
         if progress is not None:
             progress(done, len(todo), results[-1])

@@ -48,11 +48,11 @@ def predicted(table: pd.DataFrame, simulator_name: str) -> pd.Series:
     """Predicted step time of every row (NaN where its layout breaks a rule)."""
     simulator = catalog.load_simulator(simulator_name)
     times = []
-    for model, cluster, train, layout in dataset.table_specs(table):
-        if layout.violations(model, cluster, train):
+    for job, layout in dataset.table_specs(table):
+        if layout.violations(job):
             times.append(float("nan"))
             continue
-        times.append(simulator.simulate(model, cluster, train, layout).step_time_s)
+        times.append(simulator.simulate(job, layout).step_time_s)
     return pd.Series(times, index=table.index)
 
 

@@ -21,7 +21,7 @@ import time
 from _results import add_output_options
 from _results import write_result
 
-from autotune.catalog import job_from_config
+from autotune.catalog import priced_job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
 from autotune.search import build_space
@@ -37,39 +37,33 @@ SANITY = (
 
 def _job(*overrides: str):  # noqa: ANN202
     cfg = load_config(AutotuneConfig, overrides)
-    job = job_from_config(cfg)
-    return cfg, job.model, job.cluster, job.train, job.simulator
+    priced = priced_job_from_config(cfg)
+    return cfg, priced.job, priced.simulator
 
 
 def speed(limit: int) -> tuple[int, list[float], list[float]]:
     """Seconds per layout, cold and warm, over up to ``limit`` layouts spread over the space."""
-    cfg, model, cluster, train, simulator = _job("cluster.num_nodes=128", "simulator=hierarchical")
-    layouts = build_space(model, cluster, train, cfg.search, {}).layouts
+    cfg, job, simulator = _job("cluster.num_nodes=128", "simulator=hierarchical")
+    layouts = build_space(job, cfg.search, {}).layouts
     chosen = layouts[:: max(1, len(layouts) // limit)][:limit]
     passes: list[list[float]] = [[], []]
     for times in passes:
         for layout in chosen:
             started = time.perf_counter()
-            simulator.simulate(model, cluster, train, layout)
+            simulator.simulate(job, layout)
             times.append(time.perf_counter() - started)
     return len(layouts), passes[0], passes[1]
 
 
 def sanity() -> list[tuple[Layout, Prediction, Prediction]]:
     """(layout, analytical, hierarchical) for the SANITY layouts of llama70b on 64 NPUs."""
-    _, model, cluster, train, analytical = _job()
+    _, job, analytical = _job()
     *_, hierarchical = _job("simulator=hierarchical")
     rows = []
     for given in SANITY:
-        layout = Layout.resolve(cluster.num_devices, **given)
-        layout.check(model, cluster, train)
-        rows.append(
-            (
-                layout,
-                analytical.simulate(model, cluster, train, layout),
-                hierarchical.simulate(model, cluster, train, layout),
-            )
-        )
+        layout = Layout.resolve(job.cluster.num_devices, **given)
+        layout.check(job)
+        rows.append((layout, analytical.simulate(job, layout), hierarchical.simulate(job, layout)))
     return rows
 
 

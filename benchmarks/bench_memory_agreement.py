@@ -21,6 +21,7 @@ from _results import add_output_options
 from _results import write_result
 
 from autotune import catalog
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import TrainSpec
 from autotune.simulators.hierarchical import HierarchicalSimulator
@@ -96,10 +97,11 @@ def main() -> None:
             global_batch_size=64,
             precision=precision,
         )
+        job = Job(model=model, cluster=cluster, train=train)
         for recompute in ("none", "selective"):
             layout = Layout.resolve(cluster.num_devices, recompute=recompute, **degrees)
-            fast = analytical.simulate(model, cluster, train, layout).memory_breakdown_gib
-            fine = hierarchical.simulate(model, cluster, train, layout).memory_breakdown_gib
+            fast = analytical.simulate(job, layout).memory_breakdown_gib
+            fine = hierarchical.simulate(job, layout).memory_breakdown_gib
             ours = fast["activations"] + fast.get("working", 0.0)
             theirs = fine["activations"]
             lines.append(

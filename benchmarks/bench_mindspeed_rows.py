@@ -34,14 +34,14 @@ def main() -> None:
     ]
     errors = []
     for _, row in dataset.load_public(["mindspeed"]).iterrows():
-        model, cluster, train, layout = dataset.row_to_specs(row)
-        predicted = simulator.simulate(model, cluster, train, layout).tokens_per_s_per_device
+        job, layout = dataset.row_to_specs(row)
+        predicted = simulator.simulate(job, layout).tokens_per_s_per_device
         measured = float(row["tokens_per_s_per_device"])
         error = predicted / measured - 1
         errors.append(abs(error))
         rows.append(
-            f"| {row['model']} | {row['num_devices']} | {layout.describe()} | {train.seq_len} | "
-            f"{measured:.0f} | {predicted:.0f} | {100 * error:+.1f}% |"
+            f"| {row['model']} | {row['num_devices']} | {layout.describe()} | "
+            f"{job.train.seq_len} | {measured:.0f} | {predicted:.0f} | {100 * error:+.1f}% |"
         )
     rows.append(
         f"\nMean absolute error {100 * statistics.mean(errors):.1f}%, median "

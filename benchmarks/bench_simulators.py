@@ -83,15 +83,15 @@ def throughput(overrides: tuple[str, ...], repeats: int) -> tuple[int, float, fl
     cfg = load_config(AutotuneConfig, [*overrides, "tracking.enabled=false"])
     job = job_from_config(cfg)
     fixed = fixed_layout_values(cfg.parallel)
-    space = build_space(job.model, job.cluster, job.train, cfg.search, fixed)
-    model, cluster, train, layouts = job.model, job.cluster, job.train, space.layouts
+    space = build_space(job, cfg.search, fixed)
+    layouts = space.layouts
 
     def scalar(simulator: Any) -> None:
         for layout in layouts:
-            simulator.simulate(model, cluster, train, layout)
+            simulator.simulate(job, layout)
 
     def vectorized(simulator: Any) -> None:
-        simulator.simulate_many(model, cluster, train, layouts)
+        simulator.simulate_many(job, layouts)
 
     warm = catalog.load_simulator("analytical")
     vectorized(warm)

@@ -63,7 +63,7 @@ def measured_rows(cluster: str) -> pd.DataFrame:
         raise UserError(
             f"no shipped row ran on cluster {cluster!r}; clusters with rows: {clusters}"
         )
-    keep = [not layout.violations(m, c, t) for m, c, t, layout in dataset.table_specs(table)]
+    keep = [not layout.violations(job) for job, layout in dataset.table_specs(table)]
     return table[keep].reset_index(drop=True)
 
 
@@ -77,9 +77,10 @@ def predict(simulator: Simulator, table: pd.DataFrame, efficiencies: dict[str, A
     return np.array(
         [
             simulator.simulate(
-                model, with_efficiencies(cluster, efficiencies), train, layout
+                dataclasses.replace(job, cluster=with_efficiencies(job.cluster, efficiencies)),
+                layout,
             ).step_time_s
-            for model, cluster, train, layout in dataset.table_specs(table)
+            for job, layout in dataset.table_specs(table)
         ]
     )
 

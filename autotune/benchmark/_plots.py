@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from autotune.benchmark._report import regret_curve
+from autotune.benchmark._protocol_tables import curve_label
+from autotune.benchmark._protocol_tables import regret_curve
 from autotune.benchmark._score import BenchmarkResult
 from autotune.figures import html_page
 from autotune.simulators.files import atomic_writer
@@ -153,7 +154,9 @@ def _plotly_html(frames: dict[str, pd.DataFrame]) -> str:
     curve = frames["curve"]
     if len(curve):
         lines = px.line(
-            curve.assign(ranker=curve["simulator"] + ", " + curve["protocol"]),
+            curve.assign(
+                ranker=[curve_label(*pair) for pair in curve[["simulator", "protocol"]].to_numpy()]
+            ),
             x="K",
             y="regret_at_1_mean",
             color="ranker",
@@ -187,7 +190,10 @@ def _curve_figure(curve: pd.DataFrame) -> Any:
     for (simulator, protocol), group in curve.groupby(["simulator", "protocol"], sort=False):
         group = group.sort_values("K")
         ax.plot(
-            group["K"], group["regret_at_1_mean"], marker="o", label=f"{simulator}, {protocol}"
+            group["K"],
+            group["regret_at_1_mean"],
+            marker="o",
+            label=curve_label(simulator, protocol),
         )
     ax.set_xticks(sorted(curve["K"].unique()))
     ax.set_xlabel("probes K (measured layouts per scenario)")

@@ -16,12 +16,9 @@ import numpy as np
 import pandas as pd
 
 from autotune.progress import Progress
-from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
-from autotune.simulators import ModelSpec
 from autotune.simulators import Simulator
-from autotune.simulators import TrainSpec
-from autotune.simulators.layout import Specs
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
 
@@ -47,6 +44,7 @@ class Ranking:
     probes: int = 0  # measured layouts per scenario it was given (probe protocols)
     allocated_gib: np.ndarray | None = None  # the framework's tensors alone (None: unknown)
     unscored: tuple[tuple[str, str], ...] = ()  # (source, why some of its rows are not ranked)
+    probes_used: np.ndarray | None = None  # per row: the probes its scenario measured
 
     def peak_gib(self, allocated: np.ndarray) -> np.ndarray:
         """The predicted peak of each row as its measurement counts it: the tensors where
@@ -57,7 +55,9 @@ class Ranking:
 
 
 def simulate(
-    simulator: Simulator, specs: Sequence[Specs], memory_margin: float | Mapping[str, float] = 0.0
+    simulator: Simulator,
+    specs: Sequence[tuple[Job, Layout]],
+    memory_margin: float | Mapping[str, float] = 0.0,
 ) -> Ranking:
     """Predict every row (each layout keeps the rules: :func:`dataset.priceable_rows`).
 
@@ -71,15 +71,15 @@ def simulate(
     fits = np.zeros(n, dtype=bool)
     elapsed = 0.0
     progress = Progress(simulator.name, n, unit="layouts")
-    for i, (model, cluster, train, layout) in enumerate(specs):
+    for i, (job, layout) in enumerate(specs):
         progress.update(i)
         start = time.perf_counter()
-        prediction = simulator.simulate(model, cluster, train, layout)
+        prediction = simulator.simulate(job, layout)
         elapsed += time.perf_counter() - start
         margin = (
             memory_margin
             if isinstance(memory_margin, float | int)
-            else memory_margin[train.framework.name]
+            else memory_margin[job.train.framework.name]
         )
         predicted[i], memory[i], allocated[i], fits[i] = (
             prediction.step_time_s,
@@ -115,23 +115,20 @@ class HeuristicRule:
 
     state_memory_fraction: float
 
-    def fits(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> bool:
+    def fits(self, job: Job, layout: Layout) -> bool:
         """Whether the states of an average pipeline stage fill at most the allowed share."""
+        model, cluster, train = job.model, job.cluster, job.train
         experts = model.num_moe_layers * model.expert_params_per_layer
         dense = (model.num_params - experts) / (layout.tp * layout.pp)
         local_experts = experts / (layout.expert_tp * layout.ep * layout.pp)
         states = state_memory_bytes(dense, local_experts, layout, state_bytes_of(train, layout))
         return sum(states.values()) <= self.state_memory_fraction * cluster.device.memory_gib * GIB
 
-    def key(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> tuple[int, ...]:
+    def key(self, job: Job, layout: Layout) -> tuple[int, ...]:
         """Sort key of a layout: smaller is preferred."""
         return (
-            int(not self.fits(model, cluster, train, layout)),
-            int(layout.tp > cluster.devices_per_node),
+            int(not self.fits(job, layout)),
+            int(layout.tp > job.cluster.devices_per_node),
             layout.tp * layout.pp * layout.cp,
             layout.pp,
             layout.cp,
@@ -141,7 +138,7 @@ class HeuristicRule:
         )
 
 
-def heuristic_ranking(rule: HeuristicRule, specs: Sequence[Specs]) -> Ranking:
+def heuristic_ranking(rule: HeuristicRule, specs: Sequence[tuple[Job, Layout]]) -> Ranking:
     """Rank rows by the rule's key (scenarios are ranked separately, so a global rank works);
     each layout keeps the rules (its expert grid divides the world)."""
     keys = [rule.key(*spec) for spec in specs]

@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autotune.benchmark._gains import CHANGES_TITLE
+from autotune.benchmark._gains import GAINS_TITLE
+from autotune.benchmark._gains import changes_table
+from autotune.benchmark._gains import gains_table
 from autotune.benchmark._metrics import ape
+from autotune.benchmark._protocol_tables import curve_table
+from autotune.benchmark._protocol_tables import has_protocols
+from autotune.benchmark._protocol_tables import protocol_table
+from autotune.benchmark._protocol_tables import regret_curve
 from autotune.benchmark._score import BenchmarkResult
 from autotune.benchmark._unscored import NOT_SCORED
 from autotune.benchmark._unscored import unscored_text
@@ -220,83 +228,6 @@ def _skipped_lines(result: BenchmarkResult) -> list[str]:
     return [*lines, ""]
 
 
-_ZERO_SHOT = "zero_shot"
-
-
-def _simulator_of(name: str) -> str:
-    """The simulator a protocol's ranker belongs to (``analytical, probe K=3``)."""
-    return name.split(",")[0]
-
-
-def has_protocols(result: BenchmarkResult) -> bool:
-    """Whether any ranker saw the data another way than zero-shot."""
-    return any(s.get("protocol", _ZERO_SHOT) != _ZERO_SHOT for s in result.summaries.values())
-
-
-def protocol_table(result: BenchmarkResult) -> pd.DataFrame:
-    """Protocols side by side: one row per ranker, regret@1 mean per source and overall."""
-    sources = sorted(
-        {
-            source
-            for s in result.summaries.values()
-            for source, f in s["by_source"].items()
-            if f["n_scenarios"]
-        }
-    )
-    records = []
-    for name, s in result.summaries.items():
-        record = {
-            "ranker": name,
-            "protocol": s.get("protocol", _ZERO_SHOT),
-            "K": s.get("probes") or "-",
-        }
-        for source in sources:
-            figures = s["by_source"].get(source)
-            record[source] = _pct(figures["regret_at_1_mean"]) if figures else "-"
-            if source in wholly_unscored(s):
-                record[source] = NOT_SCORED
-        record["all"] = _pct(s["regret_at_1_mean"])
-        record["OOM picks"] = _pct(s["false_feasible_pick_rate"])
-        record["MAPE"] = _pct(s["mape"])
-        records.append(record)
-    return pd.DataFrame(records)
-
-
-def regret_curve(result: BenchmarkResult) -> pd.DataFrame:
-    """Regret@1 mean against the number of probes K, per simulator and probe protocol."""
-    records = [
-        {
-            "simulator": _simulator_of(name),
-            "protocol": s["protocol"],
-            "K": int(s["probes"]),
-            "regret_at_1_mean": s["regret_at_1_mean"],
-            "false_feasible_pick_rate": s["false_feasible_pick_rate"],
-            "mape": s["mape"],
-        }
-        for name, s in result.summaries.items()
-        if s.get("probes")
-    ]
-    columns = [
-        "simulator",
-        "protocol",
-        "K",
-        "regret_at_1_mean",
-        "false_feasible_pick_rate",
-        "mape",
-    ]
-    return pd.DataFrame(records, columns=columns)
-
-
-def curve_table(result: BenchmarkResult) -> pd.DataFrame:
-    """The regret curve as a table: one row per K, one column per simulator and protocol."""
-    curve = regret_curve(result)
-    if curve.empty:
-        return curve
-    curve = curve.assign(column=curve["simulator"] + ", " + curve["protocol"])
-    table = curve.pivot(index="K", columns="column", values="regret_at_1_mean")
-    return table.map(_pct).reset_index()
-
-
 def console_tables(result: BenchmarkResult, top_k: int) -> str:
     """The overall table, split in two to fit 120 columns, and the per-source table.
 
@@ -339,6 +270,12 @@ def console_tables(result: BenchmarkResult, top_k: int) -> str:
                 curve.to_string(index=False),
             ]
             lines.append("")
+        if len(result.gains):
+            lines += textwrap.wrap(GAINS_TITLE + ":", _WIDTH)
+            lines += [gains_table(result.gains).to_string(index=False), ""]
+        if len(result.changes):
+            lines += textwrap.wrap(CHANGES_TITLE + ":", _WIDTH)
+            lines += [changes_table(result.changes).to_string(index=False), ""]
     return "\n".join(lines)
 
 
@@ -452,6 +389,18 @@ def _protocol_sections(result: BenchmarkResult) -> list[str]:
             "![regret against K](regret_vs_probes.png)",
             "",
         ]
+    if len(result.gains):
+        lines += [
+            "## Gain over the probe baselines",
+            "",
+            GAINS_TITLE + " (each resample draws the scenarios with replacement; "
+            "docs/calibration.md 5).",
+            "",
+            markdown_table(gains_table(result.gains)),
+            "",
+        ]
+    if len(result.changes):
+        lines += [CHANGES_TITLE + ".", "", markdown_table(changes_table(result.changes)), ""]
     return lines
 
 
@@ -464,6 +413,8 @@ def json_payload(result: BenchmarkResult, settings: Mapping[str, Any]) -> dict[s
             "scenarios": scenarios,
             "settings": dict(settings),
             "regret_vs_probes": regret_curve(result).to_dict(orient="records"),
+            "probe_gains": result.gains.to_dict(orient="records"),
+            "probe_k1_changes": result.changes.to_dict(orient="records"),
             "fits": fit_table(result).to_dict(orient="records"),
             "skipped": {
                 "by_source": skipped_counts(result),

@@ -24,6 +24,9 @@ from omegaconf import ListConfig
 
 from autotune import calibrate
 from autotune import dataset
+from autotune.benchmark._gains import ALL
+from autotune.benchmark._protocol_tables import curve_label
+from autotune.benchmark._protocol_tables import regret_curve
 from autotune.benchmark._rankers import HeuristicRule
 from autotune.benchmark._rankers import Ranking
 from autotune.benchmark._rankers import heuristic_ranking
@@ -31,7 +34,6 @@ from autotune.benchmark._rankers import peer_rankings
 from autotune.benchmark._rankers import simulate
 from autotune.benchmark._report import console_tables
 from autotune.benchmark._report import json_payload
-from autotune.benchmark._report import regret_curve
 from autotune.benchmark._report_files import check_report_files
 from autotune.benchmark._report_files import write_report
 from autotune.benchmark._score import RANDOM
@@ -43,8 +45,9 @@ from autotune.catalog import load_calibration
 from autotune.catalog import simulator_from_config
 from autotune.config import BenchmarkConfig
 from autotune.config import config_yaml
+from autotune.simulators import Job
+from autotune.simulators import Layout
 from autotune.simulators import Simulator
-from autotune.simulators import Specs
 from autotune.simulators import UserError
 from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibrated import calibrated
@@ -130,7 +133,7 @@ def _calibrated_rankings(
     protocols: Sequence[str],
     simulator: Simulator,
     table: pd.DataFrame,
-    specs: Sequence[Specs],
+    specs: Sequence[tuple[Job, Layout]],
     zero: Ranking,
 ) -> list[Ranking]:
     """The rankings of ``calibration=`` and of the protocols beyond zero-shot."""
@@ -141,9 +144,11 @@ def _calibrated_rankings(
         return rankings
     settings = calibrate.ProtocolSettings(
         fit=calibrate.fit_settings(config.calibrate),
-        probe_pool=config.calibrate.probe_pool,
+        probe=calibrate.ProbeSettings(
+            stop_gain=config.calibrate.stop_gain,
+            stop_probability=config.calibrate.stop_probability,
+        ),
         probes=tuple(config.probes),
-        seed=config.seed,
     )
     runs = calibrate.row_runs(table, specs)
     zero_shot = calibrate.ZeroShot(zero.predicted_s, zero.memory_gib, zero.allocated_gib)
@@ -185,11 +190,12 @@ def _ranking(scores: calibrate.ProtocolScores) -> Ranking:
         protocol=scores.protocol,
         probes=scores.probes,
         unscored=scores.unscored,
+        probes_used=scores.probes_used,
     )
 
 
 def _given_calibration(
-    name: str, simulator: Simulator, table: pd.DataFrame, specs: Sequence[Specs]
+    name: str, simulator: Simulator, table: pd.DataFrame, specs: Sequence[tuple[Job, Layout]]
 ) -> list[Ranking]:
     """``calibration=NAME``: the simulator it is for, calibrated, as one more ranker."""
     calibration = load_calibration(name)
@@ -249,7 +255,7 @@ def run_benchmark(
     table = _filter(table, "source", _names(config.source), "source")
     priceable = _priceable(table, config.data)
     table, specs = priceable.table, priceable.specs
-    labels = [layout.describe() for *_, layout in specs]
+    labels = [layout.describe() for _, layout in specs]
     log.info(
         "%d measured rows, %d scenarios", len(table), table.groupby(["source", "scenario"]).ngroups
     )
@@ -287,10 +293,11 @@ def run_benchmark(
         seed=config.seed,
     )
     in_fit = [
-        source in cluster.fitted_on
-        for source, (_, cluster, _, _) in zip(table["source"], specs, strict=True)
+        source in job.cluster.fitted_on
+        for source, (job, _) in zip(table["source"], specs, strict=True)
     ]
-    result = score(table, labels, rankings, settings, RANDOM in baselines, in_fit)
+    random_probes = sorted(set(config.probes)) if "probe" in protocols else []
+    result = score(table, labels, rankings, settings, RANDOM in baselines, in_fit, random_probes)
     return dataclasses.replace(result, skipped=priceable.skipped)
 
 
@@ -361,7 +368,7 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
 
         curve = regret_curve(result)
         curves = {
-            f"{simulator}.{protocol}.regret_at_1_mean": [
+            f"{curve_label(simulator, protocol)}.regret_at_1_mean": [
                 (int(k), float(v))
                 for k, v in zip(group["K"], group["regret_at_1_mean"], strict=True)
             ]
@@ -373,7 +380,8 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
             result.summaries,
             config_yaml(cfg),
             written,
-            curves=curves,
+            curves={**curves, **_gain_curves(result)},
+            metrics=_change_metrics(result),
         )
         if recorded.problem:
             log.warning("warning: the benchmark was not recorded in MLflow: %s", recorded.problem)
@@ -386,6 +394,41 @@ def _report(cfg: BenchmarkConfig, result: BenchmarkResult) -> None:
             )
     if problem is not None:
         raise UserError(problem)
+
+
+_GAIN_FIGURES = tuple(
+    f"gain_over_{base}{end}" for base in ("top_k", "random") for end in ("", "_ci_low", "_ci_high")
+)
+
+
+def _gain_curves(result: BenchmarkResult) -> dict[str, list[tuple[int, float]]]:
+    """The probe protocol's gains as MLflow metric histories over K:
+    ``<simulator>.probe[.<source>].gain_over_top_k`` (and its interval, and over random)."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for (simulator, source), group in result.gains.groupby(["simulator", "source"]):
+        prefix = f"{simulator}.probe" + ("" if source == ALL else f".{source}")
+        for figure in (*_GAIN_FIGURES, "probes_used"):
+            values = [
+                (int(k), float(v))
+                for k, v in zip(group["K"], group[figure], strict=True)
+                if math.isfinite(v)
+            ]
+            if values:
+                curves[f"{prefix}.{figure}"] = values
+    return curves
+
+
+def _change_metrics(result: BenchmarkResult) -> dict[str, float]:
+    """What one probe changes, as MLflow metrics: ``<simulator>.probe[.<source>].k1_<figure>``."""
+    metrics = {}
+    for row in result.changes.to_dict(orient="records"):
+        prefix = f"{row['simulator']}.probe" + (
+            "" if row["source"] == ALL else f".{row['source']}"
+        )
+        for figure in ("changed", "better", "worse", "same_regret", "regret_change_mean"):
+            if math.isfinite(row[figure]):
+                metrics[f"{prefix}.k1_{figure}"] = float(row[figure])
+    return metrics
 
 
 def run(config: BenchmarkConfig) -> None:

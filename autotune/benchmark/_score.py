@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field
+from math import comb
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from autotune.benchmark._gains import RANDOM_PROBES
+from autotune.benchmark._gains import probe_gains
 from autotune.benchmark._metrics import ape
 from autotune.benchmark._metrics import expected_random_regret
 from autotune.benchmark._metrics import feasibility_rates
@@ -21,7 +25,14 @@ from autotune.benchmark._rankers import Ranking
 from autotune.dataset import SkippedRow
 from autotune.order import sort_frame
 
-__all__ = ["RANDOM", "BenchmarkResult", "ScoreSettings", "nothing_to_score", "score"]
+__all__ = [
+    "RANDOM",
+    "BenchmarkResult",
+    "ScoreSettings",
+    "nothing_to_score",
+    "random_probes_name",
+    "score",
+]
 
 RANDOM = "random"
 _KIND_ORDER = ("simulator", "peer", "baseline")  # the order of the tables
@@ -46,12 +57,15 @@ class ScoreSettings:
 @dataclass(frozen=True, slots=True)
 class BenchmarkResult:
     """Per-scenario scores, per-row predictions and per-ranker summaries (with ``by_source``),
-    and the rows left out because their layout breaks a rule."""
+    the rows left out because their layout breaks a rule, and the probe protocol's gains over
+    its baselines (:mod:`autotune.benchmark._gains`)."""
 
     scenarios: pd.DataFrame
     rows: pd.DataFrame
     summaries: dict[str, dict[str, Any]]
     skipped: tuple[SkippedRow, ...] = ()
+    gains: pd.DataFrame = field(default_factory=pd.DataFrame)  # the probe protocol's gains
+    changes: pd.DataFrame = field(default_factory=pd.DataFrame)  # what one probe changes
 
 
 def score(
@@ -61,6 +75,7 @@ def score(
     settings: ScoreSettings,
     with_random: bool,
     in_fit: Sequence[bool] | None = None,
+    random_probes: Sequence[int] = (),
 ) -> BenchmarkResult:
     """Score ``rankings`` (and the exact ``random`` baseline) on the scenarios of ``table``.
 
@@ -72,20 +87,18 @@ def score(
         with_random: whether to add the ``random`` baseline.
         in_fit: per row, whether a constant of its cluster was fit on its source's rows
             (``ClusterSpec.fitted_on``); the row frame keeps it as ``in_fit``. None: no row.
+        random_probes: the K of the ``random probes K=<k>`` baselines to add: the exact
+            expected regret of the best of K layouts drawn at random (the probe protocol's).
     """
     fitted = np.zeros(len(table), bool) if in_fit is None else np.asarray(in_fit, bool)
     groups = table.groupby(["source", "scenario"], sort=False).indices
     columns = _Columns.of(table)
     scenario_rows: list[dict[str, Any]] = []
     row_frames: list[pd.DataFrame] = []
-    kinds: dict[str, str] = {}
-    if with_random:
-        kinds[RANDOM] = "baseline"
-        for (source, scenario), positions in groups.items():
-            record = _random_record(positions[columns.measured[positions]], columns, settings)
-            scenario_rows.append(
-                {"simulator": RANDOM, **columns.job(source, scenario, positions), **record}
-            )
+    drawn = {RANDOM: 1} if with_random else {}
+    drawn |= {random_probes_name(k): k for k in random_probes}
+    kinds = dict.fromkeys(drawn, "baseline")
+    scenario_rows += _random_rows(groups, columns, settings, drawn)
     for ranking in rankings:
         kinds[ranking.name] = ranking.kind
         local = np.full(len(table), -1)
@@ -95,6 +108,8 @@ def score(
             if len(covered) == 0:
                 continue
             record = _ranked_record(covered, local[covered], ranking, columns, labels, settings)
+            if ranking.probes_used is not None:
+                record["probes_used"] = float(ranking.probes_used[local[covered[0]]])
             scenario_rows.append(
                 {"simulator": ranking.name, **columns.job(source, scenario, positions), **record}
             )
@@ -105,12 +120,47 @@ def score(
     rows = pd.concat(row_frames, ignore_index=True) if row_frames else pd.DataFrame()
     order = sorted(kinds, key=lambda name: _KIND_ORDER.index(kinds[name]))
     summaries = {name: _summary(name, kinds[name], scenarios, rows, settings) for name in order}
+    _how_they_saw(summaries, rankings, random_probes)
+    gains, changes = probe_gains(scenarios, summaries, settings.bootstrap_samples, settings.seed)
+    return BenchmarkResult(
+        scenarios=scenarios, rows=rows, summaries=summaries, gains=gains, changes=changes
+    )
+
+
+def _how_they_saw(
+    summaries: dict[str, dict[str, Any]], rankings: Sequence[Ranking], random_probes: Sequence[int]
+) -> None:
+    """Each ranker's protocol, probes, unscored rows and time per layout, in its summary."""
     for ranking in rankings:
         summaries[ranking.name]["seconds_per_layout"] = ranking.seconds_per_layout
         summaries[ranking.name]["protocol"] = ranking.protocol
         summaries[ranking.name]["probes"] = ranking.probes
         summaries[ranking.name]["unscored"] = dict(ranking.unscored)
-    return BenchmarkResult(scenarios=scenarios, rows=rows, summaries=summaries)
+    for k in random_probes:
+        summaries[random_probes_name(k)].update(protocol=RANDOM_PROBES, probes=k, unscored={})
+
+
+def _random_rows(
+    groups: dict[Any, np.ndarray],
+    columns: _Columns,
+    settings: ScoreSettings,
+    drawn: dict[str, int],
+) -> list[dict[str, Any]]:
+    """The scenario records of the random baselines (name -> layouts drawn), exactly."""
+    records = []
+    for name, k in drawn.items():
+        for (source, scenario), positions in groups.items():
+            measured = positions[columns.measured[positions]]
+            record = _random_record(measured, columns, settings, k, name == RANDOM)
+            records.append(
+                {"simulator": name, **columns.job(source, scenario, positions), **record}
+            )
+    return records
+
+
+def random_probes_name(k: int) -> str:
+    """The name of the ``random probes`` baseline of ``k`` probes."""
+    return f"{RANDOM_PROBES} K={k}"
 
 
 def nothing_to_score(table: pd.DataFrame, rankings: Sequence[Ranking], skipped: int) -> str:
@@ -180,18 +230,26 @@ class _Columns:
         }
 
 
-def _random_record(rows: np.ndarray, columns: _Columns, settings: ScoreSettings) -> dict[str, Any]:
+def _random_record(
+    rows: np.ndarray, columns: _Columns, settings: ScoreSettings, k: int, plain: bool
+) -> dict[str, Any]:
+    """The exact expectation over uniform draws of ``k`` of the measured layouts, the best
+    measured of them kept (``plain``: the ``random`` baseline, one draw, with regret@k)."""
     measured, ok = columns.step_time_s[rows], columns.ok[rows]
     record = _empty_record(len(rows), int(ok.sum()))
     if record["eligible"]:
         regrets = layout_regrets(measured, ok, settings.oom_penalty_regret)
+        k = min(k, len(rows))
         record.update(
             best_step_time_s=float(np.min(measured[ok])),
-            pick="uniform draw",
-            regret_at_1=expected_random_regret(regrets, 1),
-            regret_at_k=expected_random_regret(regrets, settings.top_k),
-            oom_pick=float(np.mean(~ok)),
+            pick="uniform draw" if plain else f"best of {k} drawn",
+            regret_at_1=expected_random_regret(regrets, k),
+            regret_at_k=expected_random_regret(regrets, settings.top_k) if plain else _NAN,
+            # every draw ran out of memory
+            oom_pick=comb(int((~ok).sum()), k) / comb(len(rows), k),
         )
+        if not plain:
+            record["probes_used"] = float(k)
     return record
 
 
@@ -372,6 +430,8 @@ def _figures(
         "kendall_tau_mean": _nanmean(eligible["kendall_tau"]),
         "spearman_rho_median": _nanmedian(eligible["spearman_rho"]),
     }
+    if "probes_used" in eligible:  # a probe protocol's: measured layouts per scenario
+        figures["probes_used_mean"] = _nanmean(eligible["probes_used"])
     figures.update(_row_figures(kind, rows))
     return figures
 

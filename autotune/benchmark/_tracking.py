@@ -42,9 +42,11 @@ def log_benchmark_run(
     report_files: Sequence[Path],
     protocol: str = "zero_shot",
     curves: Mapping[str, list[tuple[int, float]]] | None = None,
+    metrics: Mapping[str, float] | None = None,
 ) -> Recorded:
     """Record the benchmark with the report's files (those written, nothing else of their
-    folder); MLflow's failures are reported in the result, never raised."""
+    folder); ``curves`` are metric histories over a step (K), ``metrics`` more metrics of the
+    parent run. MLflow's failures are reported in the result, never raised."""
 
     def fill(run: TrackedRun) -> None:
         run.params(params)
@@ -61,7 +63,8 @@ def log_benchmark_run(
             run.history(_UNSAFE.sub("_", key), values)
 
     def fill_all(run: TrackedRun) -> None:
-        run.metrics(_headline_metrics(summaries, protocol))
+        extra = {_UNSAFE.sub("_", key): value for key, value in (metrics or {}).items()}
+        run.metrics({**_headline_metrics(summaries, protocol), **extra})
         fill(run)
 
     protocols = sorted({str(s.get("protocol", protocol)) for s in summaries.values()})

@@ -22,7 +22,6 @@ from autotune.calibrate._fit import memory_margin
 from autotune.calibrate._loop import ProbePlan
 from autotune.calibrate._loop import ProbeRound
 from autotune.calibrate._loop import plan_probes
-from autotune.calibrate._loop import probe_round
 from autotune.calibrate._loop import record_round
 from autotune.calibrate._margins import MIN_EVIDENCE
 from autotune.calibrate._margins import StackMargin
@@ -31,15 +30,18 @@ from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import margins_from
 from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._probe import Pick
-from autotune.calibrate._probe import choose_probes
+from autotune.calibrate._probe import ProbeSettings
+from autotune.calibrate._probe import next_probes
 from autotune.calibrate._probe import pick
+from autotune.calibrate._probe_protocol import probe_scores
 from autotune.calibrate._protocols import PROTOCOLS
 from autotune.calibrate._protocols import ProtocolScores
 from autotune.calibrate._protocols import ProtocolSettings
 from autotune.calibrate._protocols import ZeroShot
 from autotune.calibrate._protocols import leave_one_model_out
 from autotune.calibrate._protocols import leave_one_source_out
-from autotune.calibrate._protocols import probe_scores
+from autotune.calibrate._residuals import ResidualModel
+from autotune.calibrate._round import probe_round
 from autotune.calibrate._rows import row_runs
 
 __all__ = [
@@ -51,14 +53,15 @@ __all__ = [
     "Pick",
     "ProbePlan",
     "ProbeRound",
+    "ProbeSettings",
     "ProtocolScores",
     "ProtocolSettings",
+    "ResidualModel",
     "Run",
     "StackMargin",
     "ZeroShot",
     "calibrated_job",
     "check_calibration",
-    "choose_probes",
     "evidence",
     "fit",
     "fit_settings",
@@ -67,6 +70,7 @@ __all__ = [
     "margin_for",
     "margins_from",
     "memory_margin",
+    "next_probes",
     "pick",
     "plan_probes",
     "probe_round",

@@ -16,7 +16,7 @@ from autotune.calibrate._fit import Run
 from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._rows import row_runs
-from autotune.catalog import Job
+from autotune.catalog import PricedJob
 from autotune.simulators import Simulator
 from autotune.simulators import UserError
 from autotune.simulators.calibrated import CalibratedSimulator
@@ -108,12 +108,12 @@ def check_calibration(
 
 
 def calibrated_job(
-    job: Job, calibration: str | Calibration | None, margin: float | None
-) -> tuple[Job, Margin]:
-    """``job`` with its simulator calibrated and a memory margin applied.
+    priced: PricedJob, calibration: str | Calibration | None, margin: float | None
+) -> tuple[PricedJob, Margin]:
+    """``priced`` with its simulator calibrated and a memory margin applied.
 
     Args:
-        job: the job as composed.
+        priced: the job and its simulator as composed.
         calibration: a calibration name or path (``calibration=``), one already loaded, or
             None (uncalibrated).
         margin: ``search.memory_margin``; None derives it: the calibration's own, else the
@@ -124,8 +124,10 @@ def calibrated_job(
     """
     loaded = catalog.load_calibration(calibration) if isinstance(calibration, str) else calibration
     if loaded is not None:
-        check_calibration(loaded, job.simulator.name, job.cluster.name, job.train.framework.name)
-    plain = calibrated(job.simulator, loaded)
+        check_calibration(
+            loaded, priced.simulator.name, priced.job.cluster.name, priced.job.train.framework.name
+        )
+    plain = calibrated(priced.simulator, loaded)
     if margin is not None:
         if not margin >= 0:
             raise UserError(f"search.memory_margin={margin} must be >= 0 (a fraction, 0.05: 5%)")
@@ -136,6 +138,6 @@ def calibrated_job(
             f"95th percentile of under-prediction on calibration {loaded.name!r}",
         )
     else:
-        chosen = shipped_margin(plain, job.train.framework.name)
-    simulator = CalibratedSimulator(job.simulator, plain.calibration, chosen.value)
-    return dataclasses.replace(job, simulator=simulator), chosen
+        chosen = shipped_margin(plain, priced.job.train.framework.name)
+    simulator = CalibratedSimulator(priced.simulator, plain.calibration, chosen.value)
+    return dataclasses.replace(priced, simulator=simulator), chosen

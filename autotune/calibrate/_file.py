@@ -71,7 +71,7 @@ def calibration_record(
             {
                 "row": run.label,
                 "scenario": run.group.partition("/")[2],
-                "layout": run.specs[3].describe(),
+                "layout": run.specs[1].describe(),
                 "status": run.status,
                 "fitted": i in used or run.status == "oom" or math.isfinite(run.peak_memory_gib),
             }

@@ -40,7 +40,8 @@ from autotune.simulators.calibration import SCALE_FACTORS
 from autotune.simulators.calibration import SIMULATED_FACTORS
 from autotune.simulators.calibration import TIME_FACTORS
 from autotune.simulators.calibration import Calibration
-from autotune.simulators.layout import Specs
+from autotune.simulators.job import Job
+from autotune.simulators.layout import Layout
 from autotune.simulators.limits import MAX_MEASURED_OVER_PREDICTED
 
 __all__ = ["FitResult", "FitSettings", "Run", "fit", "memory_margin", "time_sensitivities"]
@@ -64,7 +65,7 @@ class Run:
     calibration file.
     """
 
-    specs: Specs
+    specs: tuple[Job, Layout]
     status: str
     step_time_s: float = math.nan
     peak_memory_gib: float = math.nan
@@ -208,7 +209,7 @@ class _TimeModel:
 
 def _time_bounds(simulator: Simulator, runs: Sequence[Run]) -> tuple[np.ndarray, np.ndarray]:
     """Bounds of the step-time factors: efficiencies at most 1 on every cluster fitted."""
-    clusters = {simulator.effective_cluster(run.specs[1]) for run in runs}
+    clusters = {simulator.effective_cluster(run.specs[0].cluster) for run in runs}
     highest = {
         "matmul_efficiency": max(
             max(c.device.matmul_efficiency, c.device.fp8_matmul_efficiency or 0.0)
@@ -400,7 +401,7 @@ def _measured_whole_device(run: Run) -> bool:
 
 
 def _clusters(runs: Sequence[Run]) -> set[str]:
-    return {run.specs[1].name for run in runs}
+    return {run.specs[0].cluster.name for run in runs}
 
 
 def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run]) -> _MemoryData:
@@ -651,7 +652,7 @@ def check_plausible(
     if not len(far):
         return
     shown = "; ".join(
-        f"{runs[i].label or runs[i].specs[3].describe()}: {measured[i]:g} s measured, "
+        f"{runs[i].label or runs[i].specs[1].describe()}: {measured[i]:g} s measured, "
         f"{predicted[i]:.3g} s predicted"
         for i in far[:_SHOWN]
     )
@@ -697,7 +698,7 @@ def _bootstrap(
 
 
 def time_sensitivities(
-    simulator: Simulator, center: Calibration, specs: Sequence[Specs]
+    simulator: Simulator, center: Calibration, specs: Sequence[tuple[Job, Layout]]
 ) -> np.ndarray:
     """d log(step time) / d(step-time factor) of each layout at ``center`` (one row each)."""
     key = (id(simulator), tuple(sorted(center.factors.items())), tuple(specs))
@@ -713,7 +714,7 @@ _SENSITIVITIES: dict[tuple[object, ...], np.ndarray] = {}  # the last few, by jo
 
 
 def _sensitivities(
-    simulator: Simulator, center: Calibration, specs: Sequence[Specs]
+    simulator: Simulator, center: Calibration, specs: Sequence[tuple[Job, Layout]]
 ) -> np.ndarray:
     runs = [Run(specs=s, status="ok", step_time_s=1.0) for s in specs]
     model = _TimeModel(simulator, center, runs)

@@ -1,23 +1,19 @@
-"""The probe loop of the search: K layouts to measure, then their measurements fed back.
+"""The probe loop of the search: what it reads and writes (the round itself:
+:mod:`autotune.calibrate._round`).
 
-``python -m autotune ... probes=K`` ends with K layouts to measure (chosen by
-:func:`choose_probes`: likely good, spread over where their predicted breakdowns differ), their
-launch flags, and a CSV file in the measurement schema whose ``status``, ``step_time_s`` and
-``peak_memory_gib`` are left to fill. ``measured=runs.csv`` feeds them back: the rows must be
-of this job (the same model, cluster, devices, sequence and batch); the simulator is calibrated
-on them (from the calibration in use), every layout the search priced is re-predicted, and
-the pick is made with :func:`pick` (never a layout known to be worse than the best measured
-probe). With both, the next K probes come from the calibrated predictions; MLflow records it.
-"""
+``python -m autotune ... probes=K`` ends with K layouts to measure, their launch flags, and a
+CSV file in the measurement schema whose ``status``, ``step_time_s`` and ``peak_memory_gib``
+are left to fill. ``measured=runs.csv`` feeds them back: the rows must be of this job (the
+same model, cluster, devices, sequence and batch), checked before the search
+(:func:`plan_probes`); the next probes never replace a file that holds measurements
+(:func:`template_path`). MLflow records each round (:func:`record_round`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import logging
-import math
 import os
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
@@ -28,51 +24,54 @@ import numpy as np
 import pandas as pd
 
 from autotune import dataset
-from autotune.calibrate._command import fit_settings
-from autotune.calibrate._fit import FitResult
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import check_plausible
-from autotune.calibrate._fit import fit
+from autotune.calibrate._memory import MemoryBelief
 from autotune.calibrate._probe import Pick
-from autotune.calibrate._probe import choose_probes
-from autotune.calibrate._probe import pick
+from autotune.calibrate._residuals import ResidualModel
 from autotune.calibrate._rows import row_names
 from autotune.calibrate._rows import row_runs
 from autotune.calibrate._rows import skipped_notes
 from autotune.calibrate._rows import span_text
-from autotune.catalog import Job
+from autotune.catalog import PricedJob
 from autotune.config import AutotuneConfig
-from autotune.csv_files import write_csv
 from autotune.dataset import MODEL_FIELDS
-from autotune.report import launch_text
-from autotune.report import layout_table
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
-from autotune.simulators import Specs
 from autotune.simulators import UserError
-from autotune.simulators.calibrated import CalibratedSimulator
-from autotune.simulators.calibration import FACTORS
 from autotune.simulators.files import check_output_path
-from autotune.simulators.files import write_failure
 from autotune.simulators.specs import RUN_SETTINGS
 
-__all__ = ["ProbePlan", "ProbeRound", "plan_probes", "probe_round", "template_path"]
+__all__ = [
+    "ProbePlan",
+    "ProbeRound",
+    "plan_probes",
+    "probe_frame",
+    "record_round",
+    "template_path",
+]
 
 log = logging.getLogger("autotune")
 _FILL = ("status", "step_time_s", "peak_memory_gib")  # the columns the user fills in
-_WIDTH = 119  # the terminal output keeps within 120 columns
 
 
 @dataclass
 class ProbeRound:
-    """What one round found: the fit and the pick (with ``measured=``), the next probes."""
+    """What one round found: the memory fit and the pick (with ``measured=``), the step-time
+    model, the next probes or why there are none."""
 
     measured: list[tuple[Layout, Run]] = field(default_factory=list)
-    result: FitResult | None = None
-    ranked: list[tuple[Layout, Prediction]] = field(default_factory=list)
+    margin: float | None = None  # the memory margin before the measured rows
+    memory: MemoryBelief | None = None  # what is believed of memory after them
+    model: ResidualModel | None = None
+    ranked: list[tuple[Layout, Prediction]] = field(default_factory=list)  # expected times
     final: tuple[Layout, Prediction] | None = None
     final_pick: Pick | None = None
-    probes: list[tuple[Layout, Prediction]] = field(default_factory=list)
+    probes: list[tuple[Layout, Prediction]] = field(default_factory=list)  # expected times
+    values: list[tuple[float, float]] = field(default_factory=list)  # (fit chance, worth s)
+    stop: str | None = None  # why fewer probes than asked (None: as many)
+    ruled_out: int = 0  # layouts left out: as much memory as a probe that ran out of it
     csv: Path | None = None
     notes: list[str] = field(default_factory=list)
     text: str = ""
@@ -80,9 +79,20 @@ class ProbeRound:
 
     def payload(self) -> dict[str, Any]:
         """The round as JSON-ready values."""
-        out: dict[str, Any] = {"notes": self.notes}
-        if self.result is not None:
-            out["calibration"] = dict(self.result.calibration.factors)
+        out: dict[str, Any] = {"notes": self.notes, "stop": self.stop}
+        if self.model is not None:
+            out["step_time_model"] = {
+                "mean": self.model.mean,
+                "level": self.model.level,
+                "own": self.model.own,
+                "fields": dict(self.model.widths),
+            }
+        if self.measured and self.memory is not None:
+            out["memory_model"] = {
+                "memory_factor": self.memory.factor,
+                "memory_margin": self.memory.margin,
+                "memory_margin_before": self.margin,
+            }
             out["measured"] = [
                 {"layout": lay.as_dict(), "status": run.status, "step_time_s": run.step_time_s}
                 for lay, run in self.measured
@@ -92,12 +102,17 @@ class ProbeRound:
                 "layout": self.final[0].as_dict(),
                 "measured": self.final_pick.measured,
                 "reason": self.final_pick.reason,
-                "predicted_step_time_s": self.final[1].step_time_s * self.final_pick.level,
+                "expected_step_time_s": self.final_pick.expected_s,
             }
-        if self.probes:
+        if self.probes or self.stop:
             out["probes"] = [
-                {"layout": lay.as_dict(), "predicted_step_time_s": p.step_time_s}
-                for lay, p in self.probes
+                {
+                    "layout": lay.as_dict(),
+                    "expected_step_time_s": p.step_time_s,
+                    "fit_chance": chance,
+                    "worth_s": worth,
+                }
+                for (lay, p), (chance, worth) in zip(self.probes, self.values, strict=True)
             ]
             out["probes_csv"] = None if self.csv is None else str(self.csv)
         return out
@@ -113,7 +128,7 @@ class ProbePlan:
     moved: str | None  # why ``csv`` is not ``probes_out`` (None: it is)
 
 
-def plan_probes(config: AutotuneConfig, job: Job) -> ProbePlan | None:
+def plan_probes(config: AutotuneConfig, priced: PricedJob) -> ProbePlan | None:
     """Read ``measured=`` and choose where the next probes go, before any work (None: no
     probe loop).
 
@@ -123,7 +138,7 @@ def plan_probes(config: AutotuneConfig, job: Job) -> ProbePlan | None:
     """
     if not (config.probes or config.measured):
         return None
-    measured, notes = _measured(job, config.measured) if config.measured else ([], [])
+    measured, notes = _measured(priced, config.measured) if config.measured else ([], [])
     csv, moved = (None, None)
     if config.probes > 0:
         csv, moved = template_path(config.probes_out, config.measured)
@@ -180,9 +195,9 @@ def _holds_measurements(path: Path, measured: str | None) -> str | None:
     return None
 
 
-def _job_problems(job: Job, specs: Specs) -> list[str]:
-    """How one measured row differs from the job (empty: it is the job)."""
-    model, cluster, train, _ = specs
+def _job_problems(job: Job, row: Job) -> list[str]:
+    """How the job of one measured row differs from ``job`` (empty: it is the job)."""
+    model, cluster, train = row.model, row.cluster, row.train
     problems = []
     same_model = dataclasses.replace(model, name=job.model.name) == job.model
     if not same_model:
@@ -201,7 +216,7 @@ def _job_problems(job: Job, specs: Specs) -> list[str]:
 Measured = tuple[list[tuple[Layout, Run]], list[str]]  # (layout, run) pairs, notes
 
 
-def _measured(job: Job, path: str) -> Measured:
+def _measured(priced: PricedJob, path: str) -> Measured:
     """The rows of ``measured=`` as (layout, run), and notes on the rows left out; checked
     before the search: rows of another job, and step times too far from the job's predictions
     to be measurements of their layouts (a time in milliseconds), are refused, naming them.
@@ -209,11 +224,12 @@ def _measured(job: Job, path: str) -> Measured:
     Raises:
         UserError: naming the rows and what is wrong with them.
     """
+    job = priced.job
     table = dataset.load_measurements(Path(path))
     names = row_names(table.assign(source=Path(path).stem))
     wrong: dict[str, list[str]] = {}
-    for name, spec in zip(names, dataset.table_specs(table), strict=True):
-        for problem in _job_problems(job, spec):
+    for name, (row, _) in zip(names, dataset.table_specs(table), strict=True):
+        for problem in _job_problems(job, row):
             wrong.setdefault(problem, []).append(name)
     if wrong:
         parts = "; ".join(f"{problem}: {span_text(rows)}" for problem, rows in wrong.items())
@@ -226,10 +242,8 @@ def _measured(job: Job, path: str) -> Measured:
         if run is None:
             notes.append(f"{name} left out (status error)")
             continue
-        layout = run.specs[3]
-        run = dataclasses.replace(
-            run, specs=(job.model, job.cluster, job.train, layout), group="probes"
-        )
+        layout = run.specs[1]
+        run = dataclasses.replace(run, specs=(job, layout), group="probes")
         measured.append((layout, run))
     if not measured:
         raise UserError(
@@ -237,10 +251,10 @@ def _measured(job: Job, path: str) -> Measured:
             + (f" ({span_text(notes, '; ')})" if notes else "")
         )
     ran = [(layout, run) for layout, run in measured if run.ran]
-    predicted = [job.simulator.simulate(*run.specs).step_time_s for _, run in ran]
+    predicted = [priced.simulator.simulate(*run.specs).step_time_s for _, run in ran]
     try:
         check_plausible(
-            job.simulator.name,
+            priced.simulator.name,
             [run for _, run in ran],
             np.array([run.step_time_s for _, run in ran]),
             np.array(predicted),
@@ -250,8 +264,11 @@ def _measured(job: Job, path: str) -> Measured:
     return measured, notes
 
 
-def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: str) -> pd.DataFrame:
+def probe_frame(
+    priced: PricedJob, probes: Sequence[tuple[Layout, Prediction]], name: str
+) -> pd.DataFrame:
     """The probes as measurement rows (schema v1) with the columns to fill left empty."""
+    job = priced.job
     settings = {  # the run's own settings; empty: the framework's default
         key: "" if getattr(job.train, key) is None else getattr(job.train, key)
         for key in RUN_SETTINGS
@@ -278,185 +295,16 @@ def _probe_frame(job: Job, probes: Sequence[tuple[Layout, Prediction]], name: st
                 **dict.fromkeys(_FILL, ""),
                 # what the filled-in peak counts: Megatron's "max allocated" unless changed
                 "peak_memory_measure": "allocated",
-                "predictor": f"{job.simulator.name} probe {rank}",
+                "predictor": f"{priced.simulator.name} probe {rank}",
                 "predicted_step_time_s": round(prediction.step_time_s, 6),
             }
         )
     return pd.DataFrame(rows)
 
 
-# size: one round in the order the user sees it: read, calibrate, re-rank, pick, choose, write
-def probe_round(
-    config: AutotuneConfig,
-    job: Job,
-    ranked: Sequence[tuple[Layout, Prediction]],
-    plan: ProbePlan,
-) -> ProbeRound:
-    """Feed ``measured=`` back (calibrate, re-rank, pick) and choose ``probes=`` K layouts.
-
-    A CSV of the probes that cannot be written (a full disk) costs only the file: the round
-    says why in ``problem``, and the command reports it after the result.
-
-    Args:
-        config: the search's config (``probes``, ``measured``, ``calibrate``).
-        job: the job, its simulator a :class:`CalibratedSimulator` (calibration and margin).
-        ranked: every layout the search priced, best first, with its prediction.
-        plan: the measured rows and where the probes go (:func:`plan_probes`).
-    """
-    assert isinstance(job.simulator, CalibratedSimulator)
-    settings = fit_settings(config.calibrate, bootstrap=False)
-    simulator: CalibratedSimulator = job.simulator
-    round_ = ProbeRound()
-    candidates = [lay for lay, _ in ranked]
-    predictions = [pred for _, pred in ranked]
-    lines: list[str] = []
-    if config.measured:
-        round_.measured, round_.notes = list(plan.measured), list(plan.notes)
-        result = fit(
-            simulator.base, [run for _, run in round_.measured], settings, simulator.calibration
-        )
-        round_.result = result
-        round_.notes += result.notes
-        margin = result.calibration.memory_margin
-        simulator = CalibratedSimulator(
-            simulator.base,
-            result.calibration,
-            simulator.memory_margin if margin is None else margin,
-        )
-        known = {lay: i for i, lay in enumerate(candidates)}
-        for lay, _ in round_.measured:
-            if lay not in known:
-                known[lay] = len(candidates)
-                candidates.append(lay)
-        predictions = [
-            simulator.simulate(job.model, job.cluster, job.train, lay) for lay in candidates
-        ]
-        probes = [known[lay] for lay, _ in round_.measured]
-        measured_s = [run.step_time_s if run.ran else math.nan for _, run in round_.measured]
-        chosen = pick(
-            [p.step_time_s for p in predictions],
-            [p.fits for p in predictions],
-            probes,
-            measured_s,
-            settings.time_noise,
-        )
-        round_.final_pick = chosen
-        round_.final = (candidates[chosen.index], predictions[chosen.index])
-        round_.ranked = sorted(
-            zip(candidates, predictions, strict=True),
-            key=lambda item: (not item[1].fits, item[1].step_time_s),
-        )
-        lines += _fed_back_text(config, job, round_, chosen)
-    if config.probes > 0:
-        done = {lay for lay, _ in round_.measured}
-        open_ = [i for i, lay in enumerate(candidates) if lay not in done]
-        center = simulator.calibration
-        chosen_probes = choose_probes(
-            simulator.base,
-            [(job.model, job.cluster, job.train, candidates[i]) for i in open_],
-            [predictions[i].step_time_s for i in open_],
-            [predictions[i].fits for i in open_],
-            config.probes,
-            settings,
-            config.calibrate.probe_pool,
-            center,
-        )
-        round_.probes = [(candidates[open_[j]], predictions[open_[j]]) for j in chosen_probes]
-        assert plan.csv is not None
-        name = f"{job.model.name} on {job.cluster.num_devices} x {job.cluster.name}"
-        try:
-            round_.csv = write_csv(_probe_frame(job, round_.probes, name), plan.csv)
-        except (OSError, UserError) as exc:
-            round_.problem = write_failure(plan.csv, exc)
-        lines += _probes_text(job, round_, plan.moved)
-    round_.text = "\n".join(lines)
-    return round_
-
-
-def _factor_line(result: FitResult) -> str:
-    factors = result.calibration.factors
-    return ", ".join(f"{name} {factors[name]:.3g}" for name in FACTORS if name in factors)
-
-
-def _fed_back_text(
-    config: AutotuneConfig, job: Job, round_: ProbeRound, chosen: Pick
-) -> list[str]:
-    assert round_.result is not None and round_.final is not None
-    ran = [run for _, run in round_.measured if run.ran]
-    lines = [
-        "",
-        f"Measured probes ({config.measured}): {len(round_.measured)} row(s), {len(ran)} ran, "
-        f"{len(round_.measured) - len(ran)} ran out of memory",
-        *textwrap.wrap(
-            f"calibrated: {_factor_line(round_.result)}",
-            width=_WIDTH,
-            initial_indent="  ",
-            subsequent_indent="    ",
-        ),
-    ]
-    if not ran:
-        lines.append(
-            "  every probe ran out of memory: the memory model was tightened (memory factor "
-            f"{round_.result.calibration.factors['memory_factor']:.3g}) and the pick is the "
-            "best layout it predicts to fit"
-        )
-    level = chosen.level
-    probed = {lay for lay, _ in round_.measured}
-    shown = [
-        (lay, dataclasses.replace(p, step_time_s=p.step_time_s * level))
-        for lay, p in round_.ranked
-        if lay not in probed
-    ]
-    lines += [
-        f"  measured {lay.describe()}: "
-        + (f"{run.step_time_s:.3f} s" if run.ran else "out of memory")
-        for lay, run in round_.measured
-    ]
-    lines += [
-        f"Unmeasured layouts re-ranked with the calibration (x{level:.3f}: this job's measured"
-        " / predicted level):",
-        layout_table(shown[: config.search.top_k]),
-        f"Pick: {round_.final[0].describe()} ({chosen.reason})",
-        launch_text(job.model, job.cluster, job.train, round_.final[0]),
-    ]
-    for note in round_.notes:
-        lines += textwrap.wrap(
-            f"note: {note}", width=_WIDTH, initial_indent="  ", subsequent_indent="    "
-        )
-    return lines
-
-
-def _probes_text(job: Job, round_: ProbeRound, moved: str | None) -> list[str]:
-    level = round_.final_pick.level if round_.final_pick is not None else 1.0
-    shown = [
-        (lay, dataclasses.replace(p, step_time_s=p.step_time_s * level))
-        for lay, p in round_.probes
-    ]
-    lines = [
-        "",
-        f"{len(round_.probes)} layout(s) to measure (likely good, spread over where their "
-        "predicted breakdowns differ):",
-        layout_table(shown),
-    ]
-    for rank, (layout, _) in enumerate(round_.probes, start=1):
-        lines += [
-            f"Probe {rank}: {layout.describe()}",
-            launch_text(job.model, job.cluster, job.train, layout),
-        ]
-    if round_.csv is None:  # not written: the command says why after the result
-        return lines
-    if moved is not None:
-        lines += textwrap.wrap(f"note: {moved}", width=_WIDTH)
-    lines += textwrap.wrap(
-        f"Fill in status (ok or oom), step_time_s and peak_memory_gib of {round_.csv}, then run "
-        f"the same command with measured={round_.csv}",
-        width=_WIDTH,
-    )
-    return lines
-
-
-def record_round(config: AutotuneConfig, job: Job, round_: ProbeRound) -> None:
+def record_round(config: AutotuneConfig, priced: PricedJob, round_: ProbeRound) -> None:
     """One MLflow run per round: the probes, the measurements, the calibration, the pick."""
+    job = priced.job
     from autotune.tracking import TrackedRun
     from autotune.tracking import record
 
@@ -466,26 +314,33 @@ def record_round(config: AutotuneConfig, job: Job, round_: ProbeRound) -> None:
                 "model": job.model.name,
                 "cluster": job.cluster.name,
                 "devices": job.cluster.num_devices,
-                "simulator": job.simulator.name,
+                "simulator": priced.simulator.name,
                 "probes": config.probes,
                 "measured": config.measured or "none",
                 "calibration": config.calibration or "none",
             }
         )
-        if round_.result is not None:
-            run.metrics({f"factor.{k}": v for k, v in round_.result.calibration.factors.items()})
+        if round_.model is not None:
+            model = round_.model
+            parts = {"mean": model.mean, "level": model.level, "own": model.own}
+            run.metrics({f"residual.{k}": v for k, v in [*parts.items(), *model.widths]})
+        if round_.measured and round_.memory is not None:
             run.metrics({"measured_rows": len(round_.measured)})
+            run.metrics({"factor.memory_factor": round_.memory.factor})
+            run.metrics({"memory_margin": round_.memory.margin})
         if round_.final is not None and round_.final_pick is not None:
             run.metrics(
                 {
-                    "pick_predicted_step_time_s": round_.final[1].step_time_s
-                    * round_.final_pick.level,
+                    "pick_expected_step_time_s": round_.final_pick.expected_s,
                     "pick_measured": float(round_.final_pick.measured),
                 }
             )
             run.tags({"pick": round_.final[0].describe()})
+        run.metrics({"probes_chosen": len(round_.probes)})
+        if round_.stop:
+            run.tags({"stop": round_.stop})
         if round_.probes:
-            run.table("probes.csv", _probe_frame(job, round_.probes, "probes"))
+            run.table("probes.csv", probe_frame(priced, round_.probes, "probes"))
         run.text("round.txt", round_.text)
 
     recorded = record(

@@ -77,11 +77,11 @@ def stack_margins(
             prediction.peak_gib(run.peak_memory_measure),
             prediction.memory_gib,
             run.peak_memory_gib,
-            run.specs[1].device.memory_gib,
+            run.specs[0].cluster.device.memory_gib,
         )
         predicted.append(pair[0])
         measured.append(pair[1])
-        frameworks.append(run.specs[2].framework.name)
+        frameworks.append(run.specs[0].train.framework.name)
         named.append(sources[i] if sources else "")
     return margins_from(np.array(predicted), np.array(measured), frameworks, named)
 

@@ -1,169 +1,247 @@
-"""The probe loop: which few layouts to measure, and the pick once they are measured.
+"""The probe loop's choices: the next layouts to measure, when to stop, and the pick.
 
-**Choosing K probes.** The candidates are the layouts predicted to fit whose predicted time is
-within ``probe_pool`` of the best. What the simulator does not know is modelled as its
-factors being off (each by its prior width, in the direction its sensitivities give: a
-candidate dominated by communication moves with the link efficiencies, a host-bound one with
-the host overhead) plus an error of ``time_noise`` of its own. Sampling that uncertainty gives
-possible true step times of every candidate; the probes are chosen greedily to make the
-expected best measured time of the batch smallest (the batch's expected improvement). The
-first probe is the candidate most likely to be fast; later ones are those that would win in
-the worlds where the first ones lose, so the batch spreads over layouts whose predicted
-breakdowns respond differently to the factors, instead of K near-copies of one layout.
+What is known of each candidate layout of a job is a belief about its step time
+(:mod:`autotune.calibrate._residuals`: log-normal, the simulator's prediction moved by what
+the measured layouts say of the job and of the field values they share) and a chance that it
+fits in memory (:mod:`autotune.calibrate._memory`: the memory margin read as a distribution,
+moved by what the probes say of memory).
 
-**Picking.** After calibrating on the probes, the calibrated predictions are put on the
-measured scale of this job: multiplied by the geometric mean of measured / predicted over the
-probes that ran (:func:`job_level`; few probes move the factors only a little, so the level
-they leave is corrected here, for this job only). An unmeasured layout is picked only when it
-is predicted to fit (with the memory margin) and to beat the best measured probe by more than
-``time_noise`` (its expected error); otherwise the best measured probe is the pick. So the pick
-is never a layout known to be worse than a probe, nor one that ran out of memory.
+**The next probe** maximises the expected improvement over the best measured step time so far
+(before any probe ran: over the expected time of the layout that would be picked now), times
+the chance that the layout fits: a layout that runs out of memory improves nothing. So a
+layout is worth a run when it is likely fast, or uncertain (it shares little with what was
+measured), and likely to fit; a layout that shares its field values with a measured probe is
+known better and is worth less. Several probes at once (``probes=K`` of the search) are chosen
+one after the other, each as if the earlier ones had been measured at their expected step
+time (the Kriging believer), which spreads them over what the earlier ones do not teach.
+
+**Stopping.** Once a probe has run, the loop stops when no unmeasured layout has a chance
+above ``stop_probability`` of fitting and beating the best measured step time by more than
+``stop_gain``, and says so.
+
+**The pick** is the layout with the least expected step time among the probes that ran (their
+measured time) and the unmeasured layouts predicted to fit with the memory margin (their
+expected time, which carries their uncertainty): a layout known to be worse than a probe, or
+one that ran out of memory, is never picked.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 
 import numpy as np
 
-from autotune.calibrate._fit import FitSettings
-from autotune.calibrate._fit import time_sensitivities
-from autotune.order import order_key
-from autotune.simulators import Simulator
-from autotune.simulators import Specs
-from autotune.simulators.calibration import TIME_FACTORS
-from autotune.simulators.calibration import Calibration
+from autotune.calibrate._memory import MemoryBelief
+from autotune.calibrate._memory import normal_cdf
+from autotune.calibrate._residuals import Belief
+from autotune.calibrate._residuals import ResidualModel
+from autotune.calibrate._residuals import belief
 
-__all__ = ["Pick", "choose_probes", "job_level", "pick"]
-
-_SAMPLES = 1024  # draws of the simulator's uncertainty
-_POOL_MAX = 48  # candidates weighed at most (the best predicted first)
-
-
-def _order(predicted_s: Sequence[float], fits: Sequence[bool]) -> list[int]:
-    """Positions in the one order of layouts: predicted to fit first, then the fastest."""
-    return sorted(range(len(fits)), key=lambda i: order_key(bool(fits[i]), predicted_s[i]))
-
-
-def _pool(predicted_s: Sequence[float], fits: Sequence[bool], k: int, slack: float) -> list[int]:
-    """Candidates: predicted to fit, within ``slack`` of the best; at least ``k`` of them."""
-    order = _order(predicted_s, fits)
-    fitting = [i for i in order if fits[i]]
-    if not fitting:
-        return order[:k]
-    best = predicted_s[fitting[0]]
-    pool = [i for i in fitting if predicted_s[i] <= best * (1 + slack)]
-    if len(pool) < k:
-        pool = fitting[:k] if len(fitting) >= k else order[:k]
-    return pool[:_POOL_MAX]
+__all__ = [
+    "Candidates",
+    "NextProbes",
+    "Pick",
+    "ProbeSettings",
+    "Probed",
+    "expected_improvement",
+    "next_probes",
+    "outlook",
+    "pick",
+]
 
 
-def choose_probes(
-    simulator: Simulator,
-    specs: Sequence[Specs],
-    predicted_s: Sequence[float],
-    fits: Sequence[bool],
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeSettings:
+    """When the loop stops: no unmeasured layout has a chance above ``stop_probability`` of
+    fitting and beating the best measured step time by more than ``stop_gain`` (a share)."""
+
+    stop_gain: float
+    stop_probability: float
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The layouts of one job as the simulator sees them (one entry each)."""
+
+    log_predicted: np.ndarray  # log of the predicted step time
+    codes: np.ndarray  # field codes (autotune.calibrate._residuals.field_codes)
+    memory_gib: np.ndarray  # the simulator's predicted peak of the device
+    device_gib: np.ndarray  # the device's memory
+    memory: MemoryBelief  # what is believed of the job's memory (the probes' evidence)
+
+    @property
+    def fits(self) -> np.ndarray:
+        """Predicted to fit with the margin to spare (what the search calls fitting), the
+        margin as the probes left it: a chance to fit of 95% at least."""
+        return np.asarray(self.memory_gib * (1 + self.memory.margin) <= self.device_gib)
+
+    def fit_chance(self) -> np.ndarray:
+        """Each layout's chance to fit (:meth:`MemoryBelief.fit_chance`)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = np.log(self.device_gib / self.memory_gib)
+        return np.where(np.isfinite(room), self.memory.fit_chance(np.nan_to_num(room)), 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Probed:
+    """What the probes found: the step time of those that ran, and those that ran out of
+    memory (positions among the candidates)."""
+
+    ran: Mapping[int, float] = field(default_factory=dict)
+    failed: frozenset[int] = frozenset()
+
+    @property
+    def tried(self) -> set[int]:
+        return {*self.ran, *self.failed}
+
+    def best(self) -> tuple[float, int] | None:
+        """The best measured (step time, position); None when no probe ran."""
+        return min((t, i) for i, t in self.ran.items()) if self.ran else None
+
+
+def expected_improvement(best_s: float, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """E[max(0, best - T)] for T log-normal with log mean ``mean`` and log variance ``var``."""
+    sd = np.sqrt(np.maximum(var, 1e-18))
+    z = (math.log(best_s) - mean) / sd
+    return np.asarray(best_s * normal_cdf(z) - np.exp(mean + var / 2) * normal_cdf(z - sd)).clip(
+        min=0.0
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Outlook:
+    """What is known of every candidate: the belief about its step time, its expected step
+    time, its chance of fitting (1 for a probe that ran, 0 for one that failed) and whether
+    it is predicted to fit (:func:`outlook`)."""
+
+    belief: Belief
+    expected_s: np.ndarray
+    fit_chance: np.ndarray
+    fits: np.ndarray
+
+
+def outlook(model: ResidualModel, candidates: Candidates, probed: Probed) -> Outlook:
+    """The belief and fit chances of every candidate given what the probes found.
+
+    A layout predicted to need at least the memory of a probe that ran out of memory is taken
+    not to fit (chance 0): it could fit only if the memory model ordered the two wrongly, and
+    such a layout is no pick and no probe worth its risk.
+    """
+    known = belief(model, candidates.log_predicted, candidates.codes, probed.ran)
+    chance = candidates.fit_chance()
+    fits = candidates.fits.copy()
+    if probed.failed:
+        ruled_out = candidates.memory_gib >= min(candidates.memory_gib[list(probed.failed)])
+        chance[ruled_out] = 0.0
+        fits[ruled_out] = False
+    chance[list(probed.ran)] = 1.0
+    fits[list(probed.ran)] = True
+    return Outlook(known, known.expected_s, chance, fits)
+
+
+def _beat_chance(view: Outlook, best_s: float, gain: float, open_: np.ndarray) -> np.ndarray:
+    """Per open candidate: the chance that it fits and runs faster than ``best * (1 - gain)``."""
+    sd = np.sqrt(np.maximum(view.belief.var[open_], 1e-18))
+    z = (math.log(best_s * (1 - gain)) - view.belief.mean[open_]) / sd
+    return np.asarray(view.fit_chance[open_] * normal_cdf(z))
+
+
+@dataclass(frozen=True, slots=True)
+class NextProbes:
+    """The layouts to measure next (positions), each with its expected improvement times its
+    fit chance when chosen, and why the loop stops (None: it goes on)."""
+
+    chosen: list[int]
+    value_s: list[float]
+    stop: str | None = None
+
+
+# size: the greedy batch, its believer updates and the stop rule read the same few arrays
+def next_probes(
+    model: ResidualModel,
+    candidates: Candidates,
+    probed: Probed,
     k: int,
-    settings: FitSettings,
-    pool_slack: float,
-    center: Calibration | None = None,
-) -> list[int]:
-    """Positions of the ``k`` layouts to measure (or all of them when there are fewer).
+    settings: ProbeSettings,
+) -> NextProbes:
+    """Up to ``k`` layouts to measure next (module docstring), or fewer with the reason.
 
     Args:
-        simulator: the uncalibrated simulator.
-        specs: the candidate layouts of one job, as (model, cluster, train, layout).
-        predicted_s: ``simulator``'s predicted step times of them (``center`` applied).
-        fits: whether each is predicted to fit (with the memory margin).
-        k: how many to measure.
-        settings: the fit's priors and noise (the uncertainty sampled).
-        pool_slack: candidates are within this share of the best predicted time.
-        center: the calibration the predictions came from (None: uncalibrated).
+        model: the prior of the job's step-time residuals.
+        candidates: every layout of the job.
+        probed: what earlier probes found (none: the first round).
+        k: how many to choose at most.
+        settings: the stop rule.
     """
-    pool = _pool(predicted_s, fits, k, pool_slack)
-    if len(pool) <= k:
-        return pool
-    center = center or Calibration(simulator=simulator.name)
-    sensitivity = time_sensitivities(simulator, center, [specs[i] for i in pool])
-    widths = np.array([settings.prior[name] for name in TIME_FACTORS])
-    rng = np.random.default_rng(settings.seed)
-    shifts = rng.standard_normal((_SAMPLES, len(widths))) * widths
-    noise = rng.standard_normal((_SAMPLES, len(pool))) * settings.time_noise
-    logs = np.log([predicted_s[i] for i in pool])
-    worlds = logs + shifts @ sensitivity.T + noise  # (samples, candidates): true log times
+    believed = dict(probed.ran)
     chosen: list[int] = []
-    best = np.full(_SAMPLES, np.inf)
+    values: list[float] = []
     for _ in range(k):
-        left = [j for j in range(len(pool)) if j not in chosen]
-        expected = [np.mean(np.minimum(best, worlds[:, j])) for j in left]
-        j = left[int(np.argmin(expected))]  # ties: the better predicted (pool order)
-        chosen.append(j)
-        best = np.minimum(best, worlds[:, j])
-    return [pool[j] for j in chosen]
+        view = outlook(model, candidates, Probed(believed, probed.failed))
+        tried = {*believed, *probed.failed}
+        open_ = np.array([i for i in range(len(view.expected_s)) if i not in tried], dtype=int)
+        open_ = open_[view.fit_chance[open_] > 0]
+        if not len(open_):
+            return NextProbes(chosen, values, "every layout has been measured or cannot fit")
+        best = min(believed.values()) if believed else None
+        if best is not None:
+            chance = _beat_chance(view, best, settings.stop_gain, open_)
+            if float(chance.max()) <= settings.stop_probability:
+                return NextProbes(chosen, values, _stop_text(best, float(chance.max()), settings))
+        else:  # nothing ran yet: improve on the layout that would be picked now
+            fitting = open_[view.fits[open_]]
+            best = float(np.min(view.expected_s[fitting if len(fitting) else open_]))
+        gains = expected_improvement(best, view.belief.mean[open_], view.belief.var[open_])
+        value = gains * view.fit_chance[open_]
+        j = int(np.argmax(value))  # ties: the first in the candidates' order
+        chosen.append(int(open_[j]))
+        values.append(float(value[j]))
+        believed[int(open_[j])] = float(np.exp(view.belief.mean[open_[j]]))
+    return NextProbes(chosen, values)
 
 
-def job_level(
-    predicted_s: Sequence[float], probes: Sequence[int], measured_s: Sequence[float]
-) -> float:
-    """Geometric mean of measured / predicted step time over the probes that ran (1: none)."""
-    ratios = [
-        math.log(t / predicted_s[i])
-        for i, t in zip(probes, measured_s, strict=True)
-        if math.isfinite(t) and math.isfinite(predicted_s[i]) and predicted_s[i] > 0
-    ]
-    return math.exp(sum(ratios) / len(ratios)) if ratios else 1.0
+def _stop_text(best_s: float, chance: float, settings: ProbeSettings) -> str:
+    return (
+        f"no unmeasured layout has a chance above {settings.stop_probability:.0%} of fitting "
+        f"and beating {best_s:.4g} s by more than {settings.stop_gain:.1%} (the most likely: "
+        f"{chance:.1%}): stop probing"
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Pick:
-    """The final layout: its position, whether it was measured, why it was chosen, and the
-    job's level (what the calibrated predictions were multiplied by)."""
+    """The final layout: its position, whether it was measured, why it was chosen, and its
+    expected step time (its measurement, if measured)."""
 
     index: int
     measured: bool
     reason: str
-    level: float = 1.0
+    expected_s: float
 
 
-def pick(
-    predicted_s: Sequence[float],
-    fits: Sequence[bool],
-    probes: Sequence[int],
-    measured_s: Sequence[float],
-    time_noise: float,
-) -> Pick:
-    """The final pick among every candidate after the probes were measured.
-
-    Args:
-        predicted_s: the calibrated predicted step time of every candidate (probes too).
-        fits: whether each is predicted to fit (calibrated, with the memory margin).
-        probes: positions of the measured candidates.
-        measured_s: their measured step times (NaN: ran out of memory or failed).
-        time_noise: the lead (log) an unmeasured layout needs over the best probe.
-    """
-    level = job_level(predicted_s, probes, measured_s)
-    ran = [(t, i) for i, t in zip(probes, measured_s, strict=True) if math.isfinite(t)]
-    best_probe = min(ran) if ran else None
-    measured = set(probes)
-    unmeasured = sorted(
-        (predicted_s[i] * level, i) for i in range(len(fits)) if i not in measured and fits[i]
-    )
-    if unmeasured:
-        predicted, i = unmeasured[0]
-        if best_probe is None:
-            return Pick(i, False, "no probe ran: the best layout predicted to fit", level)
-        if predicted * math.exp(time_noise) < best_probe[0]:
-            return Pick(
-                i,
-                False,
-                f"predicted {predicted:.3g} s, ahead of the best probe's measured "
-                f"{best_probe[0]:.3g} s by more than the expected error",
-                level,
-            )
-    if best_probe is not None:
-        return Pick(best_probe[1], True, "the best measured probe", level)
-    order = _order(predicted_s, fits)
-    rest = [i for i in order if i not in measured] or order
-    return Pick(rest[0], False, "no probe ran and no layout is predicted to fit", level)
+def pick(view: Outlook, candidates: Candidates, probed: Probed) -> Pick:
+    """The layout with the least expected step time among the probes that ran and the
+    unmeasured layouts predicted to fit with the margin (module docstring)."""
+    best = probed.best()
+    tried = probed.tried
+    fits = view.fits
+    unmeasured = [
+        (float(view.expected_s[i]), i) for i in range(len(fits)) if i not in tried and fits[i]
+    ]
+    top = min(unmeasured) if unmeasured else None
+    if best is not None and (top is None or best[0] <= top[0]):
+        return Pick(best[1], True, "the best measured probe", best[0])
+    if top is not None:
+        why = (
+            "no probe ran: the best layout predicted to fit (the least expected step time)"
+            if best is None
+            else f"expected {top[0]:.4g} s, below the best probe's measured {best[0]:.4g} s"
+        )
+        return Pick(top[1], False, why, top[0])
+    rest = sorted(
+        (float(view.expected_s[i]), i) for i in range(len(fits)) if i not in probed.failed
+    ) or sorted((float(view.expected_s[i]), i) for i in range(len(fits)))
+    return Pick(rest[0][1], False, "no probe ran and no layout is predicted to fit", rest[0][0])

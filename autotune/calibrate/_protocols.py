@@ -13,22 +13,11 @@ other models of the same cluster and framework (the cluster's history), then pre
 model's rows. A (source, cluster, framework) with a single model is not scored, and says so
 (:attr:`ProtocolScores.unscored`).
 
-``probe`` (K = 1..5): per scenario, the tool chooses K probes among the scenario's measured
-layouts from its uncalibrated predictions (:func:`autotune.calibrate.choose_probes`), sees
-their measured time or out-of-memory status, calibrates on them and nothing else from the
-scenario (nor from any other scenario), re-predicts the other layouts and picks
-(:func:`autotune.calibrate.pick`): an unmeasured layout only when it is predicted to fit and to
-beat the best measured probe by more than the expected error. Baselines: ``random probes``
-(K drawn at random, then the same calibration and pick) and ``top-K probes`` (measure the K
-best predicted, keep the best measured). Each is scored like any other ranking:
-a probe ranks by its measured time, an unmeasured layout by its calibrated prediction plus the
-lead it needs, so regret@1 is the pick's. A probe's own prediction is left out of the errors
-(MAPE and memory MAPE are on the other rows only).
+``probe`` (K = 1..5): :mod:`autotune.calibrate._probe_protocol`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,9 +31,7 @@ from autotune.calibrate._margins import evidence
 from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import margins_from
 from autotune.calibrate._margins import stack_margins
-from autotune.calibrate._probe import choose_probes
-from autotune.calibrate._probe import job_level
-from autotune.order import order_key
+from autotune.calibrate._probe import ProbeSettings
 from autotune.simulators import Simulator
 from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibration import Calibration
@@ -54,26 +41,23 @@ __all__ = [
     "ProtocolScores",
     "ProtocolSettings",
     "ZeroShot",
+    "empty_arrays",
     "leave_one_model_out",
     "leave_one_source_out",
-    "probe_scores",
+    "margins_elsewhere",
+    "scores_of",
 ]
 
 PROTOCOLS = ("zero_shot", "leave_one_source_out", "leave_one_model_out", "probe")
-PROBE = "probe"
-RANDOM_PROBES = "random probes"
-TOP_PROBES = "top-K probes"
-_AFTER_PROBES = 1e30  # top-K probes: the unmeasured rank after every probe that ran
 
 
 @dataclass(frozen=True, slots=True)
 class ProtocolSettings:
-    """The fit's settings, the probe pool, the K values and the seed of random probes."""
+    """The fit's settings, the probe loop's stop rule and the K values of the probe protocol."""
 
     fit: FitSettings
-    probe_pool: float
+    probe: ProbeSettings
     probes: tuple[int, ...]
-    seed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,18 +92,21 @@ class ProtocolScores:
     fits: np.ndarray
     probes: int = 0
     unscored: tuple[tuple[str, str], ...] = ()  # (source, why some of its rows are not)
+    probes_used: np.ndarray | None = None  # per row: the probes its scenario measured
 
 
-def _margins_elsewhere(
+def margins_elsewhere(
     table: pd.DataFrame, runs: Sequence[Run | None], zero: ZeroShot
 ) -> dict[tuple[str, str], float]:
     """Per (source, framework), the uncalibrated memory margin that the runs of every other
     source give that stack (:mod:`autotune.calibrate._margins`)."""
     sources = table["source"].astype(str).to_numpy()
-    frameworks = np.array([run.specs[2].framework.name if run else "" for run in runs])
+    frameworks = np.array([run.specs[0].train.framework.name if run else "" for run in runs])
     measured = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
     oom = table["status"].to_numpy(dtype=str) == "oom"
-    capacity = np.array([run.specs[1].device.memory_gib if run else np.nan for run in runs])
+    capacity = np.array(
+        [run.specs[0].cluster.device.memory_gib if run else np.nan for run in runs]
+    )
     allocated = table["peak_memory_measure"].to_numpy(dtype=str) == "allocated"
     as_measured = zero.peak_gib(allocated)
     has = (np.isfinite(measured) | oom) & (frameworks != "")
@@ -138,7 +125,7 @@ def _margins_elsewhere(
     return margins
 
 
-def _empty(n: int) -> dict[str, np.ndarray]:
+def empty_arrays(n: int) -> dict[str, np.ndarray]:
     return {
         "score": np.full(n, np.nan),
         "predicted_s": np.full(n, np.nan),
@@ -148,7 +135,7 @@ def _empty(n: int) -> dict[str, np.ndarray]:
     }
 
 
-def _scores(
+def scores_of(
     name: str,
     kind: str,
     protocol: str,
@@ -171,6 +158,7 @@ def _scores(
         fits=arrays["fits"][rows],
         probes=k,
         unscored=unscored,
+        probes_used=arrays["probes_used"][rows] if "probes_used" in arrays else None,
     )
 
 
@@ -200,7 +188,7 @@ def _predict_calibrated(
         if run is None:
             continue
         p = calibrated.simulate(*run.specs)
-        stack = margin_for(run.specs[2].framework.name, stacks)
+        stack = margin_for(run.specs[0].train.framework.name, stacks)
         margin = stack.value if stack.runs or stack.pooled_runs else no_evidence
         arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
         arrays["memory_gib"][i] = p.memory_gib
@@ -217,7 +205,7 @@ def leave_one_source_out(
 ) -> tuple[ProtocolScores, dict[str, Calibration]]:
     """Each source's rows predicted by a calibration fitted on every other source's rows."""
     sources = table["source"].astype(str).to_numpy()
-    arrays = _empty(len(table))
+    arrays = empty_arrays(len(table))
     calibrations: dict[str, Calibration] = {}
     for source in sorted(set(sources)):
         others = [(r, s) for r, s in zip(runs, sources, strict=True) if r and s != source]
@@ -229,7 +217,7 @@ def leave_one_source_out(
             simulator, train, named, np.flatnonzero(sources == source), runs, settings, arrays
         )
     name = f"{simulator.name}, leave-one-source-out"
-    return _scores(name, "simulator", "leave_one_source_out", arrays), calibrations
+    return scores_of(name, "simulator", "leave_one_source_out", arrays), calibrations
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +237,7 @@ def _histories(table: pd.DataFrame, runs: Sequence[Run | None]) -> list[_History
     found: dict[tuple[str, str, str], list[int]] = {}
     for i, run in enumerate(runs):
         if run is not None:
-            key = (str(sources[i]), str(clusters[i]), run.specs[2].framework.name)
+            key = (str(sources[i]), str(clusters[i]), run.specs[0].train.framework.name)
             found.setdefault(key, []).append(i)
     return [_History(*key, np.array(rows, dtype=int)) for key, rows in sorted(found.items())]
 
@@ -269,9 +257,9 @@ def leave_one_model_out(
     probe protocol starts from): no row of the scored model decides its margin. A history of
     a single model is not scored: :attr:`ProtocolScores.unscored` says so per source.
     """
-    elsewhere = _margins_elsewhere(table, runs, zero)
+    elsewhere = margins_elsewhere(table, runs, zero)
     models = table["model"].astype(str).to_numpy()
-    arrays = _empty(len(table))
+    arrays = empty_arrays(len(table))
     scored: list[np.ndarray] = []
     unscored: dict[str, list[str]] = {}
     for history in _histories(table, runs):
@@ -290,146 +278,4 @@ def leave_one_model_out(
     rows = np.sort(np.concatenate(scored)) if scored else np.array([], dtype=int)
     why = tuple((source, "; ".join(texts)) for source, texts in sorted(unscored.items()))
     name = f"{simulator.name}, leave-one-model-out"
-    return _scores(name, "simulator", "leave_one_model_out", arrays, rows=rows, unscored=why)
-
-
-@dataclass(frozen=True, slots=True)
-class _Scenario:
-    """The measured, priced rows of one scenario and the uncalibrated view of them."""
-
-    rows: np.ndarray  # table positions
-    predicted_s: np.ndarray
-    memory_gib: np.ndarray
-    fits: np.ndarray  # with the margin
-    margin: float
-
-
-def _scenarios(
-    table: pd.DataFrame,
-    runs: Sequence[Run | None],
-    zero: ZeroShot,
-    margins: dict[tuple[str, str], float],
-) -> list[_Scenario]:
-    """Scenarios whose regret is defined: two measured layouts, one of which ran."""
-    found = []
-    capacity = np.array([r.specs[1].device.memory_gib if r else np.nan for r in runs])
-    for (source, _), positions in table.groupby(
-        ["source", "scenario"], sort=False
-    ).indices.items():
-        rows = np.array([i for i in positions if runs[i] is not None], dtype=int)
-        ran = [i for i in rows if runs[i] is not None and runs[i].ran]  # type: ignore[union-attr]
-        if len(rows) < 2 or not ran:
-            continue
-        framework = runs[rows[0]].specs[2].framework.name  # type: ignore[union-attr]
-        margin = margins[str(source), framework]
-        fits = zero.memory_gib[rows] * (1 + margin) <= capacity[rows]
-        found.append(_Scenario(rows, zero.predicted_s[rows], zero.memory_gib[rows], fits, margin))
-    return found
-
-
-def _calibrated_pick(
-    simulator: Simulator,
-    scenario: _Scenario,
-    runs: Sequence[Run | None],
-    probes: Sequence[int],
-    settings: ProtocolSettings,
-    arrays: dict[str, np.ndarray],
-) -> None:
-    """Calibrate on the probes (local positions), re-predict the rest, write the scores."""
-    scenario_runs = [run for run in (runs[i] for i in scenario.rows) if run is not None]
-    result = fit(simulator, [scenario_runs[j] for j in probes], settings.fit)
-    margin = result.calibration.memory_margin
-    calibrated = CalibratedSimulator(
-        simulator, result.calibration, scenario.margin if margin is None else margin
-    )
-    predictions = [calibrated.simulate(*run.specs) for run in scenario_runs]
-    predicted = [p.step_time_s for p in predictions]
-    level = job_level(predicted, probes, [scenario_runs[j].step_time_s for j in probes])
-    lead = math.exp(settings.fit.time_noise)
-    for j, (i, run, p) in enumerate(zip(scenario.rows, scenario_runs, predictions, strict=True)):
-        if j in probes:  # known: ranked by its measurement, left out of the errors
-            arrays["fits"][i] = run.ran
-            arrays["score"][i] = run.step_time_s if run.ran else math.nan
-            continue
-        arrays["predicted_s"][i] = p.step_time_s * level
-        arrays["memory_gib"][i] = p.memory_gib
-        arrays["allocated_gib"][i] = p.peak_gib("allocated")
-        arrays["fits"][i] = p.fits
-        arrays["score"][i] = p.step_time_s * level * lead
-
-
-def _top_probes(
-    scenario: _Scenario, runs: Sequence[Run | None], probes: Sequence[int], arrays: dict
-) -> None:
-    """Keep the best measured of the K best predicted; the rest rank after them."""
-    for j, i in enumerate(scenario.rows):
-        run = runs[i]
-        assert run is not None
-        if j in probes:
-            arrays["fits"][i] = run.ran
-            arrays["score"][i] = run.step_time_s if run.ran else math.nan
-        else:
-            arrays["fits"][i] = scenario.fits[j]
-            arrays["score"][i] = _AFTER_PROBES + scenario.predicted_s[j]
-
-
-def probe_scores(
-    simulator: Simulator,
-    table: pd.DataFrame,
-    runs: Sequence[Run | None],
-    zero: ZeroShot,
-    settings: ProtocolSettings,
-) -> list[ProtocolScores]:
-    """The probe protocol and its two baselines, for every K of ``settings.probes``."""
-    margins = _margins_elsewhere(table, runs, zero)
-    scenarios = _scenarios(table, runs, zero, margins)
-    ks = sorted(set(settings.probes))
-    families = {
-        (family, k): _empty(len(table))
-        for family in (PROBE, RANDOM_PROBES, TOP_PROBES)
-        for k in ks
-    }
-    rng = np.random.default_rng(settings.seed)
-    for scenario in scenarios:
-        specs = [runs[i].specs for i in scenario.rows]  # type: ignore[union-attr]
-        order = sorted(
-            range(len(scenario.rows)),
-            key=lambda j: order_key(
-                bool(scenario.fits[j]),
-                float(scenario.predicted_s[j]),
-                float(scenario.memory_gib[j]),
-            ),
-        )
-        drawn = list(rng.permutation(len(scenario.rows)))
-        for k in ks:
-            everything = list(range(len(scenario.rows)))
-            probe = everything
-            if k < len(scenario.rows):
-                probe = choose_probes(
-                    simulator,
-                    specs,
-                    list(scenario.predicted_s),
-                    list(scenario.fits),
-                    k,
-                    settings.fit,
-                    settings.probe_pool,
-                )
-            random = drawn[:k]
-            _calibrated_pick(simulator, scenario, runs, probe, settings, families[PROBE, k])
-            _calibrated_pick(
-                simulator, scenario, runs, random, settings, families[RANDOM_PROBES, k]
-            )
-            _top_probes(scenario, runs, order[:k], families[TOP_PROBES, k])
-    covered = (
-        np.sort(np.concatenate([s.rows for s in scenarios])) if scenarios else np.array([], int)
-    )
-    scores = []
-    for (family, k), arrays in families.items():
-        if family == PROBE:
-            name, kind = f"{simulator.name}, probe K={k}", "simulator"
-        elif family == RANDOM_PROBES:
-            name, kind = f"{simulator.name}, random probes K={k}", "baseline"
-        else:
-            name, kind = f"{simulator.name}, top-{k} probes", "baseline"
-        scores.append(_scores(name, kind, family, arrays, k, covered))
-    return scores
+    return scores_of(name, "simulator", "leave_one_model_out", arrays, rows=rows, unscored=why)

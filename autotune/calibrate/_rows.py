@@ -12,7 +12,8 @@ import pandas as pd
 
 from autotune import dataset
 from autotune.calibrate._fit import Run
-from autotune.simulators import Specs
+from autotune.simulators import Job
+from autotune.simulators import Layout
 from autotune.simulators import UserError
 
 __all__ = ["row_names", "row_runs", "runs_of", "single_value", "skipped_notes", "span_text"]
@@ -73,7 +74,7 @@ def single_value(
 
 
 def row_runs(
-    table: pd.DataFrame, specs: Sequence[Specs], labels: Sequence[str] = ()
+    table: pd.DataFrame, specs: Sequence[tuple[Job, Layout]], labels: Sequence[str] = ()
 ) -> list[Run | None]:
     """Each row as a :class:`Run`, None when it was not measured (status error). Every row's
     layout keeps the rules (:func:`dataset.priceable_rows`). ``labels`` name the runs (none:

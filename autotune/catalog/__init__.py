@@ -33,7 +33,7 @@ from autotune.catalog._hydra import ConfigInfo
 from autotune.catalog._hydra import DefaultEntry
 from autotune.catalog._hydra import config_info
 from autotune.catalog._hydra import sweep_jobs
-from autotune.catalog._load import Job
+from autotune.catalog._load import PricedJob
 from autotune.catalog._load import cluster_from_config
 from autotune.catalog._load import job_from_config
 from autotune.catalog._load import load_cluster
@@ -43,6 +43,7 @@ from autotune.catalog._load import load_model
 from autotune.catalog._load import load_simulator
 from autotune.catalog._load import model_from_config
 from autotune.catalog._load import plain
+from autotune.catalog._load import priced_job_from_config
 from autotune.catalog._load import simulator_constants
 from autotune.catalog._load import simulator_from_config
 from autotune.catalog._load import train_from_config
@@ -58,9 +59,9 @@ __all__ = [
     "ClusterConfig",
     "ConfigInfo",
     "DefaultEntry",
-    "Job",
     "JobConfig",
     "ModelConfig",
+    "PricedJob",
     "TrainConfig",
     "CALIBRATIONS",
     "calibration_file",
@@ -84,6 +85,7 @@ __all__ = [
     "model_from_config",
     "options",
     "plain",
+    "priced_job_from_config",
     "register",
     "simulator_constants",
     "simulator_from_config",

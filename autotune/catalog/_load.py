@@ -17,6 +17,7 @@ from autotune.catalog._compose import options
 from autotune.catalog._schemas import register
 from autotune.simulators import ClusterSpec
 from autotune.simulators import DeviceSpec
+from autotune.simulators import Job
 from autotune.simulators import LinkSpec
 from autotune.simulators import ModelSpec
 from autotune.simulators import Simulator
@@ -27,7 +28,7 @@ from autotune.simulators.frameworks import FrameworkSpec
 from autotune.simulators.registry import make_simulator
 
 __all__ = [
-    "Job",
+    "PricedJob",
     "job_from_config",
     "load_cluster",
     "load_framework",
@@ -35,18 +36,17 @@ __all__ = [
     "load_model",
     "load_simulator",
     "plain",
+    "priced_job_from_config",
     "simulator_constants",
     "simulator_from_config",
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PricedJob:
     """A training job and the simulator that prices it."""
 
-    model: ModelSpec
-    cluster: ClusterSpec
-    train: TrainSpec
+    job: Job
     simulator: Simulator
 
 
@@ -129,14 +129,18 @@ def _release(cfg: Any) -> str | None:
 
 
 def job_from_config(cfg: Any) -> Job:
-    """The specs and the simulator of a composed config with a job's four groups."""
+    """The job of a composed config with the groups ``model``, ``cluster`` and ``train``."""
     cluster = cluster_from_config(cfg.cluster)
     return Job(
         model=model_from_config(cfg.model),
         cluster=cluster,
         train=train_from_config(cfg.train, cluster, _release(cfg)),
-        simulator=simulator_from_config(cfg.simulator),
     )
+
+
+def priced_job_from_config(cfg: Any) -> PricedJob:
+    """The job and the simulator of a composed config with a job's four groups."""
+    return PricedJob(job=job_from_config(cfg), simulator=simulator_from_config(cfg.simulator))
 
 
 @functools.lru_cache(maxsize=256)
@@ -146,12 +150,10 @@ def _job_config(overrides: tuple[str, ...]) -> DictConfig:
 
 
 def load_job(
-    model: str = "llama70b",
-    cluster: str = "ascend",
-    overrides: Sequence[str] = (),
-    simulator: str = "analytical",
+    model: str = "llama70b", cluster: str = "ascend", overrides: Sequence[str] = ()
 ) -> Job:
-    """A catalog job by name, with Hydra-style overrides.
+    """A catalog job by name, with Hydra-style overrides (``load_simulator`` gives a
+    simulator to price it).
 
     Example:
         >>> from autotune import catalog
@@ -159,8 +161,7 @@ def load_job(
         >>> job.model.name, job.cluster.num_devices, job.train.seq_len
         ('Llama-3.1-70B', 128, 8192)
     """
-    chosen = (f"model={model}", f"cluster={cluster}", f"simulator={simulator}", *overrides)
-    return job_from_config(_job_config(chosen))
+    return job_from_config(_job_config((f"model={model}", f"cluster={cluster}", *overrides)))
 
 
 def load_model(name: str, overrides: Sequence[str] = ()) -> ModelSpec:

@@ -3,7 +3,7 @@
 Example:
     >>> from autotune import dataset
     >>> table = dataset.load_public(["korthikanti"])
-    >>> model, cluster, train, layout = dataset.row_to_specs(table.iloc[0])
+    >>> job, layout = dataset.row_to_specs(table.iloc[0])
     >>> layout.tp
     8
 """

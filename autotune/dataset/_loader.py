@@ -175,11 +175,11 @@ def _row_problems(path: Path, table: pd.DataFrame) -> list[str]:
             )
             continue
         try:
-            _, cluster, _, _ = row_to_specs(row)
+            job, _ = row_to_specs(row)
         except SpecError as exc:
             problems.append(f"{_where(path, line, 'model/layout')}: {exc}")
             continue
-        problems.extend(_figure_problems(path, line, row, cluster.device.memory_gib))
+        problems.extend(_figure_problems(path, line, row, job.cluster.device.memory_gib))
     return problems
 
 

@@ -18,7 +18,8 @@ from typing import Any
 import pandas as pd
 
 from autotune.dataset._specs import table_specs
-from autotune.simulators import Specs
+from autotune.simulators import Job
+from autotune.simulators import Layout
 
 __all__ = ["PriceableRows", "SkippedRow", "priceable_rows", "take_rows"]
 
@@ -64,7 +65,7 @@ class PriceableRows:
     """
 
     table: pd.DataFrame
-    specs: list[Specs]
+    specs: list[tuple[Job, Layout]]
     skipped: tuple[SkippedRow, ...]
 
 
@@ -98,15 +99,15 @@ def priceable_rows(table: pd.DataFrame) -> PriceableRows:
     sources = table["source"].fillna("").astype(str).tolist()
     kept: list[int] = []
     skipped: list[SkippedRow] = []
-    for position, (spec, (file, line), source) in enumerate(
+    for position, ((job, layout), (file, line), source) in enumerate(
         zip(specs, _places(table), sources, strict=True)
     ):
-        broken = spec[3].broken_rules(*spec[:3])
+        broken = layout.broken_rules(job)
         if not broken:
             kept.append(position)
             continue
         reasons = tuple(sentence for sentences in broken.values() for sentence in sentences)
         skipped.append(
-            SkippedRow(file, int(line), source, spec[3].describe(), tuple(broken), reasons)
+            SkippedRow(file, int(line), source, layout.describe(), tuple(broken), reasons)
         )
     return PriceableRows(take_rows(table, kept), [specs[i] for i in kept], tuple(skipped))

@@ -11,9 +11,9 @@ import pandas as pd
 
 from autotune import catalog
 from autotune.dataset._clusters import sized_cluster
+from autotune.simulators.job import Job
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import Layout
-from autotune.simulators.layout import Specs
 from autotune.simulators.specs import CARD_FIELDS
 from autotune.simulators.specs import RUN_SETTINGS
 from autotune.simulators.specs import ModelSpec
@@ -52,8 +52,9 @@ def _layout(values: tuple[tuple[str, Any], ...]) -> Layout:
     return Layout(**dict(values))
 
 
-def row_to_specs(row: Mapping[str, Any]) -> Specs:
-    """The model, cluster, training step and layout of one row of a loaded measurement table.
+def row_to_specs(row: Mapping[str, Any]) -> tuple[Job, Layout]:
+    """The job (model, cluster, training step) and the layout of one row of a loaded
+    measurement table.
 
     ``row`` is a row of :func:`dataset.load_measurements` (a mapping such as a pandas Series):
     types parsed and defaults filled. The cluster is ``conf/cluster/<cluster>.yaml`` sized to
@@ -90,7 +91,7 @@ def row_to_specs(row: Mapping[str, Any]) -> Specs:
     )
     train.check_on(cluster)
     layout = _layout(tuple(_given(row, LAYOUT_FIELDS).items()))
-    return model, cluster, train, layout
+    return Job(model=model, cluster=cluster, train=train), layout
 
 
 def records(table: pd.DataFrame) -> list[dict[str, Any]]:
@@ -104,7 +105,7 @@ def records(table: pd.DataFrame) -> list[dict[str, Any]]:
     return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
-def table_specs(table: pd.DataFrame) -> list[Specs]:
+def table_specs(table: pd.DataFrame) -> list[tuple[Job, Layout]]:
     """:func:`row_to_specs` of every row of a loaded measurement table, in order.
 
     Raises:

@@ -24,8 +24,8 @@ from autotune.launch._script import RUN_VARIABLES
 from autotune.launch._script import ArgGroup
 from autotune.launch._script import BashScript
 from autotune.launch._script import Flag
+from autotune.launch._script import Launch
 from autotune.launch._script import LaunchFile
-from autotune.launch._script import LaunchJob
 from autotune.launch._script import Ref
 from autotune.launch._script import Variable
 from autotune.launch._script import device_connections_export
@@ -46,26 +46,28 @@ CONFIG_NAME = "ds_config.json"
 _GRADIENT_CLIPPING = 1.0
 
 
-def refusals(job: LaunchJob) -> list[str]:
+def refusals(launch: Launch) -> list[str]:
     """What Megatron-DeepSpeed cannot run of this job, one sentence each."""
+    job = launch.job
     found = []
     if job.model.is_moe:
         found.append(f"{job.model.name} is MoE: Megatron-DeepSpeed runs DeepSpeed-MoE, not these")
     if job.model.attention == "mla":
         found.append(f"{job.model.name} uses MLA, which Megatron-DeepSpeed does not implement")
-    if job.layout.recompute_layers is not None:
+    if launch.layout.recompute_layers is not None:
         found.append(
-            f"recompute_layers={job.layout.recompute_layers}: DeepSpeed's pipeline recomputes "
+            f"recompute_layers={launch.layout.recompute_layers}: DeepSpeed's pipeline recomputes "
             "uniformly only (no block method)"
         )
     return found
 
 
-def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def model_flags(launch: Launch) -> tuple[Flag, ...]:
     """The architecture in Megatron-DeepSpeed's spelling (``--num-key-value-heads``,
     lower-case norms, ``--layernorm-epsilon``; rotary positions, with their base and share of
     each head, replace learned ones; ALiBi, which it lacks, is launched as RoPE:
     :func:`card_notes`)."""
+    job = launch.job
     model = job.model
     flags = [
         flag("--num-layers", model.num_layers),
@@ -96,10 +98,10 @@ def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
     return (*flags, *dropout_flags(model, job.train))
 
 
-def card_notes(job: LaunchJob) -> list[str]:
+def card_notes(launch: Launch) -> list[str]:
     """The model-card facts Megatron-DeepSpeed has no option for (megatron/arguments.py:
     RoPE's base and share only), one sentence each for the header."""
-    model, notes = job.model, []
+    model, notes = launch.job.model, []
     if model.positions == "alibi":
         notes.append(
             f"Megatron-DeepSpeed has no ALiBi: {model.name}'s ALiBi positions are launched as "
@@ -118,18 +120,18 @@ def card_notes(job: LaunchJob) -> list[str]:
     return notes
 
 
-def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def layout_flags(launch: Launch) -> tuple[Flag, ...]:
     """Degrees, batch, sequence parallelism (Megatron's, or DeepSpeed-Ulysses for context
     parallelism), recompute (uniform, one layer per group). ZeRO-2 and -3 (pp 1, the rules
     see to it) run on DeepSpeed's engine without the pipeline module
     (``--no-pipeline-parallel``: ``pretrain_gpt.py`` builds ``GPTModel``, not
     ``GPTModelPipe``), since the pipeline engine refuses them (docs/reference.md 7.9)."""
-    layout = job.layout
+    layout = launch.layout
     flags = [
         flag("--tensor-model-parallel-size", layout.tp),
         flag("--pipeline-model-parallel-size", layout.pp),
         flag("--micro-batch-size", layout.micro_batch),
-        flag("--global-batch-size", job.train.global_batch_size),
+        flag("--global-batch-size", launch.job.train.global_batch_size),
     ]
     if layout.sharding >= ZERO_GRADS:  # DeepSpeed's engine, not its pipeline engine
         flags.append(flag("--no-pipeline-parallel"))
@@ -148,43 +150,45 @@ def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
     return tuple(flags)
 
 
-def _precision_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def _precision_flags(launch: Launch) -> tuple[Flag, ...]:
     """The dtype and FlashAttention-2, which Megatron-DeepSpeed leaves off unless asked."""
+    job = launch.job
     flags = [flag(f"--{job.dtype}")] if job.dtype != "fp32" else []
     if job.flash_attention:
         flags.append(flag("--use-flash-attn-v2"))
     return tuple(flags)
 
 
-def _deepspeed_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def _deepspeed_flags(launch: Launch) -> tuple[Flag, ...]:
     """DeepSpeed on, its JSON, the ZeRO stage (kept equal to the JSON's by hand: Megatron-
     DeepSpeed does not compare them), and DeepSpeed's activation checkpointing with full
     recompute (as the example script pairs them)."""
     flags = [
         flag("--deepspeed"),
         flag("--deepspeed_config", Ref("DS_CONFIG")),
-        flag("--zero-stage", zero_stage(job)),
+        flag("--zero-stage", zero_stage(launch)),
     ]
-    if job.layout.recompute == "full":
+    if launch.layout.recompute == "full":
         flags.append(flag("--deepspeed-activation-checkpointing"))
     return tuple(flags)
 
 
-def zero_stage(job: LaunchJob) -> int:
+def zero_stage(launch: Launch) -> int:
     """The layout's ZeRO stage: 1 for a distributed optimizer, else 0, or 2 or 3 (which the
     pipeline engine refuses: those run without it, :func:`layout_flags`)."""
-    return job.layout.sharding
+    return launch.layout.sharding
 
 
-def ds_config(job: LaunchJob) -> dict[str, object]:
+def ds_config(launch: Launch) -> dict[str, object]:
     """DeepSpeed's JSON: the batch exactly as the flags give it, ZeRO, dtype, clipping."""
-    layout, train = job.layout, job.train
+    job = launch.job
+    layout, train = launch.layout, job.train
     config: dict[str, object] = {
         "train_batch_size": train.global_batch_size,
         "train_micro_batch_size_per_gpu": layout.micro_batch,
         "gradient_accumulation_steps": layout.num_microbatches(train),
         "gradient_clipping": _GRADIENT_CLIPPING,
-        "zero_optimization": {"stage": zero_stage(job)},
+        "zero_optimization": {"stage": zero_stage(launch)},
     }
     if job.dtype == "bf16":
         config["bf16"] = {"enabled": True}
@@ -221,30 +225,33 @@ def _variables() -> tuple[Variable, ...]:
     )
 
 
-def script(job: LaunchJob, title: str) -> BashScript:
-    """The Megatron-DeepSpeed launch script of ``job``."""
-    header = [job.written_for(f"{title} launch"), job.describe(), *job.precision_notes()]
+def script(launch: Launch, title: str) -> BashScript:
+    """The Megatron-DeepSpeed launch script of ``launch``."""
+    job = launch.job
+    header = [launch.written_for(f"{title} launch"), launch.describe(), *launch.precision_notes()]
     if job.model.qkv_bias and not has_linear_bias(job.model):
         header.append(
             "Megatron-DeepSpeed has no QKV-bias-only flag: this model's QKV biases are off."
         )
-    header += [*card_notes(job), RUN_HINT]
+    header += [*card_notes(launch), RUN_HINT]
     return BashScript(
         header=tuple(header),
         variables=_variables(),
         setup=(
             require('-z "${DATA_PATH}"', "set DATA_PATH to a preprocessed dataset prefix"),
             require('-z "${TOKENIZER}"', "set TOKENIZER to a Hugging Face tokenizer"),
-            *device_connections_export(job),
+            *device_connections_export(launch),
         ),
         launcher="torchrun",
         launcher_group=distributed_group(job.cluster),
         groups=(
-            ArgGroup("MODEL_ARGS", "the model's architecture", model_flags(job)),
-            ArgGroup("LAYOUT_ARGS", "the parallel layout autotune picked", layout_flags(job)),
-            ArgGroup("PRECISION_ARGS", "precision and attention kernel", _precision_flags(job)),
+            ArgGroup("MODEL_ARGS", "the model's architecture", model_flags(launch)),
+            ArgGroup("LAYOUT_ARGS", "the parallel layout autotune picked", layout_flags(launch)),
+            ArgGroup("PRECISION_ARGS", "precision and attention kernel", _precision_flags(launch)),
             ArgGroup(
-                "DEEPSPEED_ARGS", f"DeepSpeed, configured by {CONFIG_NAME}", _deepspeed_flags(job)
+                "DEEPSPEED_ARGS",
+                f"DeepSpeed, configured by {CONFIG_NAME}",
+                _deepspeed_flags(launch),
             ),
             _data_group(),
             run_group(),
@@ -254,10 +261,10 @@ def script(job: LaunchJob, title: str) -> BashScript:
     )
 
 
-def launch_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
+def launch_files(launch: Launch, title: str) -> tuple[LaunchFile, ...]:
     """The launch script and DeepSpeed's JSON beside it (for a job :func:`refusals` passes)."""
-    config = json.dumps(ds_config(job), indent=2) + "\n"
+    config = json.dumps(ds_config(launch), indent=2) + "\n"
     return (
-        LaunchFile(SCRIPT_NAME, script(job, title).render(), executable=True),
+        LaunchFile(SCRIPT_NAME, script(launch, title).render(), executable=True),
         LaunchFile(CONFIG_NAME, config, executable=False),
     )

@@ -24,8 +24,8 @@ from autotune.launch._script import RUN_VARIABLES
 from autotune.launch._script import ArgGroup
 from autotune.launch._script import BashScript
 from autotune.launch._script import Flag
+from autotune.launch._script import Launch
 from autotune.launch._script import LaunchFile
-from autotune.launch._script import LaunchJob
 from autotune.launch._script import Ref
 from autotune.launch._script import Variable
 from autotune.launch._script import device_connections_export
@@ -60,13 +60,13 @@ MLA_YARN_FIXED = {
 }
 
 
-def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def model_flags(launch: Launch) -> tuple[Flag, ...]:
     """The architecture and the model card: shapes, positions, norms, activation, biases,
     dropout, MoE and its router, in Megatron-LM main's spelling."""
-    return (*shape_flags(job), *position_flags(job))
+    return (*shape_flags(launch), *position_flags(launch))
 
 
-def shape_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def shape_flags(launch: Launch) -> tuple[Flag, ...]:
     """The architecture but its positions: sizes, attention, norm and its epsilon, query/key
     norms, activation, biases, dropout, MoE and its router (the same options on Megatron-LM
     main and core_v0.12.1).
@@ -74,15 +74,15 @@ def shape_flags(job: LaunchJob) -> tuple[Flag, ...]:
     An all-MoE model (no dense layer, ``ffn_hidden_size`` 0) passes its expert width as
     ``--ffn-hidden-size`` too, as Megatron's Mixtral example does.
     """
-    model = job.model
+    model, train = launch.job.model, launch.job.train
     flags = [
         flag("--num-layers", model.num_layers),
         flag("--hidden-size", model.hidden_size),
         flag("--ffn-hidden-size", model.ffn_hidden_size or model.expert_ffn_hidden_size),
         flag("--num-attention-heads", model.num_attention_heads),
-        *_attention_flags(job),
-        flag("--seq-length", job.train.seq_len),
-        flag("--max-position-embeddings", job.train.seq_len),
+        *_attention_flags(launch),
+        flag("--seq-length", train.seq_len),
+        flag("--max-position-embeddings", train.seq_len),
         flag("--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"),
         flag("--norm-epsilon", number(model.norm_epsilon)),
     ]
@@ -96,12 +96,12 @@ def shape_flags(job: LaunchJob) -> tuple[Flag, ...]:
         flags.append(flag("--disable-bias-linear"))
         if model.qkv_bias:
             flags.append(flag("--add-qkv-bias"))
-    return (*flags, *dropout_flags(model, job.train), *_moe_flags(job), *router_flags(job))
+    return (*flags, *dropout_flags(model, train), *_moe_flags(launch), *router_flags(launch))
 
 
-def _attention_flags(job: LaunchJob) -> list[Flag]:
+def _attention_flags(launch: Launch) -> list[Flag]:
     """MLA's ranks and head sizes, or the head size and GQA's query groups."""
-    model = job.model
+    model = launch.job.model
     if model.attention == "mla":
         flags = [flag("--multi-latent-attention")]
         if model.q_lora_rank:
@@ -119,26 +119,26 @@ def _attention_flags(job: LaunchJob) -> list[Flag]:
     return flags
 
 
-def position_flags(job: LaunchJob) -> list[Flag]:
+def position_flags(launch: Launch) -> list[Flag]:
     """Positions as the model card gives them: RoPE (base, share of each head, pairing) and
     its Llama 3.1 or YaRN scaling, or learned absolute positions. ALiBi, which Megatron-LM
     lacks, is launched as RoPE (:func:`card_notes` says so). MLA rotates inside its
     attention, so its YaRN is ``--rope-type yarn`` with MLA's own options."""
-    model = job.model
+    model = launch.job.model
     if model.positions == "learned_absolute":
         return [flag("--position-embedding-type", "learned_absolute")]
-    kind = "yarn" if yarn_embedding(job) else "rope"
+    kind = "yarn" if yarn_embedding(launch) else "rope"
     flags = [flag("--position-embedding-type", kind), flag("--rotary-base", model.rotary_base)]
     if model.rotary_percent != 1:
         flags.append(flag("--rotary-percent", number(model.rotary_percent)))
     if model.rotary_interleaved:  # the fused kernel takes it only from TE 2.3
         flags += [flag("--rotary-interleaved"), flag("--no-rope-fusion")]
-    return flags + _scaling_flags(job)
+    return flags + _scaling_flags(launch)
 
 
-def _scaling_flags(job: LaunchJob) -> list[Flag]:
+def _scaling_flags(launch: Launch) -> list[Flag]:
     """Llama 3.1's scaling (its factor; the rest is fixed), YaRN's for MLA and for GQA."""
-    model = job.model
+    model = launch.job.model
     if model.attention == "mla":
         if model.rope_scaling != "yarn":
             return [flag("--rope-type", "rope")]
@@ -146,7 +146,7 @@ def _scaling_flags(job: LaunchJob) -> list[Flag]:
     if model.rope_scaling == "llama3":
         factor = number(model.rope_scaling_factor)
         return [flag("--use-rope-scaling"), flag("--rope-scaling-factor", factor)]
-    if yarn_embedding(job):
+    if yarn_embedding(launch):
         return [
             *_yarn_shared_flags(model),
             flag("--yarn-original-max-position-embeddings", model.rope_original_max_positions),
@@ -156,12 +156,12 @@ def _scaling_flags(job: LaunchJob) -> list[Flag]:
     return []
 
 
-def yarn_embedding(job: LaunchJob) -> bool:
+def yarn_embedding(launch: Launch) -> bool:
     """YaRN of a non-MLA model, where the release has the yarn position embedding's options
     (:mod:`autotune.launch._releases`; :func:`card_notes` says when it has not)."""
-    model = job.model
+    model = launch.job.model
     gqa_yarn = model.rope_scaling == "yarn" and model.attention != "mla"
-    return gqa_yarn and job.accepts(YARN_EMBEDDING)
+    return gqa_yarn and launch.accepts(YARN_EMBEDDING)
 
 
 def _yarn_shared_flags(model: ModelSpec) -> list[Flag]:
@@ -173,12 +173,12 @@ def _yarn_shared_flags(model: ModelSpec) -> list[Flag]:
     ]
 
 
-def router_flags(job: LaunchJob) -> list[Flag]:
+def router_flags(launch: Launch) -> list[Flag]:
     """The MoE router as the card gives it (Megatron-Core moe_utils.py
     topk_routing_with_score_function): the score function, softmax before the top-k
     (:func:`pre_softmax`), the aux-loss-free expert bias, group-limited top-k, the scaling of
     the weights."""
-    model = job.model
+    model = launch.job.model
     if not model.is_moe:
         return []
     flags = [flag("--moe-router-score-function", model.moe_router_score_function)]
@@ -205,9 +205,9 @@ def pre_softmax(model: ModelSpec) -> bool:
     return softmax and (not model.moe_router_norm_topk_prob or model.moe_top_k == 1)
 
 
-def card_notes(job: LaunchJob) -> list[str]:
+def card_notes(launch: Launch) -> list[str]:
     """The model-card facts Megatron-LM cannot be told, one sentence each for the header."""
-    model = job.model
+    model = launch.job.model
     notes = router_notes(model)
     if model.positions == "alibi":
         notes.append(
@@ -220,8 +220,8 @@ def card_notes(job: LaunchJob) -> list[str]:
         notes += fixed_notes(model, "Megatron-LM's MLA YaRN", MLA_YARN_FIXED)
     if model.rope_scaling == "llama3" and model.attention == "mla":
         notes.append("Megatron-LM's MLA has no Llama 3.1 RoPE scaling: it is not launched.")
-    if model.rope_scaling == "yarn" and model.attention != "mla" and not yarn_embedding(job):
-        framework = job.train.framework
+    if model.rope_scaling == "yarn" and model.attention != "mla" and not yarn_embedding(launch):
+        framework = launch.job.train.framework
         notes.append(
             f"Megatron-LM {framework.release} has no YaRN position embedding options (from "
             f"{added_in(framework, YARN_EMBEDDING)}): {model.name}'s YaRN scaling is not "
@@ -255,10 +255,10 @@ def fixed_notes(model: ModelSpec, what: str, fixed: dict[str, float]) -> list[st
     return [f"{what} fixes {held}: {model.name}'s {', '.join(differ)} are not launched."]
 
 
-def _moe_flags(job: LaunchJob) -> list[Flag]:
+def _moe_flags(launch: Launch) -> list[Flag]:
     """Experts, their top-k and the dense-then-MoE layer pattern (``--moe-grouped-gemm``
     needs bf16 on core_v0.12.1)."""
-    model = job.model
+    model = launch.job.model
     if not model.is_moe:
         return []
     flags = [
@@ -272,21 +272,21 @@ def _moe_flags(job: LaunchJob) -> list[Flag]:
     if model.first_dense_layers:
         dense, moe = model.first_dense_layers, model.num_moe_layers
         flags.append(flag("--moe-layer-freq", f"([0]*{dense}+[1]*{moe})"))
-    if uses_grouped_gemm(job):
+    if uses_grouped_gemm(launch):
         flags.append(flag("--moe-grouped-gemm"))
     return flags
 
 
-def uses_grouped_gemm(job: LaunchJob) -> bool:
+def uses_grouped_gemm(launch: Launch) -> bool:
     """The experts run as grouped GEMMs (``--moe-grouped-gemm``: bf16 on core_v0.12.1)."""
-    return job.model.is_moe and job.dtype == "bf16"
+    return launch.job.model.is_moe and launch.job.dtype == "bf16"
 
 
-def one_to_one_flags(job: LaunchJob, skip: frozenset[str] = frozenset()) -> list[Flag]:
+def one_to_one_flags(launch: Launch, skip: frozenset[str] = frozenset()) -> list[Flag]:
     """The flags that set one layout field each (the field table's ``flag`` metadata)."""
     flags = []
     for name in LAYOUT_FIELDS:
-        option, value = field_info(name).flag, getattr(job.layout, name)
+        option, value = field_info(name).flag, getattr(launch.layout, name)
         if not option or name in skip or value is None:  # None: the framework's default
             continue
         if isinstance(value, bool):
@@ -296,7 +296,7 @@ def one_to_one_flags(job: LaunchJob, skip: frozenset[str] = frozenset()) -> list
     return flags
 
 
-def pipeline_flags(job: LaunchJob, layer_list: bool) -> list[Flag]:
+def pipeline_flags(launch: Launch, layer_list: bool) -> list[Flag]:
     """How the layers are split over (virtual) pipeline stages (docs/reference.md 7.1).
 
     An even split needs only the chunk size with virtual stages. An uneven one is spelled
@@ -304,19 +304,19 @@ def pipeline_flags(job: LaunchJob, layer_list: bool) -> list[Flag]:
     ``--pipeline-model-parallel-layout`` (stages vpp-major; ``E`` embedding, ``t`` layer,
     ``L`` loss), which also sets the virtual stages.
     """
-    chunks = job.chunk_layers
-    if not job.uneven:
-        if job.layout.vpp > 1:
+    chunks = launch.chunk_layers
+    if not launch.uneven:
+        if launch.layout.vpp > 1:
             return [flag("--num-layers-per-virtual-pipeline-stage", chunks[0])]
         return []
-    if layer_list and job.layout.vpp == 1:
+    if layer_list and launch.layout.vpp == 1:
         return [flag("--num-layer-list", ",".join(map(str, chunks)))]
     stages = [f"t*{count}" if count > 1 else "t" * count for count in chunks]  # "" if empty
     stages[0], stages[-1] = f"E{stages[0]}", f"{stages[-1]}L"
     return [flag("--pipeline-model-parallel-layout", "|".join(stages))]
 
 
-def recompute_flags(job: LaunchJob, per_stage_option: str = "") -> list[Flag]:
+def recompute_flags(launch: Launch, per_stage_option: str = "") -> list[Flag]:
     """Selective, or full recompute of every layer (uniform groups of one layer), or of the
     first ``recompute_layers`` of each stage (block; docs/reference.md 4.1). Selective
     recompute names its modules where they are not the default, core attention
@@ -327,7 +327,7 @@ def recompute_flags(job: LaunchJob, per_stage_option: str = "") -> list[Flag]:
     framework's switch that makes it count per stage (MindSpeed), else it is divided over
     the chunks.
     """
-    layout = job.layout
+    layout = launch.layout
     if layout.recompute == "selective":
         selective = [flag("--recompute-granularity", "selective")]
         if layout.recompute_modules is not None:
@@ -351,78 +351,79 @@ def recompute_flags(job: LaunchJob, per_stage_option: str = "") -> list[Flag]:
     ]
 
 
-def moe_layout_flags(job: LaunchJob) -> list[Flag]:
+def moe_layout_flags(launch: Launch) -> list[Flag]:
     """The token dispatcher as priced where tokens cross ranks (TP or EP): the all-to-all,
     the TP x EP all-gather, or with experts split over ranks the flex dispatcher with DeepEP
     (docs/reference.md 7.7)."""
-    layout = job.layout
-    if not (job.model.is_moe and layout.tp * layout.ep > 1):
+    layout = launch.layout
+    if not (launch.job.model.is_moe and layout.tp * layout.ep > 1):
         return []
-    dispatcher = moe_dispatcher_name(job)
+    dispatcher = moe_dispatcher_name(launch)
     flags = [flag("--moe-token-dispatcher-type", dispatcher)]
     if dispatcher == "flex":
         flags.append(flag("--moe-flex-dispatcher-backend", "deepep"))
-    if job.train.moe_a2a_overlap:  # Megatron-Core's MoE README: both flags together
+    if launch.job.train.moe_a2a_overlap:  # Megatron-Core's MoE README: both flags together
         flags += [flag("--overlap-moe-expert-parallel-comm"), flag("--delay-wgrad-compute")]
     return flags
 
 
-def moe_dispatcher_name(job: LaunchJob) -> str:
+def moe_dispatcher_name(launch: Launch) -> str:
     """Megatron-Core's name of the dispatcher as priced: ``flex`` for DeepEP (which only an
     EP group uses), else the setting's own name."""
-    dispatcher = job.train.token_dispatcher
+    dispatcher = launch.job.train.token_dispatcher
     if dispatcher == "deepep":
-        return "flex" if job.layout.ep > 1 else "alltoall"
+        return "flex" if launch.layout.ep > 1 else "alltoall"
     return dispatcher
 
 
-def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def layout_flags(launch: Launch) -> tuple[Flag, ...]:
     """Everything the layout decides: degrees, batch, split, recompute, overlaps."""
+    layout, train = launch.layout, launch.job.train
     flags = [
-        *one_to_one_flags(job),
-        flag("--global-batch-size", job.train.global_batch_size),
-        *pipeline_flags(job, layer_list=False),
-        *recompute_flags(job),
-        *overlap_flags(job),
-        *sharding_flags(job),
-        *moe_layout_flags(job),
+        *one_to_one_flags(launch),
+        flag("--global-batch-size", train.global_batch_size),
+        *pipeline_flags(launch, layer_list=False),
+        *recompute_flags(launch),
+        *overlap_flags(launch),
+        *sharding_flags(launch),
+        *moe_layout_flags(launch),
     ]
-    if job.layout.hides_tp_comm(job.train):
+    if layout.hides_tp_comm(train):
         flags.append(flag("--tp-comm-overlap"))  # docs/reference.md 7.5: needs SP
-    if job.layout.cp > 1 and job.train.context_exchange == "a2a":
+    if layout.cp > 1 and train.context_exchange == "a2a":
         flags.append(flag("--cp-comm-type", "a2a"))  # docs/reference.md 3.5; default p2p
     return tuple(flags)
 
 
-def dtype_flags(job: LaunchJob) -> list[Flag]:
+def dtype_flags(launch: Launch) -> list[Flag]:
     """The training dtype and the gradient buffer's, where it is not Megatron's default for
     that dtype (bf16 reduces in fp32 unless ``--grad-reduce-in-bf16``; fp16 in fp16 unless
     ``--accumulate-allreduce-grads-in-fp32``)."""
-    if job.dtype == "fp32":
+    dtype, fp32_grads = launch.job.dtype, launch.job.train.reduces_grads_in_fp32
+    if dtype == "fp32":
         return []
-    flags = [flag(f"--{job.dtype}")]
-    fp32_grads = job.train.reduces_grads_in_fp32
-    if job.dtype == "bf16" and not fp32_grads:
+    flags = [flag(f"--{dtype}")]
+    if dtype == "bf16" and not fp32_grads:
         flags.append(flag("--grad-reduce-in-bf16"))
-    elif job.dtype == "fp16" and fp32_grads:
+    elif dtype == "fp16" and fp32_grads:
         flags.append(flag("--accumulate-allreduce-grads-in-fp32"))
     return flags
 
 
-def _precision_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def _precision_flags(launch: Launch) -> tuple[Flag, ...]:
     """Training dtype, FP8 through Transformer Engine (the default ``--transformer-impl``;
     docs/reference.md 7.6), and the attention kernel: TransformerEngine picks flash or cuDNN
     fused attention (``auto``), or none where the device has no kernel (``unfused``)."""
-    flags = dtype_flags(job)
+    job, flags = launch.job, dtype_flags(launch)
     if job.train.fp8:
         flags.append(flag("--fp8-format", "hybrid"))
-    if fp8_primary(job.train, job.layout):  # the priced memory keeps no bf16 linear weights
+    if fp8_primary(job.train, launch.layout):  # the priced memory keeps no bf16 linear weights
         flags.append(flag("--fp8-param-gather"))
     flags.append(flag("--attention-backend", "auto" if job.flash_attention else "unfused"))
     return tuple(flags)
 
 
-def _data_group(job: LaunchJob) -> ArgGroup:
+def _data_group(launch: Launch) -> ArgGroup:
     """A preprocessed dataset and its Hugging Face tokenizer, or mock data (a smoke run)."""
     return ArgGroup(
         "DATA_ARGS",
@@ -437,7 +438,7 @@ def _data_group(job: LaunchJob) -> ArgGroup:
         otherwise=(
             flag("--mock-data"),
             flag("--tokenizer-type", "NullTokenizer"),
-            flag("--vocab-size", job.model.vocab_size),
+            flag("--vocab-size", launch.job.model.vocab_size),
         ),
     )
 
@@ -452,29 +453,32 @@ def _variables() -> tuple[Variable, ...]:
     )
 
 
-def script(job: LaunchJob, title: str) -> BashScript:
-    """The Megatron-LM launch script of ``job``."""
+def script(launch: Launch, title: str) -> BashScript:
+    """The Megatron-LM launch script of ``launch``."""
     guard = require(
         '-n "${DATA_PATH}" && -z "${TOKENIZER}"', "set TOKENIZER for the data in DATA_PATH"
     )
     header = (
-        job.written_for(f"{title} launch"),
-        job.describe(),
-        *job.precision_notes(),
-        *card_notes(job),
+        launch.written_for(f"{title} launch"),
+        launch.describe(),
+        *launch.precision_notes(),
+        *card_notes(launch),
         RUN_HINT,
     )
     return BashScript(
         header=header,
         variables=_variables(),
-        setup=(guard, *device_connections_export(job, fsdp=job.layout.sharding >= ZERO_GRADS)),
+        setup=(
+            guard,
+            *device_connections_export(launch, fsdp=launch.layout.sharding >= ZERO_GRADS),
+        ),
         launcher="torchrun",
-        launcher_group=distributed_group(job.cluster),
+        launcher_group=distributed_group(launch.job.cluster),
         groups=(
-            ArgGroup("MODEL_ARGS", "the model's architecture", model_flags(job)),
-            ArgGroup("LAYOUT_ARGS", "the parallel layout autotune picked", layout_flags(job)),
-            ArgGroup("PRECISION_ARGS", "precision and attention kernel", _precision_flags(job)),
-            _data_group(job),
+            ArgGroup("MODEL_ARGS", "the model's architecture", model_flags(launch)),
+            ArgGroup("LAYOUT_ARGS", "the parallel layout autotune picked", layout_flags(launch)),
+            ArgGroup("PRECISION_ARGS", "precision and attention kernel", _precision_flags(launch)),
+            _data_group(launch),
             run_group(),
         ),
         workdir="MEGATRON_DIR",
@@ -482,6 +486,6 @@ def script(job: LaunchJob, title: str) -> BashScript:
     )
 
 
-def launch_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
+def launch_files(launch: Launch, title: str) -> tuple[LaunchFile, ...]:
     """The Megatron-LM launch script."""
-    return (LaunchFile(SCRIPT_NAME, script(job, title).render(), executable=True),)
+    return (LaunchFile(SCRIPT_NAME, script(launch, title).render(), executable=True),)

@@ -39,8 +39,8 @@ from autotune.launch._script import RUN_VARIABLES
 from autotune.launch._script import ArgGroup
 from autotune.launch._script import BashScript
 from autotune.launch._script import Flag
+from autotune.launch._script import Launch
 from autotune.launch._script import LaunchFile
-from autotune.launch._script import LaunchJob
 from autotune.launch._script import Ref
 from autotune.launch._script import Variable
 from autotune.launch._script import device_connections_export
@@ -67,10 +67,10 @@ _ASCEND_EXPORTS = (
 )
 
 
-def model_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def model_flags(launch: Launch) -> tuple[Flag, ...]:
     """The architecture and the model card: Megatron's shapes and router, MindSpeed-LLM's
     positions."""
-    return (*shape_flags(job), *position_flags(job.model))
+    return (*shape_flags(launch), *position_flags(launch.job.model))
 
 
 def position_flags(model: ModelSpec) -> list[Flag]:
@@ -125,7 +125,7 @@ def card_notes(model: ModelSpec) -> list[str]:
     return notes
 
 
-def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def layout_flags(launch: Launch) -> tuple[Flag, ...]:
     """Everything the layout decides, in MindSpeed-LLM's spelling.
 
     With virtual stages a block recompute count means layers per chunk unless
@@ -133,25 +133,27 @@ def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
     ``docs/zh/features/recomputation.md``), which keeps the layout's per-stage count. The
     framework's TP overlap is MindSpeed's ``--use-ascend-coc`` (docs/reference.md 7.4).
     """
+    job = launch.job
     flags = [
-        *one_to_one_flags(job),
+        *one_to_one_flags(launch),
         flag("--global-batch-size", job.train.global_batch_size),
-        *pipeline_flags(job, layer_list=True),
-        *recompute_flags(job, per_stage_option="--enable-recompute-layers-per-pp-rank"),
-        *overlap_flags(job),
-        *moe_layout_flags(job),
+        *pipeline_flags(launch, layer_list=True),
+        *recompute_flags(launch, per_stage_option="--enable-recompute-layers-per-pp-rank"),
+        *overlap_flags(launch),
+        *moe_layout_flags(launch),
     ]
-    if job.layout.cp > 1:
+    if launch.layout.cp > 1:
         algo = "ulysses_cp_algo" if job.train.context_exchange == "a2a" else "megatron_cp_algo"
         flags.append(flag("--context-parallel-algo", algo))
-    if job.layout.hides_tp_comm(job.train):
+    if launch.layout.hides_tp_comm(job.train):
         flags.append(flag("--use-ascend-coc"))
     return tuple(flags)
 
 
-def _implementation_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def _implementation_flags(launch: Launch) -> tuple[Flag, ...]:
     """Megatron-Core models on MindSpeed's local transformer, the NPU kernels that apply to
     this model, and the dtype (no FP8: it needs Transformer Engine, docs/reference.md 7.4)."""
+    job = launch.job
     model = job.model
     flags = [flag("--use-mcore-models"), flag("--transformer-impl", "local")]
     if job.flash_attention:  # the softmax runs inside the fused attention kernel
@@ -169,9 +171,9 @@ def _implementation_flags(job: LaunchJob) -> tuple[Flag, ...]:
     framework = job.train.framework
     if framework.grad_accumulation != "fused":
         flags.append(flag("--no-gradient-accumulation-fusion"))
-    if uses_grouped_gemm(job) and framework.expert_grad_accumulation == "fused":
+    if uses_grouped_gemm(launch) and framework.expert_grad_accumulation == "fused":
         flags.append(flag("--gemm-gradient-accumulation-fusion"))
-    return (*flags, *dtype_flags(job))
+    return (*flags, *dtype_flags(launch))
 
 
 def _plain_rope(model: ModelSpec) -> bool:
@@ -179,7 +181,7 @@ def _plain_rope(model: ModelSpec) -> bool:
     return model.positions == "rope" and model.rotary_percent == 1 and not model.rotary_interleaved
 
 
-def _data_group(job: LaunchJob) -> ArgGroup:
+def _data_group(launch: Launch) -> ArgGroup:
     """The dataset prefix and the Hugging Face tokenizer folder; the embedding keeps the
     model's vocabulary (``--padded-vocab-size`` with divisor 1, as the example scripts do)."""
     return ArgGroup(
@@ -191,7 +193,7 @@ def _data_group(job: LaunchJob) -> ArgGroup:
             flag("--tokenizer-type", "PretrainedFromHF"),
             flag("--tokenizer-name-or-path", Ref("TOKENIZER_PATH")),
             flag("--make-vocab-size-divisible-by", 1),
-            flag("--padded-vocab-size", job.model.vocab_size),
+            flag("--padded-vocab-size", launch.job.model.vocab_size),
         ),
     )
 
@@ -208,7 +210,7 @@ def _variables() -> tuple[Variable, ...]:
     )
 
 
-def _setup(job: LaunchJob) -> tuple[str, ...]:
+def _setup(launch: Launch) -> tuple[str, ...]:
     """Check the inputs MindSpeed validates (the tokenizer folder must exist), source the
     CANN and ATB environments (docs/en/pytorch/training/quick_start.md), export the rest."""
     return (
@@ -216,31 +218,34 @@ def _setup(job: LaunchJob) -> tuple[str, ...]:
         require('! -d "${TOKENIZER_PATH}"', "set TOKENIZER_PATH to a tokenizer folder"),
         'source "${CANN_SET_ENV}"',
         'source "${ATB_SET_ENV}"',
-        *device_connections_export(job),
+        *device_connections_export(launch),
         *_ASCEND_EXPORTS,
     )
 
 
-def script(job: LaunchJob, title: str) -> BashScript:
-    """The MindSpeed-LLM launch script of ``job``."""
+def script(launch: Launch, title: str) -> BashScript:
+    """The MindSpeed-LLM launch script of ``launch``."""
+    job = launch.job
     header = (
-        job.written_for(f"{title} launch"),
-        job.describe(),
-        *job.precision_notes(),
+        launch.written_for(f"{title} launch"),
+        launch.describe(),
+        *launch.precision_notes(),
         *card_notes(job.model),
         RUN_HINT,
     )
     return BashScript(
         header=header,
         variables=_variables(),
-        setup=_setup(job),
+        setup=_setup(launch),
         launcher="torchrun",
         launcher_group=distributed_group(job.cluster),
         groups=(
-            ArgGroup("MODEL_ARGS", "the model's architecture", model_flags(job)),
-            ArgGroup("LAYOUT_ARGS", "the parallel layout autotune picked", layout_flags(job)),
-            ArgGroup("IMPL_ARGS", "MindSpeed's kernels and the dtype", _implementation_flags(job)),
-            _data_group(job),
+            ArgGroup("MODEL_ARGS", "the model's architecture", model_flags(launch)),
+            ArgGroup("LAYOUT_ARGS", "the parallel layout autotune picked", layout_flags(launch)),
+            ArgGroup(
+                "IMPL_ARGS", "MindSpeed's kernels and the dtype", _implementation_flags(launch)
+            ),
+            _data_group(launch),
             run_group(),
         ),
         workdir="MINDSPEED_LLM_DIR",
@@ -248,6 +253,6 @@ def script(job: LaunchJob, title: str) -> BashScript:
     )
 
 
-def launch_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
+def launch_files(launch: Launch, title: str) -> tuple[LaunchFile, ...]:
     """The MindSpeed-LLM launch script."""
-    return (LaunchFile(SCRIPT_NAME, script(job, title).render(), executable=True),)
+    return (LaunchFile(SCRIPT_NAME, script(launch, title).render(), executable=True),)

@@ -29,8 +29,8 @@ from autotune.launch._megatron import moe_dispatcher_name
 from autotune.launch._megatron import pipeline_flags
 from autotune.launch._megatron import pre_softmax
 from autotune.launch._megatron import router_notes
+from autotune.launch._script import Launch
 from autotune.launch._script import LaunchFile
-from autotune.launch._script import LaunchJob
 from autotune.launch._script import comment
 from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.states import fp8_primary
@@ -71,11 +71,12 @@ _TORCH_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "tor
 _LLAMA31_RECIPES = frozenset({"llama31_70b", "llama31_405b"})
 
 
-def _model_fields(job: LaunchJob) -> list[tuple[str, object]]:
+def _model_fields(launch: Launch) -> list[tuple[str, object]]:
     """Sizes the layout's validity rests on, the sequence, the dropout as priced (recipes
     set their own), and recompute (docs/reference.md 4.1: full of every layer is uniform
     groups of one; a count is the block method)."""
-    model, layout = job.model, job.layout
+    job = launch.job
+    model, layout = job.model, launch.layout
     fields: list[tuple[str, object]] = [
         ("num_layers", model.num_layers),
         ("hidden_size", model.hidden_size),
@@ -91,7 +92,7 @@ def _model_fields(job: LaunchJob) -> list[tuple[str, object]]:
     if layout.cp > 1:  # recipes may set their own exchange
         fields.append(("cp_comm_type", job.train.context_exchange))
     if model.is_moe:  # the dispatcher as priced (recipes set their own)
-        dispatcher = moe_dispatcher_name(job)
+        dispatcher = moe_dispatcher_name(launch)
         fields += [
             ("num_moe_experts", model.num_experts),
             ("moe_router_topk", model.moe_top_k),
@@ -117,10 +118,10 @@ def _model_fields(job: LaunchJob) -> list[tuple[str, object]]:
     return fields
 
 
-def _card_fields(job: LaunchJob) -> list[tuple[str, object]]:
+def _card_fields(launch: Launch) -> list[tuple[str, object]]:
     """The model card on the model config: the norm epsilon, query/key norms (MLA's latent
     norms too), positions, RoPE's scaling and the MoE router (:func:`_router_fields`)."""
-    model = job.model
+    model = launch.job.model
     fields: list[tuple[str, object]] = [
         ("layernorm_epsilon", model.norm_epsilon),
         ("qk_layernorm", model.qk_layernorm or model.attention == "mla"),
@@ -133,13 +134,14 @@ def _card_fields(job: LaunchJob) -> list[tuple[str, object]]:
             ("rotary_base", model.rotary_base),
             ("rotary_percent", model.rotary_percent),
             ("rotary_interleaved", model.rotary_interleaved),
-            *_scaling_fields(job),
+            *_scaling_fields(launch),
         ]
-    return fields + _router_fields(job)
+    return fields + _router_fields(launch)
 
 
-def _scaling_fields(job: LaunchJob) -> list[tuple[str, object]]:
+def _scaling_fields(launch: Launch) -> list[tuple[str, object]]:
     """MLA's YaRN (or plain RoPE) and Llama31Config's scaling, where the config takes them."""
+    job = launch.job
     model, recipe = job.model, RECIPES[job.model.name][0]
     if model.attention == "mla":
         if model.rope_scaling != "yarn":
@@ -163,10 +165,10 @@ def _scaling_fields(job: LaunchJob) -> list[tuple[str, object]]:
     return []
 
 
-def _router_fields(job: LaunchJob) -> list[tuple[str, object]]:
+def _router_fields(launch: Launch) -> list[tuple[str, object]]:
     """The router as Megatron-LM's flags give it (:func:`_megatron.router_flags`), on the
     config fields of the same names (None: Megatron-Core's off)."""
-    model = job.model
+    model = launch.job.model
     if not model.is_moe:
         return []
     scale = model.moe_router_topk_scaling_factor
@@ -180,8 +182,9 @@ def _router_fields(job: LaunchJob) -> list[tuple[str, object]]:
     ]
 
 
-def card_notes(job: LaunchJob) -> list[str]:
+def card_notes(launch: Launch) -> list[str]:
     """The model-card facts the recipe's config class cannot take, one sentence each."""
+    job = launch.job
     model, recipe = job.model, RECIPES[job.model.name][0]
     notes = router_notes(model)
     llama31 = recipe in _LLAMA31_RECIPES
@@ -201,12 +204,12 @@ def card_notes(job: LaunchJob) -> list[str]:
     return notes
 
 
-def _strategy_fields(job: LaunchJob) -> list[tuple[str, object]]:
+def _strategy_fields(launch: Launch) -> list[tuple[str, object]]:
     """Parallel sizes and the layer split on ``nl.MegatronStrategy``; ``pipeline_dtype``
     (NeMo requires it whenever pp > 1, ``llm/api.py`` _validate_config)."""
-    layout = job.layout
-    split = pipeline_flags(job, layer_list=False)
-    layout_string = str(split[0].values[0]) if job.uneven else None
+    layout = launch.layout
+    split = pipeline_flags(launch, layer_list=False)
+    layout_string = str(split[0].values[0]) if launch.uneven else None
     fields: list[tuple[str, object]] = [
         ("tensor_model_parallel_size", layout.tp),
         ("pipeline_model_parallel_size", layout.pp),
@@ -220,7 +223,7 @@ def _strategy_fields(job: LaunchJob) -> list[tuple[str, object]]:
         ("account_for_loss_in_pipeline_split", False),
         ("pipeline_model_parallel_layout", layout_string),
     ]
-    if job.model.is_moe:  # the recipe's own ETP is not the layout's unless written
+    if launch.job.model.is_moe:  # the recipe's own ETP is not the layout's unless written
         fields.append(("expert_tensor_parallel_size", layout.expert_tp))
     # ZeRO-2 and -3: Megatron-FSDP, which needs its checkpoint format; hybrid sharding: the
     # distributed optimizer's replicas (megatron_strategy.py at 8cfedd72, docs/reference.md 7.9)
@@ -231,8 +234,9 @@ def _strategy_fields(job: LaunchJob) -> list[tuple[str, object]]:
     return fields
 
 
-def _plugin(job: LaunchJob) -> tuple[str, str]:
+def _plugin(launch: Launch) -> tuple[str, str]:
     """The precision plugin expression and the import it needs."""
+    job = launch.job
     factories = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
     if job.train.fp8:
         name = "bf16_with_fp8_mixed"
@@ -258,10 +262,11 @@ def _literal(value: object) -> str:
     return repr(value)
 
 
-def _settings(job: LaunchJob) -> list[str]:
+def _settings(launch: Launch) -> list[str]:
     """The statements of ``configure()`` after the recipe is built, in order."""
-    layout = job.layout
-    plugin, _ = _plugin(job)
+    job = launch.job
+    layout = launch.layout
+    plugin, _ = _plugin(launch)
     ddp: dict[str, object] = {
         "grad_reduce_in_fp32": job.dtype != "fp32" and job.train.reduces_grads_in_fp32,
         "overlap_grad_reduce": job.train.overlaps_grad_reduce,
@@ -273,10 +278,10 @@ def _settings(job: LaunchJob) -> list[str]:
     pipeline_dtype = _TORCH_DTYPES[job.dtype] if layout.pp > 1 else "None"
     return [
         "model = recipe.model.config",
-        *(f"model.{key} = {_literal(value)}" for key, value in _model_fields(job)),
-        *(f"model.{key} = {_literal(value)}" for key, value in _card_fields(job)),
+        *(f"model.{key} = {_literal(value)}" for key, value in _model_fields(launch)),
+        *(f"model.{key} = {_literal(value)}" for key, value in _card_fields(launch)),
         "strategy = recipe.trainer.strategy",
-        *(f"strategy.{key} = {_literal(value)}" for key, value in _strategy_fields(job)),
+        *(f"strategy.{key} = {_literal(value)}" for key, value in _strategy_fields(launch)),
         f"strategy.pipeline_dtype = {pipeline_dtype}",
         *_ddp_statements(ddp),
         f"recipe.optim.config.use_distributed_optimizer = {layout.distributed_optimizer}",
@@ -334,14 +339,14 @@ def _tp_overlap_statements(overlap: bool) -> list[str]:
     return statements
 
 
-def _header(job: LaunchJob, title: str) -> list[str]:
+def _header(launch: Launch, title: str) -> list[str]:
     """The opening comment: what it launches and how to run it."""
-    cluster = job.cluster
+    cluster = launch.job.cluster
     return [
         "#!/usr/bin/env python3",
         comment(f"{title} recipe override written by autotune for {NEMO_RELEASE}."),
-        comment(job.describe()),
-        *map(comment, [*job.precision_notes(), *card_notes(job)]),
+        comment(launch.describe()),
+        *map(comment, [*launch.precision_notes(), *card_notes(launch)]),
         "# Run it on every node; each torchrun worker trains in its own process:",
         f"#   torchrun --nproc-per-node {cluster.processes_per_host} --nnodes {cluster.num_hosts} "
         f"--node-rank <rank> --master-addr <node 0> --master-port 6000 {FILE_NAME}",
@@ -350,15 +355,16 @@ def _header(job: LaunchJob, title: str) -> list[str]:
     ]
 
 
-def recipe_text(job: LaunchJob, title: str) -> str:
-    """The recipe override file of ``job`` (its model must be in :data:`RECIPES`)."""
+def recipe_text(launch: Launch, title: str) -> str:
+    """The recipe override file of ``launch`` (its model must be in :data:`RECIPES`)."""
+    job = launch.job
     recipe, extra = RECIPES[job.model.name]
     cluster = job.cluster
-    plugin, plugin_import = _plugin(job)
-    settings = _settings(job)
+    plugin, plugin_import = _plugin(launch)
+    settings = _settings(launch)
     uses_torch = any("torch." in line for line in [plugin, *settings])
     lines = [
-        *_header(job, title),
+        *_header(launch, title),
         f'"""NeMo recipe ``{recipe}`` with the layout autotune picked."""',
         "",
         "import os",
@@ -392,9 +398,10 @@ def recipe_text(job: LaunchJob, title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def launch_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
+def launch_files(launch: Launch, title: str) -> tuple[LaunchFile, ...]:
     """The recipe override, for a model NeMo has a recipe of and a job its recipes can set
     (none otherwise: NeMo 8cfedd72's Megatron-Core predates the EP all-to-all overlap)."""
+    job = launch.job
     if job.model.name not in RECIPES or (job.model.is_moe and job.train.moe_a2a_overlap):
         return ()
-    return (LaunchFile(FILE_NAME, recipe_text(job, title), executable=True),)
+    return (LaunchFile(FILE_NAME, recipe_text(launch, title), executable=True),)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from autotune.launch._releases import accepts
 from autotune.launch._releases import written_for
 from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import ModelSpec
 from autotune.simulators import TrainSpec
@@ -23,47 +24,31 @@ from autotune.simulators.names import one_line
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LaunchJob:
-    """The job a launch file starts: model, cluster, training step and the layout."""
+class Launch:
+    """What a launch file starts: the job and its layout."""
 
-    model: ModelSpec
-    cluster: ClusterSpec
-    train: TrainSpec
+    job: Job
     layout: Layout
-
-    @property
-    def dtype(self) -> str:
-        """The training dtype the framework is told: ``bf16``, ``fp16`` or ``fp32``.
-
-        FP8 trains in bf16 with FP8 linear GEMMs (TrainSpec.compute_dtype); a device without
-        bf16 (V100) runs bf16 jobs in fp16, the dtype the simulators price
-        (``DeviceSpec.runs_as``).
-        """
-        return self.cluster.device.runs_as(self.train.compute_dtype)
 
     def precision_notes(self) -> list[str]:
         """One sentence for the header when the launch runs another dtype than the job names:
         a bf16 job on a device without bf16 runs in fp16, priced at the fp16 peak with the
         state bytes of a bf16 run, which fp16 with the same gradient dtype holds too."""
-        asked = self.train.compute_dtype
-        if self.dtype == asked:
+        job = self.job
+        asked = job.train.compute_dtype
+        if job.dtype == asked:
             return []
-        grads = "fp32" if self.train.reduces_grads_in_fp32 else "fp16"
+        grads = "fp32" if job.train.reduces_grads_in_fp32 else "fp16"
         return [
-            f"{self.cluster.device.name} has no {asked}: this {asked} job runs in {self.dtype}, "
-            f"as the simulators price it ({self.dtype} peak, 2-byte weights and activations, "
+            f"{job.cluster.device.name} has no {asked}: this {asked} job runs in {job.dtype}, "
+            f"as the simulators price it ({job.dtype} peak, 2-byte weights and activations, "
             f"{grads} gradients)."
         ]
 
     @property
-    def flash_attention(self) -> bool:
-        """Fused attention: the training step asks for it and the device has the kernels."""
-        return self.train.uses_flash_attention(self.cluster)
-
-    @property
     def chunk_layers(self) -> tuple[int, ...]:
         """Layers of every virtual stage, vpp-major (``Layout.chunk_layers``)."""
-        return self.layout.chunk_layers(self.model, self.train)
+        return self.layout.chunk_layers(self.job.model, self.job.train)
 
     @property
     def uneven(self) -> bool:
@@ -73,25 +58,26 @@ class LaunchJob:
     def accepts(self, option: str) -> bool:
         """Whether the framework's release takes ``option`` (``--name`` or ``--name value``;
         :mod:`autotune.launch._releases`)."""
-        return accepts(self.train.framework, option)
+        return accepts(self.job.train.framework, option)
 
     def written_for(self, what: str) -> str:
         """The header's first sentence: ``what`` and the release it was written for."""
-        return written_for(self.train.framework, what)
+        return written_for(self.job.train.framework, what)
 
     def describe(self) -> str:
         """The job in one line, for headers: model, cluster, layout, per-stage layers."""
-        stages = "/".join(map(str, self.layout.stage_layers(self.model, self.train)))
+        model, cluster, train = self.job.model, self.job.cluster, self.job.train
+        stages = "/".join(map(str, self.layout.stage_layers(model, train)))
         return (
-            f"{self.model.name} on {self.cluster.name} ({self.cluster.num_nodes} nodes x "
-            f"{self.cluster.devices_per_node} devices), seq {self.train.seq_len}, global "
-            f"batch {self.train.global_batch_size}, {self._precision()}; layout "
+            f"{model.name} on {cluster.name} ({cluster.num_nodes} nodes x "
+            f"{cluster.devices_per_node} devices), seq {train.seq_len}, global "
+            f"batch {train.global_batch_size}, {self._precision()}; layout "
             f"{self.layout.describe()}, layers per pipeline stage {stages}"
         )
 
     def _precision(self) -> str:
         """The job's precision as launched: ``fp8``, or the dtype the device runs."""
-        return "fp8" if self.train.fp8 else self.dtype
+        return "fp8" if self.job.train.fp8 else self.job.dtype
 
 
 def number(value: float) -> str:
@@ -304,7 +290,7 @@ def run_group() -> ArgGroup:
     )
 
 
-def device_connections_export(job: LaunchJob, fsdp: bool = False) -> tuple[str, ...]:
+def device_connections_export(launch: Launch, fsdp: bool = False) -> tuple[str, ...]:
     """``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1.
 
     Megatron-LM's validate_args refuses TP or CP without it before Blackwell, and MindSpeed
@@ -315,7 +301,7 @@ def device_connections_export(job: LaunchJob, fsdp: bool = False) -> tuple[str, 
     """
     if fsdp:
         return ()
-    if job.layout.tp > 1 or job.layout.cp > 1:
+    if launch.layout.tp > 1 or launch.layout.cp > 1:
         return ("export CUDA_DEVICE_MAX_CONNECTIONS=1",)
     return ()
 

@@ -18,8 +18,8 @@ from typing import Any
 from autotune.launch._script import ArgGroup
 from autotune.launch._script import BashScript
 from autotune.launch._script import Flag
+from autotune.launch._script import Launch
 from autotune.launch._script import LaunchFile
-from autotune.launch._script import LaunchJob
 from autotune.launch._script import Ref
 from autotune.launch._script import Variable
 from autotune.launch._script import comment
@@ -41,50 +41,51 @@ _FLAVORS: Mapping[tuple[int, ...], tuple[str, str]] = {
 }
 
 
-def _flavor(job: LaunchJob) -> tuple[str, str] | None:
-    m = job.model
+def _flavor(launch: Launch) -> tuple[str, str] | None:
+    m = launch.job.model
     shape = (m.hidden_size, m.num_layers, m.num_attention_heads, m.num_kv_heads)
     return _FLAVORS.get((*shape, m.ffn_hidden_size, m.vocab_size))
 
 
-def _stage_layers_every(job: LaunchJob) -> int | None:
+def _stage_layers_every(launch: Launch) -> int | None:
     """torchtitan's ``selective_ac_option`` N for ``recompute_layers`` k: every N-th block of
     a rank is checkpointed whole (a counter over its blocks), so k = S / N with S the layers
     of every stage; None when the stages differ or N is not whole."""
-    k = job.layout.recompute_layers
-    stages = set(job.layout.stage_layers(job.model, job.train))
+    k = launch.layout.recompute_layers
+    stages = set(launch.layout.stage_layers(launch.job.model, launch.job.train))
     if k is None or len(stages) != 1:
         return None
     (layers,) = stages
     return layers // k if layers % k == 0 else None
 
 
-def refusals(job: LaunchJob) -> list[str]:
+def refusals(launch: Launch) -> list[str]:
     """What v0.2.2 cannot be told of this job, one sentence each."""
     found = []
-    if _flavor(job) is None:
+    if _flavor(launch) is None:
         known = ", ".join(f"{name} {flavor}" for name, flavor in _FLAVORS.values())
         found.append(
             f"torchtitan builds models from its registry; no flavor it has matches "
-            f"{job.model.name} (launched: {known})"
+            f"{launch.job.model.name} (launched: {known})"
         )
-    if job.layout.recompute_layers is not None and _stage_layers_every(job) is None:
+    every = launch.layout.recompute_layers
+    if every is not None and _stage_layers_every(launch) is None:
         found.append(
-            f"recompute_layers={job.layout.recompute_layers}: torchtitan checkpoints every N-th "
+            f"recompute_layers={every}: torchtitan checkpoints every N-th "
             "block of a rank, which needs equal stages of a multiple of it"
         )
     return found
 
 
-def _degrees(job: LaunchJob) -> dict[str, Any]:
-    lay = job.layout
+def _degrees(launch: Launch) -> dict[str, Any]:
+    lay = launch.layout
     replicate = lay.dp if lay.sharding == 0 else lay.dp_replicate
     return {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": lay.dp // replicate,
         "fsdp_reshard_after_forward": "default",
         "tensor_parallel_degree": lay.tp,
-        "enable_async_tensor_parallel": lay.hides_tp_comm(job.train),
+        "enable_async_tensor_parallel": lay.hides_tp_comm(launch.job.train),
         "pipeline_parallel_degree": lay.pp,
         "context_parallel_degree": lay.cp,
         "expert_parallel_degree": lay.ep,
@@ -92,13 +93,13 @@ def _degrees(job: LaunchJob) -> dict[str, Any]:
     }
 
 
-def _pipeline(job: LaunchJob) -> dict[str, Any]:
+def _pipeline(launch: Launch) -> dict[str, Any]:
     """The schedule and each (virtual) stage's modules, in model order (torchtitan's loop)."""
-    lay = job.layout
+    lay = launch.layout
     if lay.pp == 1:
         return {}
     parts, first = [], 0
-    for count in job.chunk_layers:
+    for count in launch.chunk_layers:
         parts.append([f"layers.{i}" for i in range(first, first + count)])
         first += count
     parts[0].insert(0, "tok_embeddings")
@@ -110,13 +111,13 @@ def _pipeline(job: LaunchJob) -> dict[str, Any]:
     }
 
 
-def job_config(job: LaunchJob) -> dict[str, dict[str, Any]]:
+def job_config(launch: Launch) -> dict[str, dict[str, Any]]:
     """The TOML's tables: dotted table name -> key -> value (keys of the release only)."""
-    lay, train = job.layout, job.train
-    name, flavor = _flavor(job) or ("llama3", "")
+    lay, train = launch.layout, launch.job.train
+    name, flavor = _flavor(launch) or ("llama3", "")
     per_rank = train.global_batch_size // lay.dp
     config: dict[str, dict[str, Any]] = {
-        "job": {"description": job.describe()},
+        "job": {"description": launch.describe()},
         "model": {"name": name, "flavor": flavor},
         "training": {
             # PP: one step runs every micro-batch of the rank; else accumulate micro-batches
@@ -124,11 +125,11 @@ def job_config(job: LaunchJob) -> dict[str, dict[str, Any]]:
             "global_batch_size": train.global_batch_size,
             "seq_len": train.seq_len,
             "dtype": "float32",
-            "mixed_precision_param": "float32" if job.dtype == "fp32" else "bfloat16",
+            "mixed_precision_param": "float32" if launch.job.dtype == "fp32" else "bfloat16",
             "mixed_precision_reduce": "float32",
         },
-        "parallelism": {**_degrees(job), **_pipeline(job)},
-        "activation_checkpoint": _recompute(job),
+        "parallelism": {**_degrees(launch), **_pipeline(launch)},
+        "activation_checkpoint": _recompute(launch),
         "compile": {"enable": lay.hides_tp_comm(train), "components": ["model", "loss"]},
     }
     if lay.cp > 1:  # the ring the simulators price (cp_comm_types p2p)
@@ -139,10 +140,10 @@ def job_config(job: LaunchJob) -> dict[str, dict[str, Any]]:
     return config
 
 
-def _recompute(job: LaunchJob) -> dict[str, Any]:
-    lay = job.layout
+def _recompute(launch: Launch) -> dict[str, Any]:
+    lay = launch.layout
     if lay.recompute == "full" and lay.recompute_layers is not None:
-        return {"mode": "selective", "selective_ac_option": str(_stage_layers_every(job))}
+        return {"mode": "selective", "selective_ac_option": str(_stage_layers_every(launch))}
     return {"mode": "full" if lay.recompute == "full" else "none"}
 
 
@@ -156,20 +157,20 @@ def _toml_value(value: Any) -> str:
     return "[" + ", ".join(_toml_value(item) for item in value) + "]"
 
 
-def render_toml(job: LaunchJob) -> str:
+def render_toml(launch: Launch) -> str:
     """The job config as TOML text, headed by comments naming the release and the job."""
-    lines = [comment(job.written_for("torchtitan job config")), comment(job.describe())]
-    for table, values in job_config(job).items():
+    lines = [comment(launch.written_for("torchtitan job config")), comment(launch.describe())]
+    for table, values in job_config(launch).items():
         lines += ["", f"[{table}]"]
         lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
     return "\n".join(lines) + "\n"
 
 
-def layout_flags(job: LaunchJob) -> tuple[Flag, ...]:
+def layout_flags(launch: Launch) -> tuple[Flag, ...]:
     """The layout's keys as ``--section.key value`` (torchtitan's command-line spelling)."""
     found = []
     for table in ("parallelism", "activation_checkpoint"):
-        for key, value in job_config(job)[table].items():
+        for key, value in job_config(launch)[table].items():
             if not isinstance(value, list):
                 found.append(flag(f"--{table}.{key}", _toml_value(value).strip('"')))
     return tuple(found)
@@ -187,14 +188,14 @@ RUN_FLAGS = (
 )
 
 
-def script(job: LaunchJob, title: str) -> BashScript:
+def script(launch: Launch, title: str) -> BashScript:
     """``run_train.sh``'s torchrun line, multi-node through a c10d rendezvous."""
-    cluster = job.cluster
+    cluster = launch.job.cluster
     return BashScript(
         header=(
-            job.written_for(f"{title} launch"),
-            job.describe(),
-            *job.precision_notes(),
+            launch.written_for(f"{title} launch"),
+            launch.describe(),
+            *launch.precision_notes(),
             f"The layout is in {CONFIG_NAME}; torch.compile is off unless async TP needs it.",
             "Run it on every node with the same MASTER_ADDR: MASTER_ADDR=<node 0> bash <this>.",
         ),
@@ -236,9 +237,9 @@ def script(job: LaunchJob, title: str) -> BashScript:
     )
 
 
-def launch_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
+def launch_files(launch: Launch, title: str) -> tuple[LaunchFile, ...]:
     """The torchrun script and the TOML job config beside it."""
     return (
-        LaunchFile(SCRIPT_NAME, script(job, title).render(), executable=True),
-        LaunchFile(CONFIG_NAME, render_toml(job), executable=False),
+        LaunchFile(SCRIPT_NAME, script(launch, title).render(), executable=True),
+        LaunchFile(CONFIG_NAME, render_toml(launch), executable=False),
     )

@@ -12,12 +12,11 @@ from autotune.launch import _mindspeed
 from autotune.launch import _nemo
 from autotune.launch import _torchtitan
 from autotune.launch._script import Flag
+from autotune.launch._script import Launch
 from autotune.launch._script import LaunchFile
-from autotune.launch._script import LaunchJob
-from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
-from autotune.simulators import ModelSpec
 from autotune.simulators import TrainSpec
 from autotune.simulators import UserError
 from autotune.simulators.files import write_atomically
@@ -40,21 +39,21 @@ class LaunchFlags:
     refused: tuple[str, ...]
 
 
-def _no_refusals(job: LaunchJob) -> list[str]:
+def _no_refusals(launch: Launch) -> list[str]:
     return []
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Launcher:
     title: str
-    files: Callable[[LaunchJob, str], tuple[LaunchFile, ...]]
-    layout_flags: Callable[[LaunchJob], tuple[Flag, ...]]
-    refusals: Callable[[LaunchJob], list[str]] = _no_refusals
+    files: Callable[[Launch, str], tuple[LaunchFile, ...]]
+    layout_flags: Callable[[Launch], tuple[Flag, ...]]
+    refusals: Callable[[Launch], list[str]] = _no_refusals
 
 
-def _megatron_core_files(job: LaunchJob, title: str) -> tuple[LaunchFile, ...]:
+def _megatron_core_files(launch: Launch, title: str) -> tuple[LaunchFile, ...]:
     """The Megatron-LM script and, where NeMo has the model's recipe, its override."""
-    return (*_megatron.launch_files(job, title), *_nemo.launch_files(job, "NeMo 2.0"))
+    return (*_megatron.launch_files(launch, title), *_nemo.launch_files(launch, "NeMo 2.0"))
 
 
 # conf/framework/<name> -> how to launch it. megatron_lm (the 2020-22 stack, as the
@@ -97,9 +96,7 @@ def _launcher(train: TrainSpec) -> _Launcher:
     return _LAUNCHERS[name]
 
 
-def layout_flags(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-) -> LaunchFlags:
+def layout_flags(job: Job, layout: Layout) -> LaunchFlags:
     """The options the job's framework release is launched with for this layout (degrees,
     batch, layer split, recompute, overlaps), as one ``--flag value`` string each.
 
@@ -107,29 +104,23 @@ def layout_flags(
         >>> from autotune import catalog
         >>> from autotune.simulators import Layout
         >>> job = catalog.load_job("llama70b", "h100")
-        >>> flags = layout_flags(job.model, job.cluster, job.train, Layout.resolve(64, tp=8))
+        >>> flags = layout_flags(job, Layout.resolve(64, tp=8))
         >>> flags.title, flags.flags[0]
         ('Megatron-LM (Megatron-Core)', '--tensor-model-parallel-size 8')
     """
-    job = LaunchJob(model=model, cluster=cluster, train=train, layout=layout)
-    launcher = _launcher(train)
-    refused = tuple(launcher.refusals(job))
+    launch = Launch(job=job, layout=layout)
+    launcher = _launcher(job.train)
+    refused = tuple(launcher.refusals(launch))
     return LaunchFlags(
-        framework=train.framework.name,
-        release=train.framework.release,
+        framework=job.train.framework.name,
+        release=job.train.framework.release,
         title=launcher.title,
-        flags=() if refused else tuple(f.text() for f in launcher.layout_flags(job)),
+        flags=() if refused else tuple(f.text() for f in launcher.layout_flags(launch)),
         refused=refused,
     )
 
 
-def write_launch_files(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    train: TrainSpec,
-    layout: Layout,
-    out_dir: str | Path,
-) -> list[Path]:
+def write_launch_files(job: Job, layout: Layout, out_dir: str | Path) -> list[Path]:
     """Write the ready-to-run launch files of the job's framework into ``out_dir``.
 
     Megatron-LM and MindSpeed-LLM get a bash script, Megatron-DeepSpeed a script and its
@@ -152,17 +143,18 @@ def write_launch_files(
             file's name.
         OSError: a file could not be written (the disk is full, ...).
     """
-    layout.check(model, cluster, train)
-    train.check_on(cluster)
-    launcher = _launcher(train)
-    job = LaunchJob(model=model, cluster=cluster, train=train, layout=layout)
-    refused = launcher.refusals(job)
+    layout.check(job)
+    job.train.check_on(job.cluster)
+    launcher = _launcher(job.train)
+    launch = Launch(job=job, layout=layout)
+    refused = launcher.refusals(launch)
     if refused:
+        framework = job.train.framework
         raise LayoutError(
-            f"layout {layout.describe()} cannot be launched on {train.framework.name} "
-            f"{train.framework.release}:\n  - " + "\n  - ".join(refused)
+            f"layout {layout.describe()} cannot be launched on {framework.name} "
+            f"{framework.release}:\n  - " + "\n  - ".join(refused)
         )
-    files = launcher.files(job, launcher.title)
+    files = launcher.files(launch, launcher.title)
     folder = Path(out_dir)
     written = []
     for file in files:

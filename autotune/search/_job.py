@@ -30,8 +30,8 @@ from autotune.calibrate import calibrated_job
 from autotune.calibrate import plan_probes
 from autotune.calibrate import probe_round
 from autotune.calibrate import record_round
-from autotune.catalog import Job
-from autotune.catalog import job_from_config
+from autotune.catalog import PricedJob
+from autotune.catalog import priced_job_from_config
 from autotune.cli import Output
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
@@ -98,10 +98,10 @@ def run_search_job(config: AutotuneConfig) -> None:
     check_tracking(config.tracking)
     check_storage(config.search.storage)
     check_launch_dir(config.launch_dir, config.search.top_k)
-    job, margin = calibrated_job(
-        job_from_config(config), config.calibration, config.search.memory_margin
+    priced, margin = calibrated_job(
+        priced_job_from_config(config), config.calibration, config.search.memory_margin
     )
-    plan = plan_probes(config, job)
+    plan = plan_probes(config, priced)
     stop = StopFlag()
     timings = Timings()
 
@@ -111,12 +111,14 @@ def run_search_job(config: AutotuneConfig) -> None:
         stop.set(number)
 
     with _signals.deferred(stopping):
-        outcome = search_job(config, job, stop)
+        outcome = search_job(config, priced, stop)
     log.info(margin.text())
     rounds = None
     if plan is not None and not outcome.stopped:
-        rounds = probe_round(config, job, outcome.ranked, plan)
-    written, problem = write_top_launch_files(config.launch_dir, job, outcome, config.search.top_k)
+        rounds = probe_round(config, priced, outcome.ranked, plan)
+    written, problem = write_top_launch_files(
+        config.launch_dir, priced.job, outcome, config.search.top_k
+    )
     config_file, unwritten = write_search_config(config.launch_dir, config_yaml(config))
     problems = [
         p for p in (problem, unwritten, rounds.problem if rounds else None) if p is not None
@@ -127,12 +129,12 @@ def run_search_job(config: AutotuneConfig) -> None:
         config_file=None if config_file is None else str(config_file),
     )
     timings.search_s = time.perf_counter() - started
-    recorded = record_search(config, job, outcome, timings)
+    recorded = record_search(config, priced, outcome, timings)
     if rounds is not None:
-        record_round(config, job, rounds)
+        record_round(config, priced, rounds)
     timings.record_s = recorded.seconds
     timings.total_s = time.perf_counter() - started
-    emit_outcome(config, job, outcome, timings, recorded, rounds)
+    emit_outcome(config, priced, outcome, timings, recorded, rounds)
     if outcome.stopped:  # run_command says which signal stopped it and exits 130/143
         for problem in problems:
             log.warning(f"warning: {problem}")
@@ -140,9 +142,9 @@ def run_search_job(config: AutotuneConfig) -> None:
         raise UserError("; ".join(problems))
 
 
-def _screens(job: Job) -> bool:
-    """Whether ``job``'s simulator is the one that screens (the analytical)."""
-    return job.simulator.name == SCREENING
+def _screens(priced: PricedJob) -> bool:
+    """Whether ``priced``'s simulator is the one that screens (the analytical)."""
+    return priced.simulator.name == SCREENING
 
 
 def _check(search: SearchConfig) -> None:
@@ -159,38 +161,37 @@ def _check(search: SearchConfig) -> None:
 
 # size: the search's stages in order (space, study, re-rank, probes, outputs), each one call
 def search_job(
-    config: AutotuneConfig, job: Job, stop: StopFlag, storage: BaseStorage | None = None
+    config: AutotuneConfig, priced: PricedJob, stop: StopFlag, storage: BaseStorage | None = None
 ) -> Outcome:
-    """The search of ``config`` for ``job`` (no output, no MLflow record), in ``storage``
+    """The search of ``config`` for ``priced`` (no output, no MLflow record), in ``storage``
     (when None: ``search.storage``, opened once the space is built, or in memory)."""
+    job = priced.job
     search = config.search
-    space = build_space(
-        job.model, job.cluster, job.train, search, fixed_layout_values(config.parallel)
-    )
-    evaluate = Evaluator(job)
+    space = build_space(job, search, fixed_layout_values(config.parallel))
+    evaluate = Evaluator(priced)
     sample = list(space.layouts[:: max(1, space.size // _SAMPLE)])
     # The analytical simulator's one-time work is a few schedule runs per pipeline pattern,
     # small next to the budget: its grid costs what a warm sample does, layout by layout.
-    grid_s = evaluate.seconds_per_layout(sample, _screens(job), stop.__bool__) * space.size
+    grid_s = evaluate.seconds_per_layout(sample, _screens(priced), stop.__bool__) * space.size
     mode = search.sampler
     screen = None
     if mode == "auto":
         mode = "grid" if grid_s <= search.grid_budget_s else "tpe"
-        if mode == "tpe" and search.rerank is None and not _screens(job):
-            screen = Evaluator(_screening_job(job))
+        if mode == "tpe" and search.rerank is None and not _screens(priced):
+            screen = Evaluator(_screening_job(priced))
             if screen.seconds_per_layout(sample, warm=True) * space.size <= search.grid_budget_s:
                 mode = "screen"
     elif mode == "screen":
-        screen = Evaluator(_screening_job(job))
+        screen = Evaluator(_screening_job(priced))
     log.info(
         f"{job.model.name} on {job.cluster.name} ({job.cluster.num_nodes} x "
         f"{job.cluster.devices_per_node} = {job.cluster.num_devices} devices), seq "
         f"{job.train.seq_len}, global batch {job.train.global_batch_size}\n"
-        f"{job.train.describe()}\n{space.size} valid layouts; {job.simulator.name} simulator, "
+        f"{job.train.describe()}\n{space.size} valid layouts; {priced.simulator.name} simulator, "
         + _mode_text(mode, search)
     )
-    name = search.study_name or _study_name(job, mode)
-    fingerprint = _fingerprint(config, job, space)
+    name = search.study_name or _study_name(priced, mode)
+    fingerprint = _fingerprint(config, priced, space)
     parallel = mode not in ("grid", "screen") and search.workers > 1
     with shared_study(search.storage, parallel) as url:
         if storage is None and url is not None:  # made now, once every check has passed
@@ -200,10 +201,12 @@ def search_job(
         screened = None
         if mode == "screen":
             assert screen is not None
-            screened, stopped = _screen(config, job, space, screen, study, stop)
+            screened, stopped = _screen(config, priced, space, screen, study, stop)
             pairs, trials = screened.reranked, len(study.trials)
         else:
-            pairs, trials, stopped = _run(mode, config, job, space, evaluate, study, stop, place)
+            pairs, trials, stopped = _run(
+                mode, config, priced, space, evaluate, study, stop, place
+            )
         if parallel and search.storage is None:
             study = in_memory_copy(study)
     sampled = list(pairs) if mode in SAMPLERS else []  # the sampler's own, for its gap
@@ -234,7 +237,7 @@ def search_job(
         gap=gap,
     )
     if search.rerank and not stopped:
-        rerank = _rerank(search, job, outcome, stop)
+        rerank = _rerank(search, priced, outcome, stop)
         if rerank is None:
             log.warning(f"  stopped: the {search.rerank} simulator did not re-rank")
             return dataclasses.replace(outcome, stopped=True)
@@ -246,7 +249,7 @@ def search_job(
 def _run(
     mode: str,
     config: AutotuneConfig,
-    job: Job,
+    priced: PricedJob,
     space: SearchSpace,
     evaluate: Evaluator,
     study: Any,
@@ -270,7 +273,7 @@ def _run(
     workers = []
     sampled = search.n_trials - int(search.n_trials * polish)  # the rest polishes
     if place is not None:
-        workers = start_workers(config, job, place, search.workers - 1, sampled)
+        workers = start_workers(config, priced, place, search.workers - 1, sampled)
         log.info(f"  {search.workers} workers sample the study {place.study_name!r}")
     progress = Progress("trials", search.n_trials, unit="trials")
 
@@ -327,23 +330,23 @@ def _mode_text(mode: str, search: SearchConfig) -> str:
     return f"{mode} sampler"
 
 
-def _screening_job(job: Job) -> Job:
-    """``job`` priced by the screening simulator, with the same memory margin (so that a
+def _screening_job(priced: PricedJob) -> PricedJob:
+    """``priced``'s job priced by the screening simulator, with the same memory margin (so that a
     layout fits the screen as it fits the search)."""
-    margin = job.simulator.memory_margin
+    margin = priced.simulator.memory_margin
     screening = calibrated(catalog.load_simulator(SCREENING), None, margin)
-    return dataclasses.replace(job, simulator=screening)
+    return dataclasses.replace(priced, simulator=screening)
 
 
 def _screen(
     config: AutotuneConfig,
-    job: Job,
+    priced: PricedJob,
     space: SearchSpace,
     screen: Evaluator,
     study: Any,
     stop: StopFlag,
 ) -> tuple[Rerank, bool]:
-    """Every layout priced by ``screen``, the best ``search.rerank_top`` by ``job.simulator``
+    """Every layout priced by ``screen``, the best ``search.rerank_top`` by ``priced.simulator``
     (in ``search.workers`` processes); the re-priced layouts become the study's trials. A
     signal during the screen leaves its best layouts, by the screening simulator, as
     ``reranked`` (and says so)."""
@@ -354,11 +357,11 @@ def _screen(
     finer = None
     if not stop:
         log.info(
-            f"  pricing the best {len(screened)} with the {job.simulator.name} simulator in "
+            f"  pricing the best {len(screened)} with the {priced.simulator.name} simulator in "
             f"{search.workers} process(es)"
         )
         finer = price_in_processes(
-            job, [lay for lay, _ in screened], search.workers, stop.__bool__
+            priced, [lay for lay, _ in screened], search.workers, stop.__bool__
         )
     if finer is None:  # stopped
         log.warning(f"  stopped: the best layouts of the {SCREENING} screen, not re-priced")
@@ -366,15 +369,17 @@ def _screen(
     reranked = ranked(zip((lay for lay, _ in screened), finer, strict=True))
     if not study.trials:  # a resumed screen study already holds them
         add_priced_trials(study, space, reranked, origin="screen")
-    return Rerank(job.simulator.name, screened, reranked), bool(stop)
+    return Rerank(priced.simulator.name, screened, reranked), bool(stop)
 
 
-def _rerank(search: SearchConfig, job: Job, outcome: Outcome, stop: StopFlag) -> Rerank | None:
+def _rerank(
+    search: SearchConfig, priced: PricedJob, outcome: Outcome, stop: StopFlag
+) -> Rerank | None:
     """The screened best layouts priced again by ``search.rerank`` in parallel processes (None
     when a signal stopped it)."""
     assert search.rerank is not None
     screened = outcome.ranked[: search.rerank_top]
-    finer = dataclasses.replace(job, simulator=catalog.load_simulator(search.rerank))
+    finer = dataclasses.replace(priced, simulator=catalog.load_simulator(search.rerank))
     started = time.perf_counter()
     log.info(
         f"  re-ranking the best {len(screened)} layouts with the {search.rerank} simulator "
@@ -390,18 +395,20 @@ def _rerank(search: SearchConfig, job: Job, outcome: Outcome, stop: StopFlag) ->
     return Rerank(simulator=search.rerank, screened=screened, reranked=reranked)
 
 
-def _study_name(job: Job, mode: str) -> str:
+def _study_name(priced: PricedJob, mode: str) -> str:
+    job = priced.job
     cluster = job.cluster
-    return f"{job.model.name}-{cluster.name}-{cluster.num_nodes}n-{job.simulator.name}-{mode}"
+    return f"{job.model.name}-{cluster.name}-{cluster.num_nodes}n-{priced.simulator.name}-{mode}"
 
 
-def _calibration_name(job: Job) -> str | None:
-    calibration = job.simulator.calibration
+def _calibration_name(priced: PricedJob) -> str | None:
+    calibration = priced.simulator.calibration
     return None if calibration is None or not calibration.factors else calibration.name
 
 
-def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[str, Any]:
+def _fingerprint(config: AutotuneConfig, priced: PricedJob, space: SearchSpace) -> dict[str, Any]:
     """What a stored study is bound to: the job, its simulator and the searched space."""
+    job = priced.job
     return {
         "model": {  # what the simulators price: card facts change the launch files only
             key: value
@@ -416,8 +423,8 @@ def _fingerprint(config: AutotuneConfig, job: Job, space: SearchSpace) -> dict[s
             if field.name != "framework"
         }
         | {"framework": job.train.framework.name, "release": job.train.framework.release},
-        "simulator": job.simulator.name,
-        "calibration": _calibration_name(job),
+        "simulator": priced.simulator.name,
+        "calibration": _calibration_name(priced),
         "parallel": {k: str(v) for k, v in fixed_layout_values(config.parallel).items()},
         "valid_layouts": space.size,
     }

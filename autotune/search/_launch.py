@@ -23,9 +23,9 @@ import re
 import stat
 from pathlib import Path
 
-from autotune.catalog import Job
 from autotune.launch import write_launch_files
 from autotune.search._outcome import Outcome
+from autotune.simulators import Job
 from autotune.simulators import LayoutError
 from autotune.simulators import UserError
 from autotune.simulators.files import check_output_path
@@ -102,7 +102,7 @@ def write_top_launch_files(
         for rank, layout in enumerate(fitting, start=1):
             folder = Path(launch_dir) / f"rank-{rank}"
             try:
-                files = write_launch_files(job.model, job.cluster, job.train, layout, folder)
+                files = write_launch_files(job, layout, folder)
             except LayoutError:
                 files = []
             _settle(folder, files)

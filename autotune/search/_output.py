@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from autotune.catalog import Job
+from autotune.catalog import PricedJob
 from autotune.cli import emit_json
 from autotune.config import AutotuneConfig
 from autotune.launch import layout_flags
@@ -29,7 +29,7 @@ log = logging.getLogger("autotune")
 
 def emit_outcome(
     config: AutotuneConfig,
-    job: Job,
+    priced: PricedJob,
     outcome: Outcome,
     timings: Timings,
     recorded: Recorded,
@@ -42,7 +42,7 @@ def emit_outcome(
     if recorded.problem:
         log.warning(f"warning: the search was not recorded in MLflow: {recorded.problem}")
     if config.output == "json":
-        payload = json_payload(config, job, outcome, timings, recorded.run_id)
+        payload = json_payload(config, priced, outcome, timings, recorded.run_id)
         if rounds is not None:
             payload["probe_round"] = rounds.payload()
         emit_json(payload)
@@ -51,7 +51,7 @@ def emit_outcome(
     print(f"\n{_headline(outcome, len(top), timings)}")
     if outcome.gap is not None:
         print(outcome.gap.text())
-    print(_calibration_text(job))
+    print(_calibration_text(priced))
     print(layout_table(top))
     print("\nTime breakdown per step (seconds):")
     print(breakdown_table(top))
@@ -63,7 +63,7 @@ def emit_outcome(
     if outcome.stopped:
         print("\nThe search was stopped: the table shows the best layouts found so far.")
     print(f"\nLaunch flags of the best layout ({outcome.best_layout.describe()}):")
-    print(launch_text(job.model, job.cluster, job.train, outcome.best_layout))
+    print(launch_text(priced.job, outcome.best_layout))
     if outcome.launch_files:
         folders = sorted({str(Path(f).parent) for f in outcome.launch_files})
         best = [f for f in outcome.launch_files if Path(f).parent == Path(folders[0])]
@@ -81,15 +81,15 @@ def emit_outcome(
         print(rounds.text)
 
 
-def _calibration_text(job: Job) -> str:
+def _calibration_text(priced: PricedJob) -> str:
     """Which calibration priced the layouts, and the memory margin a layout must keep."""
-    calibration, margin = job.simulator.calibration, job.simulator.memory_margin
+    calibration, margin = priced.simulator.calibration, priced.simulator.memory_margin
     name = calibration.name if calibration is not None and calibration.factors else None
     return (
-        f"{job.simulator.name} simulator, "
+        f"{priced.simulator.name} simulator, "
         + (f"calibration {name!r}" if name else "uncalibrated")
         + f"; fits = predicted peak memory x {1 + margin:.3f} (+margin) within the device's "
-        f"{job.cluster.device.memory_gib:.4g} GiB"
+        f"{priced.job.cluster.device.memory_gib:.4g} GiB"
     )
 
 
@@ -152,12 +152,13 @@ def _gap_payload(gap: SamplerGap) -> dict[str, Any]:
 
 def json_payload(
     config: AutotuneConfig,
-    job: Job,
+    priced: PricedJob,
     outcome: Outcome,
     timings: Timings,
     run_id: str | None,
 ) -> dict[str, Any]:
     """The search as one JSON-ready object (the best layout first)."""
+    job = priced.job
     best_layout = outcome.best_layout
     payload: dict[str, Any] = {
         "best": best_layout.as_dict(),
@@ -175,11 +176,9 @@ def json_payload(
             "total": timings.total_s,
         },
         "mlflow_run_id": run_id,
-        "memory_margin": job.simulator.memory_margin,
+        "memory_margin": priced.simulator.memory_margin,
         "top_k": [_entry(lay, pred) for lay, pred in outcome.top(config.search.top_k)],
-        "launch_flags": dataclasses.asdict(
-            layout_flags(job.model, job.cluster, job.train, best_layout)
-        ),
+        "launch_flags": dataclasses.asdict(layout_flags(job, best_layout)),
         "launch_files": list(outcome.launch_files),
         "config_file": outcome.config_file,
         "sampler_gap": None if outcome.gap is None else _gap_payload(outcome.gap),

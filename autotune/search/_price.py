@@ -10,7 +10,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 
 from autotune._process import die_with_parent
-from autotune.catalog import Job
+from autotune.catalog import PricedJob
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
 from autotune.simulators import Simulator
@@ -27,10 +27,9 @@ class Evaluator:
     at a time (the analytical simulator's thousands, vectorized; one by one by default).
     """
 
-    def __init__(self, job: Job) -> None:
-        self.job = job
-        self.simulator: Simulator = job.simulator
-        self.model, self.cluster, self.train = job.model, job.cluster, job.train
+    def __init__(self, priced: PricedJob) -> None:
+        self.job = priced.job
+        self.simulator: Simulator = priced.simulator
         self._cache: dict[Layout, Prediction] = {}
         self.simulations = 0
         self.seconds = 0.0
@@ -39,7 +38,7 @@ class Evaluator:
         prediction = self._cache.get(layout)
         if prediction is None:
             started = time.perf_counter()
-            prediction = self.simulator.simulate(self.model, self.cluster, self.train, layout)
+            prediction = self.simulator.simulate(self.job, layout)
             self.seconds += time.perf_counter() - started
             self._cache[layout] = prediction
             self.simulations += 1
@@ -66,7 +65,7 @@ class Evaluator:
         for start in range(0, len(fresh), size):
             chunk = fresh[start : start + size]
             started = time.perf_counter()
-            batch = self.simulator.simulate_many(self.model, self.cluster, self.train, chunk)
+            batch = self.simulator.simulate_many(self.job, chunk)
             for index, layout in enumerate(chunk):
                 self._cache[layout] = batch.prediction(index)
             self.simulations += len(chunk)
@@ -101,12 +100,12 @@ class Evaluator:
         sample = [layout for layout, _ in self.priced(sample, stop=stop)]
         if warm and sample:
             started = time.perf_counter()
-            self.simulator.simulate_many(self.model, self.cluster, self.train, sample)
+            self.simulator.simulate_many(self.job, sample)
         return (time.perf_counter() - started) / max(1, len(sample))
 
 
-def _price_chunk(job: Job, layouts: Sequence[Layout]) -> list[Prediction]:
-    return [job.simulator.simulate(job.model, job.cluster, job.train, lay) for lay in layouts]
+def _price_chunk(priced: PricedJob, layouts: Sequence[Layout]) -> list[Prediction]:
+    return [priced.simulator.simulate(priced.job, lay) for lay in layouts]
 
 
 def _pool_worker(parent: int) -> None:
@@ -118,12 +117,12 @@ def _pool_worker(parent: int) -> None:
 
 
 def price_in_processes(
-    job: Job,
+    priced: PricedJob,
     layouts: Sequence[Layout],
     workers: int,
     stop: Callable[[], bool] = lambda: False,
 ) -> list[Prediction] | None:
-    """Predictions of ``layouts`` by ``job.simulator`` in ``workers`` processes, in order; None
+    """Predictions of ``layouts`` by ``priced.simulator`` in ``workers`` processes, in order; None
     once ``stop()`` is true (checked after each layout in this process, every
     :data:`POLL_S` while other processes price; those are then ended at once).
 
@@ -139,17 +138,17 @@ def price_in_processes(
         for i in chunks[0]:
             if stop():
                 return None
-            results[i] = _price_chunk(job, [layouts[i]])[0]
+            results[i] = _price_chunk(priced, [layouts[i]])[0]
     else:  # leaving the pool ends its processes, whether they are done or not
         with multiprocessing.Pool(len(chunks), _pool_worker, (os.getpid(),)) as pool:
             pending = [
-                (chunk, pool.apply_async(_price_chunk, (job, [layouts[i] for i in chunk])))
+                (chunk, pool.apply_async(_price_chunk, (priced, [layouts[i] for i in chunk])))
                 for chunk in chunks
             ]
-            for chunk, priced in pending:
-                while not priced.ready():
+            for chunk, result in pending:
+                while not result.ready():
                     if stop():
                         return None
-                    priced.wait(POLL_S)
-                results.update(zip(chunk, priced.get(), strict=True))
+                    result.wait(POLL_S)
+                results.update(zip(chunk, result.get(), strict=True))
     return [results[i] for i in range(len(layouts))]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from autotune.catalog import Job
+from autotune.catalog import PricedJob
 from autotune.config import AutotuneConfig
 from autotune.config import config_yaml
 from autotune.report import breakdown_table
@@ -43,9 +43,10 @@ _HEADLINE = ("step_time_s", "tokens_per_s_per_device", "mfu", "memory_gib", "fit
 
 
 def record_search(
-    config: AutotuneConfig, job: Job, outcome: Outcome, timings: Timings
+    config: AutotuneConfig, priced: PricedJob, outcome: Outcome, timings: Timings
 ) -> Recorded:
     """Record the search (status KILLED when a signal stopped it)."""
+    job = priced.job
     tags = {
         "autotune.command": "search",
         "autotune.protocol": "search",
@@ -53,7 +54,7 @@ def record_search(
         "cluster": job.cluster.name,
         "framework": job.train.framework.name,
         "framework_release": job.train.framework.release,
-        "simulator": job.simulator.name,
+        "simulator": priced.simulator.name,
         "mode": outcome.mode,
         "chosen_layout": outcome.best_layout.describe(),
     }
@@ -61,23 +62,23 @@ def record_search(
         tags["sampler_gap"] = outcome.gap.text().removeprefix("Sampler gap: ")
 
     def fill(run: TrackedRun) -> None:
-        _fill(run, config, job, outcome, timings)
+        _fill(run, config, priced, outcome, timings)
 
     return record(
         config.tracking,
         f"{job.model.name} on {job.cluster.num_devices} x {job.cluster.name}",
         fill,
         tags=tags,
-        description=_description(config, job, outcome),
+        description=_description(config, priced, outcome),
         status="KILLED" if outcome.stopped else "FINISHED",
     )
 
 
 def _fill(
-    run: TrackedRun, config: AutotuneConfig, job: Job, outcome: Outcome, timings: Timings
+    run: TrackedRun, config: AutotuneConfig, priced: PricedJob, outcome: Outcome, timings: Timings
 ) -> None:
     best = outcome.best
-    run.params(_job_params(job, outcome))
+    run.params(_job_params(priced, outcome))
     run.metrics(
         {
             "best_step_time_s": best.step_time_s,
@@ -99,7 +100,7 @@ def _fill(
     if outcome.mode == "nsga2":  # step time against memory, the layouts that fit
         run.table("pareto_front.csv", _marked(outcome, outcome.pareto()), ui=True)
     run.text("config.yaml", config_yaml(config))
-    launch = launch_text(job.model, job.cluster, job.train, outcome.best_layout)
+    launch = launch_text(priced.job, outcome.best_layout)
     run.text("launch_flags.txt", launch)
     if outcome.launch_files and config.launch_dir is not None:  # those files, nothing else
         files = [Path(f) for f in outcome.launch_files]
@@ -113,8 +114,9 @@ def _fill(
     _top_children(run, config, outcome)
 
 
-def _job_params(job: Job, outcome: Outcome) -> dict[str, object]:
+def _job_params(priced: PricedJob, outcome: Outcome) -> dict[str, object]:
     """The search's parameters in MLflow: the job, the simulator and the layout chosen."""
+    job = priced.job
     return {
         "model": job.model.name,
         "cluster": job.cluster.name,
@@ -123,7 +125,7 @@ def _job_params(job: Job, outcome: Outcome) -> dict[str, object]:
         "framework": job.train.framework.name,
         "framework_release": job.train.framework.release,
         "precision": job.train.precision,
-        "simulator": job.simulator.name,
+        "simulator": priced.simulator.name,
         "mode": outcome.mode,
         "seq_len": job.train.seq_len,
         "global_batch_size": job.train.global_batch_size,
@@ -188,7 +190,8 @@ def _progress_history(run: TrackedRun, outcome: Outcome) -> None:
         run.history("best_step_time_s_by_layout", history)
 
 
-def _description(config: AutotuneConfig, job: Job, outcome: Outcome) -> str:
+def _description(config: AutotuneConfig, priced: PricedJob, outcome: Outcome) -> str:
+    job = priced.job
     best = outcome.best
     top = outcome.top(config.search.top_k)
     return "\n".join(
@@ -196,7 +199,8 @@ def _description(config: AutotuneConfig, job: Job, outcome: Outcome) -> str:
             f"**{job.model.name}** on {job.cluster.num_nodes} x {job.cluster.devices_per_node} "
             f"{job.cluster.device.name} ({job.train.describe()}), "
             f"sequence {job.train.seq_len}, global batch {job.train.global_batch_size}; "
-            f"{job.simulator.name} simulator, {outcome.mode} over {outcome.valid} valid layouts.",
+            f"{priced.simulator.name} simulator, {outcome.mode} over {outcome.valid} valid "
+            "layouts.",
             "",
             f"**Best layout:** `{outcome.best_layout.describe()}`: "
             f"{best.step_time_s:.3f} s per step, {best.tokens_per_s_per_device:.0f} tokens/s per "
@@ -218,7 +222,7 @@ def _description(config: AutotuneConfig, job: Job, outcome: Outcome) -> str:
             "Launch flags of the best layout:",
             "",
             "```",
-            launch_text(job.model, job.cluster, job.train, outcome.best_layout),
+            launch_text(job, outcome.best_layout),
             "```",
         ]
     )

@@ -13,10 +13,10 @@ import numpy as np
 
 from autotune.config import SearchConfig
 from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
 from autotune.simulators import ModelSpec
-from autotune.simulators import TrainSpec
 from autotune.simulators.layout import SEARCHED
 from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.layout import field_info
@@ -108,9 +108,7 @@ _RULE_FREE = ("distributed_optimizer", "recompute")
 
 # size: one candidate list per layout field, in the order of Layout's fields
 def build_space(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    train: TrainSpec,
+    job: Job,
     search: SearchConfig,
     fixed: Mapping[str, Any],
 ) -> SearchSpace:
@@ -122,6 +120,7 @@ def build_space(
 
     Raises LayoutError when no layout is valid, quoting the rules the pinned values break.
     """
+    model, cluster, train = job.model, job.cluster, job.train
     candidates = _candidates(model, cluster, search)
     stages = train.framework.zero_stages
     if 1 not in stages:  # no optimizer-only sharding (torchtitan): its sharded stages stand in
@@ -162,7 +161,7 @@ def build_space(
         if pp not in variants:
             variants[pp] = train.framework.split_variants(model.num_layers, pp)
         for order, (kind, layout) in enumerate(_split_variants(base, variants[pp])):
-            if layout.violations(model, cluster, train):
+            if layout.violations(job):
                 continue
             fields = layout.as_dict()
             for free_combo in free_combos:
@@ -173,7 +172,7 @@ def build_space(
                 )
                 found.append(([*index, order], kind, _layout(fields)))
     if not found:
-        raise LayoutError(_explain_empty(model, cluster, train, fixed))
+        raise LayoutError(_explain_empty(job, fixed))
     found.sort(key=lambda item: item[0])  # the order of the product, as when checking it all
     indices = np.array([index[:-1] for index, _, _ in found], dtype=np.int64)
     splits = tuple(kind for _, kind, _ in found)
@@ -228,16 +227,15 @@ def _split_variants(
     ]
 
 
-def _explain_empty(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, fixed: Mapping[str, Any]
-) -> str:
+def _explain_empty(job: Job, fixed: Mapping[str, Any]) -> str:
     """Why nothing is valid: the rules the pinned values break on their own."""
+    model, cluster = job.model, job.cluster
     head = f"no valid layout for {model.name} on {cluster.num_devices} devices of {cluster.name}"
     try:
         probe = Layout.resolve(cluster.num_devices, **dict(fixed))
     except LayoutError as exc:
         return f"{head}: {exc}"
-    broken = probe.violations(model, cluster, train)
+    broken = probe.violations(job)
     pinned = ", ".join(f"{k}={v}" for k, v in fixed.items()) or "nothing pinned"
     if broken:
         return f"{head} ({pinned}):\n  - " + "\n  - ".join(broken)

@@ -32,7 +32,7 @@ import optuna
 
 from autotune._process import die_with_parent
 from autotune._signals import SIGNALS
-from autotune.catalog import Job
+from autotune.catalog import PricedJob
 from autotune.config import AutotuneConfig
 from autotune.config import SearchConfig
 from autotune.config import fixed_layout_values
@@ -71,7 +71,7 @@ def shared_study(url: str | None, parallel: bool) -> Iterator[str | None]:
 
 
 def start_workers(
-    config: AutotuneConfig, job: Job, place: StudyPlace, count: int, target: int
+    config: AutotuneConfig, priced: PricedJob, place: StudyPlace, count: int, target: int
 ) -> list[multiprocessing.process.BaseProcess]:
     """Start ``count`` worker processes that sample the study until it holds ``target``
     complete trials."""
@@ -82,7 +82,7 @@ def start_workers(
             args=(
                 config.search,
                 fixed_layout_values(config.parallel),
-                job,
+                priced,
                 place,
                 config.search.seed + k,
                 target,
@@ -124,7 +124,7 @@ def stop_workers(processes: list[multiprocessing.process.BaseProcess], stopped: 
 def _work(
     search: SearchConfig,
     fixed: dict[str, Any],
-    job: Job,
+    priced: PricedJob,
     place: StudyPlace,
     seed: int,
     target: int,
@@ -137,9 +137,9 @@ def _work(
         signal.signal(number, lambda sig, _: stop.set(sig))
     die_with_parent(parent, lambda: stop.set(signal.SIGTERM))
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    space = build_space(job.model, job.cluster, job.train, search, fixed)
+    space = build_space(priced.job, search, fixed)
     study = open_study(place.url, place.study_name, place.sampler, seed, place.fingerprint)
-    sample(study, space, Evaluator(job), n_trials=target, polish_fraction=0.0, stop=stop)
+    sample(study, space, Evaluator(priced), n_trials=target, polish_fraction=0.0, stop=stop)
 
 
 def in_memory_copy(study: optuna.Study) -> optuna.Study:

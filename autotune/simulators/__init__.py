@@ -1,7 +1,8 @@
 """Performance simulators for LLM training layouts and the types they speak.
 
-The simulators know nothing of Optuna, MLflow or Hydra: they take plain specs and return a
-:class:`Prediction`, so a notebook, the search and the benchmark call them the same way.
+The simulators know nothing of Optuna, MLflow or Hydra: they take plain specs (a :class:`Job`
+and a :class:`Layout`) and return a :class:`Prediction`, so a notebook, the search and the
+benchmark call them the same way.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from autotune.simulators.errors import DataFileError
 from autotune.simulators.errors import LayoutError
 from autotune.simulators.errors import SpecError
 from autotune.simulators.errors import UserError
+from autotune.simulators.job import Job
 from autotune.simulators.layout import DEGREES
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import RECOMPUTE_MODES
 from autotune.simulators.layout import Layout
-from autotune.simulators.layout import Specs
 from autotune.simulators.prediction import BREAKDOWN_KEYS
 from autotune.simulators.prediction import Prediction
 from autotune.simulators.specs import ClusterSpec
@@ -32,6 +33,7 @@ __all__ = [
     "ClusterSpec",
     "DataFileError",
     "DeviceSpec",
+    "Job",
     "Layout",
     "LayoutError",
     "LinkSpec",
@@ -39,7 +41,6 @@ __all__ = [
     "Prediction",
     "Simulator",
     "SpecError",
-    "Specs",
     "TrainSpec",
     "UserError",
 ]

@@ -17,11 +17,10 @@ from typing import Self
 
 from autotune.simulators.calibration import Calibration
 from autotune.simulators.errors import UserError
+from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import Prediction
 from autotune.simulators.specs import ClusterSpec
-from autotune.simulators.specs import ModelSpec
-from autotune.simulators.specs import TrainSpec
 
 __all__ = ["PredictionBatch", "PredictionList", "Simulator"]
 
@@ -54,7 +53,7 @@ class Simulator(abc.ABC):
 
     A simulator implements :meth:`from_config`, :meth:`simulate` and :meth:`calibrated`; the
     other hooks have defaults. ``simulate`` assumes the layout is valid
-    (``layout.violations(...)`` is empty); callers check the rules first. A new simulator is a
+    (``layout.violations(job)`` is empty); callers check the rules first. A new simulator is a
     subclass, its ``conf/simulator/<name>.yaml`` and its line in
     :mod:`autotune.simulators.registry` (docs/architecture.md, "Adding a simulator").
 
@@ -86,25 +85,14 @@ class Simulator(abc.ABC):
         """
 
     @abc.abstractmethod
-    def simulate(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> Prediction:
-        """Predict one layout."""
+    def simulate(self, job: Job, layout: Layout) -> Prediction:
+        """Predict one layout of ``job``."""
 
-    def simulate_many(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layouts: Sequence[Layout]
-    ) -> PredictionBatch:
+    def simulate_many(self, job: Job, layouts: Sequence[Layout]) -> PredictionBatch:
         """Predict ``layouts`` of one job; by default one by one with :meth:`simulate`."""
-        return PredictionList(tuple(self.simulate(model, cluster, train, lay) for lay in layouts))
+        return PredictionList(tuple(self.simulate(job, lay) for lay in layouts))
 
-    def write_trace(
-        self,
-        model: ModelSpec,
-        cluster: ClusterSpec,
-        train: TrainSpec,
-        layout: Layout,
-        path: str | Path,
-    ) -> Path:
+    def write_trace(self, job: Job, layout: Layout, path: str | Path) -> Path:
         """Simulate the layout and write its event timeline as a Chrome trace (Perfetto).
 
         Raises:

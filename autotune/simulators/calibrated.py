@@ -16,11 +16,10 @@ from autotune.simulators.base import Simulator
 from autotune.simulators.calibration import Calibration
 from autotune.simulators.calibration import calibrate_cluster
 from autotune.simulators.errors import UserError
+from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import Prediction
 from autotune.simulators.specs import ClusterSpec
-from autotune.simulators.specs import ModelSpec
-from autotune.simulators.specs import TrainSpec
 
 __all__ = ["CalibratedSimulator", "calibrated", "constant_overrides"]
 
@@ -133,6 +132,7 @@ class CalibratedSimulator(Simulator):
         self.memory_margin = float(memory_margin)
         self._inner = base.calibrated(calibration)
         self._clusters: dict[ClusterSpec, ClusterSpec] = {}
+        self._last_job: tuple[Job, Job] | None = None
 
     @classmethod
     def from_config(cls, constants: Mapping[str, Any]) -> NoReturn:
@@ -149,30 +149,28 @@ class CalibratedSimulator(Simulator):
             self._clusters[cluster] = calibrated_cluster
         return calibrated_cluster
 
-    def simulate(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> Prediction:
-        prediction = self._inner.simulate(model, self.effective_cluster(cluster), train, layout)
+    def _calibrated_job(self, job: Job) -> Job:
+        """``job`` on its cluster as :meth:`effective_cluster` gives it (the last one kept: a
+        search prices one job's layouts in a row)."""
+        last = self._last_job
+        if last is None or last[0] is not job:
+            cluster = self.effective_cluster(job.cluster)
+            last = self._last_job = (job, dataclasses.replace(job, cluster=cluster))
+        return last[1]
+
+    def simulate(self, job: Job, layout: Layout) -> Prediction:
+        prediction = self._inner.simulate(self._calibrated_job(job), layout)
         return _adjusted(prediction, self.calibration, self.memory_margin)
 
-    def simulate_many(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layouts: Sequence[Layout]
-    ) -> PredictionBatch:
+    def simulate_many(self, job: Job, layouts: Sequence[Layout]) -> PredictionBatch:
         """The wrapped simulator's batch, each prediction calibrated."""
-        batch = self._inner.simulate_many(model, self.effective_cluster(cluster), train, layouts)
+        batch = self._inner.simulate_many(self._calibrated_job(job), layouts)
         return _CalibratedBatch(batch, self.calibration, self.memory_margin)
 
-    def write_trace(
-        self,
-        model: ModelSpec,
-        cluster: ClusterSpec,
-        train: TrainSpec,
-        layout: Layout,
-        path: str | Path,
-    ) -> Path:
+    def write_trace(self, job: Job, layout: Layout, path: str | Path) -> Path:
         """The wrapped simulator's trace on the calibrated cluster and constants. The overlap
         factors scale step totals only, so the timeline does not show them."""
-        return self._inner.write_trace(model, self.effective_cluster(cluster), train, layout, path)
+        return self._inner.write_trace(self._calibrated_job(job), layout, path)
 
     def calibrated(self, calibration: Calibration) -> CalibratedSimulator:
         """The wrapped simulator with ``calibration`` instead, and the same margin."""

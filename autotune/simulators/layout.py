@@ -33,6 +33,7 @@ from autotune.simulators.collectives import GroupPlacement
 from autotune.simulators.collectives import place_group
 from autotune.simulators.errors import LayoutError
 from autotune.simulators.errors import SpecError
+from autotune.simulators.job import Job
 from autotune.simulators.limits import MAX_BATCH
 from autotune.simulators.limits import MAX_DEVICES
 from autotune.simulators.recompute_modules import DEFAULT_MODULES
@@ -54,7 +55,6 @@ __all__ = [
     "ZERO_PARAMS",
     "ZERO_STAGES",
     "SEARCHED",
-    "Specs",
     "FieldInfo",
     "Layout",
     "deal_chunks",
@@ -637,28 +637,26 @@ class Layout:
             )
         return found
 
-    def violations(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+    def violations(self, job: Job) -> list[str]:
         """Every rule of Megatron-LM / MindSpeed this layout breaks, one sentence each."""
         found: list[str] = []
         for rule in _RULES.values():
-            found.extend(rule(self, model, cluster, train))
+            found.extend(rule(self, job))
         return found
 
-    def broken_rules(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
-    ) -> dict[str, list[str]]:
+    def broken_rules(self, job: Job) -> dict[str, list[str]]:
         """:meth:`violations` by rule: each broken rule's name (:data:`RULE_NAMES`) and its
         sentences, in the order of the rules."""
         found = {}
         for name, rule in _RULES.items():
-            sentences = rule(self, model, cluster, train)
+            sentences = rule(self, job)
             if sentences:
                 found[name] = sentences
         return found
 
-    def check(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> None:
+    def check(self, job: Job) -> None:
         """Raise LayoutError listing every broken rule, if any."""
-        broken = self.violations(model, cluster, train)
+        broken = self.violations(job)
         if broken:
             raise LayoutError(
                 f"layout {self.describe()} is invalid:\n  - " + "\n  - ".join(broken)
@@ -693,18 +691,18 @@ GROUPS = (
     "edp_replicate",
 )
 
-Rule = Callable[[Layout, ModelSpec, ClusterSpec, TrainSpec], list[str]]
+Rule = Callable[[Layout, Job], list[str]]
 
 
-def _world_size(
-    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
-) -> list[str]:
+def _world_size(lay: Layout, job: Job) -> list[str]:
     """world = DP * TP * PP * CP (megatron/core/parallel_state.py initialize_model_parallel)."""
+    cluster = job.cluster
     return lay.world_size_problems(cluster.num_devices, f" of cluster {cluster.name}")
 
 
-def _heads(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+def _heads(lay: Layout, job: Job) -> list[str]:
     """Heads % TP == 0; KV groups % TP == 0 or TP a multiple of them (transformer_config.py)."""
+    model = job.model
     found = []
     if model.num_attention_heads % lay.tp:
         found.append(
@@ -716,12 +714,13 @@ def _heads(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
     return found
 
 
-def _layers(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+def _layers(lay: Layout, job: Job) -> list[str]:
     """Layers per stage as the framework can split them (docs/reference.md 7.1).
 
     An explicit split has one count per stage and sums to the layers; without one, a
     framework that splits evenly only needs pp to divide the layers.
     """
+    model, train = job.model, job.train
     framework = train.framework
     split = lay.layer_split
     if split is None:
@@ -743,9 +742,7 @@ def _layers(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpe
     return found
 
 
-def _virtual_pipeline(
-    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
-) -> list[str]:
+def _virtual_pipeline(lay: Layout, job: Job) -> list[str]:
     """VPP needs the framework's interleaved schedule, PP > 1 (PP > 2 where its sends block:
     two blocking exchanges with the same neighbour would meet in one batch; arguments.py), m
     a multiple of PP and whole chunks.
@@ -762,6 +759,7 @@ def _virtual_pipeline(
     A release that cannot give virtual stages unequal layer counts
     (``FrameworkSpec.unequal_chunks``, MindSpeed-LLM 26.0.0) refuses such a split.
     """
+    model, train = job.model, job.train
     if lay.vpp == 1:
         return []
     found = []
@@ -780,7 +778,7 @@ def _virtual_pipeline(
                 f"vpp={lay.vpp} does not divide the {model.num_layers}/{lay.pp} layers per stage"
             )
     framework = train.framework
-    if lay.pp > 1 and not framework.unequal_chunks and not _layers(lay, model, cluster, train):
+    if lay.pp > 1 and not framework.unequal_chunks and not _layers(lay, job):
         chunks = lay.chunk_layers(model, train)
         if len(set(chunks)) > 1:
             found.append(
@@ -798,7 +796,7 @@ def _virtual_pipeline(
     return found
 
 
-def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+def _context(lay: Layout, job: Job) -> list[str]:
     """CP > 1 needs a framework with context parallelism and seq_len % (2*CP) == 0
     (arguments.py; load-balanced chunks). The all-to-all exchange splits heads over CP: the
     query heads of a TP rank, and its KV heads where Transformer Engine splits them as they
@@ -806,6 +804,7 @@ def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
     Megatron-DeepSpeed, takes multi-head attention only); Transformer Engine has no MLA
     all-to-all; and Megatron-DeepSpeed's sequence parallelism excludes Megatron's
     (docs/reference.md 3.5)."""
+    model, train = job.model, job.train
     if lay.cp == 1:
         return []
     framework = train.framework
@@ -840,10 +839,11 @@ def _context(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
     return found
 
 
-def _experts(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+def _experts(lay: Layout, job: Job) -> list[str]:
     """EP needs experts % EP == 0 and the expert grid world % (ETP*EP*PP) == 0
     (``parallel_state.py``, "expert_tensor_model_pipeline_parallel_size"); ETP other than TP
     needs experts, and a framework whose experts can have their own TP."""
+    model, train = job.model, job.train
     if not model.is_moe:
         given = [f"ep={lay.ep}"] * (lay.ep > 1) + [f"etp={lay.etp}"] * (lay.etp is not None)
         dense = f"needs a mixture-of-experts model; {model.name} is dense"
@@ -867,14 +867,13 @@ def _experts(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSp
     return found
 
 
-def _sequence_parallel(
-    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
-) -> list[str]:
+def _sequence_parallel(lay: Layout, job: Job) -> list[str]:
     """SP is meaningless with TP == 1 (Megatron turns it off); with it, TP splits the sequence
     of each CP rank (seq / CP tokens) into equal parts (``_split_along_first_dim`` in
     ``megatron/core/tensor_parallel/mappings.py`` asserts it). torchtitan's TP always runs
     with SP and its sequence is a multiple of tp x 2 x cp (``parallel_dims.py``
     ``seq_len_divisor``, asserted in ``parallelize.py``; docs/torchtitan.md 2)."""
+    train = job.train
     framework = train.framework
     found = []
     if framework.seq_len_tp_2cp and train.seq_len % (2 * lay.tp * lay.cp):
@@ -896,8 +895,9 @@ def _sequence_parallel(
     return found
 
 
-def _batch(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+def _batch(lay: Layout, job: Job) -> list[str]:
     """global_batch % (micro_batch * DP) == 0 (num_microbatches_calculator.py)."""
+    train = job.train
     if not _divides(lay.micro_batch * lay.dp, train.global_batch_size):
         return [
             f"micro_batch({lay.micro_batch}) * dp({lay.dp}) = {lay.micro_batch * lay.dp} does "
@@ -906,11 +906,12 @@ def _batch(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
     return []
 
 
-def _recompute(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+def _recompute(lay: Layout, job: Job) -> list[str]:
     """recompute_layers only with full recompute, and at most the layers of a stage;
     recompute_modules only with selective recompute (transformer_config.py reads them then);
     selective recompute only where the framework recomputes modules (torchtitan's selective
     modes are not Megatron's: docs/torchtitan.md 5)."""
+    model, train = job.model, job.train
     found = []
     if lay.recompute == "selective" and not train.framework.recompute_modules:
         found.append(
@@ -934,9 +935,7 @@ def _recompute(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: Train
     return found
 
 
-def _recompute_modules(
-    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
-) -> list[str]:
+def _recompute_modules(lay: Layout, job: Job) -> list[str]:
     """Each module of ``recompute_modules`` is one the model has
     (:func:`autotune.simulators.recompute_modules.model_problems`) and the framework can
     checkpoint (``FrameworkSpec.recompute_modules``); ``layernorm`` needs a norm that runs on
@@ -945,6 +944,7 @@ def _recompute_modules(
     ``moe_act`` and ``layernorm`` refuse FP8's delayed scaling (Megatron's default
     ``--fp8-recipe``, which the launch files keep). ``moe`` beside the EP all-to-all overlap
     is the expert-overlap rule's."""
+    model, train = job.model, job.train
     modules = lay.recompute_modules
     if modules is None or lay.recompute != "selective":
         return []
@@ -974,7 +974,7 @@ def _recompute_modules(
             if name in ("layernorm", "moe_act")
         ]
     if "moe_act" in modules and model.is_moe:
-        runs = cluster.device.runs_as(train.compute_dtype)
+        runs = job.dtype
         if runs != "bf16":
             found.append(
                 "recompute module moe_act needs the experts' grouped GEMMs "
@@ -984,11 +984,10 @@ def _recompute_modules(
     return found
 
 
-def _expert_overlap(
-    lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
-) -> list[str]:
+def _expert_overlap(lay: Layout, job: Job) -> list[str]:
     """The EP all-to-all overlap needs EP, virtual stages when pp > 1, no full recompute and
     no recompute of the MoE layer (Megatron-Core's transformer_config.py asserts each)."""
+    model, train = job.model, job.train
     if not (train.moe_a2a_overlap and model.is_moe):
         return []
     found = []
@@ -1003,7 +1002,7 @@ def _expert_overlap(
     return found
 
 
-def _sharding(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> list[str]:
+def _sharding(lay: Layout, job: Job) -> list[str]:
     """The ZeRO stage is one the framework runs (``FrameworkSpec.zero_stages``: Megatron-FSDP
     for 2 and 3 on Megatron-Core, DeepSpeed's ZeRO on Megatron-DeepSpeed), with pipeline
     parallelism only where it can (DeepSpeed's pipeline engine asserts stage < 2,
@@ -1014,6 +1013,7 @@ def _sharding(lay: Layout, model: ModelSpec, cluster: ClusterSpec, train: TrainS
     torchtitan (docs/torchtitan.md 2): DDP refuses TP, PP and CP (``parallelize.py``: "DDP has
     not supported > 1D parallelism"), and ``dp_replicate`` divides DP (``parallel_dims.py``:
     ``dp_replicate x dp_shard x cp x tp x pp`` is the world)."""
+    model, train = job.model, job.train
     framework, stage, replicas = train.framework, lay.sharding, lay.dp_replicate
     found = []
     stages = "/".join(map(str, framework.zero_stages))
@@ -1075,6 +1075,3 @@ _RULES: dict[str, Rule] = {
     "sharding": _sharding,
 }
 RULE_NAMES: tuple[str, ...] = tuple(_RULES)
-
-# A job and one of its layouts: what a simulator prices (``simulate(*specs)``).
-Specs = tuple[ModelSpec, ClusterSpec, TrainSpec, Layout]

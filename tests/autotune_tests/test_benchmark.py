@@ -28,12 +28,10 @@ from autotune.benchmark._report import overall_table
 from autotune.benchmark._report_files import write_report
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
-from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
-from autotune.simulators import ModelSpec
 from autotune.simulators import Prediction
 from autotune.simulators import Simulator
-from autotune.simulators import TrainSpec
 from autotune.simulators import UserError
 from autotune.simulators.calibration import Calibration
 from tests.dataset_tests._tables import write
@@ -56,9 +54,7 @@ class LinearSimulator(Simulator):
     def calibrated(self, calibration: Calibration) -> LinearSimulator:
         return self
 
-    def simulate(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> Prediction:
+    def simulate(self, job: Job, layout: Layout) -> Prediction:
         time = 1.0 + self.slope * layout.tp
         memory = 90.0 if layout.tp == self.too_big_tp else 10.0
         return Prediction(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -37,6 +38,12 @@ TRUTH = {
 def _settings() -> FitSettings:
     settings = fit_settings(load_config(CalibrateConfig, ["data=x", "name=y"]).calibrate)
     return FitSettings(**{**_fields(settings), "bootstrap_samples": 0})
+
+
+def _analytical(model: str, cluster: str, *overrides: str) -> catalog.PricedJob:
+    """The catalog job ``model`` on ``cluster``, priced by the analytical simulator."""
+    job = catalog.load_job(model, cluster, list(overrides))
+    return catalog.PricedJob(job=job, simulator=catalog.load_simulator("analytical"))
 
 
 def _fields(settings: FitSettings) -> dict[str, object]:
@@ -106,7 +113,7 @@ def test_intervals_bracket_the_fit(synthetic: list[Run]) -> None:
 def test_out_of_memory_rows_tighten_the_memory_model(synthetic: list[Run]) -> None:
     run = synthetic[0]
     predicted = catalog.load_simulator("analytical").simulate(*run.specs).memory_gib
-    cluster = run.specs[1]
+    cluster = run.specs[0].cluster
     small = cluster.__class__(
         **{
             **{f: getattr(cluster, f) for f in cluster.__dataclass_fields__},
@@ -118,7 +125,8 @@ def test_out_of_memory_rows_tighten_the_memory_model(synthetic: list[Run]) -> No
             ),
         }
     )
-    oom = Run(specs=(run.specs[0], small, *run.specs[2:]), status="oom")
+    job, layout = run.specs
+    oom = Run(specs=(dataclasses.replace(job, cluster=small), layout), status="oom")
     result = fit(catalog.load_simulator("analytical"), [oom], _settings())
     assert result.calibration.factors["memory_factor"] > 1.0
     assert any("no row ran" in note for note in result.notes)
@@ -156,8 +164,9 @@ def test_calibrate_writes_a_file_that_loads_and_applies(tmp_path: Path) -> None:
     loaded = catalog.load_calibration(str(out))
     assert loaded.factors == pytest.approx(payload["factors"], rel=1e-5)
     assert loaded.cluster == "a100" and loaded.name == "toy"
-    job = catalog.load_job("llama2_7b", "a100", ["cluster.num_nodes=1"])
-    calibrated_, margin = calibrated_job(job, str(out), None)
+    calibrated_, margin = calibrated_job(
+        _analytical("llama2_7b", "a100", "cluster.num_nodes=1"), str(out), None
+    )
     assert calibrated_.simulator.calibration.name == "toy"
     assert margin.value == loaded.memory_margin
 
@@ -236,7 +245,7 @@ def test_a_calibration_for_another_simulator_or_cluster_is_one_error_line(tmp_pa
         "(simulator=analytical, or calibrate hierarchical)"
     ]
     with pytest.raises(UserError, match="is for cluster a100; this job runs on h100"):
-        calibrated_job(catalog.load_job("llama2_7b", "h100"), str(out), None)
+        calibrated_job(_analytical("llama2_7b", "h100"), str(out), None)
     out.write_text("simulator: analytical\nfactors: {speed: 2}\n")
     with pytest.raises(UserError, match="unknown factor"):
         catalog.load_calibration(str(out))

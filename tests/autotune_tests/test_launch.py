@@ -28,6 +28,7 @@ from autotune.launch import write_launch_files
 from autotune.launch._releases import ADDED_IN
 from autotune.launch._releases import added_in
 from autotune.launch._torchtitan_keys import V0_2_2_KEYS
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
 from autotune.simulators import SpecError
@@ -44,7 +45,7 @@ from tests.autotune_tests._nemo_stub import recorded
 
 
 @functools.cache
-def _job(model: str, cluster: str, overrides: tuple[str, ...]) -> catalog.Job:
+def _job(model: str, cluster: str, overrides: tuple[str, ...]) -> Job:
     return catalog.load_job(model, cluster, list(overrides))
 
 
@@ -58,7 +59,7 @@ class Case:
     overrides: tuple[str, ...]
     layout: dict[str, Any]
 
-    def specs(self) -> tuple[catalog.Job, Layout]:
+    def specs(self) -> tuple[Job, Layout]:
         job = _job(self.model, self.cluster, self.overrides)
         layout = Layout.resolve(job.cluster.num_devices, **self.layout)
         return job, layout
@@ -69,10 +70,10 @@ class Case:
         return dataclasses.replace(self, overrides=overrides)
 
 
-def _write(case: Case, out: Path) -> tuple[catalog.Job, Layout, list[Path]]:
+def _write(case: Case, out: Path) -> tuple[Job, Layout, list[Path]]:
     job, layout = case.specs()
-    assert not layout.violations(job.model, job.cluster, job.train), case.name
-    return job, layout, write_launch_files(job.model, job.cluster, job.train, layout, out)
+    assert not layout.violations(job), case.name
+    return job, layout, write_launch_files(job, layout, out)
 
 
 def _check_file_form(path: Path, layout: Layout, release: str) -> None:
@@ -104,7 +105,7 @@ def _stage_layers(args: dict[str, Any]) -> tuple[tuple[int, ...], int]:
     return (layers // pp,) * pp, vpp
 
 
-def _check_layout(args: dict[str, Any], job: catalog.Job, layout: Layout) -> None:
+def _check_layout(args: dict[str, Any], job: Job, layout: Layout) -> None:
     """The options launch exactly the layout: degrees, batch, split, vpp, recompute."""
     assert args["--tensor-model-parallel-size"] == layout.tp
     assert args["--pipeline-model-parallel-size"] == layout.pp
@@ -350,7 +351,9 @@ def test_a_bf16_job_without_bf16_runs_and_says_fp16_as_priced(tmp_path: Path) ->
     assert "--fp16" in text and "--accumulate-allreduce-grads-in-fp32" in text
     assert "--bf16" not in text
     fp16 = dataclasses.replace(job.train, precision="fp16")
-    write_launch_files(job.model, job.cluster, fp16, layout, tmp_path / "fp16")
+    write_launch_files(
+        Job(model=job.model, cluster=job.cluster, train=fp16), layout, tmp_path / "fp16"
+    )
     assert "has no" not in (tmp_path / "fp16" / "launch_megatron.sh").read_text()
 
 
@@ -500,7 +503,9 @@ def test_dropout_launches_as_priced(
     assert settings["model"]["attention_dropout"] == float(expected)
     train = dataclasses.replace(job.train, framework=catalog.load_framework("megatron_deepspeed"))
     layout = Layout.resolve(job.cluster.num_devices, tp=8)
-    write_launch_files(job.model, job.cluster, train, layout, tmp_path / "mds")
+    write_launch_files(
+        Job(model=job.model, cluster=job.cluster, train=train), layout, tmp_path / "mds"
+    )
     script = (tmp_path / "mds" / "launch_megatron_deepspeed.sh").read_text()
     assert f"--attention-dropout {expected}" in script
 
@@ -514,7 +519,7 @@ def test_a_run_without_the_dp_overlap_launches_without_it(tmp_path: Path) -> Non
     ):
         train = dataclasses.replace(job.train, **values)
         out = tmp_path / str(len(flags))
-        write_launch_files(job.model, job.cluster, train, layout, out)
+        write_launch_files(Job(model=job.model, cluster=job.cluster, train=train), layout, out)
         text = (out / "launch_megatron.sh").read_text()
         found = {f for f in ("--overlap-grad-reduce", "--overlap-param-gather") if f in text}
         assert found == flags
@@ -622,7 +627,7 @@ def test_mindspeed_script_passes_mindspeed_rules(case: Case, release: str, tmp_p
         if "--pipeline-model-parallel-layout" not in table:  # the only way to say it
             _check_refused_split(job, layout, tmp_path / "out")
             return
-    written = write_launch_files(job.model, job.cluster, job.train, layout, tmp_path / "out")
+    written = write_launch_files(job, layout, tmp_path / "out")
     assert [p.name for p in written] == ["launch_mindspeed.sh"]
     _check_file_form(written[0], layout, f"release {release}")
     launched = run_script(written[0], tmp_path, table, **mindspeed_env(tmp_path))
@@ -672,20 +677,20 @@ def test_recompute_modules_a_framework_cannot_run_are_refused(
     module = rule.split()[2].rstrip(":")
     modules = {**case.layout, "recompute": "selective", "recompute_modules": (module,)}
     job, layout = dataclasses.replace(case, layout=modules).specs()
-    assert any(rule in v for v in layout.violations(job.model, job.cluster, job.train))
+    assert any(rule in v for v in layout.violations(job))
     with pytest.raises(LayoutError, match=rule):
-        write_launch_files(job.model, job.cluster, job.train, layout, tmp_path / "out")
+        write_launch_files(job, layout, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
-def _check_refused_split(job: catalog.Job, layout: Layout, out: Path) -> None:
+def _check_refused_split(job: Job, layout: Layout, out: Path) -> None:
     """An uneven split with virtual stages on a MindSpeed-LLM release without the layout
     string breaks a layout rule (so the search never picks it): the writer refuses it."""
     release = job.train.framework.release
     rule = f"mindspeed {release} gives virtual stages equal layer counts only"
-    assert any(rule in v for v in layout.violations(job.model, job.cluster, job.train))
+    assert any(rule in v for v in layout.violations(job))
     with pytest.raises(LayoutError, match=rule):
-        write_launch_files(job.model, job.cluster, job.train, layout, out)
+        write_launch_files(job, layout, out)
     assert not out.exists()
 
 
@@ -708,7 +713,9 @@ def test_mindspeed_flags_follow_the_run_settings(tmp_path: Path) -> None:
         flash_attention=False,
         grad_reduce_in_fp32=False,
     )
-    write_launch_files(job.model, job.cluster, train, layout, tmp_path / "out")
+    write_launch_files(
+        Job(model=job.model, cluster=job.cluster, train=train), layout, tmp_path / "out"
+    )
     script = tmp_path / "out" / "launch_mindspeed.sh"
     table = _argrules.MINDSPEED_RELEASES[job.train.framework.release]
     launched = run_script(script, tmp_path, table, **mindspeed_env(tmp_path))
@@ -722,7 +729,7 @@ def test_mindspeed_flags_follow_the_run_settings(tmp_path: Path) -> None:
 
 def test_mindspeed_script_stops_without_a_tokenizer_folder(tmp_path: Path) -> None:
     job, layout = MINDSPEED_CASES[0].specs()
-    (script,) = write_launch_files(job.model, job.cluster, job.train, layout, tmp_path)
+    (script,) = write_launch_files(job, layout, tmp_path)
     env = {**mindspeed_env(tmp_path), "TOKENIZER_PATH": str(tmp_path / "missing")}
     done = subprocess.run(
         ["bash", str(script)], env={"PATH": os.environ["PATH"], **env}, capture_output=True
@@ -830,12 +837,10 @@ def test_deepspeed_refuses_what_it_cannotrun_script(
 ) -> None:
     job = _job(model, "vtrain_a100", ("cluster.num_nodes=2",))
     lay = Layout.resolve(16, **layout)
-    assert not lay.violations(job.model, job.cluster, job.train)
+    assert not lay.violations(job)
     with pytest.raises(LayoutError, match=refusal):
-        write_launch_files(job.model, job.cluster, job.train, lay, tmp_path)
-    assert any(
-        refusal in line for line in layout_flags(job.model, job.cluster, job.train, lay).refused
-    )
+        write_launch_files(job, lay, tmp_path)
+    assert any(refusal in line for line in layout_flags(job, lay).refused)
 
 
 NEMO_CASES = [
@@ -964,7 +969,7 @@ def test_invalid_layout_is_refused_with_every_rule(tmp_path: Path) -> None:
     job = _job("llama70b", "h100", ())
     bad = Layout.resolve(64, tp=3, pp=7)
     with pytest.raises(LayoutError, match="tp=3 does not divide"):
-        write_launch_files(job.model, job.cluster, job.train, bad, tmp_path)
+        write_launch_files(job, bad, tmp_path)
     assert not list(tmp_path.iterdir())
 
 
@@ -972,18 +977,18 @@ def test_layout_flags_are_the_jobs_framework_and_its_facts() -> None:
     """The terminal shows the job's framework only; overlaps follow its facts."""
     layout = Layout.resolve(64, tp=8, pp=4, vpp=5)
     core = _job("llama70b", "h100", ("train.precision=fp8",))
-    flags = layout_flags(core.model, core.cluster, core.train, layout)
+    flags = layout_flags(core, layout)
     assert flags.title == "Megatron-LM (Megatron-Core)" and not flags.refused
     assert "--num-layers-per-virtual-pipeline-stage 4" in flags.flags
     assert {"--overlap-grad-reduce", "--overlap-param-gather"} <= set(flags.flags)
     legacy = _job("llama70b", "a100", ("train.framework=megatron_lm",))
-    old = layout_flags(legacy.model, legacy.cluster, legacy.train, layout)
+    old = layout_flags(legacy, layout)
     assert old.framework == "megatron_lm" and "--overlap-grad-reduce" not in old.flags
     # Its interleaved schedule blocked on its sends; today's Megatron-LM overlaps them.
     assert "--no-overlap-p2p-communication" in old.flags
     assert "--no-overlap-p2p-communication" not in flags.flags
     ascend = _job("llama70b", "ascend", ())
-    mindspeed = layout_flags(ascend.model, ascend.cluster, ascend.train, Layout.resolve(64, pp=3))
+    mindspeed = layout_flags(ascend, Layout.resolve(64, pp=3))
     assert mindspeed.title == "MindSpeed-LLM" and "--overlap-grad-reduce" not in mindspeed.flags
     assert any(f.startswith("--num-layer-list ") for f in mindspeed.flags)
 

@@ -24,6 +24,7 @@ import pytest
 
 from autotune import catalog
 from autotune.launch import write_launch_files
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from tests.autotune_tests import _argrules
 from tests.autotune_tests._launch_checks import deepspeed_problems
@@ -184,13 +185,11 @@ def test_every_catalog_model_has_its_published_card() -> None:
     assert set(PUBLISHED) == set(catalog.options("model")) - aliases
 
 
-def _launch(
-    name: str, cluster: str, framework: str, out: Path
-) -> tuple[catalog.Job, list[Path], str]:
+def _launch(name: str, cluster: str, framework: str, out: Path) -> tuple[Job, list[Path], str]:
     """The job on one node of ``cluster``, its files in ``out`` and their header comments."""
     job = catalog.load_job(name, cluster, ["cluster.num_nodes=1", f"train.framework={framework}"])
     layout = Layout.resolve(job.cluster.num_devices)  # data parallel only: valid for all
-    written = write_launch_files(job.model, job.cluster, job.train, layout, out)
+    written = write_launch_files(job, layout, out)
     header = written[0].read_text().split("\n\n")[0]
     return job, written, header
 

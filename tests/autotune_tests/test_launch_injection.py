@@ -35,6 +35,7 @@ import pytest
 from autotune import catalog
 from autotune.launch import write_launch_files
 from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import ModelSpec
 
@@ -93,7 +94,7 @@ def _render(framework: str, folder: Path, name: str, model_too: bool) -> Renamed
     layout = Layout.resolve(cluster.num_devices, tp=2)
     for old in folder.glob("*"):
         old.unlink()
-    paths = write_launch_files(model, cluster, job.train, layout, folder)
+    paths = write_launch_files(Job(model=model, cluster=cluster, train=job.train), layout, folder)
     return Renamed({p.name: p.read_text() for p in paths}, folder)
 
 

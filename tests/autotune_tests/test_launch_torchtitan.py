@@ -15,6 +15,7 @@ import pytest
 from autotune import catalog
 from autotune.launch import write_launch_files
 from autotune.launch._torchtitan_keys import V0_2_2_KEYS
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
 
@@ -27,7 +28,7 @@ CASES = {
 }
 
 
-def _job(nodes: int = 8, *overrides: str) -> catalog.Job:
+def _job(nodes: int = 8, *overrides: str) -> Job:
     return catalog.load_job(
         "llama3_70b",
         "h100",
@@ -38,7 +39,7 @@ def _job(nodes: int = 8, *overrides: str) -> catalog.Job:
 def _written(tmp_path: Path, values: dict, *overrides: str) -> tuple[dict, str, Layout]:
     job = _job(8, *overrides)
     layout = Layout.resolve(job.cluster.num_devices, **values)
-    write_launch_files(job.model, job.cluster, job.train, layout, tmp_path)
+    write_launch_files(job, layout, tmp_path)
     config = tomllib.loads((tmp_path / "torchtitan_job.toml").read_text())
     return config, (tmp_path / "launch_torchtitan.sh").read_text(), layout
 
@@ -147,5 +148,5 @@ def test_a_model_torchtitan_has_no_flavor_of_is_refused(tmp_path: Path) -> None:
     )
     layout = Layout.resolve(64, tp=8, zero_stage=3)
     with pytest.raises(LayoutError, match="no flavor it has matches"):
-        write_launch_files(job.model, job.cluster, job.train, layout, tmp_path)
+        write_launch_files(job, layout, tmp_path)
     assert not list(tmp_path.iterdir())

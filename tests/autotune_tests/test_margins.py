@@ -13,11 +13,9 @@ from autotune.calibrate import MIN_EVIDENCE
 from autotune.calibrate import Run
 from autotune.calibrate import margin_for
 from autotune.calibrate import stack_margins
-from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
-from autotune.simulators import ModelSpec
 from autotune.simulators import Prediction
-from autotune.simulators import TrainSpec
 
 
 @dataclass(frozen=True)
@@ -26,9 +24,8 @@ class FixedMemory:
 
     name: str = "fixed"
 
-    def simulate(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> Prediction:
+    def simulate(self, job: Job, layout: Layout) -> Prediction:
+        cluster = job.cluster
         memory = {"weights": 40.0, "fragmentation": 5.0, "reserved": 3.0}
         return Prediction(
             step_time_s=1.0,
@@ -46,7 +43,7 @@ def _run(framework: str, status: str = "ok", peak: float = float("nan"), measure
     train = dataclasses.replace(job.train, framework=catalog.load_framework(framework))
     layout = Layout.resolve(job.cluster.num_devices)
     return Run(
-        specs=(job.model, job.cluster, train, layout),
+        specs=(dataclasses.replace(job, train=train), layout),
         status=status,
         peak_memory_gib=peak,
         peak_memory_measure=measure,

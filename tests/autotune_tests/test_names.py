@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from autotune import catalog
 from autotune.calibrate.__main__ import main as calibrate_main
 from autotune.launch import write_launch_files
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import UserError
 from autotune.simulators.limits import MAX_NAME_LENGTH
@@ -100,7 +101,9 @@ def test_any_text_is_refused_cleanly_or_kept_whole(text: str) -> None:
     cluster = dataclasses.replace(job.cluster, name=text)
     with tempfile.TemporaryDirectory() as folder:
         layout = Layout.resolve(cluster.num_devices, tp=2)
-        (script,) = write_launch_files(model, cluster, job.train, layout, folder)
+        (script,) = write_launch_files(
+            Job(model=model, cluster=cluster, train=job.train), layout, folder
+        )
         header = script.read_text().split("\n")[2]
     assert header.startswith(f"# {text} on {text} (1 nodes x 8 devices)")
 

@@ -204,7 +204,7 @@ def _up_to_the_work(schema: type, overrides: list[str]) -> None:
         job = catalog.job_from_config(config)
         layout = Layout.resolve(job.cluster.num_devices, **fixed_layout_values(config.parallel))
         if isinstance(config, ProfileConfig):
-            layout.check(job.model, job.cluster, job.train)
+            layout.check(job)
     else:
         simulators_of(config)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -12,16 +12,20 @@ from autotune import catalog
 from autotune import dataset
 from autotune.benchmark import run_benchmark
 from autotune.benchmark._plots import plot_frames
+from autotune.benchmark._protocol_tables import regret_curve
 from autotune.benchmark._report import console_tables
-from autotune.benchmark._report import regret_curve
+from autotune.calibrate import ProbeSettings
+from autotune.calibrate import ProtocolSettings
 from autotune.calibrate import Run
+from autotune.calibrate import ZeroShot
+from autotune.calibrate import _priors as priors
+from autotune.calibrate import _probe_protocol as probe_protocol
+from autotune.calibrate import row_runs
 from autotune.calibrate._command import fit_settings
-from autotune.calibrate._probe import choose_probes
-from autotune.calibrate._probe import job_level
-from autotune.calibrate._probe import pick
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
 from autotune.simulators import UserError
+from autotune.simulators.layout import LAYOUT_FIELDS
 from tests.dataset_tests._tables import write
 
 SMALL = ["data=public", "source=[korthikanti,dlperf]", "tracking.enabled=false"]
@@ -41,19 +45,62 @@ def test_leave_one_source_out_never_fits_on_the_scored_source(fitted: list[list[
     assert summary["by_source"]["dlperf"]["n_scenarios"] == 4
 
 
-def test_probes_fit_on_their_own_scenario_only_and_are_not_scored(
-    fitted: list[list[Run]],
+def test_probes_see_only_their_own_measurements_and_are_not_scored(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The priors are estimated without the scored source; the loop reads a row's measurement
+    only once it chose that row: changing every other measurement changes none of its scores."""
+    left_out: list[str | None] = []
+    real_priors = priors.priors_from
+
+    def priors_spy(table, runs, predicted_s, peaks, leave_out=None):  # noqa: ANN001, ANN202
+        left_out.append(leave_out)
+        return real_priors(table, runs, predicted_s, peaks, leave_out)
+
+    real = priors.estimate
+
+    def spy(residuals, jobs, sources, codes, names=LAYOUT_FIELDS):  # noqa: ANN001, ANN202
+        assert left_out[-1] not in set(sources)  # no row of the scored source
+        return real(residuals, jobs, sources, codes, names)
+
+    monkeypatch.setattr(priors, "estimate", spy)
+    monkeypatch.setattr(priors, "priors_from", priors_spy)
     result = run_benchmark(_config("protocols=[probe]", "probes=[1,2]"))
-    for runs in fitted:
-        assert len({run.group for run in runs}) == 1  # one scenario, nothing else
-        assert 1 <= len(runs) <= 2
+    assert left_out == ["dlperf", "korthikanti"]  # one set of priors per source, without it
     rows = result.rows
     probe = rows[rows["simulator"] == "analytical, probe K=1"]
     scored = probe["predicted_step_time_s"].notna()
     # a scenario of n measured layouts keeps n - 1 predictions: the probe's is not scored
     per_scenario = probe.groupby("scenario")["layout"].size() - 1
     assert scored.groupby(probe["scenario"]).sum().to_dict() == per_scenario.to_dict()
+    table = dataset.priceable_rows(dataset.load_public(["dlperf"])).table
+    specs = dataset.table_specs(table)
+    runs = row_runs(table, specs)
+    simulator = catalog.load_simulator("analytical")
+    predictions = [simulator.simulate(*s) for s in specs]
+    zero = ZeroShot(
+        np.array([p.step_time_s for p in predictions]),
+        np.array([p.memory_gib for p in predictions]),
+        np.array([p.peak_gib("allocated") for p in predictions]),
+    )
+    config = _config()
+    settings = ProtocolSettings(
+        fit=fit_settings(config.calibrate),
+        probe=ProbeSettings(stop_gain=0.01, stop_probability=0.05),
+        probes=(2,),
+    )
+    first = probe_protocol.probe_scores(simulator, table, runs, zero, settings)[0]
+    probed = set(first.rows[np.isnan(first.predicted_s)])  # measured: no prediction scored
+    assert 0 < len(probed) < len(first.rows)
+    changed = [
+        run
+        if i in probed or run is None
+        else dataclasses.replace(run, step_time_s=3 * run.step_time_s)
+        for i, run in enumerate(runs)
+    ]
+    again = probe_protocol.probe_scores(simulator, table, changed, zero, settings)[0]
+    np.testing.assert_array_equal(again.score, first.score)
+    np.testing.assert_array_equal(again.fits, first.fits)
 
 
 def test_the_regret_curve_has_every_protocol_and_k() -> None:
@@ -90,39 +137,6 @@ def test_a_calibration_is_scored_beside_the_simulator(tmp_path: Path) -> None:
     path.write_text("simulator: analytical\ncluster: a100\nfactors: {host_overhead: 1.3}\n")
     result = run_benchmark(_config(f"calibration={path}", "source=korthikanti"))
     assert result.summaries["analytical, calibration cal"]["protocol"] == "calibrated"
-
-
-def test_the_pick_keeps_the_best_probe_unless_a_layout_is_clearly_faster() -> None:
-    fits = [True, True, True]
-    # probes 0 and 1 measured at twice their prediction: the job's level is 2
-    assert job_level([1.0, 1.2, 0.5], [0, 1], [2.0, 2.4]) == pytest.approx(2.0)
-    chosen = pick([1.0, 1.2, 0.95], fits, [0, 1], [2.0, 2.4], 0.1)
-    assert (chosen.index, chosen.measured) == (0, True)  # 1.9 s is not 10 % ahead of 2.0 s
-    chosen = pick([1.0, 1.2, 0.8], fits, [0, 1], [2.0, 2.4], 0.1)
-    assert (chosen.index, chosen.measured) == (2, False)  # 1.6 s is
-    chosen = pick([1.0, 1.2, 0.5], [True, True, False], [0, 1], [2.0, 2.4], 0.1)
-    assert chosen.index == 0  # faster, but predicted not to fit
-    chosen = pick([1.0, 1.2, 0.9], fits, [0, 1], [math.nan, math.nan], 0.1)
-    assert (chosen.index, chosen.measured) == (2, False)  # every probe ran out of memory
-    assert "no probe ran" in chosen.reason
-
-
-def test_probes_are_likely_good_distinct_and_fit() -> None:
-    table = dataset.load_public(["vtrain"])
-    scenario = table[table["scenario"] == table["scenario"].iloc[0]].reset_index(drop=True)
-    specs = dataset.table_specs(scenario)
-    simulator = catalog.load_simulator("analytical")
-    predictions = [simulator.simulate(*s) for s in specs]
-    predicted = [p.step_time_s for p in predictions]
-    fits = [p.fits for p in predictions]
-    fits[int(np.argmin(predicted))] = False  # the fastest is taken not to fit
-    settings = fit_settings(_config().calibrate)
-    one = choose_probes(simulator, specs, predicted, fits, 1, settings, 0.25)
-    best_fitting = min((t, i) for i, t in enumerate(predicted) if fits[i])[1]
-    assert one == [best_fitting]
-    three = choose_probes(simulator, specs, predicted, fits, 3, settings, 0.25)
-    assert len(set(three)) == 3 and all(fits[i] for i in three) and three[0] == best_fitting
-    assert three == choose_probes(simulator, specs, predicted, fits, 3, settings, 0.25)
 
 
 def test_an_oom_probe_is_never_the_pick_in_the_benchmark(tmp_path: Path) -> None:

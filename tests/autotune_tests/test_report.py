@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.report import layout_table
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
 from autotune.simulators.calibrated import calibrated
@@ -17,11 +18,12 @@ from tests.simulators_tests._specs import model
 LLAMA = model("llama2_7b", num_layers=30)
 CLUSTER = ascend(1)
 TRAIN = make_train(seq_len=2048, global_batch_size=16)
+JOB = Job(model=LLAMA, cluster=CLUSTER, train=TRAIN)
 
 
 def _ranked(*layouts: Layout) -> list[tuple[Layout, Prediction]]:
     simulator = analytical()
-    return [(lay, simulator.simulate(LLAMA, CLUSTER, TRAIN, lay)) for lay in layouts]
+    return [(lay, simulator.simulate(JOB, lay)) for lay in layouts]
 
 
 def test_the_split_column_tells_apart_layouts_that_differ_only_in_their_split() -> None:
@@ -41,7 +43,10 @@ def test_the_etp_column_appears_when_a_layout_gives_its_experts_their_own_tp() -
     simulator = analytical()
     folded = Layout.resolve(8, tp=2, ep=4, etp=1, sequence_parallel=True)
     shared = Layout.resolve(8, tp=2, ep=4, sequence_parallel=True)
-    ranked = [(lay, simulator.simulate(mixtral, CLUSTER, TRAIN, lay)) for lay in (folded, shared)]
+    ranked = [
+        (lay, simulator.simulate(Job(model=mixtral, cluster=CLUSTER, train=TRAIN), lay))
+        for lay in (folded, shared)
+    ]
     lines = layout_table(ranked).splitlines()
     column = lines[0].split().index("etp")
     assert [line.split()[column] for line in lines[1:]] == ["1", "2"]  # None reads as TP
@@ -57,7 +62,8 @@ def test_the_zero_column_appears_when_a_layout_shards_beyond_the_optimizer() -> 
         Layout.resolve(8, tp=2, dp_replicate=2),
         Layout.resolve(8, tp=2),
     ]
-    ranked = [(lay, simulator.simulate(llama, CLUSTER, train, lay)) for lay in layouts]
+    job = Job(model=llama, cluster=CLUSTER, train=train)
+    ranked = [(lay, simulator.simulate(job, lay)) for lay in layouts]
     lines = layout_table(ranked).splitlines()
     column = lines[0].split().index("zero")
     assert [line.split()[column] for line in lines[1:]] == ["3", "1x2", "1"]
@@ -77,9 +83,9 @@ def test_the_recompute_column_names_the_block_count_and_the_modules() -> None:
 def test_memory_is_shown_against_the_device_with_the_margin_beside_it() -> None:
     layout = Layout.resolve(8, tp=2, pp=4)
     base = analytical()
-    plain = base.simulate(LLAMA, CLUSTER, TRAIN, layout)
+    plain = base.simulate(JOB, layout)
     margined = calibrated(base, Calibration(simulator="analytical"), memory_margin=0.25)
-    pred = margined.simulate(LLAMA, CLUSTER, TRAIN, layout)
+    pred = margined.simulate(JOB, layout)
     device = CLUSTER.device.memory_gib
     assert pred.device_memory_gib == pytest.approx(device)
     assert pred.memory_with_margin_gib == pytest.approx(1.25 * plain.memory_gib)

@@ -28,10 +28,10 @@ from autotune.benchmark._rankers import heuristic_ranking
 from autotune.benchmark._rankers import simulate
 from autotune.benchmark._report import console_tables
 from autotune.benchmark._report import json_payload
-from autotune.catalog import Job
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
 from autotune.dataset._specs import MODEL_FIELDS
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators.layout import RULE_NAMES
 from tests.autotune_tests.test_cli import SMALL
@@ -274,9 +274,9 @@ def test_every_row_is_either_priced_by_every_ranker_or_set_apart_by_its_rules(
     assert len(priceable.table) + len(priceable.skipped) == len(rows)
     every = dataset.table_specs(table)
     for skipped in priceable.skipped:
-        model, cluster, train, layout = every[skipped.line - 2]
+        job, layout = every[skipped.line - 2]
         assert skipped.place == f"rows.csv, line {skipped.line}"
-        assert list(skipped.reasons) == layout.violations(model, cluster, train) != []
+        assert list(skipped.reasons) == layout.violations(job) != []
     priced = simulate(_ANALYTICAL, priceable.specs)
     assert all(math.isfinite(t) and t > 0 for t in priced.predicted_s)
     heuristic = heuristic_ranking(HeuristicRule(0.5), priceable.specs)
@@ -357,4 +357,4 @@ def test_measured_rows_that_break_a_rule_are_left_out_of_the_probe_loop(tmp_path
 
 
 def _seconds(job: Job, layout: Layout) -> float:
-    return job.simulator.simulate(job.model, job.cluster, job.train, layout).step_time_s
+    return catalog.load_simulator("analytical").simulate(job, layout).step_time_s

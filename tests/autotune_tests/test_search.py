@@ -13,7 +13,9 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.catalog import PricedJob
 from autotune.catalog import job_from_config
+from autotune.catalog import priced_job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.order import order_key
@@ -38,10 +40,15 @@ SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1", "tracking.e
 
 def _job(make_cfg: Callable[..., AutotuneConfig], *overrides: str):  # noqa: ANN202
     cfg = make_cfg(*SMALL, *overrides)
-    job = job_from_config(cfg)
+    priced = priced_job_from_config(cfg)
     fixed = fixed_layout_values(cfg.parallel)
-    space = build_space(job.model, job.cluster, job.train, cfg.search, fixed)
-    return cfg, space, Evaluator(job), fixed
+    space = build_space(priced.job, cfg.search, fixed)
+    return cfg, space, Evaluator(priced), fixed
+
+
+def _priced(evaluate: Evaluator) -> PricedJob:
+    """The job and the simulator ``evaluate`` prices with."""
+    return PricedJob(job=evaluate.job, simulator=evaluate.simulator)
 
 
 def _study(space, evaluate, sampler: str, n: int, seed: int = 0, storage=None, polish=0.0):  # noqa: ANN001, ANN202
@@ -53,7 +60,7 @@ def test_space_holds_only_valid_layouts(make_cfg: Callable[..., AutotuneConfig])
     cfg, space, evaluate, _ = _job(make_cfg)
     assert space.size > 50
     for layout in space.layouts:
-        assert not layout.violations(evaluate.model, evaluate.cluster, evaluate.train)
+        assert not layout.violations(evaluate.job)
         assert layout.world_size == 8
     assert set(space.choices["tp"]) == {1, 2, 4, 8}
 
@@ -99,7 +106,7 @@ def test_grid_prices_every_layout_and_answers_the_optimum(
     make_cfg: Callable[..., AutotuneConfig],
 ) -> None:
     cfg, space, evaluate, _ = _job(make_cfg, "search.sampler=grid")
-    outcome = search_job(cfg, evaluate.job, StopFlag())
+    outcome = search_job(cfg, _priced(evaluate), StopFlag())
     assert outcome.mode == "grid" and outcome.exhaustive and not outcome.stopped
     assert {lay for lay, _ in outcome.ranked} == set(space.layouts)
     fitting = [p.step_time_s for _, p in outcome.ranked if p.fits]
@@ -112,9 +119,9 @@ def test_auto_picks_grid_within_the_budget_and_a_sampler_beyond(
     make_cfg: Callable[..., AutotuneConfig],
 ) -> None:
     cfg, _, evaluate, _ = _job(make_cfg)
-    assert search_job(cfg, evaluate.job, StopFlag()).mode == "grid"
+    assert search_job(cfg, _priced(evaluate), StopFlag()).mode == "grid"
     cfg, _, evaluate, _ = _job(make_cfg, "search.grid_budget_s=1e-9", "search.n_trials=20")
-    outcome = search_job(cfg, evaluate.job, StopFlag())
+    outcome = search_job(cfg, _priced(evaluate), StopFlag())
     assert outcome.mode == "tpe" and outcome.trials == 20 and not outcome.exhaustive
 
 
@@ -122,9 +129,9 @@ def test_the_answer_is_the_best_layout_known(make_cfg: Callable[..., AutotuneCon
     """A sampler's best may miss the optimum; when every layout can be priced beside the
     search, the answer (table, JSON, flags, MLflow) is the optimum all the same."""
     cfg, _, evaluate, _ = _job(make_cfg, "search.sampler=random", "search.n_trials=5")
-    outcome = search_job(cfg, evaluate.job, StopFlag())
+    outcome = search_job(cfg, _priced(evaluate), StopFlag())
     grid, _, evaluate, _ = _job(make_cfg, "search.sampler=grid")
-    optimum = search_job(grid, evaluate.job, StopFlag())
+    optimum = search_job(grid, _priced(evaluate), StopFlag())
     assert outcome.exhaustive and outcome.best_layout == optimum.best_layout
 
 
@@ -132,7 +139,7 @@ def test_a_sampler_knows_its_gap_when_every_layout_is_priced_beside(
     make_cfg: Callable[..., AutotuneConfig],
 ) -> None:
     cfg, _, evaluate, _ = _job(make_cfg, "search.sampler=tpe", "search.n_trials=20")
-    outcome = search_job(cfg, evaluate.job, StopFlag())
+    outcome = search_job(cfg, _priced(evaluate), StopFlag())
     gap = outcome.gap
     assert outcome.exhaustive and gap is not None and gap.unknown is None
     # The sampler's own layouts come first in `evaluated`, the exhaustive pricing after them.
@@ -152,7 +159,7 @@ def test_a_sampler_gap_is_unknown_beyond_the_budget_never_zero(
     cfg, space, evaluate, _ = _job(
         make_cfg, "search.sampler=tpe", "search.n_trials=20", "search.grid_budget_s=1e-9"
     )
-    gap = search_job(cfg, evaluate.job, StopFlag()).gap
+    gap = search_job(cfg, _priced(evaluate), StopFlag()).gap
     assert gap is not None and gap.pct is None and gap.optimum is None
     assert gap.unknown is not None
     assert gap.unknown.startswith(f"pricing all {space.size} layouts would take ~")
@@ -167,7 +174,7 @@ def test_a_sampler_that_priced_every_layout_knows_its_gap_without_the_budget(
     cfg, space, evaluate, _ = _job(
         make_cfg, *pins, "search.sampler=random", "search.n_trials=60", "search.grid_budget_s=1e-9"
     )
-    outcome = search_job(cfg, evaluate.job, StopFlag())
+    outcome = search_job(cfg, _priced(evaluate), StopFlag())
     assert space.size == 12 and len(outcome.ranked) == space.size  # its trials priced them all
     assert outcome.exhaustive and outcome.gap is not None and outcome.gap.pct == 0.0
 
@@ -199,9 +206,9 @@ def test_layouts_that_do_not_fit_are_infeasible_constraints(
 ) -> None:
     # Llama-2-70B on one 8-NPU node: most layouts run out of memory.
     cfg = make_cfg("model=llama2_70b", "cluster=ascend", "cluster.num_nodes=1")
-    job = job_from_config(cfg)
-    space = build_space(job.model, job.cluster, job.train, cfg.search, {})
-    evaluate = Evaluator(job)
+    priced = priced_job_from_config(cfg)
+    space = build_space(priced.job, cfg.search, {})
+    evaluate = Evaluator(priced)
     result = _study(space, evaluate, "tpe", 40)
     for trial, (number, _, prediction) in zip(result.study.trials, result.evaluated, strict=True):
         assert trial.number == number
@@ -230,7 +237,7 @@ def test_seeded_study_repeats_itself(make_cfg: Callable[..., AutotuneConfig]) ->
 
 def test_nsga2_reports_the_time_memory_front(make_cfg: Callable[..., AutotuneConfig]) -> None:
     cfg, _, evaluate, _ = _job(make_cfg, "search.sampler=nsga2", "search.n_trials=40")
-    front = search_job(cfg, evaluate.job, StopFlag()).pareto()
+    front = search_job(cfg, _priced(evaluate), StopFlag()).pareto()
     assert front and all(p.fits for _, p in front)
     times = [p.step_time_s for _, p in front]
     memory = [p.memory_gib for _, p in front]
@@ -350,7 +357,7 @@ def test_rerank_prices_the_best_layouts_again_in_processes(
         "search.rerank_top=6",
         "search.workers=2",
     )
-    outcome = search_job(cfg, evaluate.job, StopFlag())
+    outcome = search_job(cfg, _priced(evaluate), StopFlag())
     assert outcome.rerank is not None and len(outcome.rerank.reranked) == 6
     finer = [p.step_time_s for _, p in outcome.rerank.reranked if p.fits]
     assert finer == sorted(finer)
@@ -366,7 +373,7 @@ def test_auto_screens_a_slow_simulator_and_finds_its_optimum(
     cfg, space, evaluate, _ = _job(
         make_cfg, "model.num_layers=4", "simulator=hierarchical", "search.grid_budget_s=2"
     )
-    outcome = search_job(cfg, evaluate.job, StopFlag())
+    outcome = search_job(cfg, _priced(evaluate), StopFlag())
     assert outcome.mode == "screen" and not outcome.exhaustive
     assert outcome.rerank is not None and outcome.rerank.simulator == "hierarchical"
     assert len(outcome.ranked) == cfg.search.rerank_top == outcome.trials
@@ -386,7 +393,7 @@ def test_a_screen_stopped_by_a_signal_says_its_layouts_were_not_priced_again(
     )
     stop = StopFlag()
     stop.set(15)  # SIGTERM before the screen ends: it is not re-priced
-    outcome = search_job(cfg, evaluate.job, stop)
+    outcome = search_job(cfg, _priced(evaluate), stop)
     assert outcome.mode == "screen" and outcome.stopped and outcome.rerank is None
     assert len(outcome.ranked) == cfg.search.rerank_top
     assert "stage_memory_gib" in outcome.best.detail  # the analytical screen's prediction
@@ -398,7 +405,7 @@ def test_space_covers_uneven_splits_and_their_variants(
     # DeepSeek-V3 has 61 layers: pp 4, 8 and 16 divide the world but not the layers.
     cfg = make_cfg("model=deepseek_v3", "cluster=h100", "cluster.num_nodes=128")
     job = job_from_config(cfg)
-    space = build_space(job.model, job.cluster, job.train, cfg.search, {"tp": 2, "ep": 32})
+    space = build_space(job, cfg.search, {"tp": 2, "ep": 32})
     assert {4, 8, 16} <= set(space.choices["pp"])
     assert set(space.choices["split"]) == {"default", "light_ends"}
     light = [
@@ -406,7 +413,7 @@ def test_space_covers_uneven_splits_and_their_variants(
     ]
     assert light and all(sum(lay.layer_split or ()) == 61 for lay in light)
     for layout in space.layouts[:: max(1, space.size // 50)]:
-        assert not layout.violations(job.model, job.cluster, job.train)
+        assert not layout.violations(job)
 
 
 def test_even_only_framework_keeps_dividing_pp(make_cfg: Callable[..., AutotuneConfig]) -> None:
@@ -421,7 +428,7 @@ def _oom_heavy_outcome(
     """Every layout on one 8-NPU node. Llama-2-13B: some fit, some need 5 times the device
     memory; Llama-2-70B: none fits, none needs less than twice the memory."""
     cfg, _, evaluate, _ = _job(make_cfg, f"model={model}", "search.sampler=grid")
-    return search_job(cfg, evaluate.job, StopFlag()), evaluate.job.cluster.device.memory_gib
+    return search_job(cfg, _priced(evaluate), StopFlag()), evaluate.job.cluster.device.memory_gib
 
 
 def test_layouts_table_lists_fitting_layouts_first_then_the_fastest(

@@ -123,7 +123,7 @@ def test_op_costs_coverage_and_device_warning(
     layout = Layout.resolve(job.cluster.num_devices, tp=2, pp=4)
     ops = {
         (op.name, op.signature, op.dtype)
-        for shape in layer_shapes(job.model, layout, job.train, job.cluster).values()
+        for shape in layer_shapes(job, layout).values()
         for op in compile_mod.compile_layer(shape).forward
         if op.category == "matmul"
     }

@@ -18,6 +18,7 @@ from autotune.search._space import FIELDS
 from autotune.search._space import SearchSpace
 from autotune.search._space import _candidates
 from autotune.search._space import build_space
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators.layout import SEARCHED
 from autotune.simulators.layout import sharding_spelt
@@ -108,10 +109,9 @@ JOBS = {
 }
 
 
-def _reference(
-    model: Any, cluster: Any, train: Any, search: Any, fixed: Mapping[str, Any]
-) -> list[tuple[Layout, str]]:
+def _reference(job: Job, search: Any, fixed: Mapping[str, Any]) -> list[tuple[Layout, str]]:
     """Every product of the candidates, each of its split variants checked by the rules."""
+    model, cluster, train = job.model, job.cluster, job.train
     candidates = _candidates(model, cluster, search)
     fixed = sharding_spelt(fixed)  # zero_stage 0 or 1 is distributed_optimizer's
     for name, value in fixed.items():
@@ -139,7 +139,7 @@ def _reference(
                 for kind, split in splits.items()
             ]
         for kind, layout in variants:
-            if not layout.violations(model, cluster, train):
+            if not layout.violations(job):
                 valid.append((layout, kind))
     return valid
 
@@ -149,8 +149,8 @@ def test_space_is_every_valid_product_in_order(overrides: tuple[str, ...]) -> No
     cfg = load_config(AutotuneConfig, [*overrides, "tracking.enabled=false"])
     job = job_from_config(cfg)
     fixed = fixed_layout_values(cfg.parallel)
-    space = build_space(job.model, job.cluster, job.train, cfg.search, fixed)
-    expected = _reference(job.model, job.cluster, job.train, cfg.search, fixed)
+    space = build_space(job, cfg.search, fixed)
+    expected = _reference(job, cfg.search, fixed)
     assert list(zip(space.layouts, space.splits, strict=True)) == expected
     for name in FIELDS:  # the values that occur, in candidate order
         values = [kind if name == "split" else getattr(lay, name) for lay, kind in expected]
@@ -175,10 +175,10 @@ def test_rules_ignore_the_fields_the_space_checks_once() -> None:
     checked = 0
     for tp, pp, vpp, mb in itertools.product((1, 2, 3, 8), (1, 3, 4, 7), (1, 2), (1, 3)):
         layout = Layout.resolve(job.cluster.num_devices, tp=tp, pp=pp, vpp=vpp, micro_batch=mb)
-        broken = layout.violations(job.model, job.cluster, job.train)
+        broken = layout.violations(job)
         for recompute, sharded in itertools.product(("none", "selective", "full"), (True, False)):
             other = dataclasses.replace(layout, recompute=recompute, distributed_optimizer=sharded)
-            assert other.violations(job.model, job.cluster, job.train) == broken
+            assert other.violations(job) == broken
             checked += 1
     assert checked > 100
 
@@ -186,7 +186,7 @@ def test_rules_ignore_the_fields_the_space_checks_once() -> None:
 def test_a_space_is_a_value() -> None:
     cfg = load_config(AutotuneConfig, [*JOBS["default"], "tracking.enabled=false"])
     job = job_from_config(cfg)
-    space = build_space(job.model, job.cluster, job.train, cfg.search, {})
+    space = build_space(job, cfg.search, {})
     assert isinstance(space, SearchSpace) and space.size == len(set(space.layouts))
     assert space._positions.dtype == np.int64 and space._positions.shape == (
         space.size,
@@ -199,7 +199,7 @@ def test_recompute_modules_are_not_searched() -> None:
     a pinned set keeps to selective recompute."""
     cfg = load_config(AutotuneConfig, [*JOBS["default"], "tracking.enabled=false"])
     job = job_from_config(cfg)
-    space = build_space(job.model, job.cluster, job.train, cfg.search, {})
+    space = build_space(job, cfg.search, {})
     assert "recompute_modules" not in SEARCHED
     assert {lay.recompute_modules for lay in space.layouts} == {None}
     cfg = load_config(
@@ -208,7 +208,7 @@ def test_recompute_modules_are_not_searched() -> None:
     job = job_from_config(cfg)
     fixed = fixed_layout_values(cfg.parallel)
     assert fixed["recompute_modules"] == ["moe_act", "core_attn"]  # as the config lists them
-    space = build_space(job.model, job.cluster, job.train, cfg.search, fixed)
+    space = build_space(job, cfg.search, fixed)
     assert space.size and {(lay.recompute, lay.recompute_modules) for lay in space.layouts} == {
         ("selective", ("core_attn", "moe_act"))
     }
@@ -217,9 +217,7 @@ def test_recompute_modules_are_not_searched() -> None:
 def _space(job_name: str, *more: str) -> tuple[Any, SearchSpace]:
     cfg = load_config(AutotuneConfig, [*JOBS[job_name], *more, "tracking.enabled=false"])
     job = job_from_config(cfg)
-    space = build_space(
-        job.model, job.cluster, job.train, cfg.search, fixed_layout_values(cfg.parallel)
-    )
+    space = build_space(job, cfg.search, fixed_layout_values(cfg.parallel))
     return job, space
 
 

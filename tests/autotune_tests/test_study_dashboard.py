@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune.catalog import job_from_config
+from autotune.catalog import priced_job_from_config
 from autotune.config import AutotuneConfig
 from autotune.search import Evaluator
 from autotune.search import StopFlag
@@ -35,8 +35,8 @@ TRIALS = 30
 
 def _space(make_cfg: Callable[..., AutotuneConfig]) -> tuple[SearchSpace, Evaluator]:
     cfg = make_cfg(*SMALL)
-    job = job_from_config(cfg)
-    return build_space(job.model, job.cluster, job.train, cfg.search, {}), Evaluator(job)
+    priced = priced_job_from_config(cfg)
+    return build_space(priced.job, cfg.search, {}), Evaluator(priced)
 
 
 def _search(tmp_path: Path, storage: str, *overrides: str) -> dict[str, Any]:
@@ -159,11 +159,11 @@ def test_the_best_feasible_trial_is_the_searchs_best_and_never_out_of_memory(
     """Llama-2-13B on one node: 184 of its 918 layouts run out of memory faster than the best
     that fits, and the storage's best value (optuna-dashboard's "Best Trial") is one of them."""
     cfg = make_cfg("model=llama2_13b", "cluster=ascend", "cluster.num_nodes=1")
-    job = job_from_config(cfg)
-    space = build_space(job.model, job.cluster, job.train, cfg.search, {})
+    priced = priced_job_from_config(cfg)
+    space = build_space(priced.job, cfg.search, {})
     study = open_study(None, "t", "tpe", 0, {"job": "test"})
     result = optimize(
-        study, space, Evaluator(job), n_trials=40, polish_fraction=0.1, stop=StopFlag()
+        study, space, Evaluator(priced), n_trials=40, polish_fraction=0.1, stop=StopFlag()
     )
     fitting = [(p.step_time_s, p.memory_gib, n) for n, _, p in result.evaluated if p.fits]
     fastest = min(fitting)

@@ -20,7 +20,7 @@ import optuna
 import pytest
 from optuna.storages import BaseStorage
 
-from autotune.catalog import job_from_config
+from autotune.catalog import priced_job_from_config
 from autotune.config import AutotuneConfig
 from autotune.search import StopFlag
 from autotune.search import search_job
@@ -75,7 +75,7 @@ def test_four_local_workers_share_one_study(
         overrides += [f"search.storage={url}", f"search.study_name=w-{uuid.uuid4().hex[:8]}"]
     cfg = make_cfg(*overrides)
     with _storage(url) as storage:
-        outcome = search_job(cfg, job_from_config(cfg), StopFlag(), storage)
+        outcome = search_job(cfg, priced_job_from_config(cfg), StopFlag(), storage)
         assert outcome.trials == trials and not outcome.stopped
         _assert_clean(outcome.study, trials)
     if url is not None:  # what the storage holds, read back by another process's connection

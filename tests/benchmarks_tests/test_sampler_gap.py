@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.catalog import job_from_config
+from autotune.catalog import priced_job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
 from autotune.search import StopFlag
@@ -20,7 +20,7 @@ def test_the_search_gap_is_the_benchmarks_gap(sampler: str) -> None:
     config = load_config(
         AutotuneConfig, [*SMALL, f"search.sampler={sampler}", "search.n_trials=20"]
     )
-    gap = search_job(config, job_from_config(config), StopFlag()).gap
+    gap = search_job(config, priced_job_from_config(config), StopFlag()).gap
     seed = config.search.seed
     gaps, _ = bench.search_gaps(sampler, range(seed, seed + 1), 20, SMALL)
     assert gap is not None and gap.pct == pytest.approx(100 * gaps[0])

@@ -120,12 +120,14 @@ def test_row_to_specs_applies_overrides_and_small_jobs(tmp_path: Path) -> None:
         {"num_devices": 64, "dp": 8, "intra_node_gbps": 100},
     )
     small, big = dataset.load_measurements(path).to_dict("records")
-    model, cluster, train, layout = dataset.row_to_specs(small)
+    job, layout = dataset.row_to_specs(small)
+    cluster = job.cluster
     assert (cluster.devices_per_node, cluster.num_nodes) == (2, 1)
     assert cluster.device.memory_gib == 16 and cluster.inter_node.bandwidth_gbps == 1.5
-    assert model.head_dim == 1024 // 16 and train.global_batch_size == 64
+    assert job.model.head_dim == 1024 // 16 and job.train.global_batch_size == 64
     assert (layout.tp, layout.sequence_parallel) == (2, True)
-    _, cluster, _, layout = dataset.row_to_specs(big)
+    job, layout = dataset.row_to_specs(big)
+    cluster = job.cluster
     assert (cluster.devices_per_node, cluster.num_nodes) == (8, 8)
     assert cluster.intra_node.bandwidth_gbps == 100
     assert layout.world_size == cluster.num_devices
@@ -158,7 +160,7 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
     }
     path = write(tmp_path / "t.csv", given_settings, {})
     rows = dataset.load_measurements(path).to_dict("records")
-    given, default = (dataset.row_to_specs(row)[2] for row in rows)
+    given, default = (dataset.row_to_specs(row)[0].train for row in rows)
     assert given.grad_reduce_in_fp32 is False and given.grad_reduce_bytes == 2
     assert given.tp_comm_overlap is True and given.overlaps_tp_comm
     assert given.token_dispatcher == "deepep" and default.token_dispatcher == "alltoall"
@@ -199,8 +201,8 @@ def test_shipped_data_loads_and_breaks_no_layout_rule() -> None:
     table = dataset.load_public()
     assert set(table["source"]) == set(dataset.public_sources())
     for row in table.to_dict("records"):
-        model, cluster, train, layout = dataset.row_to_specs(row)
-        assert layout.violations(model, cluster, train) == [], row["source_ref"]
+        job, layout = dataset.row_to_specs(row)
+        assert layout.violations(job) == [], row["source_ref"]
 
 
 def test_absurd_and_non_finite_values_are_refused_all_at_once(tmp_path: Path) -> None:
@@ -405,7 +407,7 @@ def test_recompute_modules_load_as_the_layouts_spelling(tmp_path: Path) -> None:
     )
     table = dataset.load_measurements(write(tmp_path / "modules.csv", *rows))
     priced = dataset.priceable_rows(table)
-    assert [spec[3].recompute_modules for spec in priced.specs] == [("core_attn", "mlp"), None]
+    assert [layout.recompute_modules for _, layout in priced.specs] == [("core_attn", "mlp"), None]
     bad = write(tmp_path / "bad.csv", {"recompute": "selective", "recompute_modules": "ffn"})
     with pytest.raises(
         DataFileError, match="column recompute_modules: expected modules of core_attn"

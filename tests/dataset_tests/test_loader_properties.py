@@ -137,14 +137,14 @@ def test_figures_load_within_their_bounds_or_each_bad_row_is_named(
             return
     event("loaded")
     for row in table.to_dict("records"):
-        specs = dataset.row_to_specs(row)
+        job, _ = dataset.row_to_specs(row)
         step, tokens, peak = (_value(row, k) for k in _FIGURES[:3])
         assert math.isnan(step) or 1e-3 <= step <= 86_400
         if not (math.isnan(step) or math.isnan(tokens)):
             implied = row["global_batch_size"] * row["seq_len"] / (step * row["num_devices"])
             assert 1 / 1.1 <= tokens / implied <= 1.1
         if row["status"] == "ok" and not math.isnan(peak):
-            assert peak <= specs[1].device.memory_gib * 1.05
+            assert peak <= job.cluster.device.memory_gib * 1.05
     # Repeats agree: rows of one scenario and layout on the same hardware (a row that
     # overrides the device's memory or a link's speed is another run)
     hardware = [

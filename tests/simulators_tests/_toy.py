@@ -7,12 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.simulators import BREAKDOWN_KEYS
-from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
-from autotune.simulators import ModelSpec
 from autotune.simulators import Prediction
 from autotune.simulators import Simulator
-from autotune.simulators import TrainSpec
 from autotune.simulators.calibration import Calibration
 
 # Its conf/simulator/toy.yaml.
@@ -31,9 +29,8 @@ class ToySimulator(Simulator):
     def from_config(cls, constants: Mapping[str, Any]) -> ToySimulator:
         return cls(**constants)
 
-    def simulate(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> Prediction:
+    def simulate(self, job: Job, layout: Layout) -> Prediction:
+        model, cluster, train = job.model, job.cluster, job.train
         step_s = self.seconds_per_layer * model.num_layers / layout.pp
         weights_gib = 2 * model.num_params / (layout.tp * layout.pp) / 2**30
         return Prediction(

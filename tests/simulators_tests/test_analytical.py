@@ -10,6 +10,7 @@ import pytest
 from autotune import catalog
 from autotune.simulators import ClusterSpec
 from autotune.simulators import DeviceSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import LinkSpec
 from autotune.simulators import ModelSpec
@@ -75,7 +76,7 @@ def test_memory_of_a_tiny_model_by_hand() -> None:
     """Every memory term of a 2-layer model on one device, worked out by hand."""
     train = make_train(seq_len=32, global_batch_size=1)
     layout = Layout(distributed_optimizer=False)
-    pred = analytical().simulate(TINY, cluster(), train, layout)
+    pred = analytical().simulate(Job(model=TINY, cluster=cluster(), train=train), layout)
     # Parameters: attention 64*(64+2*64) + 64*64 = 16384; SwiGLU 3*64*256 = 49152; two
     # RMSNorms 128 -> 65664 per layer; 2 layers + embedding 64000 + output 64000 + final norm 64.
     params = 2 * 65664 + 64000 + 64000 + 64
@@ -110,14 +111,15 @@ def test_what_a_rank_holds_outside_its_tensors() -> None:
     )
     tied = dataclasses.replace(TINY, tied_embeddings=True)
     train = make_train(seq_len=32, global_batch_size=8)
-    one = analytical().simulate(tied, held, train, Layout(distributed_optimizer=False))
+    job = Job(model=tied, cluster=held, train=train)
+    one = analytical().simulate(job, Layout(distributed_optimizer=False))
     assert one.memory_breakdown_gib["reserved"] == pytest.approx(1.25 + 0.5)  # the world group
     split = Layout(dp=2, tp=2, pp=2, distributed_optimizer=False)
-    many = analytical().simulate(tied, held, train, split)
+    many = analytical().simulate(job, split)
     assert many.memory_breakdown_gib["reserved"] == pytest.approx(1.25 + 7 * 0.5)
     fixed = AnalyticalSimulator(
         dataclasses.replace(analytical().constants, reserved_memory_gib=4.0)
-    ).simulate(tied, held, train, split)  # a calibration's fixed figure
+    ).simulate(job, split)  # a calibration's fixed figure
     assert fixed.memory_breakdown_gib["reserved"] == 4.0
 
 
@@ -127,7 +129,9 @@ def test_megatron_deepspeed_keeps_its_logits_in_fp32_twice_over() -> None:
     set of this model is the logits', 32 tokens x 1000)."""
     for framework, per_logit in (("megatron_core", 6), ("megatron_deepspeed", 14)):
         train = make_train(framework, seq_len=32, global_batch_size=1)
-        pred = analytical().simulate(TINY, cluster(), train, Layout(distributed_optimizer=False))
+        pred = analytical().simulate(
+            Job(model=TINY, cluster=cluster(), train=train), Layout(distributed_optimizer=False)
+        )
         assert pred.memory_breakdown_gib["working"] * GIB == pytest.approx(32 * 1000 * per_logit)
 
 
@@ -143,8 +147,16 @@ def test_unfused_attention_past_the_fused_kernel_keeps_an_fp32_softmax() -> None
     )
     assert (fused.softmax_in_fp32, wide.softmax_in_fp32) == (False, True)
     layout = Layout(distributed_optimizer=False)
-    a = analytical().simulate(TINY, cluster(), fused, layout).memory_breakdown_gib
-    b = analytical().simulate(TINY, cluster(), wide, layout).memory_breakdown_gib
+    a = (
+        analytical()
+        .simulate(Job(model=TINY, cluster=cluster(), train=fused), layout)
+        .memory_breakdown_gib
+    )
+    b = (
+        analytical()
+        .simulate(Job(model=TINY, cluster=cluster(), train=wide), layout)
+        .memory_breakdown_gib
+    )
     assert (b["activations"] - a["activations"]) * GIB == pytest.approx(2 * 64 * 4 * 64 * 4)
     big = dataclasses.replace(
         TINY,
@@ -158,8 +170,11 @@ def test_unfused_attention_past_the_fused_kernel_keeps_an_fp32_softmax() -> None
     unfit = dataclasses.replace(
         long, framework=dataclasses.replace(long.framework, fused_softmax_max_seq=8192)
     )
-    slow = analytical().simulate(big, cluster(), long, layout).step_time_s
-    assert slow > analytical().simulate(big, cluster(), unfit, layout).step_time_s
+    slow = analytical().simulate(Job(model=big, cluster=cluster(), train=long), layout).step_time_s
+    assert (
+        slow
+        > analytical().simulate(Job(model=big, cluster=cluster(), train=unfit), layout).step_time_s
+    )
 
 
 def test_a_tied_embedding_gradient_is_reduced_in_the_dtype_it_is_accumulated_in() -> None:
@@ -182,8 +197,9 @@ def test_a_tied_embedding_gradient_is_reduced_in_the_dtype_it_is_accumulated_in(
 def test_distributed_optimizer_shards_states_by_dp() -> None:
     train = make_train(seq_len=32, global_batch_size=8)
     sim = analytical()
-    plain = sim.simulate(TINY, cluster(), train, Layout(dp=8, distributed_optimizer=False))
-    sharded = sim.simulate(TINY, cluster(), train, Layout(dp=8, distributed_optimizer=True))
+    job = Job(model=TINY, cluster=cluster(), train=train)
+    plain = sim.simulate(job, Layout(dp=8, distributed_optimizer=False))
+    sharded = sim.simulate(job, Layout(dp=8, distributed_optimizer=True))
     assert sharded.memory_breakdown_gib["optimizer"] == pytest.approx(
         plain.memory_breakdown_gib["optimizer"] / 8
     )
@@ -316,9 +332,9 @@ TRAIN = make_train(seq_len=4096, global_batch_size=64)
 def test_more_tp_never_raises_weight_memory(model: ModelSpec) -> None:
     sim = analytical()
     weights = [
-        sim.simulate(model, cluster(2), TRAIN, Layout.resolve(16, tp=tp)).memory_breakdown_gib[
-            "weights"
-        ]
+        sim.simulate(
+            Job(model=model, cluster=cluster(2), train=TRAIN), Layout.resolve(16, tp=tp)
+        ).memory_breakdown_gib["weights"]
         for tp in (1, 2, 4, 8)
     ]
     assert weights == sorted(weights, reverse=True)
@@ -331,7 +347,9 @@ def test_more_recompute_never_raises_activation_memory(model: ModelSpec) -> None
         Layout.resolve(16, tp=2, pp=2, recompute=rc) for rc in ("none", "selective", "full")
     ]
     acts = [
-        sim.simulate(model, cluster(2), TRAIN, lay).memory_breakdown_gib["activations"]
+        sim.simulate(Job(model=model, cluster=cluster(2), train=TRAIN), lay).memory_breakdown_gib[
+            "activations"
+        ]
         for lay in layouts
     ]
     assert acts[0] >= acts[1] >= acts[2]
@@ -342,8 +360,9 @@ def test_full_recompute_adds_one_forward() -> None:
     """Recompute time of a full-recompute layout equals its forward compute (no comm)."""
     train = make_train(seq_len=2048, global_batch_size=8)
     sim = analytical()
-    full = sim.simulate(LLAMA, cluster(), train, Layout(dp=8, recompute="full"))
-    none = sim.simulate(LLAMA, cluster(), train, Layout(dp=8))
+    job = Job(model=LLAMA, cluster=cluster(), train=train)
+    full = sim.simulate(job, Layout(dp=8, recompute="full"))
+    none = sim.simulate(job, Layout(dp=8))
     assert full.breakdown["compute"] == pytest.approx(none.breakdown["compute"])
     # Forward is about a third of forward + backward (GEMMs: exactly 1 of 3).
     ratio = full.breakdown["recompute"] / full.breakdown["compute"]
@@ -352,8 +371,9 @@ def test_full_recompute_adds_one_forward() -> None:
 
 def test_bubble_shrinks_with_virtual_stages() -> None:
     sim = analytical()
-    plain = sim.simulate(LLAMA, cluster(2), TRAIN, Layout.resolve(16, tp=2, pp=4))
-    interleaved = sim.simulate(LLAMA, cluster(2), TRAIN, Layout.resolve(16, tp=2, pp=4, vpp=2))
+    job = Job(model=LLAMA, cluster=cluster(2), train=TRAIN)
+    plain = sim.simulate(job, Layout.resolve(16, tp=2, pp=4))
+    interleaved = sim.simulate(job, Layout.resolve(16, tp=2, pp=4, vpp=2))
     stages = plain.detail["stage_time_s"]
     assert plain.breakdown["bubble"] == pytest.approx(sum(stages) - max(stages))
     # Interleaving divides the fill-and-drain by v (each chunk also sends v times the p2p).
@@ -372,7 +392,9 @@ def test_bubble_shrinks_with_virtual_stages() -> None:
     ],
 )
 def test_breakdown_sums_to_step_time_and_mfu_is_a_fraction(kw: dict[str, object]) -> None:
-    pred = analytical().simulate(LLAMA, cluster(2), TRAIN, Layout.resolve(16, **kw))
+    pred = analytical().simulate(
+        Job(model=LLAMA, cluster=cluster(2), train=TRAIN), Layout.resolve(16, **kw)
+    )
     assert sum(pred.breakdown.values()) == pytest.approx(pred.step_time_s)
     assert all(v >= 0 for v in pred.breakdown.values())
     assert 0 < pred.mfu < 1
@@ -382,8 +404,12 @@ def test_breakdown_sums_to_step_time_and_mfu_is_a_fraction(kw: dict[str, object]
 
 def test_moe_expert_parallel_shards_experts_and_adds_all_to_all() -> None:
     sim = analytical()
-    one = sim.simulate(MOE, cluster(2), TRAIN, Layout.resolve(16, tp=2, sequence_parallel=True))
-    four = sim.simulate(MOE, cluster(2), TRAIN, Layout.resolve(16, tp=2, ep=4))
+    job = Job(model=MOE, cluster=cluster(2), train=TRAIN)
+    one = sim.simulate(
+        job,
+        Layout.resolve(16, tp=2, sequence_parallel=True),
+    )
+    four = sim.simulate(job, Layout.resolve(16, tp=2, ep=4))
     assert one.breakdown["ep_comm"] == 0
     assert four.breakdown["ep_comm"] > 0
     assert four.memory_breakdown_gib["weights"] < one.memory_breakdown_gib["weights"]
@@ -404,7 +430,9 @@ def test_moe_dispatchers_by_hand(dispatcher: str) -> None:
     layout = Layout.resolve(16, tp=2, ep=4)
     two = cluster(2)
     times = LayerCost(
-        *layer_times_s(MOE, True, two, train, layout, c), activation_bytes=0.0, input_bytes=0.0
+        *layer_times_s(Job(model=MOE, cluster=two, train=train), True, layout, c),
+        activation_bytes=0.0,
+        input_bytes=0.0,
     )
     token_bytes = 4096 * MOE.hidden_size * 2  # one micro-batch of bf16 tokens
     tp_one = all_reduce_time_s(token_bytes, layout.group("tp", 8), two)
@@ -435,7 +463,9 @@ def test_expert_tensor_parallelism_by_hand() -> None:
 
     def times(layout: Layout) -> LayerCost:
         return LayerCost(
-            *layer_times_s(MOE, True, two, TRAIN, layout, c), activation_bytes=0, input_bytes=0
+            *layer_times_s(Job(model=MOE, cluster=two, train=TRAIN), True, layout, c),
+            activation_bytes=0,
+            input_bytes=0,
         )
 
     token_bytes = 4096 * MOE.hidden_size * 2  # one micro-batch of bf16 tokens
@@ -445,7 +475,9 @@ def test_expert_tensor_parallelism_by_hand() -> None:
     assert times(folded).ep_forward_s == pytest.approx(times(shared_tp).ep_forward_s)
     sim = analytical()
     weights = {
-        etp: sim.simulate(MOE, two, TRAIN, lay).memory_breakdown_gib["weights"]
+        etp: sim.simulate(Job(model=MOE, cluster=two, train=TRAIN), lay).memory_breakdown_gib[
+            "weights"
+        ]
         for etp, lay in ((1, folded), (2, shared_tp))
     }
     # 7 MoE layers (one dense first) of 8 experts over EP 4: 2 experts of 3 matrices of h x f
@@ -466,17 +498,20 @@ def test_tp_group_on_full_mesh_is_slower_than_on_a_switch() -> None:
     )
     sim = analytical()
     lay = Layout.resolve(8, tp=2)
-    switch = sim.simulate(LLAMA, cluster(), TRAIN, lay).breakdown["tp_comm"]
-    meshed = sim.simulate(LLAMA, cluster(intra=mesh), TRAIN, lay).breakdown["tp_comm"]
+    switch = sim.simulate(Job(model=LLAMA, cluster=cluster(), train=TRAIN), lay).breakdown[
+        "tp_comm"
+    ]
+    meshed = sim.simulate(
+        Job(model=LLAMA, cluster=cluster(intra=mesh), train=TRAIN), lay
+    ).breakdown["tp_comm"]
     assert math.isclose(meshed / switch, 7.0, rel_tol=0.05)
 
 
 def test_deterministic_and_from_config_rejects_unknown_constants() -> None:
     sim = analytical("simulator.attention_efficiency=0.5")
     lay = Layout.resolve(16, tp=4, pp=2)
-    assert sim.simulate(LLAMA, cluster(2), TRAIN, lay) == sim.simulate(
-        LLAMA, cluster(2), TRAIN, lay
-    )
+    job = Job(model=LLAMA, cluster=cluster(2), train=TRAIN)
+    assert sim.simulate(job, lay) == sim.simulate(job, lay)
     from autotune.simulators import SpecError
 
     constants = {**catalog.simulator_constants("analytical"), "attention_eficiency": 0.5}
@@ -492,7 +527,8 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     """Kernels of a 64-wide layer take nanoseconds: each pass costs ops x host overhead."""
     c = analytical().constants
     train = make_train(seq_len=32, global_batch_size=1)
-    pred = analytical().simulate(TINY, cluster(), train, Layout(recompute="none"))
+    job = Job(model=TINY, cluster=cluster(), train=train)
+    pred = analytical().simulate(job, Layout(recompute="none"))
     host = 33 * 20e-6  # 33 eager ops per layer forward, 20 us each (analytical.yaml)
     host_backward = 55 * 20e-6  # 55 autograd nodes per layer backward
     assert c.host_ops_per_layer_forward * c.host_op_overhead_us * 1e-6 == pytest.approx(host)
@@ -505,9 +541,7 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     assert pred.breakdown["compute"] == pytest.approx(2 * (host + host_backward) + logits)
     # Without the host bound the same layers are far faster (the GPU work is sub-microsecond
     # plus 16 launches of 4 us forward, twice that backward).
-    fast = analytical("simulator.host_op_overhead_us=0").simulate(
-        TINY, cluster(), train, Layout(recompute="none")
-    )
+    fast = analytical("simulator.host_op_overhead_us=0").simulate(job, Layout(recompute="none"))
     assert fast.breakdown["compute"] < pred.breakdown["compute"] / 2
 
 
@@ -521,8 +555,9 @@ def test_collectives_fill_the_device_idle_time_of_a_host_bound_layer() -> None:
     bound = analytical()
     free = analytical("simulator.host_op_overhead_us=0")
     # (forward, backward, core, tp forward, tp backward, ...) of one dense layer
-    host = layer_times_s(TINY, False, cluster(), train, layout, bound.constants)
-    device = layer_times_s(TINY, False, cluster(), train, layout, free.constants)
+    job = Job(model=TINY, cluster=cluster(), train=train)
+    host = layer_times_s(job, False, layout, bound.constants)
+    device = layer_times_s(job, False, layout, free.constants)
     tp_one = all_reduce_time_s(32 * 64 * 2, layout.group("tp", 8), cluster())
     assert device[3] == pytest.approx(2 * tp_one) and device[4] == pytest.approx(2 * tp_one)
     idle_forward, idle_backward = host[0] - device[0], host[1] - device[1]
@@ -531,7 +566,9 @@ def test_collectives_fill_the_device_idle_time_of_a_host_bound_layer() -> None:
     # A layer whose kernels outlast the host's dispatch keeps every collective exposed.
     wide = dataclasses.replace(TINY, hidden_size=8192, ffn_hidden_size=32768)
     big = make_train(seq_len=4096, global_batch_size=2)
-    times = layer_times_s(wide, False, cluster(), big, layout, bound.constants)
+    times = layer_times_s(
+        Job(model=wide, cluster=cluster(), train=big), False, layout, bound.constants
+    )
     assert times[3] == pytest.approx(
         2 * all_reduce_time_s(4096 * 8192 * 2, layout.group("tp", 8), cluster())
     )
@@ -561,10 +598,18 @@ def test_unfused_attention_by_hand() -> None:
     # dropouts (2 x 64); without dropout 2 B per score.
     layout = Layout(recompute="none", distributed_optimizer=False)
     fused = make_train(seq_len=32, global_batch_size=1)
-    new_mem = analytical().simulate(TINY, cluster(), fused, layout).memory_breakdown_gib
+    new_mem = (
+        analytical()
+        .simulate(Job(model=TINY, cluster=cluster(), train=fused), layout)
+        .memory_breakdown_gib
+    )
     lse = 4 * 4
     for run, per_token in ((train, 640 + 2 * 64 - lse), (plain, 4 * 32 * 2 - lse)):
-        old_mem = analytical().simulate(TINY, cluster(), run, layout).memory_breakdown_gib
+        old_mem = (
+            analytical()
+            .simulate(Job(model=TINY, cluster=cluster(), train=run), layout)
+            .memory_breakdown_gib
+        )
         extra = (old_mem["activations"] - new_mem["activations"]) * GIB
         assert extra == pytest.approx(per_token * 32 * 2)
 
@@ -626,8 +671,12 @@ def test_a_device_without_flash_kernels_runs_unfused_attention() -> None:
     train = make_train(seq_len=2048, global_batch_size=8, precision="fp16")
     assert train.uses_flash_attention(new) and not train.uses_flash_attention(old)
     sim = analytical()
-    slow = sim.simulate(LLAMA, old, train, Layout(dp=8)).memory_breakdown_gib["activations"]
-    fast = sim.simulate(LLAMA, new, train, Layout(dp=8)).memory_breakdown_gib["activations"]
+    slow = sim.simulate(
+        Job(model=LLAMA, cluster=old, train=train), Layout(dp=8)
+    ).memory_breakdown_gib["activations"]
+    fast = sim.simulate(
+        Job(model=LLAMA, cluster=new, train=train), Layout(dp=8)
+    ).memory_breakdown_gib["activations"]
     assert slow > fast
 
 
@@ -643,18 +692,20 @@ def test_pipeline_p2p_sends_a_tp_slice_and_all_gathers_it_by_hand() -> None:
     """
     train = make_train("megatron_deepspeed", seq_len=128, global_batch_size=8)
     layout = dataclasses.replace(Layout.resolve(16, tp=2, pp=2), sequence_parallel=False)
-    pred = analytical().simulate(TINY, cluster(2), train, layout)
+    job = Job(model=TINY, cluster=cluster(2), train=train)
+    pred = analytical().simulate(job, layout)
     send = 8192 / 12.5e9 + 20e-6
     gather = 0.5 * 16384 / 80e9 + 10e-6
     m = 8 // (layout.dp * layout.micro_batch)
     assert pred.breakdown["pp_comm"] == pytest.approx(m * 2 * (2 * send + 1.5 * gather))
     # Megatron-Core sends the whole activation from every TP rank, no gather (reference 7.3).
     core = make_train("megatron_core", seq_len=128, global_batch_size=8)
-    pred = analytical().simulate(TINY, cluster(2), core, layout)
+    pred = analytical().simulate(Job(model=TINY, cluster=cluster(2), train=core), layout)
     assert pred.breakdown["pp_comm"] == pytest.approx(m * 2 * (16384 / 12.5e9 + 20e-6))
     # With sequence parallelism the boundary is already a 1/t slice: no all-gather.
     sp = analytical().simulate(
-        TINY, cluster(2), train, dataclasses.replace(layout, sequence_parallel=True)
+        job,
+        dataclasses.replace(layout, sequence_parallel=True),
     )
     assert sp.breakdown["pp_comm"] == pytest.approx(m * 2 * 2 * send)
 
@@ -675,7 +726,9 @@ def test_a_pipeline_rank_pays_the_network_only_on_the_boundaries_that_cross_it()
     for (world, dp, pp), per_microbatch in expected.items():
         layout = Layout.resolve(world, dp=dp, pp=pp)
         model = dataclasses.replace(TINY, num_layers=pp)
-        pred = analytical().simulate(model, cluster(world // 8), train, layout)
+        pred = analytical().simulate(
+            Job(model=model, cluster=cluster(world // 8), train=train), layout
+        )
         m = 8 // dp
         assert pred.breakdown["pp_comm"] == pytest.approx(m * per_microbatch), (world, dp, pp)
 
@@ -691,11 +744,12 @@ def test_interleaved_sends_hide_behind_the_next_chunk_where_the_framework_overla
     far = p2p_time_s(2048 * 2048 * 2, False, cluster(2))  # a stage per node: every link crosses
     for framework, per_microbatch in (("megatron_core", 0.0), ("megatron_lm", 2 * far)):
         train = make_train(framework, seq_len=2048, global_batch_size=16)
-        pred = analytical().simulate(model, cluster(2), train, layout)
+        job = Job(model=model, cluster=cluster(2), train=train)
+        pred = analytical().simulate(job, layout)
         assert pred.breakdown["pp_comm"] == pytest.approx(2 * per_microbatch), framework
         # Without virtual stages both run blocking 1F1B.
         flat = dataclasses.replace(layout, vpp=1)
-        pred = analytical().simulate(model, cluster(2), train, flat)
+        pred = analytical().simulate(job, flat)
         assert pred.breakdown["pp_comm"] == pytest.approx(2 * 2 * far), framework
 
 
@@ -716,13 +770,13 @@ def test_a_gpt_layer_keeps_korthikanti_s_activations_and_nemotron_no_dropout_mas
     c = analytical().constants
     h, tokens, heads = gpt.hidden_size, 2048, gpt.num_attention_heads
     lse = 4 * heads / 4  # flash attention's fp32 log-sum-exp per head and token
-    saved = layer_bytes(gpt, False, cluster(), train, layout, c)[0]
+    saved = layer_bytes(Job(model=gpt, cluster=cluster(), train=train), False, layout, c)[0]
     assert saved == pytest.approx(tokens * (34 * h / 4 + lse))
-    saved = layer_bytes(nemotron, False, cluster(), train, layout, c)[0]
+    saved = layer_bytes(Job(model=nemotron, cluster=cluster(), train=train), False, layout, c)[0]
     assert saved == pytest.approx(tokens * (32 * h / 4 + lse))
     # A GPT run without dropout (BLOOM's, NeMo 2's GPT-3) keeps no masks either.
     no_dropout = dataclasses.replace(train, dropout=0.0)
-    saved = layer_bytes(gpt, False, cluster(), no_dropout, layout, c)[0]
+    saved = layer_bytes(Job(model=gpt, cluster=cluster(), train=no_dropout), False, layout, c)[0]
     assert saved == pytest.approx(tokens * (32 * h / 4 + lse))
 
 
@@ -735,10 +789,16 @@ def test_a_selectively_recomputed_layer_holds_its_rebuilt_scores_in_its_backward
     unfused = make_train(seq_len=4096, global_batch_size=64, flash_attention=False)
     layout = Layout.resolve(16, tp=2, pp=2, recompute="selective")
     c = analytical().constants
-    kept, _, scores = layer_bytes(LLAMA, False, cluster(2), unfused, layout, c)
-    whole = layer_bytes(LLAMA, False, cluster(2), unfused, Layout.resolve(16, tp=2, pp=2), c)[0]
+    job = Job(model=LLAMA, cluster=cluster(2), train=unfused)
+    kept, _, scores = layer_bytes(job, False, layout, c)
+    whole = layer_bytes(
+        job,
+        False,
+        Layout.resolve(16, tp=2, pp=2),
+        c,
+    )[0]
     assert scores > 0 and kept + scores == pytest.approx(whole)  # no log-sum-exp unfused
-    pred = analytical().simulate(LLAMA, cluster(2), unfused, layout)
+    pred = analytical().simulate(job, layout)
     assert pred.memory_breakdown_gib["working"] == pytest.approx((kept + scores) / GIB)
 
 
@@ -760,16 +820,22 @@ def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages() -> None:
     tied = dataclasses.replace(TINY, num_layers=4, tied_embeddings=True)
     train = make_train(seq_len=32, global_batch_size=4)
     layout = Layout.resolve(8, dp=1, tp=2, pp=4)
-    pred = analytical().simulate(tied, cluster(), train, layout)
+    job = Job(model=tied, cluster=cluster(), train=train)
+    pred = analytical().simulate(job, layout)
     group = layout.group("embedding", 8)
     assert (group.size, group.stride) == (2, 6)  # stages 0 and 3, tp 2 apart per stage
     expected = all_reduce_time_s(1000 / 2 * 64 * 4, group, cluster())  # fp32 main grads
     assert pred.breakdown["dp_comm"] == pytest.approx(expected)
     untied = dataclasses.replace(tied, tied_embeddings=False)
-    assert analytical().simulate(untied, cluster(), train, layout).breakdown["dp_comm"] == 0.0
+    assert (
+        analytical()
+        .simulate(Job(model=untied, cluster=cluster(), train=train), layout)
+        .breakdown["dp_comm"]
+        == 0.0
+    )
     # Without pipelining the one copy needs no sync.
     flat = Layout.resolve(8, dp=1, tp=8)
-    assert analytical().simulate(tied, cluster(), train, flat).breakdown["dp_comm"] == 0.0
+    assert analytical().simulate(job, flat).breakdown["dp_comm"] == 0.0
 
 
 def test_a_group_that_does_not_fill_its_last_node_is_priced_at_its_emptiest_node() -> None:
@@ -802,7 +868,9 @@ def test_a_tensor_parallel_group_that_straddles_two_nodes_pays_the_network() -> 
     train = make_train(seq_len=2048, global_batch_size=24)
     tp_comm = {
         tp: analytical()
-        .simulate(model, cluster(nodes=3), train, Layout.resolve(24, tp=tp))
+        .simulate(
+            Job(model=model, cluster=cluster(nodes=3), train=train), Layout.resolve(24, tp=tp)
+        )
         .breakdown["tp_comm"]
         for tp in (2, 3, 4)
     }
@@ -822,7 +890,7 @@ def test_each_activation_checkpoint_adds_its_host_calls_where_the_host_sets_the_
     layout = Layout(recompute="full")
 
     def checkpoint_s(model: ModelSpec, step: TrainSpec) -> float:
-        times = layer_times_s(model, False, cluster(), step, layout, c)
+        times = layer_times_s(Job(model=model, cluster=cluster(), train=step), False, layout, c)
         return LayerCost(*times, activation_bytes=0.0, input_bytes=0.0).checkpoint_s
 
     assert checkpoint_s(TINY, train) == pytest.approx((3 + 11) * 20e-6)
@@ -833,8 +901,14 @@ def test_each_activation_checkpoint_adds_its_host_calls_where_the_host_sets_the_
         "simulator.host_ops_per_checkpoint_forward=0",
         "simulator.host_ops_per_checkpoint_backward=0",
     )
-    paid = analytical().simulate(TINY, cluster(), train, layout).breakdown["recompute"]
-    unpaid = free.simulate(TINY, cluster(), train, layout).breakdown["recompute"]
+    paid = (
+        analytical()
+        .simulate(Job(model=TINY, cluster=cluster(), train=train), layout)
+        .breakdown["recompute"]
+    )
+    unpaid = free.simulate(Job(model=TINY, cluster=cluster(), train=train), layout).breakdown[
+        "recompute"
+    ]
     assert paid - unpaid == pytest.approx(TINY.num_layers * (3 + 11) * 20e-6)
 
 
@@ -852,7 +926,8 @@ def test_a_recomputed_forward_and_its_backward_are_one_host_device_phase() -> No
         "simulator.host_ops_per_checkpoint_forward=0",
         "simulator.host_ops_per_checkpoint_backward=0",
     ).constants
-    device_fwd, device_bwd = layer_times_s(TINY, False, cluster(), train, layout, quiet)[:2]
+    job = Job(model=TINY, cluster=cluster(), train=train)
+    device_fwd, device_bwd = layer_times_s(job, False, layout, quiet)[:2]
     host_fwd, host_bwd = 2 * device_fwd, device_bwd / 2  # a host-bound forward only
     ops = (1000, round(1000 * host_bwd / host_fwd))
     overhead = host_fwd / ops[0] * 1e6
@@ -862,7 +937,7 @@ def test_a_recomputed_forward_and_its_backward_are_one_host_device_phase() -> No
         host_ops_per_layer_forward=ops[0],
         host_ops_per_layer_backward=ops[1],
     )
-    times = layer_times_s(TINY, False, cluster(), train, layout, mixed)
+    times = layer_times_s(job, False, layout, mixed)
     host_bwd = ops[1] * overhead * 1e-6
     assert times[:2] == pytest.approx(
         (host_fwd, device_bwd)
@@ -871,8 +946,8 @@ def test_a_recomputed_forward_and_its_backward_are_one_host_device_phase() -> No
     assert times[10] == pytest.approx(host_fwd + device_bwd - together)  # the saving
     assert times[10] == pytest.approx(host_fwd - device_fwd)  # the forward's idle, absorbed
     simulator = AnalyticalSimulator(mixed)
-    recomputed = simulator.simulate(TINY, cluster(), train, layout)
-    plain = simulator.simulate(TINY, cluster(), train, Layout(recompute="none"))
+    recomputed = simulator.simulate(job, layout)
+    plain = simulator.simulate(job, Layout(recompute="none"))
     extra = recomputed.breakdown["recompute"]
     assert extra == pytest.approx(TINY.num_layers * device_fwd)  # only the device's own time
     assert plain.breakdown["recompute"] == 0.0
@@ -887,7 +962,8 @@ def test_full_recompute_repeats_each_forward_collective_once() -> None:
     train = make_train("mindspeed", seq_len=4096, global_batch_size=8)
     runs = {
         (name, recompute): catalog.load_simulator(name).simulate(
-            llama, ascend, train, Layout.resolve(8, tp=8, recompute=recompute)
+            Job(model=llama, cluster=ascend, train=train),
+            Layout.resolve(8, tp=8, recompute=recompute),
         )
         for name in ("analytical", "hierarchical")
         for recompute in ("none", "full")

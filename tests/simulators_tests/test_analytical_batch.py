@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from autotune import catalog
-from autotune.catalog import Job
 from autotune.catalog import job_from_config
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.config import load_config
 from autotune.search._space import build_space
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
 from autotune.simulators.analytical import AnalyticalSimulator
@@ -92,9 +92,7 @@ def _job(*overrides: str) -> tuple[Job, tuple[Layout, ...]]:
     """The job and its valid layouts (every one the search enumerates)."""
     cfg = load_config(AutotuneConfig, [*overrides, "tracking.enabled=false"])
     job = job_from_config(cfg)
-    space = build_space(
-        job.model, job.cluster, job.train, cfg.search, fixed_layout_values(cfg.parallel)
-    )
+    space = build_space(job, cfg.search, fixed_layout_values(cfg.parallel))
     return job, space.layouts
 
 
@@ -130,12 +128,12 @@ def test_vectorized_equals_scalar_on_every_valid_layout(overrides: tuple[str, ..
     assert len(layouts) > 1
     simulator = catalog.load_simulator("analytical")
     assert isinstance(simulator, AnalyticalSimulator)
-    batch = simulator.simulate_many(job.model, job.cluster, job.train, layouts)
+    batch = simulator.simulate_many(job, layouts)
     fresh = catalog.load_simulator("analytical")  # the scalar path, its caches cold
     assert len(batch) == len(layouts)
     for index, layout in enumerate(layouts):
         vector = batch.prediction(index)
-        scalar = fresh.simulate(job.model, job.cluster, job.train, layout)
+        scalar = fresh.simulate(job, layout)
         assert_same(vector, scalar)
         assert _close(batch.step_time_s[index], scalar.step_time_s)
 
@@ -148,7 +146,7 @@ def test_the_covered_jobs_exercise_every_branch() -> None:
         job, layouts = _job(*overrides)
         seen.setdefault("framework", set()).add(job.train.framework.name)
         seen.setdefault("precision", set()).add(job.train.precision)
-        seen.setdefault("flash", set()).add(job.train.uses_flash_attention(job.cluster))
+        seen.setdefault("flash", set()).add(job.flash_attention)
         for layout in layouts:
             for name in ("vpp", "cp", "ep", "recompute", "recompute_layers", "recompute_modules"):
                 seen.setdefault(name, set()).add(getattr(layout, name))
@@ -169,26 +167,24 @@ def test_the_scalar_caches_are_keyed_by_every_field_that_matters() -> None:
     job, layouts = _job(*JOBS["mla-moe-first-dense-deepspeed"])
     shared = catalog.load_simulator("analytical")
     for layout in layouts[::7]:
-        alone = catalog.load_simulator("analytical").simulate(
-            job.model, job.cluster, job.train, layout
-        )
-        assert shared.simulate(job.model, job.cluster, job.train, layout) == alone
+        alone = catalog.load_simulator("analytical").simulate(job, layout)
+        assert shared.simulate(job, layout) == alone
 
 
 def test_a_calibrated_simulator_prices_a_batch_as_one_by_one() -> None:
     job, layouts = _job(*JOBS["moe-ep-fp8-h100"])
     calibration = Calibration(simulator="analytical", factors={"tp_overlap": 0.3})
     simulator = calibrated(catalog.load_simulator("analytical"), calibration, memory_margin=0.1)
-    batch = simulator.simulate_many(job.model, job.cluster, job.train, layouts[:40])
+    batch = simulator.simulate_many(job, layouts[:40])
     for index, layout in enumerate(layouts[:40]):
-        one = simulator.simulate(job.model, job.cluster, job.train, layout)
+        one = simulator.simulate(job, layout)
         assert_same(batch.prediction(index), one)
 
 
 def test_batch_prediction_holds_arrays_and_gives_predictions() -> None:
     job, layouts = _job(*JOBS["gqa-uneven-splits-vpp-cp"])
     simulator = catalog.load_simulator("analytical")
-    batch = simulator.simulate_many(job.model, job.cluster, job.train, layouts[:10])
+    batch = simulator.simulate_many(job, layouts[:10])
     assert isinstance(batch, BatchPrediction) and len(batch) == 10
     assert isinstance(batch.step_time_s, np.ndarray) and batch.step_time_s.shape == (10,)
     assert batch.fits.dtype == bool and list(batch.fits) == [
@@ -201,7 +197,7 @@ def test_batch_prediction_holds_arrays_and_gives_predictions() -> None:
     with pytest.raises(IndexError):
         batch.prediction(10)
     assert pickle.loads(pickle.dumps(batch.prediction(2))) == batch.prediction(2)
-    empty = simulator.simulate_many(job.model, job.cluster, job.train, [])
+    empty = simulator.simulate_many(job, [])
     assert len(empty) == 0
     with pytest.raises(IndexError):
         empty.prediction(0)

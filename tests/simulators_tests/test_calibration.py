@@ -15,16 +15,17 @@ from autotune.simulators.calibrated import constant_overrides
 from autotune.simulators.calibration import Calibration
 
 JOB = catalog.load_job("llama70b", "a100", ["cluster.num_nodes=8"])
+SIMULATOR = catalog.load_simulator("analytical")
 LAYOUT = Layout.resolve(JOB.cluster.num_devices, tp=8, pp=2)
 
 
 def _predict(factors: dict[str, float], margin: float = 0.0):  # noqa: ANN202
-    sim = calibrated(JOB.simulator, Calibration(simulator="analytical", factors=factors), margin)
-    return sim.simulate(JOB.model, JOB.cluster, JOB.train, LAYOUT)
+    sim = calibrated(SIMULATOR, Calibration(simulator="analytical", factors=factors), margin)
+    return sim.simulate(JOB, LAYOUT)
 
 
 def test_an_empty_calibration_changes_nothing() -> None:
-    base = JOB.simulator.simulate(JOB.model, JOB.cluster, JOB.train, LAYOUT)
+    base = SIMULATOR.simulate(JOB, LAYOUT)
     assert _predict({}).as_dict() == base.as_dict()
 
 
@@ -68,14 +69,14 @@ def test_the_memory_margin_lowers_the_capacity_a_layout_must_fit() -> None:
 
 def test_host_overhead_scales_the_simulator_constant() -> None:
     calibration = Calibration(simulator="analytical", factors={"host_overhead": 2.0})
-    overrides = constant_overrides(JOB.simulator, JOB.cluster, calibration)
+    overrides = constant_overrides(SIMULATOR, JOB.cluster, calibration)
     assert overrides["simulator.host_op_overhead_us"] == 2 * 20.0
     assert overrides["cluster.device.matmul_efficiency"] == JOB.cluster.device.matmul_efficiency
 
 
 def test_efficiencies_are_capped_at_one() -> None:
     calibration = Calibration(simulator="analytical", factors={"matmul_efficiency": 5.0})
-    overrides = constant_overrides(JOB.simulator, JOB.cluster, calibration)
+    overrides = constant_overrides(SIMULATOR, JOB.cluster, calibration)
     assert overrides["cluster.device.matmul_efficiency"] == 1.0
 
 
@@ -83,7 +84,7 @@ def test_the_matmul_factor_scales_the_fp8_gemms_too() -> None:
     h100 = catalog.load_cluster("h100")
     assert h100.device.fp8_matmul_efficiency is not None
     calibration = Calibration(simulator="analytical", factors={"matmul_efficiency": 1.5})
-    overrides = constant_overrides(JOB.simulator, h100, calibration)
+    overrides = constant_overrides(SIMULATOR, h100, calibration)
     assert overrides["cluster.device.matmul_efficiency"] == pytest.approx(
         1.5 * h100.device.matmul_efficiency
     )
@@ -92,7 +93,7 @@ def test_the_matmul_factor_scales_the_fp8_gemms_too() -> None:
     )
     # a device without its own FP8 efficiency gains none
     assert "cluster.device.fp8_matmul_efficiency" not in constant_overrides(
-        JOB.simulator, JOB.cluster, calibration
+        SIMULATOR, JOB.cluster, calibration
     )
 
 
@@ -107,30 +108,27 @@ def test_bad_factors_are_refused(factors: dict[str, float]) -> None:
 
 def test_a_calibration_of_another_simulator_is_refused() -> None:
     with pytest.raises(UserError, match="hierarchical simulator, not analytical"):
-        CalibratedSimulator(JOB.simulator, Calibration(simulator="hierarchical"))
+        CalibratedSimulator(SIMULATOR, Calibration(simulator="hierarchical"))
 
 
 def test_a_calibrated_simulator_pickles_for_worker_processes() -> None:
-    sim = calibrated(
-        JOB.simulator, Calibration(simulator="analytical", factors={"tp_overlap": 0.2})
-    )
+    sim = calibrated(SIMULATOR, Calibration(simulator="analytical", factors={"tp_overlap": 0.2}))
     again = pickle.loads(pickle.dumps(sim))
-    args = (JOB.model, JOB.cluster, JOB.train, LAYOUT)
-    assert again.simulate(*args).step_time_s == sim.simulate(*args).step_time_s
+    assert again.simulate(JOB, LAYOUT).step_time_s == sim.simulate(JOB, LAYOUT).step_time_s
 
 
 @pytest.mark.slow
 def test_the_hierarchical_simulator_takes_the_same_calibration() -> None:
-    job = catalog.load_job("llama2_7b", "a100", ["cluster.num_nodes=1"], simulator="hierarchical")
+    job = catalog.load_job("llama2_7b", "a100", ["cluster.num_nodes=1"])
+    simulator = catalog.load_simulator("hierarchical")
     layout = Layout.resolve(job.cluster.num_devices, tp=2, pp=2)
-    args = (job.model, job.cluster, job.train, layout)
-    base = job.simulator.simulate(*args)
-    assert calibrated(job.simulator, None).simulate(*args).step_time_s == pytest.approx(
+    base = simulator.simulate(job, layout)
+    assert calibrated(simulator, None).simulate(job, layout).step_time_s == pytest.approx(
         base.step_time_s
     )
     slower = calibrated(
-        job.simulator, Calibration(simulator="hierarchical", factors={"matmul_efficiency": 0.5})
-    ).simulate(*args)
+        simulator, Calibration(simulator="hierarchical", factors={"matmul_efficiency": 0.5})
+    ).simulate(job, layout)
     assert slower.breakdown["compute"] > base.breakdown["compute"]
 
 
@@ -138,8 +136,8 @@ def test_batch_pricing_passes_through_calibrated() -> None:
     """A calibrated simulator's batch is the wrapped simulator's, each prediction calibrated,
     and it takes as many layouts at once."""
     calibration = Calibration(simulator="analytical", factors={"tp_overlap": 0.3})
-    sim = calibrated(JOB.simulator, calibration, 0.1)
-    assert sim.batch_size == JOB.simulator.batch_size > 1
-    batch = sim.simulate_many(JOB.model, JOB.cluster, JOB.train, [LAYOUT])
-    one = sim.simulate(JOB.model, JOB.cluster, JOB.train, LAYOUT)
+    sim = calibrated(SIMULATOR, calibration, 0.1)
+    assert sim.batch_size == SIMULATOR.batch_size > 1
+    batch = sim.simulate_many(JOB, [LAYOUT])
+    one = sim.simulate(JOB, LAYOUT)
     assert len(batch) == 1 and batch.prediction(0).as_dict() == one.as_dict()

@@ -20,6 +20,7 @@ from autotune.config import BenchmarkConfig
 from autotune.config import load_config
 from autotune.simulate import COMMAND as SIMULATE
 from autotune.simulators import BREAKDOWN_KEYS
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import Simulator
 from autotune.simulators import UserError
@@ -42,6 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL = model("llama2_7b", num_layers=8)  # 8 layers keep the hierarchical compile short
 CLUSTER = ascend(2)  # 16 NPUs
 TRAIN = make_train(seq_len=2048, global_batch_size=32)
+JOB = Job(model=MODEL, cluster=CLUSTER, train=TRAIN)
 LAYOUTS = [
     Layout.resolve(16, tp=1),
     Layout.resolve(16, tp=2, pp=2),
@@ -81,18 +83,21 @@ def test_a_calibration_of_an_unregistered_simulator_is_refused(tmp_path: Path) -
 
 
 def test_the_default_simulate_many_is_the_loop_over_simulate(simulator: Simulator) -> None:
-    looped = Simulator.simulate_many(simulator, MODEL, CLUSTER, TRAIN, LAYOUTS)
-    one_by_one = [simulator.simulate(MODEL, CLUSTER, TRAIN, layout) for layout in LAYOUTS]
+    looped = Simulator.simulate_many(simulator, JOB, LAYOUTS)
+    one_by_one = [simulator.simulate(JOB, layout) for layout in LAYOUTS]
     assert looped == PredictionList(tuple(one_by_one))
     assert len(looped) == len(LAYOUTS) and looped.prediction(-1) == one_by_one[-1]
 
 
 def test_simulate_many_prices_as_simulate(simulator: Simulator) -> None:
     """A simulator's own batch (the analytical's numpy arrays) gives simulate's numbers."""
-    batch = simulator.simulate_many(MODEL, CLUSTER, TRAIN, LAYOUTS)
+    batch = simulator.simulate_many(JOB, LAYOUTS)
     assert len(batch) == len(LAYOUTS)
     for index, layout in enumerate(LAYOUTS):
-        one, many = simulator.simulate(MODEL, CLUSTER, TRAIN, layout), batch.prediction(index)
+        one, many = (
+            simulator.simulate(JOB, layout),
+            batch.prediction(index),
+        )
         assert many.step_time_s == pytest.approx(one.step_time_s, rel=1e-12)
         assert many.memory_gib == pytest.approx(one.memory_gib, rel=1e-12)
         assert many.breakdown == pytest.approx(dict(one.breakdown), rel=1e-12, abs=1e-15)
@@ -103,7 +108,7 @@ def test_write_trace_is_refused_where_there_is_no_timeline(tmp_path: Path) -> No
     for name in set(SIMULATOR_NAMES) - set(TRACE_WRITERS):
         simulator = calibrated(catalog.load_simulator(name), None)  # the wrapper refuses alike
         with pytest.raises(UserError, match=f"the {name} simulator writes no trace: it keeps no"):
-            simulator.write_trace(MODEL, CLUSTER, TRAIN, LAYOUTS[0], tmp_path / "t.json")
+            simulator.write_trace(JOB, LAYOUTS[0], tmp_path / "t.json")
     assert not list(tmp_path.iterdir())
 
 
@@ -112,9 +117,7 @@ def test_calibrated_scales_the_constants_it_names_and_back(simulator: Simulator)
     same = simulator.calibrated(Calibration(simulator=name))
     assert type(same) is type(simulator) and same.name == name
     assert same.calibrated_values() == simulator.calibrated_values()
-    assert same.simulate(MODEL, CLUSTER, TRAIN, layout) == simulator.simulate(
-        MODEL, CLUSTER, TRAIN, layout
-    )
+    assert same.simulate(JOB, layout) == simulator.simulate(JOB, layout)
     scales = {"host_overhead": 2.0, "matmul_efficiency": 0.5}
     there = simulator.calibrated(
         Calibration(simulator=name, factors={**scales, "memory_constant_gib": 3.0})
@@ -174,12 +177,12 @@ def test_a_new_simulator_needs_its_class_yaml_and_registry_line(tmp_path: Path) 
 
 def test_layouts_are_valid() -> None:
     for layout in LAYOUTS:
-        assert not layout.violations(MODEL, CLUSTER, TRAIN)
+        assert not layout.violations(JOB)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=Layout.describe)
 def test_prediction_is_consistent(simulator: Simulator, layout: Layout) -> None:
-    prediction = simulator.simulate(MODEL, CLUSTER, TRAIN, layout)
+    prediction = simulator.simulate(JOB, layout)
     assert prediction.step_time_s > 0
     assert set(prediction.breakdown) == set(BREAKDOWN_KEYS)
     assert all(value >= 0 for value in prediction.breakdown.values())
@@ -189,14 +192,13 @@ def test_prediction_is_consistent(simulator: Simulator, layout: Layout) -> None:
     tokens = TRAIN.tokens_per_step / prediction.step_time_s / 16
     assert prediction.tokens_per_s_per_device == pytest.approx(tokens)
     assert 0 < prediction.mfu < 1
-    assert simulator.simulate(MODEL, CLUSTER, TRAIN, layout) == prediction  # deterministic
+    assert simulator.simulate(JOB, layout) == prediction  # deterministic
 
 
 @pytest.mark.parametrize("degree", ["tp", "pp"])
 def test_memory_never_rises_with_tp_or_pp(simulator: Simulator, degree: str) -> None:
     memory = [
-        simulator.simulate(MODEL, CLUSTER, TRAIN, Layout.resolve(16, **{degree: n})).memory_gib
-        for n in (1, 2, 4, 8)
+        simulator.simulate(JOB, Layout.resolve(16, **{degree: n})).memory_gib for n in (1, 2, 4, 8)
     ]
     assert memory == sorted(memory, reverse=True)
 
@@ -204,7 +206,8 @@ def test_memory_never_rises_with_tp_or_pp(simulator: Simulator, degree: str) -> 
 def test_more_recompute_never_raises_memory(simulator: Simulator) -> None:
     memory = [
         simulator.simulate(
-            MODEL, CLUSTER, TRAIN, Layout.resolve(16, tp=2, pp=2, recompute=mode)
+            JOB,
+            Layout.resolve(16, tp=2, pp=2, recompute=mode),
         ).memory_gib
         for mode in ("none", "selective", "full")
     ]
@@ -218,21 +221,25 @@ UNEVEN = model("llama2_7b", num_layers=10)  # 10 layers over 4 stages: 2, 3, 3, 
 def test_uneven_split_is_priced_stage_by_stage(simulator: Simulator, framework: str) -> None:
     train = make_train(framework, seq_len=2048, global_batch_size=32)
     layout = Layout.resolve(16, tp=2, pp=4)
-    assert not layout.violations(UNEVEN, CLUSTER, train)
+    job = Job(model=UNEVEN, cluster=CLUSTER, train=train)
+    assert not layout.violations(job)
     split = layout.stage_layers(UNEVEN, train)
     assert sum(split) == 10 and len(split) == 4 and max(split) - min(split) == 1
-    prediction = simulator.simulate(UNEVEN, CLUSTER, train, layout)
+    prediction = simulator.simulate(job, layout)
     assert prediction.detail["stage_layers"] == list(split)
     assert sum(prediction.breakdown.values()) == pytest.approx(prediction.step_time_s)
     # one more layer on the slowest stage costs time; the even 8-layer model is cheaper
-    assert prediction.step_time_s > simulator.simulate(MODEL, CLUSTER, train, layout).step_time_s
+    assert (
+        prediction.step_time_s
+        > simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=train), layout).step_time_s
+    )
 
 
 def test_a_heavier_stage_paces_the_pipeline(simulator: Simulator) -> None:
     balanced = Layout.resolve(16, tp=2, pp=4, layer_split=(2, 2, 2, 2))
     lopsided = Layout.resolve(16, tp=2, pp=4, layer_split=(1, 1, 1, 5))
-    fast = simulator.simulate(MODEL, CLUSTER, TRAIN, balanced)
-    slow = simulator.simulate(MODEL, CLUSTER, TRAIN, lopsided)
+    fast = simulator.simulate(JOB, balanced)
+    slow = simulator.simulate(JOB, lopsided)
     assert slow.step_time_s > fast.step_time_s
     assert slow.detail["stage_layers"] == [1, 1, 1, 5]
 
@@ -240,9 +247,9 @@ def test_a_heavier_stage_paces_the_pipeline(simulator: Simulator) -> None:
 def test_fp8_is_faster_and_keeps_its_weight_copies(simulator: Simulator) -> None:
     cluster = catalog.load_cluster("h100", ["cluster.num_nodes=2"])
     layout = Layout.resolve(16, tp=2, pp=2)
-    bf16 = simulator.simulate(MODEL, cluster, TRAIN, layout)
+    bf16 = simulator.simulate(Job(model=MODEL, cluster=cluster, train=TRAIN), layout)
     fp8_train = make_train(seq_len=2048, global_batch_size=32, precision="fp8")
-    fp8 = simulator.simulate(MODEL, cluster, fp8_train, layout)
+    fp8 = simulator.simulate(Job(model=MODEL, cluster=cluster, train=fp8_train), layout)
     assert fp8.step_time_s < bf16.step_time_s
     assert fp8.memory_breakdown_gib["fp8_weights"] > 0  # Hopper: two FP8 copies per weight
     # MFU of an FP8 run is of the FP8 peak (as NVIDIA's DGX Cloud benchmarks state it)
@@ -267,9 +274,9 @@ def test_gradient_dtype_sets_the_buffer_and_the_reduction(
     flipped = make_train(
         framework, seq_len=2048, global_batch_size=32, grad_reduce_in_fp32=not in_fp32
     )
-    base = simulator.simulate(MODEL, CLUSTER, default, layout)
-    assert simulator.simulate(MODEL, CLUSTER, same, layout) == base
-    other = simulator.simulate(MODEL, CLUSTER, flipped, layout)
+    base = simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=default), layout)
+    assert simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=same), layout) == base
+    other = simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=flipped), layout)
     params = base.memory_breakdown_gib["weights"] / 2  # bf16 weights
     change = other.memory_breakdown_gib["gradients"] - base.memory_breakdown_gib["gradients"]
     assert change == pytest.approx((-2 if in_fp32 else 2) * params, rel=1e-6)
@@ -290,15 +297,17 @@ def test_tp_comm_overlap_hides_the_tp_collectives_with_sequence_parallelism(
     with_sp = Layout.resolve(16, tp=4, pp=2)
     without_sp = Layout.resolve(16, tp=4, pp=2, sequence_parallel=False)
     assert with_sp.hides_tp_comm(hidden) and not without_sp.hides_tp_comm(hidden)
-    slow = simulator.simulate(MODEL, CLUSTER, exposed, with_sp)
-    fast = simulator.simulate(MODEL, CLUSTER, hidden, with_sp)
+    exposed_job = Job(model=MODEL, cluster=CLUSTER, train=exposed)
+    slow = simulator.simulate(exposed_job, with_sp)
+    hidden_job = Job(model=MODEL, cluster=CLUSTER, train=hidden)
+    fast = simulator.simulate(hidden_job, with_sp)
     # the hierarchical hides a phase's TP collectives up to its GEMM time (the embedding's
     # reduction has little to hide behind); the analytical hides the layers' whole
     assert 0 <= fast.breakdown["tp_comm"] < 0.2 * slow.breakdown["tp_comm"]
     assert fast.step_time_s < slow.step_time_s
     assert fast.memory_gib == slow.memory_gib
-    plain = simulator.simulate(MODEL, CLUSTER, exposed, without_sp)
-    assert simulator.simulate(MODEL, CLUSTER, hidden, without_sp) == plain
+    plain = simulator.simulate(exposed_job, without_sp)
+    assert simulator.simulate(hidden_job, without_sp) == plain
 
 
 def test_deepep_cuts_the_cross_node_expert_all_to_all(simulator: Simulator) -> None:
@@ -310,12 +319,14 @@ def test_deepep_cuts_the_cross_node_expert_all_to_all(simulator: Simulator) -> N
     plain = make_train(seq_len=2048, global_batch_size=32)
     deepep = make_train(seq_len=2048, global_batch_size=32, moe_dispatcher="deepep")
     across, within = Layout.resolve(16, ep=16), Layout.resolve(16, ep=8)
-    slow = simulator.simulate(moe, h100, plain, across)
-    fast = simulator.simulate(moe, h100, deepep, across)
+    plain_job = Job(model=moe, cluster=h100, train=plain)
+    slow = simulator.simulate(plain_job, across)
+    deepep_job = Job(model=moe, cluster=h100, train=deepep)
+    fast = simulator.simulate(deepep_job, across)
     assert 0 < fast.breakdown["ep_comm"] < 0.6 * slow.breakdown["ep_comm"]
     assert fast.memory_gib == slow.memory_gib
-    inside = simulator.simulate(moe, h100, plain, within)
-    assert simulator.simulate(moe, h100, deepep, within) == inside
+    inside = simulator.simulate(plain_job, within)
+    assert simulator.simulate(deepep_job, within) == inside
 
 
 def test_allgather_dispatch_gathers_each_token_once_over_tp_x_ep(simulator: Simulator) -> None:
@@ -329,14 +340,16 @@ def test_allgather_dispatch_gathers_each_token_once_over_tp_x_ep(simulator: Simu
     plain = make_train(seq_len=4096, global_batch_size=16)
     gathered = make_train(seq_len=4096, global_batch_size=16, moe_dispatcher="allgather")
     tp8 = Layout.resolve(8, tp=8)
+    plain_job = Job(model=mixtral, cluster=h100, train=plain)
+    gathered_job = Job(model=mixtral, cluster=h100, train=gathered)
     assert (
-        simulator.simulate(mixtral, h100, gathered, tp8).breakdown["tp_comm"]
-        < simulator.simulate(mixtral, h100, plain, tp8).breakdown["tp_comm"]
+        simulator.simulate(gathered_job, tp8).breakdown["tp_comm"]
+        < simulator.simulate(plain_job, tp8).breakdown["tp_comm"]
     )
     ep8 = Layout.resolve(8, ep=8)
     assert (
-        simulator.simulate(mixtral, h100, gathered, ep8).breakdown["ep_comm"]
-        > 2 * simulator.simulate(mixtral, h100, plain, ep8).breakdown["ep_comm"]
+        simulator.simulate(gathered_job, ep8).breakdown["ep_comm"]
+        > 2 * simulator.simulate(plain_job, ep8).breakdown["ep_comm"]
     )
 
 
@@ -349,19 +362,21 @@ def test_ep_overlap_hides_the_all_to_all_under_the_partner_pass(simulator: Simul
     plain = make_train(seq_len=2048, global_batch_size=32)
     overlap = make_train(seq_len=2048, global_batch_size=32, moe_a2a_overlap=True)
     layout = Layout.resolve(16, ep=16)
-    exposed = simulator.simulate(moe, h100, plain, layout)
-    hidden = simulator.simulate(moe, h100, overlap, layout)
+    plain_job = Job(model=moe, cluster=h100, train=plain)
+    exposed = simulator.simulate(plain_job, layout)
+    overlap_job = Job(model=moe, cluster=h100, train=overlap)
+    hidden = simulator.simulate(overlap_job, layout)
     # each layer's all-to-all of one pass against the other pass's compute of that layer
     assert 0 <= hidden.breakdown["ep_comm"] < 0.5 * exposed.breakdown["ep_comm"]
     assert hidden.breakdown["compute"] == pytest.approx(exposed.breakdown["compute"])
     assert hidden.memory_gib == exposed.memory_gib
-    rules = Layout.resolve(16, pp=2, ep=8, recompute="full").violations(moe, h100, overlap)
+    rules = Layout.resolve(16, pp=2, ep=8, recompute="full").violations(overlap_job)
     assert rules == [
         "moe_a2a_overlap with pp=2 needs vpp > 1",
         "moe_a2a_overlap does not run with recompute=full",
     ]
-    assert Layout.resolve(16).violations(moe, h100, overlap) == ["moe_a2a_overlap needs ep > 1"]
-    assert not Layout.resolve(16, pp=2, ep=8).violations(moe, h100, plain)
+    assert Layout.resolve(16).violations(overlap_job) == ["moe_a2a_overlap needs ep > 1"]
+    assert not Layout.resolve(16, pp=2, ep=8).violations(plain_job)
 
 
 def test_fp8_primary_weights_replace_the_bf16_copy(simulator: Simulator) -> None:
@@ -371,15 +386,17 @@ def test_fp8_primary_weights_replace_the_bf16_copy(simulator: Simulator) -> None
     fp8_train = make_train(seq_len=2048, global_batch_size=32, precision="fp8")
     sharded = Layout.resolve(16, tp=2, pp=2)
     replicated = Layout.resolve(16, tp=2, pp=2, distributed_optimizer=False)
-    bf16 = simulator.simulate(MODEL, cluster, TRAIN, sharded).memory_breakdown_gib
-    fp8 = simulator.simulate(MODEL, cluster, fp8_train, sharded).memory_breakdown_gib
+    bf16_job = Job(model=MODEL, cluster=cluster, train=TRAIN)
+    bf16 = simulator.simulate(bf16_job, sharded).memory_breakdown_gib
+    fp8_job = Job(model=MODEL, cluster=cluster, train=fp8_train)
+    fp8 = simulator.simulate(fp8_job, sharded).memory_breakdown_gib
     h, ffn = MODEL.hidden_size, MODEL.ffn_hidden_size
     linear_per_rank = 4 * (4 * h * h + 3 * h * ffn) / 2  # 4 layers a stage, split over TP 2
     dropped = (bf16["weights"] - fp8["weights"]) * 2**30
     assert dropped == pytest.approx(2 * linear_per_rank, rel=1e-3)
     assert fp8["fp8_weights"] * 2**30 == pytest.approx(2 * linear_per_rank, rel=1e-3)
-    kept = simulator.simulate(MODEL, cluster, fp8_train, replicated).memory_breakdown_gib
-    bf16_kept = simulator.simulate(MODEL, cluster, TRAIN, replicated).memory_breakdown_gib
+    kept = simulator.simulate(fp8_job, replicated).memory_breakdown_gib
+    bf16_kept = simulator.simulate(bf16_job, replicated).memory_breakdown_gib
     assert kept["weights"] == bf16_kept["weights"]  # the flag needs the distributed optimizer
 
 
@@ -395,7 +412,7 @@ def test_fp8_gemms_run_at_the_device_s_fp8_efficiency(simulator: Simulator) -> N
             cluster.device, matmul_efficiency=0.6, fp8_matmul_efficiency=fp8_efficiency
         )
         on = dataclasses.replace(cluster, device=device)
-        return simulator.simulate(MODEL, on, train, layout).step_time_s  # type: ignore[arg-type]
+        return simulator.simulate(Job(model=MODEL, cluster=on, train=train), layout).step_time_s  # type: ignore[arg-type]
 
     assert step_s(fp8_train, None) == step_s(fp8_train, 0.6)
     assert step_s(fp8_train, 0.3) > step_s(fp8_train, 0.6) > step_s(fp8_train, 0.9)

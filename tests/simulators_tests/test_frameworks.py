@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from autotune import catalog
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import ModelSpec
 from autotune.simulators import SpecError
@@ -119,7 +120,12 @@ def test_a_run_without_the_dp_overlap_waits_for_its_reduction(name: str) -> None
     layout = Layout.resolve(8, tp=1, pp=1, dp=8, distributed_optimizer=True)
     runs = [
         catalog.load_simulator(name).simulate(
-            llama, ascend(1), make_train(seq_len=2048, global_batch_size=16, **values), layout
+            Job(
+                model=llama,
+                cluster=ascend(1),
+                train=make_train(seq_len=2048, global_batch_size=16, **values),
+            ),
+            layout,
         )
         for values in (
             {},
@@ -163,10 +169,11 @@ def test_deepspeed_reduces_gradients_after_the_pipeline() -> None:
     llama = model("llama2_7b", num_layers=8)
     layout = Layout.resolve(16, tp=1, pp=1, distributed_optimizer=False)
     core = analytical().simulate(
-        llama, ascend(2), make_train(seq_len=2048, global_batch_size=16), layout
+        Job(model=llama, cluster=ascend(2), train=make_train(seq_len=2048, global_batch_size=16)),
+        layout,
     )
     train = make_train("megatron_deepspeed", seq_len=2048, global_batch_size=16, precision="bf16")
-    deepspeed = analytical().simulate(llama, ascend(2), train, layout)
+    deepspeed = analytical().simulate(Job(model=llama, cluster=ascend(2), train=train), layout)
     assert deepspeed.breakdown["dp_comm"] > core.breakdown["dp_comm"]
     # DeepSpeed's bf16 optimizer keeps fp32 grads (4) and bf16 grads (2); shards the rest
     assert deepspeed.memory_breakdown_gib["gradients"] == pytest.approx(
@@ -217,9 +224,13 @@ def _cp_runs(framework: str, layout: Layout) -> dict[tuple[str, str], object]:
     llama = model("llama3_8b", num_layers=4)
     return {
         (name, exchange): catalog.load_simulator(name).simulate(
-            llama,
-            ascend(1),
-            make_train(framework, seq_len=32768, global_batch_size=4, cp_comm_type=exchange),
+            Job(
+                model=llama,
+                cluster=ascend(1),
+                train=make_train(
+                    framework, seq_len=32768, global_batch_size=4, cp_comm_type=exchange
+                ),
+            ),
             layout,
         )
         for name in ("analytical", "hierarchical")
@@ -265,7 +276,9 @@ def test_ring_attention_keeps_only_the_local_kv_chunks() -> None:
     train = make_train(seq_len=32768, global_batch_size=4)
     layout = Layout.resolve(8, tp=2, cp=4, sequence_parallel=True)
     memory = [
-        catalog.load_simulator(name).simulate(llama, ascend(1), train, layout).memory_gib
+        catalog.load_simulator(name)
+        .simulate(Job(model=llama, cluster=ascend(1), train=train), layout)
+        .memory_gib
         for name in ("analytical", "hierarchical")
     ]
     assert memory[1] == pytest.approx(memory[0], rel=0.005)
@@ -279,7 +292,9 @@ def test_the_ring_hides_under_attention_in_both_passes_alike() -> None:
     train = make_train(seq_len=32768, global_batch_size=4)
     layout = Layout.resolve(8, tp=2, cp=4, sequence_parallel=True)
     exposed = [
-        catalog.load_simulator(name).simulate(llama, ascend(1), train, layout).breakdown["cp_comm"]
+        catalog.load_simulator(name)
+        .simulate(Job(model=llama, cluster=ascend(1), train=train), layout)
+        .breakdown["cp_comm"]
         for name in ("analytical", "hierarchical")
     ]
     assert exposed[0] > 0
@@ -329,9 +344,10 @@ def test_gradient_accumulation_adds_to_the_backward_in_both_simulators() -> None
     layout = Layout.resolve(8, tp=8)  # m = 16
     hierarchical = HierarchicalSimulator.from_config(catalog.simulator_constants("hierarchical"))
     for simulator in (analytical(), hierarchical):
-        hooked = simulator.simulate(spec, cluster, train, layout)
+        hooked = simulator.simulate(Job(model=spec, cluster=cluster, train=train), layout)
         in_gemm = simulator.simulate(
-            spec, cluster, dataclasses.replace(train, framework=fused), layout
+            Job(model=spec, cluster=cluster, train=dataclasses.replace(train, framework=fused)),
+            layout,
         )
         params = spec.num_params / 8  # split over TP 8 (the replicated norms: a rounding error)
         expected = 16 * 10 * params / cluster.device.achieved_memory_bytes_per_s
@@ -352,7 +368,7 @@ def test_megatron_deepspeed_keeps_flash_attention_s_output_twice() -> None:
     def saved(framework: str, recompute: str = "none", flash: bool = True) -> float:
         train = make_train(framework, seq_len=2048, global_batch_size=8, flash_attention=flash)
         layout = Layout(dp=4, tp=2, recompute=recompute, sequence_parallel=False)
-        return layer_bytes(spec, False, cluster, train, layout, c)[0]
+        return layer_bytes(Job(model=spec, cluster=cluster, train=train), False, layout, c)[0]
 
     copy = 2048 * spec.attn_out_width / 2 * 2  # tokens x width / tp x 2 bytes
     assert saved("megatron_deepspeed") - saved("megatron_core") == pytest.approx(copy)
@@ -363,7 +379,9 @@ def test_megatron_deepspeed_keeps_flash_attention_s_output_twice() -> None:
     def recorded(framework: str) -> float:
         train = make_train(framework, seq_len=2048, global_batch_size=8)
         layout = Layout(dp=4, tp=2, sequence_parallel=False)
-        return compile_layer(layer_shapes(spec, layout, train, cluster)["dense"]).saved_bytes
+        return compile_layer(
+            layer_shapes(Job(model=spec, cluster=cluster, train=train), layout)["dense"]
+        ).saved_bytes
 
     assert recorded("megatron_deepspeed") - recorded("megatron_core") == pytest.approx(copy)
     assert saved("megatron_deepspeed", "selective") == pytest.approx(
@@ -409,8 +427,9 @@ def test_dropout_is_a_setting_of_the_run_in_both_simulators() -> None:
             flash_attention=flash,
             dropout=dropout,
         )
-        analytical_bytes = layer_bytes(spec, False, cluster, train, layout, c)[0]
-        shape = layer_shapes(spec, layout, train, cluster)["dense"]
+        job = Job(model=spec, cluster=cluster, train=train)
+        analytical_bytes = layer_bytes(job, False, layout, c)[0]
+        shape = layer_shapes(job, layout)["dense"]
         return analytical_bytes, compile_layer(shape).saved_bytes
 
     for spec in (gpt, llama):
@@ -453,8 +472,9 @@ def _moe_saved(framework: str, precision: str = "bf16", tp: int = 1) -> tuple[fl
     fw = catalog.load_framework(framework)
     train = TrainSpec(framework=fw, seq_len=1024, global_batch_size=8, precision=precision)
     layout = Layout.resolve(8, tp=tp, ep=8 // tp, sequence_parallel=tp > 1)
-    analytical_bytes = layer_bytes(spec, True, cluster, train, layout, analytical().constants)[0]
-    shape = layer_shapes(spec, layout, train, cluster)["moe"]
+    job = Job(model=spec, cluster=cluster, train=train)
+    analytical_bytes = layer_bytes(job, True, layout, analytical().constants)[0]
+    shape = layer_shapes(job, layout)["moe"]
     return analytical_bytes, compile_layer(shape).saved_bytes
 
 

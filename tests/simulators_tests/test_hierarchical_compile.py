@@ -8,10 +8,12 @@ import sys
 
 import pytest
 
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import ModelSpec
 from autotune.simulators import TrainSpec
 from autotune.simulators.hierarchical.graph import layer_shapes
+from tests.simulators_tests._specs import ascend
 from tests.simulators_tests._specs import make_train
 from tests.simulators_tests._specs import model as catalog_model
 
@@ -72,11 +74,12 @@ TINY_MLA = ModelSpec(
     v_head_dim=32,
 )
 TRAIN = make_train(seq_len=512, global_batch_size=8)
+CLUSTER = ascend(1)  # fused attention where the step asks for it; nothing else it sets
 
 
 def graph_flops_per_token(model: ModelSpec, layout: Layout, train: TrainSpec) -> float:
     """Model FLOPs of one micro-batch summed over the ranks of one model replica, per token."""
-    shapes = layer_shapes(model, layout, train)
+    shapes = layer_shapes(Job(model=model, cluster=CLUSTER, train=train), layout)
     graphs = {kind: compile_mod.compile_layer(s) for kind, s in shapes.items()}
     counts = {"embedding": 1, "head": 1, "dense": model.num_dense_layers}
     counts["moe"] = model.num_moe_layers
@@ -113,10 +116,14 @@ def test_graph_flops_match_model_spec(model: ModelSpec, layout: Layout) -> None:
 
 
 def test_graph_records_tp_collectives_in_megatron_places() -> None:
+    job = Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN)
     sp = compile_mod.compile_layer(
-        layer_shapes(TINY_LLAMA, Layout(tp=2, dp=4, sequence_parallel=True), TRAIN)["dense"]
+        layer_shapes(
+            job,
+            Layout(tp=2, dp=4, sequence_parallel=True),
+        )["dense"]
     )
-    plain = compile_mod.compile_layer(layer_shapes(TINY_LLAMA, Layout(tp=2, dp=4), TRAIN)["dense"])
+    plain = compile_mod.compile_layer(layer_shapes(job, Layout(tp=2, dp=4))["dense"])
     names = lambda ops: [op.name for op in ops if op.category == "comm"]  # noqa: E731
     assert names(sp.forward) == ["all_gather", "reduce_scatter"] * 2
     assert sorted(names(sp.backward)) == sorted(["all_gather", "reduce_scatter"] * 2)
@@ -124,7 +131,9 @@ def test_graph_records_tp_collectives_in_megatron_places() -> None:
 
 
 def test_fused_attention_backward_counts_model_flops_without_rescore() -> None:
-    graph = compile_mod.compile_layer(layer_shapes(TINY_LLAMA, Layout(dp=8), TRAIN)["dense"])
+    graph = compile_mod.compile_layer(
+        layer_shapes(Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN), Layout(dp=8))["dense"]
+    )
     (fwd,) = [op for op in graph.forward if op.category == "attention"]
     (bwd,) = [op for op in graph.backward if op.category == "attention"]
     assert bwd.model_flops == pytest.approx(2 * fwd.model_flops)
@@ -137,9 +146,13 @@ def test_fused_attention_backward_counts_model_flops_without_rescore() -> None:
 
 
 def test_saved_activations_shrink_with_selective_and_sequence_parallel() -> None:
-    plain = compile_mod.compile_layer(layer_shapes(TINY_LLAMA, Layout(tp=2, dp=4), TRAIN)["dense"])
+    job = Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN)
+    plain = compile_mod.compile_layer(layer_shapes(job, Layout(tp=2, dp=4))["dense"])
     sp = compile_mod.compile_layer(
-        layer_shapes(TINY_LLAMA, Layout(tp=2, dp=4, sequence_parallel=True), TRAIN)["dense"]
+        layer_shapes(
+            job,
+            Layout(tp=2, dp=4, sequence_parallel=True),
+        )["dense"]
     )
     assert sp.saved_bytes < plain.saved_bytes
     assert sp.input_bytes == TRAIN.seq_len // 2 * TINY_LLAMA.hidden_size * 2
@@ -151,8 +164,9 @@ def test_saved_activations_shrink_with_selective_and_sequence_parallel() -> None
 
 
 def test_expert_params_are_sharded_by_ep() -> None:
-    one = compile_mod.compile_layer(layer_shapes(TINY_MOE, Layout(dp=8), TRAIN)["moe"])
-    four = compile_mod.compile_layer(layer_shapes(TINY_MOE, Layout(dp=8, ep=4), TRAIN)["moe"])
+    job = Job(model=TINY_MOE, cluster=CLUSTER, train=TRAIN)
+    one = compile_mod.compile_layer(layer_shapes(job, Layout(dp=8))["moe"])
+    four = compile_mod.compile_layer(layer_shapes(job, Layout(dp=8, ep=4))["moe"])
     assert one.expert_params == TINY_MOE.expert_params_per_layer
     assert four.expert_params * 4 == one.expert_params
     assert one.params == four.params == TINY_MOE.moe_layer_non_expert_params
@@ -169,7 +183,10 @@ def test_expert_tp_1_puts_whole_experts_on_each_rank_by_hand(dispatcher: str) ->
     mixtral = catalog_model("mixtral_8x7b", num_layers=4)
     train = make_train(seq_len=4096, global_batch_size=64, moe_dispatcher=dispatcher)
     layouts = [Layout.resolve(32, tp=4, ep=8, etp=e, sequence_parallel=True) for e in (None, 1)]
-    tp_wide, whole = (layer_shapes(mixtral, lay, train)["moe"] for lay in layouts)
+    tp_wide, whole = (
+        layer_shapes(Job(model=mixtral, cluster=CLUSTER, train=train), lay)["moe"]
+        for lay in layouts
+    )
     assert (tp_wide.etp, tp_wide.expert_ffn, tp_wide.expert_tokens) == (4, 3584, 8192)
     assert (whole.etp, whole.expert_ffn, whole.expert_tokens) == (1, 14336, 2048)
     assert whole.shared_ffn == tp_wide.shared_ffn and whole.heads == tp_wide.heads
@@ -205,8 +222,12 @@ UNFUSED = make_train(seq_len=512, global_batch_size=8, flash_attention=False)
 
 def test_unfused_attention_records_the_score_matrices_and_saves_more() -> None:
     layout = Layout(tp=2, dp=4)
-    flash = compile_mod.compile_layer(layer_shapes(TINY_GPT, layout, TRAIN)["dense"])
-    unfused = compile_mod.compile_layer(layer_shapes(TINY_GPT, layout, UNFUSED)["dense"])
+    flash = compile_mod.compile_layer(
+        layer_shapes(Job(model=TINY_GPT, cluster=CLUSTER, train=TRAIN), layout)["dense"]
+    )
+    unfused = compile_mod.compile_layer(
+        layer_shapes(Job(model=TINY_GPT, cluster=CLUSTER, train=UNFUSED), layout)["dense"]
+    )
     heads, s = TINY_GPT.num_attention_heads // 2, TRAIN.seq_len
     scores = heads * s * s  # one micro-batch: [heads, s, s] per rank
     core = [op for op in unfused.forward if op.region == "core"]
@@ -251,7 +272,9 @@ def test_gpt_layer_host_calls_by_hand() -> None:
     fc2 linear, bias-dropout-add (7). TP adds 4 region autograd Functions and 2 all-reduces.
     """
     for tp, forward in ((1, 23), (2, 29)):
-        shape = layer_shapes(TINY_GPT, Layout(tp=tp), UNFUSED)["dense"]
+        shape = layer_shapes(Job(model=TINY_GPT, cluster=CLUSTER, train=UNFUSED), Layout(tp=tp))[
+            "dense"
+        ]
         graph = compile_mod.compile_layer(shape)
         assert (graph.host_forward, graph.host_core) == (forward, 8)
         assert graph.host_backward > graph.host_forward  # autograd nodes incl. weight grads
@@ -260,12 +283,12 @@ def test_gpt_layer_host_calls_by_hand() -> None:
 def test_gpt_layer_has_no_rope_and_two_hidden_dropouts() -> None:
     """GPT (LayerNorm + GeLU): no rotary muls; 3 dropouts (attention + 2 hidden), and the two
     hidden-dropout masks add 2 sbh bytes to the saved activations (Korthikanti Table 2)."""
-    shape = layer_shapes(TINY_GPT, Layout(), UNFUSED)["dense"]
+    shape = layer_shapes(Job(model=TINY_GPT, cluster=CLUSTER, train=UNFUSED), Layout())["dense"]
     assert shape.gpt
     names = [op.name for op in compile_mod.compile_layer(shape).forward]
     assert "aten.mul.Tensor" not in names
     assert names.count("aten.native_dropout.default") == 3
-    llama = layer_shapes(TINY_LLAMA, Layout(), TRAIN)["dense"]
+    llama = layer_shapes(Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN), Layout())["dense"]
     assert not llama.gpt
     assert "aten.mul.Tensor" in [op.name for op in compile_mod.compile_layer(llama).forward]
 
@@ -278,7 +301,7 @@ def test_flash_swiglu_layer_saved_bytes_by_hand() -> None:
     projection reads) and an fp32 LSE per head (4 heads); fused SwiGLU keeps its input 2 x 2f;
     fc2 input 2f; the RNG seed and offset. silu's output and the whole QKV output are not kept.
     """
-    shape = layer_shapes(TINY_LLAMA, Layout(), TRAIN)["dense"]
+    shape = layer_shapes(Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN), Layout())["dense"]
     h, f, d = 256, 688, 32
     g, heads = 2, 8
     per_token = 2 * h * 6 + 2 * 2 * 4 + 2 * 2 * g * d + 4 * heads + 2 * 2 * f + 2 * f
@@ -293,8 +316,10 @@ def test_fp8_layer_runs_linear_gemms_in_fp8_and_saves_their_inputs_in_one_byte()
     and the out projection keeps an FP8 copy of the flash output (h), which flash still keeps
     in bf16 for its own backward (docs/reference.md 7.6)."""
     fp8 = make_train(seq_len=512, global_batch_size=8, precision="fp8")
-    bf16 = compile_mod.compile_layer(layer_shapes(TINY_LLAMA, Layout(), TRAIN)["dense"])
-    shape = layer_shapes(TINY_LLAMA, Layout(), fp8)["dense"]
+    bf16 = compile_mod.compile_layer(
+        layer_shapes(Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN), Layout())["dense"]
+    )
+    shape = layer_shapes(Job(model=TINY_LLAMA, cluster=CLUSTER, train=fp8), Layout())["dense"]
     graph = compile_mod.compile_layer(shape)
     h, f = 256, 688
     tokens = shape.micro_batch * shape.seq_q
@@ -309,7 +334,7 @@ def test_recorded_gemms_carry_their_shape() -> None:
     """Each matmul keeps (batch, rows, depth, cols) for its tile and wave quantization: the
     forward QKV projection is tokens x h by h x (heads + 2 kv heads) x d, and the unfused
     attention's batched products keep one batch entry per local head."""
-    shape = layer_shapes(TINY_LLAMA, Layout(), TRAIN)["dense"]
+    shape = layer_shapes(Job(model=TINY_LLAMA, cluster=CLUSTER, train=TRAIN), Layout())["dense"]
     graph = compile_mod.compile_layer(shape)
     gemms = [op for op in graph.forward + graph.backward if op.category == "matmul"]
     assert gemms
@@ -320,7 +345,9 @@ def test_recorded_gemms_carry_their_shape() -> None:
     tokens = shape.micro_batch * shape.seq_q
     assert (1, tokens, 256, (8 + 2 * 2) * 32) in {op.gemm for op in graph.forward}
     unfused = make_train(seq_len=512, global_batch_size=8, flash_attention=False)
-    gpt = compile_mod.compile_layer(layer_shapes(TINY_GPT, Layout(), unfused)["dense"])
+    gpt = compile_mod.compile_layer(
+        layer_shapes(Job(model=TINY_GPT, cluster=CLUSTER, train=unfused), Layout())["dense"]
+    )
     batched = [op.gemm for op in gpt.forward if op.gemm and op.gemm[0] > 1]
     assert batched and all(b == 8 * shape.micro_batch for b, *_ in batched)
 
@@ -351,14 +378,19 @@ def test_a_canonical_shape_records_the_same_graph(model: ModelSpec) -> None:
 
     for ep in (1, 2):
         lay = Layout.resolve(8, tp=2, ep=ep) if model is TINY_MOE else Layout.resolve(8, tp=2)
-        for shape in layer_shapes(model, lay, TRAIN).values():
+        for shape in layer_shapes(Job(model=model, cluster=CLUSTER, train=TRAIN), lay).values():
             canonical = shape.canonical()
             assert canonical.canonical() == canonical
             plain, reset = (compile_mod.trace_layer(s, Recorder()) for s in (shape, canonical))
             assert (plain.forward, plain.backward) == (reset.forward, reset.backward)
             assert plain.saved_bytes == reset.saved_bytes and plain.params == reset.params
             assert plain.host_forward == reset.host_forward
-    shapes = [layer_shapes(TINY_MOE, Layout.resolve(8, tp=2, ep=ep), TRAIN) for ep in (1, 2)]
+    shapes = [
+        layer_shapes(
+            Job(model=TINY_MOE, cluster=CLUSTER, train=TRAIN), Layout.resolve(8, tp=2, ep=ep)
+        )
+        for ep in (1, 2)
+    ]
     for kind in ("embedding", "head"):
         assert shapes[0][kind] != shapes[1][kind]
         assert compile_mod.compile_layer(shapes[0][kind]) is compile_mod.compile_layer(

@@ -11,6 +11,7 @@ import pytest
 from autotune import catalog
 from autotune import profile as profile_cli
 from autotune.simulators import DataFileError
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import ModelSpec
 from autotune.simulators.hierarchical import HierarchicalSimulator
@@ -35,6 +36,7 @@ MODEL = ModelSpec(
 )
 TRAIN = make_train(seq_len=128, global_batch_size=16, precision="fp32")
 CLUSTER = ascend(1)
+JOB = Job(model=MODEL, cluster=CLUSTER, train=TRAIN)
 
 
 def _simulator(**changes: object) -> HierarchicalSimulator:
@@ -44,7 +46,7 @@ def _simulator(**changes: object) -> HierarchicalSimulator:
 
 def test_profiling_on_cpu_writes_a_table_the_simulator_uses(tmp_path: Path) -> None:
     layout = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
-    shapes = layer_shapes(MODEL, layout, TRAIN).values()
+    shapes = layer_shapes(JOB, layout).values()
     result = core.profile_shapes(shapes, core.resolve_device("cpu"), repeats=1, limit=6)
     assert 0 < len(result.rows) <= 6 and result.device == "cpu"
     assert result.left_out == result.operators - 6
@@ -56,17 +58,15 @@ def test_profiling_on_cpu_writes_a_table_the_simulator_uses(tmp_path: Path) -> N
     assert all(float(row["time_us"]) >= 0 for row in read)
 
     # Without the host-dispatch floor, which can hide the op costs of a model this small.
-    roofline = _simulator(host_op_overhead_us=0.0).simulate(MODEL, CLUSTER, TRAIN, layout)
-    profiled = _simulator(host_op_overhead_us=0.0, op_costs=str(path)).simulate(
-        MODEL, CLUSTER, TRAIN, layout
-    )
+    roofline = _simulator(host_op_overhead_us=0.0).simulate(JOB, layout)
+    profiled = _simulator(host_op_overhead_us=0.0, op_costs=str(path)).simulate(JOB, layout)
     assert profiled.detail["profiled_op_fraction"] > 0
     assert profiled.step_time_s != roofline.step_time_s
 
 
 def test_the_budget_times_the_cheapest_operators_and_reports_progress() -> None:
     layout = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
-    shapes = list(layer_shapes(MODEL, layout, TRAIN).values())
+    shapes = list(layer_shapes(JOB, layout).values())
     calls: list[tuple[int, int, float]] = []
     full = core.profile_shapes(shapes, "cpu", repeats=1, progress=lambda *a: calls.append(a))
     assert full.left_out == 0 and len(full.rows) + full.no_kernel == full.operators

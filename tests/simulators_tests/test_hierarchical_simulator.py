@@ -11,6 +11,7 @@ import pytest
 
 from autotune import catalog
 from autotune.simulators import BREAKDOWN_KEYS
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import ModelSpec
 from autotune.simulators import SpecError
@@ -40,6 +41,7 @@ MODEL = ModelSpec(
 )
 CLUSTER = ascend(2)
 TRAIN = make_train(seq_len=1024, global_batch_size=32)
+JOB = Job(model=MODEL, cluster=CLUSTER, train=TRAIN)
 # A model of tiny kernels, where the host's dispatch sets every layer's pace.
 MICRO = ModelSpec(
     name="micro",
@@ -64,8 +66,8 @@ SIM = HierarchicalSimulator.from_config(constants())
 
 def simulate(sim: HierarchicalSimulator = SIM, **layout: Any):  # noqa: ANN201
     lay = Layout.resolve(CLUSTER.num_devices, **layout)
-    assert lay.violations(MODEL, CLUSTER, TRAIN) == []
-    return sim.simulate(MODEL, CLUSTER, TRAIN, lay)
+    assert lay.violations(JOB) == []
+    return sim.simulate(JOB, lay)
 
 
 def test_registry_builds_it_from_the_yaml() -> None:
@@ -114,7 +116,7 @@ def test_full_recompute_adds_exactly_one_forward() -> None:
     assert full.memory_breakdown_gib["activations"] < plain.memory_breakdown_gib["activations"]
     # the recomputed time is the layers' forward time (compute and TP comm) per micro-batch
     lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
-    graph = compile_mod.compile_layer(layer_shapes(MODEL, lay, TRAIN)["dense"])
+    graph = compile_mod.compile_layer(layer_shapes(JOB, lay)["dense"])
     roofline = RooflineCost(
         device=CLUSTER.device, precision="bf16", efficiency=SIM.constants.efficiency
     )
@@ -146,9 +148,11 @@ def test_interleaved_sends_block_only_where_the_framework_does_not_overlap_them(
     layout = Layout.resolve(CLUSTER.num_devices, tp=2, pp=4, vpp=2)
     pp_comm = {
         framework: SIM.simulate(
-            MODEL,
-            CLUSTER,
-            dataclasses.replace(TRAIN, framework=catalog.load_framework(framework)),
+            Job(
+                model=MODEL,
+                cluster=CLUSTER,
+                train=dataclasses.replace(TRAIN, framework=catalog.load_framework(framework)),
+            ),
             layout,
         ).breakdown["pp_comm"]
         for framework in ("megatron_core", "megatron_lm")
@@ -158,7 +162,7 @@ def test_interleaved_sends_block_only_where_the_framework_does_not_overlap_them(
 
 def test_trace_is_valid_json_with_events_on_every_rank(tmp_path: Path) -> None:
     lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=4, vpp=2)
-    path = SIM.write_trace(MODEL, CLUSTER, TRAIN, lay, tmp_path / "trace.json")
+    path = SIM.write_trace(JOB, lay, tmp_path / "trace.json")
     document = json.loads(path.read_text())
     spans = [e for e in document["traceEvents"] if e["ph"] == "X"]
     assert {e["pid"] for e in spans} == set(range(4))
@@ -171,8 +175,8 @@ def test_trace_is_valid_json_with_events_on_every_rank(tmp_path: Path) -> None:
 def test_the_timeline_is_kept_only_when_asked() -> None:
     """A search keeps every prediction: the plain one leaves the per-block timeline out."""
     lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=4, vpp=2)
-    plain = SIM.simulate(MODEL, CLUSTER, TRAIN, lay)
-    traced = SIM.simulate_timeline(MODEL, CLUSTER, TRAIN, lay)
+    plain = SIM.simulate(JOB, lay)
+    traced = SIM.simulate_timeline(JOB, lay)
     assert "timeline" not in plain.detail and "timeline" in traced.detail
     assert plain.as_dict() == traced.as_dict()
     assert {k: v for k, v in traced.detail.items() if k != "timeline"} == dict(plain.detail)
@@ -182,7 +186,7 @@ def test_profiled_table_replaces_roofline_times(tmp_path: Path) -> None:
     lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
     graph_ops = [
         op
-        for shape in layer_shapes(MODEL, lay, TRAIN).values()
+        for shape in layer_shapes(JOB, lay).values()
         for op in compile_mod.compile_layer(shape).forward
         if op.category == "matmul"
     ]
@@ -200,13 +204,12 @@ def test_host_dispatch_bounds_a_tiny_layer() -> None:
     """A layer of tiny kernels lasts its host calls x the per-call host overhead."""
     tiny, train = MICRO, MICRO_TRAIN
     lay = Layout.resolve(CLUSTER.num_devices, pp=1)
-    assert lay.violations(tiny, CLUSTER, train) == [] and lay.num_microbatches(train) == 4
+    job = Job(model=tiny, cluster=CLUSTER, train=train)
+    assert lay.violations(job) == [] and lay.num_microbatches(train) == 4
     free = HierarchicalSimulator.from_config(constants(host_op_overhead_us=0.0))
-    bound = free.simulate(tiny, CLUSTER, train, lay).step_time_s
-    host = SIM.simulate(tiny, CLUSTER, train, lay)
-    graphs = [
-        compile_mod.compile_layer(s) for s in layer_shapes(tiny, lay, train, CLUSTER).values()
-    ]
+    bound = free.simulate(job, lay).step_time_s
+    host = SIM.simulate(job, lay)
+    graphs = [compile_mod.compile_layer(s) for s in layer_shapes(job, lay).values()]
     counts = {g.shape.kind: g.host_forward + g.host_backward for g in graphs}
     ops = counts["embedding"] + counts["head"] + tiny.num_layers * counts["dense"]
     per_microbatch = ops * SIM.constants.host_op_overhead_us * 1e-6
@@ -224,12 +227,13 @@ def test_each_activation_checkpoint_adds_its_host_calls_to_a_host_bound_layer() 
     free = HierarchicalSimulator.from_config(
         constants(host_ops_per_checkpoint_forward=0, host_ops_per_checkpoint_backward=0)
     )
-    checkpointed = SIM.simulate(tiny, CLUSTER, train, full).step_time_s
-    uncounted = free.simulate(tiny, CLUSTER, train, full).step_time_s
+    job = Job(model=tiny, cluster=CLUSTER, train=train)
+    checkpointed = SIM.simulate(job, full).step_time_s
+    uncounted = free.simulate(job, full).step_time_s
     per_step = plain.num_microbatches(train) * tiny.num_layers * (3 + 11) * 20e-6
     assert checkpointed - uncounted == pytest.approx(per_step)
     # Without recompute there is no checkpoint to pay for.
-    assert SIM.simulate(tiny, CLUSTER, train, plain) == free.simulate(tiny, CLUSTER, train, plain)
+    assert SIM.simulate(job, plain) == free.simulate(job, plain)
 
 
 def test_memory_includes_the_reserve_and_the_logits_working_set() -> None:
@@ -243,20 +247,23 @@ def test_memory_includes_the_reserve_and_the_logits_working_set() -> None:
     kept = 1 - SIM.constants.allocator_fragmentation  # what the allocator can reuse
     # pp=1: the held activations of one micro-batch plus max(one layer's, the logits)
     lay = Layout.resolve(CLUSTER.num_devices, tp=8, pp=1)
-    layer = compile_mod.compile_layer(layer_shapes(MODEL, lay, TRAIN)["dense"]).saved_bytes
+    layer = compile_mod.compile_layer(layer_shapes(JOB, lay)["dense"]).saved_bytes
     per_logit = TRAIN.seq_len * MODEL.vocab_size / 8
     assert per_logit * TRAIN.framework.logits_bytes_per_element < layer < per_logit * 100
     wide = dataclasses.replace(TRAIN.framework, logits_bytes_per_element=100)
     big = dataclasses.replace(TRAIN, framework=wide)
-    extra = SIM.simulate(MODEL, CLUSTER, big, lay).memory_gib - simulate(tp=8, pp=1).memory_gib
+    extra = (
+        SIM.simulate(Job(model=MODEL, cluster=CLUSTER, train=big), lay).memory_gib
+        - simulate(tp=8, pp=1).memory_gib
+    )
     assert extra == pytest.approx((per_logit * 100 - layer) / kept / 2**30, rel=1e-6)
 
 
 def test_unfused_attention_is_slower_and_needs_more_memory() -> None:
     lay = Layout.resolve(CLUSTER.num_devices, tp=2, pp=2)
-    flash = SIM.simulate(MODEL, CLUSTER, TRAIN, lay)
+    flash = SIM.simulate(JOB, lay)
     unfused_train = make_train(seq_len=1024, global_batch_size=32, flash_attention=False)
-    unfused = SIM.simulate(MODEL, CLUSTER, unfused_train, lay)
+    unfused = SIM.simulate(Job(model=MODEL, cluster=CLUSTER, train=unfused_train), lay)
     assert unfused.step_time_s > flash.step_time_s
     assert unfused.memory_breakdown_gib["activations"] > flash.memory_breakdown_gib["activations"]
 
@@ -292,15 +299,16 @@ def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages(tmp_path: Pa
     embedding's all-reduce (vocab / tp x hidden, fp32 main grads), the middle ranks' none."""
     tied = dataclasses.replace(MODEL, tied_embeddings=True)
     lay = Layout.resolve(CLUSTER.num_devices, dp=1, tp=4, pp=4)
-    pred = SIM.simulate(tied, CLUSTER, TRAIN, lay)
+    job = Job(model=tied, cluster=CLUSTER, train=TRAIN)
+    pred = SIM.simulate(job, lay)
     nbytes = 2048 / 4 * 512 * 4  # MindSpeed, the cluster's framework: fp32 gradients
     expected = all_reduce_time_s(nbytes, lay.group("embedding", 8), CLUSTER)
     assert lay.group("embedding", 8).nodes == 2  # first and last stage on different nodes
     per_rank = [b["dp_comm"] for b in pred.detail["rank_breakdown_s"]]
     assert per_rank == pytest.approx([expected, 0.0, 0.0, expected])
-    untied = SIM.simulate(MODEL, CLUSTER, TRAIN, lay).detail["rank_breakdown_s"]
+    untied = SIM.simulate(JOB, lay).detail["rank_breakdown_s"]
     assert [b["dp_comm"] for b in untied] == [0.0] * 4
-    trace = json.loads(SIM.write_trace(tied, CLUSTER, TRAIN, lay, tmp_path / "t.json").read_text())
+    trace = json.loads(SIM.write_trace(job, lay, tmp_path / "t.json").read_text())
     spans = [e for e in trace["traceEvents"] if e.get("name") == "tied embedding grads"]
     assert sorted(e["pid"] for e in spans) == [0, 3]
 
@@ -317,8 +325,9 @@ def test_expert_tp_keeps_whole_experts_and_etp_equal_to_tp_prices_as_before() ->
         for etp in ({}, {"etp": 4}, {"etp": 1})
     ]
     assert layouts[1] == layouts[0] and layouts[2].expert_dp == 4
-    assert all(lay.violations(mixtral, cluster, train) == [] for lay in layouts)
-    default, spelt, whole = (SIM.simulate(mixtral, cluster, train, lay) for lay in layouts)
+    job = Job(model=mixtral, cluster=cluster, train=train)
+    assert all(lay.violations(job) == [] for lay in layouts)
+    default, spelt, whole = (SIM.simulate(job, lay) for lay in layouts)
     assert spelt.as_dict() == default.as_dict()
     extra = 4 * 3 * 4096 * 14336 * (1 - 1 / 4) * 2 / 2**30
     weights = whole.memory_breakdown_gib["weights"] - default.memory_breakdown_gib["weights"]

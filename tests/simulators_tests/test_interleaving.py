@@ -77,11 +77,12 @@ def test_half_empty_chunks_are_no_faster_than_fewer_chunks() -> None:
     # hierarchical simulator, which runs the schedule with each chunk's own costs, has it
     # (45%).
     job = catalog.load_job("deepseek_v3", "h100", ["cluster.num_nodes=32"])
+    simulator = catalog.load_simulator("analytical")
 
     def predicted(vpp: int) -> tuple[float, float]:
         layout = Layout(dp=4, pp=32, cp=2, ep=8, vpp=vpp, micro_batch=2, recompute="full")
-        assert not layout.violations(job.model, job.cluster, job.train)
-        prediction = job.simulator.simulate(job.model, job.cluster, job.train, layout)
+        assert not layout.violations(job)
+        prediction = simulator.simulate(job, layout)
         return prediction.step_time_s, prediction.memory_gib
 
     (four_s, four_gib), (two_s, two_gib) = predicted(4), predicted(2)

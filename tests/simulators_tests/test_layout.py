@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
 from autotune.simulators import ModelSpec
@@ -26,7 +27,7 @@ TRAIN = make_train("megatron_lm", seq_len=4096, global_batch_size=1024)  # even 
 
 
 def _violations(lay: Layout, spec: ModelSpec = LLAMA2_70B, train: TrainSpec = TRAIN) -> list[str]:
-    return lay.violations(spec, CLUSTER_4X8, train)
+    return lay.violations(Job(model=spec, cluster=CLUSTER_4X8, train=train))
 
 
 def test_megatron_reference_layout_is_valid() -> None:
@@ -34,7 +35,7 @@ def test_megatron_reference_layout_is_valid() -> None:
     lay = Layout.resolve(32, tp=8, pp=4)
     assert (lay.dp, lay.sequence_parallel) == (1, True)
     assert _violations(lay) == []
-    lay.check(LLAMA2_70B, CLUSTER_4X8, TRAIN)  # raises nothing
+    lay.check(Job(model=LLAMA2_70B, cluster=CLUSTER_4X8, train=TRAIN))  # raises nothing
     assert lay.num_microbatches(TRAIN) == 1024
 
 
@@ -248,7 +249,7 @@ def test_sequence_parallel_splits_each_cp_ranks_sequence_evenly_over_tp(
 
 def test_broken_rules_name_each_rule_with_its_sentences() -> None:
     lay = Layout(dp=3, tp=3, pp=3, micro_batch=1, sequence_parallel=False)
-    broken = lay.broken_rules(LLAMA2_70B, CLUSTER_4X8, TRAIN)
+    broken = lay.broken_rules(Job(model=LLAMA2_70B, cluster=CLUSTER_4X8, train=TRAIN))
     assert set(broken) <= set(RULE_NAMES)
     assert [s for sentences in broken.values() for s in sentences] == _violations(lay)
     assert broken["heads"] == [
@@ -289,7 +290,7 @@ def test_several_violations_at_once() -> None:
         "recompute_layers=1 needs recompute=full",
     ]
     with pytest.raises(LayoutError) as info:
-        lay.check(LLAMA2_70B, CLUSTER_4X8, TRAIN)
+        lay.check(Job(model=LLAMA2_70B, cluster=CLUSTER_4X8, train=TRAIN))
     assert all(sentence in str(info.value) for sentence in found)
 
 
@@ -349,7 +350,7 @@ DEEPSPEED = make_train("megatron_deepspeed", seq_len=4096, global_batch_size=102
 def test_default_split_when_pp_does_not_divide(train: TrainSpec, split: tuple[int, ...]) -> None:
     lay = Layout(dp=1, tp=8, pp=3, sequence_parallel=True)
     cluster = ascend(3)  # 24 NPUs
-    assert lay.violations(LLAMA2_70B, cluster, train) == []
+    assert lay.violations(Job(model=LLAMA2_70B, cluster=cluster, train=train)) == []
     assert lay.stage_layers(LLAMA2_70B, train) == split
     assert sum(split) == 80
 
@@ -377,15 +378,16 @@ def test_virtual_stages_with_an_uneven_split() -> None:
     lay = Layout(dp=1, tp=8, pp=3, vpp=2, sequence_parallel=True)
     core = make_train("megatron_core", seq_len=4096, global_batch_size=1536)  # m % pp == 0
     deepspeed = make_train("megatron_deepspeed", seq_len=4096, global_batch_size=1536)
-    assert lay.violations(LLAMA2_70B, cluster, core) == []
+    job = Job(model=LLAMA2_70B, cluster=cluster, train=core)
+    assert lay.violations(job) == []
     # chunk (c, r) at index c * pp + r: each stage's layers dealt over its 2 chunks
     assert lay.chunk_layers(LLAMA2_70B, core) == (13, 14, 14, 13, 13, 13)
-    assert lay.violations(LLAMA2_70B, cluster, deepspeed) == [
+    assert lay.violations(Job(model=LLAMA2_70B, cluster=cluster, train=deepspeed)) == [
         "vpp=2: megatron_deepspeed has no virtual pipeline stages"
     ]
     # a chunk may be empty (Megatron: the embedding's or the loss's own virtual stage)
     thin = dataclasses.replace(lay, vpp=2, layer_split=(1, 40, 39))
-    assert thin.violations(LLAMA2_70B, cluster, core) == []
+    assert thin.violations(job) == []
     assert thin.chunk_layers(LLAMA2_70B, core) == (1, 20, 20, 0, 20, 19)
 
 

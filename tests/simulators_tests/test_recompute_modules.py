@@ -9,6 +9,7 @@ import pytest
 
 from autotune import catalog
 from autotune.simulators import ClusterSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import ModelSpec
 from autotune.simulators import SpecError
@@ -73,7 +74,11 @@ def _broken(
     spec = cluster_spec or cluster()
     layout = Layout.resolve(spec.num_devices, recompute=recompute, recompute_modules=modules)
     found = layout.broken_rules(
-        model, spec, make_train(framework, seq_len=32, global_batch_size=8, **train)
+        Job(
+            model=model,
+            cluster=spec,
+            train=make_train(framework, seq_len=32, global_batch_size=8, **train),
+        )
     )
     return [sentence for sentences in found.values() for sentence in sentences]
 
@@ -123,7 +128,7 @@ def test_megatron_cores_own_refusals() -> None:
     assert "(this one runs fp16)" in _broken(TINY_MOE, ("moe_act",), cluster_spec=v100)[0]
     overlap = Layout(dp=8, ep=8, recompute="selective", recompute_modules=("moe",))
     train = make_train(seq_len=32, global_batch_size=8, moe_a2a_overlap=True)
-    broken = overlap.broken_rules(TINY_MOE, cluster(), train)
+    broken = overlap.broken_rules(Job(model=TINY_MOE, cluster=cluster(), train=train))
     assert broken["expert overlap"] == ["moe_a2a_overlap does not run with recompute module moe"]
 
 
@@ -135,7 +140,9 @@ def _price(
 ) -> tuple[float, float, float]:
     """(recompute seconds, TP seconds, activation bytes) of one layout of ``model``."""
     layout = Layout(recompute="selective", recompute_modules=modules)
-    pred = analytical(*overrides).simulate(model, cluster(), train, layout)
+    pred = analytical(*overrides).simulate(
+        Job(model=model, cluster=cluster(), train=train), layout
+    )
     activations = pred.memory_breakdown_gib["activations"] * GIB
     return pred.breakdown["recompute"], pred.breakdown["tp_comm"], activations
 
@@ -186,7 +193,9 @@ def test_analytical_checkpoints_add_their_host_calls() -> None:
 
 
 def _graph(model: ModelSpec, layout: Layout, train: TrainSpec, kind: str = "dense") -> object:
-    return compile_mod.compile_layer(layer_shapes(model, layout, train)[kind])
+    return compile_mod.compile_layer(
+        layer_shapes(Job(model=model, cluster=cluster(), train=train), layout)[kind]
+    )
 
 
 def test_hierarchical_mlp_recompute_by_hand() -> None:
@@ -244,12 +253,13 @@ def test_both_simulators_free_the_same_bytes(
     ep = 8 if spec.is_moe else 1
     base = Layout.resolve(devices, tp=2, ep=ep, **SELECTIVE)
     named = dataclasses.replace(base, recompute_modules=modules)
-    assert not named.violations(spec, node, train)
+    job = Job(model=spec, cluster=node, train=train)
+    assert not named.violations(job)
     freed = {}
     for name in ("analytical", "hierarchical"):
         simulator = catalog.load_simulator(name, ())
         held = [
-            simulator.simulate(spec, node, train, lay).memory_breakdown_gib["activations"]
+            simulator.simulate(job, lay).memory_breakdown_gib["activations"]
             for lay in (base, named)
         ]
         freed[name] = held[0] - held[1]
@@ -272,8 +282,10 @@ def test_a_batch_mixing_module_sets_prices_each_as_alone() -> None:
         )
     ]
     simulator = analytical()
-    batch = simulator.simulate_many(TINY_MOE, cluster(), train, layouts)
+    job = Job(model=TINY_MOE, cluster=cluster(), train=train)
+    batch = simulator.simulate_many(job, layouts)
     for index, layout in enumerate(layouts):
         assert_same(
-            batch.prediction(index), analytical().simulate(TINY_MOE, cluster(), train, layout)
+            batch.prediction(index),
+            analytical().simulate(job, layout),
         )

@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 from autotune import catalog
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import SpecError
 from autotune.simulators.analytical.sharding import ShardComm
@@ -28,6 +29,8 @@ LLAMA = model("llama3_8b")  # 32 dense layers, tied: no; 8B parameters
 H100_2 = catalog.load_cluster("h100", ["cluster.num_nodes=2"])  # 16 GPUs
 CORE = make_train("megatron_core", seq_len=4096, global_batch_size=64)
 DEEPSPEED = make_train("megatron_deepspeed", seq_len=4096, global_batch_size=64)
+CORE_JOB = Job(model=LLAMA, cluster=H100_2, train=CORE)
+DEEPSPEED_JOB = Job(model=LLAMA, cluster=H100_2, train=DEEPSPEED)
 
 
 def _rank_params(tp: int) -> float:
@@ -78,33 +81,33 @@ def test_hybrid_groups_split_the_data_parallel_ranks_in_megatrons_order() -> Non
 
 def test_each_framework_runs_its_own_zero_stages() -> None:
     lay = Layout.resolve(16, tp=2, zero_stage=3)
-    assert lay.violations(LLAMA, H100_2, CORE) == []  # Megatron-FSDP
-    assert lay.violations(LLAMA, H100_2, DEEPSPEED) == []  # DeepSpeed ZeRO-3, pp 1
+    assert lay.violations(CORE_JOB) == []  # Megatron-FSDP
+    assert lay.violations(DEEPSPEED_JOB) == []  # DeepSpeed ZeRO-3, pp 1
     for name in ("megatron_lm", "mindspeed"):
         train = make_train(name, seq_len=4096, global_batch_size=64)
-        assert lay.broken_rules(LLAMA, H100_2, train)["sharding"] == [
+        assert lay.broken_rules(Job(model=LLAMA, cluster=H100_2, train=train))["sharding"] == [
             f"zero_stage=3: {name} runs ZeRO stages 0/1 only"
         ]
 
 
 def test_deepspeeds_pipeline_engine_runs_zero_1_at_most() -> None:
     staged = Layout.resolve(16, tp=2, pp=2, zero_stage=2)
-    assert staged.broken_rules(LLAMA, H100_2, DEEPSPEED)["sharding"] == [
+    assert staged.broken_rules(DEEPSPEED_JOB)["sharding"] == [
         "zero_stage=2 with pp=2: megatron_deepspeed runs ZeRO stages 0/1 with pipeline "
         "parallelism (use pp=1)"
     ]
-    assert staged.violations(LLAMA, H100_2, CORE) == []
+    assert staged.violations(CORE_JOB) == []
 
 
 def test_hybrid_sharding_needs_a_framework_shards_and_replicas_that_divide() -> None:
-    assert Layout.resolve(16, tp=2, dp_replicate=4).violations(LLAMA, H100_2, CORE) == []
+    assert Layout.resolve(16, tp=2, dp_replicate=4).violations(CORE_JOB) == []
     odd = Layout.resolve(16, tp=2, dp_replicate=3, distributed_optimizer=False)
-    assert odd.broken_rules(LLAMA, H100_2, CORE)["sharding"] == [
+    assert odd.broken_rules(CORE_JOB)["sharding"] == [
         "dp_replicate=3 replicates sharded states: it needs distributed_optimizer",
         "dp_replicate=3 does not divide the dp*cp=8 data-parallel ranks",
     ]
     two = Layout.resolve(16, tp=2, dp_replicate=2)
-    assert two.broken_rules(LLAMA, H100_2, DEEPSPEED)["sharding"] == [
+    assert two.broken_rules(DEEPSPEED_JOB)["sharding"] == [
         "dp_replicate=2: megatron_deepspeed has no hybrid sharding"
     ]
 
@@ -132,7 +135,7 @@ def test_each_stage_keeps_its_shards_and_the_layers_in_flight(replicas: int) -> 
         if stage == 0 and replicas > 1:
             continue  # nothing sharded, nothing to replicate
         lay = Layout.resolve(16, tp=2, zero_stage=stage, dp_replicate=replicas)
-        memory = simulator.simulate(LLAMA, H100_2, CORE, lay).memory_breakdown_gib
+        memory = simulator.simulate(CORE_JOB, lay).memory_breakdown_gib
         assert memory["weights"] * GIB == pytest.approx(weights)
         assert memory["gradients"] * GIB == pytest.approx(grads)
         assert memory["optimizer"] * GIB == pytest.approx(optimizer)
@@ -151,7 +154,7 @@ def test_deepspeeds_zero_stages_keep_its_own_bytes() -> None:
         3: (p / 4, p / 4),
     }.items():
         lay = Layout.resolve(16, tp=2, zero_stage=stage)
-        memory = simulator.simulate(LLAMA, H100_2, DEEPSPEED, lay).memory_breakdown_gib
+        memory = simulator.simulate(DEEPSPEED_JOB, lay).memory_breakdown_gib
         assert memory["weights"] * GIB == pytest.approx(weights)
         assert memory["gradients"] * GIB == pytest.approx(grads)
         assert memory["optimizer"] * GIB == pytest.approx(16 * p / 8)
@@ -165,8 +168,8 @@ def test_both_simulators_keep_the_same_shards() -> None:
     assert isinstance(hierarchical, HierarchicalSimulator)
     for stage in (2, 3):
         lay = Layout.resolve(16, tp=2, pp=2, zero_stage=stage, dp_replicate=2)
-        a = analytic.simulate(LLAMA, H100_2, CORE, lay).memory_breakdown_gib
-        h = hierarchical.simulate(LLAMA, H100_2, CORE, lay).memory_breakdown_gib
+        a = analytic.simulate(CORE_JOB, lay).memory_breakdown_gib
+        h = hierarchical.simulate(CORE_JOB, lay).memory_breakdown_gib
         for key in ("weights", "gradients", "optimizer", "unsharded"):
             assert h[key] == pytest.approx(a[key], rel=0.02), (stage, key)
 
@@ -201,7 +204,7 @@ def test_deepspeed_zero_2_reduce_scatters_every_micro_batch_in_the_open() -> Non
     per_microbatch += reduce_s(LLAMA.embedding_params / 2)
     per_microbatch += reduce_s(LLAMA.vocab_size * LLAMA.hidden_size / 2)
     gather_s = all_gather_time_s(_rank_params(tp=2) * 2, group, H100_2)
-    dp_comm = simulator.simulate(LLAMA, H100_2, DEEPSPEED, lay).breakdown["dp_comm"]
+    dp_comm = simulator.simulate(DEEPSPEED_JOB, lay).breakdown["dp_comm"]
     assert dp_comm == pytest.approx(m * per_microbatch + gather_s)
 
 
@@ -219,9 +222,9 @@ def test_hybrid_sharding_all_reduces_each_shard_across_the_replicas() -> None:
     expected = reduce_scatter_time_s(p * 4, shard, H100_2)
     expected += all_reduce_time_s(p * 4 / 4, replicas, H100_2)
     expected += all_gather_time_s(p * 2, shard, H100_2)  # the updated weights, after the step
-    assert simulator.simulate(LLAMA, H100_2, train, lay).breakdown["dp_comm"] == pytest.approx(
-        expected
-    )
+    assert simulator.simulate(Job(model=LLAMA, cluster=H100_2, train=train), lay).breakdown[
+        "dp_comm"
+    ] == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("stage", [2, 3])
@@ -235,9 +238,9 @@ def test_the_vectorized_path_prices_sharding_as_the_scalar_one(stage: int) -> No
         for r in (1, 2)
     ]
     for train in (CORE, DEEPSPEED):
-        batch = simulator.simulate_many(LLAMA, H100_2, train, layouts)
+        batch = simulator.simulate_many(Job(model=LLAMA, cluster=H100_2, train=train), layouts)
         for index, lay in enumerate(layouts):
-            one = simulator.simulate(LLAMA, H100_2, train, lay)
+            one = simulator.simulate(Job(model=LLAMA, cluster=H100_2, train=train), lay)
             assert batch.step_time_s[index] == pytest.approx(one.step_time_s, rel=1e-12)
             assert batch.memory_gib[index] == pytest.approx(one.memory_gib, rel=1e-12)
 
@@ -249,9 +252,10 @@ def test_zero_3_costs_time_where_the_compute_cannot_hide_it() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hierarchical = catalog.load_simulator("hierarchical", ())
+    job = Job(model=LLAMA, cluster=H100_2, train=train)
     for simulator in (analytical(), hierarchical):
-        one = simulator.simulate(LLAMA, H100_2, train, Layout.resolve(16))
-        three = simulator.simulate(LLAMA, H100_2, train, Layout.resolve(16, zero_stage=3))
+        one = simulator.simulate(job, Layout.resolve(16))
+        three = simulator.simulate(job, Layout.resolve(16, zero_stage=3))
         assert three.step_time_s > one.step_time_s
         assert three.memory_gib < one.memory_gib
         assert sum(three.breakdown.values()) == pytest.approx(three.step_time_s)

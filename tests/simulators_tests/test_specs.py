@@ -9,6 +9,7 @@ import pytest
 
 from autotune import catalog
 from autotune.simulators import DeviceSpec
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import LinkSpec
 from autotune.simulators import ModelSpec
@@ -359,8 +360,8 @@ def test_model_card_facts_change_no_prediction() -> None:
         assert bare != card
         train = make_train(seq_len=4096, global_batch_size=64)
         layout = Layout.resolve(cluster.num_devices)
-        assert sim.simulate(card, cluster, train, layout) == sim.simulate(
-            bare, cluster, train, layout
+        assert sim.simulate(Job(model=card, cluster=cluster, train=train), layout) == sim.simulate(
+            Job(model=bare, cluster=cluster, train=train), layout
         )
     assert model("gpt3_175b").positions == "learned_absolute"  # the GPT family's default
     assert model("llama2_7b", position_embedding=None).positions == "rope"

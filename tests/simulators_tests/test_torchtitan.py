@@ -8,6 +8,7 @@ import warnings
 import pytest
 
 from autotune import catalog
+from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators.hierarchical import HierarchicalSimulator
 from tests.simulators_tests._specs import analytical
@@ -18,6 +19,7 @@ GIB = 2**30
 LLAMA = model("llama3_8b")
 H100_2 = catalog.load_cluster("h100", ["cluster.num_nodes=2"])  # 16 GPUs
 TITAN = make_train("torchtitan", seq_len=4096, global_batch_size=64)
+JOB = Job(model=LLAMA, cluster=H100_2, train=TITAN)
 
 
 def _rank_params(tp: int) -> float:
@@ -28,7 +30,7 @@ def _rank_params(tp: int) -> float:
 
 
 def _rules(**values: object) -> dict[str, list[str]]:
-    return Layout.resolve(16, **values).broken_rules(LLAMA, H100_2, TITAN)  # type: ignore[arg-type]
+    return Layout.resolve(16, **values).broken_rules(JOB)  # type: ignore[arg-type]
 
 
 def test_the_facts_name_fsdp2_and_the_v0_2_2_release() -> None:
@@ -60,8 +62,9 @@ def test_its_code_refuses(values: dict, rule: str, words: str) -> None:
 def test_the_sequence_divisor_is_tp_times_two_cp() -> None:
     train = make_train("torchtitan", seq_len=4100, global_batch_size=64)  # 4100 = 4 * 1025
     lay = Layout.resolve(16, tp=4, zero_stage=3)  # SP alone needs 4 | 4100: it does
-    assert any("tp*2*cp=8" in s for s in lay.violations(LLAMA, H100_2, train))
-    assert not Layout.resolve(16, tp=4, zero_stage=3).violations(LLAMA, H100_2, TITAN)
+    broken = lay.violations(Job(model=LLAMA, cluster=H100_2, train=train))
+    assert any("tp*2*cp=8" in s for s in broken)
+    assert not Layout.resolve(16, tp=4, zero_stage=3).violations(JOB)
 
 
 def test_what_it_runs_passes_every_rule() -> None:
@@ -77,7 +80,7 @@ def test_what_it_runs_passes_every_rule() -> None:
 def test_fsdp2_keeps_16_bytes_sharded_and_two_blocks_gathered_in_bf16() -> None:
     """TP 2 over 8 FSDP ranks: 4 + 4 + 8 bytes per parameter over the shard group; in flight
     the fp32 gradients of two blocks and the bf16 weights of the block in use and the next."""
-    memory = analytical().simulate(LLAMA, H100_2, TITAN, Layout.resolve(16, tp=2, zero_stage=3))
+    memory = analytical().simulate(JOB, Layout.resolve(16, tp=2, zero_stage=3))
     p, layer = _rank_params(tp=2), LLAMA.dense_layer_params / 2
     breakdown = memory.memory_breakdown_gib
     assert breakdown["weights"] * GIB == pytest.approx(4 * p / 8)
@@ -97,7 +100,7 @@ def test_under_pp_the_stage_stays_gathered_with_fp32_accumulators() -> None:
     simulators.append(hierarchical)  # type: ignore[arg-type]
     found = []
     for simulator in simulators:
-        breakdown = simulator.simulate(LLAMA, H100_2, TITAN, lay).memory_breakdown_gib
+        breakdown = simulator.simulate(JOB, lay).memory_breakdown_gib
         ratio = breakdown["unsharded"] / breakdown["weights"]
         found.append(breakdown["unsharded"])
         assert ratio == pytest.approx(6 / (4 / 4), rel=1e-6)  # 6 B whole against 4 B over d=4

@@ -22,8 +22,8 @@ from autotune.simulators.collectives import all_to_all_time_s
 from autotune.simulators.collectives import deepep_time_s
 from autotune.simulators.collectives import ring_exchange_time_s
 from autotune.simulators.gemm_table import shape_efficiency
+from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
-from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import DeviceSpec
 from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec
@@ -340,9 +340,7 @@ def _activation_bytes_per_token(
     return norms + attention + lse + mlp + masks
 
 
-def _ulysses_s(
-    model: ModelSpec, token_bytes: float, train: TrainSpec, layout: Layout, cluster: ClusterSpec
-) -> tuple[float, float]:
+def _ulysses_s(job: Job, token_bytes: float, layout: Layout) -> tuple[float, float]:
     """(forward, backward) seconds of the Ulysses all-to-alls on one TP rank, one call per
     tensor over the CP group (``token_bytes``: tokens times the activation bytes).
 
@@ -351,6 +349,7 @@ def _ulysses_s(
     dV; DeepSpeed's style repeats K and V to the query heads (K as wide as Q, V as the output)
     and sends the four gradients (docs/reference.md 3.5).
     """
+    model, cluster, train = job.model, job.cluster, job.train
     group = layout.group("cp", cluster.devices_per_node)
     q_width, out_width = model.q_width / layout.tp, model.attn_out_width / layout.tp
     forward: tuple[float, ...] = (q_width, q_width, out_width, out_width)
@@ -391,10 +390,8 @@ def _hide(seconds: float, idle_s: float) -> tuple[float, float]:
 
 # size: one term per line with its source; splitting would pass the same shapes to every piece
 def layer_times_s(
-    model: ModelSpec,
+    job: Job,
     moe: bool,
-    cluster: ClusterSpec,
-    train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
 ) -> tuple[float, ...]:
@@ -404,13 +401,14 @@ def layer_times_s(
     recompute saves by running the recomputed forward and the backward as one phase. The
     recompute mode only says how often each applies, and what a layer keeps
     (:func:`layer_bytes`)."""
+    model, cluster, train = job.model, job.cluster, job.train
     device = cluster.device
     precision = train.compute_dtype
     act = dtype_bytes(precision)
     tokens = layout.micro_batch * train.seq_len / layout.cp
     gemm_s, gemm_backward_s = _gemms_s(model, moe, tokens, layout, train, device)
     core_flops = tokens * model.core_attention_flops_per_token(train.seq_len) / layout.tp
-    if train.uses_flash_attention(cluster):
+    if job.flash_attention:
         core_s = core_flops / (device.peak_flops(precision) * c.attention_efficiency)
         core_backward_s = c.attention_backward_factor * core_s
     else:
@@ -494,7 +492,7 @@ def layer_times_s(
     cp_pre = (0.0, 0.0)
     if layout.cp > 1 and train.context_exchange == "a2a":
         # Ulysses: all-to-alls around the attention kernel, which waits for them.
-        cp_pre = _ulysses_s(model, tokens * act, train, layout, cluster)
+        cp_pre = _ulysses_s(job, tokens * act, layout)
     elif layout.cp > 1:
         # The ring passes K and V (forward) and K, V, dK, dV (backward) beside attention.
         cp_group = layout.group("cp", cluster.devices_per_node)
@@ -545,21 +543,20 @@ def layer_times_s(
 
 
 def layer_bytes(
-    model: ModelSpec,
+    job: Job,
     moe: bool,
-    cluster: ClusterSpec,
-    train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
 ) -> tuple[float, float, float]:
     """(saved activation bytes, input bytes, core attention's bytes that selective recompute
     rebuilds) of one layer: :class:`LayerCost`'s last fields."""
+    model, train = job.model, job.train
     act = dtype_bytes(train.compute_dtype)
     tokens = layout.micro_batch * train.seq_len / layout.cp
     seq_shard = layout.tp if layout.sequence_parallel else 1
     linear_in = 1 if train.fp8 else act
     dropout = train.drops_out(model)
-    flash = train.uses_flash_attention(cluster)
+    flash = job.flash_attention
     weighted = train.framework.moe_weighted_activation
     activation_bytes = tokens * _activation_bytes_per_token(
         model, moe, layout, act, linear_in, dropout, flash, weighted

@@ -51,6 +51,7 @@ from autotune.simulators.device_memory import churning_grad_bytes
 from autotune.simulators.device_memory import fragmentation_bytes
 from autotune.simulators.device_memory import reserved_bytes
 from autotune.simulators.interleaving import unequal_chunks
+from autotune.simulators.job import Job
 from autotune.simulators.layout import LAYER_COST_FIELDS
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import ZERO_GRADS
@@ -58,7 +59,6 @@ from autotune.simulators.layout import ZERO_PARAMS
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import Prediction
 from autotune.simulators.specs import ClusterSpec
-from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec
 from autotune.simulators.states import StateBytes
 from autotune.simulators.states import fp8_primary_params
@@ -125,15 +125,15 @@ class JobPrices:
         "vpp",
     )
 
-    def __init__(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, c: AnalyticalConstants
-    ) -> None:
-        self.model, self.cluster, self.train, self.constants = model, cluster, train, c
-        self.params = ModelParams.of(model)
+    def __init__(self, job: Job, c: AnalyticalConstants) -> None:
+        self.job, self.constants = job, c
+        # the specs on their own, read on every layout
+        self.model, self.cluster, self.train = job.model, job.cluster, job.train
+        self.params = ModelParams.of(job.model)
         self.rates = JobRates(
-            tokens_per_step=train.tokens_per_step,
-            model_flops=model.flops_per_token(train.seq_len) * train.tokens_per_step,
-            peak_flops=cluster.device.peak_flops(train.precision),  # FP8: of the FP8 peak
+            tokens_per_step=job.train.tokens_per_step,
+            model_flops=job.model_flops_per_step,
+            peak_flops=job.peak_flops,  # FP8: of the FP8 peak
         )
         self._layers: dict[tuple[object, ...], tuple[LayerCost, LayerCost]] = {}
         self._layer_times: dict[object, tuple[tuple[float, ...], tuple[float, ...]]] = {}
@@ -167,9 +167,9 @@ class JobPrices:
         self, part: Callable[..., tuple[float, ...]], layout: Layout
     ) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """``part`` of the dense and the MoE layer (the dense one twice for a dense model)."""
-        model, cluster, train, c = self.model, self.cluster, self.train, self.constants
-        dense = part(model, False, cluster, train, layout, c)
-        return dense, part(model, True, cluster, train, layout, c) if model.is_moe else dense
+        job, c = self.job, self.constants
+        dense = part(job, False, layout, c)
+        return dense, part(job, True, layout, c) if job.model.is_moe else dense
 
     def reserved_bytes(self, layout: Layout) -> float:
         """What the rank holds outside the allocator: the simulator's fixed figure where it
@@ -199,7 +199,7 @@ class JobPrices:
         seconds = self._p2p.get(key)
         if seconds is None:
             tokens = layout.micro_batch * self.train.seq_len / layout.cp
-            seconds = _p2p_s(self.model, self.cluster, self.train, layout, tokens)
+            seconds = _p2p_s(self.job, layout, tokens)
             self._p2p[key] = seconds
         return seconds
 
@@ -222,7 +222,7 @@ class JobPrices:
         logits = self._logits.get(key)
         if logits is None:
             tokens = layout.micro_batch * self.train.seq_len / layout.cp
-            logits = _logits(self.model, self.cluster, self.train, layout, tokens)
+            logits = _logits(self.job, layout, tokens)
             self._logits[key] = logits
         return logits
 
@@ -506,9 +506,7 @@ def _pipeline(job: JobPrices, layout: Layout, accumulate_s: tuple[float, float])
     return _Pipeline(shape, stages, slowest, bubble_s)
 
 
-def _p2p_s(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout, tokens: float
-) -> tuple[float, float]:
+def _p2p_s(job: Job, layout: Layout, tokens: float) -> tuple[float, float]:
     """A micro-batch's transfer over each of the two pipeline boundaries of the rank whose
     links are slowest, the slower first (docs/reference.md 7.3).
 
@@ -519,6 +517,7 @@ def _p2p_s(
     per node crosses one at every boundary; in between, the stages at a node's edge have one
     boundary on each kind of link.
     """
+    model, cluster, train = job.model, job.cluster, job.train
     if layout.pp == 1:
         return 0.0, 0.0
     act = dtype_bytes(train.compute_dtype)
@@ -539,13 +538,12 @@ def _p2p_s(
 
 
 def _logits(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    train: TrainSpec,
+    job: Job,
     layout: Layout,
     tokens: float,
 ) -> tuple[float, float]:
     """(seconds, bytes) of the output layer and loss of one micro-batch on the last stage."""
+    model, cluster, train = job.model, job.cluster, job.train
     vocab = model.vocab_size / layout.tp
     seconds = sum(
         gemm_pass_s(tokens, model.hidden_size, vocab, cluster.device, train.compute_dtype)

@@ -23,11 +23,11 @@ from autotune.simulators.analytical.layer import dtype_bytes
 from autotune.simulators.analytical.layer import layer_bytes
 from autotune.simulators.analytical.layer import layer_times_s
 from autotune.simulators.collectives import all_reduce_time_s
+from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
 from autotune.simulators.recompute_modules import DEFAULT_MODULES
 from autotune.simulators.recompute_modules import layer_modules
 from autotune.simulators.recompute_modules import standalone_norms
-from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec
 
@@ -37,30 +37,26 @@ Gemm = tuple[float, float, float, float]  # (m, k, n, count) of a linear layer
 
 
 def layer_times_with_modules(
-    model: ModelSpec,
+    job: Job,
     moe: bool,
-    cluster: ClusterSpec,
-    train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
 ) -> tuple[float, ...]:
     """:func:`.layer.layer_times_s` and the three seconds :func:`module_times_s` adds."""
-    base = layer_times_s(model, moe, cluster, train, layout, c)
-    return (*base, *module_times_s(model, moe, cluster, train, layout, c, base))
+    base = layer_times_s(job, moe, layout, c)
+    return (*base, *module_times_s(job, moe, layout, c, base))
 
 
 def layer_bytes_with_modules(
-    model: ModelSpec,
+    job: Job,
     moe: bool,
-    cluster: ClusterSpec,
-    train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
 ) -> tuple[float, ...]:
     """:func:`.layer.layer_bytes` with what the module checkpoints free taken from the saved
     activations, and those bytes (rebuilt in the layer's backward) last."""
-    saved, inputs, core = layer_bytes(model, moe, cluster, train, layout, c)
-    freed = freed_bytes(model, moe, cluster, train, layout)
+    saved, inputs, core = layer_bytes(job, moe, layout, c)
+    freed = freed_bytes(job, moe, layout)
     return saved - freed, inputs, core, freed
 
 
@@ -73,10 +69,8 @@ def _modules(layout: Layout, model: ModelSpec, moe: bool) -> tuple[str, ...]:
 
 
 def module_times_s(
-    model: ModelSpec,
+    job: Job,
     moe: bool,
-    cluster: ClusterSpec,
-    train: TrainSpec,
     layout: Layout,
     c: AnalyticalConstants,
     base: tuple[float, ...],
@@ -88,12 +82,13 @@ def module_times_s(
     their share of its TP transfers, all its EP all-to-alls for ``moe``. The checkpoints' host
     calls cost what they exceed the passes' margins by, beyond core attention's own
     (``checkpoint_s``)."""
+    model, train = job.model, job.train
     modules = _modules(layout, model, moe)
     if not modules:
         return 0.0, 0.0, 0.0
     fused = train.framework.fused_norm_linear
-    forward_s = sum(_forward_s(name, model, moe, cluster, train, layout) for name in modules)
-    tp_s = _tp_share(modules, model, moe, cluster, train, layout) * base[3]
+    forward_s = sum(_forward_s(name, job, moe, layout) for name in modules)
+    tp_s = _tp_share(modules, job, moe, layout) * base[3]
     ep_s = base[5] if "moe" in modules else 0.0
     count = sum(standalone_norms(model, moe, fused) if m == "layernorm" else 1 for m in modules)
     core = int("core_attn" in (layout.recompute_modules or DEFAULT_MODULES))
@@ -115,14 +110,13 @@ def _checkpoints_s(count: int, base: tuple[float, ...], c: AnalyticalConstants) 
 
 def _tp_share(
     modules: tuple[str, ...],
-    model: ModelSpec,
+    job: Job,
     moe: bool,
-    cluster: ClusterSpec,
-    train: TrainSpec,
     layout: Layout,
 ) -> float:
     """The share of a layer's forward TP transfers inside the modules: a dense MLP's, the
     shared experts', the routed experts' gathers over ETP (:func:`.layer._tp_transfers`)."""
+    model, cluster, train = job.model, job.cluster, job.train
     act = dtype_bytes(train.compute_dtype)
     tokens = layout.micro_batch * train.seq_len / layout.cp
     tp_bytes = tokens * model.hidden_size * act
@@ -142,12 +136,11 @@ def _tp_share(
     return sum(inside.get(name, 0.0) for name in modules) / total
 
 
-def _forward_s(
-    name: str, model: ModelSpec, moe: bool, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-) -> float:
+def _forward_s(name: str, job: Job, moe: bool, layout: Layout) -> float:
     """Device seconds of one module's forward: its GEMMs (FP8 where the step runs them, with
     their input casts; the router's in the compute dtype) and its memory-bound traffic, as
     :func:`.layer.layer_times_s` prices the layer's."""
+    model, cluster, train = job.model, job.cluster, job.train
     device = cluster.device
     act = dtype_bytes(train.compute_dtype)
     tokens = layout.micro_batch * train.seq_len / layout.cp
@@ -203,11 +196,10 @@ def _module_work(
     return [kv_up, q_up], rope
 
 
-def freed_bytes(
-    model: ModelSpec, moe: bool, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-) -> float:
+def freed_bytes(job: Job, moe: bool, layout: Layout) -> float:
     """Bytes of one layer's saved activations that the checkpoints of its recomputed
     modules (under selective recompute, core attention apart) free, for one micro-batch."""
+    model, train = job.model, job.train
     modules = [m for m in layer_modules(layout.recomputed_modules, model, moe) if m != "core_attn"]
     if "moe" in modules:  # the MoE layer's checkpoint frees what its parts' would
         modules = [m for m in modules if m not in ("moe_act", "shared_experts")]

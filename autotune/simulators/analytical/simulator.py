@@ -32,11 +32,9 @@ from autotune.simulators.base import Simulator
 from autotune.simulators.calibration import Calibration
 from autotune.simulators.calibration import calibrate_constants
 from autotune.simulators.calibration import constant_values
+from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import Prediction
-from autotune.simulators.specs import ClusterSpec
-from autotune.simulators.specs import ModelSpec
-from autotune.simulators.specs import TrainSpec
 
 __all__ = ["AnalyticalSimulator"]
 
@@ -63,26 +61,22 @@ class AnalyticalSimulator(Simulator):
 
     def __init__(self, constants: AnalyticalConstants) -> None:
         self.constants = constants
-        self._jobs: dict[tuple[ModelSpec, ClusterSpec, TrainSpec], JobPrices] = {}
+        self._jobs: dict[Job, JobPrices] = {}
         self._last: JobPrices | None = None
 
     @classmethod
     def from_config(cls, constants: Mapping[str, Any]) -> AnalyticalSimulator:
         return cls(AnalyticalConstants.from_mapping(constants))
 
-    def simulate(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> Prediction:
-        return simulate_layout(self._job(model, cluster, train), layout)
+    def simulate(self, job: Job, layout: Layout) -> Prediction:
+        return simulate_layout(self._prices(job), layout)
 
-    def simulate_many(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layouts: Sequence[Layout]
-    ) -> BatchPrediction:
+    def simulate_many(self, job: Job, layouts: Sequence[Layout]) -> BatchPrediction:
         """Price ``layouts`` at once with numpy: the numbers of :meth:`simulate`, as arrays.
 
         Like :meth:`simulate`, it assumes every layout is valid.
         """
-        return simulate_batch(self._job(model, cluster, train), layouts)
+        return simulate_batch(self._prices(job), layouts)
 
     def calibrated(self, calibration: Calibration) -> AnalyticalSimulator:
         return AnalyticalSimulator(
@@ -92,12 +86,11 @@ class AnalyticalSimulator(Simulator):
     def calibrated_values(self) -> dict[str, float]:
         return constant_values(self.constants, self.calibrated_constants)
 
-    def _job(self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> JobPrices:
-        job = self._last
-        if job is None or (job.model, job.cluster, job.train) != (model, cluster, train):
-            key = (model, cluster, train)
-            job = self._jobs.get(key)
-            if job is None:
-                job = self._jobs[key] = JobPrices(model, cluster, train, self.constants)
-            self._last = job
-        return job
+    def _prices(self, job: Job) -> JobPrices:
+        prices = self._last
+        if prices is None or prices.job != job:
+            prices = self._jobs.get(job)
+            if prices is None:
+                prices = self._jobs[job] = JobPrices(job, self.constants)
+            self._last = prices
+        return prices

@@ -13,10 +13,10 @@ from dataclasses import fields
 from dataclasses import replace
 from typing import Any
 
+from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
 from autotune.simulators.recompute_modules import DEFAULT_MODULES
 from autotune.simulators.recompute_modules import layer_modules
-from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec
 from autotune.simulators.specs import gpt_family
@@ -250,25 +250,21 @@ class LayerGraph:
 
 
 # size: one keyword per LayerShape field, each derived from the job in one line
-def layer_shapes(
-    model: ModelSpec,
-    layout: Layout,
-    train: TrainSpec,
-    cluster: ClusterSpec | None = None,
-) -> dict[str, LayerShape]:
-    """Per-rank shapes of every layer kind of ``model`` under ``layout``.
+def layer_shapes(job: Job, layout: Layout) -> dict[str, LayerShape]:
+    """Per-rank shapes of every layer kind of the job's model under ``layout``.
 
-    Attention is fused (flash) when ``train.uses_flash_attention(cluster)`` (without a cluster:
-    ``train.flash_attention``); otherwise Megatron's unfused path, with its attention dropout
-    where the run drops out (:meth:`simulators.TrainSpec.drops_out`, as the hidden dropout).
+    Attention is fused (flash) where the job runs it (``Job.flash_attention``); otherwise
+    Megatron's unfused path, with its attention dropout where the run drops out
+    (:meth:`simulators.TrainSpec.drops_out`, as the hidden dropout).
 
     Keys: ``embedding``, ``head``, and ``dense`` and/or ``moe`` for the decoder layers.
     TP divides heads (KV heads replicate when TP exceeds them), FFN widths and the vocabulary;
     SP and CP divide the sequence; EP divides the routed experts and ETP their FFN width (the
     shared experts are a dense MLP, split by TP).
     """
+    model, train = job.model, job.train
     tp, cp = layout.tp, layout.cp
-    flash = train.uses_flash_attention(cluster) if cluster else train.flash_attention
+    flash = job.flash_attention
     dropout = train.drops_out(model)
     seq_q = train.seq_len // cp
     base = LayerShape(

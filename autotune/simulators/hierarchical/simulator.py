@@ -36,6 +36,7 @@ from autotune.simulators.hierarchical.sharding import grad_buckets
 from autotune.simulators.hierarchical.sharding import shard_comm_s
 from autotune.simulators.hierarchical.sharding import with_sharding
 from autotune.simulators.hierarchical.trace import write_chrome_trace
+from autotune.simulators.job import Job
 from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.layout import ZERO_PARAMS
 from autotune.simulators.layout import Layout
@@ -116,37 +117,27 @@ class HierarchicalSimulator(Simulator):
             inter_node=dataclasses.replace(cluster.inter_node, efficiency=comm),
         )
 
-    def simulate(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> Prediction:
+    def simulate(self, job: Job, layout: Layout) -> Prediction:
         """Predict one layout; ``detail`` holds every view but the event timeline."""
-        return self._predict(model, cluster, train, layout, record=False)
+        return self._predict(job, layout, record=False)
 
-    def simulate_timeline(
-        self, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout
-    ) -> Prediction:
+    def simulate_timeline(self, job: Job, layout: Layout) -> Prediction:
         """:meth:`simulate`, plus the event timeline in ``detail["timeline"]``.
 
         The timeline holds seven numbers per block and transfer of every pipeline rank (about
         half a MiB for 256 micro-batches on 4 x 2 virtual stages), so the plain prediction,
         which a search keeps for every layout it prices, leaves it out.
         """
-        return self._predict(model, cluster, train, layout, record=True)
+        return self._predict(job, layout, record=True)
 
     # size: the step assembled from the ranks' timelines, the schedule and memory in one pass
-    def _predict(
-        self,
-        model: ModelSpec,
-        cluster: ClusterSpec,
-        train: TrainSpec,
-        layout: Layout,
-        record: bool,
-    ) -> Prediction:
+    def _predict(self, job: Job, layout: Layout, record: bool) -> Prediction:
         from autotune.simulators.hierarchical.compile import compile_layer  # torch loads here
 
         consts = self.constants
-        cluster = self.effective_cluster(cluster)
-        shapes = layer_shapes(model, layout, train, cluster)
+        job = dataclasses.replace(job, cluster=self.effective_cluster(job.cluster))
+        model, cluster, train = job.model, job.cluster, job.train
+        shapes = layer_shapes(job, layout)
         graphs = {kind: compile_layer(s) for kind, s in shapes.items()}
         roofline = RooflineCost(
             device=cluster.device, precision=train.compute_dtype, efficiency=consts.efficiency
@@ -259,22 +250,13 @@ class HierarchicalSimulator(Simulator):
             breakdown=breakdown,
             memory_breakdown_gib=worst,
             tokens_per_s_per_device=tokens / step_s / world,
-            mfu=model.flops_per_token(train.seq_len)
-            * tokens
-            / (step_s * world * cluster.device.peak_flops(train.precision)),
+            mfu=job.model_flops_per_step / (step_s * world * job.peak_flops),
             detail=detail,
         )
 
-    def write_trace(
-        self,
-        model: ModelSpec,
-        cluster: ClusterSpec,
-        train: TrainSpec,
-        layout: Layout,
-        path: str | Path,
-    ) -> Path:
+    def write_trace(self, job: Job, layout: Layout, path: str | Path) -> Path:
         """Simulate the layout and write its timeline as a Chrome trace (Perfetto)."""
-        return write_chrome_trace(self.simulate_timeline(model, cluster, train, layout), path)
+        return write_chrome_trace(self.simulate_timeline(job, layout), path)
 
     # size: one pipeline rank's timeline: every layer kind and its chunks in one loop
     def _rank(

@@ -1,0 +1,237 @@
+"""What a simulator's step time misses, as a model whose uncertainty the probe loop carries.
+
+The residual of a layout is ``r = log(measured step time / predicted step time)``. Within one
+job it is modelled as a sum of Gaussian parts:
+
+    r = mean + job + sum over layout fields f of part_f[value of f] + own
+
+- ``mean``: what the simulator misses on every job (a fixed number);
+- ``job``: what it misses on this job, shared by every layout of it (sd ``level``);
+- ``part_f[v]``: what it misses on the layouts of this job whose field ``f`` (tp, pp, dp, the
+  micro-batch, the recompute mode, ...) has the value ``v``, shared by exactly those layouts
+  (sd ``widths[f]``): the collectives of one TP group size, the bubble and sends of one
+  pipeline depth, the GEMM shapes of one micro-batch;
+- ``own``: what belongs to one layout alone, measurement noise included (sd ``own``).
+
+Two layouts of a job thus have correlated residuals, the more so the more field values they
+share. Conditioning on the measured layouts of a job (:func:`belief`) is exact Gaussian
+algebra: one probe moves the job's level and the parts of its own field values, so a layout
+that shares its TP degree with a probe slower than predicted is expected slower too, and a
+layout that shares nothing with the probes keeps most of its uncertainty. The priors give way
+as the probes add up.
+
+The sds and the mean are not set by hand: :func:`estimate` takes them by maximum marginal
+likelihood (empirical Bayes) over the residuals of measured jobs (the shipped rows, or, in the
+benchmark, every other source's rows), each source weighing the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.simulators import Layout
+from autotune.simulators.layout import LAYOUT_FIELDS
+
+__all__ = ["Belief", "ResidualModel", "belief", "estimate", "field_codes"]
+
+_SD_BOUNDS = (1e-3, 1.0)  # an sd of a log residual: 0.1 % to e (beyond: no evidence of it)
+_MEAN_BOUND = 1.0  # the mean log residual within [-1, 1] (predictions off by at most e)
+_START_SD = 0.05  # where the search for the sds starts
+_SHOWN = 3  # fields named in the model's one-line text (the largest parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ResidualModel:
+    """The prior of a job's step-time residuals (log measured / predicted): module docstring.
+
+    ``widths`` holds the sd of the part of each layout field, in :data:`LAYOUT_FIELDS` order;
+    ``scenarios`` and ``sources`` count the measured jobs it was estimated on.
+    """
+
+    mean: float
+    level: float
+    own: float
+    widths: tuple[tuple[str, float], ...]
+    scenarios: int = 0
+    sources: int = 0
+
+    def covariance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Prior covariance of the residuals of layouts ``a`` and ``b`` (field codes, one
+        row per layout) without the ``own`` part (add it on the diagonal of a layout with
+        itself)."""
+        cov = np.full((len(a), len(b)), self.level**2)
+        for f, (_, width) in enumerate(self.widths):
+            cov += width**2 * (a[:, f, None] == b[None, :, f])
+        return cov
+
+    @property
+    def sd(self) -> float:
+        """The prior sd of one layout's residual (every part together)."""
+        return math.sqrt(self.level**2 + self.own**2 + sum(w**2 for _, w in self.widths))
+
+    def text(self) -> str:
+        """The model in one line: the sds that matter, in percent of the step time."""
+        largest = sorted(self.widths, key=lambda item: -item[1])[:_SHOWN]
+        parts = [f"{name} {100 * w:.1f}%" for name, w in largest]
+        return (
+            f"measured / predicted x{math.exp(self.mean):.3f} on average, sd {100 * self.sd:.1f}%"
+            f": {100 * self.own:.1f}% a layout's own, {100 * self.level:.1f}% the job's"
+            + (f", per value of {', '.join(parts)}" if parts else "")
+            + f" (estimated on {self.scenarios} measured jobs of {self.sources} sources)"
+        )
+
+
+def field_codes(layouts: Sequence[Layout]) -> np.ndarray:
+    """One integer per layout and field: layouts with the same value of a field share its code
+    (codes are comparable within one call only)."""
+    codes = np.zeros((len(layouts), len(LAYOUT_FIELDS)), dtype=np.int64)
+    for f, name in enumerate(LAYOUT_FIELDS):
+        seen: dict[Hashable, int] = {}
+        for i, layout in enumerate(layouts):
+            codes[i, f] = seen.setdefault(getattr(layout, name), len(seen))
+    return codes
+
+
+@dataclass(frozen=True, slots=True)
+class Belief:
+    """Per layout: the mean and variance of its log step time given the measured ones (a
+    measured layout: its log measured time, variance 0)."""
+
+    mean: np.ndarray
+    var: np.ndarray
+
+    @property
+    def expected_s(self) -> np.ndarray:
+        """The expected step time (the mean of the log-normal)."""
+        return np.asarray(np.exp(self.mean + self.var / 2))
+
+
+def belief(
+    model: ResidualModel,
+    log_predicted: np.ndarray,
+    codes: np.ndarray,
+    measured: Mapping[int, float],
+) -> Belief:
+    """The log step time of every layout given the measured step times (position -> seconds).
+
+    Gaussian conditioning on the measured residuals: mean ``m + S_xa S_aa^-1 (r_a - m)``,
+    variance ``S_xx - S_xa S_aa^-1 S_ax``.
+    """
+    n = len(log_predicted)
+    prior_var = model.level**2 + sum(w**2 for _, w in model.widths) + model.own**2
+    mean = log_predicted + model.mean
+    var = np.full(n, prior_var)
+    if measured:
+        known = np.array(sorted(measured), dtype=int)
+        r = np.log([measured[int(i)] for i in known]) - log_predicted[known] - model.mean
+        s_aa = model.covariance(codes[known], codes[known]) + model.own**2 * np.eye(len(known))
+        s_xa = model.covariance(codes, codes[known])
+        s_xa[known, np.arange(len(known))] += model.own**2
+        solved = np.linalg.solve(s_aa, np.column_stack([r, s_xa.T]))
+        mean = mean + s_xa @ solved[:, 0]
+        var = np.maximum(var - np.einsum("ij,ji->i", s_xa, solved[:, 1:]), 0.0)
+        mean[known] = np.log([measured[int(i)] for i in known])
+        var[known] = 0.0
+    return Belief(mean=mean, var=var)
+
+
+# size: the marginal likelihood and its gradient, over jobs batched by their number of layouts
+def _negative_log_likelihood(
+    theta: np.ndarray, batches: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
+) -> tuple[float, np.ndarray]:
+    """Weighted negative log marginal likelihood of the jobs' residuals, and its gradient in
+    ``theta`` = (mean, log level, log own, log width of each field)."""
+    mean, log_level, log_own = theta[:3]
+    widths2 = np.exp(2 * theta[3:])
+    total = 0.0
+    grad = np.zeros_like(theta)
+    for r, same, weight in batches:  # r: (jobs, n); same: (jobs, fields, n, n); weight: (jobs,)
+        n = r.shape[1]
+        cov = (
+            np.exp(2 * log_level)
+            + np.einsum("f,bfij->bij", widths2, same)
+            + np.exp(2 * log_own) * np.eye(n)
+        )
+        inverse = np.linalg.inv(cov)
+        _, logdet = np.linalg.slogdet(cov)
+        d = r - mean
+        alpha = np.einsum("bij,bj->bi", inverse, d)
+        total += float(np.sum(weight * 0.5 * (np.sum(d * alpha, axis=1) + logdet)))
+        q = 0.5 * weight[:, None, None] * (inverse - alpha[:, :, None] * alpha[:, None, :])
+        grad[0] -= float(np.sum(weight * alpha.sum(axis=1)))
+        grad[1] += float(q.sum()) * 2 * np.exp(2 * log_level)
+        grad[2] += float(np.trace(q, axis1=1, axis2=2).sum()) * 2 * np.exp(2 * log_own)
+        grad[3:] += np.einsum("bij,bfij->f", q, same) * 2 * widths2
+    return total, grad
+
+
+def estimate(
+    residuals: np.ndarray,
+    jobs: Sequence[Hashable],
+    sources: Sequence[str],
+    codes: np.ndarray,
+    names: Sequence[str] = LAYOUT_FIELDS,
+) -> ResidualModel:
+    """The model's sds and mean by maximum marginal likelihood over measured jobs.
+
+    Args:
+        residuals: log(measured / predicted) of each measured layout that ran.
+        jobs: the job (scenario) of each; the layouts of one job share its parts.
+        sources: the source of each; every source weighs the same in the likelihood (a
+            source's jobs share its weight), as in the benchmark's "across sources".
+        codes: :func:`field_codes` of the layouts (compared within a job only).
+        names: the fields of the columns of ``codes`` (none: a model of the job's part and
+            each layout's own part alone).
+    """
+    from scipy.optimize import minimize  # imported on first use (about half a second)
+
+    batches = _batches(residuals, jobs, sources, codes)
+    low, high = (math.log(b) for b in _SD_BOUNDS)
+    start = np.r_[float(np.mean(residuals)), np.full(2 + codes.shape[1], math.log(_START_SD))]
+    bounds = [(-_MEAN_BOUND, _MEAN_BOUND)] + [(low, high)] * (2 + codes.shape[1])
+    solution = minimize(
+        _negative_log_likelihood, start, (batches,), "L-BFGS-B", jac=True, bounds=bounds
+    )
+    theta = solution.x
+    return ResidualModel(
+        mean=float(theta[0]),
+        level=float(math.exp(theta[1])),
+        own=float(math.exp(theta[2])),
+        widths=tuple((name, float(math.exp(v))) for name, v in zip(names, theta[3:], strict=True)),
+        scenarios=len(set(jobs)),
+        sources=len(set(sources)),
+    )
+
+
+def _batches(
+    residuals: np.ndarray, jobs: Sequence[Hashable], sources: Sequence[str], codes: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The jobs batched by their number of layouts: residuals, same-value indicators per field
+    and each job's weight (every source weighing the same)."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, job in enumerate(jobs):
+        groups.setdefault(job, []).append(i)
+    per_source: dict[str, int] = {}
+    for members in groups.values():
+        per_source[sources[members[0]]] = per_source.get(sources[members[0]], 0) + 1
+    by_size: dict[int, list[tuple[np.ndarray, np.ndarray, float]]] = {}
+    for members in groups.values():
+        index = np.array(members)
+        c = codes[index]
+        same = (c.T[:, :, None] == c.T[:, None, :]).astype(float)  # (fields, n, n)
+        weight = len(groups) / len(per_source) / per_source[sources[members[0]]]
+        by_size.setdefault(len(members), []).append((residuals[index], same, weight))
+    return [
+        (
+            np.stack([g[0] for g in group]),
+            np.stack([g[1] for g in group]),
+            np.array([g[2] for g in group]),
+        )
+        for group in by_size.values()
+    ]

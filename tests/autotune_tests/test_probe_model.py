@@ -1,0 +1,189 @@
+"""The probe loop's model: the step-time residuals and their estimate, the memory belief, the
+expected improvement, the next probes, the stop rule and the pick."""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+from autotune import catalog
+from autotune.calibrate._memory import Observation
+from autotune.calibrate._memory import memory_belief
+from autotune.calibrate._priors import shipped_priors
+from autotune.calibrate._probe import Candidates
+from autotune.calibrate._probe import Probed
+from autotune.calibrate._probe import ProbeSettings
+from autotune.calibrate._probe import expected_improvement
+from autotune.calibrate._probe import next_probes
+from autotune.calibrate._probe import outlook
+from autotune.calibrate._probe import pick
+from autotune.calibrate._residuals import ResidualModel
+from autotune.calibrate._residuals import belief
+from autotune.calibrate._residuals import estimate
+from autotune.simulators.layout import LAYOUT_FIELDS
+
+TP = LAYOUT_FIELDS.index("tp")
+STOP = ProbeSettings(stop_gain=0.01, stop_probability=0.05)
+
+
+def _model(level: float = 0.05, own: float = 0.03, tp: float = 0.15) -> ResidualModel:
+    widths = tuple((name, tp if name == "tp" else 0.0) for name in LAYOUT_FIELDS)
+    return ResidualModel(mean=0.2, level=level, own=own, widths=widths)
+
+
+def _codes(tp: list[int]) -> np.ndarray:
+    codes = np.zeros((len(tp), len(LAYOUT_FIELDS)), dtype=np.int64)
+    codes[:, TP] = tp
+    return codes
+
+
+def _candidates(
+    predicted: list[float], tp: list[int], memory: list[float] | None = None
+) -> Candidates:
+    n = len(predicted)
+    return Candidates(
+        log_predicted=np.log(predicted),
+        codes=_codes(tp),
+        memory_gib=np.array(memory or [10.0] * n),
+        device_gib=np.full(n, 80.0),
+        memory=memory_belief(0.2, 0.5),
+    )
+
+
+def test_the_belief_is_gaussian_conditioning_on_the_measured_residuals() -> None:
+    """Rebuilt by hand from the full covariance: a probe of tp 2 moves the other tp 2 layout
+    most, a tp 4 layout only by the job's level."""
+    model = _model()
+    predicted = np.log([1.0, 1.1, 1.2, 1.3])
+    codes = _codes([2, 2, 4, 8])
+    found = belief(model, predicted, codes, {0: 1.5})
+    cov = model.level**2 + model.widths[TP][1] ** 2 * (codes[:, TP, None] == codes[None, :, TP])
+    cov = cov + model.own**2 * np.eye(4)
+    r = math.log(1.5) - predicted[0] - model.mean
+    mean = predicted + model.mean + cov[:, 0] / cov[0, 0] * r
+    var = np.diag(cov) - cov[:, 0] ** 2 / cov[0, 0]
+    assert found.mean[1:] == pytest.approx(mean[1:])
+    assert found.var[1:] == pytest.approx(var[1:])
+    assert (found.mean[0], found.var[0]) == (pytest.approx(math.log(1.5)), 0.0)
+    moved = found.mean - (predicted + model.mean)
+    assert moved[2] == pytest.approx(moved[3])  # the job's level alone
+    assert moved[1] > moved[2] > 0  # the same tp moves most
+    assert found.expected_s[2] == pytest.approx(math.exp(found.mean[2] + found.var[2] / 2))
+
+
+def test_the_estimate_recovers_the_sds_it_was_drawn_with() -> None:
+    rng = np.random.default_rng(0)
+    truth = _model(level=0.08, own=0.04, tp=0.12)
+    residuals, jobs, sources, codes = [], [], [], []
+    for job in range(400):
+        tp = rng.integers(0, 4, 6)
+        c = _codes(list(tp))
+        cov = truth.covariance(c, c) + truth.own**2 * np.eye(6)
+        residuals += list(rng.multivariate_normal(np.full(6, truth.mean), cov))
+        jobs += [job] * 6
+        sources += [f"s{job % 4}"] * 6
+        codes.append(c)
+    found = estimate(np.array(residuals), jobs, sources, np.vstack(codes))
+    assert found.mean == pytest.approx(0.2, abs=0.02)
+    assert found.own == pytest.approx(0.04, rel=0.1)
+    assert dict(found.widths)["tp"] == pytest.approx(0.12, rel=0.15)
+    total = found.level**2 + sum(w**2 for name, w in found.widths if name != "tp")
+    assert math.sqrt(total) == pytest.approx(0.08, rel=0.15)  # fields constant in a job: its level
+    assert (found.scenarios, found.sources) == (400, 4)
+
+
+def test_expected_improvement_is_the_integral_it_stands_for() -> None:
+    mean, var, best = math.log(1.0), 0.04, 1.05
+    sd = math.sqrt(var)
+    density = NormalDist(mean, sd).pdf
+    by_hand, _ = integrate.quad(lambda x: max(0.0, best - math.exp(x)) * density(x), -3, 3)
+    found = expected_improvement(best, np.array([mean]), np.array([var]))[0]
+    assert found == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_no_probe_means_fitting_with_the_margin_is_a_95_percent_chance() -> None:
+    memory = memory_belief(0.2, 0.4)
+    assert memory.margin == pytest.approx(0.2, rel=1e-3)
+    assert memory.factor == pytest.approx(1.0)
+    room = np.log([1.2, 1.3, 1.1])  # device / predicted peak
+    sd = math.log(1.2) / NormalDist().inv_cdf(0.95)
+    assert memory.fit_chance(room) == pytest.approx(
+        [NormalDist(0, sd).cdf(r) for r in room], abs=1e-3
+    )
+
+
+def test_an_out_of_memory_probe_moves_the_memory_of_the_whole_job() -> None:
+    before = memory_belief(0.2, 0.5)
+    room = np.log([1.25, 1.1])
+    after = memory_belief(0.2, 0.5, [Observation("oom", math.log(1.15))])
+    assert after.factor > 1.0 and after.margin > before.margin
+    assert all(after.fit_chance(room) < before.fit_chance(room))
+    ran = memory_belief(0.2, 0.5, [Observation("ran", math.log(1.02))])
+    assert ran.factor < 1.0 and all(ran.fit_chance(room) > before.fit_chance(room))
+    peak = memory_belief(0.2, 0.5, [Observation("peak", 0.1)])
+    assert 1.0 < peak.factor < math.exp(0.1)  # half the evidence is the layout's own
+    assert memory_belief(0.2, 0.0, [Observation("peak", 0.1)]).factor == pytest.approx(1.0)
+
+
+def test_a_layout_needing_the_memory_of_a_failed_probe_is_no_probe_and_no_pick() -> None:
+    candidates = _candidates([1.0, 1.05, 1.2], [1, 2, 4], memory=[60.0, 62.0, 40.0])
+    probed = Probed({}, frozenset({0}))
+    view = outlook(_model(), candidates, probed)
+    assert view.fit_chance[1] == 0.0 and not view.fits[1]
+    chosen = next_probes(_model(), candidates, probed, 2, STOP).chosen
+    assert chosen == [2]  # the other can only fail
+    assert pick(view, candidates, probed).index == 2
+
+
+def test_the_next_probe_is_worth_most_and_a_batch_spreads() -> None:
+    model = _model()
+    # three layouts of tp 1 a little faster than one of tp 8, after a tp 1 probe ran
+    candidates = _candidates([1.0, 1.01, 1.02, 1.03], [1, 1, 1, 8])
+    probed = Probed({0: 1.2}, frozenset())
+    found = next_probes(model, candidates, probed, 2, STOP)
+    view = outlook(model, candidates, probed)
+    gains = expected_improvement(1.2, view.belief.mean, view.belief.var) * view.fit_chance
+    assert found.chosen[0] == int(np.argmax(np.where([False, True, True, True], gains, -1)))
+    assert found.chosen[0] == 3  # shares nothing with the probe: the most to learn
+    assert len(set(found.chosen)) == 2 and found.value_s[0] == pytest.approx(gains[3])
+
+
+def test_the_loop_stops_when_nothing_is_likely_to_beat_the_best_and_says_so() -> None:
+    model = _model()
+    candidates = _candidates([1.0, 2.0, 2.2], [1, 2, 4])
+    found = next_probes(model, candidates, Probed({0: 1.2}, frozenset()), 2, STOP)
+    assert found.chosen == []
+    assert found.stop is not None and "no unmeasured layout has a chance above 5%" in found.stop
+    first = next_probes(model, candidates, Probed(), 3, STOP)  # nothing ran yet: never stops
+    assert first.chosen[0] == 0
+
+
+def test_the_pick_is_the_least_expected_step_time_of_what_may_be_picked() -> None:
+    model = _model()
+    candidates = _candidates([1.0, 1.1, 0.5, 1.3], [1, 1, 2, 4], memory=[50, 50, 90, 10])
+    probed = Probed({0: 1.2, 1: 1.4}, frozenset())
+    view = outlook(model, candidates, probed)
+    chosen = pick(view, candidates, probed)
+    assert not candidates.fits[2]  # faster, but predicted not to fit: never the pick
+    expected_3 = view.expected_s[3]
+    assert (chosen.index, chosen.measured) == ((0, True) if 1.2 <= expected_3 else (3, False))
+    slower = Probed({0: 2.5, 1: 2.8}, frozenset())
+    chosen = pick(outlook(model, candidates, slower), candidates, slower)
+    assert (chosen.index, chosen.measured) == (3, False)  # expected below the best probe
+    failed = Probed({}, frozenset({0, 1}))
+    chosen = pick(outlook(model, candidates, failed), candidates, failed)
+    assert chosen.index == 3 and "no probe ran" in chosen.reason
+
+
+def test_the_shipped_priors_leave_a_source_out() -> None:
+    simulator = catalog.load_simulator("analytical")
+    every = shipped_priors(simulator)
+    without = shipped_priors(simulator, leave_out="vtrain")
+    assert every.time.sources == 12 and without.time.sources == 11
+    assert without.time.scenarios < every.time.scenarios
+    assert 0 < every.memory_common < 1 and every.memory_rows == 171
+    assert dict(every.time.widths)["tp"] > every.time.own  # TP's error is shared most

@@ -161,7 +161,8 @@ def _global_batch(row: Row) -> int:
 
 def _memory(row: Row) -> dict[str, object]:
     """The peak in GiB where printed in GiB (the console's max reserved; with expandable
-    segments read as the allocated peak, an upper bound of it: NOTICE.md), and the device override."""
+    segments read as the allocated peak, an upper bound of it: NOTICE.md), and the device
+    override."""
     other, found = _other(row), {}
     if other.get("memory") and other.get("memory_unit") == "GiB":
         found = {"peak_memory_gib": float(other["memory"]), "peak_memory_measure": "allocated"}

@@ -33,6 +33,7 @@ ADDED_IN: Mapping[str, Mapping[str, str]] = {
     "megatron_lm": _MEGATRON,  # launched with today's Megatron-LM
     "mindspeed": _MINDSPEED,
     "megatron_deepspeed": {},
+    "torchtitan": {},  # one release, v0.2.2: its keys are autotune/launch/_torchtitan_keys.py
 }
 
 

@@ -10,6 +10,7 @@ from autotune.launch import _deepspeed
 from autotune.launch import _megatron
 from autotune.launch import _mindspeed
 from autotune.launch import _nemo
+from autotune.launch import _torchtitan
 from autotune.launch._script import Flag
 from autotune.launch._script import Launch
 from autotune.launch._script import LaunchFile
@@ -77,6 +78,12 @@ _LAUNCHERS = {
         layout_flags=_deepspeed.layout_flags,
         refusals=_deepspeed.refusals,
     ),
+    "torchtitan": _Launcher(
+        title="torchtitan",
+        files=_torchtitan.launch_files,
+        layout_flags=_torchtitan.layout_flags,
+        refusals=_torchtitan.refusals,
+    ),
 }
 
 
@@ -117,7 +124,8 @@ def write_launch_files(job: Job, layout: Layout, out_dir: str | Path) -> list[Pa
     """Write the ready-to-run launch files of the job's framework into ``out_dir``.
 
     Megatron-LM and MindSpeed-LLM get a bash script, Megatron-DeepSpeed a script and its
-    ``ds_config.json``, and a Megatron-Core job also a NeMo 2.0 recipe override when NeMo has
+    ``ds_config.json``, torchtitan a torchrun script and its TOML job config, and a
+    Megatron-Core job also a NeMo 2.0 recipe override when NeMo has
     the model's recipe. Every option is one the framework's release (``framework.release``)
     accepts. Scripts are executable; each starts with a comment naming the release, the job and
     the layout, then the variables autotune cannot know (data, tokenizer, checkpoints,

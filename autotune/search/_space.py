@@ -18,6 +18,7 @@ from autotune.simulators import Layout
 from autotune.simulators import LayoutError
 from autotune.simulators import ModelSpec
 from autotune.simulators.layout import SEARCHED
+from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.layout import field_info
 from autotune.simulators.layout import sharding_spelt
 
@@ -121,6 +122,10 @@ def build_space(
     """
     model, cluster, train = job.model, job.cluster, job.train
     candidates = _candidates(model, cluster, search)
+    stages = train.framework.zero_stages
+    if 1 not in stages:  # no optimizer-only sharding (torchtitan): its sharded stages stand in
+        extra_stages = [s for s in stages if s >= ZERO_GRADS and s not in candidates["zero_stage"]]
+        candidates["zero_stage"] = [*candidates["zero_stage"], *extra_stages]
     fixed = sharding_spelt(fixed)  # zero_stage 0 or 1 pins distributed_optimizer
     for name, value in fixed.items():
         if name in candidates:

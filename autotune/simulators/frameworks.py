@@ -6,6 +6,8 @@ split over pipeline stages, whether virtual stages exist, how the data-parallel 
 reduction is timed and sized, what a pipeline send carries, and whether FP8 GEMMs exist.
 """
 
+# size: one table of a stack's facts (FrameworkSpec), each field beside its check
+
 from __future__ import annotations
 
 import math
@@ -84,7 +86,9 @@ class StateBytes:
     whole too, ``sharded_optimizer`` bytes are split over data parallelism (the master weights
     and Adam moments of a distributed optimizer; DeepSpeed's bf16 optimizer shards them even
     without ZeRO). ``sharded_grad`` and ``sharded_weight`` are the gradient buffer and the
-    weight where ZeRO-2 and ZeRO-3 split them over data parallelism too (0 below those stages).
+    weight where ZeRO-2 and ZeRO-3 split them over data parallelism too (0 below those stages);
+    ``gathered_weight`` the bytes of the whole weight ZeRO-3 gathers from that shard (None: the
+    shard's dtype; torchtitan's FSDP2 gathers its fp32 shard as bf16).
     """
 
     weight: float
@@ -93,6 +97,7 @@ class StateBytes:
     sharded_optimizer: float
     sharded_grad: float = 0.0
     sharded_weight: float = 0.0
+    gathered_weight: float | None = None
 
     def __post_init__(self) -> None:
         require_non_negative(
@@ -103,11 +108,20 @@ class StateBytes:
             sharded_optimizer=self.sharded_optimizer,
             sharded_grad=self.sharded_grad,
             sharded_weight=self.sharded_weight,
+            gathered_weight=self.gathered_weight or 0.0,
         )
+
+    @property
+    def gather_bytes(self) -> float:
+        """Bytes per parameter of a weight ZeRO-3 gathers whole: ``gathered_weight`` where the
+        gather casts the shard (FSDP2 keeps an fp32 shard and gathers bf16), else the shard's
+        own ``sharded_weight``."""
+        return self.sharded_weight if self.gathered_weight is None else self.gathered_weight
 
 
 def _state_table(values: Mapping[str, Any]) -> dict[str, dict[str, StateBytes]]:
-    """``{precision: {replicated|distributed: {weight, grad, optimizer, sharded_optimizer}}}``."""
+    """``{precision: {mode: {weight, grad, optimizer, sharded_optimizer, ...}}}``: ``replicated``
+    always, the other modes (:data:`OPTIMIZER_MODES`) for the ZeRO stages the framework runs."""
     try:
         table = {
             str(precision): {str(mode): StateBytes(**dict(sizes)) for mode, sizes in modes.items()}
@@ -119,10 +133,10 @@ def _state_table(values: Mapping[str, Any]) -> dict[str, dict[str, StateBytes]]:
             "{weight, grad, optimizer, sharded_optimizer}}}}"
         ) from None
     for precision, modes in table.items():
-        if not set(OPTIMIZER_MODES[:2]) <= set(modes) <= set(OPTIMIZER_MODES):
+        if not {OPTIMIZER_MODES[0]} <= set(modes) <= set(OPTIMIZER_MODES):
             raise SpecError(
-                f"state_bytes_per_param.{precision}: expected {', '.join(OPTIMIZER_MODES[:2])} "
-                f"and any of {', '.join(OPTIMIZER_MODES[2:])}, got {', '.join(modes)}"
+                f"state_bytes_per_param.{precision}: expected {OPTIMIZER_MODES[0]} "
+                f"and any of {', '.join(OPTIMIZER_MODES[1:])}, got {', '.join(modes)}"
             )
     return table
 
@@ -191,7 +205,8 @@ class FrameworkSpec:
     cannot run together.
     ``recompute_modules``: the submodules selective recompute can checkpoint on this stack
     (Megatron-Core's ``--recompute-modules``; :mod:`autotune.simulators.recompute_modules`),
-    core attention first; ``fused_norm_linear``: a norm before a plain linear layer runs
+    core attention first (empty: no selective recompute the simulators price);
+    ``fused_norm_linear``: a norm before a plain linear layer runs
     inside it (Transformer Engine's ``LayerNormLinear``), so only the norms of their own
     (MLA's input norm, the MoE router's) are left for ``layernorm`` to recompute.
     ``zero_stages``: the ZeRO stages the stack runs (:data:`simulators.ZERO_STAGES`: 0 and 1
@@ -200,7 +215,17 @@ class FrameworkSpec:
     replicated over groups of data-parallel ranks (``Layout.dp_replicate``);
     ``shard_overlap_stages``: the stages whose per-layer gather and reduce-scatter run beside
     the compute by default; ``shard_prefetch_params``: parameters all-gathered ahead of the
-    layer in use under ZeRO-3.
+    layer in use under ZeRO-3; ``pipeline_keeps_gathered``: with pipeline parallelism ZeRO-3
+    keeps a stage's weights gathered and its gradients whole (accumulated in the reduction's
+    dtype) from the first micro-batch to the step's end, gathering and reduce-scattering once a
+    step (torchtitan: FSDP2 with ``reshard_after_forward = not pp`` under PyTorch's pipeline
+    stage, which turns off gradient sync between micro-batches).
+    ``ddp_alone``: replicated data parallelism (ZeRO-0 with dp > 1) runs only without TP, PP and
+    CP (torchtitan's DDP). ``replicas_outside_cp``: hybrid sharding replicates over data-parallel
+    ranks only, so the replicas divide DP (torchtitan's ``dp_replicate`` x ``dp_shard`` = DP;
+    else they divide DP x CP). ``sequence_parallel_always``: TP runs with sequence parallelism
+    only (torchtitan's TP plan). ``seq_len_tp_2cp``: the sequence length is a multiple of
+    tp x 2 x cp, whatever the CP degree (torchtitan's ``seq_len_divisor``).
     ``release``: the release of the stack the launch files are written for (the launchers
     write only options it accepts); ``releases``: the releases autotune knows, oldest first.
     The facts above do not change between them, but for ``unequal_chunks_since``: the first
@@ -245,6 +270,11 @@ class FrameworkSpec:
     hybrid_sharding: bool
     shard_overlap_stages: tuple[int, ...]
     shard_prefetch_params: int
+    pipeline_keeps_gathered: bool
+    ddp_alone: bool
+    replicas_outside_cp: bool
+    sequence_parallel_always: bool
+    seq_len_tp_2cp: bool
     release: str
     releases: tuple[str, ...]
     unequal_chunks_since: str | None = None
@@ -295,8 +325,11 @@ class FrameworkSpec:
             require_choice(owner, "moe_dispatchers", kind, MOE_DISPATCHERS)
         for name in self.recompute_modules:
             require_choice(owner, "recompute_modules", name, RECOMPUTE_MODULES)
-        if self.recompute_modules[:1] != ("core_attn",):
-            raise SpecError(f"{owner}: recompute_modules must start with core_attn (selective)")
+        if self.recompute_modules and self.recompute_modules[0] != "core_attn":
+            raise SpecError(
+                f"{owner}: recompute_modules must start with core_attn (selective), or be empty "
+                "(no selective recompute)"
+            )
         if "a2a" in self.cp_comm_types:
             require_choice(owner, "cp_a2a_style", str(self.cp_a2a_style), CP_A2A_STYLES)
         self._check_sharding(owner)
@@ -312,8 +345,8 @@ class FrameworkSpec:
     def _check_sharding(self, owner: str) -> None:
         """ZeRO stages 0 and 1 everywhere; each stage beyond has its state bytes."""
         require_non_negative(owner, shard_prefetch_params=self.shard_prefetch_params)
-        if not {0, 1} <= set(self.zero_stages) <= set(range(len(OPTIMIZER_MODES))):
-            raise SpecError(f"{owner}: zero_stages must list 0 and 1, and stages up to 3 only")
+        if not {0} <= set(self.zero_stages) <= set(range(len(OPTIMIZER_MODES))):
+            raise SpecError(f"{owner}: zero_stages must list 0, and stages up to 3 only")
         if not set(self.pipeline_zero_stages) <= set(self.zero_stages):
             raise SpecError(f"{owner}: pipeline_zero_stages must be among zero_stages")
         for precision, modes in self.state_bytes_per_param.items():

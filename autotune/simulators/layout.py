@@ -870,18 +870,29 @@ def _experts(lay: Layout, job: Job) -> list[str]:
 def _sequence_parallel(lay: Layout, job: Job) -> list[str]:
     """SP is meaningless with TP == 1 (Megatron turns it off); with it, TP splits the sequence
     of each CP rank (seq / CP tokens) into equal parts (``_split_along_first_dim`` in
-    ``megatron/core/tensor_parallel/mappings.py`` asserts it)."""
+    ``megatron/core/tensor_parallel/mappings.py`` asserts it). torchtitan's TP always runs
+    with SP and its sequence is a multiple of tp x 2 x cp (``parallel_dims.py``
+    ``seq_len_divisor``, asserted in ``parallelize.py``; docs/torchtitan.md 2)."""
     train = job.train
+    framework = train.framework
+    found = []
+    if framework.seq_len_tp_2cp and train.seq_len % (2 * lay.tp * lay.cp):
+        found.append(
+            f"seq_len={train.seq_len} is not a multiple of tp*2*cp={2 * lay.tp * lay.cp} "
+            f"({framework.name}'s sequence divisor)"
+        )
+    if framework.sequence_parallel_always and lay.tp > 1 and not lay.sequence_parallel:
+        found.append(f"tp={lay.tp} on {framework.name} runs with sequence_parallel only")
     if not lay.sequence_parallel:
-        return []
+        return found
     if lay.tp == 1:
-        return ["sequence_parallel needs tp > 1"]
+        return [*found, "sequence_parallel needs tp > 1"]
     if train.seq_len % (lay.cp * lay.tp):
-        return [
+        found.append(
             f"sequence_parallel with tp={lay.tp} needs seq_len={train.seq_len} divisible by "
             f"cp*tp={lay.cp * lay.tp} (tp splits each CP rank's sequence)"
-        ]
-    return []
+        )
+    return found
 
 
 def _batch(lay: Layout, job: Job) -> list[str]:
@@ -897,9 +908,16 @@ def _batch(lay: Layout, job: Job) -> list[str]:
 
 def _recompute(lay: Layout, job: Job) -> list[str]:
     """recompute_layers only with full recompute, and at most the layers of a stage;
-    recompute_modules only with selective recompute (transformer_config.py reads them then)."""
+    recompute_modules only with selective recompute (transformer_config.py reads them then);
+    selective recompute only where the framework recomputes modules (torchtitan's selective
+    modes are not Megatron's: docs/torchtitan.md 5)."""
     model, train = job.model, job.train
     found = []
+    if lay.recompute == "selective" and not train.framework.recompute_modules:
+        found.append(
+            f"recompute=selective: {train.framework.name} has no selective recompute of "
+            "modules (use none or full)"
+        )
     if lay.recompute_modules is not None and lay.recompute != "selective":
         found.append(
             f"recompute_modules=[{','.join(lay.recompute_modules)}] needs recompute=selective"
@@ -991,7 +1009,10 @@ def _sharding(lay: Layout, job: Job) -> list[str]:
     ``deepspeed/runtime/pipe/engine.py``); hybrid sharding (``dp_replicate`` > 1) needs a
     framework that replicates sharded states (Megatron's ``--num-distributed-optimizer-
     instances``), sharded states to replicate, and replicas that divide the data-parallel
-    ranks and the expert-DP ranks (``parallel_state.py`` asserts both) (docs/reference.md 7.9)."""
+    ranks and the expert-DP ranks (``parallel_state.py`` asserts both) (docs/reference.md 7.9).
+    torchtitan (docs/torchtitan.md 2): DDP refuses TP, PP and CP (``parallelize.py``: "DDP has
+    not supported > 1D parallelism"), and ``dp_replicate`` divides DP (``parallel_dims.py``:
+    ``dp_replicate x dp_shard x cp x tp x pp`` is the world)."""
     model, train = job.model, job.train
     framework, stage, replicas = train.framework, lay.sharding, lay.dp_replicate
     found = []
@@ -1004,8 +1025,18 @@ def _sharding(lay: Layout, job: Job) -> list[str]:
             f"zero_stage={stage} with pp={lay.pp}: {framework.name} runs ZeRO stages {allowed} "
             "with pipeline parallelism (use pp=1)"
         )
+    if framework.ddp_alone and stage == 0 and lay.dp > 1 and max(lay.tp, lay.pp, lay.cp) > 1:
+        found.append(
+            f"zero_stage=0 with dp={lay.dp}: {framework.name}'s replicated data parallelism "
+            "(DDP) runs without tp, pp and cp only (use zero_stage=3)"
+        )
     if replicas == 1:
         return found
+    if framework.replicas_outside_cp and lay.dp % replicas:
+        found.append(
+            f"dp_replicate={replicas} does not divide dp={lay.dp}: {framework.name} replicates "
+            "over data-parallel ranks only"
+        )
     if not framework.hybrid_sharding:
         found.append(f"dp_replicate={replicas}: {framework.name} has no hybrid sharding")
     if not lay.distributed_optimizer:

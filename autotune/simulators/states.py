@@ -111,7 +111,12 @@ def state_memory_bytes(
 
 
 def unsharded_bytes(
-    layer_params: float, rank_params: float, layout: Layout, sizes: StateBytes, prefetch: float
+    layer_params: float,
+    rank_params: float,
+    layout: Layout,
+    sizes: StateBytes,
+    prefetch: float,
+    keep_gathered: bool = False,
 ) -> float:
     """Bytes of the whole (gathered) weights and gradients a rank holds at its peak beyond its
     shards, under ZeRO-2 and -3 (0 below them; docs/decisions/0049).
@@ -121,17 +126,22 @@ def unsharded_bytes(
     the next layer's backward runs: two layers' gradients in the reduction's dtype (the
     buffer's, ``sharded_grad``). ZeRO-3 also gathers the layer in use and ``prefetch``
     parameters ahead of it (Megatron-FSDP's ``suggested_AG_prefetch_size``, DeepSpeed's
-    ``stage3_prefetch_bucket_size``), at least the next layer, in the weight's dtype. Neither
-    exceeds what the rank holds.
+    ``stage3_prefetch_bucket_size``), at least the next layer, in the gathered weight's dtype
+    (``StateBytes.gather_bytes``). Neither exceeds what the rank holds. With pipeline
+    parallelism and ``keep_gathered`` (``FrameworkSpec.pipeline_keeps_gathered``, torchtitan)
+    ZeRO-3 keeps every weight of the stage gathered and every gradient whole in the reduction's
+    dtype until the step ends (docs/torchtitan.md 4).
     """
     stage = layout.sharding
     if stage < 2:
         return 0.0
+    if stage == 3 and keep_gathered and layout.pp > 1:
+        return rank_params * (sizes.sharded_grad + sizes.gather_bytes)
     grads = min(rank_params, 2 * layer_params) * sizes.sharded_grad
     if stage < 3:
         return grads
     gathered = min(rank_params, layer_params + max(layer_params, prefetch))
-    return grads + gathered * sizes.sharded_weight
+    return grads + gathered * sizes.gather_bytes
 
 
 def gathered_weight_bytes(params: float, fp8_primary: float, sizes: StateBytes) -> float:

@@ -27,6 +27,7 @@ from autotune.launch import layout_flags
 from autotune.launch import write_launch_files
 from autotune.launch._releases import ADDED_IN
 from autotune.launch._releases import added_in
+from autotune.launch._torchtitan_keys import V0_2_2_KEYS
 from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import LayoutError
@@ -455,6 +456,8 @@ def test_each_release_table_is_a_known_release_of_its_framework() -> None:
         "megatron_lm": _argrules.MEGATRON_RELEASES,
         "mindspeed": _argrules.MINDSPEED_RELEASES,
         "megatron_deepspeed": _argrules.MEGATRON_DEEPSPEED_RELEASES,
+        # torchtitan's one release, its TOML keys (tests/autotune_tests/test_launch_torchtitan.py)
+        "torchtitan": {"v0.2.2": V0_2_2_KEYS},
     }
     assert set(tables) == set(catalog.options("framework")) == set(ADDED_IN)
     for name, by_release in tables.items():

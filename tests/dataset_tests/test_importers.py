@@ -20,6 +20,7 @@ from autotune.dataset.importers import megatron_bridge
 from autotune.dataset.importers import mindspeed
 from autotune.dataset.importers import mindspeed_2026
 from autotune.dataset.importers import nemo
+from autotune.dataset.importers import torchtitan
 from autotune.dataset.importers._common import configs
 from autotune.dataset.importers._common import knobs
 from autotune.dataset.importers._common import leading_int
@@ -58,6 +59,7 @@ def test_build_round_trip_matches_the_shipped_files(built: tuple[Path, dict[str,
         "bloom": 131,
         "flagperf": 16,
         "bigscience_tr3m": 27,
+        "torchtitan": 21,
     }
     for source in IMPORTERS:
         fresh = (folder / f"{source}.csv").read_text()
@@ -179,7 +181,7 @@ def test_published_tables_values_checked_by_hand(built: tuple[Path, dict[str, in
     assert (qwen["dp"], qwen["pp"], qwen["ep"]) == (8, 2, 8)
 
 
-@pytest.mark.parametrize("importer", [nemo, megatron_bridge, dgxc, mindspeed_2026])
+@pytest.mark.parametrize("importer", [nemo, megatron_bridge, dgxc, mindspeed_2026, torchtitan])
 def test_published_tables_account_for_every_row(importer: ModuleType) -> None:
     raw = RAW_DIR / importer.RAW_FILE
     kept, skipped = importer.convert(raw), importer.skipped(raw)

@@ -24,6 +24,7 @@ from autotune.dataset.importers import mindspeed
 from autotune.dataset.importers import mindspeed_2026
 from autotune.dataset.importers import nemo
 from autotune.dataset.importers import simumax
+from autotune.dataset.importers import torchtitan
 from autotune.dataset.importers import vtrain
 
 __all__ = ["IMPORTERS", "Importer"]
@@ -42,6 +43,7 @@ _MODULES: tuple[ModuleType, ...] = (
     bloom,
     flagperf,
     bigscience_tr3m,
+    torchtitan,
 )
 # source name -> (raw file name in autotune/dataset/raw, converter)
 IMPORTERS: dict[str, tuple[str, Importer]] = {m.SOURCE: (m.RAW_FILE, m.convert) for m in _MODULES}

@@ -363,6 +363,7 @@ class JobPrices:
                 layout,
                 sizes,
                 framework.shard_prefetch_params,
+                framework.pipeline_keeps_gathered,
             )
         return RankTerms(
             reduce_s=reduce_s,

@@ -109,7 +109,7 @@ def shard_comm(
         gather = reduce = 0.0
         for count, group in ((dense, dense_group), (expert, expert_group)):
             if count:
-                gather += all_gather_time_s(count * sizes.sharded_weight, group, cluster)
+                gather += all_gather_time_s(count * sizes.gather_bytes, group, cluster)
                 reduce += reduce_scatter_time_s(count * train.grad_reduce_bytes, group, cluster)
         return (gather if gathers else 0.0), reduce
 

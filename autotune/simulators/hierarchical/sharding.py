@@ -49,7 +49,7 @@ def shard_comm_s(
             (graph.expert_params, "edp_shard"),
         ):
             if params:
-                gather_s += comm.time_s("all_gather", params * sizes.sharded_weight, group)
+                gather_s += comm.time_s("all_gather", params * sizes.gather_bytes, group)
                 reduce_s += comm.time_s("reduce_scatter", params * train.grad_reduce_bytes, group)
     if layout.sharding < ZERO_PARAMS:
         gather_s = 0.0

@@ -328,7 +328,12 @@ class HierarchicalSimulator(Simulator):
         if layout.sharding >= ZERO_GRADS:  # whole layers in flight beside their shards
             largest = max((g.params + g.expert_params for p in plans for g in p.layers), default=0)
             state_bytes["unsharded"] = unsharded_bytes(
-                largest, sum(dense) + sum(experts), layout, states, framework.shard_prefetch_params
+                largest,
+                sum(dense) + sum(experts),
+                layout,
+                states,
+                framework.shard_prefetch_params,
+                framework.pipeline_keeps_gathered,
             )
         memory = {
             **{key: value / _GIB for key, value in state_bytes.items()},

@@ -1,0 +1,107 @@
+"""torchtitan as a framework (docs/decisions/0051): its facts load, its code's rules refuse what
+it refuses, and FSDP2's bytes per parameter by hand (docs/torchtitan.md 4)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from autotune import catalog
+from autotune.simulators import Job
+from autotune.simulators import Layout
+from autotune.simulators.hierarchical import HierarchicalSimulator
+from tests.simulators_tests._specs import analytical
+from tests.simulators_tests._specs import make_train
+from tests.simulators_tests._specs import model
+
+GIB = 2**30
+LLAMA = model("llama3_8b")
+H100_2 = catalog.load_cluster("h100", ["cluster.num_nodes=2"])  # 16 GPUs
+TITAN = make_train("torchtitan", seq_len=4096, global_batch_size=64)
+JOB = Job(model=LLAMA, cluster=H100_2, train=TITAN)
+
+
+def _rank_params(tp: int) -> float:
+    """Every parameter of Llama-3-8B on one TP rank of a single pipeline stage."""
+    layers = LLAMA.num_layers * LLAMA.dense_layer_params
+    head = LLAMA.vocab_size * LLAMA.hidden_size  # its own output layer (untied)
+    return (layers + LLAMA.embedding_params + head) / tp + LLAMA.hidden_size
+
+
+def _rules(**values: object) -> dict[str, list[str]]:
+    return Layout.resolve(16, **values).broken_rules(JOB)  # type: ignore[arg-type]
+
+
+def test_the_facts_name_fsdp2_and_the_v0_2_2_release() -> None:
+    framework = TITAN.framework
+    assert framework.zero_stages == (0, 3) and framework.pipeline_zero_stages == (3,)
+    assert framework.release == "v0.2.2" and framework.hybrid_sharding
+    sharded = framework.state_bytes("bf16", 3)
+    assert (sharded.sharded_weight, sharded.sharded_grad, sharded.sharded_optimizer) == (4, 4, 8)
+    assert sharded.gather_bytes == 2  # the fp32 shard is gathered as bf16
+    assert framework.state_bytes("fp32", 3).gather_bytes == 4
+
+
+@pytest.mark.parametrize(
+    ("values", "rule", "words"),
+    [
+        (dict(tp=2), "sharding", "runs ZeRO stages 0/3 only"),  # ZeRO-1: no such thing
+        (dict(tp=2, zero_stage=0), "sharding", "(DDP) runs without tp, pp and cp only"),
+        (dict(tp=8, cp=2, zero_stage=3, dp_replicate=2), "sharding", "does not divide dp=1"),
+        (dict(tp=2, zero_stage=3, sequence_parallel=False), "sequence parallel", "only"),
+        (dict(tp=2, zero_stage=3, recompute="selective"), "recompute", "no selective"),
+    ],
+)
+def test_its_code_refuses(values: dict, rule: str, words: str) -> None:
+    broken = _rules(**values)
+    assert rule in broken, broken
+    assert any(words in sentence for sentence in broken[rule]), broken[rule]
+
+
+def test_the_sequence_divisor_is_tp_times_two_cp() -> None:
+    train = make_train("torchtitan", seq_len=4100, global_batch_size=64)  # 4100 = 4 * 1025
+    lay = Layout.resolve(16, tp=4, zero_stage=3)  # SP alone needs 4 | 4100: it does
+    broken = lay.violations(Job(model=LLAMA, cluster=H100_2, train=train))
+    assert any("tp*2*cp=8" in s for s in broken)
+    assert not Layout.resolve(16, tp=4, zero_stage=3).violations(JOB)
+
+
+def test_what_it_runs_passes_every_rule() -> None:
+    for values in (
+        dict(zero_stage=0),  # DDP alone
+        dict(zero_stage=3),
+        dict(tp=2, pp=2, cp=2, zero_stage=3, dp_replicate=2),
+        dict(tp=2, recompute="full", zero_stage=3),
+    ):
+        assert not _rules(**values), values
+
+
+def test_fsdp2_keeps_16_bytes_sharded_and_two_blocks_gathered_in_bf16() -> None:
+    """TP 2 over 8 FSDP ranks: 4 + 4 + 8 bytes per parameter over the shard group; in flight
+    the fp32 gradients of two blocks and the bf16 weights of the block in use and the next."""
+    memory = analytical().simulate(JOB, Layout.resolve(16, tp=2, zero_stage=3))
+    p, layer = _rank_params(tp=2), LLAMA.dense_layer_params / 2
+    breakdown = memory.memory_breakdown_gib
+    assert breakdown["weights"] * GIB == pytest.approx(4 * p / 8)
+    assert breakdown["gradients"] * GIB == pytest.approx(4 * p / 8)
+    assert breakdown["optimizer"] * GIB == pytest.approx(8 * p / 8)
+    assert breakdown["unsharded"] * GIB == pytest.approx(2 * layer * 4 + 2 * layer * 2)
+
+
+def test_under_pp_the_stage_stays_gathered_with_fp32_accumulators() -> None:
+    """PP 2: each stage's bf16 weights and fp32 gradients stay whole all step (6 B/param)."""
+    lay = Layout.resolve(16, tp=2, pp=2, zero_stage=3)
+    simulators = [analytical()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hierarchical = catalog.load_simulator("hierarchical", ())
+    assert isinstance(hierarchical, HierarchicalSimulator)
+    simulators.append(hierarchical)  # type: ignore[arg-type]
+    found = []
+    for simulator in simulators:
+        breakdown = simulator.simulate(JOB, lay).memory_breakdown_gib
+        ratio = breakdown["unsharded"] / breakdown["weights"]
+        found.append(breakdown["unsharded"])
+        assert ratio == pytest.approx(6 / (4 / 4), rel=1e-6)  # 6 B whole against 4 B over d=4
+    assert found[1] == pytest.approx(found[0], rel=0.02)

@@ -26,8 +26,10 @@ from autotune.dataset.importers._common import knobs
 from autotune.dataset.importers._common import leading_int
 from autotune.dataset.importers._common import metric
 from autotune.dataset.importers._common import padded_vocab
+from autotune.dataset.importers._tables import LayoutMismatch
 from autotune.dataset.importers._tables import precision_of
 from autotune.dataset.importers._tables import read_rows
+from autotune.dataset.importers._tables import sharding_columns
 
 
 def test_free_text_parsers() -> None:
@@ -53,7 +55,7 @@ def test_build_round_trip_matches_the_shipped_files(built: tuple[Path, dict[str,
         "dlperf": 36,
         "mindspeed": 25,
         "nemo": 17,
-        "megatron_bridge": 101,
+        "megatron_bridge": 110,
         "dgxc": 214,
         "mindspeed_2026": 1,
         "bloom": 131,
@@ -196,12 +198,33 @@ def test_dgxc_keeps_megatron_core_runs_only() -> None:
 
 def test_published_tables_skip_reasons() -> None:
     bridge = Counter(r for _, r in megatron_bridge.skipped(RAW_DIR / megatron_bridge.RAW_FILE))
-    assert sum(n for r, n in bridge.items() if r.startswith("FSDP")) == 9
+    assert not [r for r in bridge if r.startswith("FSDP")]  # imported as ZeRO-3
     assert sum(n for r, n in bridge.items() if r.startswith("NVFP4")) == 33
     # DeepSeek-V3 dropless on 1,024 H100, block-scaled variant: model TFLOP/s only
     assert sum(n for r, n in bridge.items() if r.startswith("no tokens/s")) == 1
     jobs = Counter(r for _, r in dgxc.skipped(RAW_DIR / dgxc.RAW_FILE))
-    assert sum(n for r, n in jobs.items() if r.startswith("FSDP")) == 22  # MaxText
+    assert jobs["FSDP on (MaxText on JAX: not a Megatron-Core run)"] == 22
+
+
+def test_megatron_bridge_fsdp_rows_are_zero3() -> None:
+    """The 9 FSDP rows of catalog hardware: Megatron-FSDP ``optim_grads_params`` (ZeRO-3) over
+    all of dp * cp (``fsdp`` 64 of 64 ranks, 8 of 8, or the 25.09 flag); the rest unsharded."""
+    kept = megatron_bridge.convert(RAW_DIR / megatron_bridge.RAW_FILE)
+    fsdp = kept[kept["zero_stage"].notna()]
+    assert len(fsdp) == 9
+    assert (fsdp["zero_stage"] == 3).all() and (fsdp["dp_replicate"] == 1).all()
+    assert sorted(set(fsdp["model"])) == ["LLAMA3.1_405B", "LLAMA3_70B", "LLAMA3_8B"]
+    assert kept.loc[kept["zero_stage"].isna(), "dp_replicate"].isna().all()
+
+
+def test_fsdp_shard_size_sets_the_replicas() -> None:
+    """A shard size below dp * cp is hybrid sharding; one that does not divide it is refused."""
+    row = {"fsdp": "16", "num_devices": "128", "tp": "2", "pp": "1"}
+    assert sharding_columns(row) == {"zero_stage": 3, "dp_replicate": 4}
+    assert sharding_columns({**row, "fsdp": "1"}) == {"zero_stage": 3, "dp_replicate": 1}
+    assert sharding_columns({**row, "fsdp": "0"}) == {}
+    with pytest.raises(LayoutMismatch):
+        sharding_columns({**row, "fsdp": "48"})
 
 
 def test_moe_rows_keep_their_expert_tp() -> None:

@@ -33,12 +33,14 @@ __all__ = [
     "precision_of",
     "read_rows",
     "row_label",
+    "sharding_columns",
     "skip_reason",
     "table",
 ]
 
 _NO_THROUGHPUT = "no tokens/s published (model TFLOP/s only)"
-_FSDP = "FSDP on (fsdp > 0: sharded data parallelism, not modelled)"
+# Megatron-FSDP's sharding of the performance scripts: optim_grads_params, ZeRO-3 (NOTICE.md).
+_FSDP_ZERO_STAGE = 3
 _NVFP4 = "NVFP4 precision (not modelled)"
 _NOT_OK = "status {} (not a usable measurement of the stated layout)"
 _HARDWARE = "hardware not in the catalog (conf/cluster/)"
@@ -85,12 +87,18 @@ def precision_of(label: str) -> str:
     raise ValueError(f"unknown precision label {label!r}")
 
 
-def skip_reason(row: Mapping[str, str], clusters: Mapping[str, str]) -> str:
+def _fsdp_on(row: Mapping[str, str]) -> bool:
+    return row["fsdp"] not in ("", "0")
+
+
+def skip_reason(row: Mapping[str, str], clusters: Mapping[str, str], fsdp: str = "") -> str:
     """Why a raw row is left out by every importer ("" when it passes these checks).
 
     The checks, in order: status, NVFP4, hardware (``clusters`` maps the raw ``hardware`` cell
-    to a catalog cluster), catalog model (the raw ``model_key``), FSDP, a throughput (tokens/s
-    per device or in all; a row that publishes only model TFLOP/s has no step time).
+    to a catalog cluster), catalog model (the raw ``model_key``), FSDP (``fsdp``: the reason an
+    importer gives for a row with FSDP on, "" where it keeps them through
+    :func:`sharding_columns`), a throughput (tokens/s per device or in all; a row that publishes
+    only model TFLOP/s has no step time).
     """
     if row["status"] != "ok":
         return _NOT_OK.format(row["status"])
@@ -100,8 +108,8 @@ def skip_reason(row: Mapping[str, str], clusters: Mapping[str, str]) -> str:
         return _HARDWARE
     if row["model_key"] not in catalog.options("model"):
         return _MODEL
-    if row["fsdp"] not in ("", "0"):
-        return _FSDP
+    if fsdp and _fsdp_on(row):
+        return fsdp
     if not (row["tokens_per_s_per_gpu"] or row["tokens_per_s_total"]):
         return _NO_THROUGHPUT
     return ""
@@ -157,11 +165,31 @@ def layout_columns(row: Mapping[str, str], expert_tp: int | None = None) -> dict
     }
 
 
+def sharding_columns(row: Mapping[str, str]) -> dict[str, int]:
+    """``zero_stage`` 3 and ``dp_replicate`` of a row with FSDP on; nothing for one without.
+
+    Megatron-FSDP shards over dp * cp (``optim_grads_params``, ZeRO-3, as the performance
+    scripts set it). ``fsdp`` 1 (the 0/1 flag of the 25.09 and 25.0x tables) is full sharding;
+    a larger cell is the shard size, so dp_replicate = dp * cp / fsdp (hybrid below dp * cp).
+
+    Raises:
+        LayoutMismatch: a shard size that does not divide dp * cp.
+    """
+    if not _fsdp_on(row):
+        return {}
+    size = int(row["fsdp"])
+    ranks = int(row["num_devices"]) // (int(row["tp"]) * int(row["pp"]))
+    if size > 1 and ranks % size:
+        raise LayoutMismatch(f"FSDP size {size} does not divide dp * cp = {ranks}")
+    return {"zero_stage": _FSDP_ZERO_STAGE, "dp_replicate": ranks // size if size > 1 else 1}
+
+
 def layout_reason(row: Mapping[str, str], cluster: str, expert_tp: int | None = None) -> str:
     """Why the layout of a raw row cannot be used ("" when it can); ``expert_tp`` as
     :func:`layout_columns` takes it."""
     try:
         layout_columns(row, expert_tp)
+        sharding_columns(row)
         cluster_columns(cluster, int(row["num_devices"]))
     except LayoutMismatch:
         return _MISMATCH
@@ -259,9 +287,10 @@ def megatron_core_row(
     ``tp_comm_overlap`` (False: not known, the framework's default), as the performance configs
     of these tables set them (NOTICE.md); ``moe`` the MoE settings the config names
     (``moe_dispatcher``, ``moe_a2a_overlap``); ``changes`` replace architecture fields;
-    ``expert_tp`` the recipes' expert TP where the row leaves it empty (:func:`layout_columns`).
+    ``expert_tp`` the recipes' expert TP where the row leaves it empty (:func:`layout_columns`);
+    a row with FSDP on runs ZeRO-3 (:func:`sharding_columns`).
     """
-    layout = layout_columns(row, expert_tp)
+    layout = {**layout_columns(row, expert_tp), **sharding_columns(row)}
     tp = int(row["tp"])
     return {
         **measured_row(source, row, seq_len, layout),

@@ -47,6 +47,8 @@ _VOCAB_MULTIPLE = 128  # the configs' make_vocab_size_divisible_by (times tp, as
 _THROUGHPUT_TOLERANCE = 0.01
 
 Row = Mapping[str, str]
+# Every FSDP row of these tables is a MaxText run (JAX, FSDP + DP), not a Megatron-Core one.
+_FSDP_JAX = "FSDP on (MaxText on JAX: not a Megatron-Core run)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,7 @@ def _seq_len(row: Row) -> int:
 
 
 def _reason(row: Row) -> str:
-    reason = skip_reason(row, _CLUSTERS)
+    reason = skip_reason(row, _CLUSTERS, fsdp=_FSDP_JAX)
     if reason:
         return reason
     return layout_reason(row, _CLUSTERS[row["hardware"]])

@@ -3,9 +3,12 @@
 Kept: rows with status ``ok`` of catalog models on H100, B200 and GB200 in BF16 (``bf16``) or
 FP8, FP8-CS, FP8-MX, MXFP8 and the block-scaled FP8 of 25.09 (``fp8``, the label in ``notes``).
 Step time = global batch * seq / (tokens/s/GPU * devices). Skipped, and counted in NOTICE.md:
-superseded rows, NVFP4, B300/GB300 and models outside the catalog, FSDP rows (``fsdp`` > 0),
-and layouts that contradict their own cells. Mixture-of-experts rows leave ETP empty: the
-performance recipes set expert tensor parallelism to 1 (``etp`` 1 where tp > 1).
+superseded rows, NVFP4, B300/GB300 and models outside the catalog, and layouts that contradict
+their own cells. FSDP rows (``fsdp`` > 0) run Megatron-FSDP with ``optim_grads_params``, as the
+performance scripts set it: ``zero_stage`` 3, sharded over ``fsdp`` ranks (1: the 25.09 flag,
+all of dp * cp; every row shards over all of dp * cp, ``dp_replicate`` 1). Mixture-of-experts
+rows leave ETP empty: the performance recipes set expert tensor parallelism to 1 (``etp`` 1
+where tp > 1).
 
 Assumed (NOTICE.md): dp = devices / (tp * pp * cp), checked against the published GA; an empty
 VP or EP is 1; recompute none (not published); sequence parallelism where tp > 1 and the

@@ -165,7 +165,7 @@ def provenance(config: Config, source: str) -> dict[str, str]:
 
 
 # Integer columns that are empty on most rows: pandas would write them as floats ("1.0").
-_NULLABLE_INTEGERS = ("devices_per_node", "etp", "recompute_layers")
+_NULLABLE_INTEGERS = ("devices_per_node", "etp", "recompute_layers", "zero_stage", "dp_replicate")
 
 
 def order_columns(records: list[dict[str, object]]) -> pd.DataFrame:

@@ -108,10 +108,11 @@ def shard_comm(
     def comm(dense: float, expert: float = 0.0) -> tuple[float, float]:
         gather = reduce = 0.0
         for count, group in ((dense, dense_group), (expert, expert_group)):
-            if count:
+            if count and gathers:
                 gather += all_gather_time_s(count * sizes.gather_bytes, group, cluster)
+            if count:
                 reduce += reduce_scatter_time_s(count * train.grad_reduce_bytes, group, cluster)
-        return (gather if gathers else 0.0), reduce
+        return gather, reduce
 
     tp = layout.tp
     return ShardComm(

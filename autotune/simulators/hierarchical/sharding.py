@@ -40,6 +40,7 @@ def shard_comm_s(
     the reduction's), and whether the framework runs them beside the compute
     (docs/decisions/0049)."""
     sizes = state_bytes_of(train, layout)
+    gathers = layout.sharding >= ZERO_PARAMS
     gather_s = reduce_s = 0.0
     for graph in (plan.embedding, *plan.layers, plan.head):
         if graph is None or (tied and graph is plan.head and plan.embedding is not None):
@@ -48,11 +49,10 @@ def shard_comm_s(
             (graph.params, "dp_shard"),
             (graph.expert_params, "edp_shard"),
         ):
-            if params:
+            if params and gathers:
                 gather_s += comm.time_s("all_gather", params * sizes.gather_bytes, group)
+            if params:
                 reduce_s += comm.time_s("reduce_scatter", params * train.grad_reduce_bytes, group)
-    if layout.sharding < ZERO_PARAMS:
-        gather_s = 0.0
     return gather_s, reduce_s, layout.sharding in train.framework.shard_overlap_stages
 
 

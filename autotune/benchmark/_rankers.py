@@ -19,6 +19,7 @@ from autotune.progress import Progress
 from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import Simulator
+from autotune.simulators.prediction import peak_as_measured
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
 
@@ -43,15 +44,16 @@ class Ranking:
     protocol: str = "zero_shot"  # how it saw the data (autotune/calibrate/_protocols.py)
     probes: int = 0  # measured layouts per scenario it was given (probe protocols)
     allocated_gib: np.ndarray | None = None  # the framework's tensors alone (None: unknown)
+    # the device as nvidia-smi shows it, what the allocator keeps cached included (None or
+    # NaN: memory_gib)
+    device_gib: np.ndarray | None = None
     unscored: tuple[tuple[str, str], ...] = ()  # (source, why some of its rows are not ranked)
     probes_used: np.ndarray | None = None  # per row: the probes its scenario measured
 
     def peak_gib(self, allocated: np.ndarray) -> np.ndarray:
         """The predicted peak of each row as its measurement counts it: the tensors where
         ``allocated`` (per row) says the peak was measured so, else the device's."""
-        if self.allocated_gib is None:
-            return self.memory_gib
-        return np.where(allocated, self.allocated_gib, self.memory_gib)
+        return peak_as_measured(allocated, self.memory_gib, self.allocated_gib, self.device_gib)
 
 
 def simulate(
@@ -67,7 +69,8 @@ def simulate(
     (:class:`autotune.progress.Progress`).
     """
     n = len(specs)
-    predicted, memory, allocated = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    predicted, memory = np.full(n, np.nan), np.full(n, np.nan)
+    allocated, device = np.full(n, np.nan), np.full(n, np.nan)
     fits = np.zeros(n, dtype=bool)
     elapsed = 0.0
     progress = Progress(simulator.name, n, unit="layouts")
@@ -81,10 +84,11 @@ def simulate(
             if isinstance(memory_margin, float | int)
             else memory_margin[job.train.framework.name]
         )
-        predicted[i], memory[i], allocated[i], fits[i] = (
+        predicted[i], memory[i], allocated[i], device[i], fits[i] = (
             prediction.step_time_s,
             prediction.memory_gib,
             prediction.peak_gib("allocated"),
+            prediction.peak_gib("device"),
             prediction.memory_gib * (1 + margin) <= prediction.memory_capacity_gib,
         )
     return Ranking(
@@ -97,6 +101,7 @@ def simulate(
         fits=fits,
         seconds_per_layout=elapsed / n if n else float("nan"),
         allocated_gib=allocated,
+        device_gib=device,
     )
 
 

@@ -24,6 +24,7 @@ from autotune.benchmark._metrics import summarize
 from autotune.benchmark._rankers import Ranking
 from autotune.dataset import SkippedRow
 from autotune.order import sort_frame
+from autotune.simulators.prediction import peak_as_measured
 
 __all__ = [
     "RANDOM",
@@ -279,12 +280,11 @@ def _ranked_record(
     tau, rho = rank_correlations(predicted[ok], measured[ok])
     errors = ape(predicted[ok], measured[ok])
     errors = errors[np.isfinite(errors)]
-    as_measured = np.where(
+    as_measured = peak_as_measured(
         columns.allocated[rows],
-        ranking.memory_gib[local]
-        if ranking.allocated_gib is None
-        else ranking.allocated_gib[local],
         ranking.memory_gib[local],
+        None if ranking.allocated_gib is None else ranking.allocated_gib[local],
+        None if ranking.device_gib is None else ranking.device_gib[local],
     )
     memory_errors = ape(as_measured, memory)
     memory_errors = memory_errors[np.isfinite(memory_errors)]

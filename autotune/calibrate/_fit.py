@@ -44,13 +44,24 @@ from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
 from autotune.simulators.limits import MAX_MEASURED_OVER_PREDICTED
 
-__all__ = ["FitResult", "FitSettings", "Run", "fit", "memory_margin", "time_sensitivities"]
+__all__ = [
+    "MIN_EVIDENCE",
+    "FitResult",
+    "FitSettings",
+    "Run",
+    "fit",
+    "memory_margin",
+    "time_sensitivities",
+]
 
 _STEP = 1e-3  # finite-difference step of a log scale factor (0.1 %)
 _OVERLAP_MAX = 0.95  # an overlap hides at most this share of the exposed communication
 _SCALE_RANGE = 10.0  # a scale factor stays within [1/10, 10] x its uncalibrated value
 _MEMORY_SCALE_RANGE = 2.0  # the memory factor within [1/2, 2]
 _MARGIN_QUANTILE = 95.0  # the memory margin: this percentile of the under-prediction
+# Runs with memory evidence (a measured peak, or out of memory) a margin needs: a 95th
+# percentile needs at least 20 of them (one in twenty above it); of fewer, it is their largest.
+MIN_EVIDENCE = 20
 _SHOWN = 5  # rows named in a message before "and N more"
 
 
@@ -370,6 +381,7 @@ class _MemoryData:
 
     variable_gib: np.ndarray
     reserved_gib: np.ndarray
+    cached_gib: np.ndarray  # what a device peak shows beyond it (Prediction.cached_gib)
     constant: bool
     kept: np.ndarray
     device: np.ndarray  # the measured peak is the whole device's (else the tensors')
@@ -407,10 +419,11 @@ def _clusters(runs: Sequence[Run]) -> set[str]:
 def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run]) -> _MemoryData:
     plain = center.with_factors({"memory_factor": 1.0})
     sim = calibrated(simulator, plain)
-    variable, reserved, kept, capacity = [], [], [], []
+    variable, reserved, cached, kept, capacity = [], [], [], [], []
     for run in runs:
         p = sim.simulate(*run.specs)
         reserved.append(p.memory_breakdown_gib.get("reserved", 0.0))
+        cached.append(p.cached_gib)
         variable.append(p.memory_gib - reserved[-1])
         whole = run.peak_memory_measure == "device"
         kept.append(1.0 if whole or not variable[-1] else p.peak_gib("allocated") / variable[-1])
@@ -419,6 +432,7 @@ def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run])
     return _MemoryData(
         variable_gib=np.array(variable),
         reserved_gib=np.array(reserved),
+        cached_gib=np.array(cached),
         constant=_fits_constant(simulator, runs),
         kept=np.array(kept),
         device=device,
@@ -435,12 +449,19 @@ def _whole_gib(y: np.ndarray, data: _MemoryData, rows: np.ndarray | slice) -> np
     return reserved + math.exp(y[0]) * data.variable_gib[rows]
 
 
+def _as_measured_gib(y: np.ndarray, data: _MemoryData, rows: np.ndarray | slice) -> np.ndarray:
+    """The predicted peak of ``rows`` as each measured it at the memory factors ``y``: the
+    whole device with what the allocator keeps cached, or the tensors alone."""
+    device = _whole_gib(y, data, rows) + math.exp(y[0]) * data.cached_gib[rows]
+    tensors = math.exp(y[0]) * data.kept[rows] * data.variable_gib[rows]
+    return np.where(data.device[rows], device, tensors)
+
+
 def _memory_residuals(
     y: np.ndarray, data: _MemoryData, rows: np.ndarray, noise: float
 ) -> np.ndarray:
     whole = np.log(_whole_gib(y, data, rows))
-    tensors = np.log(math.exp(y[0]) * data.kept[rows] * data.variable_gib[rows])
-    predicted = np.where(data.device[rows], whole, tensors)  # as the row measured its peak
+    predicted = np.log(_as_measured_gib(y, data, rows))
     capacity = np.log(data.capacity_gib[rows])
     measured = data.measured_gib[rows]
     has = np.isfinite(measured)
@@ -598,13 +619,20 @@ def fit(
     margin = None
     if data is not None:
         whole = _whole_gib(y, data, slice(None))
-        tensors = math.exp(y[0]) * data.kept * data.variable_gib
-        predicted = np.where(data.device, whole, tensors)
+        predicted = _as_measured_gib(y, data, slice(None))
         exceeded = data.oom & ~np.isfinite(data.measured_gib)  # past the device's memory
         margin = memory_margin(
             np.where(exceeded, whole, predicted),
             np.where(exceeded, data.capacity_gib, data.measured_gib),
         )
+        evident = int(np.sum(np.isfinite(data.measured_gib) | exceeded))
+        if margin is not None and evident < MIN_EVIDENCE:
+            notes.append(
+                f"{evident} row(s) with a measured peak or an out-of-memory run, fewer than the "
+                f"{MIN_EVIDENCE} a 95th percentile needs: no memory margin of its own (the "
+                "search applies the stack's margin from the shipped runs)"
+            )
+            margin = None
         if margin is not None and margin > 1:  # a calibration's margin is in [0, 1]
             notes.append(
                 f"the calibrated memory model still under-predicts the measured peaks by "

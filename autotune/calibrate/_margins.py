@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.calibrate._fit import MIN_EVIDENCE
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import memory_margin
 from autotune.simulators import Simulator
@@ -29,10 +30,6 @@ __all__ = [
     "margins_from",
     "stack_margins",
 ]
-
-# Runs a stack needs for its own margin: a 95th percentile needs at least 20 of them (one in
-# twenty above it).
-MIN_EVIDENCE = 20
 
 
 POOLED = "every stack"  # the margin over every stack's runs together
@@ -48,6 +45,12 @@ class StackMargin:
     runs: int  # runs of this stack with a measured peak or an out-of-memory outcome
     sources: tuple[str, ...]  # where they come from
     pooled_runs: int = 0  # > 0: the margin is of this many runs of every stack
+
+    @property
+    def supported(self) -> bool:
+        """Whether enough runs back the margin for a 95th percentile: the stack's own, or
+        every stack's pooled (:data:`MIN_EVIDENCE`)."""
+        return max(self.runs, self.pooled_runs) >= MIN_EVIDENCE
 
     def text(self) -> str:
         """Where the margin comes from, with its run counts, in one short phrase."""
@@ -118,7 +121,8 @@ def margins_from(
 
 def margin_for(framework: str, margins: dict[str, StackMargin]) -> StackMargin:
     """``framework``'s own margin if enough runs back it, else every stack's pooled (the
-    stack's own run count kept, to be said)."""
+    stack's own run count kept, to be said); :attr:`StackMargin.supported` says whether even
+    the pooled runs are enough."""
     mine = margins.get(framework, StackMargin(framework, 0.0, 0, ()))
     if mine.runs >= MIN_EVIDENCE:
         return mine

@@ -161,6 +161,7 @@ def _write_step(
     fits = step.view.fits
     factor = step.candidates.memory.factor
     allocated = zero.memory_gib if zero.allocated_gib is None else zero.allocated_gib
+    device = zero.memory_gib if zero.device_gib is None else zero.device_gib
     for j, i in enumerate(scenario.rows):
         arrays["probes_used"][i] = len(step.probed.tried)
         if j in step.probed.ran:  # known: ranked by its measurement, left out of the errors
@@ -172,6 +173,7 @@ def _write_step(
             arrays["predicted_s"][i] = arrays["score"][i] = step.view.expected_s[j]
             arrays["memory_gib"][i] = step.candidates.memory_gib[j] * factor
             arrays["allocated_gib"][i] = allocated[i] * factor
+            arrays["device_gib"][i] = device[i] * factor
             arrays["fits"][i] = fits[j]
 
 

@@ -35,6 +35,7 @@ from autotune.calibrate._probe import ProbeSettings
 from autotune.simulators import Simulator
 from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibration import Calibration
+from autotune.simulators.prediction import peak_as_measured
 
 __all__ = [
     "PROTOCOLS",
@@ -65,15 +66,14 @@ class ZeroShot:
     """The uncalibrated predictions of every row of the table (NaN where none)."""
 
     predicted_s: np.ndarray
-    memory_gib: np.ndarray  # the device's peak
+    memory_gib: np.ndarray  # the device's peak (what must fit)
     allocated_gib: np.ndarray | None  # the framework's tensors; None: not predicted apart
+    device_gib: np.ndarray | None = None  # as nvidia-smi shows it (None: memory_gib)
 
     def peak_gib(self, allocated: np.ndarray) -> np.ndarray:
         """Each row's predicted peak as its measurement counts it: the tensors where
         ``allocated`` (per row) says the peak was measured so, else the device's."""
-        if self.allocated_gib is None:
-            return self.memory_gib
-        return np.where(allocated, self.allocated_gib, self.memory_gib)
+        return peak_as_measured(allocated, self.memory_gib, self.allocated_gib, self.device_gib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +89,7 @@ class ProtocolScores:
     predicted_s: np.ndarray
     memory_gib: np.ndarray
     allocated_gib: np.ndarray
+    device_gib: np.ndarray
     fits: np.ndarray
     probes: int = 0
     unscored: tuple[tuple[str, str], ...] = ()  # (source, why some of its rows are not)
@@ -131,6 +132,7 @@ def empty_arrays(n: int) -> dict[str, np.ndarray]:
         "predicted_s": np.full(n, np.nan),
         "memory_gib": np.full(n, np.nan),
         "allocated_gib": np.full(n, np.nan),
+        "device_gib": np.full(n, np.nan),
         "fits": np.zeros(n, dtype=bool),
     }
 
@@ -155,6 +157,7 @@ def scores_of(
         predicted_s=arrays["predicted_s"][rows],
         memory_gib=arrays["memory_gib"][rows],
         allocated_gib=arrays["allocated_gib"][rows],
+        device_gib=arrays["device_gib"][rows],
         fits=arrays["fits"][rows],
         probes=k,
         unscored=unscored,
@@ -177,8 +180,8 @@ def _predict_calibrated(
 
     A layout fits with its stack's margin on ``train`` as calibrated
     (:func:`autotune.calibrate.stack_margins`; too few runs of the stack: every stack's
-    pooled), or ``no_evidence`` when no run of ``train`` has a measured peak or ran out of
-    memory.
+    pooled), or ``no_evidence`` when even every stack's runs of ``train`` with a measured peak
+    or out of memory are too few for a 95th percentile (:data:`MIN_EVIDENCE`).
     """
     result = fit(simulator, train, settings.fit)
     calibrated = CalibratedSimulator(simulator, result.calibration, 0.0)
@@ -189,10 +192,11 @@ def _predict_calibrated(
             continue
         p = calibrated.simulate(*run.specs)
         stack = margin_for(run.specs[0].train.framework.name, stacks)
-        margin = stack.value if stack.runs or stack.pooled_runs else no_evidence
+        margin = stack.value if stack.supported else no_evidence
         arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
         arrays["memory_gib"][i] = p.memory_gib
         arrays["allocated_gib"][i] = p.peak_gib("allocated")
+        arrays["device_gib"][i] = p.peak_gib("device")
         arrays["fits"][i] = p.memory_gib * (1 + margin) <= p.memory_capacity_gib
     return result.calibration
 
@@ -252,10 +256,11 @@ def leave_one_model_out(
     """Each model's rows predicted by a calibration fitted on the rows of the other models of
     its source, cluster and framework.
 
-    The margin is that calibration's (:func:`_predict_calibrated`); where those rows hold no
-    memory evidence, the uncalibrated one of the other sources' runs of the stack (what the
-    probe protocol starts from): no row of the scored model decides its margin. A history of
-    a single model is not scored: :attr:`ProtocolScores.unscored` says so per source.
+    The margin is that calibration's (:func:`_predict_calibrated`); where those rows hold too
+    little memory evidence for a 95th percentile, the uncalibrated one of the other sources'
+    runs of the stack (what the probe protocol starts from): no row of the scored model
+    decides its margin. A history of a single model is not scored:
+    :attr:`ProtocolScores.unscored` says so per source.
     """
     elsewhere = margins_elsewhere(table, runs, zero)
     models = table["model"].astype(str).to_numpy()

@@ -71,6 +71,7 @@ def _adjusted(
         breakdown=breakdown,
         memory_gib=sum(memory.values()),
         memory_breakdown_gib=memory,
+        cached_gib=prediction.cached_gib * scale,
         memory_capacity_gib=prediction.memory_capacity_gib / (1 + memory_margin),
         tokens_per_s_per_device=prediction.tokens_per_s_per_device * speedup,
         mfu=prediction.mfu * speedup,

@@ -88,7 +88,11 @@ class StateBytes:
     without ZeRO). ``sharded_grad`` and ``sharded_weight`` are the gradient buffer and the
     weight where ZeRO-2 and ZeRO-3 split them over data parallelism too (0 below those stages);
     ``gathered_weight`` the bytes of the whole weight ZeRO-3 gathers from that shard (None: the
-    shard's dtype; torchtitan's FSDP2 gathers its fp32 shard as bf16).
+    shard's dtype; torchtitan's FSDP2 gathers its fp32 shard as bf16). ``step_grad`` and
+    ``sharded_step_grad`` (whole, and split over data parallelism) are what the optimizer
+    allocates for its step alone, the fp32 copy of 16-bit gradients it updates from, and frees
+    before the next forward: they never share the device with activations
+    (:func:`autotune.simulators.states.step_excess_bytes`).
     """
 
     weight: float
@@ -98,6 +102,8 @@ class StateBytes:
     sharded_grad: float = 0.0
     sharded_weight: float = 0.0
     gathered_weight: float | None = None
+    step_grad: float = 0.0
+    sharded_step_grad: float = 0.0
 
     def __post_init__(self) -> None:
         require_non_negative(
@@ -109,6 +115,8 @@ class StateBytes:
             sharded_grad=self.sharded_grad,
             sharded_weight=self.sharded_weight,
             gathered_weight=self.gathered_weight or 0.0,
+            step_grad=self.step_grad,
+            sharded_step_grad=self.sharded_step_grad,
         )
 
     @property

@@ -6,7 +6,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 
-__all__ = ["BREAKDOWN_KEYS", "MEMORY_MEASURES", "OUTSIDE_ALLOCATOR_KEYS", "Prediction"]
+import numpy as np
+
+__all__ = [
+    "BREAKDOWN_KEYS",
+    "MEMORY_MEASURES",
+    "OUTSIDE_ALLOCATOR_KEYS",
+    "Prediction",
+    "peak_as_measured",
+]
 
 # Time categories of a step, in seconds; they add up to the step time.
 BREAKDOWN_KEYS = (
@@ -40,6 +48,12 @@ class Prediction:
     second over the devices' peak in the step's precision (FP8 runs: the FP8 peak, as NVIDIA's
     benchmark tables count it). ``detail`` holds optional simulator-specific views (per-rank
     figures, memory breakdown, events).
+
+    ``cached_gib`` is what the caching allocator keeps reserved beyond ``memory_gib`` when
+    nothing makes it give memory back: the blocks of the optimizer step's gradient copies,
+    which it cannot carve from the activations' freed blocks (docs/reference.md 3.2). A
+    device-level peak (``nvidia-smi``) shows them; an allocation that fails first releases the
+    free blocks and retries, so they do not decide whether a layout fits.
     """
 
     step_time_s: float
@@ -50,6 +64,7 @@ class Prediction:
     tokens_per_s_per_device: float
     mfu: float
     detail: Mapping[str, object] = field(default_factory=dict)
+    cached_gib: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -73,9 +88,10 @@ class Prediction:
 
     def peak_gib(self, measure: str) -> float:
         """The predicted peak as ``measure`` (:data:`MEMORY_MEASURES`) counts it: the whole
-        device's, or the framework's tensors only (without fragmentation and reserved)."""
+        device's, what the allocator keeps cached included, or the framework's tensors only
+        (without fragmentation and reserved)."""
         if measure == "device":
-            return self.memory_gib
+            return self.memory_gib + self.cached_gib
         if measure != "allocated":
             raise ValueError(f"unknown memory measure {measure!r}; known: {MEMORY_MEASURES}")
         outside = sum(self.memory_breakdown_gib.get(k, 0.0) for k in OUTSIDE_ALLOCATOR_KEYS)
@@ -89,7 +105,26 @@ class Prediction:
             "mfu": self.mfu,
             "memory_gib": self.memory_gib,
             "memory_capacity_gib": self.memory_capacity_gib,
+            "cached_gib": self.cached_gib,
             "fits": self.fits,
             "breakdown": dict(self.breakdown),
             "memory_breakdown_gib": dict(self.memory_breakdown_gib),
         }
+
+
+def peak_as_measured(
+    allocated: np.ndarray,
+    memory_gib: np.ndarray,
+    allocated_gib: np.ndarray | None,
+    device_gib: np.ndarray | None,
+) -> np.ndarray:
+    """:meth:`Prediction.peak_gib` over arrays of predictions: ``allocated_gib`` where
+    ``allocated`` (per row) says the peak was measured so, else ``device_gib``; where either is
+    None or NaN, ``memory_gib`` (the peak that must fit) stands in."""
+    if device_gib is None:
+        device = memory_gib
+    else:
+        device = np.where(np.isnan(device_gib), memory_gib, device_gib)
+    if allocated_gib is None:
+        return device
+    return np.where(allocated, allocated_gib, device)

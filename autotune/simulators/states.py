@@ -10,6 +10,10 @@ DP x CP, routed experts over expert-DP. What the bytes are is the framework's
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
+from typing import TypeAlias
+
+import numpy as np
 
 from autotune.simulators.frameworks import StateBytes
 from autotune.simulators.layout import Layout
@@ -27,11 +31,14 @@ __all__ = [
     "optimizer_step_s",
     "state_bytes_of",
     "state_memory_bytes",
+    "step_excess_bytes",
+    "step_grad_bytes",
     "tied_embedding_grad_bytes",
     "unsharded_bytes",
 ]
 
 FP8_BYTES = 1  # an FP8 element (E4M3 or E5M2)
+Real: TypeAlias = Any  # a float for one layout, a numpy array for many
 
 
 def state_bytes_of(train: TrainSpec, layout: Layout) -> StateBytes:
@@ -108,6 +115,31 @@ def state_memory_bytes(
         "gradients": params * sizes.grad + sharded * sizes.sharded_grad,
         "optimizer": params * sizes.optimizer + sharded * sizes.sharded_optimizer,
     }
+
+
+def step_grad_bytes(
+    dense_params: float, expert_params: float, layout: Layout, sizes: StateBytes
+) -> float:
+    """Bytes of the gradient copies the optimizer allocates for its step alone
+    (``StateBytes.step_grad`` whole, ``sharded_step_grad`` over the data-parallel shards)."""
+    dense_shards, expert_shards = _shards(layout)
+    sharded = dense_params / dense_shards + expert_params / expert_shards
+    return (dense_params + expert_params) * sizes.step_grad + sharded * sizes.sharded_step_grad
+
+
+def step_excess_bytes(step_grads: Real, activations: Real, working: Real) -> Real:
+    """What the optimizer step needs beyond the peak of the forward and backward passes.
+
+    A mixed-precision optimizer copies the 16-bit gradients to fp32 in its step and frees the
+    copies before the next forward (Megatron's ``_copy_model_grads_to_main_grads``, then
+    ``zero_grad(set_to_none=True)``; DeepSpeed ZeRO's ``single_partition_of_fp32_groups``
+    grads, set to None after the step; docs/reference.md 3.2). By then the activations and
+    the working set are freed, so a rank's peak holds either them or the copies:
+    ``states + max(activations + working, step_grads)``, which is ``states + activations +
+    working + step_excess_bytes``.
+    """
+    excess = step_grads - activations - working
+    return np.maximum(excess, 0.0) if isinstance(excess, np.ndarray) else max(excess, 0.0)
 
 
 def unsharded_bytes(

@@ -96,3 +96,12 @@ def test_runs_without_memory_evidence_are_not_counted() -> None:
     margins = stack_margins(FixedMemory(), runs)
     nothing = margin_for("megatron_core", margins)
     assert nothing.value == 0.0 and nothing.runs == 0
+
+
+def test_too_few_runs_even_pooled_back_no_margin() -> None:
+    # One cluster's history of five peaks: its 95th percentile would be their largest.
+    few = stack_margins(FixedMemory(), [_run("megatron_core", peak=52.8)] * 5)
+    assert not margin_for("megatron_core", few).supported
+    enough = stack_margins(FixedMemory(), [_run("megatron_core", peak=52.8)] * MIN_EVIDENCE)
+    assert margin_for("megatron_core", enough).supported
+    assert margin_for("megatron_lm", enough).supported  # every stack's 20, pooled

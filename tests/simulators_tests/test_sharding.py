@@ -144,20 +144,24 @@ def test_each_stage_keeps_its_shards_and_the_layers_in_flight(replicas: int) -> 
 
 def test_deepspeeds_zero_stages_keep_its_own_bytes() -> None:
     """DeepSpeed in bf16 keeps the bf16 gradients (2 B) whole at ZeRO-1 and the fp32 master
-    weights, Adam moments and gradient partition (16 B) sharded; ZeRO-2 shards the gradients,
-    ZeRO-3 the weights (docs/reference.md 7.9)."""
+    weights and Adam moments (12 B) sharded, with the fp32 gradient partition (4 B sharded) in
+    the step alone; ZeRO-2 shards the gradients, ZeRO-3 the weights, and its 16 B stay optimizer
+    states (docs/reference.md 3.2 and 7.9)."""
     simulator = analytical()
     p = _rank_params(tp=2)
-    for stage, (weights, grads) in {
-        1: (2 * p, 2 * p),
-        2: (2 * p, 2 * p / 8),
-        3: (p / 4, p / 4),
+    for stage, (weights, grads, optimizer, step) in {
+        1: (2 * p, 2 * p, 12 * p / 8, 4 * p / 8),
+        2: (2 * p, 2 * p / 8, 12 * p / 8, 4 * p / 8),
+        3: (p / 4, p / 4, 16 * p / 8, 0.0),
     }.items():
         lay = Layout.resolve(16, tp=2, zero_stage=stage)
-        memory = simulator.simulate(DEEPSPEED_JOB, lay).memory_breakdown_gib
+        prediction = simulator.simulate(DEEPSPEED_JOB, lay)
+        memory = prediction.memory_breakdown_gib
         assert memory["weights"] * GIB == pytest.approx(weights)
         assert memory["gradients"] * GIB == pytest.approx(grads)
-        assert memory["optimizer"] * GIB == pytest.approx(16 * p / 8)
+        assert memory["optimizer"] * GIB == pytest.approx(optimizer)
+        # the step's copies: beyond the activations where they need more, else only cached
+        assert (memory["step_grads"] + prediction.cached_gib) * GIB == pytest.approx(step)
 
 
 def test_both_simulators_keep_the_same_shards() -> None:

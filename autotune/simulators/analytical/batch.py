@@ -51,6 +51,7 @@ from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import Prediction
+from autotune.simulators.states import step_excess_bytes
 
 __all__ = ["BatchPrediction", "simulate_batch"]
 
@@ -68,6 +69,7 @@ class BatchPrediction:
 
     step_time_s: Array
     memory_gib: Array
+    cached_gib: Array
     memory_capacity_gib: float
     breakdown: dict[str, Array]
     memory_breakdown_gib: dict[str, Array]
@@ -100,12 +102,14 @@ class BatchPrediction:
             tokens_per_s_per_device=lists["tokens_per_s_per_device"][row],
             mfu=lists["mfu"][row],
             detail=StageDetail(partial(self._detail.of, row)),
+            cached_gib=lists["cached_gib"][row],
         )
 
     def _columns(self) -> dict[str, list[Any]]:
         arrays = {
             "step_time_s": self.step_time_s,
             "memory_gib": self.memory_gib,
+            "cached_gib": self.cached_gib,
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
             "mfu": self.mfu,
             **self.breakdown,
@@ -117,7 +121,7 @@ class BatchPrediction:
 @dataclass(frozen=True, slots=True)
 class _Detail:
     """What :class:`StageDetail` needs of each layout: its stage shape and, per kind, seconds
-    per micro-batch, state, activation and working bytes."""
+    per micro-batch, state, activation and working bytes, and the step's gradient copies."""
 
     shapes: list[StageShape]
     shape_of: Array  # index into shapes, per layout
@@ -126,6 +130,7 @@ class _Detail:
     activations: Array
     working: Array
     churning_grads: Array
+    step_grads: Array
     microbatches: Array
     vpp: Array
     reserved: Array
@@ -141,6 +146,7 @@ class _Detail:
             self.activations[row, :kinds].tolist(),
             self.working[row, :kinds].tolist(),
             kind_churning_grads=self.churning_grads[row, :kinds].tolist(),
+            kind_step_grads=self.step_grads[row, :kinds].tolist(),
             outside=(float(self.reserved[row]), self.fragmentation),
             microbatches=int(self.microbatches[row]),
             vpp=int(self.vpp[row]),
@@ -400,12 +406,16 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
     gradients = terms.states.get("gradients", np.zeros_like(terms.state_bytes))  # no layouts
     churning_grads = gradients * _column(shares, share_group)
     working = np.broadcast_to(stages.working_bytes, activations.shape)
-    lost = fragmentation_bytes(activations + working + churning_grads, fragmentation)
-    kind_bytes = memory_bytes(terms.state_bytes, activations, working, reserved, lost)
+    excess = step_excess_bytes(terms.step_grads, activations, working)
+    lost = fragmentation_bytes(activations + working + excess + churning_grads, fragmentation)
+    kind_bytes = memory_bytes(terms.state_bytes + excess, activations, working, reserved, lost)
     worst = kind_bytes.argmax(axis=1)
+    # a device-level peak: every rank's with its copies' own blocks kept, the fullest
+    device_bytes = kind_bytes + terms.step_grads - excess
     memory = {name: _pick(values, worst) for name, values in terms.states.items()}
     memory["activations"] = _pick(activations, worst)
     memory["working"] = _pick(working, worst)
+    memory["step_grads"] = _pick(excess, worst)
     memory["fragmentation"] = _pick(lost, worst)
     memory["reserved"] = reserved[:, 0]
     world, world_group = columns.each(("dp", "tp", "pp", "cp"), lambda lay: lay.world_size)
@@ -415,6 +425,7 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
     return BatchPrediction(
         step_time_s=step_s,
         memory_gib=_pick(kind_bytes, worst) / GIB,
+        cached_gib=(device_bytes.max(axis=1) - _pick(kind_bytes, worst)) / GIB,
         memory_capacity_gib=job.cluster.device.memory_gib,
         breakdown={key: np.asarray(value) for key, value in breakdown.items()},
         memory_breakdown_gib={key: v / GIB for key, v in memory.items()},
@@ -428,6 +439,7 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
             activations=np.broadcast_to(stages.activation_bytes, kind_s.shape),
             working=np.broadcast_to(stages.working_bytes, kind_s.shape),
             churning_grads=np.broadcast_to(churning_grads, kind_s.shape),
+            step_grads=np.broadcast_to(terms.step_grads, kind_s.shape),
             microbatches=m[:, 0],
             vpp=np.broadcast_to(vpp, m.shape)[:, 0],
             reserved=reserved[:, 0],
@@ -444,6 +456,7 @@ class _Terms(NamedTuple):
     optimizer_s: Array
     states: dict[str, Array]
     state_bytes: Array
+    step_grads: Array
 
 
 def _rank_terms(
@@ -480,4 +493,5 @@ def _rank_terms(
         optimizer_s=spread([t.optimizer_s for t in found]),
         states={name: spread([t.states.get(name, 0.0) for t in found]) for name in names},
         state_bytes=spread([t.state_bytes for t in found]),
+        step_grads=spread([t.step_grads for t in found]),
     )

@@ -67,6 +67,8 @@ from autotune.simulators.states import grad_accumulation_bytes
 from autotune.simulators.states import optimizer_step_s
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
+from autotune.simulators.states import step_excess_bytes
+from autotune.simulators.states import step_grad_bytes
 from autotune.simulators.states import tied_embedding_grad_bytes
 from autotune.simulators.states import unsharded_bytes
 
@@ -371,6 +373,7 @@ class JobPrices:
             optimizer_s=optimizer_s,
             states=states,
             state_bytes=sum(states.values()),
+            step_grads=step_grad_bytes(dense_params, expert_params, layout, sizes),
         )
 
 
@@ -562,7 +565,7 @@ def simulate_layout(job: JobPrices, layout: Layout) -> Prediction:
     embedding_s = job.embedding_sync_s(layout)
     reserved = job.reserved_bytes(layout)
     fragmentation = job.constants.allocator_fragmentation
-    terms, kind_dp, kind_bytes, kind_activations, kind_lost = [], [], [], [], []
+    terms, kind_dp, kind_bytes, kind_activations, kind_lost, kind_excess = [], [], [], [], [], []
     for s, first_rank, kind in zip(stages, shape.first_ranks, shape.kinds, strict=True):
         t = job.rank_terms(s.dense_params, s.expert_params, s.linear_params, layout)
         terms.append(t)
@@ -582,22 +585,29 @@ def simulate_layout(job: JobPrices, layout: Layout) -> Prediction:
             shape.stage_layers, m, layout.vpp, first_rank
         )
         kind_activations.append(activations)
+        excess = step_excess_bytes(t.step_grads, activations, s.working_bytes)
+        kind_excess.append(excess)
         churning = churning_bytes(
-            activations + s.working_bytes, t.states["gradients"], job.train, layout
+            activations + s.working_bytes + excess, t.states["gradients"], job.train, layout
         )
         lost = fragmentation_bytes(churning, fragmentation)
         kind_lost.append(lost)
         kind_bytes.append(
-            memory_bytes(t.state_bytes, activations, s.working_bytes, reserved, lost)
+            memory_bytes(t.state_bytes + excess, activations, s.working_bytes, reserved, lost)
         )
     dp_s, optimizer_s = max(kind_dp, key=sum)
     breakdown = step_breakdown(m, slowest, dp_s, bubble_s, optimizer_s)
     step_s = sum(breakdown.values())
     worst = kind_bytes.index(max(kind_bytes))
+    # a device-level peak: every rank's with its copies' own blocks kept, the fullest
+    device = max(
+        b + t.step_grads - e for b, t, e in zip(kind_bytes, terms, kind_excess, strict=True)
+    )
     memory = {
         **terms[worst].states,
         "activations": kind_activations[worst],
         "working": stages[worst].working_bytes,
+        "step_grads": kind_excess[worst],
         "fragmentation": kind_lost[worst],
         "reserved": reserved,
     }
@@ -613,6 +623,7 @@ def simulate_layout(job: JobPrices, layout: Layout) -> Prediction:
         detail=StageDetail(
             partial(_detail, job, layout, shape, stages, terms, (reserved, fragmentation), m)
         ),
+        cached_gib=(device - kind_bytes[worst]) / GIB,
     )
 
 
@@ -634,6 +645,7 @@ def _detail(
         kind_churning_grads=[
             churning_grad_bytes(t.states["gradients"], job.train, layout) for t in terms
         ],
+        kind_step_grads=[t.step_grads for t in terms],
         outside=outside,
         microbatches=microbatches,
         vpp=layout.vpp,

@@ -35,6 +35,7 @@ from autotune.simulators.interleaving import slowdown
 from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import Layout
 from autotune.simulators.specs import ModelSpec
+from autotune.simulators.states import step_excess_bytes
 
 __all__ = [
     "ARRAYS",
@@ -346,6 +347,7 @@ class RankTerms(NamedTuple):
     optimizer_s: float
     states: dict[str, float]  # weights, gradients, optimizer states (and FP8 weight copies)
     state_bytes: float  # their sum
+    step_grads: float  # the optimizer step's own gradient copies (states.step_grad_bytes)
 
 
 def in_flight(microbatches: Real, pp: Real, vpp: Real, rank: Real, ops: Ops) -> Real:
@@ -443,23 +445,24 @@ def stage_detail(
     kind_working: Sequence[float],
     *,
     kind_churning_grads: Sequence[float],
+    kind_step_grads: Sequence[float],
     outside: tuple[float, float],
     microbatches: int,
     vpp: int,
 ) -> dict[str, object]:
     """A prediction's per-rank views: ``stage_layers``, ``stage_time_s`` (seconds per
     micro-batch) and ``stage_memory_gib`` of every pipeline rank, first to last, from each
-    kind's seconds per micro-batch, state bytes, activation bytes per micro-batch, working
-    bytes and gradients autograd allocates each step; ``outside`` the (reserved bytes,
-    allocator fragmentation) of the rank."""
+    kind's seconds per micro-batch and bytes (states, activations per micro-batch, working set,
+    autograd's gradients, the step's copies); ``outside``: (reserved bytes, fragmentation)."""
     reserved, fragmentation = outside
     rank_bytes = []
     for rank, kind in enumerate(shape.rank_kinds):
         held = kind_activations[kind] * rank_in_flight(shape.stage_layers, microbatches, vpp, rank)
-        churning = held + kind_working[kind] + kind_churning_grads[kind]
+        excess = step_excess_bytes(kind_step_grads[kind], held, kind_working[kind])
+        churning = held + kind_working[kind] + excess + kind_churning_grads[kind]
         lost = fragmentation_bytes(churning, fragmentation)
         rank_bytes.append(
-            memory_bytes(kind_states[kind], held, kind_working[kind], reserved, lost)
+            memory_bytes(kind_states[kind] + excess, held, kind_working[kind], reserved, lost)
         )
     return {
         "stage_layers": list(shape.stage_layers),

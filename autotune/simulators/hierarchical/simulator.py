@@ -55,6 +55,8 @@ from autotune.simulators.states import grad_accumulation_bytes
 from autotune.simulators.states import optimizer_step_s
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
+from autotune.simulators.states import step_excess_bytes
+from autotune.simulators.states import step_grad_bytes
 from autotune.simulators.states import tied_embedding_grad_bytes
 from autotune.simulators.states import unsharded_bytes
 
@@ -62,7 +64,8 @@ __all__ = ["HierarchicalSimulator"]
 
 _GIB = 2**30
 # One pipeline rank: step time (s), its breakdown (s), compute by op class (s), memory (GiB).
-_Rank = tuple[float, dict[str, float], dict[str, float], dict[str, float]]
+# (step time, breakdown, op classes, memory GiB, GiB the allocator keeps cached beyond it)
+_Rank = tuple[float, dict[str, float], dict[str, float], dict[str, float], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,14 +228,18 @@ class HierarchicalSimulator(Simulator):
         )
         for rank in ranks:  # what each rank holds outside its tensors
             memory = rank[3]
-            churning = memory["activations"] + churning_grad_bytes(
-                memory["gradients"], train, layout
+            churning = (
+                memory["activations"]
+                + memory["step_grads"]
+                + churning_grad_bytes(memory["gradients"], train, layout)
             )
             memory["fragmentation"] = fragmentation_bytes(churning, consts.allocator_fragmentation)
             memory["reserved"] = reserved / _GIB
         slowest = max(range(p), key=lambda r: ranks[r][0])
-        step_s, breakdown, _, _ = ranks[slowest]
-        worst = max((rank[3] for rank in ranks), key=lambda mem: sum(mem.values()))
+        step_s, breakdown, *_ = ranks[slowest]
+        worst = max(ranks, key=lambda rank: sum(rank[3].values()))
+        # a device-level peak: every rank's with its copies' own blocks kept, the fullest
+        device = max(sum(rank[3].values()) + rank[4] for rank in ranks)
         world = layout.world_size
         tokens = train.tokens_per_step
         detail = _detail(ranks, slowest, layout.stage_layers(model, train))
@@ -245,13 +252,14 @@ class HierarchicalSimulator(Simulator):
             detail["profiled_op_fraction"] = coverage["profiled"] / max(1, coverage["operators"])
         return Prediction(
             step_time_s=step_s,
-            memory_gib=sum(worst.values()),
+            memory_gib=sum(worst[3].values()),
             memory_capacity_gib=cluster.device.memory_gib,
             breakdown=breakdown,
-            memory_breakdown_gib=worst,
+            memory_breakdown_gib=worst[3],
             tokens_per_s_per_device=tokens / step_s / world,
             mfu=job.model_flops_per_step / (step_s * world * job.peak_flops),
             detail=detail,
+            cached_gib=device - sum(worst[3].values()),
         )
 
     def write_trace(self, job: Job, layout: Layout, path: str | Path) -> Path:
@@ -335,11 +343,16 @@ class HierarchicalSimulator(Simulator):
                 framework.shard_prefetch_params,
                 framework.pipeline_keeps_gathered,
             )
+        activations = run.peak_activation_bytes[rank]  # the working set included
+        step_grads = step_grad_bytes(sum(dense), sum(experts), layout, states)
+        excess = step_excess_bytes(step_grads, activations, 0.0)
         memory = {
             **{key: value / _GIB for key, value in state_bytes.items()},
-            "activations": run.peak_activation_bytes[rank] / _GIB,
+            "activations": activations / _GIB,
+            "step_grads": excess / _GIB,
         }
-        return step_s, breakdown, categories, memory
+
+        return step_s, breakdown, categories, memory, (step_grads - excess) / _GIB
 
 
 def _detail(ranks: list[_Rank], slowest: int, stage_layers: Sequence[int]) -> dict[str, object]:

@@ -514,6 +514,11 @@ CONSTANTS = [
     ),
     (
         "simulate",
+        ["simulator=hierarchical", "simulator.op_costs="],
+        "simulator.op_costs='' is empty; give the path of a table autotune.profile wrote",
+    ),
+    (
+        "simulate",
         ["+simulator.unfused_attention_dropout_bytes_per_score.mask=1"],
         "has keys backward_elementwise, forward_elementwise, mask, saved; expected",
     ),
@@ -857,6 +862,34 @@ def test_an_implausible_calibration_is_one_error_line_even_with_json_output(
     args = _arguments(command, [f"calibration={path}", "output=json"], path, tmp_path)
     status, out, err = run_main(command, *args)
     assert_one_clean_error(status, err, f"calibration file {path}: calibration '{name}': ")
+    assert words in err and out == "" and not _files(tmp_path)
+
+
+# A cost table (simulator.op_costs=PATH): its bytes, and the words of the error.
+BAD_COST_TABLES = [
+    ("utf16", "op,shapes,dtype,device,time_us\n".encode("utf-16"), "not a UTF-8 CSV table"),
+    ("inf", b"op,shapes,dtype,device,time_us\nmm,1x2,bf16,cpu,inf\n", "'inf' is not a finite"),
+    ("short", b"op,shapes,dtype,device,time_us\nmm,1x2\n", "row 2: more or fewer cells"),
+    ("long", b"op,shapes,dtype,device,time_us\nmm,1x2,bf16,cpu,3,4\n", "row 2: more or fewer"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "words"), BAD_COST_TABLES, ids=[c[0] for c in BAD_COST_TABLES]
+)
+def test_a_malformed_cost_table_is_one_error_naming_the_file(
+    run_main: Run,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    content: bytes,
+    words: str,
+) -> None:
+    path = tmp_path_factory.mktemp("costs") / f"{name}.csv"
+    path.write_bytes(content)
+    args = [*SMALL, "simulator=hierarchical", f"simulator.op_costs={path}"]
+    status, out, err = run_main("simulate", *args)
+    assert_one_clean_error(status, err, f"op cost table {path}")
     assert words in err and out == "" and not _files(tmp_path)
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "TrackingConfig",
     "config_yaml",
     "fixed_layout_values",
+    "hide_passwords",
     "load_config",
     "register_schemas",
     "typed",
@@ -512,4 +513,9 @@ def config_yaml(config: Any) -> str:
         >>> "me:***@db" in config_yaml(load_config(AutotuneConfig, [url]))
         True
     """
-    return _PASSWORD.sub(r"\g<user>:***@", OmegaConf.to_yaml(OmegaConf.structured(config)))
+    return hide_passwords(OmegaConf.to_yaml(OmegaConf.structured(config)))
+
+
+def hide_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it written ``***``."""
+    return _PASSWORD.sub(r"\g<user>:***@", text)

@@ -596,6 +596,20 @@ TRACKING = [
     ("search", ["tracking.uri=sqlite:////proc/nope/m.db"], "/proc takes no new file"),
     ("search", ["tracking.uri=sqlite:////tmp"], "'sqlite:////tmp' is a folder; give a file"),
     ("benchmark", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
+    # A database server is asked once before any work (MLflow would retry for minutes after
+    # it, then lose the record); its password is never shown.
+    (
+        "search",
+        ["tracking.uri=postgresql://me:secret@127.0.0.1:1/x"],
+        "tracking.uri='postgresql://me:***@127.0.0.1:1/x': cannot connect to the database (",
+    ),
+    ("search", ["tracking.uri=postgresql+nodriver://h/x"], "needs a database driver"),
+    ("benchmark", ["tracking.uri=postgresql://me@127.0.0.1:1/x"], "cannot connect to the data"),
+    (
+        "search",
+        ["search.storage=postgresql://me:secret@127.0.0.1:1/x"],
+        "search.storage='postgresql://me:***@127.0.0.1:1/x': cannot connect to the database (",
+    ),
 ]
 BENCHMARK = [
     ("benchmark", ["top_k=0"], "top_k=0 must be >= 1"),

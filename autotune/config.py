@@ -66,6 +66,7 @@ OUTPUTS = ("table", "json")
 MAX_TRIALS = 100_000
 MAX_REPEATS = 1_000  # profile: timed runs per operator (the median of 1,000 is settled)
 MAX_BOOTSTRAP = 1_000_000  # benchmark: resamples (2,000 give a 95% interval to ~1%)
+MAX_RELINEARIZE = 100  # calibrate: Gauss-Newton steps (3 settle; each costs a robust fit)
 
 
 def _check_output(output: str) -> None:
@@ -82,6 +83,18 @@ def _between(key: str, value: float, low: float, high: float, what: str = "") ->
     """``value`` in [low, high] (NaN is not)."""
     if not low <= value <= high:
         raise UserError(f"{key}={value!r} must be from {low:,} to {high:,}{what}")
+
+
+def _positive(key: str, value: float, what: str = "") -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"{key}={value!r} must be a finite number > 0{what}")
+
+
+def _share(key: str, value: float, what: str, *, zero_allowed: bool = False) -> None:
+    """``value`` in (0, 1), or in [0, 1) with ``zero_allowed`` (NaN is in neither)."""
+    if not ((value >= 0 if zero_allowed else value > 0) and value < 1):
+        low = "from 0 to" if zero_allowed else "above 0 and"
+        raise UserError(f"{key}={value!r} must be {low} below 1{what}")
 
 
 def _check_margin(key: str, margin: float | None) -> None:
@@ -218,24 +231,26 @@ class CalibrateSettings:
     stop_probability: float = MISSING  # "likely": a chance above this (0.05: one in twenty)
 
     def check(self) -> None:
-        """Refuse values that are meaningless on their own (UserError)."""
-        bad = [f"prior.{k}={v}" for k, v in dataclasses.asdict(self.prior).items() if not v > 0]
-        bad += [
-            f"{k}={getattr(self, k)}"
-            for k in ("time_noise", "memory_noise", "max_rows", "max_evaluations")
-            if not getattr(self, k) > 0
-        ]
-        for key in ("bootstrap_samples", "relinearize"):
-            if getattr(self, key) < 0:
-                bad.append(f"{key}={getattr(self, key)}")
-        if not 0 < self.interval < 1:
-            bad.append(f"interval={self.interval} (a probability in (0, 1))")
-        if not 0 <= self.stop_gain < 1:
-            bad.append(f"stop_gain={self.stop_gain} (a share of the step time in [0, 1))")
-        if not 0 < self.stop_probability < 1:
-            bad.append(f"stop_probability={self.stop_probability} (a probability in (0, 1))")
-        if bad:
-            raise UserError(f"calibrate: {', '.join(bad)} out of range (widths, noise > 0)")
+        """Refuse values that are meaningless on their own, and counts that would run for
+        ever or exhaust memory (UserError)."""
+        for name, width in dataclasses.asdict(self.prior).items():
+            _positive(f"calibrate.prior.{name}", width, " (a prior width)")
+        _positive("calibrate.time_noise", self.time_noise, " (a log step-time error)")
+        _positive("calibrate.memory_noise", self.memory_noise, " (a log memory error)")
+        _at_least("calibrate.max_rows", self.max_rows, 1)
+        _between("calibrate.max_evaluations", self.max_evaluations, 1, MAX_TRIALS, " solver steps")
+        _between(
+            "calibrate.relinearize", self.relinearize, 0, MAX_RELINEARIZE, " (0: an exact fit)"
+        )
+        _between(
+            "calibrate.bootstrap_samples", self.bootstrap_samples, 0, MAX_BOOTSTRAP, " (0: none)"
+        )
+        _check_seed("calibrate.seed", self.seed)
+        _share("calibrate.interval", self.interval, " (a probability)")
+        _share(
+            "calibrate.stop_gain", self.stop_gain, " (a share of the step time)", zero_allowed=True
+        )
+        _share("calibrate.stop_probability", self.stop_probability, " (a probability)")
 
 
 @dataclass

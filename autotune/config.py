@@ -103,6 +103,19 @@ def _check_margin(key: str, margin: float | None) -> None:
         _between(key, margin, 0, 1, " (a fraction of the predicted peak memory: 0.05 is 5%)")
 
 
+def _check_names(key: str, value: Any, *, empty_allowed: bool = False) -> None:
+    """A name or a flat list of names (``x``, ``[x,y]``; None: no filter), none twice."""
+    if value is None:
+        return
+    values = list(value) if isinstance(value, list | tuple) else [value]
+    if not values and not empty_allowed:
+        raise UserError(f"{key}=[] is empty; give at least one, or leave {key} unset")
+    for name in values:
+        if isinstance(name, list | tuple | dict) or name is None:
+            raise UserError(f"{key}: {name!r} is not a name; give NAME or [NAME,...]")
+    _once_each(key, values)
+
+
 def _once_each(key: str, values: Any) -> None:
     """Refuse a list setting that names one value twice: its rows or candidates would be
     counted twice (``simulators=[analytical,analytical]`` scores every row twice)."""
@@ -353,7 +366,7 @@ class CalibrateConfig:
         catalog.check_calibration_name("name", self.name)
         _check_calibration("calibration", self.calibration)
         for key in ("source", "hardware", "exclude_model"):
-            _once_each(f"rows.{key}", getattr(self.rows, key))
+            _check_names(f"rows.{key}", getattr(self.rows, key))
         self.calibrate.check()
         if self.out is not None:
             check_output_path("out", self.out)
@@ -427,11 +440,13 @@ class BenchmarkConfig:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
         self.calibrate.check()
-        for key in ("simulators", "baselines", "hardware", "source", "protocols", "probes"):
-            _once_each(key, getattr(self, key))
-        bad = [k for k in self.probes if k < 1]
-        if bad:
-            raise UserError(f"probes={list(self.probes)}: each K must be >= 1")
+        for key in ("simulators", "baselines"):  # none: score only the others
+            _check_names(key, getattr(self, key), empty_allowed=True)
+        for key in ("hardware", "source", "protocols"):
+            _check_names(key, getattr(self, key))
+        _once_each("probes", self.probes)
+        if not self.probes or min(self.probes) < 1:
+            raise UserError(f"probes={list(self.probes)}: give each K >= 1, at least one")
         if not self.data.strip():
             raise UserError("data='' is empty; give public, a shipped source or a file path")
         _at_least("top_k", self.top_k, 1)

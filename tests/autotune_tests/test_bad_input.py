@@ -663,6 +663,18 @@ BENCHMARK = [
     ("benchmark", ["protocols=[zero_shot,zero_shot]"], "names zero_shot more than once"),
     ("benchmark", ["probes=[1,2,1]"], "probes=[1,2,1] names 1 more than once"),
     ("benchmark", ["hardware=[a100,a100]"], "hardware=[a100,a100] names a100 more than once"),
+    # A filter that keeps nothing, and a list where a name goes: said before the data loads.
+    ("benchmark", ["hardware=[]"], "hardware=[] is empty; give at least one, or leave hardware"),
+    ("benchmark", ["source=[]"], "source=[] is empty; give at least one, or leave source unset"),
+    ("benchmark", ["protocols=[]"], "protocols=[] is empty"),
+    ("benchmark", ["protocols=[nope]"], "unknown protocol(s) nope; allowed: zero_shot"),
+    ("benchmark", ["protocols=[probe]", "probes=[]"], "probes=[]: give each K >= 1"),
+    ("benchmark", ["simulators=[[analytical]]"], "simulators: ['analytical'] is not a name"),
+    ("benchmark", ["source=[{a:1}]"], "source: {'a': 1} is not a name; give NAME or [NAME,...]"),
+    ("benchmark", ["baselines=[random,null]"], "baselines: None is not a name"),
+    ("calibrate", [f"data={DATA}", "name=x", "rows.source=[]"], "rows.source=[] is empty"),
+    ("calibrate", [f"data={DATA}", "name=x", "rows.hardware=[[a100]]"], "is not a name"),
+    ("calibrate", [f"data={DATA}", "name=x", "rows.exclude_model=[{a:1}]"], "is not a name"),
 ]
 PROFILE = [
     ("profile", ["repeats=0"], "repeats=0 must be from 1 to 1,000"),

@@ -66,6 +66,7 @@ OUTPUTS = ("table", "json")
 MAX_TRIALS = 100_000
 MAX_REPEATS = 1_000  # profile: timed runs per operator (the median of 1,000 is settled)
 MAX_BOOTSTRAP = 1_000_000  # benchmark: resamples (2,000 give a 95% interval to ~1%)
+MAX_PROBES = 1_000  # layouts to measure: a job's measured sweeps hold a few dozen
 MAX_RELINEARIZE = 100  # calibrate: Gauss-Newton steps (3 settle; each costs a robust fit)
 
 
@@ -326,8 +327,7 @@ class AutotuneConfig(JobConfig):
         self.tracking.check()
         if self.trace is not None:
             check_output_path("trace", self.trace)
-        if self.probes < 0:
-            raise UserError(f"probes={self.probes} must be >= 0 (0: no layouts to measure)")
+        _between("probes", self.probes, 0, MAX_PROBES, " layouts to measure (0: none)")
         _check_calibration("calibration", self.calibration)
         if self.probes > 0:
             check_output_path("probes_out", self.probes_out)
@@ -445,8 +445,11 @@ class BenchmarkConfig:
         for key in ("hardware", "source", "protocols"):
             _check_names(key, getattr(self, key))
         _once_each("probes", self.probes)
-        if not self.probes or min(self.probes) < 1:
-            raise UserError(f"probes={list(self.probes)}: give each K >= 1, at least one")
+        if not self.probes or not 1 <= min(self.probes) <= max(self.probes) <= MAX_PROBES:
+            raise UserError(
+                f"probes={list(self.probes)}: give at least one K, each from 1 to {MAX_PROBES:,} "
+                "(layouts measured per scenario)"
+            )
         if not self.data.strip():
             raise UserError("data='' is empty; give public, a shipped source or a file path")
         _at_least("top_k", self.top_k, 1)

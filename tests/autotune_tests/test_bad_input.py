@@ -110,6 +110,19 @@ HYDRA = [
     ("simulate", ["parallel.tp='"], "cannot parse the override"),
     ("simulate", ["model==x"], "cannot parse the override 'model==x'"),
     ("simulate", ["model"], "cannot parse the override 'model': missing EQUAL"),
+    # a character Hydra's lexer has no token for, said with its code point and what is allowed
+    (
+        "simulate",
+        ["parallel.tp=\u0668"],
+        "'\u0668' (U+0668) at position 13 cannot be parsed: keys",
+    ),
+    ("simulate", ["model.name=\u00f1and\u00fa"], "(U+00F1) at position 12 cannot be parsed"),
+    ("simulate", ["model\u200b=llama2_7b"], "(U+200B) at position 6 cannot be parsed"),
+    ("search", ["parallel.tp=1\x01"], "'\\x01' (U+0001) at position 14 cannot be parsed"),
+    # a config group takes one option: Hydra would merge a list of them into one config
+    ("simulate", ["cluster=[a100,h100]"], "'cluster=[a100,h100]' gives a list; cluster takes one"),
+    ("simulate", ["model=[]"], "'model=[]' gives a list; model takes one of baichuan2_13b"),
+    ("benchmark", ["simulator@simulator.analytical=[analytical]"], "gives a list; simulator"),
     ("simulate", ["=3"], "cannot parse the override '=3': it names no key"),
     ("simulate", ["+="], "cannot parse the override '+=': it names no key"),
     ("search", ["~@x"], "cannot parse the override '~@x': it names no key"),
@@ -757,6 +770,12 @@ PATHS = [
     ("search", [f"search.storage=journal:{DATA}"], "runs.csv is not an Optuna journal file"),
     ("search", ["tracking.uri=sqlite:////dev/null"], "'sqlite:////dev/null' is a device"),
     ("search", ["measured=/nonexistent.csv"], "/nonexistent.csv: no such file"),
+    ("search", ["measured="], "measured='' is empty; give the filled-in probes CSV, or leave"),
+    (
+        "calibrate",
+        ["data=", "name=x"],
+        "data='' is empty; give public, a shipped source or a file",
+    ),
 ]
 GROUPS = [HYDRA, FLAGS, MODEL, CLUSTER, TRAIN, LAYOUT, CONSTANTS, SEARCH, TRACKING, BENCHMARK]
 GROUPS += [PROFILE, NAMES, PATHS]

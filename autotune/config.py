@@ -98,6 +98,12 @@ def _share(key: str, value: float, what: str, *, zero_allowed: bool = False) -> 
         raise UserError(f"{key}={value!r} must be {low} below 1{what}")
 
 
+def _check_given(key: str, value: str, allowed: str) -> None:
+    """A path or name that is not empty (``Path('')`` is the working folder)."""
+    if not value.strip():
+        raise UserError(f"{key}={value!r} is empty; give {allowed}")
+
+
 def _check_margin(key: str, margin: float | None) -> None:
     """A memory margin given by hand: None (derived) or a fraction of the predicted peak."""
     if margin is not None:
@@ -329,6 +335,8 @@ class AutotuneConfig(JobConfig):
             check_output_path("trace", self.trace)
         _between("probes", self.probes, 0, MAX_PROBES, " layouts to measure (0: none)")
         _check_calibration("calibration", self.calibration)
+        if self.measured is not None:
+            _check_given("measured", self.measured, "the filled-in probes CSV, or leave it unset")
         if self.probes > 0:
             check_output_path("probes_out", self.probes_out)
         self.calibrate.check()
@@ -363,6 +371,7 @@ class CalibrateConfig:
         """Refuse values that are meaningless on their own (UserError), and a file that
         could not be written."""
         _check_output(self.output)
+        _check_given("data", self.data, "public, a shipped source or a file path")
         catalog.check_calibration_name("name", self.name)
         _check_calibration("calibration", self.calibration)
         for key in ("source", "hardware", "exclude_model"):
@@ -450,8 +459,7 @@ class BenchmarkConfig:
                 f"probes={list(self.probes)}: give at least one K, each from 1 to {MAX_PROBES:,} "
                 "(layouts measured per scenario)"
             )
-        if not self.data.strip():
-            raise UserError("data='' is empty; give public, a shipped source or a file path")
+        _check_given("data", self.data, "public, a shipped source or a file path")
         _at_least("top_k", self.top_k, 1)
         _between("bootstrap_samples", self.bootstrap_samples, 1, MAX_BOOTSTRAP, " resamples")
         _between(

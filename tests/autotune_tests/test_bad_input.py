@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -960,6 +961,46 @@ def test_a_malformed_cost_table_is_one_error_naming_the_file(
     status, out, err = run_main("simulate", *args)
     assert_one_clean_error(status, err, f"op cost table {path}")
     assert words in err and out == "" and not _files(tmp_path)
+
+
+# python -m autotune.dataset.build (argparse): (arguments, words); {raw} is a copy of the raw
+# files with one of them not UTF-8, {part} a folder with only one of them.
+BUILD = [
+    ([], "error: the following arguments are required: --out (usage: python -m autotune."),
+    (["--out", "t", "--bogus"], "error: unrecognized arguments: --bogus (usage: "),
+    (["--out"], "error: argument --out: expected one argument"),
+    (["--out", ""], "error: --out='' is empty; give a folder path"),
+    (["--out", "t", "--raw", "{part}"], "raw file(s) simumax_b200.csv, korthikanti_recompute"),
+    (["--out", "t", "--raw", "{raw}"], "bloom_tr11_prequel_a100.csv: cannot be converted ("),
+]
+
+
+@pytest.mark.parametrize(("args", "words"), BUILD, ids=[" ".join(a) for a, _ in BUILD])
+def test_a_bad_build_is_one_error_line_and_writes_no_table(
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    words: str,
+) -> None:
+    """Every table converts before any is written: a bad raw file leaves no half-built set."""
+    from autotune.dataset import build
+
+    raw = tmp_path_factory.mktemp("raw")
+    shutil.copytree(build.RAW_DIR, raw, dirs_exist_ok=True)
+    (raw / "bloom_tr11_prequel_a100.csv").write_bytes(b"garbage\xff\n")
+    part = tmp_path_factory.mktemp("part")
+    shutil.copy(build.RAW_DIR / "vtrain_a100.csv", part)
+    monkeypatch.chdir(tmp_path)
+    given = [a.replace("{raw}", str(raw)).replace("{part}", str(part)) for a in args]
+    try:
+        status = build.main(given)
+    except SystemExit as exc:  # argparse's refusals
+        status = exc.code
+    out, err = capsys.readouterr()
+    assert_one_clean_error(status, err, words)
+    assert out == "" and not any(tmp_path.iterdir())
 
 
 def _process(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

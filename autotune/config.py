@@ -54,6 +54,7 @@ __all__ = [
     "TrackingConfig",
     "config_yaml",
     "fixed_layout_values",
+    "hide_passwords",
     "load_config",
     "register_schemas",
     "typed",
@@ -65,6 +66,8 @@ OUTPUTS = ("table", "json")
 MAX_TRIALS = 100_000
 MAX_REPEATS = 1_000  # profile: timed runs per operator (the median of 1,000 is settled)
 MAX_BOOTSTRAP = 1_000_000  # benchmark: resamples (2,000 give a 95% interval to ~1%)
+MAX_PROBES = 1_000  # layouts to measure: a job's measured sweeps hold a few dozen
+MAX_RELINEARIZE = 100  # calibrate: Gauss-Newton steps (3 settle; each costs a robust fit)
 
 
 def _check_output(output: str) -> None:
@@ -83,10 +86,41 @@ def _between(key: str, value: float, low: float, high: float, what: str = "") ->
         raise UserError(f"{key}={value!r} must be from {low:,} to {high:,}{what}")
 
 
+def _positive(key: str, value: float, what: str = "") -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"{key}={value!r} must be a finite number > 0{what}")
+
+
+def _share(key: str, value: float, what: str, *, zero_allowed: bool = False) -> None:
+    """``value`` in (0, 1), or in [0, 1) with ``zero_allowed`` (NaN is in neither)."""
+    if not ((value >= 0 if zero_allowed else value > 0) and value < 1):
+        low = "from 0 to" if zero_allowed else "above 0 and"
+        raise UserError(f"{key}={value!r} must be {low} below 1{what}")
+
+
+def _check_given(key: str, value: str, allowed: str) -> None:
+    """A path or name that is not empty (``Path('')`` is the working folder)."""
+    if not value.strip():
+        raise UserError(f"{key}={value!r} is empty; give {allowed}")
+
+
 def _check_margin(key: str, margin: float | None) -> None:
     """A memory margin given by hand: None (derived) or a fraction of the predicted peak."""
     if margin is not None:
         _between(key, margin, 0, 1, " (a fraction of the predicted peak memory: 0.05 is 5%)")
+
+
+def _check_names(key: str, value: Any, *, empty_allowed: bool = False) -> None:
+    """A name or a flat list of names (``x``, ``[x,y]``; None: no filter), none twice."""
+    if value is None:
+        return
+    values = list(value) if isinstance(value, list | tuple) else [value]
+    if not values and not empty_allowed:
+        raise UserError(f"{key}=[] is empty; give at least one, or leave {key} unset")
+    for name in values:
+        if isinstance(name, list | tuple | dict) or name is None:
+            raise UserError(f"{key}: {name!r} is not a name; give NAME or [NAME,...]")
+    _once_each(key, values)
 
 
 def _once_each(key: str, values: Any) -> None:
@@ -217,24 +251,26 @@ class CalibrateSettings:
     stop_probability: float = MISSING  # "likely": a chance above this (0.05: one in twenty)
 
     def check(self) -> None:
-        """Refuse values that are meaningless on their own (UserError)."""
-        bad = [f"prior.{k}={v}" for k, v in dataclasses.asdict(self.prior).items() if not v > 0]
-        bad += [
-            f"{k}={getattr(self, k)}"
-            for k in ("time_noise", "memory_noise", "max_rows", "max_evaluations")
-            if not getattr(self, k) > 0
-        ]
-        for key in ("bootstrap_samples", "relinearize"):
-            if getattr(self, key) < 0:
-                bad.append(f"{key}={getattr(self, key)}")
-        if not 0 < self.interval < 1:
-            bad.append(f"interval={self.interval} (a probability in (0, 1))")
-        if not 0 <= self.stop_gain < 1:
-            bad.append(f"stop_gain={self.stop_gain} (a share of the step time in [0, 1))")
-        if not 0 < self.stop_probability < 1:
-            bad.append(f"stop_probability={self.stop_probability} (a probability in (0, 1))")
-        if bad:
-            raise UserError(f"calibrate: {', '.join(bad)} out of range (widths, noise > 0)")
+        """Refuse values that are meaningless on their own, and counts that would run for
+        ever or exhaust memory (UserError)."""
+        for name, width in dataclasses.asdict(self.prior).items():
+            _positive(f"calibrate.prior.{name}", width, " (a prior width)")
+        _positive("calibrate.time_noise", self.time_noise, " (a log step-time error)")
+        _positive("calibrate.memory_noise", self.memory_noise, " (a log memory error)")
+        _at_least("calibrate.max_rows", self.max_rows, 1)
+        _between("calibrate.max_evaluations", self.max_evaluations, 1, MAX_TRIALS, " solver steps")
+        _between(
+            "calibrate.relinearize", self.relinearize, 0, MAX_RELINEARIZE, " (0: an exact fit)"
+        )
+        _between(
+            "calibrate.bootstrap_samples", self.bootstrap_samples, 0, MAX_BOOTSTRAP, " (0: none)"
+        )
+        _check_seed("calibrate.seed", self.seed)
+        _share("calibrate.interval", self.interval, " (a probability)")
+        _share(
+            "calibrate.stop_gain", self.stop_gain, " (a share of the step time)", zero_allowed=True
+        )
+        _share("calibrate.stop_probability", self.stop_probability, " (a probability)")
 
 
 @dataclass
@@ -297,9 +333,10 @@ class AutotuneConfig(JobConfig):
         self.tracking.check()
         if self.trace is not None:
             check_output_path("trace", self.trace)
-        if self.probes < 0:
-            raise UserError(f"probes={self.probes} must be >= 0 (0: no layouts to measure)")
+        _between("probes", self.probes, 0, MAX_PROBES, " layouts to measure (0: none)")
         _check_calibration("calibration", self.calibration)
+        if self.measured is not None:
+            _check_given("measured", self.measured, "the filled-in probes CSV, or leave it unset")
         if self.probes > 0:
             check_output_path("probes_out", self.probes_out)
         self.calibrate.check()
@@ -334,10 +371,11 @@ class CalibrateConfig:
         """Refuse values that are meaningless on their own (UserError), and a file that
         could not be written."""
         _check_output(self.output)
+        _check_given("data", self.data, "public, a shipped source or a file path")
         catalog.check_calibration_name("name", self.name)
         _check_calibration("calibration", self.calibration)
         for key in ("source", "hardware", "exclude_model"):
-            _once_each(f"rows.{key}", getattr(self.rows, key))
+            _check_names(f"rows.{key}", getattr(self.rows, key))
         self.calibrate.check()
         if self.out is not None:
             check_output_path("out", self.out)
@@ -411,13 +449,17 @@ class BenchmarkConfig:
         """Refuse values that are meaningless on their own (UserError)."""
         _check_output(self.output)
         self.calibrate.check()
-        for key in ("simulators", "baselines", "hardware", "source", "protocols", "probes"):
-            _once_each(key, getattr(self, key))
-        bad = [k for k in self.probes if k < 1]
-        if bad:
-            raise UserError(f"probes={list(self.probes)}: each K must be >= 1")
-        if not self.data.strip():
-            raise UserError("data='' is empty; give public, a shipped source or a file path")
+        for key in ("simulators", "baselines"):  # none: score only the others
+            _check_names(key, getattr(self, key), empty_allowed=True)
+        for key in ("hardware", "source", "protocols"):
+            _check_names(key, getattr(self, key))
+        _once_each("probes", self.probes)
+        if not self.probes or not 1 <= min(self.probes) <= max(self.probes) <= MAX_PROBES:
+            raise UserError(
+                f"probes={list(self.probes)}: give at least one K, each from 1 to {MAX_PROBES:,} "
+                "(layouts measured per scenario)"
+            )
+        _check_given("data", self.data, "public, a shipped source or a file path")
         _at_least("top_k", self.top_k, 1)
         _between("bootstrap_samples", self.bootstrap_samples, 1, MAX_BOOTSTRAP, " resamples")
         _between(
@@ -512,4 +554,9 @@ def config_yaml(config: Any) -> str:
         >>> "me:***@db" in config_yaml(load_config(AutotuneConfig, [url]))
         True
     """
-    return _PASSWORD.sub(r"\g<user>:***@", OmegaConf.to_yaml(OmegaConf.structured(config)))
+    return hide_passwords(OmegaConf.to_yaml(OmegaConf.structured(config)))
+
+
+def hide_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it written ``***``."""
+    return _PASSWORD.sub(r"\g<user>:***@", text)

@@ -35,6 +35,8 @@ from typing import Any
 import pandas as pd
 
 from autotune import _signals
+from autotune._database import SERVER_SCHEMES
+from autotune._database import check_database
 from autotune._process import dead_here
 from autotune._process import this_process
 from autotune.config import TrackingConfig
@@ -76,7 +78,8 @@ def rounded(value: float) -> float:
 
 
 def check_tracking(config: TrackingConfig) -> None:
-    """Refuse an unusable tracking URI before any work (nothing is created when it is off).
+    """Refuse an unusable tracking URI before any work (nothing is created when it is off):
+    an SQLite file that cannot be written, a server or database that does not answer.
 
     Raises:
         UserError: naming the URI and what is allowed.
@@ -89,7 +92,9 @@ def check_tracking(config: TrackingConfig) -> None:
         _check_sqlite(uri.removeprefix(_SQLITE), uri)
     elif uri.startswith(("http://", "https://")):
         _check_server(uri)
-    elif not uri.startswith(("postgresql", "mysql", "databricks")):
+    elif uri.startswith(SERVER_SCHEMES):
+        check_database("tracking.uri", uri)
+    elif not uri.startswith("databricks"):
         reason = "MLflow 3.13+ refuses a plain file store" if uri.startswith("file:") else ""
         raise UserError(
             f"tracking.uri={uri!r} is not usable{': ' + reason if reason else ''}; allowed: "

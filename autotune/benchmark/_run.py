@@ -238,6 +238,7 @@ def run_benchmark(
         simulators: simulator objects to use instead of building ``config.simulators`` by name
             (a notebook or a test passes its own).
     """
+    protocols = _protocols(config)
     baselines = _names(config.baselines) or []
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
@@ -262,7 +263,6 @@ def run_benchmark(
     log.info(
         "%d measured rows, %d scenarios", len(table), table.groupby(["source", "scenario"]).ngroups
     )
-    protocols = _protocols(config)
     rankings: list[Ranking] = []
 
     for simulator in simulators:

@@ -38,6 +38,7 @@ from autotune.config import AutotuneConfig
 from autotune.dataset import MODEL_FIELDS
 from autotune.simulators import Job
 from autotune.simulators import Layout
+from autotune.simulators import ModelSpec
 from autotune.simulators import Prediction
 from autotune.simulators import UserError
 from autotune.simulators.files import check_output_path
@@ -199,9 +200,11 @@ def _job_problems(job: Job, row: Job) -> list[str]:
     """How the job of one measured row differs from ``job`` (empty: it is the job)."""
     model, cluster, train = row.model, row.cluster, row.train
     problems = []
-    same_model = dataclasses.replace(model, name=job.model.name) == job.model
-    if not same_model:
-        problems.append(f"model {model.name!r} is not {job.model.name!r}")
+    differences = _model_differences(model, job.model)
+    if differences and model.name == job.model.name:
+        problems.append(f"model {model.name!r} has {differences}")
+    elif differences:
+        problems.append(f"model {model.name!r} is not {job.model.name!r}: {differences}")
     if cluster.name != job.cluster.name or cluster.num_devices != job.cluster.num_devices:
         problems.append(
             f"cluster {cluster.name} x {cluster.num_devices} is not {job.cluster.name} x "
@@ -211,6 +214,15 @@ def _job_problems(job: Job, row: Job) -> list[str]:
         if getattr(train, key) != getattr(job.train, key):
             problems.append(f"{key} {getattr(train, key)} is not {getattr(job.train, key)}")
     return problems
+
+
+def _model_differences(model: ModelSpec, wanted: ModelSpec) -> str:
+    """The fields but the name in which ``model`` differs from ``wanted`` ("": none)."""
+    return ", ".join(
+        f"{field.name} {getattr(model, field.name)!r} (not {getattr(wanted, field.name)!r})"
+        for field in dataclasses.fields(model)
+        if field.name != "name" and getattr(model, field.name) != getattr(wanted, field.name)
+    )
 
 
 Measured = tuple[list[tuple[Layout, Run]], list[str]]  # (layout, run) pairs, notes

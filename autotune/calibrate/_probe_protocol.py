@@ -136,18 +136,20 @@ def _probe_steps(
     steps: dict[int, _Step] = {}
     for k in range(1, max(settings.probes) + 1):
         chosen = next_probes(priors.time, candidates, probed, 1, settings.probe).chosen
-        if chosen:
-            j = chosen[0]
-            run = scenario_runs[j]
-            probed = (
-                Probed({**probed.ran, j: run.step_time_s}, probed.failed)
-                if run.ran
-                else Probed(probed.ran, probed.failed | {j})
-            )
-            as_measured = as_measured_gib[scenario.rows[j]]
-            seen.append(observe(run, scenario.memory_gib[j], as_measured, device[j]))
-            memory = memory_belief(scenario.margin, priors.memory_common, seen)
-            candidates = dataclasses.replace(candidates, memory=memory)
+        if not chosen:  # the loop stopped: every larger K ends where it is (K may be huge)
+            last = _Step(outlook(priors.time, candidates, probed), candidates, probed)
+            return steps | {later: last for later in settings.probes if later >= k}
+        j = chosen[0]
+        run = scenario_runs[j]
+        probed = (
+            Probed({**probed.ran, j: run.step_time_s}, probed.failed)
+            if run.ran
+            else Probed(probed.ran, probed.failed | {j})
+        )
+        as_measured = as_measured_gib[scenario.rows[j]]
+        seen.append(observe(run, scenario.memory_gib[j], as_measured, device[j]))
+        memory = memory_belief(scenario.margin, priors.memory_common, seen)
+        candidates = dataclasses.replace(candidates, memory=memory)
         if k in settings.probes:
             steps[k] = _Step(outlook(priors.time, candidates, probed), candidates, probed)
     return steps

@@ -11,6 +11,7 @@ from pathlib import Path
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from hydra.errors import MissingConfigException
 from hydra.errors import OverrideParseException
@@ -99,7 +100,27 @@ def parse_failure(exc: OverrideParseException) -> str:
     said = [line for line in str(exc).splitlines() if line.strip()]
     frame = ("Error parsing override", "See https://")  # Hydra's words around the reason
     reason = next((line for line in said if not line.startswith(frame)), _first_lines(exc))
+    if reason.startswith(_LEXER):
+        reason = _bad_character(said, exc.override) or reason
     return f"cannot parse the override {exc.override!r}: {reason}"
+
+
+_LEXER = "LexerNoViableAltException: "  # Hydra's lexer met a character it has no token for
+
+
+def _bad_character(said: list[str], override: str) -> str | None:
+    """The character Hydra's lexer stopped at (its caret line points at it), and what is
+    allowed instead; None if the caret is not found."""
+    caret = next((line for line in said if line.strip() == "^"), None)
+    position = None if caret is None else caret.index("^") - len(_LEXER)
+    if position is None or not 0 <= position < len(override):
+        return None
+    character = override[position]
+    return (
+        f"{character!r} (U+{ord(character):04X}) at position {position + 1} cannot be parsed: "
+        "keys and unquoted values take ASCII letters, digits and _-+.$%*@?|/ (quote a value, "
+        "'...', for other characters)"
+    )
 
 
 def _check_names(cfg: DictConfig) -> None:
@@ -139,6 +160,19 @@ def _refuse_sweeps(overrides: Sequence[str]) -> None:
                 f"{override.input_line!r} gives several values (a sweep): add -m (--multirun) "
                 "to run the command once per value, or give one value"
             )
+        _refuse_group_list(override)
+
+
+def _refuse_group_list(override: Override) -> None:
+    """A config group takes one option: Hydra would merge ``cluster=[a100,h100]`` into one
+    config of both files (and ``model=[]`` into none)."""
+    group = override.key_or_group.partition("@")[0]
+    if isinstance(override.value(), list) and (conf_dir() / group).is_dir():
+        available = ", ".join(options(group))
+        raise UserError(
+            f"{override.input_line!r} gives a list; {group} takes one of {available} (-m with "
+            "a,b runs one job per value)"
+        )
 
 
 def _refuse_hydra_keys(overrides: Sequence[str]) -> None:

@@ -65,12 +65,8 @@ def check_launch_dir(launch_dir: str | None, top_k: int) -> None:
             "another launch_dir"
         )
     check_output_path("launch_dir", config, follow_symlinks=False)
-    for rank in range(1, top_k + 1):
-        folder = Path(launch_dir) / f"rank-{rank}"
-        try:
-            mode = os.lstat(folder).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            continue
+    for folder in _rank_entries(Path(launch_dir), top_k):
+        mode = os.lstat(folder).st_mode
         if stat.S_ISLNK(mode):
             raise UserError(
                 f"launch_dir={launch_dir!r}: {folder} is a symbolic link; autotune writes the "
@@ -82,6 +78,18 @@ def check_launch_dir(launch_dir: str | None, top_k: int) -> None:
                 f"launch_dir={launch_dir!r}: {folder} is not a folder; remove it, or choose "
                 "another launch_dir"
             )
+
+
+def _rank_entries(launch_dir: Path, top_k: int) -> list[Path]:
+    """The ``rank-N`` entries of ``launch_dir`` with N up to ``top_k``, of any kind (read from
+    the folder: ``top_k`` may be far larger than the layouts there are)."""
+    if not launch_dir.is_dir():
+        return []
+    return [
+        launch_dir / name
+        for name in os.listdir(launch_dir)
+        if _RANK.fullmatch(name) and int(name.removeprefix("rank-")) <= top_k
+    ]
 
 
 def write_top_launch_files(

@@ -33,8 +33,11 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
+from autotune._database import SERVER_SCHEMES
+from autotune._database import check_database
 from autotune._process import dead_here
 from autotune._process import this_process
+from autotune.config import hide_passwords
 from autotune.search._best import BestFeasibleRecord
 from autotune.search._price import Evaluator
 from autotune.search._snap import SnappingSampler
@@ -132,11 +135,12 @@ def check_storage(url: str | None) -> None:
 
     ``sqlite:///PATH``, ``postgresql://...`` or ``mysql://...`` (Optuna's RDB storage, with
     heartbeats), or ``journal:PATH`` (Optuna's journal file, safe for several local workers).
-    A server's database is reached only when the study opens (:func:`open_storage`).
+    A server's database is connected to once (:func:`autotune._database.check_database`).
 
     Raises:
-        UserError: a malformed URL, a path that cannot be written, or a file there that is
-            not such a store (someone else's file is never opened as one).
+        UserError: a malformed URL, a path that cannot be written, a file there that is not
+            such a store (someone else's file is never opened as one), or a database that
+            cannot be reached.
     """
     if url is None:
         return
@@ -149,8 +153,9 @@ def check_storage(url: str | None) -> None:
                     if handle.read(len(start)) != start:
                         raise UserError(f"search.storage={url!r}: {path} is not {kind}")
             return
-    if not url.startswith(("postgresql", "mysql")):
+    if not url.startswith(SERVER_SCHEMES):
         raise UserError(f"search.storage={url!r} is not a storage URL; allowed: {allowed}")
+    check_database("search.storage", url)
 
 
 def open_storage(url: str | None) -> BaseStorage | None:
@@ -188,11 +193,15 @@ def open_storage(url: str | None) -> BaseStorage | None:
                 _write_ahead(storage)
             return storage
         except ImportError as exc:
-            raise UserError(f"search.storage={url!r} needs a database driver: {exc}") from None
+            raise UserError(
+                f"search.storage={hide_passwords(url)!r} needs a database driver: {exc}"
+            ) from None
         except Exception as exc:  # sqlalchemy's errors: locked, unreachable, not a database
             if attempt == 4 or not any(race in str(exc) for race in _CREATION_RACES):
                 first = str(exc).strip().splitlines()[0]
-                raise UserError(f"cannot open search.storage={url!r}: {first}") from None
+                raise UserError(
+                    f"cannot open search.storage={hide_passwords(url)!r}: {first}"
+                ) from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
 

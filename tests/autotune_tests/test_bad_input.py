@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -110,6 +111,19 @@ HYDRA = [
     ("simulate", ["parallel.tp='"], "cannot parse the override"),
     ("simulate", ["model==x"], "cannot parse the override 'model==x'"),
     ("simulate", ["model"], "cannot parse the override 'model': missing EQUAL"),
+    # a character Hydra's lexer has no token for, said with its code point and what is allowed
+    (
+        "simulate",
+        ["parallel.tp=\u0668"],
+        "'\u0668' (U+0668) at position 13 cannot be parsed: keys",
+    ),
+    ("simulate", ["model.name=\u00f1and\u00fa"], "(U+00F1) at position 12 cannot be parsed"),
+    ("simulate", ["model\u200b=llama2_7b"], "(U+200B) at position 6 cannot be parsed"),
+    ("search", ["parallel.tp=1\x01"], "'\\x01' (U+0001) at position 14 cannot be parsed"),
+    # a config group takes one option: Hydra would merge a list of them into one config
+    ("simulate", ["cluster=[a100,h100]"], "'cluster=[a100,h100]' gives a list; cluster takes one"),
+    ("simulate", ["model=[]"], "'model=[]' gives a list; model takes one of baichuan2_13b"),
+    ("benchmark", ["simulator@simulator.analytical=[analytical]"], "gives a list; simulator"),
     ("simulate", ["=3"], "cannot parse the override '=3': it names no key"),
     ("simulate", ["+="], "cannot parse the override '+=': it names no key"),
     ("search", ["~@x"], "cannot parse the override '~@x': it names no key"),
@@ -514,6 +528,11 @@ CONSTANTS = [
     ),
     (
         "simulate",
+        ["simulator=hierarchical", "simulator.op_costs="],
+        "simulator.op_costs='' is empty; give the path of a table autotune.profile wrote",
+    ),
+    (
+        "simulate",
         ["+simulator.unfused_attention_dropout_bytes_per_score.mask=1"],
         "has keys backward_elementwise, forward_elementwise, mask, saved; expected",
     ),
@@ -573,6 +592,26 @@ SEARCH = [
     ("search", ["search.rerank_top=0"], "search.rerank_top=0 must be >= 1"),
     ("search", ["search.rerank_top=-1"], "search.rerank_top=-1 must be >= 1"),
     ("search", ["search.workers=0"], "search.workers=0 must be >= 1"),
+    # calibrate.*, read by the search's probe loop, the benchmark's protocols and calibrate
+    ("search", ["calibrate.stop_gain=nan"], "calibrate.stop_gain=nan must be from 0 to below 1"),
+    ("search", ["calibrate.stop_probability=0"], "stop_probability=0.0 must be above 0 and"),
+    ("search", ["calibrate.time_noise=inf"], "calibrate.time_noise=inf must be a finite number"),
+    ("search", ["calibrate.prior.host_overhead=inf"], "prior.host_overhead=inf must be a finite"),
+    ("search", ["calibrate.seed=-1"], "calibrate.seed=-1 must be from 0 to 4,294,967,295"),
+    ("search", ["calibrate.interval=1"], "calibrate.interval=1.0 must be above 0 and below 1"),
+    ("benchmark", ["calibrate.relinearize=1000000000000"], "must be from 0 to 100 (0: an exact"),
+    ("benchmark", ["calibrate.bootstrap_samples=1000000000000"], "must be from 0 to 1,000,000"),
+    ("benchmark", ["calibrate.max_evaluations=0"], "max_evaluations=0 must be from 1 to 100,000"),
+    (
+        "calibrate",
+        [f"data={DATA}", "name=x", "calibrate.bootstrap_samples=1000000000000"],
+        "calibrate.bootstrap_samples=1000000000000 must be from 0 to 1,000,000",
+    ),
+    (
+        "calibrate",
+        [f"data={DATA}", "name=x", "calibrate.prior.matmul_efficiency=-1"],
+        "calibrate.prior.matmul_efficiency=-1.0 must be a finite number > 0 (a prior width)",
+    ),
     ("search", ["search.sampler=cmaes"], "available: auto, grid, screen, tpe, gp, random, nsga2"),
     ("search", ["search.sampler="], "unknown sampler ''"),
     ("search", ["search.rerank=nope"], "unknown search.rerank simulator 'nope'"),
@@ -591,6 +630,20 @@ TRACKING = [
     ("search", ["tracking.uri=sqlite:////proc/nope/m.db"], "/proc takes no new file"),
     ("search", ["tracking.uri=sqlite:////tmp"], "'sqlite:////tmp' is a folder; give a file"),
     ("benchmark", ["tracking.uri=notauri"], "tracking.uri='notauri' is not usable"),
+    # A database server is asked once before any work (MLflow would retry for minutes after
+    # it, then lose the record); its password is never shown.
+    (
+        "search",
+        ["tracking.uri=postgresql://me:secret@127.0.0.1:1/x"],
+        "tracking.uri='postgresql://me:***@127.0.0.1:1/x': cannot connect to the database (",
+    ),
+    ("search", ["tracking.uri=postgresql+nodriver://h/x"], "needs a database driver"),
+    ("benchmark", ["tracking.uri=postgresql://me@127.0.0.1:1/x"], "cannot connect to the data"),
+    (
+        "search",
+        ["search.storage=postgresql://me:secret@127.0.0.1:1/x"],
+        "search.storage='postgresql://me:***@127.0.0.1:1/x': cannot connect to the database (",
+    ),
 ]
 BENCHMARK = [
     ("benchmark", ["top_k=0"], "top_k=0 must be >= 1"),
@@ -624,6 +677,22 @@ BENCHMARK = [
     ("benchmark", ["protocols=[zero_shot,zero_shot]"], "names zero_shot more than once"),
     ("benchmark", ["probes=[1,2,1]"], "probes=[1,2,1] names 1 more than once"),
     ("benchmark", ["hardware=[a100,a100]"], "hardware=[a100,a100] names a100 more than once"),
+    # A filter that keeps nothing, and a list where a name goes: said before the data loads.
+    ("benchmark", ["hardware=[]"], "hardware=[] is empty; give at least one, or leave hardware"),
+    ("benchmark", ["source=[]"], "source=[] is empty; give at least one, or leave source unset"),
+    ("benchmark", ["protocols=[]"], "protocols=[] is empty"),
+    ("benchmark", ["protocols=[nope]"], "unknown protocol(s) nope; allowed: zero_shot"),
+    ("benchmark", ["protocols=[probe]", "probes=[]"], "probes=[]: give at least one K, each"),
+    ("benchmark", ["probes=[0]"], "probes=[0]: give at least one K, each from 1 to 1,000"),
+    ("benchmark", ["probes=[1,1000000000000000000000]"], "each from 1 to 1,000 (layouts"),
+    ("search", ["probes=-1"], "probes=-1 must be from 0 to 1,000 layouts to measure (0: none)"),
+    ("search", ["probes=1000000000000000000000"], "must be from 0 to 1,000 layouts to measure"),
+    ("benchmark", ["simulators=[[analytical]]"], "simulators: ['analytical'] is not a name"),
+    ("benchmark", ["source=[{a:1}]"], "source: {'a': 1} is not a name; give NAME or [NAME,...]"),
+    ("benchmark", ["baselines=[random,null]"], "baselines: None is not a name"),
+    ("calibrate", [f"data={DATA}", "name=x", "rows.source=[]"], "rows.source=[] is empty"),
+    ("calibrate", [f"data={DATA}", "name=x", "rows.hardware=[[a100]]"], "is not a name"),
+    ("calibrate", [f"data={DATA}", "name=x", "rows.exclude_model=[{a:1}]"], "is not a name"),
 ]
 PROFILE = [
     ("profile", ["repeats=0"], "repeats=0 must be from 1 to 1,000"),
@@ -702,6 +771,12 @@ PATHS = [
     ("search", [f"search.storage=journal:{DATA}"], "runs.csv is not an Optuna journal file"),
     ("search", ["tracking.uri=sqlite:////dev/null"], "'sqlite:////dev/null' is a device"),
     ("search", ["measured=/nonexistent.csv"], "/nonexistent.csv: no such file"),
+    ("search", ["measured="], "measured='' is empty; give the filled-in probes CSV, or leave"),
+    (
+        "calibrate",
+        ["data=", "name=x"],
+        "data='' is empty; give public, a shipped source or a file",
+    ),
 ]
 GROUPS = [HYDRA, FLAGS, MODEL, CLUSTER, TRAIN, LAYOUT, CONSTANTS, SEARCH, TRACKING, BENCHMARK]
 GROUPS += [PROFILE, NAMES, PATHS]
@@ -858,6 +933,74 @@ def test_an_implausible_calibration_is_one_error_line_even_with_json_output(
     status, out, err = run_main(command, *args)
     assert_one_clean_error(status, err, f"calibration file {path}: calibration '{name}': ")
     assert words in err and out == "" and not _files(tmp_path)
+
+
+# A cost table (simulator.op_costs=PATH): its bytes, and the words of the error.
+BAD_COST_TABLES = [
+    ("utf16", "op,shapes,dtype,device,time_us\n".encode("utf-16"), "not a UTF-8 CSV table"),
+    ("inf", b"op,shapes,dtype,device,time_us\nmm,1x2,bf16,cpu,inf\n", "'inf' is not a finite"),
+    ("short", b"op,shapes,dtype,device,time_us\nmm,1x2\n", "row 2: more or fewer cells"),
+    ("long", b"op,shapes,dtype,device,time_us\nmm,1x2,bf16,cpu,3,4\n", "row 2: more or fewer"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "words"), BAD_COST_TABLES, ids=[c[0] for c in BAD_COST_TABLES]
+)
+def test_a_malformed_cost_table_is_one_error_naming_the_file(
+    run_main: Run,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    content: bytes,
+    words: str,
+) -> None:
+    path = tmp_path_factory.mktemp("costs") / f"{name}.csv"
+    path.write_bytes(content)
+    args = [*SMALL, "simulator=hierarchical", f"simulator.op_costs={path}"]
+    status, out, err = run_main("simulate", *args)
+    assert_one_clean_error(status, err, f"op cost table {path}")
+    assert words in err and out == "" and not _files(tmp_path)
+
+
+# python -m autotune.dataset.build (argparse): (arguments, words); {raw} is a copy of the raw
+# files with one of them not UTF-8, {part} a folder with only one of them.
+BUILD = [
+    ([], "error: the following arguments are required: --out (usage: python -m autotune."),
+    (["--out", "t", "--bogus"], "error: unrecognized arguments: --bogus (usage: "),
+    (["--out"], "error: argument --out: expected one argument"),
+    (["--out", ""], "error: --out='' is empty; give a folder path"),
+    (["--out", "t", "--raw", "{part}"], "raw file(s) simumax_b200.csv, korthikanti_recompute"),
+    (["--out", "t", "--raw", "{raw}"], "bloom_tr11_prequel_a100.csv: cannot be converted ("),
+]
+
+
+@pytest.mark.parametrize(("args", "words"), BUILD, ids=[" ".join(a) for a, _ in BUILD])
+def test_a_bad_build_is_one_error_line_and_writes_no_table(
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    words: str,
+) -> None:
+    """Every table converts before any is written: a bad raw file leaves no half-built set."""
+    from autotune.dataset import build
+
+    raw = tmp_path_factory.mktemp("raw")
+    shutil.copytree(build.RAW_DIR, raw, dirs_exist_ok=True)
+    (raw / "bloom_tr11_prequel_a100.csv").write_bytes(b"garbage\xff\n")
+    part = tmp_path_factory.mktemp("part")
+    shutil.copy(build.RAW_DIR / "vtrain_a100.csv", part)
+    monkeypatch.chdir(tmp_path)
+    given = [a.replace("{raw}", str(raw)).replace("{part}", str(part)) for a in args]
+    try:
+        status = build.main(given)
+    except SystemExit as exc:  # argparse's refusals
+        status = exc.code
+    out, err = capsys.readouterr()
+    assert_one_clean_error(status, err, words)
+    assert out == "" and not any(tmp_path.iterdir())
 
 
 def _process(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

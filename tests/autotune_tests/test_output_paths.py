@@ -399,6 +399,23 @@ def test_launch_files_go_only_into_marked_rank_folders(
         assert list(outside.iterdir()) == []  # never written through
 
 
+def test_a_huge_top_k_checks_only_the_rank_folders_there_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """search.top_k=10^12 reads launch_dir once (it looked at every rank-N up to top_k: hours),
+    refuses a link at a far rank, and otherwise writes the layouts there are."""
+    huge = "search.top_k=1000000000000"
+    with _workspace() as folder:
+        (folder / "rank-2000").symlink_to(folder)
+        status, out, err = _run(capsys, "autotune.__main__", *QUICK, "launch_dir=.", huge)
+        assert_refused(status, out, err)
+        assert "rank-2000 is a symbolic link" in err
+        (folder / "rank-2000").unlink()
+        status, out, err = _run(capsys, "autotune.__main__", *QUICK, "launch_dir=.", huge)
+        assert status == 0, err
+        assert (folder / "rank-1").is_dir() and not (folder / "rank-2000").exists()
+
+
 @pytest.mark.slow
 def test_mlflow_keeps_exactly_the_launch_files(capsys: pytest.CaptureFixture[str]) -> None:
     """launch_dir=. logs rank-1's files, not the working folder (nor a copy of itself)."""

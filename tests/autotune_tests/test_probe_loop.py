@@ -112,6 +112,21 @@ def test_measured_rows_of_another_job_are_refused(probed: tuple[Path, dict], fil
     )
 
 
+@pytest.mark.slow  # more search processes: the loop itself is checked above
+def test_measured_rows_of_another_architecture_name_the_fields(
+    probed: tuple[Path, dict], filled: Path
+) -> None:
+    """The same model name with other layers: said by field (it said "model 'Llama-2-7B' is
+    not 'Llama-2-7B'")."""
+    folder, _ = probed
+    proc = run("autotune", *SMALL, OFF, "model.num_layers=16", "measured=filled.csv", cwd=folder)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: filled.csv: rows of another job than this search's: model 'Llama-2-7B' has "
+        "num_layers 32 (not 16): filled line 2, filled line 3, filled line 4"
+    )
+
+
 def test_the_memory_margin_is_shown_and_can_be_set(tmp_path: Path) -> None:
     proc = run("autotune", *SMALL, OFF, "search.memory_margin=0.1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -338,7 +338,7 @@ def test_storage_urls_are_checked_before_any_work(tmp_path: Path) -> None:
         ("", "is not a storage URL"),
         (f"sqlite:///{tmp_path}", "is a folder; give a file path"),
         ("sqlite:////proc/nope/study.db", "/proc takes no new file"),
-        ("postgresql://u@127.0.0.1:1/db", "cannot open search.storage|needs a database driver"),
+        ("postgresql://u@127.0.0.1:1/db", "cannot connect to the data|needs a database driver"),
     ):
         with pytest.raises(UserError, match=message):
             open_study(url, "t", "tpe", 0, {})

@@ -52,6 +52,11 @@ class HierarchicalConstants:
                 f"simulator.schedule={self.schedule!r} is not one of {allowed} "
                 "(interleaved 1F1B is used whenever vpp > 1)"
             )
+        if self.op_costs is not None and not self.op_costs.strip():
+            raise SpecError(
+                f"simulator.op_costs={self.op_costs!r} is empty; give the path of a table "
+                "autotune.profile wrote, or null for none"
+            )
         for key in (
             "host_op_overhead_us",
             "host_ops_per_checkpoint_forward",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -127,38 +128,65 @@ class ProfiledCost:
 
 @functools.lru_cache(maxsize=8)
 def load_cost_table(path: str) -> CostTable:
-    """Read a profiled table (CSV with :data:`COST_TABLE_COLUMNS`).
+    """Read a profiled table (CSV with :data:`COST_TABLE_COLUMNS`, UTF-8).
 
     Raises:
-        DataFileError: the file is missing, lacks a column, mixes devices or has a bad time.
+        DataFileError: the file is missing or not a UTF-8 CSV table, lacks a column or a cell,
+            mixes devices or has a bad time.
     """
     file = Path(path)
     if not file.is_file():
         raise DataFileError(f"op cost table {path}: no such file")
-    with file.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in COST_TABLE_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataFileError(
-                f"op cost table {path}: missing column(s) {', '.join(missing)}; "
-                f"expected {', '.join(COST_TABLE_COLUMNS)}"
-            )
-        rows = list(reader)
+    rows = _cost_rows(file, path)
     problems, table = [], {}
     for number, row in enumerate(rows, start=2):
-        try:
-            time_us = float(row["time_us"])
-        except ValueError:
-            time_us = -1.0
-        if not time_us >= 0:
-            problems.append(f"row {number}, column time_us: {row['time_us']!r} is not a time >= 0")
+        if None in row.values() or None in row:
+            problems.append(f"row {number}: more or fewer cells than the header has columns")
+            continue
+        time_us = _time_us(row["time_us"])
+        if time_us is None:
+            problems.append(
+                f"row {number}, column time_us: {row['time_us']!r} is not a finite time >= 0"
+            )
+            continue
         table[(row["op"], row["shapes"], row["dtype"])] = time_us * 1e-6
-    devices = sorted({row["device"] for row in rows})
+    devices = sorted({str(row["device"]) for row in rows})
     if len(devices) > 1:
         problems.append(f"column device: one device per table, found {', '.join(devices)}")
     if problems:
         raise DataFileError(f"op cost table {path}:\n  - " + "\n  - ".join(problems))
     return CostTable(path=path, device=devices[0] if devices else "", seconds=table)
+
+
+def _cost_rows(file: Path, path: str) -> list[dict[str, str]]:
+    """The rows of a cost table, each a column -> cell mapping.
+
+    Raises:
+        DataFileError: the file is not UTF-8 CSV text, or lacks a column.
+    """
+    try:
+        with file.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in COST_TABLE_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise DataFileError(
+                    f"op cost table {path}: missing column(s) {', '.join(missing)}; "
+                    f"expected {', '.join(COST_TABLE_COLUMNS)}"
+                )
+            return list(reader)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise DataFileError(
+            f"op cost table {path}: not a UTF-8 CSV table ({exc}); autotune.profile writes one"
+        ) from None
+
+
+def _time_us(cell: str) -> float | None:
+    """A cell of ``time_us`` as microseconds (None: not a finite time >= 0)."""
+    try:
+        value = float(cell)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,7 +28,7 @@ _READ_ERRORS = (ValueError, OSError, NotImplementedError, pd.errors.ParserError)
 def _read_csv(path: Path) -> pd.DataFrame:
     """The data rows as text, indexed by their line, without blank lines or rows of empty cells.
 
-    (A quoted cell that spans lines counts as one line.)
+    (A quoted cell that spans lines counts as one line; :func:`_header_problems` refuses it.)
     """
     cells = pd.read_csv(
         path, dtype=str, keep_default_na=False, header=None, skip_blank_lines=False
@@ -60,7 +60,7 @@ def _read_text_cells(path: Path) -> pd.DataFrame:
 
 
 def _header_problems(path: Path, raw: pd.DataFrame) -> list[str]:
-    """Columns named twice, and columns with cells but no name."""
+    """Columns named twice, columns with cells but no name, and cells that span lines."""
     names = list(raw.columns)
     problems = [
         f"{path.name}, line 1: column {name!r} appears {names.count(name)} times"
@@ -68,8 +68,14 @@ def _header_problems(path: Path, raw: pd.DataFrame) -> list[str]:
         if name and names.count(name) > 1
     ]
     for position, name in enumerate(names, start=1):
-        if not name and (raw.iloc[:, position - 1].str.strip() != "").any():
+        cells = raw.iloc[:, position - 1]
+        if not name and (cells.str.strip() != "").any():
             problems.append(f"{path.name}, line 1: column {position} has cells but no name")
+        for line in cells.index[cells.str.contains("[\r\n]", regex=True)]:
+            problems.append(
+                f"{path.name}, line {line}, column {name or position}: a cell spans lines (an "
+                "unclosed quote joins the rows after it into one cell); keep each row on one line"
+            )
     return problems
 
 

@@ -413,3 +413,13 @@ def test_recompute_modules_load_as_the_layouts_spelling(tmp_path: Path) -> None:
         DataFileError, match="column recompute_modules: expected modules of core_attn"
     ):
         dataset.load_measurements(bad)
+
+
+def test_an_unclosed_quote_is_refused_not_a_row_lost(tmp_path: Path) -> None:
+    path = write(tmp_path / "quote.csv", {}, {"tp": 4, "dp": 2}, {"tp": 2, "dp": 4})
+    header, first, second, third = _lines(path)
+    # a stray quote opens in line 2's first cell and closes in line 4's: pandas reads one row
+    path.write_text(f'{header}\n"{first}\n{second}\n{third.replace(",", chr(34) + ",", 1)}\n')
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    assert "quote.csv, line 2, column scenario: a cell spans lines" in str(caught.value)

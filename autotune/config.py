@@ -25,6 +25,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 from omegaconf import DictConfig
 from omegaconf import OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 from omegaconf.errors import OmegaConfBaseException
 
 from autotune import catalog
@@ -528,6 +529,11 @@ def typed(cfg: DictConfig, schema: type[T]) -> T:
     """
     try:
         value = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as exc:
+        raise UserError(
+            f"{exc.full_key}= is required and has no default: give it on the command line "
+            f"({exc.full_key}=...; --help lists the settings)"
+        ) from None
     except OmegaConfBaseException as exc:
         raise UserError(str(exc).strip().splitlines()[0]) from None
     if not isinstance(value, schema):

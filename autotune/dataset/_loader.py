@@ -92,10 +92,17 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
         DataFileError: listing every problem at once (file, line, column, what was expected).
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataFileError(f"{path}: a folder, not a file; give a .csv or .parquet file")
     if not path.is_file():
         raise DataFileError(f"{path}: no such file")
     try:
         raw = _read_text_cells(path)
+    except UnicodeDecodeError as exc:
+        raise DataFileError(
+            f"{path}: cannot be read: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+            "save it as UTF-8"
+        ) from None
     except _READ_ERRORS as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise DataFileError(f"{path}: cannot be read: {reason}") from None

@@ -127,7 +127,7 @@ HYDRA = [
     ("simulate", ["=3"], "cannot parse the override '=3': it names no key"),
     ("simulate", ["+="], "cannot parse the override '+=': it names no key"),
     ("search", ["~@x"], "cannot parse the override '~@x': it names no key"),
-    ("simulate", ["~model"], "missing mandatory value"),
+    ("simulate", ["~model"], "model.name= is required and has no default"),
     ("simulate", ["--verbose"], "unknown option '--verbose'"),
     ("simulate", ["model.num_layers=${nope}"], "nope"),
     ("search", ["search.seed=abc"], "search.seed=abc"),
@@ -691,6 +691,7 @@ BENCHMARK = [
     ("benchmark", ["source=[{a:1}]"], "source: {'a': 1} is not a name; give NAME or [NAME,...]"),
     ("benchmark", ["baselines=[random,null]"], "baselines: None is not a name"),
     ("calibrate", [f"data={DATA}", "name=x", "rows.source=[]"], "rows.source=[] is empty"),
+    ("calibrate", [f"data={DATA}"], "name= is required and has no default: give it"),
     ("calibrate", [f"data={DATA}", "name=x", "rows.hardware=[[a100]]"], "is not a name"),
     ("calibrate", [f"data={DATA}", "name=x", "rows.exclude_model=[{a:1}]"], "is not a name"),
 ]

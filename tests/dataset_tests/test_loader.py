@@ -394,8 +394,17 @@ def test_parquet_non_finite_values_are_refused(tmp_path: Path) -> None:
 def test_a_binary_file_is_one_clean_error(tmp_path: Path) -> None:
     path = tmp_path / "binary.csv"
     path.write_bytes(b"\xff\xfe\x00\x01scenario,model\n")
-    with pytest.raises(DataFileError, match=r"binary\.csv: cannot be read: 'utf-8' codec"):
+    with pytest.raises(DataFileError, match=r"binary\.csv: cannot be read: not UTF-8 text"):
         dataset.load_measurements(path)
+    path.write_bytes("scenario,model\ns\u00e9,x\n".encode("latin-1"))
+    with pytest.raises(DataFileError, match=r"not UTF-8 text \(.*\); save it as UTF-8$"):
+        dataset.load_measurements(path)
+
+
+def test_a_folder_is_no_file(tmp_path: Path) -> None:
+    (tmp_path / "runs.csv").mkdir()
+    with pytest.raises(DataFileError, match=r"runs\.csv: a folder, not a file; give a \.csv"):
+        dataset.load_measurements(tmp_path / "runs.csv")
 
 
 def test_recompute_modules_load_as_the_layouts_spelling(tmp_path: Path) -> None:

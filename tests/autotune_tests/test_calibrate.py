@@ -67,7 +67,7 @@ def synthetic() -> list[Run]:
                 specs=specs[i],
                 status="ok",
                 step_time_s=p.step_time_s,
-                peak_memory_gib=p.memory_gib,
+                peak_memory_gib=p.peak_gib("device"),
                 peak_memory_measure="device",  # the whole prediction, reserved memory and all
                 group=str(table["scenario"][i]),
             )

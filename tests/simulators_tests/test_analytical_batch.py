@@ -105,6 +105,7 @@ def assert_same(vector: Prediction, scalar: Prediction) -> None:
     for name in (
         "step_time_s",
         "memory_gib",
+        "cached_gib",
         "memory_capacity_gib",
         "tokens_per_s_per_device",
         "mfu",

@@ -18,4 +18,5 @@ def test_two_jobs_of_one_source_rank_and_speed_up_sanely() -> None:
         assert a.priced >= 1 and a.valid >= 0
         assert a.speedup > 0 and (a.rank > 1 or a.speedup == 1.0)
         assert 0.0 <= a.percentile <= 100.0
+        assert not (a.over_device and a.shipped_fits)  # over the device is a false OOM
     assert "| **all** | 2 |" in bench.report(results, bench.SAMPLE)

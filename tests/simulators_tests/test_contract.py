@@ -189,6 +189,8 @@ def test_prediction_is_consistent(simulator: Simulator, layout: Layout) -> None:
     assert sum(prediction.breakdown.values()) == pytest.approx(prediction.step_time_s)
     assert sum(prediction.memory_breakdown_gib.values()) == pytest.approx(prediction.memory_gib)
     assert prediction.fits == (prediction.memory_gib <= CLUSTER.device.memory_gib)
+    assert prediction.cached_gib >= 0  # a device-level peak shows at least what must fit
+    assert prediction.peak_gib("device") >= prediction.memory_gib
     tokens = TRAIN.tokens_per_step / prediction.step_time_s / 16
     assert prediction.tokens_per_s_per_device == pytest.approx(tokens)
     assert 0 < prediction.mfu < 1

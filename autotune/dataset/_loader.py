@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,30 @@ _READ_ERRORS = (ValueError, OSError, NotImplementedError, pd.errors.ParserError)
 def _read_csv(path: Path) -> pd.DataFrame:
     """The data rows as text, indexed by their line, without blank lines or rows of empty cells.
 
-    (A quoted cell that spans lines counts as one line; :func:`_header_problems` refuses it.)
+    A row with another number of cells than the header is padded or cut to the header and
+    named in ``attrs["ragged"]`` (line -> its cells), which :func:`_header_problems` refuses;
+    so is a quoted cell that spans lines (it counts as one line).
     """
-    cells = pd.read_csv(
-        path, dtype=str, keep_default_na=False, header=None, skip_blank_lines=False
-    )
-    header = [str(name).strip() for name in cells.iloc[0]]
-    frame = cells.iloc[1:].set_axis(header, axis="columns")
-    frame.index = frame.index + 1  # line numbers: row 0 was the header, line 1
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        reader = csv.reader(handle, strict=True)
+        try:
+            rows = list(reader)
+        except csv.Error as exc:  # an unclosed quote at the end, a quote inside a bare cell
+            where = f"line {reader.line_num}"
+            raise DataFileError(f"{path}: not a CSV table: {exc} ({where})") from None
+    if not rows:
+        return pd.DataFrame()
+    header = [name.strip() for name in rows[0]]
+    width = len(header)
+    ragged = {
+        line: len(row) for line, row in enumerate(rows[1:], start=2) if row and len(row) != width
+    }
+    cells = [(row + [""] * width)[:width] for row in rows[1:]]
+    frame = pd.DataFrame(cells, columns=header, index=range(2, len(rows) + 1), dtype=str)
     filled = frame.apply(lambda column: column.str.strip() != "")
-    return frame[filled.any(axis="columns")]
+    frame = frame[filled.any(axis="columns")] if len(frame) else frame
+    frame.attrs["ragged"] = ragged
+    return frame
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
@@ -67,6 +82,10 @@ def _header_problems(path: Path, raw: pd.DataFrame) -> list[str]:
         for name in dict.fromkeys(names)
         if name and names.count(name) > 1
     ]
+    problems.extend(
+        f"{path.name}, line {line}: {count} cells, the header has {len(names)} columns"
+        for line, count in raw.attrs.get("ragged", {}).items()
+    )
     for position, name in enumerate(names, start=1):
         cells = raw.iloc[:, position - 1]
         if not name and (cells.str.strip() != "").any():

@@ -342,10 +342,11 @@ def _lines(path: Path) -> list[str]:
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (lambda lines: [lines[0], lines[1].replace("toy", '"toy')], "EOF inside string"),
-        (lambda lines: [lines[0], lines[1] + ",extra"], "Expected 21 fields in line 2, saw 22"),
-        (lambda lines: [lines[0], *(line + ",x" for line in lines[1:])], "Expected 21 fields"),
-        (lambda lines: [], "cannot be read: No columns to parse from file"),
+        (
+            lambda lines: [lines[0], lines[1].replace("toy", '"toy')],
+            "not a CSV table: unexpected end of data (line 2)",
+        ),
+        (lambda lines: [], "no data rows"),
         (lambda lines: [lines[0]], "no data rows"),
     ],
 )
@@ -358,6 +359,19 @@ def test_a_file_that_is_not_a_table_is_one_clean_error(
         dataset.load_measurements(path)
     assert str(caught.value).startswith(f"{path}: ") and expected in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_a_row_of_another_width_is_one_problem_naming_its_cells(tmp_path: Path) -> None:
+    path = write(tmp_path / "ragged.csv", {}, {"tp": 4, "dp": 2}, {"tp": 2, "dp": 4})
+    header, first, second, third = _lines(path)
+    short = ",".join(third.split(",")[:5])
+    path.write_text(f"{header}\n{first},extra\n{second}\n{short}\n")
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    message = str(caught.value)
+    assert "2 problem(s)" in message  # not one per empty cell of the short row
+    assert "ragged.csv, line 2: 22 cells, the header has 21 columns" in message
+    assert "ragged.csv, line 4: 5 cells, the header has 21 columns" in message
 
 
 def test_header_problems_are_refused(tmp_path: Path) -> None:

@@ -229,6 +229,6 @@ def _table(
     margin = (
         f"memory margin: {100 * c.memory_margin:.1f}% (95th percentile of under-prediction)"
         if c.memory_margin is not None
-        else "memory margin: none measured (the search derives one from the shipped rows)"
+        else "memory margin: none of its own (the search applies its stack's shipped one)"
     )
     return "\n".join([head, *rows, fit_line, margin])

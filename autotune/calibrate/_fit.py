@@ -245,14 +245,17 @@ def _time_bounds(simulator: Simulator, runs: Sequence[Run]) -> tuple[np.ndarray,
 
 
 def _even_subsample(runs: Sequence[Run], limit: int, seed: int) -> list[int]:
-    """At most ``limit`` positions, taken in turn from each group (shuffled with ``seed``)."""
+    """At most ``limit`` positions, taken in turn from each group, the groups and their
+    members shuffled with ``seed``: with more groups than ``limit``, one row from each of
+    ``limit`` groups drawn from all of them (not the first groups of the table)."""
     if len(runs) <= limit:
         return list(range(len(runs)))
     rng = np.random.default_rng(seed)
     groups: dict[str, list[int]] = {}
     for i, run in enumerate(runs):
         groups.setdefault(run.group, []).append(i)
-    queues = [list(rng.permutation(members)) for members in groups.values()]
+    members = list(groups.values())
+    queues = [list(rng.permutation(members[g])) for g in rng.permutation(len(members))]
     chosen: list[int] = []
     while len(chosen) < limit:
         for queue in queues:

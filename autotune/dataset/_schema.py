@@ -17,6 +17,7 @@ from autotune import catalog
 from autotune.simulators import limits
 from autotune.simulators.frameworks import CP_COMM_TYPES
 from autotune.simulators.frameworks import MOE_DISPATCHERS
+from autotune.simulators.fused_softmax import FUSED_SOFTMAX_RULES
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import ZERO_STAGES
 from autotune.simulators.layout import Layout
@@ -268,6 +269,8 @@ _TRAINING = (
     Column("moe_a2a_overlap", _bool),  # expert all-to-all under another micro-batch's compute
     Column("cp_comm_type", _choice(CP_COMM_TYPES)),  # the CP exchange: p2p ring or a2a Ulysses
     Column("dropout", _probability),  # attention and hidden dropout; empty: the model's recipe
+    # The check that lets the unfused path's fused softmax run; empty: the framework's.
+    Column("fused_softmax_rule", _choice(FUSED_SOFTMAX_RULES)),
 )
 
 _MEASUREMENT = (

@@ -88,6 +88,7 @@ def row_to_specs(row: Mapping[str, Any]) -> tuple[Job, Layout]:
         moe_a2a_overlap=bool(training.get("moe_a2a_overlap", False)),
         cp_comm_type=training.get("cp_comm_type"),
         dropout=training.get("dropout"),
+        fused_softmax_rule=training.get("fused_softmax_rule"),
     )
     train.check_on(cluster)
     layout = _layout(tuple(_given(row, LAYOUT_FIELDS).items()))

@@ -20,6 +20,7 @@ from autotune.simulators._checks import constants_from_mapping
 from autotune.simulators._checks import require_choice
 from autotune.simulators._checks import require_non_negative
 from autotune.simulators.errors import SpecError
+from autotune.simulators.fused_softmax import FUSED_SOFTMAX_RULES
 from autotune.simulators.recompute_modules import RECOMPUTE_MODULES
 
 __all__ = [
@@ -178,7 +179,9 @@ class FrameworkSpec:
     Megatron's unfused path. ``flash_output_copy``: the flash-attention path keeps the kernel's
     output for its backward and, apart from it, the rearranged copy the output projection
     reads (Megatron-DeepSpeed's ``FlashSelfAttention``); otherwise the projection reads the
-    kernel's output itself.
+    kernel's output itself. On the unfused path, the fused softmax kernel takes keys up to
+    ``fused_softmax_max_seq`` and shapes that pass ``fused_softmax_rule``'s check
+    (:mod:`autotune.simulators.fused_softmax`); other shapes run PyTorch's fp32 softmax.
     ``can_overlap_grad_reduce``: the data-parallel gradient reduction can run in buckets during
     the last micro-batch's backward (Megatron-Core's DDP); ``overlap_grad_reduce``: it does as
     the framework is usually run (else after the whole pipeline). ``overlap_param_gather``: the
@@ -249,6 +252,7 @@ class FrameworkSpec:
     flash_attention: bool
     flash_output_copy: bool
     fused_softmax_max_seq: int
+    fused_softmax_rule: str
     logits_bytes_per_element: float
     grad_accumulation: str
     expert_grad_accumulation: str
@@ -311,6 +315,7 @@ class FrameworkSpec:
         owner = f"framework {self.name!r}"
         require_choice(owner, "layer_split", self.layer_split, LAYER_SPLITS)
         require_choice(owner, "p2p_exchange", self.p2p_exchange, P2P_EXCHANGES)
+        require_choice(owner, "fused_softmax_rule", self.fused_softmax_rule, FUSED_SOFTMAX_RULES)
         for name in ("grad_accumulation", "expert_grad_accumulation"):
             require_choice(owner, name, getattr(self, name), GRAD_ACCUMULATIONS)
         require_non_negative(

@@ -16,6 +16,8 @@ from autotune.simulators.errors import SpecError
 from autotune.simulators.frameworks import CP_COMM_TYPES
 from autotune.simulators.frameworks import MOE_DISPATCHERS
 from autotune.simulators.frameworks import FrameworkSpec
+from autotune.simulators.fused_softmax import FUSED_SOFTMAX_RULES
+from autotune.simulators.fused_softmax import fused_softmax_runs
 from autotune.simulators.limits import MAX_BATCH
 from autotune.simulators.limits import MAX_SEQ_LEN
 from autotune.simulators.model_spec import ModelSpec
@@ -35,6 +37,7 @@ RUN_SETTINGS = (
     "moe_dispatcher",
     "moe_a2a_overlap",
     "cp_comm_type",
+    "fused_softmax_rule",
 )
 OPTIMIZERS = ("adam",)
 # Megatron's --attention-dropout and --hidden-dropout default (arguments.py), which its GPT-family
@@ -72,7 +75,9 @@ class TrainSpec:
     sequence (:data:`autotune.simulators.frameworks.CP_COMM_TYPES`: the ``p2p`` ring or ``a2a``
     Ulysses); None: the framework's default. ``dropout`` is the probability of Megatron's
     ``--attention-dropout`` and ``--hidden-dropout`` (every recipe sets both alike); None: the
-    model's recipe (:meth:`drops_out`).
+    model's recipe (:meth:`drops_out`). ``fused_softmax_rule`` is the check that decides where
+    the unfused path's fused softmax kernel runs (:data:`autotune.simulators.fused_softmax.
+    FUSED_SOFTMAX_RULES`); None: the framework's.
     """
 
     framework: FrameworkSpec
@@ -89,6 +94,7 @@ class TrainSpec:
     moe_a2a_overlap: bool = False
     cp_comm_type: str | None = None
     dropout: float | None = None
+    fused_softmax_rule: str | None = None
 
     def uses_flash_attention(self, cluster: ClusterSpec) -> bool:
         """Fused attention when the run asks for it, the framework has it and the device has
@@ -154,6 +160,10 @@ class TrainSpec:
                 f"{self.framework.name!r} has none (use bf16)"
             )
         self._check_cp_comm()
+        if self.fused_softmax_rule is not None:
+            require_choice(
+                "train", "fused_softmax_rule", self.fused_softmax_rule, FUSED_SOFTMAX_RULES
+            )
 
     def _check_dropout(self) -> None:
         """Refuse a dropout probability outside [0, 1)."""
@@ -174,11 +184,18 @@ class TrainSpec:
             return MEGATRON_DROPOUT if model.is_gpt_family else 0.0
         return float(self.dropout)
 
-    @property
-    def softmax_in_fp32(self) -> bool:
-        """Whether an unfused attention runs PyTorch's softmax in fp32: the sequence is past
-        the framework's fused scale-mask-softmax kernel (docs/reference.md 3.3)."""
-        return self.seq_len > self.framework.fused_softmax_max_seq
+    def softmax_in_fp32(self, model: ModelSpec, micro_batch: int, tp: int) -> bool:
+        """Whether an unfused attention runs PyTorch's softmax in fp32: the fused
+        scale-mask-softmax kernel does not take this rank's scores (past the framework's
+        sequence, or a shape its check refuses; :func:`autotune.simulators.fused_softmax.
+        fused_softmax_runs`, docs/reference.md 3.3)."""
+        return not fused_softmax_runs(
+            self.fused_softmax_rule or self.framework.fused_softmax_rule,
+            micro_batch,
+            model.num_attention_heads // tp,
+            self.seq_len,
+            self.framework.fused_softmax_max_seq,
+        )
 
     def drops_out(self, model: ModelSpec) -> bool:
         """Whether the layers apply dropout. At 0, PyTorch's dropout returns its input: no
@@ -251,6 +268,8 @@ class TrainSpec:
             parts.append(f"{self.cp_comm_type} CP")
         if self.dropout is not None:
             parts.append(f"dropout {self.dropout:g}" if self.dropout else "no dropout")
+        if self.fused_softmax_rule is not None:
+            parts.append(f"{self.fused_softmax_rule} softmax check")
         return ", ".join(parts)
 
     @property

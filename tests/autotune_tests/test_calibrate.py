@@ -267,3 +267,25 @@ def test_a_step_time_in_milliseconds_is_refused_against_its_prediction(tmp_path:
     assert "1 measured step time(s) more than 30 times from the analytical" in line
     assert "runs line 3: 1000 s measured" in line
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_rows_fitted_are_drawn_from_every_scenario_not_the_first_ones() -> None:
+    """With more scenarios than ``max_rows``, each fitted row comes from its own scenario,
+    drawn from the whole table: the first ``max_rows`` scenarios of the table are not the
+    sample (they were, and the benchmark's leave-one-source-out fits then saw only the sources
+    that come first by name)."""
+    from autotune.calibrate import row_runs
+    from autotune.calibrate._fit import _even_subsample
+
+    table = dataset.load_public(["vtrain"])
+    runs = [r for r in row_runs(table, dataset.table_specs(table)) if r is not None]
+    order = list(dict.fromkeys(r.group for r in runs))  # scenarios in table order
+    chosen = _even_subsample(runs, 20, seed=0)
+    groups = [runs[i].group for i in chosen]
+    assert len(set(groups)) == 20
+    assert max(order.index(g) for g in groups) >= 74  # not only the first 20 of 148
+    assert _even_subsample(runs, 20, seed=0) == chosen  # the seed decides
+    # more rows than scenarios: every scenario gives one before any gives two
+    chosen = _even_subsample(runs, 200, seed=0)
+    assert {runs[i].group for i in chosen} == set(order)
+    assert _even_subsample(runs, len(runs), seed=0) == list(range(len(runs)))

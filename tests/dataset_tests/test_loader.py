@@ -141,6 +141,7 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
         {"grad_reduce_in_fp32": "fp32"},
         {"moe_dispatcher": "nccl"},
         {"cp_comm_type": "ring"},
+        {"fused_softmax_rule": "apex"},
     )
     with pytest.raises(DataFileError) as caught:
         dataset.load_measurements(path)
@@ -149,6 +150,9 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
         caught.value
     )
     assert "line 6, column cp_comm_type: expected one of p2p, a2a" in str(caught.value)
+    assert "line 7, column fused_softmax_rule: expected one of megatron, bigscience_fork" in str(
+        caught.value
+    )
     given_settings = {
         "grad_reduce_in_fp32": "false",
         "overlap_grad_reduce": "true",
@@ -157,6 +161,7 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
         "moe_dispatcher": "deepep",
         "moe_a2a_overlap": "true",
         "cp_comm_type": "a2a",
+        "fused_softmax_rule": "bigscience_fork",
     }
     path = write(tmp_path / "t.csv", given_settings, {})
     rows = dataset.load_measurements(path).to_dict("records")
@@ -173,6 +178,7 @@ def test_training_settings_come_from_the_row_or_the_framework(tmp_path: Path) ->
     assert default.overlaps_grad_reduce == default.framework.overlap_grad_reduce
     assert given.context_exchange == "a2a" and default.cp_comm_type is None
     assert default.context_exchange == default.framework.cp_comm_type
+    assert given.fused_softmax_rule == "bigscience_fork" and default.fused_softmax_rule is None
 
 
 def test_shipped_rows_carry_what_their_scripts_ran() -> None:
@@ -195,6 +201,12 @@ def test_shipped_rows_carry_what_their_scripts_ran() -> None:
     chatglm = mindspeed.loc["ChatGLM3 6B"].set_index("cp")["cp_comm_type"]
     assert chatglm[8] == "a2a" and pd.isna(chatglm[16])  # the second runs hybrid_cp_algo
     assert mindspeed.loc["Mixtral 8x7B", "cp_comm_type"] == "p2p"
+    # BLOOM's search and tr3m's benchmark ran BigScience's fork of 2021-10 to 2022-03 and its
+    # fused softmax check
+    for source in ("bloom", "bigscience_tr3m"):
+        table = dataset.load_measurements(dataset.DATA_DIR / f"{source}.csv")
+        assert table["fused_softmax_rule"].eq("bigscience_fork").all()
+    assert simumax["fused_softmax_rule"].isna().all()
 
 
 def test_shipped_data_loads_and_breaks_no_layout_rule() -> None:

@@ -139,14 +139,15 @@ def test_unfused_attention_past_the_fused_kernel_keeps_an_fp32_softmax() -> None
     """Past the framework's fused_softmax_max_seq Megatron's FusedScaleMaskSoftmax runs
     PyTorch's softmax in fp32: autograd keeps its fp32 output (4 B) and the 16-bit copy that
     multiplies V (2 B) per score, where the fused kernel keeps one 16-bit output (2 B). Two
-    layers of 4 heads at s = 64: 2 x 64 x 4 x 64 scores, 4 B more each (docs/reference.md 3.3).
-    """
-    fused = make_train(seq_len=64, global_batch_size=1, flash_attention=False)
+    layers of 4 heads at s = 64 and micro-batch 2 (8 softmax batches, a multiple of the
+    kernel's 8 per block at 64 keys): 2 x 2 x 64 x 4 x 64 scores, 4 B more each
+    (docs/reference.md 3.3)."""
+    fused = make_train(seq_len=64, global_batch_size=2, flash_attention=False)
     wide = dataclasses.replace(
         fused, framework=dataclasses.replace(fused.framework, fused_softmax_max_seq=32)
     )
-    assert (fused.softmax_in_fp32, wide.softmax_in_fp32) == (False, True)
-    layout = Layout(distributed_optimizer=False)
+    assert (fused.softmax_in_fp32(TINY, 2, 1), wide.softmax_in_fp32(TINY, 2, 1)) == (False, True)
+    layout = Layout(micro_batch=2, distributed_optimizer=False)
     a = (
         analytical()
         .simulate(Job(model=TINY, cluster=cluster(), train=fused), layout)
@@ -157,7 +158,7 @@ def test_unfused_attention_past_the_fused_kernel_keeps_an_fp32_softmax() -> None
         .simulate(Job(model=TINY, cluster=cluster(), train=wide), layout)
         .memory_breakdown_gib
     )
-    assert (b["activations"] - a["activations"]) * GIB == pytest.approx(2 * 64 * 4 * 64 * 4)
+    assert (b["activations"] - a["activations"]) * GIB == pytest.approx(2 * 2 * 64 * 4 * 64 * 4)
     big = dataclasses.replace(
         TINY,
         hidden_size=4096,
@@ -170,6 +171,7 @@ def test_unfused_attention_past_the_fused_kernel_keeps_an_fp32_softmax() -> None
     unfit = dataclasses.replace(
         long, framework=dataclasses.replace(long.framework, fused_softmax_max_seq=8192)
     )
+    layout = Layout(distributed_optimizer=False)
     slow = analytical().simulate(Job(model=big, cluster=cluster(), train=long), layout).step_time_s
     assert (
         slow
@@ -576,28 +578,30 @@ def test_collectives_fill_the_device_idle_time_of_a_host_bound_layer() -> None:
 
 def test_unfused_attention_by_hand() -> None:
     """Megatron's pre-flash attention: score-matrix traffic when the stack runs no flash, with
-    and without attention dropout."""
+    and without attention dropout. Micro-batch 2, so that the 2 x 4 softmax batches are a
+    multiple of the fused kernel's 8 per block at 32 keys (at micro-batch 1 the kernel does
+    not run: :mod:`autotune.simulators.fused_softmax`)."""
     from autotune.simulators.analytical.layer import _unfused_attention_s
 
-    train = make_train(seq_len=32, global_batch_size=1, flash_attention=False, dropout=0.1)
+    train = make_train(seq_len=32, global_batch_size=2, flash_attention=False, dropout=0.1)
     plain = dataclasses.replace(train, dropout=None)  # TINY is no GPT: no dropout
     c = analytical().constants
-    forward, backward = _unfused_attention_s(TINY, 32, train, Layout(), DEVICE, c)
-    # 4 heads x 32 queries x 32 keys = 4096 scores; HBM 2000 GB/s x 0.8 = 1.6e12 B/s.
-    # QK^T + PV, no causal skip: 2 * 2*32*(64+64)/2 FLOPs per token x 32 tokens = 262144 FLOPs
-    # at 100 TF x 0.5 = 5.24 ns, below their 4 B/score = 10.24 ns of traffic. Softmax 4 and
+    forward, backward = _unfused_attention_s(TINY, 64, train, Layout(micro_batch=2), DEVICE, c)
+    # 2 x 4 heads x 32 queries x 32 keys = 8192 scores; HBM 2000 GB/s x 0.8 = 1.6e12 B/s.
+    # QK^T + PV, no causal skip: 2 * 2*32*(64+64)/2 FLOPs per token x 64 tokens = 524288 FLOPs
+    # at 100 TF x 0.5 = 10.5 ns, below their 4 B/score = 20.5 ns of traffic. Softmax 4 and
     # dropout 5 B/score forward, 6 and 5 backward.
-    assert forward == pytest.approx(4 * 4096 / 1.6e12 + 9 * 4096 / 1.6e12)
-    assert backward == pytest.approx(8 * 4096 / 1.6e12 + 11 * 4096 / 1.6e12)
-    forward, backward = _unfused_attention_s(TINY, 32, plain, Layout(), DEVICE, c)
-    assert forward == pytest.approx(4 * 4096 / 1.6e12 + 4 * 4096 / 1.6e12)
-    assert backward == pytest.approx(8 * 4096 / 1.6e12 + 6 * 4096 / 1.6e12)
+    assert forward == pytest.approx(4 * 8192 / 1.6e12 + 9 * 8192 / 1.6e12)
+    assert backward == pytest.approx(8 * 8192 / 1.6e12 + 11 * 8192 / 1.6e12)
+    forward, backward = _unfused_attention_s(TINY, 64, plain, Layout(micro_batch=2), DEVICE, c)
+    assert forward == pytest.approx(4 * 8192 / 1.6e12 + 4 * 8192 / 1.6e12)
+    assert backward == pytest.approx(8 * 8192 / 1.6e12 + 6 * 8192 / 1.6e12)
     # Saved for backward: 5 B per score (softmax output, dropout mask and output), per token
     # 4 heads x 32 keys x 5 = 640 B on top of the flash-attention tensors of the memory test
     # but flash's fp32 log-sum-exp (4 heads x 4 B), and the 1-byte masks of the two hidden
     # dropouts (2 x 64); without dropout 2 B per score.
-    layout = Layout(recompute="none", distributed_optimizer=False)
-    fused = make_train(seq_len=32, global_batch_size=1)
+    layout = Layout(micro_batch=2, recompute="none", distributed_optimizer=False)
+    fused = make_train(seq_len=32, global_batch_size=2)
     new_mem = (
         analytical()
         .simulate(Job(model=TINY, cluster=cluster(), train=fused), layout)
@@ -611,7 +615,7 @@ def test_unfused_attention_by_hand() -> None:
             .memory_breakdown_gib
         )
         extra = (old_mem["activations"] - new_mem["activations"]) * GIB
-        assert extra == pytest.approx(per_token * 32 * 2)
+        assert extra == pytest.approx(per_token * 64 * 2)
 
 
 def test_unfused_attention_gemms_run_at_their_tiles_and_waves() -> None:

@@ -68,6 +68,9 @@ def _record(config: Config) -> dict[str, object]:
         "distributed_optimizer": True,  # DeepSpeed ZeRO stage 1 shards the optimizer states
         "framework": "megatron_deepspeed",
         "dropout": float(shape["dropout"]),
+        # Benchmarked with the slurm setup of 2021-12-01, on BigScience's fork of 2021-10-21 to
+        # 2022-03-06, whose fused softmax check reads heads per rank as keys (reference.md 3.3).
+        "fused_softmax_rule": "bigscience_fork",
         "status": row["status"],
         "step_time_s": metric(config, "iteration_time", "s") if ran else None,
         "peak_memory_gib": metric(config, "gpu_memory_used", "GB") if ran else None,

@@ -107,6 +107,9 @@ def _record(config: Config) -> dict[str, object]:
         "distributed_optimizer": zero_stage == 1 and not bf16_optimizer,
         "framework": "megatron_deepspeed",
         "dropout": 0.1,  # Megatron's default, which tr11 inherited ("--hidden-dropout 0.1")
+        # The fork's fused_softmax.py of 2021-10-21 to 2022-03-06, which every run here used:
+        # its kernel check reads the heads per rank as the key length (docs/reference.md 3.3).
+        "fused_softmax_rule": "bigscience_fork",
         "status": status,
         "step_time_s": metric(config, "iteration_time", "s") if status == "ok" else None,
         "peak_memory_gib": _peak_gib(row["notes"]),

@@ -22,6 +22,7 @@ _SCORE_BYTES_KEYS = {
         "backward_gemm",
         "backward_elementwise",
         "saved",
+        "kept_copy",
     },
     "unfused_attention_fp32_bytes_per_score": {
         "forward_gemm",
@@ -29,6 +30,7 @@ _SCORE_BYTES_KEYS = {
         "backward_gemm",
         "backward_elementwise",
         "saved",
+        "kept_copy",
     },
     "unfused_attention_dropout_bytes_per_score": {
         "forward_elementwise",
@@ -50,6 +52,7 @@ class AnalyticalConstants:
     host_ops_per_layer_backward: int
     host_ops_per_checkpoint_forward: int
     host_ops_per_checkpoint_backward: int
+    host_ops_fp32_softmax: int
     host_op_overhead_us: float
     unfused_attention_bytes_per_score: Mapping[str, float]
     unfused_attention_fp32_bytes_per_score: Mapping[str, float]

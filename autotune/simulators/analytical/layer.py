@@ -28,7 +28,14 @@ from autotune.simulators.specs import DeviceSpec
 from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec
 
-__all__ = ["dtype_bytes", "gemm_pass_s", "gemm_time_s", "layer_bytes", "layer_times_s"]
+__all__ = [
+    "dtype_bytes",
+    "gemm_pass_s",
+    "gemm_time_s",
+    "host_ops",
+    "layer_bytes",
+    "layer_times_s",
+]
 
 
 def gemm_time_s(m: float, k: float, n: float, device: DeviceSpec, precision: str) -> float:
@@ -247,7 +254,7 @@ def _unfused_attention_s(
     flops = 2.0 * model.core_attention_flops_per_token(train.seq_len) * tokens / layout.tp
     peak = device.peak_flops(train.compute_dtype) * device.gemm_efficiency(train.compute_dtype)
     bandwidth = device.achieved_memory_bytes_per_s
-    b = _unfused_attention_bytes(model, train, c)
+    b = _unfused_attention_bytes(model, train, layout, c)
     # Each product is one batch of per-head GEMMs with half the FLOPs, at its own tiles and
     # waves: scores and dP write [s_q, s_k] (depth d); context and dQ write [s_q, d] (depth
     # s_k); dK and dV write [s_k, d] (depth s_q).
@@ -265,21 +272,32 @@ def _unfused_attention_s(
     return forward, backward
 
 
+def host_ops(job: Job, layout: Layout, c: AnalyticalConstants) -> tuple[int, int]:
+    """The host calls of one layer's forward and backward: Megatron's GPT layer, and the
+    more PyTorch's fp32 softmax issues where the unfused path's fused kernel does not run."""
+    fp32_softmax = not job.flash_attention and job.train.softmax_in_fp32(
+        job.model, layout.micro_batch, layout.tp
+    )
+    extra = c.host_ops_fp32_softmax if fp32_softmax else 0
+    return c.host_ops_per_layer_forward + extra, c.host_ops_per_layer_backward + extra
+
+
 def _unfused_attention_bytes(
-    model: ModelSpec, train: TrainSpec, c: AnalyticalConstants
+    model: ModelSpec, train: TrainSpec, layout: Layout, c: AnalyticalConstants
 ) -> dict[str, float]:
     """Bytes per score element of the unfused core attention: the fused softmax kernel's, or
-    PyTorch's fp32 softmax past the kernel's sequence (:attr:`simulators.TrainSpec.
-    softmax_in_fp32`), plus the dropout's where the run drops out (at probability 0 PyTorch
-    skips the kernel and keeps the softmax output as the probabilities)."""
+    PyTorch's fp32 softmax where the kernel does not take the scores (:meth:`simulators.
+    TrainSpec.softmax_in_fp32`), plus the dropout's where the run drops out (at probability 0
+    PyTorch skips the kernel and keeps the softmax output as the probabilities)."""
     b = dict(
         c.unfused_attention_fp32_bytes_per_score
-        if train.softmax_in_fp32
+        if train.softmax_in_fp32(model, layout.micro_batch, layout.tp)
         else c.unfused_attention_bytes_per_score
     )
     if train.drops_out(model):
         for key, value in c.unfused_attention_dropout_bytes_per_score.items():
             b[key] += value
+        b["saved"] -= b["kept_copy"]  # PV keeps the dropout's output instead of the copy
     return b
 
 
@@ -434,8 +452,9 @@ def layer_times_s(
     # shorter than the host's dispatch of its operators, the host sets the pace. The backward
     # runs the autograd engine's nodes (weight-gradient accumulation included).
     host_op_s = c.host_op_overhead_us * 1e-6
-    host_forward_s = c.host_ops_per_layer_forward * host_op_s
-    host_backward_s = c.host_ops_per_layer_backward * host_op_s
+    ops_forward, ops_backward = host_ops(job, layout, c)
+    host_forward_s = ops_forward * host_op_s
+    host_backward_s = ops_backward * host_op_s
     forward_s = max(device_forward_s, host_forward_s)
     backward_s = max(device_backward_s, host_backward_s)
     # The collectives below run on the device in the same sequence as the compute: while the
@@ -574,7 +593,7 @@ def layer_bytes(
         # token-hidden in Korthikanti et al. 2022 Table 2 (docs/reference.md 3.3); without
         # dropout, the softmax output alone.
         heads = model.num_attention_heads / layout.tp
-        saved = _unfused_attention_bytes(model, train, c)["saved"]
+        saved = _unfused_attention_bytes(model, train, layout, c)["saved"]
         core_bytes = tokens * heads * train.seq_len * saved
         if kept:
             activation_bytes += core_bytes

@@ -20,6 +20,7 @@ from autotune.simulators.analytical.layer import _mlp_gemms
 from autotune.simulators.analytical.layer import _Roofline
 from autotune.simulators.analytical.layer import _tp_transfers
 from autotune.simulators.analytical.layer import dtype_bytes
+from autotune.simulators.analytical.layer import host_ops
 from autotune.simulators.analytical.layer import layer_bytes
 from autotune.simulators.analytical.layer import layer_times_s
 from autotune.simulators.collectives import all_reduce_time_s
@@ -92,17 +93,21 @@ def module_times_s(
     ep_s = base[5] if "moe" in modules else 0.0
     count = sum(standalone_norms(model, moe, fused) if m == "layernorm" else 1 for m in modules)
     core = int("core_attn" in (layout.recompute_modules or DEFAULT_MODULES))
-    host_s = _checkpoints_s(core + count, base, c) - _checkpoints_s(core, base, c)
+    ops = host_ops(job, layout, c)
+    host_s = _checkpoints_s(core + count, base, c, ops) - _checkpoints_s(core, base, c, ops)
     return forward_s + host_s, tp_s, ep_s
 
 
-def _checkpoints_s(count: int, base: tuple[float, ...], c: AnalyticalConstants) -> float:
+def _checkpoints_s(
+    count: int, base: tuple[float, ...], c: AnalyticalConstants, ops: tuple[int, int]
+) -> float:
     """Host seconds ``count`` activation checkpoints add to a layer beyond the margins by
-    which its passes' device work outlasts their host calls (as ``checkpoint_s``)."""
+    which its passes' device work outlasts their host calls ``ops`` (forward, backward; as
+    ``checkpoint_s``)."""
     host_op_s = c.host_op_overhead_us * 1e-6
     forward_s, backward_s, _, tp_f, tp_b, ep_f, ep_b, cp_f, cp_b = base[:9]
-    margin_fwd = forward_s + tp_f + ep_f + cp_f - c.host_ops_per_layer_forward * host_op_s
-    margin_bwd = backward_s + tp_b + ep_b + cp_b - c.host_ops_per_layer_backward * host_op_s
+    margin_fwd = forward_s + tp_f + ep_f + cp_f - ops[0] * host_op_s
+    margin_bwd = backward_s + tp_b + ep_b + cp_b - ops[1] * host_op_s
     forward = count * c.host_ops_per_checkpoint_forward * host_op_s
     backward = count * c.host_ops_per_checkpoint_backward * host_op_s
     return max(0.0, forward - margin_fwd) + max(0.0, backward - margin_bwd)

@@ -87,7 +87,8 @@ class LayerShape:
     over ETP x EP) instead of an all-to-all. ``dropout``: the residual adds apply
     hidden dropout (:meth:`simulators.TrainSpec.drops_out`); ``flash_attention`` picks the fused
     kernel or Megatron's unfused path (which records ``attention_dropout`` when set, and
-    PyTorch's fp32 softmax with ``softmax_in_fp32``, past the fused kernel's sequence);
+    PyTorch's fp32 softmax with ``softmax_in_fp32``, where the fused kernel does not take the
+    scores);
     ``flash_output_copy``: the output projection reads a rearranged copy of the kernel's output
     (Megatron-DeepSpeed); ``fp8`` runs the linear layers' GEMMs in FP8 and saves their inputs
     quantized (Transformer Engine).
@@ -292,7 +293,7 @@ def layer_shapes(job: Job, layout: Layout) -> dict[str, LayerShape]:
         flash_output_copy=flash and train.framework.flash_output_copy,
         dropout=dropout,
         attention_dropout=dropout and not flash,
-        softmax_in_fp32=train.softmax_in_fp32 and not flash,
+        softmax_in_fp32=not flash and train.softmax_in_fp32(model, layout.micro_batch, tp),
         **_recompute_fields(layout, model, train, moe=False),
     )
     shapes = {

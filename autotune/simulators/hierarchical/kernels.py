@@ -418,7 +418,7 @@ class _UnfusedAttention(torch.autograd.Function):
                 keys = k3.repeat_interleave(heads // groups, dim=0)
                 values = v3.repeat_interleave(heads // groups, dim=0)
             scores = torch.bmm(q3, keys.transpose(1, 2))
-            if fp32:  # past the fused kernel: FusedScaleMaskSoftmax.forward_torch_softmax
+            if fp32:  # not the fused kernel: FusedScaleMaskSoftmax.forward_torch_softmax
                 wide = scores.float() * 1.0  # the cast, then the scale
                 probs = torch.softmax(wide.masked_fill(_causal_mask(wide), -10000.0), dim=-1)
                 probs = probs.to(scores.dtype)
@@ -448,7 +448,7 @@ def unfused_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: int, dropout: bool, fp32: bool = False
 ) -> torch.Tensor:
     """Unfused causal attention (Megatron without flash): same shapes as :func:`core_attention`;
-    ``fp32``: PyTorch's fp32 softmax past the fused kernel's sequence."""
+    ``fp32``: PyTorch's fp32 softmax where the fused kernel does not take the scores."""
     recorder = _recorder()
     recorder.keep_core_inputs(q, k, v)
     with recorder.tagged("core"):
@@ -456,7 +456,9 @@ def unfused_attention(
 
 
 def _causal_mask(scores: torch.Tensor) -> torch.Tensor:
-    """The causal mask Megatron applies, one [s_q, s_kv] boolean shared by every head (its
-    bytes are the mask's, not the scores')."""
-    with _recorder().paused():
-        return scores.new_empty(scores.shape[-2:], dtype=torch.bool)
+    """The causal mask Megatron applies, one [s_q, s_kv] boolean shared by every head and, built
+    once per batch (``get_ltor_masks_and_position_ids``), by every layer: the masked_fill that
+    saves it keeps no bytes of the layer's."""
+    recorder = _recorder()
+    with recorder.paused():
+        return recorder.shared(scores.new_empty(scores.shape[-2:], dtype=torch.bool))

@@ -192,6 +192,12 @@ class Recorder(TorchDispatchMode):
         finally:
             self.model_flop_scale = previous
 
+    def shared(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Mark ``tensor`` as one the whole step shares (Megatron's attention mask, built once
+        per batch): what autograd saves of it is not a layer's."""
+        self.excluded.add(_storage(tensor))
+        return tensor
+
     @contextlib.contextmanager
     def saving(self, exclude: list[torch.Tensor]) -> Iterator[None]:
         """Track tensors autograd saves for backward; ``exclude`` (weights) is not counted."""

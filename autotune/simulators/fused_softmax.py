@@ -16,7 +16,8 @@ ran:
     BLOOM's layout search ran: its ``get_batch_per_block(b, np, sq, sk)`` took the arguments in
     another order than the call passed them, so the CUDA helper read the heads per rank as the
     key length. The batches per block then grow as the heads per rank shrink (32 for 5-8 heads,
-    16 for 9-16), and e.g. 8 heads per rank at micro-batch 2 falls back to PyTorch.
+    16 for 9-16), and e.g. 8 heads per rank at micro-batch 2 falls back to PyTorch. That file
+    also took keys up to 2048 only, whatever the framework's ``fused_softmax_max_seq``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = ["FUSED_SOFTMAX_RULES", "fused_softmax_runs"]
 FUSED_SOFTMAX_RULES = ("megatron", "bigscience_fork")
 
 _WARP = 32  # C10_WARP_SIZE
+_FORK_MAX_SEQ = 2048  # the fork's check of that window: 16 < sq <= 2048 and sk <= 2048
 _THREADS_PER_BLOCK = 128
 
 
@@ -45,6 +47,8 @@ def fused_softmax_runs(
     ``[micro_batch, local_heads, seq_len, seq_len]`` under ``rule`` (:data:`FUSED_SOFTMAX_RULES`),
     with the kernel built up to ``max_seq`` keys."""
     batches = micro_batch * local_heads
+    if rule == "bigscience_fork":
+        max_seq = min(max_seq, _FORK_MAX_SEQ)
     if not (16 < seq_len <= max_seq and seq_len % 4 == 0 and batches % 4 == 0):
         return False
     width = local_heads if rule == "bigscience_fork" else seq_len

@@ -75,6 +75,9 @@ def test_bigscience_fork_reads_the_heads_per_rank_as_the_key_length() -> None:
     assert fused_softmax_runs("bigscience_fork", 4, 16, 2048, 4096)
     assert fused_softmax_runs("bigscience_fork", 2, 24, 2048, 4096)
     assert fused_softmax_runs("bigscience_fork", 1, 16, 2048, 4096)
+    # the fork's file took keys up to 2048, whatever the framework's limit
+    assert not fused_softmax_runs("bigscience_fork", 4, 8, 4096, 4096)
+    assert fused_softmax_runs("megatron", 4, 8, 4096, 4096)
     # where Megatron's check runs the kernel at every one of these
     assert all(fused_softmax_runs("megatron", b, 8, 2048, 4096) for b in (1, 2, 4))
 

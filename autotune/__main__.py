@@ -54,7 +54,7 @@ COMMAND = Command(
         ("probes_out", "the CSV of layouts to measure"),
         ("measured", "the filled-in CSV: learn from it, re-rank, pick"),
         ("calibrate.stop_gain", "probes stop when none likely beats the best by this share"),
-        ("calibrate.stop_probability", "likely: a chance above this"),
+        ("calibrate.stop_probability", "likely: a chance above this that any one does"),
         ("output", "table or json"),
         ("tracking.enabled", "record the search in MLflow"),
         ("tracking.uri", "MLflow tracking URI"),

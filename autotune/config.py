@@ -249,7 +249,7 @@ class CalibrateSettings:
     interval: float = MISSING
     seed: int = MISSING
     stop_gain: float = MISSING  # probes stop when no layout likely beats the best by this share
-    stop_probability: float = MISSING  # "likely": a chance above this (0.05: one in twenty)
+    stop_probability: float = MISSING  # "likely": that any one does, above this (0.05)
 
     def check(self) -> None:
         """Refuse values that are meaningless on their own, and counts that would run for

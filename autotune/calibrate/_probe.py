@@ -15,9 +15,12 @@ known better and is worth less. Several probes at once (``probes=K`` of the sear
 one after the other, each as if the earlier ones had been measured at their expected step
 time (the Kriging believer), which spreads them over what the earlier ones do not teach.
 
-**Stopping.** Once a probe has run, the loop stops when no unmeasured layout has a chance
-above ``stop_probability`` of fitting and beating the best measured step time by more than
-``stop_gain``, and says so.
+**Stopping.** Once a probe has run, the loop stops when the chance that some unmeasured
+layout fits and beats the best measured step time by more than ``stop_gain`` is at most
+``stop_probability``, and says so. That chance is taken as ``1 - prod(1 - p_i)`` over the
+layouts' own chances ``p_i``: every part of the beliefs is shared with a non-negative weight,
+so the layouts' events are positively associated and the product is a lower bound of the
+chance that none of them happens (Harris' inequality): the rule errs toward another probe.
 
 **The pick** is the layout with the least expected step time among the probes that ran (their
 measured time) and the unmeasured layouts predicted to fit with the memory margin (their
@@ -46,6 +49,7 @@ __all__ = [
     "Pick",
     "ProbeSettings",
     "Probed",
+    "any_chance",
     "expected_improvement",
     "next_probes",
     "outlook",
@@ -55,8 +59,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeSettings:
-    """When the loop stops: no unmeasured layout has a chance above ``stop_probability`` of
-    fitting and beating the best measured step time by more than ``stop_gain`` (a share)."""
+    """When the loop stops: the chance that some unmeasured layout fits and beats the best
+    measured step time by more than ``stop_gain`` (a share) is at most ``stop_probability``."""
 
     stop_gain: float
     stop_probability: float
@@ -189,8 +193,8 @@ def next_probes(
         best = min(believed.values()) if believed else None
         if best is not None:
             chance = _beat_chance(view, best, settings.stop_gain, open_)
-            if float(chance.max()) <= settings.stop_probability:
-                return NextProbes(chosen, values, _stop_text(best, float(chance.max()), settings))
+            if any_chance(chance) <= settings.stop_probability:
+                return NextProbes(chosen, values, _stop_text(best, chance, settings))
         else:  # nothing ran yet: improve on the layout that would be picked now
             fitting = open_[view.fits[open_]]
             best = float(np.min(view.expected_s[fitting if len(fitting) else open_]))
@@ -203,11 +207,19 @@ def next_probes(
     return NextProbes(chosen, values)
 
 
-def _stop_text(best_s: float, chance: float, settings: ProbeSettings) -> str:
+def any_chance(chances: np.ndarray) -> float:
+    """The chance that at least one of several positively associated events happens, at most
+    (module docstring): ``1 - prod(1 - p)``."""
+    return float(1.0 - np.prod(1.0 - np.asarray(chances, dtype=float)))
+
+
+def _stop_text(best_s: float, chances: np.ndarray, settings: ProbeSettings) -> str:
     return (
-        f"no unmeasured layout has a chance above {settings.stop_probability:.0%} of fitting "
-        f"and beating {best_s:.4g} s by more than {settings.stop_gain:.1%} (the most likely: "
-        f"{chance:.1%}): stop probing"
+        f"the chance that an unmeasured layout fits and beats {best_s:.4g} s by more than "
+        f"{settings.stop_gain:.1%} is {any_chance(chances):.1%}, not above "
+        f"{settings.stop_probability:.0%} ({len(chances)} unmeasured "
+        f"layout{'s' if len(chances) != 1 else ''}; the most likely alone: "
+        f"{float(np.max(chances)):.1%}): stop probing"
     )
 
 

@@ -17,6 +17,7 @@ from autotune.calibrate._priors import shipped_priors
 from autotune.calibrate._probe import Candidates
 from autotune.calibrate._probe import Probed
 from autotune.calibrate._probe import ProbeSettings
+from autotune.calibrate._probe import any_chance
 from autotune.calibrate._probe import expected_improvement
 from autotune.calibrate._probe import next_probes
 from autotune.calibrate._probe import outlook
@@ -157,9 +158,28 @@ def test_the_loop_stops_when_nothing_is_likely_to_beat_the_best_and_says_so() ->
     candidates = _candidates([1.0, 2.0, 2.2], [1, 2, 4])
     found = next_probes(model, candidates, Probed({0: 1.2}, frozenset()), 2, STOP)
     assert found.chosen == []
-    assert found.stop is not None and "no unmeasured layout has a chance above 5%" in found.stop
+    assert found.stop is not None and "stop probing" in found.stop
+    assert "not above 5% (2 unmeasured layouts" in found.stop
     first = next_probes(model, candidates, Probed(), 3, STOP)  # nothing ran yet: never stops
     assert first.chosen[0] == 0
+
+
+def test_the_stop_rule_weighs_the_chance_that_any_layout_beats_the_best() -> None:
+    """Five layouts of five TP degrees, each with a chance of 3.6% (by hand from the belief)
+    of beating the probe by more than 1%: none alone is likely, but that one of them does is
+    1 - (1 - p)^5 = 17%, so the loop goes on; one such layout alone stops it."""
+    model = _model()
+    probed = Probed({0: 1.2}, frozenset())
+    candidates = _candidates([1.0] + [1.3] * 5, [1, 2, 3, 4, 5, 6])
+    view = outlook(model, candidates, probed)
+    sd = np.sqrt(view.belief.var[1:])
+    z = (math.log(1.2 * (1 - STOP.stop_gain)) - view.belief.mean[1:]) / sd
+    chances = np.array([NormalDist().cdf(x) for x in z]) * view.fit_chance[1:]
+    assert chances.max() < STOP.stop_probability < any_chance(chances)
+    assert any_chance(chances) == pytest.approx(1 - (1 - chances[0]) ** 5)
+    assert next_probes(model, candidates, probed, 1, STOP).stop is None
+    alone = next_probes(model, _candidates([1.0, 1.3], [1, 2]), probed, 1, STOP)
+    assert alone.chosen == [] and f"is {100 * chances[0]:.1f}%, not above 5%" in str(alone.stop)
 
 
 def test_the_pick_is_the_least_expected_step_time_of_what_may_be_picked() -> None:

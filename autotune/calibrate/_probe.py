@@ -18,9 +18,11 @@ time (the Kriging believer), which spreads them over what the earlier ones do no
 **Stopping.** Once a probe has run, the loop stops when the chance that some unmeasured
 layout fits and beats the best measured step time by more than ``stop_gain`` is at most
 ``stop_probability``, and says so. That chance is taken as ``1 - prod(1 - p_i)`` over the
-layouts' own chances ``p_i``: every part of the beliefs is shared with a non-negative weight,
-so the layouts' events are positively associated and the product is a lower bound of the
-chance that none of them happens (Harris' inequality): the rule errs toward another probe.
+layouts' own chances ``p_i``, as if the layouts were independent. Under the prior every part
+is shared with a non-negative weight, the events are positively associated and the product
+bounds the chance from above (Harris' inequality); after the probes, two layouts that share
+different field values with a probe can be slightly anti-correlated, and the product is then
+an approximation (docs/decisions/0055).
 
 **The pick** is the layout with the least expected step time among the probes that ran (their
 measured time) and the unmeasured layouts predicted to fit with the memory margin (their

@@ -25,6 +25,7 @@ from autotune.calibrate._loop import plan_probes
 from autotune.calibrate._loop import record_round
 from autotune.calibrate._margins import MIN_EVIDENCE
 from autotune.calibrate._margins import StackMargin
+from autotune.calibrate._margins import device_share
 from autotune.calibrate._margins import evidence
 from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import margins_from
@@ -62,6 +63,7 @@ __all__ = [
     "ZeroShot",
     "calibrated_job",
     "check_calibration",
+    "device_share",
     "evidence",
     "fit",
     "fit_settings",

@@ -71,8 +71,8 @@ def _memory_runs() -> tuple[tuple[Run, ...], tuple[str, ...]]:
 def shipped_margins(simulator: Simulator) -> dict[str, Margin]:
     """The margin of ``simulator`` for jobs of each framework of ``conf/framework/``, from the
     shipped runs of that stack with a measured peak or an out-of-memory outcome
-    (docs/calibration.md 3): the 95th percentile of its under-prediction, or, with too few
-    runs, the widest margin of the stacks that have enough."""
+    (docs/calibration.md 3): from the 95th percentile of the memory it missed, or, with too
+    few runs, every stack's runs pooled."""
     runs, sources = _memory_runs()
     margins = stack_margins(simulator, runs, sources)
     chosen = {name: margin_for(name, margins) for name in catalog.options("framework")}
@@ -135,7 +135,7 @@ def calibrated_job(
     elif loaded is not None and loaded.memory_margin is not None:
         chosen = Margin(
             loaded.memory_margin,
-            f"95th percentile of under-prediction on calibration {loaded.name!r}",
+            f"95th percentile of the memory missed on calibration {loaded.name!r}",
         )
     else:
         chosen = shipped_margin(plain, priced.job.train.framework.name)

@@ -19,6 +19,7 @@ from autotune.calibrate._file import write_calibration
 from autotune.calibrate._fit import FitResult
 from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import fit
+from autotune.calibrate._margins import device_share
 from autotune.calibrate._rows import row_names
 from autotune.calibrate._rows import runs_of
 from autotune.calibrate._rows import single_value
@@ -227,7 +228,8 @@ def _table(
         else "no step time fitted"
     )
     margin = (
-        f"memory margin: {100 * c.memory_margin:.1f}% (95th percentile of under-prediction)"
+        f"memory margin: {100 * c.memory_margin:.1f}% (95th percentile of the memory missed: "
+        f"{100 * device_share(c.memory_margin):.1f}% of the device)"
         if c.memory_margin is not None
         else "memory margin: none of its own (the search applies its stack's shipped one)"
     )

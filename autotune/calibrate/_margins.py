@@ -1,11 +1,13 @@
 """Memory margins per training stack, each with the evidence behind it (docs/calibration.md 3).
 
 A layout fits when its predicted peak times ``1 + margin`` is within the device's memory. The
-margin is the 95th percentile of how far the memory model under-predicts, measured on runs of
-the same stack (framework): a run with a measured peak says ``measured / predicted - 1``, a
-run that ran out of memory at least ``capacity / predicted - 1``. A stack with too few such
-runs for a 95th percentile gets the margin of every stack's runs pooled: what the memory
-model misses across stacks, not the margin of the best-measured one.
+margin keeps a layout at that limit clear of the memory model's misses 19 times in 20, the
+misses measured on runs of the same stack (framework) in shares of the device's memory
+(:func:`autotune.calibrate._fit.memory_margin`): a run with a measured peak misses
+``(measured - predicted) / capacity``, a run that ran out of memory at least ``(capacity -
+predicted) / capacity``. A stack with too few such runs for a 95th percentile gets the margin
+of every stack's runs pooled: what the memory model misses across stacks, not the margin of
+the best-measured one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "MIN_EVIDENCE",
     "POOLED",
     "StackMargin",
+    "device_share",
     "evidence",
     "margin_for",
     "margins_from",
@@ -56,11 +59,21 @@ class StackMargin:
         """Where the margin comes from, with its run counts, in one short phrase."""
         if not self.pooled_runs:
             where = f": {', '.join(self.sources)}" if self.sources else ""
-            return f"95th percentile of under-prediction, {self.runs} {self.framework} runs{where}"
+            return (
+                f"95th percentile of the memory missed, {100 * device_share(self.value):.1f}% "
+                f"of the device, over {self.runs} {self.framework} runs{where}"
+            )
         return (
             f"{self.runs} {self.framework} runs with a known peak; every stack's "
-            f"{self.pooled_runs} runs pooled"
+            f"{self.pooled_runs} runs pooled: 95th percentile of the memory missed, "
+            f"{100 * device_share(self.value):.1f}% of the device"
         )
+
+
+def device_share(margin: float) -> float:
+    """The share of the device's memory that ``margin`` keeps free for a layout at the limit:
+    ``predicted * (1 + margin) = capacity`` leaves ``capacity * margin / (1 + margin)``."""
+    return margin / (1.0 + margin)
 
 
 def stack_margins(
@@ -71,7 +84,7 @@ def stack_margins(
 
     The keys are the frameworks of ``runs``; :func:`margin_for` answers any other.
     """
-    predicted, measured, frameworks, named = [], [], [], []
+    predicted, measured, capacity, frameworks, named = [], [], [], [], []
     for i, run in enumerate(runs):
         if not (math.isfinite(run.peak_memory_gib) or run.status == "oom"):
             continue
@@ -84,9 +97,12 @@ def stack_margins(
         )
         predicted.append(pair[0])
         measured.append(pair[1])
+        capacity.append(run.specs[0].cluster.device.memory_gib)
         frameworks.append(run.specs[0].train.framework.name)
         named.append(sources[i] if sources else "")
-    return margins_from(np.array(predicted), np.array(measured), frameworks, named)
+    return margins_from(
+        np.array(predicted), np.array(measured), np.array(capacity), frameworks, named
+    )
 
 
 def evidence(
@@ -103,17 +119,19 @@ def evidence(
 def margins_from(
     predicted_gib: np.ndarray,
     measured_gib: np.ndarray,
+    capacity_gib: np.ndarray,
     frameworks: Sequence[str],
     sources: Sequence[str],
 ) -> dict[str, StackMargin]:
-    """Each framework's margin from paired evidence (:func:`evidence`), with its sources, and
-    every stack's together under :data:`POOLED`."""
+    """Each framework's margin from paired evidence (:func:`evidence`) on devices of
+    ``capacity_gib``, with its sources, and every stack's together under :data:`POOLED`."""
     found = {}
     stacks = np.asarray(frameworks, dtype=object)
     names = np.asarray(sources, dtype=object) if len(sources) else np.full(len(stacks), "")
     every = np.ones(len(stacks), dtype=bool)
     for framework, mine in [(f, stacks == f) for f in sorted(set(frameworks))] + [(POOLED, every)]:
-        value = memory_margin(predicted_gib[mine], measured_gib[mine]) or 0.0
+        value = memory_margin(predicted_gib[mine], measured_gib[mine], capacity_gib[mine])
+        value = value or 0.0
         where = tuple(sorted({str(s) for s in names[mine]} - {""}))
         found[framework] = StackMargin(framework, value, int(mine.sum()), where)
     return found

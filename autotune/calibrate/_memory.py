@@ -4,12 +4,12 @@ a probe runs out of memory or measures its peak.
 The memory residual of a layout, ``log(true peak / predicted peak)``, is modelled as a part
 ``u`` common to every layout of the job (what the memory model misses on this job: a
 framework's buffers, the allocator) plus a part ``e`` of the layout's own, both Gaussian with
-mean 0. Together their sd is the one the memory margin implies: the margin is the 95th
-percentile of the under-prediction (docs/calibration.md 3), so ``sd = log(1 + margin) /
-z(0.95)``; the common share of the variance, ``common``, is estimated on measured peaks
-(:func:`autotune.calibrate._residuals.estimate` with no layout field: the job's part and the
-layout's own). Without a probe a layout fits with probability 95% exactly when it fits with
-the margin, as the search decides it.
+mean 0. Together their sd is the one the memory margin implies: the margin is what a layout
+at the device's limit is under-predicted by, at most, 19 times in 20 (docs/calibration.md 3),
+so ``sd = log(1 + margin) / z(0.95)``; the common share of the variance, ``common``, is
+estimated on measured peaks (:func:`autotune.calibrate._residuals.estimate` with no layout
+field: the job's part and the layout's own). Without a probe a layout fits with probability
+95% exactly when it fits with the margin, as the search decides it.
 
 A probe tells of ``u``: a measured peak, ``u + e = log(measured / predicted)``; a run out of
 memory, ``u + e > log(device memory / predicted)``; a run without a measured peak, ``u + e <=
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 
-MARGIN_QUANTILE = 0.95  # the margin is this quantile of the memory model's under-prediction
+MARGIN_QUANTILE = 0.95  # a layout at the limit is under-predicted by at most the margin this often
 _Z = NormalDist().inv_cdf(MARGIN_QUANTILE)
 _GRID = 801  # points of the common part's grid, over +-8 of its prior sds
 _WIDE = 8.0

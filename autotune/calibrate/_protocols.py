@@ -120,7 +120,9 @@ def margins_elsewhere(
     margins = {}
     for source in sorted(set(sources)):
         other = has & (sources != source)
-        stacks = margins_from(predicted[other], truth[other], list(frameworks[other]), ())
+        stacks = margins_from(
+            predicted[other], truth[other], capacity[other], list(frameworks[other]), ()
+        )
         for framework in set(frameworks[sources == source]) - {""}:
             margins[source, str(framework)] = margin_for(str(framework), stacks).value
     return margins

@@ -80,9 +80,9 @@ class Calibration:
 
     ``factors`` maps names of :data:`FACTORS` to values; a missing factor is uncalibrated
     (scale 1, overlap 0, the simulator's own reserved memory). ``cluster`` and ``framework``
-    name what the factors were fitted on (None: rows of several). ``memory_margin`` is the
-    95th percentile of the calibrated memory model's under-prediction on the rows with
-    measured peak memory (None: none had it).
+    name what the factors were fitted on (None: rows of several). ``memory_margin`` keeps
+    a layout at the device's limit clear of the calibrated memory model's misses on the rows
+    with measured peak memory, 19 times in 20 (docs/calibration.md 3; None: too few had it).
 
     Example:
         >>> Calibration(simulator="analytical", factors={"host_overhead": 1.5}).factor(

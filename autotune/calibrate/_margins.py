@@ -57,16 +57,13 @@ class StackMargin:
 
     def text(self) -> str:
         """Where the margin comes from, with its run counts, in one short phrase."""
+        free = f"{100 * device_share(self.value):.1f}% of the device free"
         if not self.pooled_runs:
             where = f": {', '.join(self.sources)}" if self.sources else ""
-            return (
-                f"95th percentile of the memory missed, {100 * device_share(self.value):.1f}% "
-                f"of the device, over {self.runs} {self.framework} runs{where}"
-            )
+            return f"{free}: 95th percentile, {self.runs} {self.framework} runs{where}"
         return (
-            f"{self.runs} {self.framework} runs with a known peak; every stack's "
-            f"{self.pooled_runs} runs pooled: 95th percentile of the memory missed, "
-            f"{100 * device_share(self.value):.1f}% of the device"
+            f"{free}: {self.runs} {self.framework} runs with a known peak; every stack's "
+            f"{self.pooled_runs} runs pooled"
         )
 
 

@@ -72,8 +72,7 @@ def test_a_stack_with_enough_runs_gets_the_95th_percentile_of_its_own() -> None:
     assert margins["megatron_core"].value == pytest.approx(80 / (80 * (1 - share)) - 1)
     assert margins["megatron_core"].runs == 40 and margins["megatron_core"].sources == ("alpha",)
     assert margin_for("megatron_core", margins).text() == (
-        "95th percentile of the memory missed, 9.3% of the device, over 40 megatron_core runs: "
-        "alpha"
+        "9.3% of the device free: 95th percentile, 40 megatron_core runs: alpha"
     )
     assert device_share(margins["megatron_core"].value) == pytest.approx(share)
 

@@ -13,6 +13,7 @@ import pandas as pd
 from autotune import catalog
 from autotune import dataset
 from autotune.calibrate._fit import Run
+from autotune.calibrate._margins import device_share
 from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._rows import row_runs
@@ -133,9 +134,10 @@ def calibrated_job(
             raise UserError(f"search.memory_margin={margin} must be >= 0 (a fraction, 0.05: 5%)")
         chosen = Margin(float(margin), "search.memory_margin")
     elif loaded is not None and loaded.memory_margin is not None:
+        free = 100 * device_share(loaded.memory_margin)
         chosen = Margin(
             loaded.memory_margin,
-            f"95th percentile of the memory missed on calibration {loaded.name!r}",
+            f"{free:.1f}% of the device free: 95th percentile on calibration {loaded.name!r}",
         )
     else:
         chosen = shipped_margin(plain, priced.job.train.framework.name)

@@ -176,6 +176,15 @@ def test_calibrate_writes_a_file_that_loads_and_applies(tmp_path: Path) -> None:
     assert "megatron_core runs" in margin.source
 
 
+def test_a_calibrations_own_margin_says_the_share_of_the_device_it_keeps_free() -> None:
+    own = Calibration(simulator="analytical", cluster="a100", name="mine", memory_margin=0.25)
+    _, margin = calibrated_job(_analytical("llama2_7b", "a100"), own, None)
+    assert margin.value == 0.25  # a layout fits up to 80 / 1.25 = 64 GiB: 16 GiB, 20%, free
+    assert margin.text() == (
+        "memory margin 25.0% (20.0% of the device free: 95th percentile on calibration 'mine')"
+    )
+
+
 def test_rows_of_another_cluster_are_refused_by_line(tmp_path: Path) -> None:
     data = _csv(tmp_path, *_layouts(), {"scenario": "s2", "cluster": "h100", "step_time_s": 0.5})
     proc = run("autotune.calibrate", f"data={data}", "name=x", "rows.cluster=a100", cwd=tmp_path)

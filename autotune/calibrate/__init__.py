@@ -17,6 +17,7 @@ from autotune.calibrate._command import fit_settings
 from autotune.calibrate._fit import FitResult
 from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import Run
+from autotune.calibrate._fit import device_share
 from autotune.calibrate._fit import fit
 from autotune.calibrate._fit import memory_margin
 from autotune.calibrate._loop import ProbePlan
@@ -25,7 +26,6 @@ from autotune.calibrate._loop import plan_probes
 from autotune.calibrate._loop import record_round
 from autotune.calibrate._margins import MIN_EVIDENCE
 from autotune.calibrate._margins import StackMargin
-from autotune.calibrate._margins import device_share
 from autotune.calibrate._margins import evidence
 from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import margins_from

@@ -13,7 +13,7 @@ import pandas as pd
 from autotune import catalog
 from autotune import dataset
 from autotune.calibrate._fit import Run
-from autotune.calibrate._margins import device_share
+from autotune.calibrate._fit import device_share
 from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._rows import row_runs

@@ -18,8 +18,8 @@ from autotune.calibrate._file import calibration_record
 from autotune.calibrate._file import write_calibration
 from autotune.calibrate._fit import FitResult
 from autotune.calibrate._fit import FitSettings
+from autotune.calibrate._fit import device_share
 from autotune.calibrate._fit import fit
-from autotune.calibrate._margins import device_share
 from autotune.calibrate._rows import row_names
 from autotune.calibrate._rows import runs_of
 from autotune.calibrate._rows import single_value

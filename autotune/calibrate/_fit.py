@@ -49,6 +49,7 @@ __all__ = [
     "FitResult",
     "FitSettings",
     "Run",
+    "device_share",
     "fit",
     "memory_margin",
     "time_sensitivities",
@@ -529,6 +530,13 @@ def memory_margin(
     return share / (1.0 - share)
 
 
+def device_share(margin: float) -> float:
+    """The share of the device's memory that ``margin`` keeps free for a layout at the limit
+    (:func:`memory_margin`'s inverse): ``predicted * (1 + margin) = capacity`` leaves
+    ``capacity * margin / (1 + margin)``."""
+    return margin / (1.0 + margin)
+
+
 def _reserved_gib(simulator: Simulator) -> float | None:
     """The fixed reserved memory the simulator charges every layout (the constant that
     ``memory_constant_gib`` sets); None where it derives it per layout."""
@@ -654,7 +662,7 @@ def fit(
             margin = None
         if margin is not None and margin > 1:  # a calibration's margin is in [0, 1]
             notes.append(
-                f"the calibrated memory model still misses {margin / (1 + margin):.0%} of the "
+                f"the calibrated memory model still misses {device_share(margin):.0%} of the "
                 "device's memory (95th percentile): the margin is capped at 100% (half the "
                 "device kept free); are the peaks in GiB, and of these layouts?"
             )

@@ -20,6 +20,7 @@ import numpy as np
 
 from autotune.calibrate._fit import MIN_EVIDENCE
 from autotune.calibrate._fit import Run
+from autotune.calibrate._fit import device_share
 from autotune.calibrate._fit import memory_margin
 from autotune.simulators import Simulator
 
@@ -27,7 +28,6 @@ __all__ = [
     "MIN_EVIDENCE",
     "POOLED",
     "StackMargin",
-    "device_share",
     "evidence",
     "margin_for",
     "margins_from",
@@ -65,12 +65,6 @@ class StackMargin:
             f"{free}: {self.runs} {self.framework} runs with a known peak; every stack's "
             f"{self.pooled_runs} runs pooled"
         )
-
-
-def device_share(margin: float) -> float:
-    """The share of the device's memory that ``margin`` keeps free for a layout at the limit:
-    ``predicted * (1 + margin) = capacity`` leaves ``capacity * margin / (1 + margin)``."""
-    return margin / (1.0 + margin)
 
 
 def stack_margins(

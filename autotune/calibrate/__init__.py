@@ -11,6 +11,7 @@ from __future__ import annotations
 from autotune.calibrate._apply import Margin
 from autotune.calibrate._apply import calibrated_job
 from autotune.calibrate._apply import check_calibration
+from autotune.calibrate._apply import memory_runs
 from autotune.calibrate._apply import shipped_margin
 from autotune.calibrate._apply import shipped_margins
 from autotune.calibrate._command import fit_settings
@@ -72,6 +73,7 @@ __all__ = [
     "margin_for",
     "margins_from",
     "memory_margin",
+    "memory_runs",
     "next_probes",
     "pick",
     "plan_probes",

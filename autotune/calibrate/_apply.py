@@ -28,6 +28,7 @@ __all__ = [
     "Margin",
     "calibrated_job",
     "check_calibration",
+    "memory_runs",
     "shipped_margin",
     "shipped_margins",
 ]
@@ -47,7 +48,7 @@ class Margin:
 
 
 @functools.cache
-def _memory_runs() -> tuple[tuple[Run, ...], tuple[str, ...]]:
+def memory_runs() -> tuple[tuple[Run, ...], tuple[str, ...]]:
     """The shipped runs that say how much memory a run takes: a measured peak, or out of
     memory; with the source of each."""
     names = []
@@ -74,7 +75,7 @@ def shipped_margins(simulator: Simulator) -> dict[str, Margin]:
     shipped runs of that stack with a measured peak or an out-of-memory outcome
     (docs/calibration.md 3): from the 95th percentile of the memory it missed, or, with too
     few runs, every stack's runs pooled."""
-    runs, sources = _memory_runs()
+    runs, sources = memory_runs()
     margins = stack_margins(simulator, runs, sources)
     chosen = {name: margin_for(name, margins) for name in catalog.options("framework")}
     return {name: Margin(m.value, m.text()) for name, m in chosen.items()}

@@ -1,0 +1,80 @@
+"""What the memory model misses per source, as a ratio of the prediction and as a share of the
+device: the evidence of docs/decisions/0056-a-margin-is-a-share-of-the-device.md.
+
+    python benchmarks/bench_memory_misses.py [hierarchical]   # writes benchmark_results/
+    python benchmarks/bench_memory_misses.py --refresh        # updates benchmarks/results/
+
+Over the shipped runs with a measured peak or an out-of-memory outcome (the runs the memory
+margins come from, :func:`autotune.calibrate.memory_runs`), per source: the predicted peaks
+of the runs with a measured one, the slope of a line through their misses in GiB against the
+prediction (near 0 or below: the miss does not grow with the prediction), and the 95th
+percentile of the misses as ``measured / predicted - 1`` and as ``(measured - predicted) /
+device memory`` (out-of-memory runs counted with the device's memory as their measurement).
+Then the margins the search applies per stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import numpy as np
+from _results import add_output_options
+from _results import write_result
+
+from autotune import catalog
+from autotune.calibrate import evidence
+from autotune.calibrate import memory_runs
+from autotune.calibrate import shipped_margins
+
+
+def _table(simulator_name: str) -> str:
+    simulator = catalog.load_simulator(simulator_name)
+    runs, sources = memory_runs()
+    found: dict[str, list[tuple[float, float, float, bool]]] = defaultdict(list)
+    measures: dict[str, set[str]] = defaultdict(set)
+    for run, source in zip(runs, sources, strict=True):
+        prediction = simulator.simulate(*run.specs)
+        capacity = run.specs[0].cluster.device.memory_gib
+        predicted, measured = evidence(
+            prediction.peak_gib(run.peak_memory_measure),
+            prediction.memory_gib,
+            run.peak_memory_gib,
+            capacity,
+        )
+        found[source].append((predicted, measured, capacity, np.isfinite(run.peak_memory_gib)))
+        measures[source].add(run.peak_memory_measure)
+    lines = [
+        f"# What the memory model misses ({simulator_name} simulator)",
+        "",
+        "| source (measure) | runs | predicted, GiB | slope of the miss (GiB per GiB) "
+        "| 95th pct, of the prediction | 95th pct, of the device |",
+        "|---|---|---|---|---|---|",
+    ]
+    for source in sorted(found):
+        predicted, measured, capacity, peak = np.array(found[source]).T
+        peak = peak.astype(bool)
+        slope = np.polyfit(predicted[peak], measured[peak] - predicted[peak], 1)[0]
+        ratio = np.percentile(measured / predicted - 1, 95)
+        share = np.percentile((measured - predicted) / capacity, 95)
+        lines.append(
+            f"| {source} ({', '.join(sorted(measures[source]))}) | {len(predicted)} "
+            f"| {predicted[peak].min():.1f}-{predicted[peak].max():.1f} | {slope:+.2f} "
+            f"| {100 * ratio:.1f}% | {100 * share:.1f}% |"
+        )
+    lines += ["", "| stack | margin | evidence |", "|---|---|---|"]
+    for stack, margin in shipped_margins(simulator).items():
+        lines.append(f"| {stack} | {100 * margin.value:.1f}% | {margin.source} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("simulator", nargs="?", default="analytical")
+    add_output_options(parser)
+    args = parser.parse_args()
+    write_result(args, f"memory_misses_{args.simulator}.md", _table(args.simulator))
+
+
+if __name__ == "__main__":
+    main()

@@ -35,6 +35,8 @@ from autotune.calibrate._probe import Pick
 from autotune.calibrate._probe import ProbeSettings
 from autotune.calibrate._probe import next_probes
 from autotune.calibrate._probe import pick
+from autotune.calibrate._priors import StepResiduals
+from autotune.calibrate._priors import shipped_residuals
 from autotune.calibrate._probe_protocol import probe_scores
 from autotune.calibrate._protocols import PROTOCOLS
 from autotune.calibrate._protocols import ProtocolScores
@@ -43,6 +45,7 @@ from autotune.calibrate._protocols import ZeroShot
 from autotune.calibrate._protocols import leave_one_model_out
 from autotune.calibrate._protocols import leave_one_source_out
 from autotune.calibrate._residuals import ResidualModel
+from autotune.calibrate._residuals import log_density
 from autotune.calibrate._round import probe_round
 from autotune.calibrate._rows import row_runs
 
@@ -61,6 +64,7 @@ __all__ = [
     "ResidualModel",
     "Run",
     "StackMargin",
+    "StepResiduals",
     "ZeroShot",
     "calibrated_job",
     "check_calibration",
@@ -70,6 +74,7 @@ __all__ = [
     "fit_settings",
     "leave_one_model_out",
     "leave_one_source_out",
+    "log_density",
     "margin_for",
     "margins_from",
     "memory_margin",
@@ -83,5 +88,6 @@ __all__ = [
     "row_runs",
     "shipped_margin",
     "shipped_margins",
+    "shipped_residuals",
     "stack_margins",
 ]

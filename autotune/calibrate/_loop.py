@@ -66,6 +66,7 @@ class ProbeRound:
     margin: float | None = None  # the memory margin before the measured rows
     memory: MemoryBelief | None = None  # what is believed of memory after them
     model: ResidualModel | None = None
+    spread: float = 1.0  # the sd of every unmeasured layout after the probes / before them
     ranked: list[tuple[Layout, Prediction]] = field(default_factory=list)  # expected times
     final: tuple[Layout, Prediction] | None = None
     final_pick: Pick | None = None
@@ -87,6 +88,8 @@ class ProbeRound:
                 "level": self.model.level,
                 "own": self.model.own,
                 "fields": dict(self.model.widths),
+                "dof": self.model.dof,
+                "spread_after_probes": self.spread,
             }
         if self.measured and self.memory is not None:
             out["memory_model"] = {
@@ -334,7 +337,7 @@ def record_round(config: AutotuneConfig, priced: PricedJob, round_: ProbeRound) 
         )
         if round_.model is not None:
             model = round_.model
-            parts = {"mean": model.mean, "level": model.level, "own": model.own}
+            parts = {"mean": model.mean, "level": model.level, "own": model.own, "dof": model.dof}
             run.metrics({f"residual.{k}": v for k, v in [*parts.items(), *model.widths]})
         if round_.measured and round_.memory is not None:
             run.metrics({"measured_rows": len(round_.measured)})

@@ -16,7 +16,14 @@ from autotune.calibrate._residuals import estimate
 from autotune.calibrate._residuals import field_codes
 from autotune.simulators import Simulator
 
-__all__ = ["Priors", "priors_from", "shipped_priors"]
+__all__ = [
+    "Priors",
+    "StepResiduals",
+    "priors_from",
+    "shipped_priors",
+    "shipped_residuals",
+    "step_residuals",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +37,47 @@ class Priors:
     time: ResidualModel
     memory_common: float
     memory_rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepResiduals:
+    """Measured layouts that ran, as the residual model sees them: ``log(measured /
+    predicted)`` of each, its job (source, scenario), its source and its field codes."""
+
+    residuals: np.ndarray
+    jobs: list[tuple[str, str]]
+    sources: np.ndarray
+    codes: np.ndarray
+
+    def where(self, keep: np.ndarray) -> StepResiduals:
+        """The layouts where ``keep`` (one boolean per layout) is true."""
+        at = np.flatnonzero(keep)
+        return StepResiduals(
+            self.residuals[at], [self.jobs[i] for i in at], self.sources[at], self.codes[at]
+        )
+
+    def estimate(self, scales: bool = True) -> ResidualModel:
+        """The residual model estimated on these layouts (:func:`estimate`)."""
+        return estimate(self.residuals, self.jobs, list(self.sources), self.codes, scales=scales)
+
+
+def step_residuals(
+    table: pd.DataFrame, runs: Sequence[Run | None], predicted_s: np.ndarray
+) -> StepResiduals:
+    """The rows of ``table`` that ran and were priced, as :class:`StepResiduals`."""
+    sources = table["source"].astype(str).to_numpy()
+    scenarios = table["scenario"].astype(str).to_numpy()
+    timed = [
+        i
+        for i, run in enumerate(runs)
+        if run is not None and run.ran and np.isfinite(predicted_s[i]) and predicted_s[i] > 0
+    ]
+    return StepResiduals(
+        np.log([runs[i].step_time_s / predicted_s[i] for i in timed]),  # type: ignore[union-attr]
+        [(sources[i], scenarios[i]) for i in timed],
+        sources[timed],
+        field_codes([runs[i].specs[1] for i in timed]),  # type: ignore[union-attr]
+    )
 
 
 def priors_from(
@@ -50,24 +98,11 @@ def priors_from(
             (``peak_memory_measure``).
         leave_out: a source whose rows are not used (the one the benchmark scores).
     """
+    timed = step_residuals(table, runs, predicted_s)
+    time = timed.where(timed.sources != leave_out).estimate()
     sources = table["source"].astype(str).to_numpy()
     jobs = list(zip(sources, table["scenario"].astype(str).to_numpy(), strict=True))
     mine = sources != leave_out
-    timed = [
-        i
-        for i, run in enumerate(runs)
-        if run is not None
-        and run.ran
-        and mine[i]
-        and np.isfinite(predicted_s[i])
-        and predicted_s[i] > 0
-    ]
-    time = estimate(
-        np.log([runs[i].step_time_s / predicted_s[i] for i in timed]),  # type: ignore[union-attr]
-        [jobs[i] for i in timed],
-        sources[timed],
-        field_codes([runs[i].specs[1] for i in timed]),  # type: ignore[union-attr]
-    )
     peaks = [
         i
         for i, run in enumerate(runs)
@@ -86,6 +121,7 @@ def priors_from(
             sources[mine],
             np.zeros((len(mine), 0), dtype=np.int64),
             names=(),
+            scales=False,  # the share below is the same at any scale
         )
         shares.append(memory.level**2 / (memory.level**2 + memory.own**2))
     # no measured peak: the whole error taken as the job's, the cautious side (an OOM probe
@@ -129,6 +165,12 @@ def _shipped(simulator: Simulator) -> _Shipped:
         _SHIPPED.clear()
     _SHIPPED[id(simulator)] = (simulator, shipped)
     return shipped
+
+
+def shipped_residuals(simulator: Simulator) -> StepResiduals:
+    """The shipped rows that ran as ``simulator`` predicts them (:class:`StepResiduals`)."""
+    shipped = _shipped(simulator)
+    return step_residuals(shipped.table, shipped.runs, shipped.predicted_s)
 
 
 def shipped_priors(simulator: Simulator, leave_out: str | None = None) -> Priors:

@@ -120,13 +120,15 @@ def expected_improvement(best_s: float, mean: np.ndarray, var: np.ndarray) -> np
 @dataclass(frozen=True, slots=True)
 class Outlook:
     """What is known of every candidate: the belief about its step time, its expected step
-    time, its chance of fitting (1 for a probe that ran, 0 for one that failed) and whether
-    it is predicted to fit (:func:`outlook`)."""
+    time, its chance of fitting (1 for a probe that ran, 0 for one that failed), whether it is
+    predicted to fit, and whether it is ruled out by a probe that ran out of memory with no
+    more memory predicted than it (:func:`outlook`)."""
 
     belief: Belief
     expected_s: np.ndarray
     fit_chance: np.ndarray
     fits: np.ndarray
+    ruled_out: np.ndarray
 
 
 def outlook(model: ResidualModel, candidates: Candidates, probed: Probed) -> Outlook:
@@ -139,13 +141,14 @@ def outlook(model: ResidualModel, candidates: Candidates, probed: Probed) -> Out
     known = belief(model, candidates.log_predicted, candidates.codes, probed.ran)
     chance = candidates.fit_chance()
     fits = candidates.fits.copy()
+    ruled_out = np.zeros(len(chance), dtype=bool)
     if probed.failed:
         ruled_out = candidates.memory_gib >= min(candidates.memory_gib[list(probed.failed)])
         chance[ruled_out] = 0.0
         fits[ruled_out] = False
     chance[list(probed.ran)] = 1.0
     fits[list(probed.ran)] = True
-    return Outlook(known, known.expected_s, chance, fits)
+    return Outlook(known, known.expected_s, chance, fits, ruled_out)
 
 
 def _beat_chance(view: Outlook, best_s: float, gain: float, open_: np.ndarray) -> np.ndarray:

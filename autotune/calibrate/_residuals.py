@@ -14,15 +14,25 @@ job it is modelled as a sum of Gaussian parts:
 - ``own``: what belongs to one layout alone, measurement noise included (sd ``own``).
 
 Two layouts of a job thus have correlated residuals, the more so the more field values they
-share. Conditioning on the measured layouts of a job (:func:`belief`) is exact Gaussian
-algebra: one probe moves the job's level and the parts of its own field values, so a layout
-that shares its TP degree with a probe slower than predicted is expected slower too, and a
-layout that shares nothing with the probes keeps most of its uncertainty. The priors give way
-as the probes add up.
+share. Conditioning on the measured layouts of a job (:func:`belief`) is Gaussian algebra: one
+probe moves the job's level and the parts of its own field values, so a layout that shares its
+TP degree with a probe slower than predicted is expected slower too, and a layout that shares
+nothing with the probes keeps most of its uncertainty. The priors give way as the probes add
+up.
 
-The sds and the mean are not set by hand: :func:`estimate` takes them by maximum marginal
-likelihood (empirical Bayes) over the residuals of measured jobs (the shipped rows, or, in the
-benchmark, every other source's rows), each source weighing the same.
+**Jobs differ in how far off the simulator is.** All the parts of one job are scaled by a
+factor of the job's own, ``tau``: ``1 / tau**2`` is Gamma-distributed with ``dof / 2`` as
+both shape and rate, so a job's residuals follow a multivariate Student t with ``dof``
+degrees of freedom (a scale mixture of Gaussians). After probes whose residuals lie ``q``
+(their Mahalanobis distance squared) from what the model expects, the job's scale is believed
+``(dof + q) / (dof + n)`` for ``n`` probes: probes that miss by more than the model expects
+widen every unmeasured layout's uncertainty, probes that agree narrow it. A Gaussian model,
+whose uncertainty after the probes does not depend on what they measured, stays as sure of a
+job the simulator gets badly wrong as of one it gets right.
+
+The sds, the mean and ``dof`` are not set by hand: :func:`estimate` takes them by maximum
+marginal likelihood (empirical Bayes) over the residuals of measured jobs (the shipped rows, or,
+in the benchmark, every other source's rows), each source weighing the same.
 """
 
 from __future__ import annotations
@@ -38,9 +48,12 @@ import numpy as np
 from autotune.simulators import Layout
 from autotune.simulators.layout import LAYOUT_FIELDS
 
-__all__ = ["Belief", "ResidualModel", "belief", "estimate", "field_codes"]
+__all__ = ["Belief", "ResidualModel", "belief", "estimate", "field_codes", "log_density"]
 
 _SD_BOUNDS = (1e-3, 1.0)  # an sd of a log residual: 0.1 % to e (beyond: no evidence of it)
+# the degrees of freedom of the job's scale: above 2, for a finite variance (the belief is
+# carried as a mean and a variance); 1e3 is as good as Gaussian
+_DOF_BOUNDS = (2.01, 1e3)
 _MEAN_BOUND = 1.0  # the mean log residual within [-1, 1] (predictions off by at most e)
 _START_SD = 0.05  # where the search for the sds starts
 _SHOWN = 3  # fields named in the model's one-line text (the largest parts)
@@ -51,13 +64,16 @@ class ResidualModel:
     """The prior of a job's step-time residuals (log measured / predicted): module docstring.
 
     ``widths`` holds the sd of the part of each layout field, in :data:`LAYOUT_FIELDS` order;
-    ``scenarios`` and ``sources`` count the measured jobs it was estimated on.
+    the sds are those of a job whose scale ``tau`` is 1, and ``dof`` says how the scale varies
+    between jobs (infinite: not at all, a Gaussian model); ``scenarios`` and ``sources`` count
+    the measured jobs it was estimated on.
     """
 
     mean: float
     level: float
     own: float
     widths: tuple[tuple[str, float], ...]
+    dof: float = math.inf
     scenarios: int = 0
     sources: int = 0
 
@@ -72,19 +88,34 @@ class ResidualModel:
 
     @property
     def sd(self) -> float:
-        """The prior sd of one layout's residual (every part together)."""
+        """The prior sd of one layout's residual (every part together, at the job's scale 1)."""
         return math.sqrt(self.level**2 + self.own**2 + sum(w**2 for _, w in self.widths))
+
+    def scale(self, q: float, n: int) -> float:
+        """What multiplies the variances of a job whose ``n`` measured residuals lie ``q``
+        (Mahalanobis distance squared) from the model: the variance of the job's Student t
+        after them, ``(dof + q) / (dof + n - 2)`` (module docstring); 1 for a Gaussian model."""
+        if math.isinf(self.dof):
+            return 1.0
+        return (self.dof + q) / (self.dof + n - 2)
 
     def text(self) -> str:
         """The model in one line: the sds that matter, in percent of the step time."""
         largest = sorted(self.widths, key=lambda item: -item[1])[:_SHOWN]
         parts = [f"{name} {100 * w:.1f}%" for name, w in largest]
+        sd = self.sd * math.sqrt(self.scale(0.0, 0))
         return (
-            f"measured / predicted x{math.exp(self.mean):.3f} on average, sd {100 * self.sd:.1f}%"
+            f"measured / predicted x{math.exp(self.mean):.3f} on average, sd {100 * sd:.1f}%"
             f": {100 * self.own:.1f}% a layout's own, {100 * self.level:.1f}% the job's"
             + (f", per value of {', '.join(parts)}" if parts else "")
+            + (f"; jobs' scales vary as a t with {self.dof:.1f} degrees of freedom" * self.heavy)
             + f" (estimated on {self.scenarios} measured jobs of {self.sources} sources)"
         )
+
+    @property
+    def heavy(self) -> bool:
+        """Whether the jobs' scales vary (a Student t, not a Gaussian)."""
+        return not math.isinf(self.dof)
 
 
 def field_codes(layouts: Sequence[Layout]) -> np.ndarray:
@@ -101,10 +132,12 @@ def field_codes(layouts: Sequence[Layout]) -> np.ndarray:
 @dataclass(frozen=True, slots=True)
 class Belief:
     """Per layout: the mean and variance of its log step time given the measured ones (a
-    measured layout: its log measured time, variance 0)."""
+    measured layout: its log measured time, variance 0), and the job's scale that multiplied
+    the variances (:meth:`ResidualModel.scale`)."""
 
     mean: np.ndarray
     var: np.ndarray
+    scale: float = 1.0
 
     @property
     def expected_s(self) -> np.ndarray:
@@ -121,12 +154,15 @@ def belief(
     """The log step time of every layout given the measured step times (position -> seconds).
 
     Gaussian conditioning on the measured residuals: mean ``m + S_xa S_aa^-1 (r_a - m)``,
-    variance ``S_xx - S_xa S_aa^-1 S_ax``.
+    variance ``S_xx - S_xa S_aa^-1 S_ax``, times the job's scale after them
+    (:meth:`ResidualModel.scale`, with ``q = (r_a - m) S_aa^-1 (r_a - m)``): the mean and
+    variance of the Student t the job's residuals follow.
     """
     n = len(log_predicted)
     prior_var = model.level**2 + sum(w**2 for _, w in model.widths) + model.own**2
     mean = log_predicted + model.mean
     var = np.full(n, prior_var)
+    scale = model.scale(0.0, 0)
     if measured:
         known = np.array(sorted(measured), dtype=int)
         r = np.log([measured[int(i)] for i in known]) - log_predicted[known] - model.mean
@@ -138,7 +174,21 @@ def belief(
         var = np.maximum(var - np.einsum("ij,ji->i", s_xa, solved[:, 1:]), 0.0)
         mean[known] = np.log([measured[int(i)] for i in known])
         var[known] = 0.0
-    return Belief(mean=mean, var=var)
+        scale = model.scale(float(r @ solved[:, 0]), len(known))
+    return Belief(mean=mean, var=var * scale, scale=scale)
+
+
+def log_density(model: ResidualModel, residuals: np.ndarray, codes: np.ndarray) -> float:
+    """The model's log density of one job's residuals (log measured / predicted of each of its
+    layouts, ``codes`` their :func:`field_codes`): a multivariate Student t with ``dof``
+    degrees of freedom, or a Gaussian for a Gaussian model (what a held-out job scores)."""
+    from scipy import stats
+
+    shape = model.covariance(codes, codes) + model.own**2 * np.eye(len(codes))
+    mean = np.full(len(codes), model.mean)
+    if not model.heavy:
+        return float(stats.multivariate_normal.logpdf(residuals, mean, shape))
+    return float(stats.multivariate_t.logpdf(residuals, mean, shape, df=model.dof))
 
 
 # size: the marginal likelihood and its gradient, over jobs batched by their number of layouts
@@ -177,8 +227,10 @@ def estimate(
     sources: Sequence[str],
     codes: np.ndarray,
     names: Sequence[str] = LAYOUT_FIELDS,
+    scales: bool = True,
 ) -> ResidualModel:
-    """The model's sds and mean by maximum marginal likelihood over measured jobs.
+    """The model's sds and mean by maximum marginal likelihood over measured jobs, then how
+    the jobs' scales vary (:func:`_job_scales`).
 
     Args:
         residuals: log(measured / predicted) of each measured layout that ran.
@@ -188,6 +240,8 @@ def estimate(
         codes: :func:`field_codes` of the layouts (compared within a job only).
         names: the fields of the columns of ``codes`` (none: a model of the job's part and
             each layout's own part alone).
+        scales: whether to estimate how the jobs' scales vary (False: a Gaussian model,
+            every job at scale 1).
     """
     from scipy.optimize import minimize  # imported on first use (about half a second)
 
@@ -199,14 +253,72 @@ def estimate(
         _negative_log_likelihood, start, (batches,), "L-BFGS-B", jac=True, bounds=bounds
     )
     theta = solution.x
+    dof, spread = _job_scales(theta, batches) if scales else (math.inf, 1.0)
+    sds = np.exp(theta[1:]) * math.sqrt(spread)
     return ResidualModel(
         mean=float(theta[0]),
-        level=float(math.exp(theta[1])),
-        own=float(math.exp(theta[2])),
-        widths=tuple((name, float(math.exp(v))) for name, v in zip(names, theta[3:], strict=True)),
+        level=float(sds[0]),
+        own=float(sds[1]),
+        widths=tuple(zip(names, map(float, sds[2:]), strict=True)),
+        dof=dof,
         scenarios=len(set(jobs)),
         sources=len(set(sources)),
     )
+
+
+def _job_scales(
+    theta: np.ndarray, batches: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
+) -> tuple[float, float]:
+    """How the jobs' scales vary: the degrees of freedom ``dof`` of the Student t and the factor
+    ``c`` of the Gaussian fit's covariance, by maximum likelihood of the t over the jobs (each
+    source weighing the same), the shape of the covariance kept from the Gaussian fit. Only a
+    job's Mahalanobis distance ``q`` under that fit and its number of layouts ``n`` matter:
+
+        log p = lgamma((dof + n) / 2) - lgamma(dof / 2) - n / 2 log(dof c)
+                - (dof + n) / 2 log(1 + q / (dof c)) + (what does not depend on dof, c)
+    """
+    from scipy.optimize import minimize
+    from scipy.special import gammaln
+
+    q, n, weight = _distances(theta, batches)
+
+    def negative_log_likelihood(x: np.ndarray) -> float:
+        dof, c = float(np.exp(x[0])), float(np.exp(x[1]))
+        log_p = (
+            gammaln((dof + n) / 2)
+            - gammaln(dof / 2)
+            - n / 2 * np.log(dof * c)
+            - (dof + n) / 2 * np.log1p(q / (dof * c))
+        )
+        return -float(np.sum(weight * log_p))
+
+    bounds = [tuple(math.log(b) for b in _DOF_BOUNDS), (math.log(1e-2), math.log(1e2))]
+    found = minimize(
+        negative_log_likelihood, [math.log(4.0), 0.0], method="L-BFGS-B", bounds=bounds
+    )
+    return float(np.exp(found.x[0])), float(np.exp(found.x[1]))
+
+
+def _distances(
+    theta: np.ndarray, batches: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per job: the Mahalanobis distance squared of its residuals under the Gaussian model
+    ``theta``, its number of layouts and its weight."""
+    mean, log_level, log_own = theta[:3]
+    widths2 = np.exp(2 * theta[3:])
+    q, n, weight = [], [], []
+    for r, same, w in batches:
+        size = r.shape[1]
+        cov = (
+            np.exp(2 * log_level)
+            + np.einsum("f,bfij->bij", widths2, same)
+            + np.exp(2 * log_own) * np.eye(size)
+        )
+        d = r - mean
+        q.append(np.einsum("bi,bi->b", d, np.linalg.solve(cov, d[:, :, None])[:, :, 0]))
+        n.append(np.full(len(r), size))
+        weight.append(w)
+    return np.concatenate(q), np.concatenate(n), np.concatenate(weight)
 
 
 def _batches(

@@ -15,6 +15,7 @@ again: the search's predictions are the round's.
 from __future__ import annotations
 
 import dataclasses
+import math
 import textwrap
 from collections import ChainMap
 from collections.abc import Sequence
@@ -108,6 +109,7 @@ def probe_round(
         frozenset(index[lay] for lay, run in round_.measured if not run.ran),
     )
     view = outlook(priors.time, candidates, probed)
+    round_.spread = math.sqrt(view.belief.scale / priors.time.scale(0.0, 0))
     margin = round_.memory.margin
     expected = [  # as the round believes it: the expected step time, the margin after it
         dataclasses.replace(
@@ -123,7 +125,7 @@ def probe_round(
         final = pick(view, candidates, probed)
         round_.final_pick = final
         round_.final = (layouts[final.index], expected[final.index])
-        ruled_out = view.fit_chance == 0  # above a probe that ran out of memory
+        ruled_out = view.ruled_out
         round_.ranked = sorted(
             (
                 (lay, expected[i])
@@ -161,6 +163,12 @@ def probe_round(
     return round_
 
 
+def _as_expected(spread: float) -> str:
+    if spread > 1.05:
+        return "more than"
+    return "less than" if spread < 0.95 else "about what"
+
+
 def _fed_back_text(config: AutotuneConfig, job: Job, round_: ProbeRound) -> list[str]:
     assert round_.memory is not None and round_.final is not None
     assert round_.final_pick is not None and round_.model is not None
@@ -175,6 +183,10 @@ def _fed_back_text(config: AutotuneConfig, job: Job, round_: ProbeRound) -> list
             "measured rows say of memory)"
         ),
         *_wrapped(f"step-time model (prior): {round_.model.text()}"),
+        *_wrapped(
+            f"the probes miss their predictions by {_as_expected(round_.spread)} the model "
+            f"expects: every unmeasured layout's sd x{round_.spread:.2f}"
+        ),
     ]
     if not ran:
         lines.append(

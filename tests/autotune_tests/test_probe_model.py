@@ -3,12 +3,14 @@ expected improvement, the next probes, the stop rule and the pick."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from statistics import NormalDist
 
 import numpy as np
 import pytest
 from scipy import integrate
+from scipy import stats
 
 from autotune import catalog
 from autotune.calibrate._memory import Observation
@@ -25,6 +27,7 @@ from autotune.calibrate._probe import pick
 from autotune.calibrate._residuals import ResidualModel
 from autotune.calibrate._residuals import belief
 from autotune.calibrate._residuals import estimate
+from autotune.calibrate._residuals import log_density
 from autotune.simulators.layout import LAYOUT_FIELDS
 
 TP = LAYOUT_FIELDS.index("tp")
@@ -97,6 +100,64 @@ def test_the_estimate_recovers_the_sds_it_was_drawn_with() -> None:
     assert (found.scenarios, found.sources) == (400, 4)
 
 
+def test_the_estimate_finds_how_much_jobs_differ_in_scale() -> None:
+    """Jobs drawn with a scale of their own (1 / tau^2 ~ Gamma(dof / 2, rate dof / 2), dof 4):
+    the estimate's degrees of freedom are near 4, and its sds (at scale 1) near the drawn
+    ones; drawn without (the test above), the estimate is all but Gaussian."""
+    rng = np.random.default_rng(1)
+    truth = _model(level=0.08, own=0.04, tp=0.12)
+    residuals, jobs, sources, codes = [], [], [], []
+    for job in range(600):
+        tp = rng.integers(0, 4, 6)
+        c = _codes(list(tp))
+        tau2 = 1.0 / rng.gamma(2.0, 1.0 / 2.0)
+        cov = tau2 * (truth.covariance(c, c) + truth.own**2 * np.eye(6))
+        residuals += list(rng.multivariate_normal(np.full(6, truth.mean), cov))
+        jobs += [job] * 6
+        sources += [f"s{job % 4}"] * 6
+        codes.append(c)
+    found = estimate(np.array(residuals), jobs, sources, np.vstack(codes))
+    assert 3.0 < found.dof < 6.0
+    assert found.own == pytest.approx(0.04, rel=0.2)
+    assert dict(found.widths)["tp"] == pytest.approx(0.12, rel=0.25)
+
+
+def test_probes_that_miss_by_more_than_expected_widen_every_belief() -> None:
+    """The job's scale after the probes is (dof + q) / (dof + n - 2), q the probes' Mahalanobis
+    distance squared (by hand for one probe: r^2 / its prior variance); before any probe,
+    dof / (dof - 2), the variance of the t. The means are the Gaussian's."""
+    heavy = dataclasses.replace(_model(), dof=4.0)
+    predicted = np.log([1.0, 1.1, 1.2])
+    codes = _codes([2, 2, 4])
+    prior = belief(heavy, predicted, codes, {})
+    assert prior.var == pytest.approx(np.full(3, heavy.sd**2 * 4.0 / 2.0))
+    near = belief(heavy, predicted, codes, {0: math.exp(heavy.mean)})  # residual 0: q = 0
+    far = belief(heavy, predicted, codes, {0: 2.0 * math.exp(heavy.mean)})
+    q = math.log(2.0) ** 2 / heavy.sd**2
+    assert (near.scale, far.scale) == (pytest.approx(4 / 3), pytest.approx((4 + q) / 3))
+    assert all(far.var[1:] > near.var[1:])
+    gaussian = belief(_model(), predicted, codes, {0: 2.0 * math.exp(heavy.mean)})
+    assert gaussian.scale == 1.0 and far.mean == pytest.approx(gaussian.mean)
+    assert far.var[1:] == pytest.approx(gaussian.var[1:] * far.scale)
+
+
+def test_the_log_density_of_a_job_is_the_t_or_the_gaussian_it_stands_for() -> None:
+    """One layout: a univariate t with scale sd (at scale 1) and dof degrees of freedom, or a
+    normal; two layouts of the same TP degree under a Gaussian: their covariance by hand."""
+    heavy = dataclasses.replace(_model(), dof=4.0)
+    r = np.array([0.5])
+    codes = _codes([2])
+    by_hand = stats.t.logpdf(0.5, df=4.0, loc=heavy.mean, scale=heavy.sd)
+    assert log_density(heavy, r, codes) == pytest.approx(by_hand)
+    normal = stats.norm.logpdf(0.5, loc=heavy.mean, scale=heavy.sd)
+    assert log_density(_model(), r, codes) == pytest.approx(normal)
+    model = _model()
+    cov = np.full((2, 2), model.level**2 + model.widths[TP][1] ** 2) + model.own**2 * np.eye(2)
+    pair = np.array([0.1, 0.3])
+    expected = stats.multivariate_normal.logpdf(pair, np.full(2, model.mean), cov)
+    assert log_density(model, pair, _codes([2, 2])) == pytest.approx(expected)
+
+
 def test_expected_improvement_is_the_integral_it_stands_for() -> None:
     mean, var, best = math.log(1.0), 0.04, 1.05
     sd = math.sqrt(var)
@@ -138,6 +199,10 @@ def test_a_layout_needing_the_memory_of_a_failed_probe_is_no_probe_and_no_pick()
     chosen = next_probes(_model(), candidates, probed, 2, STOP).chosen
     assert chosen == [2]  # the other can only fail
     assert pick(view, candidates, probed).index == 2
+    assert list(view.ruled_out) == [True, True, False]
+    far = _candidates([1.0, 1.1], [1, 2], memory=[10.0, 4000.0])
+    seen = outlook(_model(), far, Probed({0: 1.2}, frozenset()))
+    assert seen.fit_chance[1] == 0.0 and not seen.ruled_out.any()  # no probe failed
 
 
 def test_the_next_probe_is_worth_most_and_a_batch_spreads() -> None:
@@ -207,3 +272,4 @@ def test_the_shipped_priors_leave_a_source_out() -> None:
     assert without.time.scenarios < every.time.scenarios
     assert 0 < every.memory_common < 1 and every.memory_rows == 177
     assert dict(every.time.widths)["tp"] > every.time.own  # TP's error is shared most
+    assert 2 < every.time.dof < 10  # jobs differ in how far off the simulator is (0057)

@@ -25,7 +25,6 @@ from autotune.calibrate._command import fit_settings
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
 from autotune.simulators import UserError
-from autotune.simulators.layout import LAYOUT_FIELDS
 from tests.dataset_tests._tables import write
 
 SMALL = ["data=public", "source=[korthikanti,dlperf]", "tracking.enabled=false"]
@@ -59,9 +58,9 @@ def test_probes_see_only_their_own_measurements_and_are_not_scored(
 
     real = priors.estimate
 
-    def spy(residuals, jobs, sources, codes, names=LAYOUT_FIELDS):  # noqa: ANN001, ANN202
+    def spy(residuals, jobs, sources, codes, **options):  # noqa: ANN001, ANN003, ANN202
         assert left_out[-1] not in set(sources)  # no row of the scored source
-        return real(residuals, jobs, sources, codes, names)
+        return real(residuals, jobs, sources, codes, **options)
 
     monkeypatch.setattr(priors, "estimate", spy)
     monkeypatch.setattr(priors, "priors_from", priors_spy)

@@ -31,12 +31,12 @@ from autotune.calibrate._margins import evidence
 from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import margins_from
 from autotune.calibrate._margins import stack_margins
+from autotune.calibrate._priors import StepResiduals
+from autotune.calibrate._priors import shipped_residuals
 from autotune.calibrate._probe import Pick
 from autotune.calibrate._probe import ProbeSettings
 from autotune.calibrate._probe import next_probes
 from autotune.calibrate._probe import pick
-from autotune.calibrate._priors import StepResiduals
-from autotune.calibrate._priors import shipped_residuals
 from autotune.calibrate._probe_protocol import probe_scores
 from autotune.calibrate._protocols import PROTOCOLS
 from autotune.calibrate._protocols import ProtocolScores

@@ -23,10 +23,11 @@ up.
 **Jobs differ in how far off the simulator is.** All the parts of one job are scaled by a
 factor of the job's own, ``tau``: ``1 / tau**2`` is Gamma-distributed with ``dof / 2`` as
 both shape and rate, so a job's residuals follow a multivariate Student t with ``dof``
-degrees of freedom (a scale mixture of Gaussians). After probes whose residuals lie ``q``
-(their Mahalanobis distance squared) from what the model expects, the job's scale is believed
-``(dof + q) / (dof + n)`` for ``n`` probes: probes that miss by more than the model expects
-widen every unmeasured layout's uncertainty, probes that agree narrow it. A Gaussian model,
+degrees of freedom (a scale mixture of Gaussians). After ``n`` probes whose residuals lie
+``q`` (their Mahalanobis distance squared) from what the model expects, every unmeasured
+layout's Gaussian conditional variance is multiplied by ``(dof + q) / (dof + n - 2)``, the
+variance of its Student t: probes that miss by more than the model expects widen every
+unmeasured layout's uncertainty, probes that agree narrow it. A Gaussian model,
 whose uncertainty after the probes does not depend on what they measured, stays as sure of a
 job the simulator gets badly wrong as of one it gets right.
 
@@ -99,23 +100,26 @@ class ResidualModel:
             return 1.0
         return (self.dof + q) / (self.dof + n - 2)
 
-    def text(self) -> str:
-        """The model in one line: the sds that matter, in percent of the step time."""
-        largest = sorted(self.widths, key=lambda item: -item[1])[:_SHOWN]
-        parts = [f"{name} {100 * w:.1f}%" for name, w in largest]
-        sd = self.sd * math.sqrt(self.scale(0.0, 0))
-        return (
-            f"measured / predicted x{math.exp(self.mean):.3f} on average, sd {100 * sd:.1f}%"
-            f": {100 * self.own:.1f}% a layout's own, {100 * self.level:.1f}% the job's"
-            + (f", per value of {', '.join(parts)}" if parts else "")
-            + (f"; jobs' scales vary as a t with {self.dof:.1f} degrees of freedom" * self.heavy)
-            + f" (estimated on {self.scenarios} measured jobs of {self.sources} sources)"
-        )
-
     @property
     def heavy(self) -> bool:
         """Whether the jobs' scales vary (a Student t, not a Gaussian)."""
         return not math.isinf(self.dof)
+
+    def text(self) -> str:
+        """The model in one line: the sds that matter before any probe, in percent of the
+        step time."""
+        prior = math.sqrt(self.scale(0.0, 0))  # the t's sd over its scale's
+        largest = sorted(self.widths, key=lambda item: -item[1])[:_SHOWN]
+        parts = [f"{name} {100 * prior * w:.1f}%" for name, w in largest]
+        tails = f"; a Student t with {self.dof:.1f} degrees of freedom" if self.heavy else ""
+        return (
+            f"measured / predicted x{math.exp(self.mean):.3f} on average, sd "
+            f"{100 * prior * self.sd:.1f}%: {100 * prior * self.own:.1f}% a layout's own, "
+            f"{100 * prior * self.level:.1f}% the job's"
+            + (f", per value of {', '.join(parts)}" if parts else "")
+            + tails
+            + f" (estimated on {self.scenarios} measured jobs of {self.sources} sources)"
+        )
 
 
 def field_codes(layouts: Sequence[Layout]) -> np.ndarray:

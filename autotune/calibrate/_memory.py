@@ -43,7 +43,7 @@ __all__ = [
 
 MARGIN_QUANTILE = 0.95  # a layout at the limit is under-predicted by at most the margin this often
 _Z = NormalDist().inv_cdf(MARGIN_QUANTILE)
-_GRID = 801  # points of the common part's grid, over +-8 of its prior sds
+_GRID = 801  # points of the common part's grid, over +-8 of its prior sds, or wider (below)
 _WIDE = 8.0
 _MIN_SD = 1e-4  # an sd of a log memory residual never below 0.01 % (a step, not a chance)
 _erf = np.vectorize(math.erf, otypes=[float])
@@ -105,10 +105,15 @@ def memory_belief(
 ) -> MemoryBelief:
     """The belief about a job's memory given the margin, the common share of the variance and
     what the probes found (module docstring)."""
+    from scipy.special import log_ndtr  # log Phi, exact far in the tail
+
     sd = max(math.log1p(margin) / _Z, _MIN_SD)
     common = min(max(common, 0.0), 1.0)
     sd_u = max(sd * math.sqrt(common), _MIN_SD)
-    grid = np.linspace(-_WIDE * sd_u, _WIDE * sd_u, _GRID)
+    # the grid reaches every observation: a probe far beyond the prior (a layout predicted at a
+    # third of the device that ran out of memory) puts the common part many prior sds out
+    reach = max([_WIDE * sd_u, *(abs(seen.value) for seen in observations)])
+    grid = np.linspace(-reach, reach, _GRID)
     own = max(sd * math.sqrt(1 - common), float(grid[1] - grid[0]))  # no finer than the grid
     log_weight = -0.5 * (grid / sd_u) ** 2
     for seen in observations:
@@ -116,9 +121,9 @@ def memory_belief(
         if seen.kind == "peak":
             log_weight += -0.5 * z**2
         elif seen.kind == "oom":  # u + e above the room: P = 1 - Phi(z)
-            log_weight += np.log(np.maximum(normal_cdf(-z), 1e-300))
+            log_weight += log_ndtr(-z)
         elif seen.kind == "ran":
-            log_weight += np.log(np.maximum(normal_cdf(z), 1e-300))
+            log_weight += log_ndtr(z)
         else:
             raise ValueError(f"unknown memory observation {seen.kind!r}")
     weights = np.exp(log_weight - log_weight.max())

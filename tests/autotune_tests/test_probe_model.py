@@ -191,6 +191,24 @@ def test_an_out_of_memory_probe_moves_the_memory_of_the_whole_job() -> None:
     assert memory_belief(0.2, 0.0, [Observation("peak", 0.1)]).factor == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("room", [1.5, 3.2, 5.0])
+def test_an_out_of_memory_probe_far_under_the_device_moves_the_memory_as_far_as_it_says(
+    room: float,
+) -> None:
+    """A layout predicted at 1 / room of the device ran out of memory: the common part's
+    posterior mean is that of a Gaussian given u + e > log(room), by hand the truncated
+    normal's: common x sd x phi(x) / (1 - Phi(x)), x = log(room) / sd. At room 3.2 (predicted
+    at 25 GiB of 80) the chance of the observation underflowed on the old grid, which stopped
+    at 8 prior sds (x1.41), and the probe moved nothing."""
+    margin, common = 0.131, 0.33
+    after = memory_belief(margin, common, [Observation("oom", math.log(room))])
+    sd = math.log1p(margin) / NormalDist().inv_cdf(0.95)
+    x = math.log(room) / sd
+    mills = stats.norm.pdf(x) / stats.norm.sf(x)
+    assert after.factor == pytest.approx(math.exp(common * sd * mills), rel=1e-3)
+    assert after.margin > margin
+
+
 def test_a_layout_needing_the_memory_of_a_failed_probe_is_no_probe_and_no_pick() -> None:
     candidates = _candidates([1.0, 1.05, 1.2], [1, 2, 4], memory=[60.0, 62.0, 40.0])
     probed = Probed({}, frozenset({0}))

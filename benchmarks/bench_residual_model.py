@@ -37,8 +37,8 @@ def _distances(model: ResidualModel, rows: StepResiduals) -> dict[str, list[floa
     found: dict[str, list[float]] = {}
     for job in sorted(set(rows.jobs)):
         mine = np.array([j == job for j in rows.jobs])
-        codes = rows.codes[mine]
-        cov = model.covariance(codes, codes) + model.own**2 * np.eye(len(codes))
+        features = rows.features.take(mine)
+        cov = model.covariance(features, features) + model.own**2 * np.eye(len(features))
         d = rows.residuals[mine] - model.mean
         found.setdefault(job[0], []).append(float(d @ np.linalg.solve(cov, d)) / len(d))
     return found
@@ -50,7 +50,7 @@ def _per_layout(model: ResidualModel, held_out: StepResiduals) -> float:
     found = []
     for job in jobs:
         mine = np.array([j == job for j in held_out.jobs])
-        density = log_density(model, held_out.residuals[mine], held_out.codes[mine])
+        density = log_density(model, held_out.residuals[mine], held_out.features.take(mine))
         found.append(density / int(mine.sum()))
     return float(np.mean(found))
 

@@ -88,6 +88,7 @@ class ProbeRound:
                 "level": self.model.level,
                 "own": self.model.own,
                 "fields": dict(self.model.widths),
+                "slopes": dict(self.model.slopes),
                 "dof": self.model.dof,
                 "spread_after_probes": self.spread,
             }
@@ -338,7 +339,8 @@ def record_round(config: AutotuneConfig, priced: PricedJob, round_: ProbeRound) 
         if round_.model is not None:
             model = round_.model
             parts = {"mean": model.mean, "level": model.level, "own": model.own, "dof": model.dof}
-            run.metrics({f"residual.{k}": v for k, v in [*parts.items(), *model.widths]})
+            slopes = [(f"slope.{name}", sd) for name, sd in model.slopes]
+            run.metrics({f"residual.{k}": v for k, v in [*parts.items(), *model.widths, *slopes]})
         if round_.measured and round_.memory is not None:
             run.metrics({"measured_rows": len(round_.measured)})
             run.metrics({"factor.memory_factor": round_.memory.factor})

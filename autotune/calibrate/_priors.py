@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from autotune.calibrate._fit import Run
+from autotune.calibrate._residuals import LayoutFeatures
 from autotune.calibrate._residuals import ResidualModel
 from autotune.calibrate._residuals import estimate
-from autotune.calibrate._residuals import field_codes
+from autotune.calibrate._residuals import layout_features
 from autotune.simulators import Simulator
 
 __all__ = [
@@ -42,23 +43,28 @@ class Priors:
 @dataclass(frozen=True, slots=True)
 class StepResiduals:
     """Measured layouts that ran, as the residual model sees them: ``log(measured /
-    predicted)`` of each, its job (source, scenario), its source and its field codes."""
+    predicted)`` of each, its job (source, scenario), its source and its features."""
 
     residuals: np.ndarray
     jobs: list[tuple[str, str]]
     sources: np.ndarray
-    codes: np.ndarray
+    features: LayoutFeatures
 
     def where(self, keep: np.ndarray) -> StepResiduals:
         """The layouts where ``keep`` (one boolean per layout) is true."""
         at = np.flatnonzero(keep)
         return StepResiduals(
-            self.residuals[at], [self.jobs[i] for i in at], self.sources[at], self.codes[at]
+            self.residuals[at],
+            [self.jobs[i] for i in at],
+            self.sources[at],
+            self.features.take(at),
         )
 
     def estimate(self, scales: bool = True) -> ResidualModel:
         """The residual model estimated on these layouts (:func:`estimate`)."""
-        return estimate(self.residuals, self.jobs, list(self.sources), self.codes, scales=scales)
+        return estimate(
+            self.residuals, self.jobs, list(self.sources), self.features, scales=scales
+        )
 
 
 def step_residuals(
@@ -76,7 +82,7 @@ def step_residuals(
         np.log([runs[i].step_time_s / predicted_s[i] for i in timed]),  # type: ignore[union-attr]
         [(sources[i], scenarios[i]) for i in timed],
         sources[timed],
-        field_codes([runs[i].specs[1] for i in timed]),  # type: ignore[union-attr]
+        layout_features([runs[i].specs[1] for i in timed]),  # type: ignore[union-attr]
     )
 
 
@@ -119,8 +125,7 @@ def priors_from(
             np.log([runs[i].peak_memory_gib / predicted_peak_gib[i] for i in mine]),  # type: ignore[union-attr]
             [jobs[i] for i in mine],
             sources[mine],
-            np.zeros((len(mine), 0), dtype=np.int64),
-            names=(),
+            LayoutFeatures.none(len(mine)),
             scales=False,  # the share below is the same at any scale
         )
         shares.append(memory.level**2 / (memory.level**2 + memory.own**2))

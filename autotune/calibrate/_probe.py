@@ -42,6 +42,7 @@ import numpy as np
 from autotune.calibrate._memory import MemoryBelief
 from autotune.calibrate._memory import normal_cdf
 from autotune.calibrate._residuals import Belief
+from autotune.calibrate._residuals import LayoutFeatures
 from autotune.calibrate._residuals import ResidualModel
 from autotune.calibrate._residuals import belief
 
@@ -73,7 +74,7 @@ class Candidates:
     """The layouts of one job as the simulator sees them (one entry each)."""
 
     log_predicted: np.ndarray  # log of the predicted step time
-    codes: np.ndarray  # field codes (autotune.calibrate._residuals.field_codes)
+    features: LayoutFeatures  # what the residual model reads of each layout
     memory_gib: np.ndarray  # the simulator's predicted peak of the device
     device_gib: np.ndarray  # the device's memory
     memory: MemoryBelief  # what is believed of the job's memory (the probes' evidence)
@@ -138,7 +139,7 @@ def outlook(model: ResidualModel, candidates: Candidates, probed: Probed) -> Out
     not to fit (chance 0): it could fit only if the memory model ordered the two wrongly, and
     such a layout is no pick and no probe worth its risk.
     """
-    known = belief(model, candidates.log_predicted, candidates.codes, probed.ran)
+    known = belief(model, candidates.log_predicted, candidates.features, probed.ran)
     chance = candidates.fit_chance()
     fits = candidates.fits.copy()
     ruled_out = np.zeros(len(chance), dtype=bool)

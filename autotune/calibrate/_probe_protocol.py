@@ -46,7 +46,7 @@ from autotune.calibrate._protocols import ZeroShot
 from autotune.calibrate._protocols import empty_arrays
 from autotune.calibrate._protocols import margins_elsewhere
 from autotune.calibrate._protocols import scores_of
-from autotune.calibrate._residuals import field_codes
+from autotune.calibrate._residuals import layout_features
 from autotune.order import order_key
 from autotune.simulators import Simulator
 
@@ -126,7 +126,7 @@ def _probe_steps(
     device = np.array([run.specs[0].cluster.device.memory_gib for run in scenario_runs])
     candidates = Candidates(
         log_predicted=np.log(scenario.predicted_s),
-        codes=field_codes([run.specs[1] for run in scenario_runs]),
+        features=layout_features([run.specs[1] for run in scenario_runs]),
         memory_gib=scenario.memory_gib,
         device_gib=device,
         memory=memory_belief(scenario.margin, priors.memory_common),

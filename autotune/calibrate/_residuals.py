@@ -3,7 +3,8 @@
 The residual of a layout is ``r = log(measured step time / predicted step time)``. Within one
 job it is modelled as a sum of Gaussian parts:
 
-    r = mean + job + sum over layout fields f of part_f[value of f] + own
+    r = mean + job + sum over layout fields f of part_f[value of f]
+          + sum over degrees g of slope_g * log2(value of g) + own
 
 - ``mean``: what the simulator misses on every job (a fixed number);
 - ``job``: what it misses on this job, shared by every layout of it (sd ``level``);
@@ -11,14 +12,23 @@ job it is modelled as a sum of Gaussian parts:
   micro-batch, the recompute mode, ...) has the value ``v``, shared by exactly those layouts
   (sd ``widths[f]``): the collectives of one TP group size, the bubble and sends of one
   pipeline depth, the GEMM shapes of one micro-batch;
+- ``slope_g``: what it misses per doubling of a degree ``g`` (:data:`SLOPE_FIELDS`: TP, PP, CP,
+  EP, VPP, the micro-batch), the same for every layout of the job (sd ``slopes[g]``): a cost
+  the simulator prices too low that grows with the degree (the host's pace at a higher TP
+  degree, the sends of a deeper pipeline) shows as a trend over the degree's values, which
+  probes at two values measure and carry to the values not probed. A degree of 1 runs nothing
+  of what the degree adds, so the trend is anchored there (log2 1 = 0). DP has no slope: in a
+  job of one world size its degree follows from the others', and a slope of it would stand in
+  for the job's part;
 - ``own``: what belongs to one layout alone, measurement noise included (sd ``own``).
 
 Two layouts of a job thus have correlated residuals, the more so the more field values they
-share. Conditioning on the measured layouts of a job (:func:`belief`) is Gaussian algebra: one
-probe moves the job's level and the parts of its own field values, so a layout that shares its
-TP degree with a probe slower than predicted is expected slower too, and a layout that shares
-nothing with the probes keeps most of its uncertainty. The priors give way as the probes add
-up.
+share and the nearer their degrees. Conditioning on the measured layouts of a job
+(:func:`belief`) is Gaussian algebra: one probe moves the job's level, the parts of its own
+field values and the slopes, so a layout that shares its TP degree with a probe slower than
+predicted is expected slower too, a layout of a higher TP degree a little more so, and a
+layout that shares nothing with the probes keeps most of its uncertainty. The priors give way
+as the probes add up.
 
 **Jobs differ in how far off the simulator is.** All the parts of one job are scaled by a
 factor of the job's own, ``tau``: ``1 / tau**2`` is Gamma-distributed with ``dof / 2`` as
@@ -49,7 +59,19 @@ import numpy as np
 from autotune.simulators import Layout
 from autotune.simulators.layout import LAYOUT_FIELDS
 
-__all__ = ["Belief", "ResidualModel", "belief", "estimate", "field_codes", "log_density"]
+__all__ = [
+    "SLOPE_FIELDS",
+    "Belief",
+    "LayoutFeatures",
+    "ResidualModel",
+    "belief",
+    "estimate",
+    "layout_features",
+    "log_density",
+]
+
+# the degrees whose residual may trend with log2 of the value (module docstring)
+SLOPE_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "vpp", "micro_batch")
 
 _SD_BOUNDS = (1e-3, 1.0)  # an sd of a log residual: 0.1 % to e (beyond: no evidence of it)
 # the degrees of freedom of the job's scale: above 2, for a finite variance (the belief is
@@ -61,11 +83,54 @@ _SHOWN = 3  # fields named in the model's one-line text (the largest parts)
 
 
 @dataclass(frozen=True, slots=True)
+class LayoutFeatures:
+    """What the residual model reads of each layout (one row per layout): an integer code per
+    field of ``fields``, the same for layouts with the same value (comparable within one
+    :func:`layout_features` call only), and log2 of each degree of ``slope_fields``."""
+
+    codes: np.ndarray
+    logs: np.ndarray
+    fields: tuple[str, ...] = LAYOUT_FIELDS
+    slope_fields: tuple[str, ...] = SLOPE_FIELDS
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def take(self, index: np.ndarray | Sequence[int]) -> LayoutFeatures:
+        """The features of the layouts at ``index`` (positions or a boolean mask)."""
+        at = np.asarray(index)
+        return LayoutFeatures(self.codes[at], self.logs[at], self.fields, self.slope_fields)
+
+    def kernels(self) -> np.ndarray:
+        """Per field, then per degree, an (n, n) matrix: 1 where two layouts share the
+        field's value; the product of their log2 degrees."""
+        same = self.codes.T[:, :, None] == self.codes.T[:, None, :]
+        return np.concatenate([same, self.logs.T[:, :, None] * self.logs.T[:, None, :]])
+
+    @classmethod
+    def none(cls, n: int) -> LayoutFeatures:
+        """No field at all: a model of the job's part and each layout's own part alone."""
+        return cls(np.zeros((n, 0), dtype=np.int64), np.zeros((n, 0)), (), ())
+
+
+def layout_features(layouts: Sequence[Layout]) -> LayoutFeatures:
+    """The :class:`LayoutFeatures` of ``layouts``: every layout field, and the slopes'."""
+    codes = np.zeros((len(layouts), len(LAYOUT_FIELDS)), dtype=np.int64)
+    for f, name in enumerate(LAYOUT_FIELDS):
+        seen: dict[Hashable, int] = {}
+        for i, layout in enumerate(layouts):
+            codes[i, f] = seen.setdefault(getattr(layout, name), len(seen))
+    logs = np.log2([[float(getattr(lay, name)) for name in SLOPE_FIELDS] for lay in layouts])
+    return LayoutFeatures(codes, logs.reshape(len(layouts), len(SLOPE_FIELDS)))
+
+
+@dataclass(frozen=True, slots=True)
 class ResidualModel:
     """The prior of a job's step-time residuals (log measured / predicted): module docstring.
 
-    ``widths`` holds the sd of the part of each layout field, in :data:`LAYOUT_FIELDS` order;
-    the sds are those of a job whose scale ``tau`` is 1, and ``dof`` says how the scale varies
+    ``widths`` holds the sd of the part of each layout field, in :data:`LAYOUT_FIELDS` order,
+    ``slopes`` the sd of the slope of each degree of :data:`SLOPE_FIELDS` (per doubling); the
+    sds are those of a job whose scale ``tau`` is 1, and ``dof`` says how the scale varies
     between jobs (infinite: not at all, a Gaussian model); ``scenarios`` and ``sources`` count
     the measured jobs it was estimated on.
     """
@@ -74,22 +139,34 @@ class ResidualModel:
     level: float
     own: float
     widths: tuple[tuple[str, float], ...]
+    slopes: tuple[tuple[str, float], ...] = ()
     dof: float = math.inf
     scenarios: int = 0
     sources: int = 0
 
-    def covariance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Prior covariance of the residuals of layouts ``a`` and ``b`` (field codes, one
-        row per layout) without the ``own`` part (add it on the diagonal of a layout with
-        itself)."""
+    def covariance(self, a: LayoutFeatures, b: LayoutFeatures) -> np.ndarray:
+        """Prior covariance of the residuals of layouts ``a`` and ``b`` of one job, at the job's
+        scale 1, without the ``own`` part (add it on the diagonal of a layout with itself)."""
         cov = np.full((len(a), len(b)), self.level**2)
         for f, (_, width) in enumerate(self.widths):
-            cov += width**2 * (a[:, f, None] == b[None, :, f])
+            cov += width**2 * (a.codes[:, f, None] == b.codes[None, :, f])
+        for g, (_, slope) in enumerate(self.slopes):
+            cov += slope**2 * a.logs[:, g, None] * b.logs[None, :, g]
         return cov
+
+    def variance(self, x: LayoutFeatures) -> np.ndarray:
+        """The prior variance of each layout's residual at the job's scale 1, ``own``
+        included: the slopes add the more, the higher its degrees."""
+        flat = self.level**2 + self.own**2 + sum(w**2 for _, w in self.widths)
+        var = np.full(len(x), flat)
+        for g, (_, slope) in enumerate(self.slopes):
+            var += slope**2 * x.logs[:, g] ** 2
+        return var
 
     @property
     def sd(self) -> float:
-        """The prior sd of one layout's residual (every part together, at the job's scale 1)."""
+        """The prior sd of the residual of a layout whose degrees are all 1 (every part but the
+        slopes, at the job's scale 1)."""
         return math.sqrt(self.level**2 + self.own**2 + sum(w**2 for _, w in self.widths))
 
     def scale(self, q: float, n: int) -> float:
@@ -111,26 +188,18 @@ class ResidualModel:
         prior = math.sqrt(self.scale(0.0, 0))  # the t's sd over its scale's
         largest = sorted(self.widths, key=lambda item: -item[1])[:_SHOWN]
         parts = [f"{name} {100 * prior * w:.1f}%" for name, w in largest]
+        steepest = sorted(self.slopes, key=lambda item: -item[1])[:_SHOWN]
+        trends = [f"{name} {100 * prior * w:.1f}%" for name, w in steepest]
         tails = f"; a Student t with {self.dof:.1f} degrees of freedom" if self.heavy else ""
         return (
             f"measured / predicted x{math.exp(self.mean):.3f} on average, sd "
-            f"{100 * prior * self.sd:.1f}%: {100 * prior * self.own:.1f}% a layout's own, "
-            f"{100 * prior * self.level:.1f}% the job's"
+            f"{100 * prior * self.sd:.1f}% at degree 1: {100 * prior * self.own:.1f}% a layout's "
+            f"own, {100 * prior * self.level:.1f}% the job's"
             + (f", per value of {', '.join(parts)}" if parts else "")
+            + (f", per doubling of {', '.join(trends)}" if trends else "")
             + tails
             + f" (estimated on {self.scenarios} measured jobs of {self.sources} sources)"
         )
-
-
-def field_codes(layouts: Sequence[Layout]) -> np.ndarray:
-    """One integer per layout and field: layouts with the same value of a field share its code
-    (codes are comparable within one call only)."""
-    codes = np.zeros((len(layouts), len(LAYOUT_FIELDS)), dtype=np.int64)
-    for f, name in enumerate(LAYOUT_FIELDS):
-        seen: dict[Hashable, int] = {}
-        for i, layout in enumerate(layouts):
-            codes[i, f] = seen.setdefault(getattr(layout, name), len(seen))
-    return codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +221,7 @@ class Belief:
 def belief(
     model: ResidualModel,
     log_predicted: np.ndarray,
-    codes: np.ndarray,
+    features: LayoutFeatures,
     measured: Mapping[int, float],
 ) -> Belief:
     """The log step time of every layout given the measured step times (position -> seconds).
@@ -162,16 +231,15 @@ def belief(
     (:meth:`ResidualModel.scale`, with ``q = (r_a - m) S_aa^-1 (r_a - m)``): the mean and
     variance of the Student t the job's residuals follow.
     """
-    n = len(log_predicted)
-    prior_var = model.level**2 + sum(w**2 for _, w in model.widths) + model.own**2
     mean = log_predicted + model.mean
-    var = np.full(n, prior_var)
+    var = model.variance(features)
     scale = model.scale(0.0, 0)
     if measured:
         known = np.array(sorted(measured), dtype=int)
+        probes = features.take(known)
         r = np.log([measured[int(i)] for i in known]) - log_predicted[known] - model.mean
-        s_aa = model.covariance(codes[known], codes[known]) + model.own**2 * np.eye(len(known))
-        s_xa = model.covariance(codes, codes[known])
+        s_aa = model.covariance(probes, probes) + model.own**2 * np.eye(len(known))
+        s_xa = model.covariance(features, probes)
         s_xa[known, np.arange(len(known))] += model.own**2
         solved = np.linalg.solve(s_aa, np.column_stack([r, s_xa.T]))
         mean = mean + s_xa @ solved[:, 0]
@@ -182,14 +250,14 @@ def belief(
     return Belief(mean=mean, var=var * scale, scale=scale)
 
 
-def log_density(model: ResidualModel, residuals: np.ndarray, codes: np.ndarray) -> float:
+def log_density(model: ResidualModel, residuals: np.ndarray, features: LayoutFeatures) -> float:
     """The model's log density of one job's residuals (log measured / predicted of each of its
-    layouts, ``codes`` their :func:`field_codes`): a multivariate Student t with ``dof``
-    degrees of freedom, or a Gaussian for a Gaussian model (what a held-out job scores)."""
+    layouts, ``features`` theirs): a multivariate Student t with ``dof`` degrees of freedom,
+    or a Gaussian for a Gaussian model (what a held-out job scores)."""
     from scipy import stats
 
-    shape = model.covariance(codes, codes) + model.own**2 * np.eye(len(codes))
-    mean = np.full(len(codes), model.mean)
+    shape = model.covariance(features, features) + model.own**2 * np.eye(len(features))
+    mean = np.full(len(features), model.mean)
     if not model.heavy:
         return float(stats.multivariate_normal.logpdf(residuals, mean, shape))
     return float(stats.multivariate_t.logpdf(residuals, mean, shape, df=model.dof))
@@ -200,16 +268,16 @@ def _negative_log_likelihood(
     theta: np.ndarray, batches: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
 ) -> tuple[float, np.ndarray]:
     """Weighted negative log marginal likelihood of the jobs' residuals, and its gradient in
-    ``theta`` = (mean, log level, log own, log width of each field)."""
+    ``theta`` = (mean, log level, log own, log sd of each part: fields, then slopes)."""
     mean, log_level, log_own = theta[:3]
     widths2 = np.exp(2 * theta[3:])
     total = 0.0
     grad = np.zeros_like(theta)
-    for r, same, weight in batches:  # r: (jobs, n); same: (jobs, fields, n, n); weight: (jobs,)
+    for r, kernels, weight in batches:  # r: (jobs, n); kernels: (jobs, parts, n, n)
         n = r.shape[1]
         cov = (
             np.exp(2 * log_level)
-            + np.einsum("f,bfij->bij", widths2, same)
+            + np.einsum("f,bfij->bij", widths2, kernels)
             + np.exp(2 * log_own) * np.eye(n)
         )
         inverse = np.linalg.inv(cov)
@@ -221,7 +289,7 @@ def _negative_log_likelihood(
         grad[0] -= float(np.sum(weight * alpha.sum(axis=1)))
         grad[1] += float(q.sum()) * 2 * np.exp(2 * log_level)
         grad[2] += float(np.trace(q, axis1=1, axis2=2).sum()) * 2 * np.exp(2 * log_own)
-        grad[3:] += np.einsum("bij,bfij->f", q, same) * 2 * widths2
+        grad[3:] += np.einsum("bij,bfij->f", q, kernels) * 2 * widths2
     return total, grad
 
 
@@ -229,8 +297,7 @@ def estimate(
     residuals: np.ndarray,
     jobs: Sequence[Hashable],
     sources: Sequence[str],
-    codes: np.ndarray,
-    names: Sequence[str] = LAYOUT_FIELDS,
+    features: LayoutFeatures,
     scales: bool = True,
 ) -> ResidualModel:
     """The model's sds and mean by maximum marginal likelihood over measured jobs, then how
@@ -241,18 +308,20 @@ def estimate(
         jobs: the job (scenario) of each; the layouts of one job share its parts.
         sources: the source of each; every source weighs the same in the likelihood (a
             source's jobs share its weight), as in the benchmark's "across sources".
-        codes: :func:`field_codes` of the layouts (compared within a job only).
-        names: the fields of the columns of ``codes`` (none: a model of the job's part and
-            each layout's own part alone).
+        features: :func:`layout_features` of the layouts (codes compared within a job only;
+            :meth:`LayoutFeatures.none`: a model of the job's part and each layout's own part
+            alone).
         scales: whether to estimate how the jobs' scales vary (False: a Gaussian model,
             every job at scale 1).
     """
     from scipy.optimize import minimize  # imported on first use (about half a second)
 
-    batches = _batches(residuals, jobs, sources, codes)
+    batches = _batches(residuals, jobs, sources, features)
+    fields = features.fields
+    parts = 2 + len(fields) + len(features.slope_fields)
     low, high = (math.log(b) for b in _SD_BOUNDS)
-    start = np.r_[float(np.mean(residuals)), np.full(2 + codes.shape[1], math.log(_START_SD))]
-    bounds = [(-_MEAN_BOUND, _MEAN_BOUND)] + [(low, high)] * (2 + codes.shape[1])
+    start = np.r_[float(np.mean(residuals)), np.full(parts, math.log(_START_SD))]
+    bounds = [(-_MEAN_BOUND, _MEAN_BOUND)] + [(low, high)] * parts
     solution = minimize(
         _negative_log_likelihood, start, (batches,), "L-BFGS-B", jac=True, bounds=bounds
     )
@@ -263,7 +332,8 @@ def estimate(
         mean=float(theta[0]),
         level=float(sds[0]),
         own=float(sds[1]),
-        widths=tuple(zip(names, map(float, sds[2:]), strict=True)),
+        widths=tuple(zip(fields, map(float, sds[2 : 2 + len(fields)]), strict=True)),
+        slopes=tuple(zip(features.slope_fields, map(float, sds[2 + len(fields) :]), strict=True)),
         dof=dof,
         scenarios=len(set(jobs)),
         sources=len(set(sources)),
@@ -311,11 +381,11 @@ def _distances(
     mean, log_level, log_own = theta[:3]
     widths2 = np.exp(2 * theta[3:])
     q, n, weight = [], [], []
-    for r, same, w in batches:
+    for r, kernels, w in batches:
         size = r.shape[1]
         cov = (
             np.exp(2 * log_level)
-            + np.einsum("f,bfij->bij", widths2, same)
+            + np.einsum("f,bfij->bij", widths2, kernels)
             + np.exp(2 * log_own) * np.eye(size)
         )
         d = r - mean
@@ -326,10 +396,13 @@ def _distances(
 
 
 def _batches(
-    residuals: np.ndarray, jobs: Sequence[Hashable], sources: Sequence[str], codes: np.ndarray
+    residuals: np.ndarray,
+    jobs: Sequence[Hashable],
+    sources: Sequence[str],
+    features: LayoutFeatures,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The jobs batched by their number of layouts: residuals, same-value indicators per field
-    and each job's weight (every source weighing the same)."""
+    """The jobs batched by their number of layouts: residuals, the kernel of every part
+    (:meth:`LayoutFeatures.kernels`) and each job's weight (every source weighing the same)."""
     groups: dict[Hashable, list[int]] = {}
     for i, job in enumerate(jobs):
         groups.setdefault(job, []).append(i)
@@ -339,10 +412,9 @@ def _batches(
     by_size: dict[int, list[tuple[np.ndarray, np.ndarray, float]]] = {}
     for members in groups.values():
         index = np.array(members)
-        c = codes[index]
-        same = (c.T[:, :, None] == c.T[:, None, :]).astype(float)  # (fields, n, n)
+        kernels = features.take(index).kernels().astype(float)  # (parts, n, n)
         weight = len(groups) / len(per_source) / per_source[sources[members[0]]]
-        by_size.setdefault(len(members), []).append((residuals[index], same, weight))
+        by_size.setdefault(len(members), []).append((residuals[index], kernels, weight))
     return [
         (
             np.stack([g[0] for g in group]),

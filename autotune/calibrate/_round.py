@@ -34,7 +34,7 @@ from autotune.calibrate._probe import ProbeSettings
 from autotune.calibrate._probe import next_probes
 from autotune.calibrate._probe import outlook
 from autotune.calibrate._probe import pick
-from autotune.calibrate._residuals import field_codes
+from autotune.calibrate._residuals import layout_features
 from autotune.catalog import PricedJob
 from autotune.config import AutotuneConfig
 from autotune.csv_files import write_csv
@@ -99,7 +99,7 @@ def probe_round(
     chosen = [predictions[lay] for lay in layouts]
     candidates = Candidates(
         log_predicted=np.log([p.step_time_s for p in chosen]),
-        codes=field_codes(layouts),
+        features=layout_features(layouts),
         memory_gib=np.array([p.memory_gib for p in chosen]),
         device_gib=np.array([p.device_memory_gib for p in chosen]),
         memory=round_.memory,

@@ -24,6 +24,7 @@ from autotune.calibrate._probe import expected_improvement
 from autotune.calibrate._probe import next_probes
 from autotune.calibrate._probe import outlook
 from autotune.calibrate._probe import pick
+from autotune.calibrate._residuals import LayoutFeatures
 from autotune.calibrate._residuals import ResidualModel
 from autotune.calibrate._residuals import belief
 from autotune.calibrate._residuals import estimate
@@ -39,10 +40,21 @@ def _model(level: float = 0.05, own: float = 0.03, tp: float = 0.15) -> Residual
     return ResidualModel(mean=0.2, level=level, own=own, widths=widths)
 
 
-def _codes(tp: list[int]) -> np.ndarray:
+def _codes(tp: list[int]) -> LayoutFeatures:
+    """Layouts that differ in their TP degree alone, for a model without slopes."""
     codes = np.zeros((len(tp), len(LAYOUT_FIELDS)), dtype=np.int64)
     codes[:, TP] = tp
-    return codes
+    return LayoutFeatures(codes, np.zeros((len(tp), 0)), LAYOUT_FIELDS, ())
+
+
+def _stacked(jobs: list[LayoutFeatures]) -> LayoutFeatures:
+    first = jobs[0]
+    return LayoutFeatures(
+        np.vstack([j.codes for j in jobs]),
+        np.vstack([j.logs for j in jobs]),
+        first.fields,
+        first.slope_fields,
+    )
 
 
 def _candidates(
@@ -51,7 +63,7 @@ def _candidates(
     n = len(predicted)
     return Candidates(
         log_predicted=np.log(predicted),
-        codes=_codes(tp),
+        features=_codes(tp),
         memory_gib=np.array(memory or [10.0] * n),
         device_gib=np.full(n, 80.0),
         memory=memory_belief(0.2, 0.5),
@@ -65,7 +77,8 @@ def test_the_belief_is_gaussian_conditioning_on_the_measured_residuals() -> None
     predicted = np.log([1.0, 1.1, 1.2, 1.3])
     codes = _codes([2, 2, 4, 8])
     found = belief(model, predicted, codes, {0: 1.5})
-    cov = model.level**2 + model.widths[TP][1] ** 2 * (codes[:, TP, None] == codes[None, :, TP])
+    same = codes.codes[:, TP, None] == codes.codes[None, :, TP]
+    cov = model.level**2 + model.widths[TP][1] ** 2 * same
     cov = cov + model.own**2 * np.eye(4)
     r = math.log(1.5) - predicted[0] - model.mean
     mean = predicted + model.mean + cov[:, 0] / cov[0, 0] * r
@@ -91,13 +104,57 @@ def test_the_estimate_recovers_the_sds_it_was_drawn_with() -> None:
         jobs += [job] * 6
         sources += [f"s{job % 4}"] * 6
         codes.append(c)
-    found = estimate(np.array(residuals), jobs, sources, np.vstack(codes))
+    found = estimate(np.array(residuals), jobs, sources, _stacked(codes))
     assert found.mean == pytest.approx(0.2, abs=0.02)
     assert found.own == pytest.approx(0.04, rel=0.1)
     assert dict(found.widths)["tp"] == pytest.approx(0.12, rel=0.15)
     total = found.level**2 + sum(w**2 for name, w in found.widths if name != "tp")
     assert math.sqrt(total) == pytest.approx(0.08, rel=0.15)  # fields constant in a job: its level
     assert (found.scenarios, found.sources) == (400, 4)
+
+
+def _tp_features(tp: list[int]) -> LayoutFeatures:
+    """Layouts that differ in their TP degree alone, with its log2 as the one slope field."""
+    codes = _codes(tp).codes
+    return LayoutFeatures(codes, np.log2(np.array(tp, float))[:, None], LAYOUT_FIELDS, ("tp",))
+
+
+def test_a_slope_carries_what_a_probe_says_to_the_higher_degrees() -> None:
+    """A TP slope of sd 0.1 per doubling, anchored at TP 1: by hand, a probe at TP 2 that ran
+    slower than predicted moves a layout by ``cov(layout, probe) / var(probe)`` times its
+    residual, with ``cov = level^2 + s^2 log2(tp) log2(2)``: TP 8 most, TP 1 by the job's level
+    alone; the prior variance grows with the degree."""
+    model = dataclasses.replace(_model(tp=0.0), slopes=(("tp", 0.1),))
+    tp = [1, 2, 4, 8]
+    features = _tp_features(tp)
+    predicted = np.zeros(4)
+    found = belief(model, predicted, features, {1: math.exp(model.mean + 0.3)})
+    var_probe = model.level**2 + 0.1**2 + model.own**2
+    for i, degree in enumerate(tp):
+        if i == 1:
+            continue
+        cov = model.level**2 + 0.1**2 * math.log2(degree)
+        assert found.mean[i] - model.mean == pytest.approx(cov / var_probe * 0.3)
+    assert found.mean[3] > found.mean[2] > found.mean[0] > model.mean
+    prior = belief(model, predicted, features, {})
+    assert prior.var == pytest.approx(model.level**2 + model.own**2 + 0.01 * np.log2(tp) ** 2)
+
+
+def test_the_estimate_recovers_a_slope_it_was_drawn_with() -> None:
+    rng = np.random.default_rng(2)
+    truth = dataclasses.replace(_model(level=0.08, own=0.04, tp=0.05), slopes=(("tp", 0.1),))
+    residuals, jobs, sources, features = [], [], [], []
+    for job in range(400):
+        f = _tp_features(list(2 ** rng.integers(0, 4, 6)))
+        cov = truth.covariance(f, f) + truth.own**2 * np.eye(6)
+        residuals += list(rng.multivariate_normal(np.full(6, truth.mean), cov))
+        jobs += [job] * 6
+        sources += [f"s{job % 4}"] * 6
+        features.append(f)
+    found = estimate(np.array(residuals), jobs, sources, _stacked(features), scales=False)
+    assert dict(found.slopes)["tp"] == pytest.approx(0.1, rel=0.2)
+    assert dict(found.widths)["tp"] == pytest.approx(0.05, rel=0.3)
+    assert found.own == pytest.approx(0.04, rel=0.15)
 
 
 def test_the_estimate_finds_how_much_jobs_differ_in_scale() -> None:
@@ -116,7 +173,7 @@ def test_the_estimate_finds_how_much_jobs_differ_in_scale() -> None:
         jobs += [job] * 6
         sources += [f"s{job % 4}"] * 6
         codes.append(c)
-    found = estimate(np.array(residuals), jobs, sources, np.vstack(codes))
+    found = estimate(np.array(residuals), jobs, sources, _stacked(codes))
     assert 3.0 < found.dof < 6.0
     assert found.own == pytest.approx(0.04, rel=0.2)
     assert dict(found.widths)["tp"] == pytest.approx(0.12, rel=0.25)

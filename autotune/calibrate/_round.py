@@ -204,8 +204,11 @@ def _fed_back_text(config: AutotuneConfig, job: Job, round_: ProbeRound) -> list
             "ran out of memory are taken not to fit and left out"
         )
     lines += [
-        "Unmeasured layouts re-ranked by expected step time (the prediction moved by what the "
-        "probes say of this job and of the layout values they share):",
+        *_wrapped(
+            "Unmeasured layouts re-ranked by expected step time (the prediction moved by what "
+            "the probes say of this job, of the layout values they share and of their degrees):",
+            indent="",
+        ),
         layout_table(round_.ranked[: config.search.top_k]),
         f"Pick: {round_.final[0].describe()} ({round_.final_pick.reason})",
         launch_text(job, round_.final[0]),

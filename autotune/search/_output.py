@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def emit_outcome(
         emit_json(payload)
         return
     top = outcome.top(config.search.top_k)
-    print(f"\n{_headline(outcome, len(top), timings)}")
+    print("\n" + textwrap.fill(_headline(outcome, len(top), timings), width=119))
     if outcome.gap is not None:
         print(outcome.gap.text())
     print(_calibration_text(priced))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sqlite3
 import threading
 import time
 import warnings
@@ -97,6 +98,9 @@ GRACE_S = 30
 _PROCESS_KEY = "autotune.process:"  # a study attribute per process that opened it
 # What processes creating one fresh database at once run into (sqlite, PostgreSQL, MySQL):
 # the loser retries and finds the tables made.
+_SQLITE_WAIT_S = 60  # how long an SQLite statement waits for another worker's lock
+_WAL_ATTEMPTS = 5  # a connection's tries to put a fresh SQLite file in WAL mode (_write_ahead)
+_WAL_WAIT_MS = 100  # and how long each waits for the file's exclusive lock
 _CREATION_RACES = ("locked", "already exists", "UNIQUE constraint", "duplicate key", "Duplicate")
 # The storages in a local file: their URL prefix, what they are, how such a file starts (a
 # file that starts otherwise is someone else's: refused, never opened as a store).
@@ -177,7 +181,9 @@ def open_storage(url: str | None) -> BaseStorage | None:
 
         return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
     engine = (
-        {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+        {"connect_args": {"timeout": _SQLITE_WAIT_S}}
+        if url.startswith("sqlite")
+        else {"pool_pre_ping": True}
     )
     for attempt in range(5):  # several workers creating one fresh database race on its tables
         try:
@@ -213,14 +219,32 @@ def _write_ahead(storage: optuna.storages.RDBStorage) -> None:
     disk (14 ms each here, 0.4 s per trial). In WAL mode with ``synchronous=NORMAL`` a commit
     survives a crash of the process (not a power cut) and readers do not block the writer,
     which is what several workers on one file need (sqlite.org/wal.html).
+
+    The mode is a property of the file: a connection sets it only when the file is not in it
+    yet. Setting it takes the file's exclusive lock, which waits while another worker reads or
+    writes, as when several workers open one fresh file together: the connection waits for it
+    a short while (:data:`_WAL_WAIT_MS`, a few times), not the minute a write waits, and goes on
+    without it if still refused (a slower file, as correct; another connection sets it).
     """
     import sqlalchemy
 
     def on_connect(connection: Any, _: Any) -> None:
         cursor = connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {_WAL_WAIT_MS}")
+            for _ in range(_WAL_ATTEMPTS):
+                (mode,) = cursor.execute("PRAGMA journal_mode").fetchone()
+                if str(mode).lower() == "wal":
+                    break
+                try:
+                    cursor.execute("PRAGMA journal_mode=WAL")
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc):
+                        raise
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        finally:
+            cursor.execute(f"PRAGMA busy_timeout = {1000 * _SQLITE_WAIT_S}")
+            cursor.close()
 
     sqlalchemy.event.listen(storage.engine, "connect", on_connect)
     storage.engine.dispose()  # the pooled connections opened before the listener

@@ -9,8 +9,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -124,3 +126,29 @@ def test_four_commands_on_a_fresh_database_share_one_study(tmp_path: Path) -> No
     # and each polish round adds at most POLISH_ROUND trials
     assert 400 <= len(study.trials) <= 400 + 3 * POLISH_ROUND
     assert 2 <= len({t.user_attrs["autotune.worker"] for t in study.trials}) <= 4
+
+
+def test_a_fresh_sqlite_file_read_by_another_worker_opens_without_waiting_for_wal(
+    tmp_path: Path,
+) -> None:
+    """A worker opens a study file that is not in WAL mode yet while another worker reads it
+    (a shared lock): switching to WAL waits only briefly for the exclusive lock, then the
+    connection goes on without it (it waited a minute, then failed: "database is locked");
+    once the reader is done, the next connection switches the file to WAL."""
+    path = tmp_path / "fresh.db"
+    url = f"sqlite:///{path}"
+    optuna.storages.RDBStorage(url).engine.dispose()  # Optuna's tables, SQLite's default mode
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT * FROM studies").fetchall()
+    start = time.perf_counter()
+    storage = open_storage(url)
+    assert isinstance(storage, optuna.storages.RDBStorage)
+    with storage.engine.connect() as connection:
+        mode = connection.exec_driver_sql("PRAGMA journal_mode").scalar()
+    assert mode == "delete" and time.perf_counter() - start < 10
+    reader.execute("COMMIT")
+    reader.close()
+    storage.engine.dispose()
+    with storage.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"

@@ -185,7 +185,8 @@ def _fed_back_text(config: AutotuneConfig, job: Job, round_: ProbeRound) -> list
         *_wrapped(f"step-time model (prior): {round_.model.text()}"),
         *_wrapped(
             f"the probes miss their predictions by {_as_expected(round_.spread)} the model "
-            f"expects: every unmeasured layout's sd x{round_.spread:.2f}"
+            f"expects: the job's scale, and every unmeasured layout's sd with it, "
+            f"x{round_.spread:.2f}"
         ),
     ]
     if not ran:

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from autotune import dataset
+from autotune.calibrate._residuals import SLOPE_FIELDS
 from tests.autotune_tests.test_cli import SMALL
 from tests.autotune_tests.test_cli import run
 
@@ -58,6 +59,8 @@ def test_measured_probes_move_the_belief_and_the_pick_is_not_worse(
     round_ = payload["probe_round"]
     model = round_["step_time_model"]
     assert model["fields"]["tp"] > model["own"] > 0  # estimated on the shipped rows
+    assert 2 < model["dof"] < 10 and set(model["slopes"]) == set(SLOPE_FIELDS)
+    assert model["spread_after_probes"] > 0
     assert round_["memory_model"]["memory_factor"] < 1.0  # three ran within the device
     measured = {json.dumps(m["layout"]): m["step_time_s"] for m in round_["measured"]}
     chosen = round_["pick"]

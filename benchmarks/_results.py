@@ -8,6 +8,7 @@ to update them on purpose, and ``--out DIR`` anywhere else.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from autotune.simulators.files import write_atomically
@@ -45,3 +46,14 @@ def write_result(args: argparse.Namespace, name: str, text: str) -> Path:
     write_atomically(path, text if text.endswith("\n") else text + "\n")
     print(f"wrote {path}")
     return path
+
+
+def table_per_simulator(description: str, stem: str, table: Callable[[str], str]) -> None:
+    """The command line of a script that writes one table per simulator: ``[simulator]``
+    (default analytical) and the output options; ``table(simulator)`` goes to
+    ``<stem>_<simulator>.md``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("simulator", nargs="?", default="analytical")
+    add_output_options(parser)
+    args = parser.parse_args()
+    write_result(args, f"{stem}_{args.simulator}.md", table(args.simulator))

@@ -15,12 +15,10 @@ Then the margins the search applies per stack.
 
 from __future__ import annotations
 
-import argparse
 from collections import defaultdict
 
 import numpy as np
-from _results import add_output_options
-from _results import write_result
+from _results import table_per_simulator
 
 from autotune import catalog
 from autotune.calibrate import evidence
@@ -69,11 +67,7 @@ def _table(simulator_name: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("simulator", nargs="?", default="analytical")
-    add_output_options(parser)
-    args = parser.parse_args()
-    write_result(args, f"memory_misses_{args.simulator}.md", _table(args.simulator))
+    table_per_simulator(__doc__.splitlines()[0], "memory_misses", _table)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,8 @@ source). What the benchmark's probe protocol gives a source is the second model.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
-from _results import add_output_options
-from _results import write_result
+from _results import table_per_simulator
 
 from autotune import catalog
 from autotune.calibrate import ResidualModel
@@ -101,11 +98,7 @@ def _table(simulator_name: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("simulator", nargs="?", default="analytical")
-    add_output_options(parser)
-    args = parser.parse_args()
-    write_result(args, f"residual_model_{args.simulator}.md", _table(args.simulator))
+    table_per_simulator(__doc__.splitlines()[0], "residual_model", _table)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from statistics import NormalDist
 
 import numpy as np
@@ -92,19 +93,39 @@ def test_the_belief_is_gaussian_conditioning_on_the_measured_residuals() -> None
     assert found.expected_s[2] == pytest.approx(math.exp(found.mean[2] + found.var[2] / 2))
 
 
+def _drawn(
+    truth: ResidualModel,
+    layouts: Callable[[np.random.Generator], LayoutFeatures],
+    rng: np.random.Generator,
+    jobs: int,
+    dof: float | None = None,
+) -> tuple[np.ndarray, list[int], list[str], LayoutFeatures]:
+    """The residuals of ``jobs`` jobs drawn from ``truth`` (``layouts`` draws each job's
+    layouts; with ``dof``, each job's covariance divided by a Gamma(dof / 2, rate dof / 2)
+    draw), over four sources: the arguments of :func:`estimate`."""
+    residuals: list[float] = []
+    names: list[int] = []
+    sources: list[str] = []
+    features = []
+    for job in range(jobs):
+        f = layouts(rng)
+        cov = truth.covariance(f, f) + truth.own**2 * np.eye(len(f))
+        if dof is not None:
+            cov = cov / rng.gamma(dof / 2, 2 / dof)
+        residuals += list(rng.multivariate_normal(np.full(len(f), truth.mean), cov))
+        names += [job] * len(f)
+        sources += [f"s{job % 4}"] * len(f)
+        features.append(f)
+    return np.array(residuals), names, sources, _stacked(features)
+
+
+def _six_tp_codes(rng: np.random.Generator) -> LayoutFeatures:
+    return _codes(list(rng.integers(0, 4, 6)))
+
+
 def test_the_estimate_recovers_the_sds_it_was_drawn_with() -> None:
-    rng = np.random.default_rng(0)
     truth = _model(level=0.08, own=0.04, tp=0.12)
-    residuals, jobs, sources, codes = [], [], [], []
-    for job in range(400):
-        tp = rng.integers(0, 4, 6)
-        c = _codes(list(tp))
-        cov = truth.covariance(c, c) + truth.own**2 * np.eye(6)
-        residuals += list(rng.multivariate_normal(np.full(6, truth.mean), cov))
-        jobs += [job] * 6
-        sources += [f"s{job % 4}"] * 6
-        codes.append(c)
-    found = estimate(np.array(residuals), jobs, sources, _stacked(codes))
+    found = estimate(*_drawn(truth, _six_tp_codes, np.random.default_rng(0), 400))
     assert found.mean == pytest.approx(0.2, abs=0.02)
     assert found.own == pytest.approx(0.04, rel=0.1)
     assert dict(found.widths)["tp"] == pytest.approx(0.12, rel=0.15)
@@ -141,17 +162,12 @@ def test_a_slope_carries_what_a_probe_says_to_the_higher_degrees() -> None:
 
 
 def test_the_estimate_recovers_a_slope_it_was_drawn_with() -> None:
-    rng = np.random.default_rng(2)
     truth = dataclasses.replace(_model(level=0.08, own=0.04, tp=0.05), slopes=(("tp", 0.1),))
-    residuals, jobs, sources, features = [], [], [], []
-    for job in range(400):
-        f = _tp_features(list(2 ** rng.integers(0, 4, 6)))
-        cov = truth.covariance(f, f) + truth.own**2 * np.eye(6)
-        residuals += list(rng.multivariate_normal(np.full(6, truth.mean), cov))
-        jobs += [job] * 6
-        sources += [f"s{job % 4}"] * 6
-        features.append(f)
-    found = estimate(np.array(residuals), jobs, sources, _stacked(features), scales=False)
+
+    def layouts(rng: np.random.Generator) -> LayoutFeatures:
+        return _tp_features(list(2 ** rng.integers(0, 4, 6)))
+
+    found = estimate(*_drawn(truth, layouts, np.random.default_rng(2), 400), scales=False)
     assert dict(found.slopes)["tp"] == pytest.approx(0.1, rel=0.2)
     assert dict(found.widths)["tp"] == pytest.approx(0.05, rel=0.3)
     assert found.own == pytest.approx(0.04, rel=0.15)
@@ -161,19 +177,8 @@ def test_the_estimate_finds_how_much_jobs_differ_in_scale() -> None:
     """Jobs drawn with a scale of their own (1 / tau^2 ~ Gamma(dof / 2, rate dof / 2), dof 4):
     the estimate's degrees of freedom are near 4, and its sds (at scale 1) near the drawn
     ones; drawn without (the test above), the estimate is all but Gaussian."""
-    rng = np.random.default_rng(1)
     truth = _model(level=0.08, own=0.04, tp=0.12)
-    residuals, jobs, sources, codes = [], [], [], []
-    for job in range(600):
-        tp = rng.integers(0, 4, 6)
-        c = _codes(list(tp))
-        tau2 = 1.0 / rng.gamma(2.0, 1.0 / 2.0)
-        cov = tau2 * (truth.covariance(c, c) + truth.own**2 * np.eye(6))
-        residuals += list(rng.multivariate_normal(np.full(6, truth.mean), cov))
-        jobs += [job] * 6
-        sources += [f"s{job % 4}"] * 6
-        codes.append(c)
-    found = estimate(np.array(residuals), jobs, sources, _stacked(codes))
+    found = estimate(*_drawn(truth, _six_tp_codes, np.random.default_rng(1), 600, dof=4.0))
     assert 3.0 < found.dof < 6.0
     assert found.own == pytest.approx(0.04, rel=0.2)
     assert dict(found.widths)["tp"] == pytest.approx(0.12, rel=0.25)

@@ -8,6 +8,13 @@ drawn at random), and the gain over each, ``baseline regret - calibrated regret`
 the calibrated pick is better), with a 95% interval from a paired bootstrap over the
 scenarios (each resample draws scenarios with replacement and keeps each scenario's pair).
 
+Beside them, whether the stop rule keeps its word: the loop stops before K probes only when
+the chance that an unmeasured layout fits and beats the best measured by more than
+``stop_gain`` is at most ``stop_probability`` (:mod:`autotune.calibrate._probe`). Of the
+scenarios where it stopped early, the table counts those whose pick is beaten by more than
+``stop_gain`` (regret@1 above ``stop_gain / (1 - stop_gain)``): a share of them well above
+``stop_probability`` would say the loop stops on beliefs narrower than its errors.
+
 And what one probe changes: how often the calibrated pick after one probe is another layout
 than the top-1 baseline's (the best predicted, measured), and whether it is better or worse.
 """
@@ -41,6 +48,8 @@ GAIN_COLUMNS = [
     "K",
     "scenarios",
     "probes_used",
+    "stopped",
+    "beaten_after_stop",
     "calibrated",
     "top_k",
     "random",
@@ -102,16 +111,19 @@ def _scopes(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def _gain_rows(
-    simulator: str, k: int, frame: pd.DataFrame, samples: int, seed: int
+    simulator: str, k: int, frame: pd.DataFrame, samples: int, seed: int, stop_gain: float
 ) -> list[dict[str, Any]]:
     rows = []
     for source, part in _scopes(frame):
+        stopped = part[part["calibrated_used"] < k]
         record: dict[str, Any] = {
             "simulator": simulator,
             "source": source,
             "K": k,
             "scenarios": len(part),
             "probes_used": float(part["calibrated_used"].mean()) if len(part) else np.nan,
+            "stopped": len(stopped),
+            "beaten_after_stop": int((stopped["calibrated"] > stop_gain / (1 - stop_gain)).sum()),
         }
         for column in ("calibrated", "top_k", "random"):
             record[column] = float(part[column].mean()) if len(part) else np.nan
@@ -152,6 +164,7 @@ def probe_gains(
     summaries: Mapping[str, Mapping[str, Any]],
     samples: int,
     seed: int,
+    stop_gain: float,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The gains table and the K=1 changes table (module docstring); both empty without a
     probe protocol.
@@ -161,6 +174,8 @@ def probe_gains(
         summaries: each ranker's summary (``protocol``, ``probes``).
         samples: bootstrap resamples of each interval.
         seed: the seed of every interval's resamples (each drawn afresh from it).
+        stop_gain: the probe loop's stop gain (a share): a stopped scenario whose pick is
+            beaten by more than it counts against the stop rule.
     """
     gains: list[dict[str, Any]] = []
     changes: list[dict[str, Any]] = []
@@ -169,7 +184,7 @@ def probe_gains(
             continue
         simulator, k = name.split(",")[0], int(summary["probes"])
         frame = _paired(scenarios, simulator, k)
-        gains += _gain_rows(simulator, k, frame, samples, seed)
+        gains += _gain_rows(simulator, k, frame, samples, seed, stop_gain)
         if k == 1:
             changes += _change_rows(simulator, frame)
     return (
@@ -198,6 +213,7 @@ def gains_table(gains: pd.DataFrame) -> pd.DataFrame:
             "source": row.source,
             "scenarios": row.scenarios,
             "probes used": "-" if not np.isfinite(row.probes_used) else f"{row.probes_used:.2f}",
+            "stopped early (pick beaten)": f"{row.stopped} ({row.beaten_after_stop})",
             "calibrated": _pct(row.calibrated),
             "top-K": _pct(row.top_k),
             "random K": _pct(row.random),
@@ -238,7 +254,10 @@ def changes_table(changes: pd.DataFrame) -> pd.DataFrame:
 GAINS_TITLE = (
     "Gain of the calibrated pick over the probe baselines: regret@1 mean of each, and the "
     "baseline's minus the calibrated one in percentage points (positive: the calibrated pick is "
-    "better), with a 95% interval from a paired bootstrap over the scenarios"
+    "better), with a 95% interval from a paired bootstrap over the scenarios; the scenarios "
+    "where the loop stopped before K probes, and in brackets those of them whose pick another "
+    "layout beats by more than the stop gain, a chance the stop rule puts at "
+    "calibrate.stop_probability at most"
 )
 CHANGES_TITLE = (
     "What one probe changes: scenarios where the pick after one probe is another layout than "

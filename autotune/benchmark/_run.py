@@ -294,6 +294,7 @@ def run_benchmark(
         top_k=config.top_k,
         bootstrap_samples=config.bootstrap_samples,
         seed=config.seed,
+        stop_gain=config.calibrate.stop_gain,
     )
     in_fit = [
         source in job.cluster.fitted_on
@@ -406,11 +407,12 @@ _GAIN_FIGURES = tuple(
 
 def _gain_curves(result: BenchmarkResult) -> dict[str, list[tuple[int, float]]]:
     """The probe protocol's gains as MLflow metric histories over K:
-    ``<simulator>.probe[.<source>].gain_over_top_k`` (and its interval, and over random)."""
+    ``<simulator>.probe[.<source>].gain_over_top_k`` (and its interval, and over random), the
+    probes used, the early stops and the stopped scenarios whose pick is beaten."""
     curves: dict[str, list[tuple[int, float]]] = {}
     for (simulator, source), group in result.gains.groupby(["simulator", "source"]):
         prefix = f"{simulator}.probe" + ("" if source == ALL else f".{source}")
-        for figure in (*_GAIN_FIGURES, "probes_used"):
+        for figure in (*_GAIN_FIGURES, "probes_used", "stopped", "beaten_after_stop"):
             values = [
                 (int(k), float(v))
                 for k, v in zip(group["K"], group[figure], strict=True)

@@ -46,13 +46,15 @@ class ScoreSettings:
 
     ``oom_penalty_regret`` is the regret of a pick that really ran out of memory; ``top_k`` is
     the k of regret@k; the bootstrap interval of the mean uses ``bootstrap_samples`` resamples
-    of the scenarios drawn with ``seed``.
+    of the scenarios drawn with ``seed``; ``stop_gain`` is the probe loop's
+    (``calibrate.stop_gain``), against which its early stops are checked.
     """
 
     oom_penalty_regret: float
     top_k: int
     bootstrap_samples: int
     seed: int
+    stop_gain: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +124,9 @@ def score(
     order = sorted(kinds, key=lambda name: _KIND_ORDER.index(kinds[name]))
     summaries = {name: _summary(name, kinds[name], scenarios, rows, settings) for name in order}
     _how_they_saw(summaries, rankings, random_probes)
-    gains, changes = probe_gains(scenarios, summaries, settings.bootstrap_samples, settings.seed)
+    gains, changes = probe_gains(
+        scenarios, summaries, settings.bootstrap_samples, settings.seed, settings.stop_gain
+    )
     return BenchmarkResult(
         scenarios=scenarios, rows=rows, summaries=summaries, gains=gains, changes=changes
     )

@@ -80,13 +80,33 @@ def test_gains_are_paired_differences_with_a_bootstrap_interval(result: Benchmar
                 low, high = row[f"gain_over_{base}_ci_low"], row[f"gain_over_{base}_ci_high"]
                 assert part.min() - 1e-12 <= low <= row[f"gain_over_{base}"] + 1e-12
                 assert row[f"gain_over_{base}"] - 1e-12 <= high <= part.max() + 1e-12
-    again, _ = probe_gains(result.scenarios, result.summaries, 2000, 0)
+    again, _ = probe_gains(result.scenarios, result.summaries, 2000, 0, 0.01)
     pd.testing.assert_frame_equal(again, gains)  # the same seed, the same intervals
-    other, _ = probe_gains(result.scenarios, result.summaries, 2000, 1)
+    other, _ = probe_gains(result.scenarios, result.summaries, 2000, 1, 0.01)
     spread = other["gain_over_random_ci_high"] - other["gain_over_random_ci_low"]
     assert not np.allclose(
         other["gain_over_random_ci_low"][spread > 0], gains["gain_over_random_ci_low"][spread > 0]
     )
+
+
+def test_early_stops_are_counted_with_the_picks_they_left_beaten(result: BenchmarkResult) -> None:
+    """A scenario stopped early when the loop used fewer than K probes; its pick is beaten by
+    more than the stop gain (1%) when its regret@1 exceeds 0.01 / 0.99. Recounted by hand from
+    the per-scenario records, and again with a stop gain that every stopped pick's regret
+    exceeds."""
+    s = result.scenarios[result.scenarios["eligible"]]
+    stopped_somewhere = False
+    for k in KS:
+        mine = s[s["simulator"] == f"analytical, probe K={k}"]
+        stopped = mine[mine["probes_used"] < k]
+        stopped_somewhere |= len(stopped) > 0
+        row = result.gains[(result.gains["K"] == k) & (result.gains["source"] == "all")].iloc[0]
+        assert row["stopped"] == len(stopped)
+        assert row["beaten_after_stop"] == int((stopped["regret_at_1"] > 0.01 / 0.99).sum())
+        assert 0 <= row["beaten_after_stop"] <= row["stopped"] <= row["scenarios"]
+    assert stopped_somewhere  # the check above counted something
+    strict, _ = probe_gains(result.scenarios, result.summaries, 10, 0, -1e6)
+    assert (strict["beaten_after_stop"] == strict["stopped"]).all()
 
 
 def test_one_probe_changes_are_counted_from_the_picks(result: BenchmarkResult) -> None:
@@ -117,6 +137,8 @@ def test_the_gains_reach_the_report_json_and_mlflow_metrics(result: BenchmarkRes
         list(pooled["gain_over_top_k"])
     )
     assert "analytical.probe.dlperf.gain_over_random_ci_high" in curves
+    assert [v for _, v in curves["analytical.probe.stopped"]] == list(pooled["stopped"])
+    assert "stopped early (pick beaten)" in text
     metrics = _change_metrics(result)
     assert metrics["analytical.probe.k1_changed"] == result.changes["changed"].iloc[0]
     assert all(math.isfinite(v) for v in metrics.values())

@@ -228,9 +228,11 @@ class FrameworkSpec:
     the compute by default; ``shard_prefetch_params``: parameters all-gathered ahead of the
     layer in use under ZeRO-3; ``pipeline_keeps_gathered``: with pipeline parallelism ZeRO-3
     keeps a stage's weights gathered and its gradients whole (accumulated in the reduction's
-    dtype) from the first micro-batch to the step's end, gathering and reduce-scattering once a
-    step (torchtitan: FSDP2 with ``reshard_after_forward = not pp`` under PyTorch's pipeline
-    stage, which turns off gradient sync between micro-batches).
+    dtype) from the first micro-batch to the stage's last backward, gathering and
+    reduce-scattering once a step (torchtitan: FSDP2 with ``reshard_after_forward = not pp``
+    under PyTorch's pipeline stage, which turns off gradient sync between micro-batches); an
+    interleaved rank's chunks, each a stage, free theirs one after the other
+    (docs/decisions/0060).
     ``ddp_alone``: replicated data parallelism (ZeRO-0 with dp > 1) runs only without TP, PP and
     CP (torchtitan's DDP). ``replicas_outside_cp``: hybrid sharding replicates over data-parallel
     ranks only, so the replicas divide DP (torchtitan's ``dp_replicate`` x ``dp_shard`` = DP;

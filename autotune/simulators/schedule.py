@@ -20,6 +20,7 @@ __all__ = [
     "Event",
     "PipelineRun",
     "Timeline",
+    "chunk_states_peak",
     "grad_sync",
     "run_pipeline",
     "schedule_order",
@@ -115,6 +116,53 @@ def schedule_order(
     for i in range(len(forwards) - warmup):
         order += [forwards[warmup + i], backwards[i]]
     return order + backwards[len(forwards) - warmup :]
+
+
+def chunk_states_peak(
+    schedule: str,
+    rank: int,
+    p: int,
+    m: int,
+    activation_bytes: Sequence[float],
+    transient_bytes: Sequence[float],
+    kept_bytes: Sequence[float],
+    accumulated_bytes: Sequence[float],
+) -> float:
+    """The most bytes ``rank`` holds at once in the schedule's order when each of its chunks
+    (one entry per chunk, ``v`` of them) also holds states for part of the step: ``kept_bytes``
+    from the chunk's first forward, ``accumulated_bytes`` from its first backward, both until
+    its last backward ends. Beside them, ``activation_bytes`` per micro-batch from a forward to
+    its backward, and ``transient_bytes`` during a backward (as :func:`run_pipeline` counts
+    them). Only the order matters, not the timing.
+
+    This is how PyTorch's pipeline stages run FSDP2 (torchtitan, docs/torchtitan.md 3): the
+    weights a chunk gathers stay gathered, and its gradients accumulate whole, until the
+    chunk's last backward reduce-scatters them and reshards (``stage.py``
+    ``backward_maybe_with_nosync``, ``last_backward``). Without interleaving that is the whole
+    step; with ``v`` chunks a rank frees its last chunk's states before its first chunk's
+    backwards begin, and holds the first chunk's whole gradients only once the last chunk's
+    activations are gone.
+    """
+    v = len(activation_bytes)
+    held = states = peak = 0.0
+    forwarded: set[int] = set()
+    backwarded: set[int] = set()
+    for forward, chunk, mb in schedule_order(schedule, rank, p, m, v):
+        if forward:
+            if chunk not in forwarded:
+                forwarded.add(chunk)
+                states += kept_bytes[chunk]
+            held += activation_bytes[chunk]
+            peak = max(peak, held + states)
+            continue
+        if chunk not in backwarded:
+            backwarded.add(chunk)
+            states += accumulated_bytes[chunk]
+        peak = max(peak, held + transient_bytes[chunk] + states)
+        held -= activation_bytes[chunk]
+        if mb == m - 1:  # the chunk's last backward: reduce-scatter and reshard
+            states -= kept_bytes[chunk] + accumulated_bytes[chunk]
+    return peak
 
 
 # size: one discrete-event loop; its state is shared by every event kind

@@ -3,6 +3,7 @@ it refuses, and FSDP2's bytes per parameter by hand (docs/torchtitan.md 4)."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -11,6 +12,8 @@ from autotune import catalog
 from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators.hierarchical import HierarchicalSimulator
+from autotune.simulators.schedule import chunk_states_peak
+from autotune.simulators.schedule import schedule_order
 from tests.simulators_tests._specs import analytical
 from tests.simulators_tests._specs import make_train
 from tests.simulators_tests._specs import model
@@ -105,3 +108,49 @@ def test_under_pp_the_stage_stays_gathered_with_fp32_accumulators() -> None:
         found.append(breakdown["unsharded"])
         assert ratio == pytest.approx(6 / (4 / 4), rel=1e-6)  # 6 B whole against 4 B over d=4
     assert found[1] == pytest.approx(found[0], rel=0.02)
+
+
+def test_a_chunk_frees_its_weights_and_gradients_after_its_last_backward_by_hand() -> None:
+    """Rank 0 of 2, two chunks, two micro-batches (PyTorch's and Megatron's interleaved order:
+    F c0 m0, F c0 m1, F c1 m0, F c1 m1, then B c1 m0, B c1 m1, B c0 m0, B c0 m1). Activations
+    1 per chunk and micro-batch, weights 10 per chunk, gradients 100 per chunk: every forward
+    done, chunk 1's first backward holds 4 + 20 + 100; once chunk 1 is done, chunk 0's first
+    backward holds 2 + 10 + 100. Without interleaving (one chunk of both) the gradients join the
+    activations of both micro-batches."""
+    order = schedule_order("interleaved", 0, 2, 2, 2)
+    assert order == [
+        (True, 0, 0), (True, 0, 1), (True, 1, 0), (True, 1, 1),
+        (False, 1, 0), (False, 1, 1), (False, 0, 0), (False, 0, 1),
+    ]  # fmt: skip
+    peak = chunk_states_peak("interleaved", 0, 2, 2, [1, 1], [0, 0], [10, 10], [100, 100])
+    assert peak == 4 + 20 + 100
+    whole = chunk_states_peak("1f1b", 0, 2, 2, [2], [0], [20], [200])
+    assert whole == 4 + 20 + 200
+    assert chunk_states_peak("interleaved", 0, 2, 2, [1, 1], [0.5, 0.5], [0, 0], [0, 0]) == 4.5
+
+
+@pytest.mark.parametrize(("global_batch", "ratio"), [(8, 2 + 4 / 2), (64, 2 + 4)])
+def test_interleaved_chunks_hold_half_the_gradients_when_their_backwards_do_not_mix(
+    global_batch: int, ratio: float
+) -> None:
+    """PP 2, VPP 2 (two chunks of 8 layers per rank), DP 4. With 2 micro-batches (= pp) every
+    forward runs before the first backward and the last chunk's backwards all run before the
+    first chunk's: at the peak the rank holds its bf16 weights (2 B/param) and only the last
+    chunk's fp32 gradients (4 B/param over 2), 4 B/param against the weights' 4 B over d = 4
+    (ratio 4, the analytical simulator's chunks split by layers). With 16 micro-batches the
+    chunks' backwards alternate in groups of pp, both chunks' gradients are whole early, and
+    the peak holds all 6 B as without interleaving. The hierarchical simulator splits by each
+    chunk's parameters (the embedding and the output layer in their chunks): near it."""
+    train = make_train("torchtitan", seq_len=4096, global_batch_size=global_batch)
+    job = Job(model=LLAMA, cluster=H100_2, train=train)
+    lay = Layout.resolve(16, tp=2, pp=2, vpp=2, zero_stage=3)
+    assert lay.num_microbatches(train) == global_batch // 4
+    breakdown = analytical().simulate(job, lay).memory_breakdown_gib
+    assert breakdown["unsharded"] / breakdown["weights"] == pytest.approx(ratio, rel=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hierarchical = catalog.load_simulator("hierarchical", ())
+    found = hierarchical.simulate(job, lay).memory_breakdown_gib
+    assert found["unsharded"] / found["weights"] == pytest.approx(ratio, rel=0.1)
+    plain = analytical().simulate(job, dataclasses.replace(lay, vpp=1)).memory_breakdown_gib
+    assert plain["unsharded"] / plain["weights"] == pytest.approx(6, rel=1e-6)

@@ -36,6 +36,7 @@ from autotune.simulators.analytical.stages import exposed_dp_s
 from autotune.simulators.analytical.stages import interleaved_bubble_s
 from autotune.simulators.analytical.stages import memory_bytes
 from autotune.simulators.analytical.stages import rank_in_flight
+from autotune.simulators.analytical.stages import released_rank_terms
 from autotune.simulators.analytical.stages import stage
 from autotune.simulators.analytical.stages import stage_detail
 from autotune.simulators.analytical.stages import stage_shape
@@ -65,6 +66,7 @@ from autotune.simulators.states import fp8_primary_params
 from autotune.simulators.states import gathered_weight_bytes
 from autotune.simulators.states import grad_accumulation_bytes
 from autotune.simulators.states import optimizer_step_s
+from autotune.simulators.states import releases_chunk_states
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
 from autotune.simulators.states import step_excess_bytes
@@ -568,6 +570,9 @@ def simulate_layout(job: JobPrices, layout: Layout) -> Prediction:
     terms, kind_dp, kind_bytes, kind_activations, kind_lost, kind_excess = [], [], [], [], [], []
     for s, first_rank, kind in zip(stages, shape.first_ranks, shape.kinds, strict=True):
         t = job.rank_terms(s.dense_params, s.expert_params, s.linear_params, layout)
+        if releases_chunk_states(job.train.framework.pipeline_keeps_gathered, layout):
+            sizes = state_bytes_of(job.train, layout)
+            t = released_rank_terms(t, shape, first_rank, layout, m, s.activation_bytes, sizes)
         terms.append(t)
         dp_s = exposed_dp_s(
             t.reduce_s,

@@ -53,6 +53,8 @@ from autotune.simulators.states import fp8_primary_params
 from autotune.simulators.states import gathered_weight_bytes
 from autotune.simulators.states import grad_accumulation_bytes
 from autotune.simulators.states import optimizer_step_s
+from autotune.simulators.states import released_unsharded_bytes
+from autotune.simulators.states import releases_chunk_states
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
 from autotune.simulators.states import step_excess_bytes
@@ -342,6 +344,18 @@ class HierarchicalSimulator(Simulator):
                 states,
                 framework.shard_prefetch_params,
                 framework.pipeline_keeps_gathered,
+            )
+        if releases_chunk_states(framework.pipeline_keeps_gathered, layout):
+            params = [d + e for d, e in zip(dense, experts, strict=True)]
+            state_bytes["unsharded"] = released_unsharded_bytes(
+                state_bytes["unsharded"],
+                states,
+                rank,
+                layout,
+                m,
+                [plan.activation_bytes() for plan in plans],
+                [plan.transient_bytes() for plan in plans],
+                [chunk / sum(params) for chunk in params],
             )
         activations = run.peak_activation_bytes[rank]  # the working set included
         step_grads = step_grad_bytes(sum(dense), sum(experts), layout, states)

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 __all__ = [
     "SCHEDULES",
     "Event",
@@ -144,25 +146,31 @@ def chunk_states_peak(
     activations are gone.
     """
     v = len(activation_bytes)
-    held = states = peak = 0.0
-    forwarded: set[int] = set()
-    backwarded: set[int] = set()
+    amounts = np.concatenate([activation_bytes, transient_bytes, kept_bytes, accumulated_bytes])
+    return float(np.max(_occupancy(schedule, rank, p, m, v) @ amounts))
+
+
+@functools.lru_cache(maxsize=256)
+def _occupancy(schedule: str, rank: int, p: int, m: int, v: int) -> np.ndarray:
+    """Where the rank's memory may peak in the schedule's order (after each forward, during
+    each backward), what it holds there, per chunk: micro-batches of activations, the backward
+    running, the kept states, the accumulated ones (4 v columns; one row per distinct point)."""
+    held, kept, accumulated = [0] * v, [0] * v, [0] * v
+    rows = set()
     for forward, chunk, mb in schedule_order(schedule, rank, p, m, v):
+        running = [0] * v
         if forward:
-            if chunk not in forwarded:
-                forwarded.add(chunk)
-                states += kept_bytes[chunk]
-            held += activation_bytes[chunk]
-            peak = max(peak, held + states)
-            continue
-        if chunk not in backwarded:
-            backwarded.add(chunk)
-            states += accumulated_bytes[chunk]
-        peak = max(peak, held + transient_bytes[chunk] + states)
-        held -= activation_bytes[chunk]
-        if mb == m - 1:  # the chunk's last backward: reduce-scatter and reshard
-            states -= kept_bytes[chunk] + accumulated_bytes[chunk]
-    return peak
+            kept[chunk] = 1  # gathered at its first forward
+            held[chunk] += 1
+        else:
+            accumulated[chunk] = 1  # whole from its first backward
+            running[chunk] = 1
+        rows.add((*held, *running, *kept, *accumulated))
+        if not forward:
+            held[chunk] -= 1
+            if mb == m - 1:  # the chunk's last backward: reduce-scatter and reshard
+                kept[chunk] = accumulated[chunk] = 0
+    return np.array(sorted(rows), dtype=float)
 
 
 # size: one discrete-event loop; its state is shared by every event kind

@@ -27,12 +27,12 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from autotune.simulators.analytical.chunk_states import release_chunk_states
 from autotune.simulators.analytical.prices import JobPrices
 from autotune.simulators.analytical.sharding import ShardComm
 from autotune.simulators.analytical.stages import ARRAYS
 from autotune.simulators.analytical.stages import GIB
 from autotune.simulators.analytical.stages import LayerCost
-from autotune.simulators.analytical.stages import RankTerms
 from autotune.simulators.analytical.stages import Stage
 from autotune.simulators.analytical.stages import StageDetail
 from autotune.simulators.analytical.stages import StageShape
@@ -42,7 +42,6 @@ from autotune.simulators.analytical.stages import in_flight
 from autotune.simulators.analytical.stages import interleaved_bubble_s
 from autotune.simulators.analytical.stages import memory_bytes
 from autotune.simulators.analytical.stages import rank_in_flight
-from autotune.simulators.analytical.stages import released_rank_terms
 from autotune.simulators.analytical.stages import stage
 from autotune.simulators.analytical.stages import stage_detail
 from autotune.simulators.analytical.stages import step_breakdown
@@ -53,8 +52,6 @@ from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import Prediction
-from autotune.simulators.states import releases_chunk_states
-from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import step_excess_bytes
 
 __all__ = ["BatchPrediction", "simulate_batch"]
@@ -379,7 +376,8 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
     )
     bubble_s = interleaved_bubble_s(m[:, 0], slowest.per_microbatch_s, bubble_s, unequal.slowdown)
     terms = _rank_terms(job, columns, kinds, stages)
-    _release_chunk_states(job, layouts, shapes, shape_of, kinds["first_rank"], stages, m, terms)
+    release = (layouts, shapes, shape_of, kinds["first_rank"], stages.activation_bytes, m[:, 0])
+    release_chunk_states(job.train, *release, terms.states, terms.state_bytes)
     dp_s = exposed_dp_s(
         terms.reduce_s,
         terms.gather_s,
@@ -451,41 +449,6 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
             fragmentation=fragmentation,
         ),
     )
-
-
-def _release_chunk_states(
-    job: JobPrices,
-    layouts: Sequence[Layout],
-    shapes: list[StageShape],
-    shape_of: Array,
-    first_rank: Array,
-    stages: Stage,
-    microbatches: Array,
-    terms: _Terms,
-) -> None:
-    """:func:`autotune.simulators.analytical.stages.released_rank_terms` of every layout whose
-    interleaved chunks free their whole weights and gradients (few: torchtitan's ZeRO-3 under
-    interleaved pipelining), written into ``terms`` in place."""
-    keep = job.train.framework.pipeline_keeps_gathered
-    activation_bytes = np.broadcast_to(stages.activation_bytes, first_rank.shape)
-    for i, layout in enumerate(layouts):
-        if not releases_chunk_states(keep, layout):
-            continue
-        sizes = state_bytes_of(job.train, layout)
-        for k in range(first_rank.shape[1]):
-            states = {name: float(values[i, k]) for name, values in terms.states.items()}
-            kept = RankTerms(0.0, 0.0, 0.0, states, sum(states.values()), 0.0)
-            released = released_rank_terms(
-                kept,
-                shapes[shape_of[i]],
-                int(first_rank[i, k]),
-                layout,
-                int(microbatches[i, 0]),
-                float(activation_bytes[i, k]),
-                sizes,
-            )
-            terms.states["unsharded"][i, k] = released.states["unsharded"]
-            terms.state_bytes[i, k] = released.state_bytes
 
 
 class _Terms(NamedTuple):

@@ -13,6 +13,7 @@ from functools import partial
 from operator import attrgetter
 from typing import NamedTuple
 
+from autotune.simulators.analytical.chunk_states import released_rank_terms
 from autotune.simulators.analytical.constants import AnalyticalConstants
 from autotune.simulators.analytical.layer import dtype_bytes
 from autotune.simulators.analytical.layer import gemm_pass_s
@@ -36,7 +37,6 @@ from autotune.simulators.analytical.stages import exposed_dp_s
 from autotune.simulators.analytical.stages import interleaved_bubble_s
 from autotune.simulators.analytical.stages import memory_bytes
 from autotune.simulators.analytical.stages import rank_in_flight
-from autotune.simulators.analytical.stages import released_rank_terms
 from autotune.simulators.analytical.stages import stage
 from autotune.simulators.analytical.stages import stage_detail
 from autotune.simulators.analytical.stages import stage_shape

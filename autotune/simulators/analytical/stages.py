@@ -34,10 +34,7 @@ from autotune.simulators.interleaving import held_chunks
 from autotune.simulators.interleaving import slowdown
 from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import Layout
-from autotune.simulators.layout import deal_chunks
 from autotune.simulators.specs import ModelSpec
-from autotune.simulators.states import StateBytes
-from autotune.simulators.states import released_unsharded_bytes
 from autotune.simulators.states import step_excess_bytes
 
 __all__ = [
@@ -58,7 +55,6 @@ __all__ = [
     "interleaved_bubble_s",
     "memory_bytes",
     "rank_in_flight",
-    "released_rank_terms",
     "stage",
     "stage_detail",
     "stage_shape",
@@ -373,35 +369,6 @@ def rank_in_flight(stage_layers: tuple[int, ...], microbatches: int, vpp: int, r
     if unequal_chunks(stage_layers, vpp):
         return held_chunks(stage_layers, vpp, microbatches)[rank]
     return float(in_flight(microbatches, len(stage_layers), vpp, rank, FLOATS))
-
-
-def released_rank_terms(
-    terms: RankTerms,
-    shape: StageShape,
-    rank: int,
-    layout: Layout,
-    microbatches: int,
-    activation_bytes: float,
-    sizes: StateBytes,
-) -> RankTerms:
-    """``terms`` with the rank's whole weights and gradients counted as its interleaved chunks
-    free them (:func:`autotune.simulators.states.released_unsharded_bytes`): each chunk holds
-    the share of its layers, of the rank's ``activation_bytes`` per micro-batch and of its
-    parameters (the embedding and the output layer counted as the layers' average)."""
-    chunks = deal_chunks(shape.stage_layers, layout.vpp)[rank :: layout.pp]
-    shares = [layers / shape.stage_layers[rank] for layers in chunks]
-    unsharded = released_unsharded_bytes(
-        terms.states["unsharded"],
-        sizes,
-        rank,
-        layout,
-        microbatches,
-        [activation_bytes * share for share in shares],
-        [0.0] * len(shares),  # the working set is added beside the peak (memory_bytes)
-        shares,
-    )
-    states = {**terms.states, "unsharded": unsharded}
-    return terms._replace(states=states, state_bytes=sum(states.values()))
 
 
 def memory_bytes(

@@ -1,0 +1,87 @@
+"""What a rank's whole weights and gradients add at its peak when its interleaved chunks free
+them one after the other (torchtitan's ZeRO-3 under PyTorch's interleaved pipelining,
+docs/decisions/0060): the scalar path's :class:`RankTerms` and the batch path's arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from autotune.simulators.analytical.stages import RankTerms
+from autotune.simulators.analytical.stages import StageShape
+from autotune.simulators.layout import Layout
+from autotune.simulators.layout import deal_chunks
+from autotune.simulators.specs import TrainSpec
+from autotune.simulators.states import StateBytes
+from autotune.simulators.states import released_unsharded_bytes
+from autotune.simulators.states import releases_chunk_states
+from autotune.simulators.states import state_bytes_of
+
+__all__ = ["release_chunk_states", "released_rank_terms"]
+
+
+def released_rank_terms(
+    terms: RankTerms,
+    shape: StageShape,
+    rank: int,
+    layout: Layout,
+    microbatches: int,
+    activation_bytes: float,
+    sizes: StateBytes,
+) -> RankTerms:
+    """``terms`` with the rank's whole weights and gradients counted as its interleaved chunks
+    free them (:func:`autotune.simulators.states.released_unsharded_bytes`): each chunk holds
+    the share of its layers, of the rank's ``activation_bytes`` per micro-batch and of its
+    parameters (the embedding and the output layer counted as the layers' average)."""
+    chunks = deal_chunks(shape.stage_layers, layout.vpp)[rank :: layout.pp]
+    shares = [layers / shape.stage_layers[rank] for layers in chunks]
+    unsharded = released_unsharded_bytes(
+        terms.states["unsharded"],
+        sizes,
+        rank,
+        layout,
+        microbatches,
+        [activation_bytes * share for share in shares],
+        [0.0] * len(shares),  # the working set is added beside the peak (memory_bytes)
+        shares,
+    )
+    states = {**terms.states, "unsharded": unsharded}
+    return terms._replace(states=states, state_bytes=sum(states.values()))
+
+
+def release_chunk_states(
+    train: TrainSpec,
+    layouts: Sequence[Layout],
+    shapes: list[StageShape],
+    shape_of: np.ndarray,
+    first_rank: np.ndarray,
+    activation_bytes: np.ndarray,
+    microbatches: np.ndarray,
+    states: dict[str, np.ndarray],
+    state_bytes: np.ndarray,
+) -> None:
+    """:func:`released_rank_terms` of every layout of a batch whose chunks free their states
+    (few), written into ``states`` and ``state_bytes`` (layouts x stage kinds) in place.
+    ``first_rank`` is each kind's first rank, ``activation_bytes`` (broadcast to the same
+    shape) its activations per micro-batch, ``microbatches`` one per layout."""
+    keep = train.framework.pipeline_keeps_gathered
+    activations = np.broadcast_to(activation_bytes, first_rank.shape)
+    for i, layout in enumerate(layouts):
+        if not releases_chunk_states(keep, layout):
+            continue
+        sizes = state_bytes_of(train, layout)
+        for k in range(first_rank.shape[1]):
+            kept = {name: float(values[i, k]) for name, values in states.items()}
+            terms = RankTerms(0.0, 0.0, 0.0, kept, sum(kept.values()), 0.0)
+            released = released_rank_terms(
+                terms,
+                shapes[shape_of[i]],
+                int(first_rank[i, k]),
+                layout,
+                int(microbatches[i]),
+                float(activations[i, k]),
+                sizes,
+            )
+            states["unsharded"][i, k] = released.states["unsharded"]
+            state_bytes[i, k] = released.state_bytes

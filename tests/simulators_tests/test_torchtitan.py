@@ -147,6 +147,8 @@ def test_interleaved_chunks_hold_half_the_gradients_when_their_backwards_do_not_
     assert lay.num_microbatches(train) == global_batch // 4
     breakdown = analytical().simulate(job, lay).memory_breakdown_gib
     assert breakdown["unsharded"] / breakdown["weights"] == pytest.approx(ratio, rel=1e-6)
+    batch = analytical().simulate_many(job, [lay, dataclasses.replace(lay, vpp=1)])
+    assert batch.prediction(0).memory_breakdown_gib == pytest.approx(breakdown)  # batch path
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hierarchical = catalog.load_simulator("hierarchical", ())

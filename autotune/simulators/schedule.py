@@ -141,9 +141,9 @@ def chunk_states_peak(
     weights a chunk gathers stay gathered, and its gradients accumulate whole, until the
     chunk's last backward reduce-scatters them and reshards (``stage.py``
     ``backward_maybe_with_nosync``, ``last_backward``). Without interleaving that is the whole
-    step; with ``v`` chunks a rank frees its last chunk's states before its first chunk's
-    backwards begin, and holds the first chunk's whole gradients only once the last chunk's
-    activations are gone.
+    step; with ``v`` chunks and few micro-batches a rank frees its last chunk's states before
+    its first chunk's backwards begin, and holds the first chunk's whole gradients only once
+    the last chunk's activations are gone.
     """
     v = len(activation_bytes)
     amounts = np.concatenate([activation_bytes, transient_bytes, kept_bytes, accumulated_bytes])

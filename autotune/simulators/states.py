@@ -203,11 +203,13 @@ def released_unsharded_bytes(
     its share of them only from its first forward (the weights) or first backward (the
     gradients) to its last backward (:func:`autotune.simulators.schedule.chunk_states_peak`).
 
-    With ``v`` chunks the rank's last chunk runs all its backwards, and frees its part, before
-    the first chunk's begin; so the peak holds every chunk's weights but, while every
-    micro-batch's activations are held, only the last chunk's gradients. On Llama 3.1 405B
-    over tp 8 pp 8 (8 micro-batches) this is half the fp32 gradients of a rank, 11.9 GiB, the
-    10 GiB by which torchtitan's interleaved run measured below its 1F1B one.
+    With few micro-batches (about pp or fewer), every forward runs before the first backward
+    and the rank's last chunk runs all its backwards, and frees its part, before the first
+    chunk's begin: the peak holds every chunk's weights but only the last chunk's gradients.
+    On Llama 3.1 405B over tp 8 pp 8 (8 micro-batches) that is half the fp32 gradients of a
+    rank, 11.9 GiB, the 10 GiB by which torchtitan's interleaved run measured below its 1F1B
+    one. With many micro-batches the chunks' backwards alternate in groups of pp, every
+    chunk's gradients are whole early, and nothing is saved.
 
     Args:
         unsharded: the rank's whole weights (``sizes.gather_bytes`` per parameter) and

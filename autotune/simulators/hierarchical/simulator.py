@@ -347,6 +347,7 @@ class HierarchicalSimulator(Simulator):
             )
         if releases_chunk_states(framework.pipeline_keeps_gathered, layout):
             params = [d + e for d, e in zip(dense, experts, strict=True)]
+            total = sum(params)
             state_bytes["unsharded"] = released_unsharded_bytes(
                 state_bytes["unsharded"],
                 states,
@@ -355,7 +356,7 @@ class HierarchicalSimulator(Simulator):
                 m,
                 [plan.activation_bytes() for plan in plans],
                 [plan.transient_bytes() for plan in plans],
-                [chunk / sum(params) for chunk in params],
+                [chunk / total for chunk in params],
             )
         activations = run.peak_activation_bytes[rank]  # the working set included
         step_grads = step_grad_bytes(sum(dense), sum(experts), layout, states)

@@ -31,13 +31,30 @@ def released_rank_terms(
     sizes: StateBytes,
 ) -> RankTerms:
     """``terms`` with the rank's whole weights and gradients counted as its interleaved chunks
-    free them (:func:`autotune.simulators.states.released_unsharded_bytes`): each chunk holds
-    the share of its layers, of the rank's ``activation_bytes`` per micro-batch and of its
+    free them (:func:`_released`)."""
+    unsharded = _released(
+        terms.states["unsharded"], shape, rank, layout, microbatches, activation_bytes, sizes
+    )
+    states = {**terms.states, "unsharded": unsharded}
+    return terms._replace(states=states, state_bytes=sum(states.values()))
+
+
+def _released(
+    unsharded: float,
+    shape: StageShape,
+    rank: int,
+    layout: Layout,
+    microbatches: int,
+    activation_bytes: float,
+    sizes: StateBytes,
+) -> float:
+    """:func:`autotune.simulators.states.released_unsharded_bytes` of a rank whose chunks each
+    hold the share of its layers, of the rank's ``activation_bytes`` per micro-batch and of its
     parameters (the embedding and the output layer counted as the layers' average)."""
     chunks = deal_chunks(shape.stage_layers, layout.vpp)[rank :: layout.pp]
     shares = [layers / shape.stage_layers[rank] for layers in chunks]
-    unsharded = released_unsharded_bytes(
-        terms.states["unsharded"],
+    return released_unsharded_bytes(
+        unsharded,
         sizes,
         rank,
         layout,
@@ -46,8 +63,6 @@ def released_rank_terms(
         [0.0] * len(shares),  # the working set is added beside the peak (memory_bytes)
         shares,
     )
-    states = {**terms.states, "unsharded": unsharded}
-    return terms._replace(states=states, state_bytes=sum(states.values()))
 
 
 def release_chunk_states(
@@ -67,15 +82,14 @@ def release_chunk_states(
     shape) its activations per micro-batch, ``microbatches`` one per layout."""
     keep = train.framework.pipeline_keeps_gathered
     activations = np.broadcast_to(activation_bytes, first_rank.shape)
+    unsharded = states.get("unsharded")
     for i, layout in enumerate(layouts):
-        if not releases_chunk_states(keep, layout):
+        if unsharded is None or not releases_chunk_states(keep, layout):
             continue
         sizes = state_bytes_of(train, layout)
         for k in range(first_rank.shape[1]):
-            kept = {name: float(values[i, k]) for name, values in states.items()}
-            terms = RankTerms(0.0, 0.0, 0.0, kept, sum(kept.values()), 0.0)
-            released = released_rank_terms(
-                terms,
+            released = _released(
+                float(unsharded[i, k]),
                 shapes[shape_of[i]],
                 int(first_rank[i, k]),
                 layout,
@@ -83,5 +97,5 @@ def release_chunk_states(
                 float(activations[i, k]),
                 sizes,
             )
-            states["unsharded"][i, k] = released.states["unsharded"]
-            state_bytes[i, k] = released.state_bytes
+            state_bytes[i, k] += released - unsharded[i, k]
+            unsharded[i, k] = released

@@ -41,7 +41,8 @@ def _table(simulator_name: str) -> str:
             capacity,
         )
         found[source].append((predicted, measured, capacity, np.isfinite(run.peak_memory_gib)))
-        measures[source].add(run.peak_memory_measure)
+        if np.isfinite(run.peak_memory_gib):  # an out-of-memory run's measure says nothing
+            measures[source].add(run.peak_memory_measure)
     lines = [
         f"# What the memory model misses ({simulator_name} simulator)",
         "",

@@ -19,6 +19,7 @@ from autotune.progress import Progress
 from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import Simulator
+from autotune.simulators.prediction import peak_arrays
 from autotune.simulators.prediction import peak_as_measured
 from autotune.simulators.states import state_bytes_of
 from autotune.simulators.states import state_memory_bytes
@@ -43,17 +44,15 @@ class Ranking:
     seconds_per_layout: float = float("nan")
     protocol: str = "zero_shot"  # how it saw the data (autotune/calibrate/_protocols.py)
     probes: int = 0  # measured layouts per scenario it was given (probe protocols)
-    allocated_gib: np.ndarray | None = None  # the framework's tensors alone (None: unknown)
-    # the device as nvidia-smi shows it, what the allocator keeps cached included (None or
-    # NaN: memory_gib)
-    device_gib: np.ndarray | None = None
+    # the predicted peak as each measure counts it (MEMORY_MEASURES; None or NaN: memory_gib)
+    peaks_gib: Mapping[str, np.ndarray] | None = None
     unscored: tuple[tuple[str, str], ...] = ()  # (source, why some of its rows are not ranked)
     probes_used: np.ndarray | None = None  # per row: the probes its scenario measured
 
-    def peak_gib(self, allocated: np.ndarray) -> np.ndarray:
-        """The predicted peak of each row as its measurement counts it: the tensors where
-        ``allocated`` (per row) says the peak was measured so, else the device's."""
-        return peak_as_measured(allocated, self.memory_gib, self.allocated_gib, self.device_gib)
+    def peak_gib(self, measures: np.ndarray) -> np.ndarray:
+        """The predicted peak of each row as its measurement counts it (``measures``: each
+        row's ``peak_memory_measure``)."""
+        return peak_as_measured(measures, self.memory_gib, self.peaks_gib)
 
 
 def simulate(
@@ -69,8 +68,7 @@ def simulate(
     (:class:`autotune.progress.Progress`).
     """
     n = len(specs)
-    predicted, memory = np.full(n, np.nan), np.full(n, np.nan)
-    allocated, device = np.full(n, np.nan), np.full(n, np.nan)
+    predicted, memory, peaks = np.full(n, np.nan), np.full(n, np.nan), peak_arrays(n)
     fits = np.zeros(n, dtype=bool)
     elapsed = 0.0
     progress = Progress(simulator.name, n, unit="layouts")
@@ -84,13 +82,13 @@ def simulate(
             if isinstance(memory_margin, float | int)
             else memory_margin[job.train.framework.name]
         )
-        predicted[i], memory[i], allocated[i], device[i], fits[i] = (
+        predicted[i], memory[i], fits[i] = (
             prediction.step_time_s,
             prediction.memory_gib,
-            prediction.peak_gib("allocated"),
-            prediction.peak_gib("device"),
             prediction.memory_gib * (1 + margin) <= prediction.memory_capacity_gib,
         )
+        for measure, peak in prediction.peaks_gib().items():
+            peaks[measure][i] = peak
     return Ranking(
         name=simulator.name,
         kind="simulator",
@@ -100,8 +98,7 @@ def simulate(
         memory_gib=memory,
         fits=fits,
         seconds_per_layout=elapsed / n if n else float("nan"),
-        allocated_gib=allocated,
-        device_gib=device,
+        peaks_gib=peaks,
     )
 
 

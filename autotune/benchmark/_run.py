@@ -151,9 +151,7 @@ def _calibrated_rankings(
         probes=tuple(config.probes),
     )
     runs = calibrate.row_runs(table, specs)
-    zero_shot = calibrate.ZeroShot(
-        zero.predicted_s, zero.memory_gib, zero.allocated_gib, zero.device_gib
-    )
+    zero_shot = calibrate.ZeroShot(zero.predicted_s, zero.memory_gib, zero.peaks_gib)
     if "leave_one_source_out" in protocols:
         start = time.perf_counter()
         scores, _ = calibrate.leave_one_source_out(simulator, table, runs, settings)
@@ -186,8 +184,7 @@ def _ranking(scores: calibrate.ProtocolScores) -> Ranking:
         score=scores.score,
         predicted_s=scores.predicted_s,
         memory_gib=scores.memory_gib,
-        allocated_gib=scores.allocated_gib,
-        device_gib=scores.device_gib,
+        peaks_gib=scores.peaks_gib,
         fits=scores.fits,
         seconds_per_layout=math.nan,
         protocol=scores.protocol,

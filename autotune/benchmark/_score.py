@@ -202,7 +202,7 @@ class _Columns:
 
     step_time_s: np.ndarray
     memory_gib: np.ndarray
-    allocated: np.ndarray  # the peak counts the framework's tensors only (not the device's)
+    measure: np.ndarray  # what each measured peak counts (MEMORY_MEASURES)
     ok: np.ndarray  # the layout ran (status ok)
     measured: np.ndarray  # ok or oom: the layout was tried (status error is not scored)
     model: np.ndarray
@@ -215,7 +215,7 @@ class _Columns:
         return cls(
             step_time_s=table["step_time_s"].to_numpy(dtype=float, na_value=np.nan),
             memory_gib=table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan),
-            allocated=table["peak_memory_measure"].to_numpy(dtype=str) == "allocated",
+            measure=table["peak_memory_measure"].to_numpy(dtype=str),
             ok=status == "ok",
             measured=np.isin(status, ("ok", "oom")),
             model=table["model"].to_numpy(dtype=object),
@@ -284,11 +284,11 @@ def _ranked_record(
     tau, rho = rank_correlations(predicted[ok], measured[ok])
     errors = ape(predicted[ok], measured[ok])
     errors = errors[np.isfinite(errors)]
+    peaks = ranking.peaks_gib
     as_measured = peak_as_measured(
-        columns.allocated[rows],
+        columns.measure[rows],
         ranking.memory_gib[local],
-        None if ranking.allocated_gib is None else ranking.allocated_gib[local],
-        None if ranking.device_gib is None else ranking.device_gib[local],
+        None if peaks is None else {measure: gib[local] for measure, gib in peaks.items()},
     )
     memory_errors = ape(as_measured, memory)
     memory_errors = memory_errors[np.isfinite(memory_errors)]
@@ -343,9 +343,9 @@ def _row_frame(
             ],
             "peak_memory_measure": table["peak_memory_measure"].to_numpy(dtype=str)[rows],
             "predicted_memory_gib": ranking.memory_gib,
-            # the prediction as the measured peak counts it (the tensors alone, or the device)
+            # the prediction as the measured peak counts it (MEMORY_MEASURES)
             "predicted_peak_gib": ranking.peak_gib(
-                table["peak_memory_measure"].to_numpy(dtype=str)[rows] == "allocated"
+                table["peak_memory_measure"].to_numpy(dtype=str)[rows]
             ),
             "predicted_fits": ranking.fits,
             "in_fit": in_fit[rows],

@@ -381,9 +381,11 @@ class _MemoryData:
     """Predicted memory without its reserved part, and what each row says of the truth.
 
     A peak measured as ``allocated`` is compared with the predicted tensors alone: ``kept``
-    of the variable part (what fragmentation leaves), without the reserved part; ``device``
-    peaks with the whole prediction (``kept`` 1, the reserved part added): the fitted
-    constant where ``constant``, else each row's own derived figure (:func:`_fits_constant`).
+    of the variable part (what fragmentation leaves), without the reserved part; one measured
+    as ``reserved`` (the caching allocator's) with the variable part and what the allocator
+    keeps cached (``kept`` above 1 by that), without the reserved part; ``device`` peaks with
+    the whole prediction (``kept`` 1, the reserved part added): the fitted constant where
+    ``constant``, else each row's own derived figure (:func:`_fits_constant`).
     """
 
     variable_gib: np.ndarray
@@ -432,8 +434,9 @@ def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run])
         reserved.append(p.memory_breakdown_gib.get("reserved", 0.0))
         cached.append(p.cached_gib)
         variable.append(p.memory_gib - reserved[-1])
-        whole = run.peak_memory_measure == "device"
-        kept.append(1.0 if whole or not variable[-1] else p.peak_gib("allocated") / variable[-1])
+        measure = run.peak_memory_measure
+        whole = measure == "device"
+        kept.append(1.0 if whole or not variable[-1] else p.peak_gib(measure) / variable[-1])
         capacity.append(p.memory_capacity_gib)
     device = np.array([run.peak_memory_measure == "device" for run in runs], dtype=bool)
     return _MemoryData(

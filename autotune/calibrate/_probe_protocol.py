@@ -45,10 +45,12 @@ from autotune.calibrate._protocols import ProtocolSettings
 from autotune.calibrate._protocols import ZeroShot
 from autotune.calibrate._protocols import empty_arrays
 from autotune.calibrate._protocols import margins_elsewhere
+from autotune.calibrate._protocols import peak_key
 from autotune.calibrate._protocols import scores_of
 from autotune.calibrate._residuals import layout_features
 from autotune.order import order_key
 from autotune.simulators import Simulator
+from autotune.simulators.prediction import MEMORY_MEASURES
 
 __all__ = ["probe_scores"]
 
@@ -162,8 +164,7 @@ def _write_step(
     zero-shot one times the memory factor the probes imply."""
     fits = step.view.fits
     factor = step.candidates.memory.factor
-    allocated = zero.memory_gib if zero.allocated_gib is None else zero.allocated_gib
-    device = zero.memory_gib if zero.device_gib is None else zero.device_gib
+    peaks = zero.peaks_gib or {}
     for j, i in enumerate(scenario.rows):
         arrays["probes_used"][i] = len(step.probed.tried)
         if j in step.probed.ran:  # known: ranked by its measurement, left out of the errors
@@ -174,8 +175,8 @@ def _write_step(
         else:
             arrays["predicted_s"][i] = arrays["score"][i] = step.view.expected_s[j]
             arrays["memory_gib"][i] = step.candidates.memory_gib[j] * factor
-            arrays["allocated_gib"][i] = allocated[i] * factor
-            arrays["device_gib"][i] = device[i] * factor
+            for measure in MEMORY_MEASURES:
+                arrays[peak_key(measure)][i] = peaks.get(measure, zero.memory_gib)[i] * factor
             arrays["fits"][i] = fits[j]
 
 
@@ -205,7 +206,7 @@ def probe_scores(
     """The probe protocol and its top-K baseline, for every K of ``settings.probes``."""
     margins = margins_elsewhere(table, runs, zero)
     scenarios = _scenarios(table, runs, zero, margins)
-    as_measured = zero.peak_gib(table["peak_memory_measure"].to_numpy(dtype=str) == "allocated")
+    as_measured = zero.peak_gib(table["peak_memory_measure"].to_numpy(dtype=str))
     priors = {
         source: shipped_priors(simulator, leave_out=source)
         for source in sorted({s.source for s in scenarios})

@@ -18,6 +18,7 @@ model's rows. A (source, cluster, framework) with a single model is not scored, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ from autotune.calibrate._probe import ProbeSettings
 from autotune.simulators import Simulator
 from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibration import Calibration
+from autotune.simulators.prediction import MEMORY_MEASURES
 from autotune.simulators.prediction import peak_as_measured
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "leave_one_model_out",
     "leave_one_source_out",
     "margins_elsewhere",
+    "peak_key",
     "scores_of",
 ]
 
@@ -67,13 +70,13 @@ class ZeroShot:
 
     predicted_s: np.ndarray
     memory_gib: np.ndarray  # the device's peak (what must fit)
-    allocated_gib: np.ndarray | None  # the framework's tensors; None: not predicted apart
-    device_gib: np.ndarray | None = None  # as nvidia-smi shows it (None: memory_gib)
+    # the peak as each measure counts it (MEMORY_MEASURES); None: memory_gib for every measure
+    peaks_gib: Mapping[str, np.ndarray] | None = None
 
-    def peak_gib(self, allocated: np.ndarray) -> np.ndarray:
-        """Each row's predicted peak as its measurement counts it: the tensors where
-        ``allocated`` (per row) says the peak was measured so, else the device's."""
-        return peak_as_measured(allocated, self.memory_gib, self.allocated_gib, self.device_gib)
+    def peak_gib(self, measures: np.ndarray) -> np.ndarray:
+        """Each row's predicted peak as its measurement counts it (``measures``: each row's
+        ``peak_memory_measure``)."""
+        return peak_as_measured(measures, self.memory_gib, self.peaks_gib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +91,7 @@ class ProtocolScores:
     score: np.ndarray
     predicted_s: np.ndarray
     memory_gib: np.ndarray
-    allocated_gib: np.ndarray
-    device_gib: np.ndarray
+    peaks_gib: Mapping[str, np.ndarray]  # the peak as each of MEMORY_MEASURES counts it
     fits: np.ndarray
     probes: int = 0
     unscored: tuple[tuple[str, str], ...] = ()  # (source, why some of its rows are not)
@@ -108,8 +110,7 @@ def margins_elsewhere(
     capacity = np.array(
         [run.specs[0].cluster.device.memory_gib if run else np.nan for run in runs]
     )
-    allocated = table["peak_memory_measure"].to_numpy(dtype=str) == "allocated"
-    as_measured = zero.peak_gib(allocated)
+    as_measured = zero.peak_gib(table["peak_memory_measure"].to_numpy(dtype=str))
     has = (np.isfinite(measured) | oom) & (frameworks != "")
     pairs = [
         evidence(as_measured[i], zero.memory_gib[i], measured[i], capacity[i])
@@ -133,10 +134,14 @@ def empty_arrays(n: int) -> dict[str, np.ndarray]:
         "score": np.full(n, np.nan),
         "predicted_s": np.full(n, np.nan),
         "memory_gib": np.full(n, np.nan),
-        "allocated_gib": np.full(n, np.nan),
-        "device_gib": np.full(n, np.nan),
+        **{peak_key(measure): np.full(n, np.nan) for measure in MEMORY_MEASURES},
         "fits": np.zeros(n, dtype=bool),
     }
+
+
+def peak_key(measure: str) -> str:
+    """The key of the predicted peak as ``measure`` counts it in :func:`empty_arrays`."""
+    return f"{measure}_gib"
 
 
 def scores_of(
@@ -158,8 +163,7 @@ def scores_of(
         score=arrays["score"][rows],
         predicted_s=arrays["predicted_s"][rows],
         memory_gib=arrays["memory_gib"][rows],
-        allocated_gib=arrays["allocated_gib"][rows],
-        device_gib=arrays["device_gib"][rows],
+        peaks_gib={measure: arrays[peak_key(measure)][rows] for measure in MEMORY_MEASURES},
         fits=arrays["fits"][rows],
         probes=k,
         unscored=unscored,
@@ -197,8 +201,8 @@ def _predict_calibrated(
         margin = stack.value if stack.supported else no_evidence
         arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
         arrays["memory_gib"][i] = p.memory_gib
-        arrays["allocated_gib"][i] = p.peak_gib("allocated")
-        arrays["device_gib"][i] = p.peak_gib("device")
+        for measure, peak in p.peaks_gib().items():
+            arrays[peak_key(measure)][i] = peak
         arrays["fits"][i] = p.memory_gib * (1 + margin) <= p.memory_capacity_gib
     return result.calibration
 

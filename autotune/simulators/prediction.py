@@ -13,6 +13,7 @@ __all__ = [
     "MEMORY_MEASURES",
     "OUTSIDE_ALLOCATOR_KEYS",
     "Prediction",
+    "peak_arrays",
     "peak_as_measured",
 ]
 
@@ -33,9 +34,12 @@ BREAKDOWN_KEYS = (
 # what the caching allocator loses to fragmentation, and what the runtime and communicators hold.
 OUTSIDE_ALLOCATOR_KEYS = ("fragmentation", "reserved")
 # What a measured peak memory is: ``allocated``, the framework's tensors at their peak
-# (torch.cuda.max_memory_allocated, Megatron's "max allocated"); ``device``, everything the
-# process holds on the device (nvidia-smi, npu-smi), what must fit in the device's memory.
-MEMORY_MEASURES = ("allocated", "device")
+# (torch.cuda.max_memory_allocated, Megatron's "max allocated"); ``reserved``, what the caching
+# allocator holds at its peak (torch.cuda.max_memory_reserved, torchtitan's "max_reserved"): the
+# tensors, what fragmentation loses and what it keeps cached, not the runtime's context nor the
+# communicators' buffers, which are outside it; ``device``, everything the process holds on the
+# device (nvidia-smi, npu-smi), what must fit in the device's memory.
+MEMORY_MEASURES = ("allocated", "reserved", "device")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,14 +92,22 @@ class Prediction:
 
     def peak_gib(self, measure: str) -> float:
         """The predicted peak as ``measure`` (:data:`MEMORY_MEASURES`) counts it: the whole
-        device's, what the allocator keeps cached included, or the framework's tensors only
+        device's, what the allocator keeps cached included; the allocator's, without the
+        runtime's and the communicators' part (``reserved``); or the framework's tensors only
         (without fragmentation and reserved)."""
         if measure == "device":
             return self.memory_gib + self.cached_gib
+        if measure == "reserved":
+            runtime = self.memory_breakdown_gib.get("reserved", 0.0)
+            return self.memory_gib - runtime + self.cached_gib
         if measure != "allocated":
             raise ValueError(f"unknown memory measure {measure!r}; known: {MEMORY_MEASURES}")
         outside = sum(self.memory_breakdown_gib.get(k, 0.0) for k in OUTSIDE_ALLOCATOR_KEYS)
         return self.memory_gib - outside
+
+    def peaks_gib(self) -> dict[str, float]:
+        """The predicted peak as each of :data:`MEMORY_MEASURES` counts it."""
+        return {measure: self.peak_gib(measure) for measure in MEMORY_MEASURES}
 
     def as_dict(self) -> dict[str, object]:
         """Plain JSON-ready form (no detail)."""
@@ -113,18 +125,20 @@ class Prediction:
 
 
 def peak_as_measured(
-    allocated: np.ndarray,
+    measures: np.ndarray,
     memory_gib: np.ndarray,
-    allocated_gib: np.ndarray | None,
-    device_gib: np.ndarray | None,
+    peaks_gib: Mapping[str, np.ndarray] | None,
 ) -> np.ndarray:
-    """:meth:`Prediction.peak_gib` over arrays of predictions: ``allocated_gib`` where
-    ``allocated`` (per row) says the peak was measured so, else ``device_gib``; where either is
-    None or NaN, ``memory_gib`` (the peak that must fit) stands in."""
-    if device_gib is None:
-        device = memory_gib
-    else:
-        device = np.where(np.isnan(device_gib), memory_gib, device_gib)
-    if allocated_gib is None:
-        return device
-    return np.where(allocated, allocated_gib, device)
+    """:meth:`Prediction.peak_gib` over arrays of predictions: per row, the predicted peak
+    ``peaks_gib[measure]`` of the measure (:data:`MEMORY_MEASURES`) its peak was measured as;
+    where that is missing or NaN, ``memory_gib`` (the peak that must fit) stands in."""
+    result = np.array(memory_gib, dtype=float)
+    for measure, peaks in (peaks_gib or {}).items():
+        rows = (np.asarray(measures) == measure) & ~np.isnan(peaks)
+        result[rows] = peaks[rows]
+    return result
+
+
+def peak_arrays(n: int) -> dict[str, np.ndarray]:
+    """Empty (NaN) predicted peaks of ``n`` rows, one per measure (:func:`peak_as_measured`)."""
+    return {measure: np.full(n, np.nan) for measure in MEMORY_MEASURES}

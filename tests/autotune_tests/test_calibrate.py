@@ -110,6 +110,28 @@ def test_intervals_bracket_the_fit(synthetic: list[Run]) -> None:
         assert low * (1 - 1e-3) - 1e-6 <= value <= high * (1 + 1e-3) + 1e-6, name
 
 
+def test_a_peak_is_compared_with_what_its_measure_counts(synthetic: list[Run]) -> None:
+    # the allocator's reserved peak: the tensors with fragmentation and the cached blocks,
+    # not the runtime's part; read as the tensors alone, it would move the memory factor
+    truth = calibrated(
+        catalog.load_simulator("analytical"), Calibration(simulator="analytical", factors=TRUTH)
+    )
+    runs = [
+        dataclasses.replace(
+            run,
+            peak_memory_gib=truth.simulate(*run.specs).peak_gib("reserved"),
+            peak_memory_measure="reserved",
+        )
+        for run in synthetic[:12]
+    ]
+    simulator = catalog.load_simulator("analytical")
+    reserved = fit(simulator, runs, _settings()).calibration.factors["memory_factor"]
+    assert reserved == pytest.approx(TRUTH["memory_factor"], rel=0.02)
+    misread = [dataclasses.replace(run, peak_memory_measure="allocated") for run in runs]
+    allocated = fit(simulator, misread, _settings()).calibration.factors["memory_factor"]
+    assert allocated > TRUTH["memory_factor"] * 1.03
+
+
 def test_out_of_memory_rows_tighten_the_memory_model(synthetic: list[Run]) -> None:
     run = synthetic[0]
     predicted = catalog.load_simulator("analytical").simulate(*run.specs).memory_gib

@@ -25,6 +25,7 @@ from autotune.calibrate._command import fit_settings
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
 from autotune.simulators import UserError
+from autotune.simulators.prediction import MEMORY_MEASURES
 from tests.dataset_tests._tables import write
 
 SMALL = ["data=public", "source=[korthikanti,dlperf]", "tracking.enabled=false"]
@@ -80,7 +81,7 @@ def test_probes_see_only_their_own_measurements_and_are_not_scored(
     zero = ZeroShot(
         np.array([p.step_time_s for p in predictions]),
         np.array([p.memory_gib for p in predictions]),
-        np.array([p.peak_gib("allocated") for p in predictions]),
+        {m: np.array([p.peak_gib(m) for p in predictions]) for m in MEMORY_MEASURES},
     )
     config = _config()
     settings = ProtocolSettings(

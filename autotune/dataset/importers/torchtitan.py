@@ -13,7 +13,7 @@ the default the notes cite) is ``full`` with ``recompute_layers`` half of a stag
 Step time = global batch * seq / (tokens/s/GPU * devices). A sequence length or a global batch
 the table does not print comes from the facts in the row's notes (the job config's
 ``seq_len = N`` of the row's commit; no gradient accumulation: local batch x dp). Peaks: the
-console's max reserved memory with expandable segments (``peak_memory_measure`` allocated,
+console's max reserved memory (``peak_memory_measure`` reserved: the caching allocator's peak,
 NOTICE.md); the 94/96 GB H100 variants as a device-memory override of the catalog's H100.
 
 Skipped, and counted in NOTICE.md: statuses superseded and inconsistent, per-op selective
@@ -160,12 +160,11 @@ def _global_batch(row: Row) -> int:
 
 
 def _memory(row: Row) -> dict[str, object]:
-    """The peak in GiB where printed in GiB (the console's max reserved; with expandable
-    segments read as the allocated peak, an upper bound of it: NOTICE.md), and the device
-    override."""
+    """The peak in GiB where printed in GiB (the console's max reserved, the caching
+    allocator's peak: NOTICE.md), and the device override."""
     other, found = _other(row), {}
     if other.get("memory") and other.get("memory_unit") == "GiB":
-        found = {"peak_memory_gib": float(other["memory"]), "peak_memory_measure": "allocated"}
+        found = {"peak_memory_gib": float(other["memory"]), "peak_memory_measure": "reserved"}
     variant = _H100_MEMORY.search(other.get("hardware_detail", ""))
     if row["hardware"] == "h100" and variant:
         found["device_memory_gib"] = float(variant.group(1))

@@ -309,8 +309,8 @@ def probe_frame(
                 "flash_attention": job.train.flash_attention,
                 **settings,
                 **dict.fromkeys(_FILL, ""),
-                # what the filled-in peak counts: Megatron's "max allocated" unless changed
-                "peak_memory_measure": "allocated",
+                # what the filled-in peak counts: the figure the framework's log prints
+                "peak_memory_measure": job.train.framework.logged_peak_memory,
                 "predictor": f"{priced.simulator.name} probe {rank}",
                 "predicted_step_time_s": round(prediction.step_time_s, 6),
             }

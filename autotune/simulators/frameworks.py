@@ -21,6 +21,7 @@ from autotune.simulators._checks import require_choice
 from autotune.simulators._checks import require_non_negative
 from autotune.simulators.errors import SpecError
 from autotune.simulators.fused_softmax import FUSED_SOFTMAX_RULES
+from autotune.simulators.prediction import MEMORY_MEASURES
 from autotune.simulators.recompute_modules import RECOMPUTE_MODULES
 
 __all__ = [
@@ -241,6 +242,9 @@ class FrameworkSpec:
     tp x 2 x cp, whatever the CP degree (torchtitan's ``seq_len_divisor``).
     ``release``: the release of the stack the launch files are written for (the launchers
     write only options it accepts); ``releases``: the releases autotune knows, oldest first.
+    ``logged_peak_memory``: what the peak memory the stack's log prints counts
+    (:data:`simulators.prediction.MEMORY_MEASURES`), the measure a probe's filled-in peak is
+    read as.
     The facts above do not change between them, but for ``unequal_chunks_since``: the first
     release that can give virtual stages unequal layer counts (None: every release can).
     """
@@ -291,6 +295,7 @@ class FrameworkSpec:
     seq_len_tp_2cp: bool
     release: str
     releases: tuple[str, ...]
+    logged_peak_memory: str
     unequal_chunks_since: str | None = None
 
     @classmethod
@@ -317,6 +322,7 @@ class FrameworkSpec:
         owner = f"framework {self.name!r}"
         require_choice(owner, "layer_split", self.layer_split, LAYER_SPLITS)
         require_choice(owner, "p2p_exchange", self.p2p_exchange, P2P_EXCHANGES)
+        require_choice(owner, "logged_peak_memory", self.logged_peak_memory, MEMORY_MEASURES)
         require_choice(owner, "fused_softmax_rule", self.fused_softmax_rule, FUSED_SOFTMAX_RULES)
         for name in ("grad_accumulation", "expert_grad_accumulation"):
             require_choice(owner, name, getattr(self, name), GRAD_ACCUMULATIONS)

@@ -8,8 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from autotune import catalog
 from autotune import dataset
+from autotune.calibrate._loop import probe_frame
 from autotune.calibrate._residuals import SLOPE_FIELDS
+from autotune.simulators import Layout
 from tests.autotune_tests.test_cli import SMALL
 from tests.autotune_tests.test_cli import run
 
@@ -186,3 +189,20 @@ def test_measured_times_in_other_units_are_refused_before_the_search(
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert refusal in proc.stderr and f"{times}" in proc.stderr  # the file, the row, the field
     assert "valid layouts" not in proc.stderr  # refused before the search
+
+
+@pytest.mark.parametrize(
+    ("framework", "measure", "zero_stage"),
+    [("megatron_core", "allocated", 1), ("torchtitan", "reserved", 3)],
+)
+def test_a_probe_file_reads_the_peak_as_the_frameworks_log_prints_it(
+    framework: str, measure: str, zero_stage: int
+) -> None:
+    # Megatron's report_memory prints "max allocated"; torchtitan's console the allocator's
+    # max reserved (docs/decisions/0061)
+    job = catalog.load_job("llama3_8b", "h100", [f"train.framework={framework}"])
+    priced = catalog.PricedJob(job=job, simulator=catalog.load_simulator("analytical"))
+    layout = Layout.resolve(64, tp=2, zero_stage=zero_stage)
+    assert not layout.violations(job)
+    frame = probe_frame(priced, [(layout, priced.simulator.simulate(job, layout))], "job")
+    assert frame["peak_memory_measure"].tolist() == [measure]

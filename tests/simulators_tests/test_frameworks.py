@@ -157,6 +157,8 @@ def test_a_framework_file_with_a_typo_is_refused() -> None:
         FrameworkSpec.from_mapping("x", values)
     with pytest.raises(SpecError, match="layer_split='ragged' is not one of even, any, deepspeed"):
         FrameworkSpec.from_mapping("x", {**_values(CORE), "layer_split": "ragged"})
+    with pytest.raises(SpecError, match="logged_peak_memory='max' is not one of allocated, res"):
+        FrameworkSpec.from_mapping("x", {**_values(CORE), "logged_peak_memory": "max"})
 
 
 def _values(framework: FrameworkSpec) -> dict[str, object]:

@@ -183,6 +183,9 @@ class FrameworkSpec:
     kernel's output itself. On the unfused path, the fused softmax kernel takes keys up to
     ``fused_softmax_max_seq`` and shapes that pass ``fused_softmax_rule``'s check
     (:mod:`autotune.simulators.fused_softmax`); other shapes run PyTorch's fp32 softmax.
+    ``logits_bytes_per_element``: what the last stage's logits and loss hold per element of
+    the logits at their peak; ``vocab_parallel_logits_bytes_per_element`` the same when TP
+    splits the vocabulary (:meth:`logits_bytes`).
     ``can_overlap_grad_reduce``: the data-parallel gradient reduction can run in buckets during
     the last micro-batch's backward (Megatron-Core's DDP); ``overlap_grad_reduce``: it does as
     the framework is usually run (else after the whole pipeline). ``overlap_param_gather``: the
@@ -197,7 +200,11 @@ class FrameworkSpec:
     every rank all-reduces them).
     ``state_bytes_per_param``: what a rank keeps per parameter, by precision and optimizer
     mode (:class:`StateBytes`). ``tp_comm_overlap``: TP collectives hide behind GEMMs.
-    ``fp8``: FP8 GEMMs through Transformer Engine. ``fp8_param_gather``: FP8 runs keep the
+    ``fp8``: FP8 GEMMs (Transformer Engine, torchao). ``fp8_keeps_quantized``: FP8 layers keep
+    FP8 tensors between passes, the weights' FP8 copies (``DeviceSpec.fp8_weight_copies``) and
+    their inputs saved quantized (Transformer Engine); otherwise each pass casts anew from the
+    high-precision tensors the layer saves (torchao, docs/decisions/0062).
+    ``fp8_param_gather``: FP8 runs keep the
     linear layers' weights only in FP8 (``--fp8-param-gather``; no bf16 copy of them) and
     all-gather them in FP8. ``moe_dispatchers``: the MoE token dispatchers the stack can run
     (:data:`MOE_DISPATCHERS`), the one it runs unless told first.
@@ -260,6 +267,7 @@ class FrameworkSpec:
     fused_softmax_max_seq: int
     fused_softmax_rule: str
     logits_bytes_per_element: float
+    vocab_parallel_logits_bytes_per_element: float
     grad_accumulation: str
     expert_grad_accumulation: str
     can_overlap_grad_reduce: bool
@@ -273,6 +281,7 @@ class FrameworkSpec:
     tp_comm_overlap: bool
     fp8: bool
     fp8_param_gather: bool
+    fp8_keeps_quantized: bool
     moe_dispatchers: tuple[str, ...]
     moe_a2a_overlap: bool
     expert_tensor_parallel: bool
@@ -385,6 +394,14 @@ class FrameworkSpec:
         """Whether this release can give virtual stages unequal layer counts."""
         since = self.unequal_chunks_since
         return since is None or self.releases.index(self.release) >= self.releases.index(since)
+
+    def logits_bytes(self, tp: int) -> float:
+        """Bytes per element of the last stage's logits at their peak: the loss's own way
+        (``logits_bytes_per_element``), or its vocabulary-parallel way when TP splits the
+        logits (``vocab_parallel_logits_bytes_per_element``)."""
+        if tp > 1:
+            return self.vocab_parallel_logits_bytes_per_element
+        return self.logits_bytes_per_element
 
     def boundary_s(self, transfer_s: float, gather_s: float) -> float:
         """What one pipeline boundary costs a middle rank per micro-batch (1F1B): ``transfer_s``

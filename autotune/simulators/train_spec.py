@@ -235,6 +235,12 @@ class TrainSpec:
         return self.precision == "fp8"
 
     @property
+    def fp8_kept(self) -> bool:
+        """Whether FP8 layers keep FP8 tensors between passes (Transformer Engine: FP8 weight
+        copies, inputs saved quantized), not only run FP8 GEMMs (docs/decisions/0062)."""
+        return self.fp8 and self.framework.fp8_keeps_quantized
+
+    @property
     def compute_dtype(self) -> str:
         """The dtype of activations and of every GEMM that is not an FP8 linear layer."""
         return "bf16" if self.fp8 else self.precision

@@ -179,20 +179,25 @@ def _gemms_s(
 
 
 def _fp8_cast_bytes(
-    model: ModelSpec, moe: bool, tokens: float, layout: Layout, act: int
+    model: ModelSpec, moe: bool, tokens: float, layout: Layout, act: int, kept: bool
 ) -> tuple[float, float]:
     """HBM bytes of one layer's FP8 casts (forward, backward) on one device.
 
     Every FP8 GEMM operand that is an activation is quantized first: read in ``act`` bytes,
     written in one. Forward: each linear layer's input (m x k); backward: the gradient of its
     output (m x n) for the input- and weight-gradient GEMMs (Transformer Engine's
-    ``cast_to_fp8`` / ``fp8_cast_transpose``; docs/reference.md 7.6). Weights are cast once a
-    step, not per micro-batch (the cached copies).
+    ``cast_to_fp8`` / ``fp8_cast_transpose``; docs/reference.md 7.6), and, where the layer
+    keeps its high-precision input rather than an FP8 copy (not ``kept``: torchao,
+    docs/decisions/0062), that input again for the weight gradient. Weights are cast once a
+    step, not per micro-batch (the cached copies; torchao's per-pass weight casts are not
+    priced).
     """
     gemms = _linear_gemms(model, moe, tokens, layout)
     per_element = act + 1
     forward = per_element * sum(count * m * k for m, k, _, count in gemms)
     backward = per_element * sum(count * m * n for m, _, n, count in gemms)
+    if not kept:
+        backward += forward
     return forward, backward
 
 
@@ -441,7 +446,7 @@ def layer_times_s(
     cast_s = (0.0, 0.0)
     if train.fp8:
         bandwidth = device.achieved_memory_bytes_per_s
-        cast_bytes = _fp8_cast_bytes(model, moe, tokens, layout, act)
+        cast_bytes = _fp8_cast_bytes(model, moe, tokens, layout, act, train.fp8_kept)
         cast_s = (cast_bytes[0] / bandwidth, cast_bytes[1] / bandwidth)
     launch_s = c.kernels_per_layer_forward * c.kernel_overhead_us * 1e-6
     device_forward_s = gemm_s + core_s + elementwise_s + cast_s[0] + launch_s
@@ -573,7 +578,7 @@ def layer_bytes(
     act = dtype_bytes(train.compute_dtype)
     tokens = layout.micro_batch * train.seq_len / layout.cp
     seq_shard = layout.tp if layout.sequence_parallel else 1
-    linear_in = 1 if train.fp8 else act
+    linear_in = 1 if train.fp8_kept else act
     dropout = train.drops_out(model)
     flash = job.flash_attention
     weighted = train.framework.moe_weighted_activation
@@ -605,7 +610,7 @@ def layer_bytes(
         repeated_kv = (model.q_width + model.attn_out_width) / layout.tp
         extra = repeated_kv - _kv_local_width(model, layout.tp) + model.attn_out_width / layout.tp
         activation_bytes += tokens * extra * act
-    elif flash and kept and (train.framework.flash_output_copy or train.fp8):
+    elif flash and kept and (train.framework.flash_output_copy or train.fp8_kept):
         # The kernel's output, kept for its backward beside the projection's rearranged copy
         # (docs/reference.md 3.3) or its FP8 one (7.6).
         activation_bytes += tokens * model.attn_out_width / layout.tp * act

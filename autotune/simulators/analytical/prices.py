@@ -358,7 +358,7 @@ class JobPrices:
             cluster.device,
         )
         states = state_memory_bytes(dense_params, expert_params, layout, sizes, fp8_primary)
-        if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
+        if train.fp8_kept:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
             states["fp8_weights"] = linear_params * cluster.device.fp8_weight_copies
         if stage >= ZERO_GRADS:  # whole layers in flight beside their shards
             states["unsharded"] = unsharded_bytes(
@@ -553,7 +553,7 @@ def _logits(
     seconds = sum(
         gemm_pass_s(tokens, model.hidden_size, vocab, cluster.device, train.compute_dtype)
     )
-    nbytes = tokens * vocab * train.framework.logits_bytes_per_element
+    nbytes = tokens * vocab * train.framework.logits_bytes(layout.tp)
     return seconds + 2 * nbytes / cluster.device.achieved_memory_bytes_per_s, nbytes
 
 

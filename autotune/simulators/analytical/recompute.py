@@ -227,7 +227,7 @@ def _freed_per_token(
     :func:`.layer._activation_bytes_per_token`."""
     tp, h = layout.tp, model.hidden_size
     seq_shard = tp if layout.sequence_parallel else 1
-    linear_in = 1 if train.fp8 else act
+    linear_in = 1 if train.fp8_kept else act
     per_f = act * (2 if model.activation == "swiglu" else 1) + linear_in
     shared, k = model.shared_expert_ffn_hidden_size, model.moe_top_k
     fused = train.framework.fused_norm_linear

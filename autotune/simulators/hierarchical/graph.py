@@ -90,8 +90,8 @@ class LayerShape:
     PyTorch's fp32 softmax with ``softmax_in_fp32``, where the fused kernel does not take the
     scores);
     ``flash_output_copy``: the output projection reads a rearranged copy of the kernel's output
-    (Megatron-DeepSpeed); ``fp8`` runs the linear layers' GEMMs in FP8 and saves their inputs
-    quantized (Transformer Engine).
+    (Megatron-DeepSpeed); ``fp8`` runs the linear layers' GEMMs in FP8, and ``fp8_kept`` saves
+    their inputs quantized (Transformer Engine; else the high-precision input, as torchao).
     ``cp_comm`` is the CP exchange (``p2p`` ring or ``a2a`` Ulysses), ``cp_a2a_style`` how the
     framework builds the latter.
     ``recomputed``: the modules of this layer selective recompute checkpoints (core attention
@@ -126,6 +126,7 @@ class LayerShape:
     attention_dropout: bool = False
     softmax_in_fp32: bool = False
     fp8: bool = False
+    fp8_kept: bool = False
     cp_comm: str = "p2p"
     cp_a2a_style: str | None = None
     recomputed: tuple[str, ...] = DEFAULT_MODULES
@@ -282,6 +283,7 @@ def layer_shapes(job: Job, layout: Layout) -> dict[str, LayerShape]:
         model=model,
         dtype=train.compute_dtype,
         fp8=train.fp8,
+        fp8_kept=train.fp8_kept,
         heads=model.num_attention_heads // tp,
         kv_heads=(
             model.num_attention_heads // tp

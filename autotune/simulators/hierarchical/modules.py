@@ -48,19 +48,26 @@ class RMSNorm(nn.Module):
 
 
 class _FP8Matmul(torch.autograd.Function):
-    """A Transformer Engine FP8 linear layer: GEMMs in FP8, the input saved quantized.
+    """An FP8 linear layer: GEMMs in FP8, the input saved quantized where ``kept``.
 
     Forward, input gradient and weight gradient run as FP8 GEMMs (recorded with dtype
     ``fp8``); their activation operands are cast first (the input in the forward, the output
-    gradient in the backward: read bf16, write FP8); the input is kept for the weight gradient
-    in FP8, 1 byte per element instead of 2 (TE ``module/linear.py``; docs/reference.md 7.6).
+    gradient in the backward: read bf16, write FP8). ``kept``: the input is kept for the weight
+    gradient in FP8, 1 byte per element instead of 2 (Transformer Engine ``module/linear.py``;
+    docs/reference.md 7.6); else the layer keeps its high-precision input and casts it again
+    in the backward (torchao's ``matmul_with_hp_or_float8_args``, docs/decisions/0062).
     ``batched``: experts' ``[e, t, h]`` inputs against ``[e, h, f]`` weights; else
     ``x @ weight.T`` as ``F.linear``.
     """
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, batched: bool
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        batched: bool,
+        kept: bool,
     ) -> torch.Tensor:
         recorder = _recorder()
         with recorder.fp8():
@@ -68,19 +75,24 @@ class _FP8Matmul(torch.autograd.Function):
                 out = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
             else:
                 out = F.linear(x, weight, bias)
-        quantized = x.to(torch.float8_e4m3fn)
-        recorder.copy_regather(x, quantized)  # with SP: the FP8 local shard, gathered again
-        ctx.save_for_backward(quantized, weight)
+        if kept:
+            quantized = x.to(torch.float8_e4m3fn)
+            recorder.copy_regather(x, quantized)  # with SP: the FP8 local shard, gathered again
+            ctx.save_for_backward(quantized, weight)
+        else:
+            ctx.save_for_backward(x, weight)
         ctx.batched, ctx.has_bias, ctx.dtype = batched, bias is not None, x.dtype
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        quantized, weight = ctx.saved_tensors
+        saved, weight = ctx.saved_tensors
         recorder = _recorder()
         grad_quantized = grad.to(torch.float8_e5m2)  # the output gradient, cast once for both
+        if saved.dtype == ctx.dtype:  # the high-precision input (torchao), cast again
+            saved = saved.to(torch.float8_e4m3fn)
         with recorder.paused():  # the FP8 GEMMs read the FP8 operands directly
-            x = quantized.to(ctx.dtype)
+            x = saved.to(ctx.dtype)
             grad = grad_quantized.to(ctx.dtype)
         with recorder.fp8():
             if ctx.batched:
@@ -92,7 +104,7 @@ class _FP8Matmul(torch.autograd.Function):
         d_bias = None
         if ctx.has_bias:
             d_bias = grad.sum(dim=1, keepdim=True) if ctx.batched else grad.flatten(0, -2).sum(0)
-        return d_x, d_weight, d_bias, None
+        return d_x, d_weight, d_bias, None, None
 
 
 class Linear(nn.Linear):
@@ -100,18 +112,19 @@ class Linear(nn.Linear):
 
     def __init__(self, shape: LayerShape, width_in: int, width_out: int, bias: bool) -> None:
         super().__init__(width_in, width_out, bias=bias)
-        self.fp8 = shape.fp8
+        self.fp8, self.fp8_kept = shape.fp8, shape.fp8_kept
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.fp8:
             return super().forward(x)
-        return _FP8Matmul.apply(x, self.weight, self.bias, False)  # type: ignore[no-any-return]
+        out = _FP8Matmul.apply(x, self.weight, self.bias, False, self.fp8_kept)
+        return out  # type: ignore[no-any-return]
 
 
 def _grouped(shape: LayerShape, x: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
     """The experts' grouped GEMM ``x @ weight (+ bias)``, FP8 when the step runs FP8."""
     if shape.fp8:
-        return _FP8Matmul.apply(x, weight, bias, True)  # type: ignore[no-any-return]
+        return _FP8Matmul.apply(x, weight, bias, True, shape.fp8_kept)  # type: ignore[no-any-return]
     return torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
 
 

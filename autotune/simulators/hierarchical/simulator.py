@@ -167,7 +167,7 @@ class HierarchicalSimulator(Simulator):
             ),
         )
         head = shapes["head"]
-        per_logit = train.framework.logits_bytes_per_element
+        per_logit = train.framework.logits_bytes(layout.tp)
         logits = head.micro_batch * head.seq_q * head.vocab * per_logit
         plans = _plans(model, train, layout, graphs, logits)
         tied = model.tied_embeddings
@@ -333,7 +333,7 @@ class HierarchicalSimulator(Simulator):
         breakdown["optimizer"] = optimizer_s
         step_s = synced + optimizer_s + gather_s
         state_bytes = state_memory_bytes(sum(dense), sum(experts), layout, states, fp8_primary)
-        if train.fp8:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
+        if train.fp8_kept:  # Transformer Engine's FP8 weight copies (docs/reference.md 7.6)
             state_bytes["fp8_weights"] = linear * cluster.device.fp8_weight_copies
         if layout.sharding >= ZERO_GRADS:  # whole layers in flight beside their shards
             largest = max((g.params + g.expert_params for p in plans for g in p.layers), default=0)

@@ -808,14 +808,17 @@ def test_a_selectively_recomputed_layer_holds_its_rebuilt_scores_in_its_backward
 
 def test_fp8_casts_by_hand() -> None:
     """Llama-2-7B at tp=1: the forward casts each linear input (QKV, proj, fc1 read h, fc2
-    reads f), the backward each output gradient (3h, h, 2f, h); 2 bytes read, 1 written."""
+    reads f), the backward each output gradient (3h, h, 2f, h); 2 bytes read, 1 written.
+    Where the layer keeps its high-precision input (torchao), the backward casts it again."""
     from autotune.simulators.analytical.layer import _fp8_cast_bytes
 
     model = catalog.load_model("llama2_7b")
     h, f, tokens = model.hidden_size, model.ffn_hidden_size, 4096.0
-    forward, backward = _fp8_cast_bytes(model, False, tokens, Layout(), act=2)
+    forward, backward = _fp8_cast_bytes(model, False, tokens, Layout(), act=2, kept=True)
     assert forward == pytest.approx(3 * tokens * (3 * h + f))
     assert backward == pytest.approx(3 * tokens * (5 * h + 2 * f))
+    again = _fp8_cast_bytes(model, False, tokens, Layout(), act=2, kept=False)
+    assert again == pytest.approx((forward, backward + forward))
 
 
 def test_a_tied_embedding_syncs_its_gradient_between_the_end_stages() -> None:

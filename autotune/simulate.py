@@ -108,6 +108,11 @@ def _print_prediction(
     print(f"  shares: {shares}")
     memory = ", ".join(f"{k} {v:.2f}" for k, v in prediction.memory_breakdown_gib.items())
     print("\n" + textwrap.fill(f"Peak memory of the worst rank (GiB): {memory}", 100))
+    peaks = prediction.peaks_gib()
+    print(
+        f"  as measured: {peaks['allocated']:.2f} allocated (tensors), {peaks['reserved']:.2f} "
+        f"reserved (allocator), {peaks['device']:.2f} device (nvidia-smi)"
+    )
     if views is not None:
         _print_views(views, costs)
     print("\nLaunch flags:\n" + launch_text(job, layout))

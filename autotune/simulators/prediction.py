@@ -118,6 +118,7 @@ class Prediction:
             "memory_gib": self.memory_gib,
             "memory_capacity_gib": self.memory_capacity_gib,
             "cached_gib": self.cached_gib,
+            "peaks_gib": self.peaks_gib(),
             "fits": self.fits,
             "breakdown": dict(self.breakdown),
             "memory_breakdown_gib": dict(self.memory_breakdown_gib),

@@ -199,10 +199,13 @@ def test_sharding_composes_through_hydra(capsys: pytest.CaptureFixture[str]) -> 
     assert (zero3["layout"]["zero_stage"], zero3["layout"]["dp_replicate"]) == (3, 2)
     weights = [p["prediction"]["memory_breakdown_gib"]["weights"] for p in (plain, zero3)]
     assert weights[1] == pytest.approx(weights[0] / 2)  # dp 4: two replicas of 2 shards
+    peaks = zero3["prediction"]["peaks_gib"]  # each measure a framework's log may print
+    assert peaks["allocated"] < peaks["reserved"] < peaks["device"]
     assert simulate_cli.main([*h100, *sharded]) == 0
     out = capsys.readouterr().out
     assert "--data-parallel-sharding-strategy optim_grads_params" in out
     assert "--num-distributed-optimizer-instances 2" in out
+    assert f"{peaks['reserved']:.2f} reserved (allocator)" in out
     assert simulate_cli.main([*h100, "parallel.zero_stage=0", "output=json"]) == 0
     stage0 = _strict(capsys.readouterr().out)["layout"]
     assert (stage0["zero_stage"], stage0["distributed_optimizer"]) == (None, False)

@@ -14,7 +14,9 @@ Then, for each source: the residual model (autotune/calibrate/_residuals.py) est
 every other source's shipped rows, as a Gaussian (every job at scale 1) and with the jobs'
 scales varying (a multivariate Student t), and the log density of each of the source's jobs
 under each, per layout of the job (higher is better; each job weighs the same, then each
-source). What the benchmark's probe protocol gives a source is the second model.
+source); and the Student t with the host part of
+docs/decisions/0063-a-probe-says-what-it-says-of-the-hosts-pace.md (its sd the
+``calibrate.prior.host_overhead`` width), what the benchmark's probe protocol gives a source.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from autotune.calibrate import ResidualModel
 from autotune.calibrate import StepResiduals
 from autotune.calibrate import log_density
 from autotune.calibrate import shipped_residuals
+from autotune.config import AutotuneConfig
+from autotune.config import load_config
 
 
 def _distances(model: ResidualModel, rows: StepResiduals) -> dict[str, list[float]]:
@@ -53,6 +57,7 @@ def _per_layout(model: ResidualModel, held_out: StepResiduals) -> float:
 
 
 def _table(simulator_name: str) -> str:
+    width = load_config(AutotuneConfig, ["tracking.enabled=false"]).calibrate.prior.host_overhead
     every = shipped_residuals(catalog.load_simulator(simulator_name))
     normal, heavy = every.estimate(scales=False), every.estimate()
     lines = [
@@ -76,23 +81,25 @@ def _table(simulator_name: str) -> str:
         "Log density per layout of the held-out source's jobs (higher is better), under the "
         "model estimated on the other sources.",
         "",
-        "| held-out source | jobs | layouts | Gaussian | Student t | degrees of freedom |",
-        "|---|---|---|---|---|---|",
+        "| held-out source | jobs | layouts | Gaussian | Student t | degrees of freedom "
+        "| Student t, host part |",
+        "|---|---|---|---|---|---|---|",
     ]
-    gaussian, student = [], []
+    gaussian, student, host = [], [], []
     for source in sorted(set(every.sources)):
         others = every.where(every.sources != source)
         held_out = every.where(every.sources == source)
         normal, heavy = others.estimate(scales=False), others.estimate()
         gaussian.append(_per_layout(normal, held_out))
         student.append(_per_layout(heavy, held_out))
+        host.append(_per_layout(others.estimate(host=width), held_out))
         lines.append(
             f"| {source} | {len(set(held_out.jobs))} | {len(held_out.residuals)} "
-            f"| {gaussian[-1]:+.2f} | {student[-1]:+.2f} | {heavy.dof:.1f} |"
+            f"| {gaussian[-1]:+.2f} | {student[-1]:+.2f} | {heavy.dof:.1f} | {host[-1]:+.2f} |"
         )
     lines.append(
         f"| **mean over {len(gaussian)} sources** | | | **{np.mean(gaussian):+.2f}** "
-        f"| **{np.mean(student):+.2f}** | |"
+        f"| **{np.mean(student):+.2f}** | | **{np.mean(host):+.2f}** |"
     )
     return "\n".join(lines)
 

@@ -52,7 +52,6 @@ __all__ = [
     "device_share",
     "fit",
     "memory_margin",
-    "time_sensitivities",
 ]
 
 _STEP = 1e-3  # finite-difference step of a log scale factor (0.1 %)
@@ -753,29 +752,3 @@ def _bootstrap(
         for name in names:
             intervals[name] = (lows[name], highs[name])
     return {name: intervals[name] for name in FACTORS}
-
-
-def time_sensitivities(
-    simulator: Simulator, center: Calibration, specs: Sequence[tuple[Job, Layout]]
-) -> np.ndarray:
-    """d log(step time) / d(step-time factor) of each layout at ``center`` (one row each)."""
-    key = (id(simulator), tuple(sorted(center.factors.items())), tuple(specs))
-    found = _SENSITIVITIES.get(key)
-    if found is None:
-        if len(_SENSITIVITIES) > 64:
-            _SENSITIVITIES.clear()
-        found = _SENSITIVITIES[key] = _sensitivities(simulator, center, specs)
-    return found.copy()
-
-
-_SENSITIVITIES: dict[tuple[object, ...], np.ndarray] = {}  # the last few, by job and center
-
-
-def _sensitivities(
-    simulator: Simulator, center: Calibration, specs: Sequence[tuple[Job, Layout]]
-) -> np.ndarray:
-    runs = [Run(specs=s, status="ok", step_time_s=1.0) for s in specs]
-    model = _TimeModel(simulator, center, runs)
-    x = _x_of(center, TIME_FACTORS)
-    _, upper = _time_bounds(simulator, runs)
-    return model.log_jacobian(x, upper)

@@ -1,6 +1,7 @@
 """What the probe loop knows of a job before its first probe: the residual model of the
 simulator's step time and the common share of its memory error, both estimated on measured
-jobs (the shipped rows for a search; every other source's rows for the benchmark)."""
+jobs (the shipped rows for a search; every other source's rows for the benchmark), beside
+the host part's given sd (the ``host_overhead`` factor's prior width)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from autotune.calibrate._fit import Run
+from autotune.calibrate._host import host_shares
 from autotune.calibrate._residuals import LayoutFeatures
 from autotune.calibrate._residuals import ResidualModel
 from autotune.calibrate._residuals import estimate
@@ -60,17 +62,22 @@ class StepResiduals:
             self.features.take(at),
         )
 
-    def estimate(self, scales: bool = True) -> ResidualModel:
-        """The residual model estimated on these layouts (:func:`estimate`)."""
+    def estimate(self, scales: bool = True, host: float = 0.0) -> ResidualModel:
+        """The residual model estimated on these layouts (:func:`estimate`), the host part's
+        sd ``host`` given."""
         return estimate(
-            self.residuals, self.jobs, list(self.sources), self.features, scales=scales
+            self.residuals, self.jobs, list(self.sources), self.features, scales=scales, host=host
         )
 
 
 def step_residuals(
-    table: pd.DataFrame, runs: Sequence[Run | None], predicted_s: np.ndarray
+    table: pd.DataFrame,
+    runs: Sequence[Run | None],
+    predicted_s: np.ndarray,
+    host: np.ndarray | None = None,
 ) -> StepResiduals:
-    """The rows of ``table`` that ran and were priced, as :class:`StepResiduals`."""
+    """The rows of ``table`` that ran and were priced, as :class:`StepResiduals` (``host``:
+    the host share of each row, :func:`autotune.calibrate._host.host_shares`; None: 0)."""
     sources = table["source"].astype(str).to_numpy()
     scenarios = table["scenario"].astype(str).to_numpy()
     timed = [
@@ -82,7 +89,10 @@ def step_residuals(
         np.log([runs[i].step_time_s / predicted_s[i] for i in timed]),  # type: ignore[union-attr]
         [(sources[i], scenarios[i]) for i in timed],
         sources[timed],
-        layout_features([runs[i].specs[1] for i in timed]),  # type: ignore[union-attr]
+        layout_features(
+            [runs[i].specs[1] for i in timed],  # type: ignore[union-attr]
+            None if host is None else host[timed],
+        ),
     )
 
 
@@ -92,6 +102,8 @@ def priors_from(
     predicted_s: np.ndarray,
     predicted_peak_gib: np.ndarray,
     leave_out: str | None = None,
+    host: np.ndarray | None = None,
+    host_width: float = 0.0,
 ) -> Priors:
     """Both models estimated on the rows of ``table`` (``source`` and ``scenario`` name each
     row's job), but those of source ``leave_out``.
@@ -103,9 +115,11 @@ def priors_from(
         predicted_peak_gib: its peak of each row as the row's peak was measured
             (``peak_memory_measure``).
         leave_out: a source whose rows are not used (the one the benchmark scores).
+        host: the host share of each row (None: 0).
+        host_width: the sd of the host part (the ``host_overhead`` factor's prior width).
     """
-    timed = step_residuals(table, runs, predicted_s)
-    time = timed.where(timed.sources != leave_out).estimate()
+    timed = step_residuals(table, runs, predicted_s, host)
+    time = timed.where(timed.sources != leave_out).estimate(host=host_width)
     sources = table["source"].astype(str).to_numpy()
     jobs = list(zip(sources, table["scenario"].astype(str).to_numpy(), strict=True))
     mine = sources != leave_out
@@ -143,6 +157,7 @@ class _Shipped:
     runs: list[Run | None]
     predicted_s: np.ndarray
     peak_gib: np.ndarray  # as each row's peak was measured
+    host: np.ndarray  # the host share of each row's step (0 where not priced)
 
 
 _SHIPPED: dict[int, tuple[Simulator, _Shipped]] = {}  # by simulator, the last few
@@ -165,7 +180,14 @@ def _shipped(simulator: Simulator) -> _Shipped:
             prediction = simulator.simulate(*run.specs)
             predicted[i] = prediction.step_time_s
             peaks[i] = prediction.peak_gib(measures[i])
-    shipped = _Shipped(priceable.table, runs, predicted, peaks)
+    priced = [i for i, run in enumerate(runs) if run is not None and np.isfinite(predicted[i])]
+    host = np.zeros(len(runs))
+    host[priced] = host_shares(
+        simulator,
+        [runs[i].specs for i in priced],  # type: ignore[union-attr]
+        predicted[priced],
+    )
+    shipped = _Shipped(priceable.table, runs, predicted, peaks, host)
     if len(_SHIPPED) > 4:
         _SHIPPED.clear()
     _SHIPPED[id(simulator)] = (simulator, shipped)
@@ -175,14 +197,23 @@ def _shipped(simulator: Simulator) -> _Shipped:
 def shipped_residuals(simulator: Simulator) -> StepResiduals:
     """The shipped rows that ran as ``simulator`` predicts them (:class:`StepResiduals`)."""
     shipped = _shipped(simulator)
-    return step_residuals(shipped.table, shipped.runs, shipped.predicted_s)
+    return step_residuals(shipped.table, shipped.runs, shipped.predicted_s, shipped.host)
 
 
-def shipped_priors(simulator: Simulator, leave_out: str | None = None) -> Priors:
+def shipped_priors(
+    simulator: Simulator, host_width: float, leave_out: str | None = None
+) -> Priors:
     """:func:`priors_from` the shipped rows as ``simulator`` predicts them, but those of source
     ``leave_out``: what the probe loop of a search starts from (every shipped row), and what
-    the benchmark's probe protocol gives a source (every other shipped source's rows)."""
+    the benchmark's probe protocol gives a source (every other shipped source's rows).
+    ``host_width``: the sd of the host part (the ``host_overhead`` factor's prior width)."""
     shipped = _shipped(simulator)
     return priors_from(
-        shipped.table, shipped.runs, shipped.predicted_s, shipped.peak_gib, leave_out
+        shipped.table,
+        shipped.runs,
+        shipped.predicted_s,
+        shipped.peak_gib,
+        leave_out,
+        shipped.host,
+        host_width,
     )

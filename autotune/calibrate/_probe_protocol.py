@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from autotune.calibrate._fit import Run
+from autotune.calibrate._host import host_shares
 from autotune.calibrate._memory import Observation
 from autotune.calibrate._memory import memory_belief
 from autotune.calibrate._memory import observe
@@ -111,6 +112,7 @@ def _probe_steps(
     scenario: _Scenario,
     runs: Sequence[Run | None],
     as_measured_gib: np.ndarray,
+    host: np.ndarray,
     priors: Priors,
     settings: ProtocolSettings,
 ) -> dict[int, _Step]:
@@ -121,6 +123,7 @@ def _probe_steps(
         scenario: the scenario's rows and their zero-shot predictions.
         runs: every row of the table as a run.
         as_measured_gib: every row's predicted peak as its measured peak counts it.
+        host: the host share of each of the scenario's rows.
         priors: the step-time and memory priors (estimated without the scenario's source).
         settings: the stop rule and the K asked.
     """
@@ -128,7 +131,7 @@ def _probe_steps(
     device = np.array([run.specs[0].cluster.device.memory_gib for run in scenario_runs])
     candidates = Candidates(
         log_predicted=np.log(scenario.predicted_s),
-        features=layout_features([run.specs[1] for run in scenario_runs]),
+        features=layout_features([run.specs[1] for run in scenario_runs], host),
         memory_gib=scenario.memory_gib,
         device_gib=device,
         memory=memory_belief(scenario.margin, priors.memory_common),
@@ -207,10 +210,15 @@ def probe_scores(
     margins = margins_elsewhere(table, runs, zero)
     scenarios = _scenarios(table, runs, zero, margins)
     as_measured = zero.peak_gib(table["peak_memory_measure"].to_numpy(dtype=str))
+    width = settings.fit.prior["host_overhead"]
     priors = {
-        source: shipped_priors(simulator, leave_out=source)
+        source: shipped_priors(simulator, width, leave_out=source)
         for source in sorted({s.source for s in scenarios})
     }
+    host = np.zeros(len(table))
+    priced = [i for s in scenarios for i in s.rows]
+    specs = [runs[i].specs for i in priced]  # type: ignore[union-attr]
+    host[priced] = host_shares(simulator, specs, zero.predicted_s[priced])
     ks = sorted(set(settings.probes))
     families = {
         (family, k): empty_arrays(len(table)) for family in (PROBE, TOP_PROBES) for k in ks
@@ -218,7 +226,9 @@ def probe_scores(
     for arrays in families.values():
         arrays["probes_used"] = np.full(len(table), np.nan)
     for scenario in scenarios:
-        steps = _probe_steps(scenario, runs, as_measured, priors[scenario.source], settings)
+        steps = _probe_steps(
+            scenario, runs, as_measured, host[scenario.rows], priors[scenario.source], settings
+        )
         order = sorted(
             range(len(scenario.rows)),
             key=lambda j: order_key(

@@ -4,7 +4,7 @@ The residual of a layout is ``r = log(measured step time / predicted step time)`
 job it is modelled as a sum of Gaussian parts:
 
     r = mean + job + sum over layout fields f of part_f[value of f]
-          + sum over degrees g of slope_g * log2(value of g) + own
+          + sum over degrees g of slope_g * log2(value of g) + host * h + own
 
 - ``mean``: what the simulator misses on every job (a fixed number);
 - ``job``: what it misses on this job, shared by every layout of it (sd ``level``);
@@ -20,6 +20,14 @@ job it is modelled as a sum of Gaussian parts:
   of what the degree adds, so the trend is anchored there (log2 1 = 0). DP has no slope: in a
   job of one world size its degree follows from the others', and a slope of it would stand in
   for the job's part;
+- ``host``: what the simulator misses of the host's pace (its cost per operator call), times
+  ``h``, the share of the layout's step that pace sets (:mod:`autotune.calibrate._host`): 0 for
+  a layout whose kernels outlast the host's calls, 1 for one whose step is all host calls. A
+  probe of a host-paced layout slower than predicted then says little of a layout the device
+  paces, and a probe of each tells the two apart. Its sd ``host`` is not estimated: the
+  shipped layouts that the host paces are all one source's (vTrain's single node), so it is
+  the prior width of the calibration's ``host_overhead`` factor (``calibrate.prior``, the
+  spread of the host's cost per call that the simulators' constant is chosen from);
 - ``own``: what belongs to one layout alone, measurement noise included (sd ``own``).
 
 Two layouts of a job thus have correlated residuals, the more so the more field values they
@@ -41,9 +49,10 @@ unmeasured layout's uncertainty, probes that agree narrow it. A Gaussian model,
 whose uncertainty after the probes does not depend on what they measured, stays as sure of a
 job the simulator gets badly wrong as of one it gets right.
 
-The sds, the mean and ``dof`` are not set by hand: :func:`estimate` takes them by maximum
-marginal likelihood (empirical Bayes) over the residuals of measured jobs (the shipped rows, or,
-in the benchmark, every other source's rows), each source weighing the same.
+The other sds, the mean and ``dof`` are not set by hand: :func:`estimate` takes them by
+maximum marginal likelihood (empirical Bayes) over the residuals of measured jobs (the shipped
+rows, or, in the benchmark, every other source's rows), each source weighing the same, beside
+the given host part.
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ from collections.abc import Hashable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -82,14 +92,27 @@ _START_SD = 0.05  # where the search for the sds starts
 _SHOWN = 3  # fields named in the model's one-line text (the largest parts)
 
 
+class _Batch(NamedTuple):
+    """Jobs with the same number of layouts ``n``: residuals (jobs, n), the kernel of every
+    estimated part (jobs, parts, n, n), the covariance of the given part (jobs, n, n), and
+    each job's weight (jobs,)."""
+
+    residuals: np.ndarray
+    kernels: np.ndarray
+    fixed: np.ndarray
+    weight: np.ndarray
+
+
 @dataclass(frozen=True, slots=True)
 class LayoutFeatures:
     """What the residual model reads of each layout (one row per layout): an integer code per
     field of ``fields``, the same for layouts with the same value (comparable within one
-    :func:`layout_features` call only), and log2 of each degree of ``slope_fields``."""
+    :func:`layout_features` call only), log2 of each degree of ``slope_fields``, and the share
+    of its step the host's pace sets (:func:`autotune.calibrate._host.host_shares`)."""
 
     codes: np.ndarray
     logs: np.ndarray
+    host: np.ndarray
     fields: tuple[str, ...] = LAYOUT_FIELDS
     slope_fields: tuple[str, ...] = SLOPE_FIELDS
 
@@ -99,7 +122,9 @@ class LayoutFeatures:
     def take(self, index: np.ndarray | Sequence[int]) -> LayoutFeatures:
         """The features of the layouts at ``index`` (positions or a boolean mask)."""
         at = np.asarray(index)
-        return LayoutFeatures(self.codes[at], self.logs[at], self.fields, self.slope_fields)
+        return LayoutFeatures(
+            self.codes[at], self.logs[at], self.host[at], self.fields, self.slope_fields
+        )
 
     def kernels(self) -> np.ndarray:
         """Per field, then per degree, an (n, n) matrix: 1 where two layouts share the
@@ -107,21 +132,29 @@ class LayoutFeatures:
         same = self.codes.T[:, :, None] == self.codes.T[:, None, :]
         return np.concatenate([same, self.logs.T[:, :, None] * self.logs.T[:, None, :]])
 
+    def host_kernel(self) -> np.ndarray:
+        """The (n, n) product of two layouts' host shares (the host part's kernel)."""
+        return np.outer(self.host, self.host)
+
     @classmethod
     def none(cls, n: int) -> LayoutFeatures:
         """No field at all: a model of the job's part and each layout's own part alone."""
-        return cls(np.zeros((n, 0), dtype=np.int64), np.zeros((n, 0)), (), ())
+        return cls(np.zeros((n, 0), dtype=np.int64), np.zeros((n, 0)), np.zeros(n), (), ())
 
 
-def layout_features(layouts: Sequence[Layout]) -> LayoutFeatures:
-    """The :class:`LayoutFeatures` of ``layouts``: every layout field, and the slopes'."""
+def layout_features(
+    layouts: Sequence[Layout], host: np.ndarray | Sequence[float] | None = None
+) -> LayoutFeatures:
+    """The :class:`LayoutFeatures` of ``layouts``: every layout field, the slopes', and the
+    host share of each (None: no layout paced by the host)."""
     codes = np.zeros((len(layouts), len(LAYOUT_FIELDS)), dtype=np.int64)
     for f, name in enumerate(LAYOUT_FIELDS):
         seen: dict[Hashable, int] = {}
         for i, layout in enumerate(layouts):
             codes[i, f] = seen.setdefault(getattr(layout, name), len(seen))
     logs = np.log2([[float(getattr(lay, name)) for name in SLOPE_FIELDS] for lay in layouts])
-    return LayoutFeatures(codes, logs.reshape(len(layouts), len(SLOPE_FIELDS)))
+    shares = np.zeros(len(layouts)) if host is None else np.asarray(host, dtype=float)
+    return LayoutFeatures(codes, logs.reshape(len(layouts), len(SLOPE_FIELDS)), shares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +162,9 @@ class ResidualModel:
     """The prior of a job's step-time residuals (log measured / predicted): module docstring.
 
     ``widths`` holds the sd of the part of each layout field, in :data:`LAYOUT_FIELDS` order,
-    ``slopes`` the sd of the slope of each degree of :data:`SLOPE_FIELDS` (per doubling); the
-    sds are those of a job whose scale ``tau`` is 1, and ``dof`` says how the scale varies
+    ``slopes`` the sd of the slope of each degree of :data:`SLOPE_FIELDS` (per doubling),
+    ``host`` the sd of the host part (given, not estimated); the sds are those of a job whose
+    scale ``tau`` is 1, and ``dof`` says how the scale varies
     between jobs (infinite: not at all, a Gaussian model); ``scenarios`` and ``sources`` count
     the measured jobs it was estimated on.
     """
@@ -140,6 +174,7 @@ class ResidualModel:
     own: float
     widths: tuple[tuple[str, float], ...]
     slopes: tuple[tuple[str, float], ...] = ()
+    host: float = 0.0
     dof: float = math.inf
     scenarios: int = 0
     sources: int = 0
@@ -152,13 +187,14 @@ class ResidualModel:
             cov += width**2 * (a.codes[:, f, None] == b.codes[None, :, f])
         for g, (_, slope) in enumerate(self.slopes):
             cov += slope**2 * a.logs[:, g, None] * b.logs[None, :, g]
-        return cov
+        return cov + self.host**2 * np.outer(a.host, b.host)
 
     def variance(self, x: LayoutFeatures) -> np.ndarray:
         """The prior variance of each layout's residual at the job's scale 1, ``own``
-        included: the slopes add the more, the higher its degrees."""
+        included: the slopes add the more, the higher its degrees, the host part the more, the
+        more of its step the host paces."""
         flat = self.level**2 + self.own**2 + sum(w**2 for _, w in self.widths)
-        var = np.full(len(x), flat)
+        var = np.full(len(x), flat) + self.host**2 * x.host**2
         for g, (_, slope) in enumerate(self.slopes):
             var += slope**2 * x.logs[:, g] ** 2
         return var
@@ -197,6 +233,7 @@ class ResidualModel:
             f"own, {100 * prior * self.level:.1f}% the job's"
             + (f", per value of {', '.join(parts)}" if parts else "")
             + (f", per doubling of {', '.join(trends)}" if trends else "")
+            + (f", {100 * prior * self.host:.1f}% at a step the host paces" if self.host else "")
             + tails
             + f" (estimated on {self.scenarios} measured jobs of {self.sources} sources)"
         )
@@ -265,7 +302,7 @@ def log_density(model: ResidualModel, residuals: np.ndarray, features: LayoutFea
 
 # size: the marginal likelihood and its gradient, over jobs batched by their number of layouts
 def _negative_log_likelihood(
-    theta: np.ndarray, batches: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    theta: np.ndarray, batches: Sequence[_Batch]
 ) -> tuple[float, np.ndarray]:
     """Weighted negative log marginal likelihood of the jobs' residuals, and its gradient in
     ``theta`` = (mean, log level, log own, log sd of each part: fields, then slopes)."""
@@ -273,10 +310,11 @@ def _negative_log_likelihood(
     widths2 = np.exp(2 * theta[3:])
     total = 0.0
     grad = np.zeros_like(theta)
-    for r, kernels, weight in batches:  # r: (jobs, n); kernels: (jobs, parts, n, n)
+    for r, kernels, fixed, weight in batches:  # r: (jobs, n); kernels: (jobs, parts, n, n)
         n = r.shape[1]
         cov = (
-            np.exp(2 * log_level)
+            fixed
+            + np.exp(2 * log_level)
             + np.einsum("f,bfij->bij", widths2, kernels)
             + np.exp(2 * log_own) * np.eye(n)
         )
@@ -299,6 +337,7 @@ def estimate(
     sources: Sequence[str],
     features: LayoutFeatures,
     scales: bool = True,
+    host: float = 0.0,
 ) -> ResidualModel:
     """The model's sds and mean by maximum marginal likelihood over measured jobs, then how
     the jobs' scales vary (:func:`_job_scales`).
@@ -313,10 +352,12 @@ def estimate(
             alone).
         scales: whether to estimate how the jobs' scales vary (False: a Gaussian model,
             every job at scale 1).
+        host: the sd of the host part, given (module docstring); the others are estimated
+            beside it.
     """
     from scipy.optimize import minimize  # imported on first use (about half a second)
 
-    batches = _batches(residuals, jobs, sources, features)
+    batches = _batches(residuals, jobs, sources, features, host)
     fields = features.fields
     parts = 2 + len(fields) + len(features.slope_fields)
     low, high = (math.log(b) for b in _SD_BOUNDS)
@@ -327,6 +368,7 @@ def estimate(
     )
     theta = solution.x
     dof, spread = _job_scales(theta, batches) if scales else (math.inf, 1.0)
+    # the t's factor c scales the Gaussian fit's whole covariance, the given host part with it
     sds = np.exp(theta[1:]) * math.sqrt(spread)
     return ResidualModel(
         mean=float(theta[0]),
@@ -334,15 +376,14 @@ def estimate(
         own=float(sds[1]),
         widths=tuple(zip(fields, map(float, sds[2 : 2 + len(fields)]), strict=True)),
         slopes=tuple(zip(features.slope_fields, map(float, sds[2 + len(fields) :]), strict=True)),
+        host=host * math.sqrt(spread),
         dof=dof,
         scenarios=len(set(jobs)),
         sources=len(set(sources)),
     )
 
 
-def _job_scales(
-    theta: np.ndarray, batches: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
-) -> tuple[float, float]:
+def _job_scales(theta: np.ndarray, batches: Sequence[_Batch]) -> tuple[float, float]:
     """How the jobs' scales vary: the degrees of freedom ``dof`` of the Student t and the factor
     ``c`` of the Gaussian fit's covariance, by maximum likelihood of the t over the jobs (each
     source weighing the same), the shape of the covariance kept from the Gaussian fit. Only a
@@ -374,17 +415,18 @@ def _job_scales(
 
 
 def _distances(
-    theta: np.ndarray, batches: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    theta: np.ndarray, batches: Sequence[_Batch]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per job: the Mahalanobis distance squared of its residuals under the Gaussian model
     ``theta``, its number of layouts and its weight."""
     mean, log_level, log_own = theta[:3]
     widths2 = np.exp(2 * theta[3:])
     q, n, weight = [], [], []
-    for r, kernels, w in batches:
+    for r, kernels, fixed, w in batches:
         size = r.shape[1]
         cov = (
-            np.exp(2 * log_level)
+            fixed
+            + np.exp(2 * log_level)
             + np.einsum("f,bfij->bij", widths2, kernels)
             + np.exp(2 * log_own) * np.eye(size)
         )
@@ -400,26 +442,31 @@ def _batches(
     jobs: Sequence[Hashable],
     sources: Sequence[str],
     features: LayoutFeatures,
-) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The jobs batched by their number of layouts: residuals, the kernel of every part
-    (:meth:`LayoutFeatures.kernels`) and each job's weight (every source weighing the same)."""
+    host: float,
+) -> list[_Batch]:
+    """The jobs batched by their number of layouts: residuals, the kernel of every estimated
+    part (:meth:`LayoutFeatures.kernels`), the covariance of the given host part and each
+    job's weight (every source weighing the same)."""
     groups: dict[Hashable, list[int]] = {}
     for i, job in enumerate(jobs):
         groups.setdefault(job, []).append(i)
     per_source: dict[str, int] = {}
     for members in groups.values():
         per_source[sources[members[0]]] = per_source.get(sources[members[0]], 0) + 1
-    by_size: dict[int, list[tuple[np.ndarray, np.ndarray, float]]] = {}
+    by_size: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray, float]]] = {}
     for members in groups.values():
         index = np.array(members)
-        kernels = features.take(index).kernels().astype(float)  # (parts, n, n)
+        mine = features.take(index)
+        kernels = mine.kernels().astype(float)  # (parts, n, n)
         weight = len(groups) / len(per_source) / per_source[sources[members[0]]]
-        by_size.setdefault(len(members), []).append((residuals[index], kernels, weight))
+        job = (residuals[index], kernels, host**2 * mine.host_kernel(), weight)
+        by_size.setdefault(len(members), []).append(job)
     return [
-        (
-            np.stack([g[0] for g in group]),
-            np.stack([g[1] for g in group]),
-            np.array([g[2] for g in group]),
+        _Batch(
+            residuals=np.stack([g[0] for g in group]),
+            kernels=np.stack([g[1] for g in group]),
+            fixed=np.stack([g[2] for g in group]),
+            weight=np.array([g[3] for g in group]),
         )
         for group in by_size.values()
     ]

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from autotune.calibrate._host import host_shares
 from autotune.calibrate._loop import ProbePlan
 from autotune.calibrate._loop import ProbeRound
 from autotune.calibrate._loop import probe_frame
@@ -77,7 +78,7 @@ def probe_round(
     job = priced.job
     assert isinstance(priced.simulator, CalibratedSimulator)
     simulator: CalibratedSimulator = priced.simulator
-    priors = shipped_priors(simulator)
+    priors = shipped_priors(simulator, config.calibrate.prior.host_overhead)
     round_ = ProbeRound(model=priors.time, margin=simulator.memory_margin)
     predictions = dict(ranked)
     round_.measured, round_.notes = list(plan.measured), list(plan.notes)
@@ -97,9 +98,11 @@ def probe_round(
     layouts = list(predictions)
     index = {lay: i for i, lay in enumerate(layouts)}
     chosen = [predictions[lay] for lay in layouts]
+    step_s = np.array([p.step_time_s for p in chosen])
+    host = host_shares(simulator, [(job, lay) for lay in layouts], step_s)
     candidates = Candidates(
-        log_predicted=np.log([p.step_time_s for p in chosen]),
-        features=layout_features(layouts),
+        log_predicted=np.log(step_s),
+        features=layout_features(layouts, host),
         memory_gib=np.array([p.memory_gib for p in chosen]),
         device_gib=np.array([p.device_memory_gib for p in chosen]),
         memory=round_.memory,

@@ -53,9 +53,9 @@ def test_probes_see_only_their_own_measurements_and_are_not_scored(
     left_out: list[str | None] = []
     real_priors = priors.priors_from
 
-    def priors_spy(table, runs, predicted_s, peaks, leave_out=None):  # noqa: ANN001, ANN202
+    def priors_spy(table, runs, predicted_s, peaks, leave_out=None, *host):  # noqa: ANN001, ANN002, ANN202
         left_out.append(leave_out)
-        return real_priors(table, runs, predicted_s, peaks, leave_out)
+        return real_priors(table, runs, predicted_s, peaks, leave_out, *host)
 
     real = priors.estimate
 

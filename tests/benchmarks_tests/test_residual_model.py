@@ -36,6 +36,8 @@ def test_one_row_per_source_in_both_tables_and_the_mean_of_the_held_out_ones() -
         )
     gaussian = [float(row[3]) for row in per_source]
     student = [float(row[4]) for row in per_source]
+    host = [float(row[6]) for row in per_source]
     mean = rows[-1]
     assert float(mean[3]) == pytest.approx(np.mean(gaussian), abs=0.01)
     assert float(mean[4]) == pytest.approx(np.mean(student), abs=0.01)
+    assert float(mean[6]) == pytest.approx(np.mean(host), abs=0.01)

@@ -31,15 +31,19 @@ _STEP = 1e-3  # the log step of the host's cost per call (0.1 %)
 
 
 def host_shares(
-    simulator: Simulator, specs: Sequence[tuple[Job, Layout]], step_s: np.ndarray
+    simulator: Simulator,
+    specs: Sequence[tuple[Job, Layout]],
+    step_s: np.ndarray | None = None,
 ) -> np.ndarray:
     """The share of each layout's step that the host's pace sets (module docstring), within
     [0, 1].
 
     Args:
-        simulator: the simulator that predicted ``step_s`` (calibrated or not).
-        specs: the job and layout of each prediction.
-        step_s: its predicted step time of each.
+        simulator: the simulator (calibrated or not) whose shares are read.
+        specs: the job and layout of each.
+        step_s: ``simulator``'s own step time of each, where the caller has it (None: simulated
+            here; a prediction of another simulator, such as a search's re-ranked layouts,
+            must not be given).
     """
     if isinstance(simulator, CalibratedSimulator):
         center = simulator.calibration
@@ -49,6 +53,8 @@ def host_shares(
     now = center.factor("host_overhead")
     step = _STEP if now * math.exp(_STEP) <= MAX_CALIBRATION_SCALE else -_STEP
     moved = calibrated(base, center.with_factors({"host_overhead": now * math.exp(step)}))
+    if step_s is None:
+        step_s = np.array([simulator.simulate(job, layout).step_time_s for job, layout in specs])
     after = np.array([moved.simulate(job, layout).step_time_s for job, layout in specs])
     with np.errstate(divide="ignore", invalid="ignore"):
         shares = (np.log(after) - np.log(step_s)) / step

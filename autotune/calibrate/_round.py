@@ -98,10 +98,10 @@ def probe_round(
     layouts = list(predictions)
     index = {lay: i for i, lay in enumerate(layouts)}
     chosen = [predictions[lay] for lay in layouts]
-    step_s = np.array([p.step_time_s for p in chosen])
-    host = host_shares(simulator, [(job, lay) for lay in layouts], step_s)
+    # the shares are the search's simulator's own: a re-ranked layout's prediction is another's
+    host = host_shares(simulator, [(job, lay) for lay in layouts])
     candidates = Candidates(
-        log_predicted=np.log(step_s),
+        log_predicted=np.log([p.step_time_s for p in chosen]),
         features=layout_features(layouts, host),
         memory_gib=np.array([p.memory_gib for p in chosen]),
         device_gib=np.array([p.device_memory_gib for p in chosen]),

@@ -51,3 +51,12 @@ def test_the_share_is_how_the_step_moves_with_the_hosts_cost() -> None:
     )
     slow_s = np.array([slow_host.simulate(*s).step_time_s for s in specs])
     assert np.all(host_shares(slow_host, specs, slow_s) >= shares - 1e-9)
+
+
+def test_without_the_step_times_the_shares_are_read_on_the_simulators_own() -> None:
+    """A search's re-ranked layouts carry another simulator's step times: the round gives none
+    and the shares are read on the simulator's own, the same as when its own are given."""
+    simulator = catalog.load_simulator("analytical")
+    specs = _specs("vtrain_single|GPT h1024 L16 a16|gpus4|gbs32|seq1024")
+    own = np.array([simulator.simulate(*s).step_time_s for s in specs])
+    np.testing.assert_allclose(host_shares(simulator, specs), host_shares(simulator, specs, own))

@@ -14,9 +14,9 @@ Then, for each source: the residual model (autotune/calibrate/_residuals.py) est
 every other source's shipped rows, as a Gaussian (every job at scale 1) and with the jobs'
 scales varying (a multivariate Student t), and the log density of each of the source's jobs
 under each, per layout of the job (higher is better; each job weighs the same, then each
-source); and the Student t with the host part of
-docs/decisions/0063-a-probe-says-what-it-says-of-the-hosts-pace.md (its sd the
-``calibrate.prior.host_overhead`` width), what the benchmark's probe protocol gives a source.
+source); and the Student t with the parts of the simulator's constants of
+docs/decisions/0063-a-probe-says-what-it-says-of-the-hosts-pace.md (their sds the
+``calibrate.prior`` widths), what the benchmark's probe protocol gives a source.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from autotune.calibrate import ResidualModel
 from autotune.calibrate import StepResiduals
 from autotune.calibrate import log_density
 from autotune.calibrate import shipped_residuals
+from autotune.calibrate._priors import given_widths
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
 
@@ -57,7 +58,7 @@ def _per_layout(model: ResidualModel, held_out: StepResiduals) -> float:
 
 
 def _table(simulator_name: str) -> str:
-    width = load_config(AutotuneConfig, ["tracking.enabled=false"]).calibrate.prior.host_overhead
+    given = given_widths(load_config(AutotuneConfig, ["tracking.enabled=false"]).calibrate.prior)
     every = shipped_residuals(catalog.load_simulator(simulator_name))
     normal, heavy = every.estimate(scales=False), every.estimate()
     lines = [
@@ -82,7 +83,7 @@ def _table(simulator_name: str) -> str:
         "model estimated on the other sources.",
         "",
         "| held-out source | jobs | layouts | Gaussian | Student t | degrees of freedom "
-        "| Student t, host part |",
+        "| Student t, constants' parts |",
         "|---|---|---|---|---|---|---|",
     ]
     gaussian, student, host = [], [], []
@@ -92,7 +93,7 @@ def _table(simulator_name: str) -> str:
         normal, heavy = others.estimate(scales=False), others.estimate()
         gaussian.append(_per_layout(normal, held_out))
         student.append(_per_layout(heavy, held_out))
-        host.append(_per_layout(others.estimate(host=width), held_out))
+        host.append(_per_layout(others.estimate(given=given), held_out))
         lines.append(
             f"| {source} | {len(set(held_out.jobs))} | {len(held_out.residuals)} "
             f"| {gaussian[-1]:+.2f} | {student[-1]:+.2f} | {heavy.dof:.1f} | {host[-1]:+.2f} |"

@@ -89,7 +89,7 @@ class ProbeRound:
                 "own": self.model.own,
                 "fields": dict(self.model.widths),
                 "slopes": dict(self.model.slopes),
-                "host": self.model.host,
+                "given": dict(self.model.given),
                 "dof": self.model.dof,
                 "spread_after_probes": self.spread,
             }

@@ -1,27 +1,32 @@
 """What the probe loop knows of a job before its first probe: the residual model of the
 simulator's step time and the common share of its memory error, both estimated on measured
 jobs (the shipped rows for a search; every other source's rows for the benchmark), beside
-the host part's given sd (the ``host_overhead`` factor's prior width)."""
+the given sds of the parts of the simulator's constants (their calibration factors' prior
+widths)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from autotune.calibrate._fit import Run
-from autotune.calibrate._host import host_shares
 from autotune.calibrate._residuals import LayoutFeatures
 from autotune.calibrate._residuals import ResidualModel
 from autotune.calibrate._residuals import estimate
 from autotune.calibrate._residuals import layout_features
+from autotune.calibrate._shares import SHARE_FACTORS
+from autotune.calibrate._shares import step_shares
 from autotune.simulators import Simulator
 
 __all__ = [
     "Priors",
     "StepResiduals",
+    "given_widths",
     "priors_from",
     "shipped_priors",
     "shipped_residuals",
@@ -62,11 +67,18 @@ class StepResiduals:
             self.features.take(at),
         )
 
-    def estimate(self, scales: bool = True, host: float = 0.0) -> ResidualModel:
-        """The residual model estimated on these layouts (:func:`estimate`), the host part's
-        sd ``host`` given."""
+    def estimate(
+        self, scales: bool = True, given: Mapping[str, float] | None = None
+    ) -> ResidualModel:
+        """The residual model estimated on these layouts (:func:`estimate`), the sds of the
+        constants' parts ``given``."""
         return estimate(
-            self.residuals, self.jobs, list(self.sources), self.features, scales=scales, host=host
+            self.residuals,
+            self.jobs,
+            list(self.sources),
+            self.features,
+            scales=scales,
+            given=given,
         )
 
 
@@ -74,10 +86,10 @@ def step_residuals(
     table: pd.DataFrame,
     runs: Sequence[Run | None],
     predicted_s: np.ndarray,
-    host: np.ndarray | None = None,
+    shares: np.ndarray | None = None,
 ) -> StepResiduals:
-    """The rows of ``table`` that ran and were priced, as :class:`StepResiduals` (``host``:
-    the host share of each row, :func:`autotune.calibrate._host.host_shares`; None: 0)."""
+    """The rows of ``table`` that ran and were priced, as :class:`StepResiduals` (``shares``:
+    each row's :func:`autotune.calibrate._shares.step_shares`; None: 0)."""
     sources = table["source"].astype(str).to_numpy()
     scenarios = table["scenario"].astype(str).to_numpy()
     timed = [
@@ -91,7 +103,7 @@ def step_residuals(
         sources[timed],
         layout_features(
             [runs[i].specs[1] for i in timed],  # type: ignore[union-attr]
-            None if host is None else host[timed],
+            None if shares is None else shares[timed],
         ),
     )
 
@@ -102,8 +114,8 @@ def priors_from(
     predicted_s: np.ndarray,
     predicted_peak_gib: np.ndarray,
     leave_out: str | None = None,
-    host: np.ndarray | None = None,
-    host_width: float = 0.0,
+    shares: np.ndarray | None = None,
+    given: Mapping[str, float] | None = None,
 ) -> Priors:
     """Both models estimated on the rows of ``table`` (``source`` and ``scenario`` name each
     row's job), but those of source ``leave_out``.
@@ -115,11 +127,11 @@ def priors_from(
         predicted_peak_gib: its peak of each row as the row's peak was measured
             (``peak_memory_measure``).
         leave_out: a source whose rows are not used (the one the benchmark scores).
-        host: the host share of each row (None: 0).
-        host_width: the sd of the host part (the ``host_overhead`` factor's prior width).
+        shares: each row's :func:`autotune.calibrate._shares.step_shares` (None: 0).
+        given: the sd of the part of each share factor (its calibration prior width).
     """
-    timed = step_residuals(table, runs, predicted_s, host)
-    time = timed.where(timed.sources != leave_out).estimate(host=host_width)
+    timed = step_residuals(table, runs, predicted_s, shares)
+    time = timed.where(timed.sources != leave_out).estimate(given=given)
     sources = table["source"].astype(str).to_numpy()
     jobs = list(zip(sources, table["scenario"].astype(str).to_numpy(), strict=True))
     mine = sources != leave_out
@@ -132,7 +144,7 @@ def priors_from(
         and np.isfinite(predicted_peak_gib[i])
         and predicted_peak_gib[i] > 0
     ]
-    shares = []
+    common_shares = []
     for source in sorted(set(sources[peaks])):  # each source's own split, then their mean
         mine = [i for i in peaks if sources[i] == source]
         memory = estimate(
@@ -142,10 +154,10 @@ def priors_from(
             LayoutFeatures.none(len(mine)),
             scales=False,  # the share below is the same at any scale
         )
-        shares.append(memory.level**2 / (memory.level**2 + memory.own**2))
+        common_shares.append(memory.level**2 / (memory.level**2 + memory.own**2))
     # no measured peak: the whole error taken as the job's, the cautious side (an OOM probe
     # then rules out every layout predicted to need as much)
-    common = float(np.mean(shares)) if shares else 1.0
+    common = float(np.mean(common_shares)) if common_shares else 1.0
     return Priors(time=time, memory_common=common, memory_rows=len(peaks))
 
 
@@ -157,7 +169,7 @@ class _Shipped:
     runs: list[Run | None]
     predicted_s: np.ndarray
     peak_gib: np.ndarray  # as each row's peak was measured
-    host: np.ndarray  # the host share of each row's step (0 where not priced)
+    shares: np.ndarray  # each row's step_shares (0 where not priced)
 
 
 _SHIPPED: dict[int, tuple[Simulator, _Shipped]] = {}  # by simulator, the last few
@@ -181,13 +193,13 @@ def _shipped(simulator: Simulator) -> _Shipped:
             predicted[i] = prediction.step_time_s
             peaks[i] = prediction.peak_gib(measures[i])
     priced = [i for i, run in enumerate(runs) if run is not None and np.isfinite(predicted[i])]
-    host = np.zeros(len(runs))
-    host[priced] = host_shares(
+    shares = np.zeros((len(runs), len(SHARE_FACTORS)))
+    shares[priced] = step_shares(
         simulator,
         [runs[i].specs for i in priced],  # type: ignore[union-attr]
         predicted[priced],
     )
-    shipped = _Shipped(priceable.table, runs, predicted, peaks, host)
+    shipped = _Shipped(priceable.table, runs, predicted, peaks, shares)
     if len(_SHIPPED) > 4:
         _SHIPPED.clear()
     _SHIPPED[id(simulator)] = (simulator, shipped)
@@ -197,16 +209,16 @@ def _shipped(simulator: Simulator) -> _Shipped:
 def shipped_residuals(simulator: Simulator) -> StepResiduals:
     """The shipped rows that ran as ``simulator`` predicts them (:class:`StepResiduals`)."""
     shipped = _shipped(simulator)
-    return step_residuals(shipped.table, shipped.runs, shipped.predicted_s, shipped.host)
+    return step_residuals(shipped.table, shipped.runs, shipped.predicted_s, shipped.shares)
 
 
 def shipped_priors(
-    simulator: Simulator, host_width: float, leave_out: str | None = None
+    simulator: Simulator, given: Mapping[str, float], leave_out: str | None = None
 ) -> Priors:
     """:func:`priors_from` the shipped rows as ``simulator`` predicts them, but those of source
     ``leave_out``: what the probe loop of a search starts from (every shipped row), and what
     the benchmark's probe protocol gives a source (every other shipped source's rows).
-    ``host_width``: the sd of the host part (the ``host_overhead`` factor's prior width)."""
+    ``given``: the sd of the part of each share factor (its calibration prior width)."""
     shipped = _shipped(simulator)
     return priors_from(
         shipped.table,
@@ -214,6 +226,15 @@ def shipped_priors(
         shipped.predicted_s,
         shipped.peak_gib,
         leave_out,
-        shipped.host,
-        host_width,
+        shipped.shares,
+        given,
     )
+
+
+def given_widths(prior: Any) -> dict[str, float]:
+    """The sd of the residual model's part of each :data:`SHARE_FACTORS` constant: the prior
+    width of its calibration factor (``calibrate.prior``, a mapping or the config's
+    dataclass), so the probe loop doubts a constant as much as a calibration does."""
+    if isinstance(prior, Mapping):
+        return {name: float(prior[name]) for name in SHARE_FACTORS}
+    return {name: float(getattr(prior, name)) for name in SHARE_FACTORS}

@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 
 from autotune.calibrate._fit import Run
-from autotune.calibrate._host import host_shares
 from autotune.calibrate._memory import Observation
 from autotune.calibrate._memory import memory_belief
 from autotune.calibrate._memory import observe
 from autotune.calibrate._priors import Priors
+from autotune.calibrate._priors import given_widths
 from autotune.calibrate._priors import shipped_priors
 from autotune.calibrate._probe import Candidates
 from autotune.calibrate._probe import Outlook
@@ -49,6 +49,8 @@ from autotune.calibrate._protocols import margins_elsewhere
 from autotune.calibrate._protocols import peak_key
 from autotune.calibrate._protocols import scores_of
 from autotune.calibrate._residuals import layout_features
+from autotune.calibrate._shares import SHARE_FACTORS
+from autotune.calibrate._shares import step_shares
 from autotune.order import order_key
 from autotune.simulators import Simulator
 from autotune.simulators.prediction import MEMORY_MEASURES
@@ -112,7 +114,7 @@ def _probe_steps(
     scenario: _Scenario,
     runs: Sequence[Run | None],
     as_measured_gib: np.ndarray,
-    host: np.ndarray,
+    shares: np.ndarray,
     priors: Priors,
     settings: ProtocolSettings,
 ) -> dict[int, _Step]:
@@ -123,7 +125,7 @@ def _probe_steps(
         scenario: the scenario's rows and their zero-shot predictions.
         runs: every row of the table as a run.
         as_measured_gib: every row's predicted peak as its measured peak counts it.
-        host: the host share of each of the scenario's rows.
+        shares: the step shares of each of the scenario's rows (:func:`step_shares`).
         priors: the step-time and memory priors (estimated without the scenario's source).
         settings: the stop rule and the K asked.
     """
@@ -131,7 +133,7 @@ def _probe_steps(
     device = np.array([run.specs[0].cluster.device.memory_gib for run in scenario_runs])
     candidates = Candidates(
         log_predicted=np.log(scenario.predicted_s),
-        features=layout_features([run.specs[1] for run in scenario_runs], host),
+        features=layout_features([run.specs[1] for run in scenario_runs], shares),
         memory_gib=scenario.memory_gib,
         device_gib=device,
         memory=memory_belief(scenario.margin, priors.memory_common),
@@ -210,15 +212,15 @@ def probe_scores(
     margins = margins_elsewhere(table, runs, zero)
     scenarios = _scenarios(table, runs, zero, margins)
     as_measured = zero.peak_gib(table["peak_memory_measure"].to_numpy(dtype=str))
-    width = settings.fit.prior["host_overhead"]
+    given = given_widths(settings.fit.prior)
     priors = {
-        source: shipped_priors(simulator, width, leave_out=source)
+        source: shipped_priors(simulator, given, leave_out=source)
         for source in sorted({s.source for s in scenarios})
     }
-    host = np.zeros(len(table))
     priced = [i for s in scenarios for i in s.rows]
+    shares = np.zeros((len(table), len(SHARE_FACTORS)))
     specs = [runs[i].specs for i in priced]  # type: ignore[union-attr]
-    host[priced] = host_shares(simulator, specs, zero.predicted_s[priced])
+    shares[priced] = step_shares(simulator, specs, zero.predicted_s[priced])
     ks = sorted(set(settings.probes))
     families = {
         (family, k): empty_arrays(len(table)) for family in (PROBE, TOP_PROBES) for k in ks
@@ -227,7 +229,7 @@ def probe_scores(
         arrays["probes_used"] = np.full(len(table), np.nan)
     for scenario in scenarios:
         steps = _probe_steps(
-            scenario, runs, as_measured, host[scenario.rows], priors[scenario.source], settings
+            scenario, runs, as_measured, shares[scenario.rows], priors[scenario.source], settings
         )
         order = sorted(
             range(len(scenario.rows)),

@@ -4,7 +4,8 @@ The residual of a layout is ``r = log(measured step time / predicted step time)`
 job it is modelled as a sum of Gaussian parts:
 
     r = mean + job + sum over layout fields f of part_f[value of f]
-          + sum over degrees g of slope_g * log2(value of g) + host * h + own
+          + sum over degrees g of slope_g * log2(value of g)
+          + sum over constants c of given_c * share_c + own
 
 - ``mean``: what the simulator misses on every job (a fixed number);
 - ``job``: what it misses on this job, shared by every layout of it (sd ``level``);
@@ -20,14 +21,15 @@ job it is modelled as a sum of Gaussian parts:
   of what the degree adds, so the trend is anchored there (log2 1 = 0). DP has no slope: in a
   job of one world size its degree follows from the others', and a slope of it would stand in
   for the job's part;
-- ``host``: what the simulator misses of the host's pace (its cost per operator call), times
-  ``h``, the share of the layout's step that pace sets (:mod:`autotune.calibrate._host`): 0 for
-  a layout whose kernels outlast the host's calls, 1 for one whose step is all host calls. A
-  probe of a host-paced layout slower than predicted then says little of a layout the device
-  paces, and a probe of each tells the two apart. Its sd ``host`` is not estimated: the
-  shipped layouts that the host paces are all one source's (vTrain's single node), so it is
-  the prior width of the calibration's ``host_overhead`` factor (``calibrate.prior``, the
-  spread of the host's cost per call that the simulators' constant is chosen from);
+- ``given_c``: what the simulator misses of one of its constants (the host's cost per operator
+  call, the share of the links between nodes a collective gets), times ``share_c``, the share
+  of the layout's step that constant sets (:mod:`autotune.calibrate._shares`): 0 for a layout
+  whose kernels outlast the host's calls, 1 for one whose step is all host calls. A probe of a
+  host-paced layout slower than predicted then says little of a layout the device paces, and
+  a probe of each tells the two apart. The sds ``given`` are not estimated: the shipped
+  layouts that the host paces are all one source's (vTrain's single node), and a source's
+  own rows never estimate what the benchmark gives it; each is the prior width of the
+  calibration factor that scales the constant (``calibrate.prior``);
 - ``own``: what belongs to one layout alone, measurement noise included (sd ``own``).
 
 Two layouts of a job thus have correlated residuals, the more so the more field values they
@@ -52,7 +54,7 @@ job the simulator gets badly wrong as of one it gets right.
 The other sds, the mean and ``dof`` are not set by hand: :func:`estimate` takes them by
 maximum marginal likelihood (empirical Bayes) over the residuals of measured jobs (the shipped
 rows, or, in the benchmark, every other source's rows), each source weighing the same, beside
-the given host part.
+the given parts.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from autotune.calibrate._shares import SHARE_FACTORS
 from autotune.simulators import Layout
 from autotune.simulators.layout import LAYOUT_FIELDS
 
@@ -90,6 +93,10 @@ _DOF_BOUNDS = (2.01, 1e3)
 _MEAN_BOUND = 1.0  # the mean log residual within [-1, 1] (predictions off by at most e)
 _START_SD = 0.05  # where the search for the sds starts
 _SHOWN = 3  # fields named in the model's one-line text (the largest parts)
+_GIVEN_TEXT = {  # a given part in the model's one-line text
+    "host_overhead": "at a step the host paces",
+    "inter_node_efficiency": "at a step spent waiting between nodes",
+}
 
 
 class _Batch(NamedTuple):
@@ -108,13 +115,15 @@ class LayoutFeatures:
     """What the residual model reads of each layout (one row per layout): an integer code per
     field of ``fields``, the same for layouts with the same value (comparable within one
     :func:`layout_features` call only), log2 of each degree of ``slope_fields``, and the share
-    of its step the host's pace sets (:func:`autotune.calibrate._host.host_shares`)."""
+    of its step each constant of ``share_factors`` sets
+    (:func:`autotune.calibrate._shares.step_shares`)."""
 
     codes: np.ndarray
     logs: np.ndarray
-    host: np.ndarray
+    shares: np.ndarray
     fields: tuple[str, ...] = LAYOUT_FIELDS
     slope_fields: tuple[str, ...] = SLOPE_FIELDS
+    share_factors: tuple[str, ...] = SHARE_FACTORS
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -123,7 +132,12 @@ class LayoutFeatures:
         """The features of the layouts at ``index`` (positions or a boolean mask)."""
         at = np.asarray(index)
         return LayoutFeatures(
-            self.codes[at], self.logs[at], self.host[at], self.fields, self.slope_fields
+            self.codes[at],
+            self.logs[at],
+            self.shares[at],
+            self.fields,
+            self.slope_fields,
+            self.share_factors,
         )
 
     def kernels(self) -> np.ndarray:
@@ -132,28 +146,32 @@ class LayoutFeatures:
         same = self.codes.T[:, :, None] == self.codes.T[:, None, :]
         return np.concatenate([same, self.logs.T[:, :, None] * self.logs.T[:, None, :]])
 
-    def host_kernel(self) -> np.ndarray:
-        """The (n, n) product of two layouts' host shares (the host part's kernel)."""
-        return np.outer(self.host, self.host)
+    def given_covariance(self, sds: np.ndarray, other: LayoutFeatures | None = None) -> np.ndarray:
+        """The covariance of the given parts of sds ``sds`` (one per share factor) between
+        these layouts and ``other`` (None: these)."""
+        other = self if other is None else other
+        return np.asarray((self.shares * np.square(sds)) @ other.shares.T)
 
     @classmethod
     def none(cls, n: int) -> LayoutFeatures:
         """No field at all: a model of the job's part and each layout's own part alone."""
-        return cls(np.zeros((n, 0), dtype=np.int64), np.zeros((n, 0)), np.zeros(n), (), ())
+        return cls(
+            np.zeros((n, 0), dtype=np.int64), np.zeros((n, 0)), np.zeros((n, 0)), (), (), ()
+        )
 
 
-def layout_features(
-    layouts: Sequence[Layout], host: np.ndarray | Sequence[float] | None = None
-) -> LayoutFeatures:
+def layout_features(layouts: Sequence[Layout], shares: np.ndarray | None = None) -> LayoutFeatures:
     """The :class:`LayoutFeatures` of ``layouts``: every layout field, the slopes', and the
-    host share of each (None: no layout paced by the host)."""
+    share of each :data:`SHARE_FACTORS` constant in each layout's step (None: 0 of every
+    one)."""
     codes = np.zeros((len(layouts), len(LAYOUT_FIELDS)), dtype=np.int64)
     for f, name in enumerate(LAYOUT_FIELDS):
         seen: dict[Hashable, int] = {}
         for i, layout in enumerate(layouts):
             codes[i, f] = seen.setdefault(getattr(layout, name), len(seen))
     logs = np.log2([[float(getattr(lay, name)) for name in SLOPE_FIELDS] for lay in layouts])
-    shares = np.zeros(len(layouts)) if host is None else np.asarray(host, dtype=float)
+    if shares is None:
+        shares = np.zeros((len(layouts), len(SHARE_FACTORS)))
     return LayoutFeatures(codes, logs.reshape(len(layouts), len(SLOPE_FIELDS)), shares)
 
 
@@ -163,10 +181,10 @@ class ResidualModel:
 
     ``widths`` holds the sd of the part of each layout field, in :data:`LAYOUT_FIELDS` order,
     ``slopes`` the sd of the slope of each degree of :data:`SLOPE_FIELDS` (per doubling),
-    ``host`` the sd of the host part (given, not estimated); the sds are those of a job whose
-    scale ``tau`` is 1, and ``dof`` says how the scale varies
-    between jobs (infinite: not at all, a Gaussian model); ``scenarios`` and ``sources`` count
-    the measured jobs it was estimated on.
+    ``given`` the sd of the part of each :data:`SHARE_FACTORS` constant (given, not
+    estimated); the sds are those of a job whose scale ``tau`` is 1, and ``dof`` says how the
+    scale varies between jobs (infinite: not at all, a Gaussian model); ``scenarios`` and
+    ``sources`` count the measured jobs it was estimated on.
     """
 
     mean: float
@@ -174,7 +192,7 @@ class ResidualModel:
     own: float
     widths: tuple[tuple[str, float], ...]
     slopes: tuple[tuple[str, float], ...] = ()
-    host: float = 0.0
+    given: tuple[tuple[str, float], ...] = ()
     dof: float = math.inf
     scenarios: int = 0
     sources: int = 0
@@ -187,14 +205,19 @@ class ResidualModel:
             cov += width**2 * (a.codes[:, f, None] == b.codes[None, :, f])
         for g, (_, slope) in enumerate(self.slopes):
             cov += slope**2 * a.logs[:, g, None] * b.logs[None, :, g]
-        return cov + self.host**2 * np.outer(a.host, b.host)
+        return cov + a.given_covariance(self._given_sds(a), b)
+
+    def _given_sds(self, x: LayoutFeatures) -> np.ndarray:
+        """The sd of the given part of each of ``x``'s share factors (0: not given)."""
+        sds = dict(self.given)
+        return np.array([sds.get(name, 0.0) for name in x.share_factors])
 
     def variance(self, x: LayoutFeatures) -> np.ndarray:
         """The prior variance of each layout's residual at the job's scale 1, ``own``
-        included: the slopes add the more, the higher its degrees, the host part the more, the
-        more of its step the host paces."""
+        included: the slopes add the more, the higher its degrees, a given part the more, the
+        more of its step the constant sets."""
         flat = self.level**2 + self.own**2 + sum(w**2 for _, w in self.widths)
-        var = np.full(len(x), flat) + self.host**2 * x.host**2
+        var = np.full(len(x), flat) + np.square(x.shares) @ np.square(self._given_sds(x))
         for g, (_, slope) in enumerate(self.slopes):
             var += slope**2 * x.logs[:, g] ** 2
         return var
@@ -233,7 +256,10 @@ class ResidualModel:
             f"own, {100 * prior * self.level:.1f}% the job's"
             + (f", per value of {', '.join(parts)}" if parts else "")
             + (f", per doubling of {', '.join(trends)}" if trends else "")
-            + (f", {100 * prior * self.host:.1f}% at a step the host paces" if self.host else "")
+            + "".join(
+                f", {100 * prior * sd:.1f}% {_GIVEN_TEXT.get(name, f'per share of {name}')}"
+                for name, sd in self.given
+            )
             + tails
             + f" (estimated on {self.scenarios} measured jobs of {self.sources} sources)"
         )
@@ -337,7 +363,7 @@ def estimate(
     sources: Sequence[str],
     features: LayoutFeatures,
     scales: bool = True,
-    host: float = 0.0,
+    given: Mapping[str, float] | None = None,
 ) -> ResidualModel:
     """The model's sds and mean by maximum marginal likelihood over measured jobs, then how
     the jobs' scales vary (:func:`_job_scales`).
@@ -352,12 +378,14 @@ def estimate(
             alone).
         scales: whether to estimate how the jobs' scales vary (False: a Gaussian model,
             every job at scale 1).
-        host: the sd of the host part, given (module docstring); the others are estimated
-            beside it.
+        given: the sd of the part of each share factor of ``features`` (module docstring;
+            missing: 0), given; the others are estimated beside them.
     """
     from scipy.optimize import minimize  # imported on first use (about half a second)
 
-    batches = _batches(residuals, jobs, sources, features, host)
+    given = {name: float((given or {}).get(name, 0.0)) for name in features.share_factors}
+    sds_given = np.array(list(given.values()))
+    batches = _batches(residuals, jobs, sources, features, sds_given)
     fields = features.fields
     parts = 2 + len(fields) + len(features.slope_fields)
     low, high = (math.log(b) for b in _SD_BOUNDS)
@@ -368,7 +396,7 @@ def estimate(
     )
     theta = solution.x
     dof, spread = _job_scales(theta, batches) if scales else (math.inf, 1.0)
-    # the t's factor c scales the Gaussian fit's whole covariance, the given host part with it
+    # the t's factor c scales the Gaussian fit's whole covariance, the given parts with it
     sds = np.exp(theta[1:]) * math.sqrt(spread)
     return ResidualModel(
         mean=float(theta[0]),
@@ -376,7 +404,7 @@ def estimate(
         own=float(sds[1]),
         widths=tuple(zip(fields, map(float, sds[2 : 2 + len(fields)]), strict=True)),
         slopes=tuple(zip(features.slope_fields, map(float, sds[2 + len(fields) :]), strict=True)),
-        host=host * math.sqrt(spread),
+        given=tuple((name, sd * math.sqrt(spread)) for name, sd in given.items() if sd > 0),
         dof=dof,
         scenarios=len(set(jobs)),
         sources=len(set(sources)),
@@ -442,11 +470,11 @@ def _batches(
     jobs: Sequence[Hashable],
     sources: Sequence[str],
     features: LayoutFeatures,
-    host: float,
+    given: np.ndarray,
 ) -> list[_Batch]:
     """The jobs batched by their number of layouts: residuals, the kernel of every estimated
-    part (:meth:`LayoutFeatures.kernels`), the covariance of the given host part and each
-    job's weight (every source weighing the same)."""
+    part (:meth:`LayoutFeatures.kernels`), the covariance of the given parts (sds ``given``)
+    and each job's weight (every source weighing the same)."""
     groups: dict[Hashable, list[int]] = {}
     for i, job in enumerate(jobs):
         groups.setdefault(job, []).append(i)
@@ -459,7 +487,7 @@ def _batches(
         mine = features.take(index)
         kernels = mine.kernels().astype(float)  # (parts, n, n)
         weight = len(groups) / len(per_source) / per_source[sources[members[0]]]
-        job = (residuals[index], kernels, host**2 * mine.host_kernel(), weight)
+        job = (residuals[index], kernels, mine.given_covariance(given), weight)
         by_size.setdefault(len(members), []).append(job)
     return [
         _Batch(

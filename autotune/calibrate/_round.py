@@ -22,12 +22,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from autotune.calibrate._host import host_shares
 from autotune.calibrate._loop import ProbePlan
 from autotune.calibrate._loop import ProbeRound
 from autotune.calibrate._loop import probe_frame
 from autotune.calibrate._memory import memory_belief
 from autotune.calibrate._memory import observe
+from autotune.calibrate._priors import given_widths
 from autotune.calibrate._priors import shipped_priors
 from autotune.calibrate._probe import Candidates
 from autotune.calibrate._probe import Probed
@@ -36,6 +36,7 @@ from autotune.calibrate._probe import next_probes
 from autotune.calibrate._probe import outlook
 from autotune.calibrate._probe import pick
 from autotune.calibrate._residuals import layout_features
+from autotune.calibrate._shares import step_shares
 from autotune.catalog import PricedJob
 from autotune.config import AutotuneConfig
 from autotune.csv_files import write_csv
@@ -78,7 +79,7 @@ def probe_round(
     job = priced.job
     assert isinstance(priced.simulator, CalibratedSimulator)
     simulator: CalibratedSimulator = priced.simulator
-    priors = shipped_priors(simulator, config.calibrate.prior.host_overhead)
+    priors = shipped_priors(simulator, given_widths(config.calibrate.prior))
     round_ = ProbeRound(model=priors.time, margin=simulator.memory_margin)
     predictions = dict(ranked)
     round_.measured, round_.notes = list(plan.measured), list(plan.notes)
@@ -99,10 +100,10 @@ def probe_round(
     index = {lay: i for i, lay in enumerate(layouts)}
     chosen = [predictions[lay] for lay in layouts]
     # the shares are the search's simulator's own: a re-ranked layout's prediction is another's
-    host = host_shares(simulator, [(job, lay) for lay in layouts])
+    shares = step_shares(simulator, [(job, lay) for lay in layouts])
     candidates = Candidates(
         log_predicted=np.log([p.step_time_s for p in chosen]),
-        features=layout_features(layouts, host),
+        features=layout_features(layouts, shares),
         memory_gib=np.array([p.memory_gib for p in chosen]),
         device_gib=np.array([p.device_memory_gib for p in chosen]),
         memory=round_.memory,

@@ -63,7 +63,7 @@ def test_measured_probes_move_the_belief_and_the_pick_is_not_worse(
     model = round_["step_time_model"]
     assert model["fields"]["tp"] > model["own"] > 0  # estimated on the shipped rows
     assert 2 < model["dof"] < 10 and set(model["slopes"]) == set(SLOPE_FIELDS)
-    assert model["host"] > 0  # the host part, of the host_overhead prior width
+    assert set(model["given"]) == {"host_overhead", "inter_node_efficiency"}
     assert model["spread_after_probes"] > 0
     assert round_["memory_model"]["memory_factor"] < 1.0  # three ran within the device
     measured = {json.dumps(m["layout"]): m["step_time_s"] for m in round_["measured"]}

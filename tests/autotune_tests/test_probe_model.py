@@ -33,6 +33,7 @@ from autotune.calibrate._residuals import log_density
 from autotune.simulators.layout import LAYOUT_FIELDS
 
 TP = LAYOUT_FIELDS.index("tp")
+HOST = ("host_overhead",)  # the one share factor of the hand-made layouts
 STOP = ProbeSettings(stop_gain=0.01, stop_probability=0.05)
 
 
@@ -45,7 +46,9 @@ def _codes(tp: list[int]) -> LayoutFeatures:
     """Layouts that differ in their TP degree alone, for a model without slopes."""
     codes = np.zeros((len(tp), len(LAYOUT_FIELDS)), dtype=np.int64)
     codes[:, TP] = tp
-    return LayoutFeatures(codes, np.zeros((len(tp), 0)), np.zeros(len(tp)), LAYOUT_FIELDS, ())
+    return LayoutFeatures(
+        codes, np.zeros((len(tp), 0)), np.zeros((len(tp), 1)), LAYOUT_FIELDS, (), HOST
+    )
 
 
 def _stacked(jobs: list[LayoutFeatures]) -> LayoutFeatures:
@@ -53,9 +56,10 @@ def _stacked(jobs: list[LayoutFeatures]) -> LayoutFeatures:
     return LayoutFeatures(
         np.vstack([j.codes for j in jobs]),
         np.vstack([j.logs for j in jobs]),
-        np.concatenate([j.host for j in jobs]),
+        np.vstack([j.shares for j in jobs]),
         first.fields,
         first.slope_fields,
+        first.share_factors,
     )
 
 
@@ -139,7 +143,7 @@ def _tp_features(tp: list[int]) -> LayoutFeatures:
     """Layouts that differ in their TP degree alone, with its log2 as the one slope field."""
     codes = _codes(tp).codes
     logs = np.log2(np.array(tp, float))[:, None]
-    return LayoutFeatures(codes, logs, np.zeros(len(tp)), LAYOUT_FIELDS, ("tp",))
+    return LayoutFeatures(codes, logs, np.zeros((len(tp), 1)), LAYOUT_FIELDS, ("tp",), HOST)
 
 
 def test_a_slope_carries_what_a_probe_says_to_the_higher_degrees() -> None:
@@ -166,7 +170,7 @@ def test_a_slope_carries_what_a_probe_says_to_the_higher_degrees() -> None:
 def _host_features(host: list[float]) -> LayoutFeatures:
     """Layouts of one TP degree that differ in the share of their step the host paces."""
     codes = _codes([0] * len(host))
-    return dataclasses.replace(codes, host=np.array(host, float))
+    return dataclasses.replace(codes, shares=np.array(host, float)[:, None])
 
 
 def test_a_host_paced_probe_says_little_of_a_layout_the_device_paces() -> None:
@@ -174,7 +178,7 @@ def test_a_host_paced_probe_says_little_of_a_layout_the_device_paces() -> None:
     ran 30% over its expectation moves a layout by ``cov(layout, probe) / var(probe)`` times
     its residual, ``cov = level^2 + 0.15^2 h``: a device-paced layout (h = 0) by the job's level
     alone, a half-paced one more, another host-paced one most."""
-    model = dataclasses.replace(_model(tp=0.0), host=0.15)
+    model = dataclasses.replace(_model(tp=0.0), given=(("host_overhead", 0.15),))
     host = [1.0, 0.0, 0.5, 1.0]
     features = _host_features(host)
     found = belief(model, np.zeros(4), features, {0: math.exp(model.mean + 0.3)})
@@ -190,19 +194,21 @@ def test_a_host_paced_probe_says_little_of_a_layout_the_device_paces() -> None:
 def test_the_estimate_takes_the_host_part_as_given() -> None:
     """Jobs drawn with a host part of sd 0.15 over shares from 0 to 1: given it, the estimate
     recovers the other sds; without it, the host's variance goes into them."""
-    truth = dataclasses.replace(_model(level=0.05, own=0.04, tp=0.0), host=0.15)
+    truth = dataclasses.replace(
+        _model(level=0.05, own=0.04, tp=0.0), given=(("host_overhead", 0.15),)
+    )
 
     def layouts(rng: np.random.Generator) -> LayoutFeatures:
         return _host_features(list(rng.choice([0.0, 1.0], 6)))
 
     drawn = _drawn(truth, layouts, np.random.default_rng(3), 400)
-    found = estimate(*drawn, scales=False, host=0.15)
-    assert found.host == 0.15
+    found = estimate(*drawn, scales=False, given={"host_overhead": 0.15})
+    assert found.given == (("host_overhead", 0.15),)
     assert found.own == pytest.approx(0.04, rel=0.15)
     total = found.level**2 + sum(w**2 for _, w in found.widths)  # every field: the job's
     assert math.sqrt(total) == pytest.approx(0.05, rel=0.3)
     blind = estimate(*drawn, scales=False)
-    assert blind.host == 0 and blind.own > 0.06  # the host's part taken for the layouts' own
+    assert blind.given == () and blind.own > 0.06  # the host's part taken for the layouts' own
 
 
 def test_the_estimate_recovers_a_slope_it_was_drawn_with() -> None:
@@ -390,8 +396,9 @@ def test_the_pick_is_the_least_expected_step_time_of_what_may_be_picked() -> Non
 
 def test_the_shipped_priors_leave_a_source_out() -> None:
     simulator = catalog.load_simulator("analytical")
-    every = shipped_priors(simulator, 0.15)
-    without = shipped_priors(simulator, 0.15, leave_out="vtrain")
+    given = {"host_overhead": 0.15, "inter_node_efficiency": 0.1}
+    every = shipped_priors(simulator, given)
+    without = shipped_priors(simulator, given, leave_out="vtrain")
     assert every.time.sources == 13 and without.time.sources == 12
     assert without.time.scenarios < every.time.scenarios
     assert 0 < every.memory_common < 1 and every.memory_rows == 177

@@ -27,9 +27,9 @@ from _results import table_per_simulator
 from autotune import catalog
 from autotune.calibrate import ResidualModel
 from autotune.calibrate import StepResiduals
+from autotune.calibrate import given_widths
 from autotune.calibrate import log_density
 from autotune.calibrate import shipped_residuals
-from autotune.calibrate._priors import given_widths
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
 

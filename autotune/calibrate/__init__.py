@@ -32,6 +32,7 @@ from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import margins_from
 from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._priors import StepResiduals
+from autotune.calibrate._priors import given_widths
 from autotune.calibrate._priors import shipped_residuals
 from autotune.calibrate._probe import Pick
 from autotune.calibrate._probe import ProbeSettings
@@ -72,6 +73,7 @@ __all__ = [
     "evidence",
     "fit",
     "fit_settings",
+    "given_widths",
     "leave_one_model_out",
     "leave_one_source_out",
     "log_density",

@@ -23,13 +23,13 @@ job it is modelled as a sum of Gaussian parts:
   for the job's part;
 - ``given_c``: what the simulator misses of one of its constants (the host's cost per operator
   call, the share of the links between nodes a collective gets), times ``share_c``, the share
-  of the layout's step that constant sets (:mod:`autotune.calibrate._shares`): 0 for a layout
-  whose kernels outlast the host's calls, 1 for one whose step is all host calls. A probe of a
-  host-paced layout slower than predicted then says little of a layout the device paces, and
-  a probe of each tells the two apart. The sds ``given`` are not estimated: the shipped
-  layouts that the host paces are all one source's (vTrain's single node), and a source's
-  own rows never estimate what the benchmark gives it; each is the prior width of the
-  calibration factor that scales the constant (``calibrate.prior``);
+  of the layout's step that constant sets (:mod:`autotune.calibrate._shares`; for the host: 0
+  for a layout whose kernels outlast the host's calls, 1 for one whose step is all host
+  calls). A probe of a host-paced layout slower than predicted then says little of a layout
+  the device paces, and a probe of each tells the two apart. The sds ``given`` are not
+  estimated: the shipped layouts that the host paces are all one source's (vTrain's single
+  node), and a source's own rows never estimate what the benchmark gives it; each is the
+  prior width of the calibration factor that scales the constant (``calibrate.prior``);
 - ``own``: what belongs to one layout alone, measurement noise included (sd ``own``).
 
 Two layouts of a job thus have correlated residuals, the more so the more field values they
@@ -101,7 +101,7 @@ _GIVEN_TEXT = {  # a given part in the model's one-line text
 
 class _Batch(NamedTuple):
     """Jobs with the same number of layouts ``n``: residuals (jobs, n), the kernel of every
-    estimated part (jobs, parts, n, n), the covariance of the given part (jobs, n, n), and
+    estimated part (jobs, parts, n, n), the covariance of the given parts (jobs, n, n), and
     each job's weight (jobs,)."""
 
     residuals: np.ndarray

@@ -110,4 +110,21 @@ def priceable_rows(table: pd.DataFrame) -> PriceableRows:
         skipped.append(
             SkippedRow(file, int(line), source, layout.describe(), tuple(broken), reasons)
         )
-    return PriceableRows(take_rows(table, kept), [specs[i] for i in kept], tuple(skipped))
+    priceable = take_rows(table, kept)
+    full = [at_device_ceiling(priceable, i, *specs[position]) for i, position in enumerate(kept)]
+    if any(full):  # the allocator took the whole device: the reading bounds the need only
+        priceable["peak_memory_gib"] = priceable["peak_memory_gib"].mask(pd.Series(full))
+    return PriceableRows(priceable, [specs[i] for i in kept], tuple(skipped))
+
+
+def at_device_ceiling(table: pd.DataFrame, row: int, job: Job, layout: Layout) -> bool:
+    """Whether the row's peak is a device-level reading (``nvidia-smi``, ``npu-smi``) at or
+    above the memory its device gives the allocator (the device's memory less
+    ``runtime_memory_gib``). PyTorch's caching allocator keeps what it got, so such a reading
+    says only that the run fit, not how much it needed: it is read as no measured peak
+    (docs/decisions/0064-a-device-level-peak-at-the-ceiling-says-only-that-the-run-fit.md)."""
+    peak = table["peak_memory_gib"].iloc[row]
+    if pd.isna(peak) or str(table["peak_memory_measure"].iloc[row]) != "device":
+        return False
+    device = job.cluster.device
+    return bool(float(peak) >= device.memory_gib - device.runtime_memory_gib)

@@ -458,3 +458,19 @@ def test_an_unclosed_quote_is_refused_not_a_row_lost(tmp_path: Path) -> None:
     with pytest.raises(DataFileError) as caught:
         dataset.load_measurements(path)
     assert "quote.csv, line 2, column scenario: a cell spans lines" in str(caught.value)
+
+
+def test_a_device_level_peak_at_the_devices_ceiling_is_read_as_no_peak(tmp_path: Path) -> None:
+    """On an A100 80GB (1.25 GiB not given to the allocator): an ``nvidia-smi`` reading at
+    78.75 GiB or more says only that the run fit; one under it, or the allocator's own
+    figure at the ceiling, is a measured peak."""
+    rows = [
+        {"scenario": "full", "peak_memory_gib": 79.5, "peak_memory_measure": "device"},
+        {"scenario": "under", "peak_memory_gib": 70.0, "peak_memory_measure": "device"},
+        {"scenario": "tensors", "peak_memory_gib": 79.5, "peak_memory_measure": "allocated"},
+    ]
+    table = dataset.load_measurements(write(tmp_path / "peaks.csv", *rows))
+    priced = dataset.priceable_rows(table)
+    peaks = dict(zip(priced.table["scenario"], priced.table["peak_memory_gib"], strict=True))
+    assert pd.isna(peaks["full"]) and (peaks["under"], peaks["tensors"]) == (70.0, 79.5)
+    assert table["peak_memory_gib"].notna().all()  # the loaded table keeps what was read

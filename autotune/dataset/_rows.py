@@ -111,13 +111,13 @@ def priceable_rows(table: pd.DataFrame) -> PriceableRows:
             SkippedRow(file, int(line), source, layout.describe(), tuple(broken), reasons)
         )
     priceable = take_rows(table, kept)
-    full = [at_device_ceiling(priceable, i, *specs[position]) for i, position in enumerate(kept)]
+    full = [at_device_ceiling(priceable, i, specs[position][0]) for i, position in enumerate(kept)]
     if any(full):  # the allocator took the whole device: the reading bounds the need only
         priceable["peak_memory_gib"] = priceable["peak_memory_gib"].mask(pd.Series(full))
     return PriceableRows(priceable, [specs[i] for i in kept], tuple(skipped))
 
 
-def at_device_ceiling(table: pd.DataFrame, row: int, job: Job, layout: Layout) -> bool:
+def at_device_ceiling(table: pd.DataFrame, row: int, job: Job) -> bool:
     """Whether the row's peak is a device-level reading (``nvidia-smi``, ``npu-smi``) at or
     above the memory its device gives the allocator (the device's memory less
     ``runtime_memory_gib``). PyTorch's caching allocator keeps what it got, so such a reading

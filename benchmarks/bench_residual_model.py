@@ -27,6 +27,7 @@ from _results import table_per_simulator
 from autotune import catalog
 from autotune.calibrate import ResidualModel
 from autotune.calibrate import StepResiduals
+from autotune.calibrate import fit_settings
 from autotune.calibrate import given_widths
 from autotune.calibrate import log_density
 from autotune.calibrate import shipped_residuals
@@ -58,7 +59,8 @@ def _per_layout(model: ResidualModel, held_out: StepResiduals) -> float:
 
 
 def _table(simulator_name: str) -> str:
-    given = given_widths(load_config(AutotuneConfig, ["tracking.enabled=false"]).calibrate.prior)
+    config = load_config(AutotuneConfig, ["tracking.enabled=false"])
+    given = given_widths(fit_settings(config.calibrate).prior)
     every = shipped_residuals(catalog.load_simulator(simulator_name))
     normal, heavy = every.estimate(scales=False), every.estimate()
     lines = [

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -192,7 +191,7 @@ def _shipped(simulator: Simulator) -> _Shipped:
             prediction = simulator.simulate(*run.specs)
             predicted[i] = prediction.step_time_s
             peaks[i] = prediction.peak_gib(measures[i])
-    priced = [i for i, run in enumerate(runs) if run is not None and np.isfinite(predicted[i])]
+    priced = [i for i, run in enumerate(runs) if run is not None and run.ran]  # the residuals
     shares = np.zeros((len(runs), len(SHARE_FACTORS)))
     shares[priced] = step_shares(
         simulator,
@@ -231,10 +230,8 @@ def shipped_priors(
     )
 
 
-def given_widths(prior: Any) -> dict[str, float]:
+def given_widths(prior: Mapping[str, float]) -> dict[str, float]:
     """The sd of the residual model's part of each :data:`SHARE_FACTORS` constant: the prior
-    width of its calibration factor (``calibrate.prior``, a mapping or the config's
-    dataclass), so the probe loop doubts a constant as much as a calibration does."""
-    if isinstance(prior, Mapping):
-        return {name: float(prior[name]) for name in SHARE_FACTORS}
-    return {name: float(getattr(prior, name)) for name in SHARE_FACTORS}
+    width of its calibration factor (:attr:`FitSettings.prior`), so the probe loop doubts a
+    constant as much as a calibration does."""
+    return {name: float(prior[name]) for name in SHARE_FACTORS}

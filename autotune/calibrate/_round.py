@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from autotune.calibrate._command import fit_settings
 from autotune.calibrate._loop import ProbePlan
 from autotune.calibrate._loop import ProbeRound
 from autotune.calibrate._loop import probe_frame
@@ -79,7 +80,7 @@ def probe_round(
     job = priced.job
     assert isinstance(priced.simulator, CalibratedSimulator)
     simulator: CalibratedSimulator = priced.simulator
-    priors = shipped_priors(simulator, given_widths(config.calibrate.prior))
+    priors = shipped_priors(simulator, given_widths(fit_settings(config.calibrate).prior))
     round_ = ProbeRound(model=priors.time, margin=simulator.memory_margin)
     predictions = dict(ranked)
     round_.measured, round_.notes = list(plan.measured), list(plan.notes)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from autotune.dataset._specs import table_specs
@@ -111,20 +113,22 @@ def priceable_rows(table: pd.DataFrame) -> PriceableRows:
             SkippedRow(file, int(line), source, layout.describe(), tuple(broken), reasons)
         )
     priceable = take_rows(table, kept)
-    full = [at_device_ceiling(priceable, i, specs[position][0]) for i, position in enumerate(kept)]
-    if any(full):  # the allocator took the whole device: the reading bounds the need only
+    full = at_device_ceiling(priceable, [specs[i][0] for i in kept])
+    if full.any():  # the allocator took the whole device: the reading bounds the need only
         priceable["peak_memory_gib"] = priceable["peak_memory_gib"].mask(pd.Series(full))
     return PriceableRows(priceable, [specs[i] for i in kept], tuple(skipped))
 
 
-def at_device_ceiling(table: pd.DataFrame, row: int, job: Job) -> bool:
-    """Whether the row's peak is a device-level reading (``nvidia-smi``, ``npu-smi``) at or
-    above the memory its device gives the allocator (the device's memory less
-    ``runtime_memory_gib``). PyTorch's caching allocator keeps what it got, so such a reading
-    says only that the run fit, not how much it needed: it is read as no measured peak
+def at_device_ceiling(table: pd.DataFrame, jobs: Sequence[Job]) -> np.ndarray:
+    """Per row (``jobs``: each row's job), whether its peak is a device-level reading
+    (``nvidia-smi``, ``npu-smi``) at or above the memory its device gives the allocator (the
+    device's memory less ``runtime_memory_gib``). PyTorch's caching allocator keeps what it
+    got, so such a reading says only that the run fit, not how much it needed: it is read as
+    no measured peak
     (docs/decisions/0064-a-device-level-peak-at-the-ceiling-says-only-that-the-run-fit.md)."""
-    peak = table["peak_memory_gib"].iloc[row]
-    if pd.isna(peak) or str(table["peak_memory_measure"].iloc[row]) != "device":
-        return False
-    device = job.cluster.device
-    return bool(float(peak) >= device.memory_gib - device.runtime_memory_gib)
+    peaks = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
+    device_level = (table["peak_memory_measure"].astype(str) == "device").to_numpy()
+    ceiling = np.array(
+        [job.cluster.device.memory_gib - job.cluster.device.runtime_memory_gib for job in jobs]
+    )
+    return np.asarray(device_level & (peaks >= ceiling))  # NaN: no reading, never at it

@@ -179,7 +179,9 @@ def run_calibrate(config: CalibrateConfig) -> None:
         name=config.name,
     )
     log.info(f"fitting the {simulator.name} simulator to {len(runs)} row(s) of {config.data}")
-    result = fit(simulator, runs, fit_settings(config.calibrate), start, plausible=True)
+    result = fit(
+        simulator, runs, fit_settings(config.calibrate), start, plausible=True, layouts=True
+    )
     result.notes[:0] = notes
     cluster_spec = catalog.load_cluster(cluster) if cluster else None
     command = "python -m autotune.calibrate " + " ".join(map(shlex.quote, sys.argv[1:]))

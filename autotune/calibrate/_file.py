@@ -54,6 +54,10 @@ def calibration_record(
         if calibration.memory_margin is None
         else _number(calibration.memory_margin),
         "overrides": constant_overrides(simulator, cluster, calibration) if cluster else {},
+        "layouts": {
+            job: {layout: _number(value) for layout, value in layouts.items()}
+            for job, layouts in calibration.layouts.items()
+        },
         "fit": {
             "command": command,
             "data": data,
@@ -87,7 +91,9 @@ _HEADER = """\
 # tp_overlap / dp_overlap: shares of the exposed communication that hide (0: unchanged),
 # memory_constant_gib: the reserved memory (GiB; absent: derived per layout, as uncalibrated).
 # intervals: {interval:.0%} bootstrap intervals.
-# overrides: the constants these factors set on cluster {cluster}. rows: what it was fitted on.
+# overrides: the constants these factors set on cluster {cluster}. layouts: what each measured
+# layout ran beyond the calibrated prediction against its job's other layouts (log; a layout of
+# a new job of the same layer and shape takes it). rows: what it was fitted on.
 """
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.calibrate._layouts import measured_layouts
 from autotune.simulators import Simulator
 from autotune.simulators import UserError
 from autotune.simulators.calibrated import calibrated
@@ -554,6 +555,7 @@ def fit(
     settings: FitSettings,
     center: Calibration | None = None,
     plausible: bool = False,
+    layouts: bool = False,
 ) -> FitResult:
     """Fit the factors of ``simulator`` to ``runs``, pulled toward ``center``.
 
@@ -566,6 +568,9 @@ def fit(
         plausible: first refuse fitted rows whose step time is further than
             ``MAX_MEASURED_OVER_PREDICTED`` times from the prediction at ``center`` (measured
             rows a user brings; the benchmark scores a simulator against its rows instead).
+        layouts: also remember what each measured layout ran beyond the fitted calibration
+            against the other layouts of its job (:func:`measured_layouts`): a cluster's
+            history, for new jobs of the same layer and shape.
 
     Returns:
         The fitted calibration (every factor set), its intervals and what was used.
@@ -678,6 +683,15 @@ def fit(
         memory_margin=margin,
         name=center.name,
     )
+    if layouts:
+        remembered = measured_layouts(simulator, calibration, runs)
+        calibration = calibration.with_layouts(remembered)
+        notes.append(
+            f"{sum(map(len, remembered.values()))} measured layout(s) of {len(remembered)} job "
+            "shape(s) remembered, from the jobs of two layouts or "
+            "more that ran: a layout of a new job of the same layer and shape takes what its "
+            "twin ran beyond the calibrated prediction (docs/calibration.md 7)"
+        )
     intervals = _bootstrap(fitted, data, x, y, y0, time_widths, memory_widths, settings)
     return FitResult(
         calibration=calibration,

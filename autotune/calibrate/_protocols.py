@@ -180,6 +180,7 @@ def _predict_calibrated(
     settings: ProtocolSettings,
     arrays: dict[str, np.ndarray],
     no_evidence: float = 0.0,
+    layouts: bool = False,
 ) -> Calibration:
     """Fit on ``train`` (named by ``sources``, or ``()``), predict ``rows`` (table positions)
     into ``arrays``; the calibration fitted.
@@ -187,9 +188,11 @@ def _predict_calibrated(
     A layout fits with its stack's margin on ``train`` as calibrated
     (:func:`autotune.calibrate.stack_margins`; too few runs of the stack: every stack's
     pooled), or ``no_evidence`` when even every stack's runs of ``train`` with a measured peak
-    or out of memory are too few for a 95th percentile (:data:`MIN_EVIDENCE`).
+    or out of memory are too few for a 95th percentile (:data:`MIN_EVIDENCE`). ``layouts``:
+    the calibration also remembers what ``train``'s layouts measured beyond it (a cluster's
+    history, :func:`autotune.calibrate._layouts.measured_layouts`).
     """
-    result = fit(simulator, train, settings.fit)
+    result = fit(simulator, train, settings.fit, layouts=layouts)
     calibrated = CalibratedSimulator(simulator, result.calibration, 0.0)
     stacks = stack_margins(calibrated, train, sources)
     for i in rows:
@@ -260,7 +263,8 @@ def leave_one_model_out(
     settings: ProtocolSettings,
 ) -> ProtocolScores:
     """Each model's rows predicted by a calibration fitted on the rows of the other models of
-    its source, cluster and framework.
+    its source, cluster and framework, with what their layouts measured beyond it (a layout of
+    the same key, :func:`autotune.simulators.calibrated.layout_key`, takes it).
 
     The margin is that calibration's (:func:`_predict_calibrated`); where those rows hold too
     little memory evidence for a 95th percentile, the uncalibrated one of the other sources'
@@ -284,7 +288,9 @@ def leave_one_model_out(
             held = history.rows[models[history.rows] == model]
             train = [r for i in history.rows if models[i] != model and (r := runs[i])]
             margin = elsewhere[history.source, history.framework]
-            _predict_calibrated(simulator, train, (), held, runs, settings, arrays, margin)
+            _predict_calibrated(
+                simulator, train, (), held, runs, settings, arrays, margin, layouts=True
+            )
             scored.append(held)
     rows = np.sort(np.concatenate(scored)) if scored else np.array([], dtype=int)
     why = tuple((source, "; ".join(texts)) for source, texts in sorted(unscored.items()))

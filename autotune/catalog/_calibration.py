@@ -151,6 +151,12 @@ def _calibration(where: str, path: Path, values: Mapping[Any, Any]) -> Calibrati
     factors = values.get("factors") or {}
     if not isinstance(factors, Mapping):
         raise UserError(f"{where}: factors must be a mapping, got {factors!r}")
+    layouts = values.get("layouts") or {}
+    if not isinstance(layouts, Mapping):
+        raise UserError(
+            f"{where}: layouts must map job keys to mappings of layouts to log factors, got "
+            f"{layouts!r}"
+        )
     try:
         return Calibration(
             simulator=simulator,
@@ -159,6 +165,7 @@ def _calibration(where: str, path: Path, values: Mapping[Any, Any]) -> Calibrati
             framework=names["framework"],
             memory_margin=values.get("memory_margin"),  # its range: Calibration's
             name=names["name"] or path.stem,
+            layouts={str(k): v for k, v in layouts.items()},  # their form: Calibration's
         )
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None

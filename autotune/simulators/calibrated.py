@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import math
 from collections import ChainMap
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -21,7 +23,7 @@ from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import Prediction
 from autotune.simulators.specs import ClusterSpec
 
-__all__ = ["CalibratedSimulator", "calibrated", "constant_overrides"]
+__all__ = ["CalibratedSimulator", "calibrated", "constant_overrides", "job_key"]
 
 _PIPELINED = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm")
 
@@ -45,10 +47,33 @@ def constant_overrides(
     return {k: round(float(v), 6) for k, v in values.items()}
 
 
+def job_key(job: Job) -> str:
+    """What a calibration remembers a job's measured layouts by (:attr:`Calibration.layouts`):
+    the cluster, framework and precision, the model's layer (the model but its depth and name,
+    the whole of it and of the job in the digest), the devices, global batch and sequence
+    length. Two jobs share their key when they differ only in the model's depth and name: the
+    layouts of one then run alike beyond the simulator (docs/decisions/0065)."""
+    model, train = job.model, job.train
+    layer = {
+        f.name: getattr(model, f.name)
+        for f in dataclasses.fields(model)
+        if f.name not in ("name", "num_layers")
+    }
+    digest = hashlib.sha1(repr((layer, train, job.cluster)).encode()).hexdigest()[:10]
+    return (
+        f"{job.cluster.name}, {train.framework.name} {train.precision}, h{model.hidden_size} "
+        f"a{model.num_attention_heads} ffn{model.ffn_hidden_size}, "
+        f"{job.cluster.num_devices} devices, batch {train.global_batch_size} x "
+        f"{train.seq_len} [{digest}]"
+    )
+
+
 def _adjusted(
-    prediction: Prediction, calibration: Calibration, memory_margin: float
+    prediction: Prediction, calibration: Calibration, memory_margin: float, measured: float = 0.0
 ) -> Prediction:
-    """The prediction with the overlap and memory factors applied and the margin set."""
+    """The prediction with the overlap and memory factors applied, the margin set, and every
+    step-time term scaled by ``exp(measured)``, what the layout ran beyond the calibrated
+    prediction in the cluster's history (0: nothing remembered)."""
     breakdown = dict(prediction.breakdown)
     tp_hidden = calibration.factor("tp_overlap") * breakdown.get("tp_comm", 0.0)
     pipelined = sum(breakdown.get(k, 0.0) for k in _PIPELINED)
@@ -58,6 +83,8 @@ def _adjusted(
         breakdown["tp_comm"] -= tp_hidden
     if "dp_comm" in breakdown:
         breakdown["dp_comm"] *= 1 - calibration.factor("dp_overlap")
+    if measured:
+        breakdown = {key: value * math.exp(measured) for key, value in breakdown.items()}
     step_s = sum(breakdown.values())
     scale = calibration.factor("memory_factor")
     memory = {
@@ -65,6 +92,9 @@ def _adjusted(
         for key, value in prediction.memory_breakdown_gib.items()
     }
     speedup = prediction.step_time_s / step_s if step_s > 0 else 1.0
+    added: dict[str, object] = {"memory_margin": memory_margin}
+    if measured:
+        added["measured_in_history"] = math.exp(measured)
     return dataclasses.replace(
         prediction,
         step_time_s=step_s,
@@ -77,7 +107,7 @@ def _adjusted(
         mfu=prediction.mfu * speedup,
         # A view, not a copy: the wrapped simulator's detail may be computed when first read
         # (a ChainMap writes only into its first map, so a read-only one is fine after it).
-        detail=ChainMap({"memory_margin": memory_margin}, prediction.detail),  # type: ignore[arg-type]
+        detail=ChainMap(added, prediction.detail),  # type: ignore[arg-type]
     )
 
 
@@ -88,12 +118,18 @@ class _CalibratedBatch:
     batch: PredictionBatch
     calibration: Calibration
     memory_margin: float
+    measured: Sequence[float]  # per layout, what the history says (_adjusted)
 
     def __len__(self) -> int:
         return len(self.batch)
 
     def prediction(self, index: int) -> Prediction:
-        return _adjusted(self.batch.prediction(index), self.calibration, self.memory_margin)
+        return _adjusted(
+            self.batch.prediction(index),
+            self.calibration,
+            self.memory_margin,
+            self.measured[index],
+        )
 
 
 class CalibratedSimulator(Simulator):
@@ -134,6 +170,7 @@ class CalibratedSimulator(Simulator):
         self._inner = base.calibrated(calibration)
         self._clusters: dict[ClusterSpec, ClusterSpec] = {}
         self._last_job: tuple[Job, Job] | None = None
+        self._job_key: tuple[Job, str] | None = None
 
     @classmethod
     def from_config(cls, constants: Mapping[str, Any]) -> NoReturn:
@@ -159,14 +196,30 @@ class CalibratedSimulator(Simulator):
             last = self._last_job = (job, dataclasses.replace(job, cluster=cluster))
         return last[1]
 
+    def _measured(self, job: Job, layouts: Sequence[Layout]) -> list[float]:
+        """What the calibration remembers of each layout of ``job`` (0: nothing)."""
+        remembered = self.calibration.layouts
+        if not remembered:
+            return [0.0] * len(layouts)
+        if self._job_key is None or self._job_key[0] is not job:
+            self._job_key = (job, job_key(job))
+        measured = remembered.get(self._job_key[1], {})
+        return (
+            [measured.get(layout.describe(), 0.0) for layout in layouts]
+            if measured
+            else [0.0] * len(layouts)
+        )
+
     def simulate(self, job: Job, layout: Layout) -> Prediction:
         prediction = self._inner.simulate(self._calibrated_job(job), layout)
-        return _adjusted(prediction, self.calibration, self.memory_margin)
+        (measured,) = self._measured(job, [layout])
+        return _adjusted(prediction, self.calibration, self.memory_margin, measured)
 
     def simulate_many(self, job: Job, layouts: Sequence[Layout]) -> PredictionBatch:
         """The wrapped simulator's batch, each prediction calibrated."""
         batch = self._inner.simulate_many(self._calibrated_job(job), layouts)
-        return _CalibratedBatch(batch, self.calibration, self.memory_margin)
+        measured = self._measured(job, layouts)
+        return _CalibratedBatch(batch, self.calibration, self.memory_margin, measured)
 
     def write_trace(self, job: Job, layout: Layout, path: str | Path) -> Path:
         """The wrapped simulator's trace on the calibrated cluster and constants. The overlap

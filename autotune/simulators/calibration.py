@@ -30,6 +30,12 @@ Each simulator names the constants of its own that a factor scales
 (:attr:`autotune.simulators.Simulator.calibrated_constants`, applied by
 :func:`calibrate_constants`); :class:`autotune.simulators.calibrated.CalibratedSimulator` applies
 the rest around it.
+
+``layouts`` are not factors: what the measured layouts of a cluster's history ran beyond the
+calibrated prediction, against the other layouts of their job, by the job's
+:func:`autotune.simulators.calibrated.job_key`; a layout of a new job with the same key (the
+same layer, job shape, cluster and framework: a model that differs only in depth) takes it
+(docs/decisions/0065).
 """
 
 from __future__ import annotations
@@ -83,6 +89,9 @@ class Calibration:
     name what the factors were fitted on (None: rows of several). ``memory_margin`` keeps
     a layout at the device's limit clear of the calibrated memory model's misses on the rows
     with measured peak memory, 19 times in 20 (docs/calibration.md 3; None: too few had it).
+    ``layouts`` maps a job's key (:func:`autotune.simulators.calibrated.job_key`), then a
+    layout's description, to the log of what its step ran beyond the calibrated prediction,
+    relative to the other layouts of its job (empty: none remembered).
 
     Example:
         >>> Calibration(simulator="analytical", factors={"host_overhead": 1.5}).factor(
@@ -96,6 +105,7 @@ class Calibration:
     framework: str | None = None
     memory_margin: float | None = None
     name: str = ""
+    layouts: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.factors) - set(FACTORS))
@@ -108,12 +118,23 @@ class Calibration:
         margin = self.memory_margin
         if margin is not None and not (_is_number(margin) and 0 <= margin <= 1):
             bad.append(f"memory_margin={margin!r}")
+        bound = math.log(MAX_CALIBRATION_SCALE)
+        for job, layouts in self.layouts.items():
+            if not isinstance(layouts, Mapping):
+                bad.append(f"layouts[{job!r}]={layouts!r}")
+                continue
+            bad += [
+                f"layouts[{job!r}][{k!r}]={v!r}"
+                for k, v in layouts.items()
+                if not (_is_number(v) and abs(v) <= bound)
+            ]
         if bad:
             raise UserError(
                 f"calibration {self.name or self.simulator!r}: {', '.join(bad)} out of range "
                 f"(scale factors from 1/{MAX_CALIBRATION_SCALE:g} to {MAX_CALIBRATION_SCALE:g}, "
                 f"overlaps in [0, 1), memory_constant_gib from 0 to {MAX_MEMORY_GIB:g}, "
-                "memory_margin in [0, 1]; autotune/simulators/limits.py)"
+                f"memory_margin in [0, 1], a layout's log factor within +-{bound:.2f}; "
+                "autotune/simulators/limits.py)"
             )
 
     def factor(self, name: str, default: float | None = None) -> float:
@@ -131,6 +152,10 @@ class Calibration:
     def with_factors(self, values: Mapping[str, float]) -> Calibration:
         """The same calibration with ``values`` replacing (or adding) factors."""
         return dataclasses.replace(self, factors={**self.factors, **values})
+
+    def with_layouts(self, layouts: Mapping[str, Mapping[str, float]]) -> Calibration:
+        """The same calibration remembering ``layouts`` instead (empty: none)."""
+        return dataclasses.replace(self, layouts=layouts)
 
 
 def _is_number(value: object) -> bool:

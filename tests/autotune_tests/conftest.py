@@ -26,9 +26,9 @@ def fitted(monkeypatch: pytest.MonkeyPatch) -> list[list[Run]]:
     calls: list[list[Run]] = []
     real = protocols.fit
 
-    def spy(simulator, runs, settings, center=None):  # noqa: ANN001, ANN202
+    def spy(simulator, runs, settings, center=None, layouts=False):  # noqa: ANN001, ANN202
         calls.append(list(runs))
-        return real(simulator, runs, settings, center)
+        return real(simulator, runs, settings, center, layouts=layouts)
 
     monkeypatch.setattr(protocols, "fit", spy)
     return calls

@@ -186,6 +186,10 @@ def test_calibrate_writes_a_file_that_loads_and_applies(tmp_path: Path) -> None:
     loaded = catalog.load_calibration(str(out))
     assert loaded.factors == pytest.approx(payload["factors"], rel=1e-5)
     assert loaded.cluster == "a100" and loaded.name == "toy"
+    # the three layouts of the one job, each remembered (decision 0065), read back as written
+    ((job, remembered),) = loaded.layouts.items()
+    assert remembered == payload["layouts"][job] and len(remembered) == 3
+    assert sum(remembered.values()) == pytest.approx(0.0, abs=1e-5)  # against the job's mean
     calibrated_, margin = calibrated_job(
         _analytical("llama2_7b", "a100", "cluster.num_nodes=1"), str(out), None
     )
@@ -285,6 +289,15 @@ def test_a_calibration_for_another_simulator_or_cluster_is_one_error_line(tmp_pa
     out.write_text("simulator: analytical\nfactors: {speed: 2}\n")
     with pytest.raises(UserError, match="unknown factor"):
         catalog.load_calibration(str(out))
+    # what a history remembered must be a mapping of jobs to layouts to log factors in range
+    for layouts, said in [
+        ("[1, 2]", "layouts must map job keys to mappings of layouts"),
+        ("{job: 0.1}", "layouts\\['job'\\]=0.1"),
+        ("{job: {dp8 tp1: 9.0}}", "a layout's log factor within"),
+    ]:
+        out.write_text(f"simulator: analytical\nlayouts: {layouts}\n")
+        with pytest.raises(UserError, match=said):
+            catalog.load_calibration(str(out))
 
 
 def test_a_step_time_in_milliseconds_is_refused_against_its_prediction(tmp_path: Path) -> None:
@@ -320,3 +333,56 @@ def test_rows_fitted_are_drawn_from_every_scenario_not_the_first_ones() -> None:
     chosen = _even_subsample(runs, 200, seed=0)
     assert {runs[i].group for i in chosen} == set(order)
     assert _even_subsample(runs, len(runs), seed=0) == list(range(len(runs)))
+
+
+def test_a_fit_remembers_each_layout_against_the_other_layouts_of_its_job(
+    tmp_path: Path,
+) -> None:
+    """Decision 0065, by hand: each layout's log(measured / calibrated prediction) less its
+    job's mean, averaged over the jobs of the same key (two models that differ in depth alone);
+    a job of one layout says nothing of how layouts differ and is left out."""
+    from autotune.calibrate import row_runs
+    from autotune.simulators.calibrated import CalibratedSimulator
+    from autotune.simulators.calibrated import job_key
+
+    rows = [
+        {"scenario": "a", "model": "toy_a", "tp": 8, "dp": 1, "step_time_s": 1.4},
+        {"scenario": "a", "model": "toy_a", "tp": 4, "dp": 2, "step_time_s": 1.1},
+        {
+            "scenario": "b",
+            "model": "toy_b",
+            "num_layers": 12,
+            "tp": 8,
+            "dp": 1,
+            "step_time_s": 2.0,
+        },
+        {
+            "scenario": "b",
+            "model": "toy_b",
+            "num_layers": 12,
+            "tp": 4,
+            "dp": 2,
+            "step_time_s": 1.7,
+        },
+        {"scenario": "c", "model": "toy_c", "hidden_size": 2048, "step_time_s": 1.0},
+    ]
+    table = dataset.load_data(str(_csv(tmp_path, *rows)))
+    runs = [r for r in row_runs(table, dataset.table_specs(table)) if r is not None]
+    simulator = catalog.load_simulator("analytical")
+    calibration = fit(simulator, runs, _settings(), layouts=True).calibration
+    factors_only = CalibratedSimulator(simulator, calibration.with_layouts({}))
+
+    def within(group: str) -> list[float]:
+        residuals = [
+            math.log(r.step_time_s / factors_only.simulate(*r.specs).step_time_s)
+            for r in runs
+            if r.group.endswith(group)
+        ]
+        return [value - sum(residuals) / len(residuals) for value in residuals]
+
+    (key,) = calibration.layouts  # toy_a and toy_b share theirs; toy_c's job had one layout
+    assert key == job_key(runs[0].specs[0]) == job_key(runs[2].specs[0])
+    tp8, tp4 = (runs[i].specs[1].describe() for i in (0, 1))
+    twins = np.mean([within("/a"), within("/b")], axis=0)
+    assert calibration.layouts[key] == pytest.approx({tp8: twins[0], tp4: twins[1]}, rel=1e-9)
+    assert job_key(runs[4].specs[0]) != key

@@ -58,19 +58,35 @@ def test_a_model_is_calibrated_on_the_other_models_of_its_cluster_only(
         ["two/toy_a"],
         ["two/toy_b"],
     ]
-    # by hand: toy_a's predictions are those of a calibration fitted on toy_b's two rows
+    # by hand: toy_a's predictions are those of a calibration fitted on toy_b's two rows, with
+    # what they measured beyond it (toy_b differs from toy_a in depth alone: the same job key)
     table = dataset.load_data(str(data))
     priceable = dataset.priceable_rows(table)
     runs = [r for r in calibrate.row_runs(priceable.table, priceable.specs) if r]
     simulator = catalog.load_simulator("analytical")
     settings = calibrate.fit_settings(config.calibrate)
-    other = calibrate.fit(simulator, [r for r in runs if r.group == "two/toy_b"], settings)
+    twin = [r for r in runs if r.group == "two/toy_b"]
+    other = calibrate.fit(simulator, twin, settings, layouts=True)
     by_hand = CalibratedSimulator(simulator, other.calibration, 0.0)
-    expected = [by_hand.simulate(*r.specs).step_time_s for r in runs if r.group == "two/toy_a"]
+    held = [r for r in runs if r.group == "two/toy_a"]
+    expected = [by_hand.simulate(*r.specs).step_time_s for r in held]
     rows = result.rows[result.rows["simulator"] == LOMO]
     assert set(rows["source"]) == {"two"}
     scored = rows[rows["scenario"] == "toy_a"]["predicted_step_time_s"]
     assert sorted(scored) == pytest.approx(sorted(expected), rel=1e-9)
+    # ... which rank toy_a's layouts as toy_b's ran, beyond the factors: the ratio of the two
+    # predictions is the factors' ratio for toy_a times toy_b's measured over predicted ratio
+    factors_only = CalibratedSimulator(simulator, other.calibration.with_layouts({}), 0.0)
+
+    def ratio(times: list[float]) -> float:
+        return times[0] / times[1]  # tp 8 over dp 2 tp 4, as _job writes them
+
+    predicted_a = [factors_only.simulate(*r.specs).step_time_s for r in held]
+    predicted_b = [factors_only.simulate(*r.specs).step_time_s for r in twin]
+    measured_b = [r.step_time_s for r in twin]
+    assert ratio(expected) == pytest.approx(
+        ratio(predicted_a) * ratio(measured_b) / ratio(predicted_b), rel=1e-9
+    )
 
 
 def test_a_source_without_a_history_of_two_models_is_reported_unscored(tmp_path: Path) -> None:

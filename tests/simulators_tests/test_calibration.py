@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 
 import pytest
@@ -12,7 +13,9 @@ from autotune.simulators import UserError
 from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibrated import calibrated
 from autotune.simulators.calibrated import constant_overrides
+from autotune.simulators.calibrated import job_key
 from autotune.simulators.calibration import Calibration
+from autotune.simulators.limits import MAX_CALIBRATION_SCALE
 
 JOB = catalog.load_job("llama70b", "a100", ["cluster.num_nodes=8"])
 SIMULATOR = catalog.load_simulator("analytical")
@@ -141,3 +144,57 @@ def test_batch_pricing_passes_through_calibrated() -> None:
     batch = sim.simulate_many(JOB, [LAYOUT])
     one = sim.simulate(JOB, LAYOUT)
     assert len(batch) == 1 and batch.prediction(0).as_dict() == one.as_dict()
+
+
+def _remembering(job_key_of: str, factor: float) -> CalibratedSimulator:
+    """The uncalibrated simulator remembering that LAYOUT ran ``factor`` x its prediction in
+    the job ``job_key_of``."""
+    layouts = {job_key_of: {LAYOUT.describe(): math.log(factor)}}
+    return calibrated(SIMULATOR, Calibration(simulator="analytical", layouts=layouts))
+
+
+def test_a_remembered_layout_scales_its_step_alone() -> None:
+    """Decision 0065: a layout the history measured takes what it ran beyond the prediction,
+    every step-time term alike; memory, the job's other layouts and other jobs keep theirs."""
+    base = SIMULATOR.simulate(JOB, LAYOUT)
+    sim = _remembering(job_key(JOB), 1.25)
+    slower = sim.simulate(JOB, LAYOUT)
+    assert slower.step_time_s == pytest.approx(1.25 * base.step_time_s, rel=1e-12)
+    assert sum(slower.breakdown.values()) == pytest.approx(slower.step_time_s, rel=1e-12)
+    for part, seconds in base.breakdown.items():
+        assert slower.breakdown[part] == pytest.approx(1.25 * seconds, rel=1e-12)
+    assert slower.tokens_per_s_per_device == pytest.approx(base.tokens_per_s_per_device / 1.25)
+    assert slower.memory_gib == base.memory_gib
+    assert slower.detail["measured_in_history"] == pytest.approx(1.25)
+    other = Layout.resolve(JOB.cluster.num_devices, tp=4, pp=4)
+    assert sim.simulate(JOB, other).step_time_s == SIMULATOR.simulate(JOB, other).step_time_s
+    batch = sim.simulate_many(JOB, [other, LAYOUT])
+    assert batch.prediction(1).as_dict() == slower.as_dict()
+
+
+@pytest.mark.parametrize(
+    ("override", "shared"),
+    [
+        ("model.num_layers=40", True),  # depth alone: the same layer, the same job shape
+        ("model.hidden_size=4096", False),
+        ("train.global_batch_size=1024", False),
+        ("train.seq_len=4096", False),
+        ("cluster.num_nodes=16", False),
+    ],
+)
+def test_a_job_shares_what_was_remembered_only_when_it_differs_in_depth(
+    override: str, shared: bool
+) -> None:
+    sim = _remembering(job_key(JOB), 1.25)
+    job = catalog.load_job("llama70b", "a100", ["cluster.num_nodes=8", override])
+    layout = Layout.resolve(job.cluster.num_devices, tp=8, pp=2)
+    ratio = sim.simulate(job, layout).step_time_s / SIMULATOR.simulate(job, layout).step_time_s
+    assert ratio == pytest.approx(1.25 if shared else 1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.log(2 * MAX_CALIBRATION_SCALE), "fast"])
+def test_a_remembered_layout_out_of_range_is_refused(value: object) -> None:
+    with pytest.raises(UserError, match="layouts"):
+        Calibration(simulator="analytical", layouts={"job": {"layout": value}})  # type: ignore[dict-item]
+    with pytest.raises(UserError, match="layouts"):
+        Calibration(simulator="analytical", layouts={"job": value})  # type: ignore[dict-item]

@@ -688,9 +688,9 @@ def fit(
         calibration = calibration.with_layouts(remembered)
         notes.append(
             f"{sum(map(len, remembered.values()))} measured layout(s) of {len(remembered)} job "
-            "shape(s) remembered, from the jobs of two layouts or "
-            "more that ran: a layout of a new job of the same layer and shape takes what its "
-            "twin ran beyond the calibrated prediction (docs/calibration.md 7)"
+            "shape(s) remembered, from the jobs of two layouts or more that ran: a layout of a "
+            "new job of the same layer and shape takes what its twin ran beyond the calibrated "
+            "prediction (docs/calibration.md 7)"
         )
     intervals = _bootstrap(fitted, data, x, y, y0, time_widths, memory_widths, settings)
     return FitResult(

@@ -264,7 +264,7 @@ def leave_one_model_out(
 ) -> ProtocolScores:
     """Each model's rows predicted by a calibration fitted on the rows of the other models of
     its source, cluster and framework, with what their layouts measured beyond it (a layout of
-    the same key, :func:`autotune.simulators.calibrated.layout_key`, takes it).
+    a job of the same key, :func:`autotune.simulators.calibrated.job_key`, takes it).
 
     The margin is that calibration's (:func:`_predict_calibrated`); where those rows hold too
     little memory evidence for a 95th percentile, the uncalibrated one of the other sources'

@@ -106,6 +106,13 @@ def _print_prediction(
         if prediction.breakdown.get(k)
     )
     print(f"  shares: {shares}")
+    measured = prediction.detail.get("measured_in_history")
+    if measured is not None:
+        print(
+            f"  the calibration's history: this layout ran {measured:.3f}x its calibrated "
+            "prediction, against the other layouts of its job, on a model of the same layer "
+            "at this job's shape (docs/decisions/0065)"
+        )
     memory = ", ".join(f"{k} {v:.2f}" for k, v in prediction.memory_breakdown_gib.items())
     print("\n" + textwrap.fill(f"Peak memory of the worst rank (GiB): {memory}", 100))
     peaks = prediction.peaks_gib()

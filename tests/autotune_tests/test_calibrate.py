@@ -386,3 +386,34 @@ def test_a_fit_remembers_each_layout_against_the_other_layouts_of_its_job(
     twins = np.mean([within("/a"), within("/b")], axis=0)
     assert calibration.layouts[key] == pytest.approx({tp8: twins[0], tp4: twins[1]}, rel=1e-9)
     assert job_key(runs[4].specs[0]) != key
+
+
+def test_simulate_says_when_the_calibrations_history_priced_the_layout(tmp_path: Path) -> None:
+    """A layout the history measured at this job's key is priced with what it ran, and the
+    text says so; another layout of the job is not."""
+    from autotune.catalog import priced_job_from_config
+    from autotune.config import AutotuneConfig
+    from autotune.config import fixed_layout_values
+    from autotune.simulators import Layout
+    from autotune.simulators.calibrated import job_key
+
+    overrides = ["model=llama2_7b", "cluster=a100", "cluster.num_nodes=1", "parallel.tp=2"]
+    config = load_config(AutotuneConfig, overrides)
+    job = priced_job_from_config(config).job
+    layout = Layout.resolve(job.cluster.num_devices, **fixed_layout_values(config.parallel))
+    out = tmp_path / "cal.yaml"
+    out.write_text(
+        f"simulator: analytical\nlayouts:\n  '{job_key(job)}': {{'{layout.describe()}': 0.1}}\n"
+    )
+    said = []
+    for tp in (2, 4):
+        proc = run(
+            "autotune.simulate",
+            *overrides[:-1],
+            f"parallel.tp={tp}",
+            f"calibration={out}",
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr
+        said.append("the calibration's history: this layout ran 1.105x" in proc.stdout)
+    assert said == [True, False]

@@ -78,6 +78,7 @@ TIME_FACTORS = (*SIMULATED_FACTORS, "tp_overlap", "dp_overlap")
 MEMORY_FACTORS = ("memory_factor", "memory_constant_gib")
 FACTORS = (*TIME_FACTORS, *MEMORY_FACTORS)
 SCALE_FACTORS = (*SIMULATED_FACTORS, "memory_factor")  # multipliers, fitted in log space
+_SHOWN = 5  # values out of range named in a message before "and N more"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,8 +130,11 @@ class Calibration:
                 if not (_is_number(v) and abs(v) <= bound)
             ]
         if bad:
+            shown = ", ".join(bad[:_SHOWN]) + (
+                f", and {len(bad) - _SHOWN} more" if len(bad) > _SHOWN else ""
+            )
             raise UserError(
-                f"calibration {self.name or self.simulator!r}: {', '.join(bad)} out of range "
+                f"calibration {self.name or self.simulator!r}: {shown} out of range "
                 f"(scale factors from 1/{MAX_CALIBRATION_SCALE:g} to {MAX_CALIBRATION_SCALE:g}, "
                 f"overlaps in [0, 1), memory_constant_gib from 0 to {MAX_MEMORY_GIB:g}, "
                 f"memory_margin in [0, 1], a layout's log factor within +-{bound:.2f}; "

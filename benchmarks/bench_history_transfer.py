@@ -1,5 +1,6 @@
 """What a cluster's history says of a new model's layouts: the evidence behind
-docs/calibration.md 8 ("Cluster history") on the leave-one-model-out protocol.
+docs/calibration.md 7 ("Cluster history") and decision 0065, on the leave-one-model-out
+protocol.
 
     python benchmarks/bench_history_transfer.py [hierarchical]   # writes benchmark_results/
     python benchmarks/bench_history_transfer.py --refresh        # updates benchmarks/results/

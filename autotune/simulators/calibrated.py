@@ -83,8 +83,9 @@ def _adjusted(
         breakdown["tp_comm"] -= tp_hidden
     if "dp_comm" in breakdown:
         breakdown["dp_comm"] *= 1 - calibration.factor("dp_overlap")
+    history = math.exp(measured)
     if measured:
-        breakdown = {key: value * math.exp(measured) for key, value in breakdown.items()}
+        breakdown = {key: value * history for key, value in breakdown.items()}
     step_s = sum(breakdown.values())
     scale = calibration.factor("memory_factor")
     memory = {
@@ -94,7 +95,7 @@ def _adjusted(
     speedup = prediction.step_time_s / step_s if step_s > 0 else 1.0
     added: dict[str, object] = {"memory_margin": memory_margin}
     if measured:
-        added["measured_in_history"] = math.exp(measured)
+        added["measured_in_history"] = history
     return dataclasses.replace(
         prediction,
         step_time_s=step_s,
@@ -198,17 +199,14 @@ class CalibratedSimulator(Simulator):
 
     def _measured(self, job: Job, layouts: Sequence[Layout]) -> list[float]:
         """What the calibration remembers of each layout of ``job`` (0: nothing)."""
-        remembered = self.calibration.layouts
-        if not remembered:
+        measured: Mapping[str, float] = {}
+        if self.calibration.layouts:
+            if self._job_key is None or self._job_key[0] is not job:
+                self._job_key = (job, job_key(job))
+            measured = self.calibration.layouts.get(self._job_key[1], {})
+        if not measured:  # the search's hot path: no layout described
             return [0.0] * len(layouts)
-        if self._job_key is None or self._job_key[0] is not job:
-            self._job_key = (job, job_key(job))
-        measured = remembered.get(self._job_key[1], {})
-        return (
-            [measured.get(layout.describe(), 0.0) for layout in layouts]
-            if measured
-            else [0.0] * len(layouts)
-        )
+        return [measured.get(layout.describe(), 0.0) for layout in layouts]
 
     def simulate(self, job: Job, layout: Layout) -> Prediction:
         prediction = self._inner.simulate(self._calibrated_job(job), layout)

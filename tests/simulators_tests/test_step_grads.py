@@ -77,6 +77,21 @@ def test_bf16_with_an_fp32_gradient_buffer_copies_nothing() -> None:
     assert prediction.cached_gib == 0.0
 
 
+def test_deepspeeds_bf16_optimizer_casts_its_whole_fp32_buffer_for_the_all_reduce() -> None:
+    # BF16_Optimizer (bf16 without ZeRO, decision 0066): after the last backward the pipeline
+    # engine all-reduces the flat fp32 gradient buffer as one tensor cast to bf16, 2 B for every
+    # parameter of the rank; with ZeRO-1 the step copies only the rank's fp32 shard, 4 B / d.
+    job = _job("megatron_deepspeed", "bf16")
+    p = _rank_params(tp=2)
+    whole = analytical().simulate(job, Layout.resolve(8, tp=2, distributed_optimizer=False))
+    copies = whole.memory_breakdown_gib["step_grads"] + whole.cached_gib
+    assert copies * GIB == pytest.approx(2 * p)
+    assert whole.memory_breakdown_gib["weights"] * GIB == pytest.approx(2 * p)
+    zero1 = analytical().simulate(job, Layout.resolve(8, tp=2, distributed_optimizer=True))
+    copies = zero1.memory_breakdown_gib["step_grads"] + zero1.cached_gib
+    assert copies * GIB == pytest.approx(4 * p / 4)
+
+
 def test_the_copies_do_not_decide_whether_a_layout_fits() -> None:
     job = _job("megatron_core", "fp16")
     lay = Layout.resolve(8, tp=8, distributed_optimizer=False, recompute="none", micro_batch=4)

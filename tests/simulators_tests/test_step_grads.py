@@ -102,16 +102,23 @@ def test_the_copies_do_not_decide_whether_a_layout_fits() -> None:
 
 
 @pytest.mark.parametrize("recompute", ["full", "none"])
-def test_both_simulators_book_the_copies_alike(recompute: str) -> None:
-    job = _job("megatron_deepspeed", "fp16")
+@pytest.mark.parametrize(
+    ("precision", "copied"),
+    [("fp16", "optimizer"), ("bf16", "weights")],  # fp16: 4 B for the 12 B kept; bf16: 2 B
+)
+def test_both_simulators_book_the_copies_alike(
+    recompute: str, precision: str, copied: str
+) -> None:
+    job = _job("megatron_deepspeed", precision)
     lay = Layout.resolve(8, tp=4, pp=2, distributed_optimizer=False, recompute=recompute)
     analytic = analytical().simulate(job, lay)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hierarchical = catalog.load_simulator("hierarchical", ()).simulate(job, lay)
-    for p in (analytic, hierarchical):  # 4 B copied for the 12 B kept, split by the peak
+    share = {"optimizer": 1 / 3, "weights": 1.0}[copied]
+    for p in (analytic, hierarchical):  # the copies, split by the peak
         copies = p.memory_breakdown_gib["step_grads"] + p.cached_gib
-        assert copies == pytest.approx(p.memory_breakdown_gib["optimizer"] / 3)
+        assert copies == pytest.approx(p.memory_breakdown_gib[copied] * share)
     assert hierarchical.cached_gib == pytest.approx(analytic.cached_gib, rel=0.01)
 
 

@@ -103,11 +103,11 @@ def test_the_copies_do_not_decide_whether_a_layout_fits() -> None:
 
 @pytest.mark.parametrize("recompute", ["full", "none"])
 @pytest.mark.parametrize(
-    ("precision", "copied"),
-    [("fp16", "optimizer"), ("bf16", "weights")],  # fp16: 4 B for the 12 B kept; bf16: 2 B
+    ("precision", "copied", "share"),
+    [("fp16", "optimizer", 1 / 3), ("bf16", "weights", 1.0)],  # 4 B of the 12 kept; 2 B of 2
 )
 def test_both_simulators_book_the_copies_alike(
-    recompute: str, precision: str, copied: str
+    recompute: str, precision: str, copied: str, share: float
 ) -> None:
     job = _job("megatron_deepspeed", precision)
     lay = Layout.resolve(8, tp=4, pp=2, distributed_optimizer=False, recompute=recompute)
@@ -115,7 +115,6 @@ def test_both_simulators_book_the_copies_alike(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hierarchical = catalog.load_simulator("hierarchical", ()).simulate(job, lay)
-    share = {"optimizer": 1 / 3, "weights": 1.0}[copied]
     for p in (analytic, hierarchical):  # the copies, split by the peak
         copies = p.memory_breakdown_gib["step_grads"] + p.cached_gib
         assert copies == pytest.approx(p.memory_breakdown_gib[copied] * share)

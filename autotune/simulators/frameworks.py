@@ -32,6 +32,7 @@ __all__ = [
     "MOE_DISPATCHERS",
     "OPTIMIZER_MODES",
     "P2P_EXCHANGES",
+    "ROPE_KERNELS",
     "FrameworkSpec",
     "StateBytes",
     "deepspeed_split",
@@ -52,6 +53,15 @@ CP_COMM_TYPES = ("p2p", "a2a")
 #              all-to-all around the local attention for each of Q, K, V and the output; the KV
 #              heads are repeated to the query heads first (--kv-head-repeat-before-uly-alltoall)
 CP_A2A_STYLES = ("te", "deepspeed")
+
+# How a stack rotates Q and K (RoPE; docs/reference.md 3.3), and how often each rotated tensor
+# crosses HBM in the forward, read or written, in units of the tensor in the model's dtype:
+#   fused    one kernel (Transformer Engine's fused RoPE, MindSpeed's fused rotary kernel): 2
+#   halves   t * cos + rotate_half(t) * sin as PyTorch operators (Megatron-DeepSpeed's
+#            apply_rotary_pos_emb): mul 2, neg of one half 1, cat 2, mul 2, add 3: 10
+#   complex  each pair of t cast to an fp32 complex number times the frequency, and back
+#            (torchtitan's apply_rotary_emb): cast 3, complex mul 4, cast back 3: 10
+ROPE_KERNELS = {"fused": 2, "halves": 10, "complex": 10}
 
 # How MoE tokens reach their experts (docs/reference.md 7.7):
 #   alltoall   a copy per routed expert, an all-to-all over EP (--moe-token-dispatcher-type
@@ -180,7 +190,16 @@ class FrameworkSpec:
     Megatron's unfused path. ``flash_output_copy``: the flash-attention path keeps the kernel's
     output for its backward and, apart from it, the rearranged copy the output projection
     reads (Megatron-DeepSpeed's ``FlashSelfAttention``); otherwise the projection reads the
-    kernel's output itself. On the unfused path, the fused softmax kernel takes keys up to
+    kernel's output itself. ``flash_input_copy``: the flash-attention path copies Q, K and V
+    into the kernel's layout first (Megatron-DeepSpeed's ``rearrange(...).contiguous()``).
+    ``gqa_repeats_kv``: with fewer KV heads than query heads, K and V are copied out to the
+    query heads before attention, which keeps them at that width (Megatron-DeepSpeed's
+    ``repeat_kv``); otherwise the kernel reads the KV heads as they are. ``rope_kernel``: how
+    Q and K are rotated (:data:`ROPE_KERNELS`). ``swiglu_keeps_silu``: SwiGLU runs as PyTorch
+    operators, ``F.silu(gate) * up``, and keeps SiLU's output for the product's backward
+    beside the gate and up outputs (Megatron-DeepSpeed, torchtitan); otherwise one fused
+    kernel keeps only its input (Megatron-Core's ``bias_swiglu_impl``, MindSpeed's
+    ``npu_swiglu``). On the unfused path, the fused softmax kernel takes keys up to
     ``fused_softmax_max_seq`` and shapes that pass ``fused_softmax_rule``'s check
     (:mod:`autotune.simulators.fused_softmax`); other shapes run PyTorch's fp32 softmax.
     ``logits_bytes_per_element``: what the last stage's logits and loss hold per element of
@@ -264,6 +283,10 @@ class FrameworkSpec:
     overlap_p2p_comm: bool
     flash_attention: bool
     flash_output_copy: bool
+    flash_input_copy: bool
+    gqa_repeats_kv: bool
+    rope_kernel: str
+    swiglu_keeps_silu: bool
     fused_softmax_max_seq: int
     fused_softmax_rule: str
     logits_bytes_per_element: float
@@ -333,6 +356,7 @@ class FrameworkSpec:
         require_choice(owner, "p2p_exchange", self.p2p_exchange, P2P_EXCHANGES)
         require_choice(owner, "logged_peak_memory", self.logged_peak_memory, MEMORY_MEASURES)
         require_choice(owner, "fused_softmax_rule", self.fused_softmax_rule, FUSED_SOFTMAX_RULES)
+        require_choice(owner, "rope_kernel", self.rope_kernel, tuple(ROPE_KERNELS))
         for name in ("grad_accumulation", "expert_grad_accumulation"):
             require_choice(owner, name, getattr(self, name), GRAD_ACCUMULATIONS)
         require_non_negative(

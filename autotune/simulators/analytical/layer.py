@@ -21,6 +21,8 @@ from autotune.simulators.collectives import all_reduce_time_s
 from autotune.simulators.collectives import all_to_all_time_s
 from autotune.simulators.collectives import deepep_time_s
 from autotune.simulators.collectives import ring_exchange_time_s
+from autotune.simulators.frameworks import ROPE_KERNELS
+from autotune.simulators.frameworks import FrameworkSpec
 from autotune.simulators.gemm_table import shape_efficiency
 from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
@@ -202,38 +204,80 @@ def _fp8_cast_bytes(
 
 
 def _elementwise_bytes_per_token(
-    model: ModelSpec, moe: bool, layout: Layout, act: int, dropout: bool, allgather: bool
+    model: ModelSpec,
+    moe: bool,
+    layout: Layout,
+    act: int,
+    train: TrainSpec,
+    flash: bool,
 ) -> float:
     """HBM traffic of one layer's forward memory-bound kernels, per token on one device.
 
     Two norms (read + write h) and two residual adds (read 2h, write h), rotary embedding on
-    Q and K, the MLP activation (SwiGLU reads gate and up, writes their product), and for MoE
-    the permutation of the top-k token copies its experts compute, before and after them. The
-    GPT family has learned positions instead of RoPE. With ``dropout`` the two residual adds
-    apply hidden dropout, writing a 1-byte mask each (Megatron's ``bias_dropout_add``). The
-    ``allgather`` dispatcher unpermutes into a zeroed buffer of every token of the EP group
-    (``ep`` tokens' worth per token here) before reducing it over ETP x EP.
+    Q and K as the stack runs it (``rope_kernel``'s passes of each), the MLP activation
+    (:func:`_activation_traffic_per_f`), the attention inputs' copies
+    (:func:`_attention_copies_per_token`), and for MoE the permutation of the top-k token
+    copies its experts compute, before and after them. The GPT family has learned positions
+    instead of RoPE. Where the run drops out, the two residual adds apply hidden dropout,
+    writing a 1-byte mask each (Megatron's ``bias_dropout_add``). The ``allgather``
+    dispatcher unpermutes into a zeroed buffer of every token of the EP group (``ep`` tokens'
+    worth per token here) before reducing it over ETP x EP.
     """
     tp = layout.tp
     seq_shard = tp if layout.sequence_parallel else 1
     h = model.hidden_size
+    framework = train.framework
     norms_residuals = act * (2 * 2 * h + 2 * 3 * h) / seq_shard
-    if dropout:
+    if train.drops_out(model):
         norms_residuals += 2 * h / seq_shard
     rope = 0.0
     if not model.is_gpt_family:
-        rope = 2 * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
-    per_f = act * (3 if model.activation == "swiglu" else 2)
+        passes = ROPE_KERNELS[framework.rope_kernel]
+        rope = passes * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
+    attention = norms_residuals + rope + _attention_copies_per_token(model, tp, act, train, flash)
+    per_f = _activation_traffic_per_f(model, act, framework)
     if not moe:
-        return norms_residuals + rope + per_f * model.ffn_hidden_size / tp
+        return attention + per_f * model.ffn_hidden_size / tp
     k = model.moe_top_k
     mlp = k * per_f * model.expert_ffn_hidden_size / tp + per_f * (
         model.shared_expert_ffn_hidden_size / tp
     )
     permute = 2 * 2 * k * act * h
-    if allgather:
+    if train.token_dispatcher == "allgather":
         permute += layout.ep * act * h
-    return norms_residuals + rope + mlp + permute * _expert_share(layout)
+    return attention + mlp + permute * _expert_share(layout)
+
+
+def _activation_traffic_per_f(model: ModelSpec, act: int, framework: FrameworkSpec) -> float:
+    """Forward HBM bytes of the MLP activation per element of its output: GeLU reads and
+    writes it; fused SwiGLU reads gate and up and writes their product; SwiGLU as PyTorch
+    operators (``swiglu_keeps_silu``) also writes and reads SiLU's output."""
+    if model.activation != "swiglu":
+        return 2 * act
+    return act * (5 if framework.swiglu_keeps_silu else 3)
+
+
+def _kernel_kv_width(model: ModelSpec, tp: int, framework: FrameworkSpec) -> float:
+    """K+V width one TP rank gives core attention: the KV heads as they are, or copied out
+    to the query heads where the stack repeats them (``gqa_repeats_kv``)."""
+    local = _kv_local_width(model, tp)
+    if model.attention == "mla" or not framework.gqa_repeats_kv:
+        return local
+    return max(local, 2 * model.q_width / tp)
+
+
+def _attention_copies_per_token(
+    model: ModelSpec, tp: int, act: int, train: TrainSpec, flash: bool
+) -> float:
+    """Forward HBM bytes per token of the copies a stack makes of Q, K and V before core
+    attention: K and V repeated to the query heads (read, then written at that width), and
+    the flash path's copies of all three into the kernel's layout (read and written)."""
+    framework = train.framework
+    local, kernel = _kv_local_width(model, tp), _kernel_kv_width(model, tp, framework)
+    copies = act * (local + kernel) if kernel > local else 0.0
+    if flash and framework.flash_input_copy:
+        copies += 2 * act * (model.q_width / tp + kernel)
+    return copies
 
 
 def _unfused_attention_s(
@@ -314,18 +358,20 @@ def _activation_bytes_per_token(
     linear_in: int,
     dropout: bool,
     flash: bool,
-    weighted: bool,
+    framework: FrameworkSpec,
 ) -> float:
     """Bytes one layer saves for backward per token, but the unfused path's scores
     (docs/reference.md 3.3).
 
-    Norm inputs and outputs (4 tensors of h, split by TP only with SP), Q/K/V and the attention
+    Norm inputs and outputs (4 tensors of h, split by TP only with SP), Q/K/V (K and V at the
+    width core attention reads them, :func:`_kernel_kv_width`) and the attention
     output plus, with flash attention, its fp32 log-sum-exp per head, MLA latents, and the
-    MLP's gate, up and activation outputs (SwiGLU) or fc1 and GeLU outputs; an MoE layer keeps
+    MLP's activation (:func:`_mlp_saved_per_f`); an MoE layer keeps
     the dispatched top-k token copies, their expert activations and fp32 router probabilities,
     the router's own bf16 input (where FP8 layers keep a 1-byte copy of it: the shared
     experts'), and, unless ``weighted`` (the experts weight their activation by the
-    probabilities), the top-k expert outputs the combine multiplies by them;
+    probabilities, ``moe_weighted_activation``), the top-k expert outputs the combine
+    multiplies by them;
     with ``dropout`` the 1-byte masks of the two hidden dropouts (the ``sbh`` mask terms of
     Korthikanti et al. 2022 Table 2), split by TP only with SP. The inputs of the linear layers
     (norm outputs, attention output, MLP activation output, dispatched tokens) take
@@ -336,7 +382,7 @@ def _activation_bytes_per_token(
     seq_shard = tp if layout.sequence_parallel else 1
     h = model.hidden_size
     norms = 2 * (act + linear_in) * h / seq_shard
-    attention = act * (model.q_width / tp + _kv_local_width(model, tp))
+    attention = act * (model.q_width / tp + _kernel_kv_width(model, tp, framework))
     attention += linear_in * model.attn_out_width / tp
     kernel_keeps_lse = flash and "core_attn" not in layout.recomputed_modules
     lse = 4 * model.num_attention_heads / tp if kernel_keeps_lse else 0.0
@@ -345,7 +391,8 @@ def _activation_bytes_per_token(
         if linear_in != act:  # FP8: each projection keeps its own 1-byte copy of its input
             latents = model.q_lora_rank + model.kv_lora_rank  # the up-projections'
             attention += linear_in * (h / seq_shard + latents)  # a second down-projection
-    per_f = act * (2 if model.activation == "swiglu" else 1) + linear_in
+    per_f = _mlp_saved_per_f(model, act, linear_in, framework)
+    weighted = framework.moe_weighted_activation
     if not moe:
         mlp = per_f * model.ffn_hidden_size / tp
     else:
@@ -361,6 +408,17 @@ def _activation_bytes_per_token(
             mlp += k * act * h / seq_shard  # the combine keeps the experts' outputs
     masks = 2 * h / seq_shard if dropout else 0.0
     return norms + attention + lse + mlp + masks
+
+
+def _mlp_saved_per_f(
+    model: ModelSpec, act: int, linear_in: int, framework: FrameworkSpec
+) -> float:
+    """Bytes the MLP activation keeps per element of its output: SwiGLU's gate and up
+    outputs, GeLU's input, and the output the second projection reads (``linear_in``); SwiGLU
+    as PyTorch operators (``swiglu_keeps_silu``) keeps SiLU's output too."""
+    if model.activation != "swiglu":
+        return act + linear_in
+    return act * (3 if framework.swiglu_keeps_silu else 2) + linear_in
 
 
 def _ulysses_s(job: Job, token_bytes: float, layout: Layout) -> tuple[float, float]:
@@ -438,9 +496,7 @@ def layer_times_s(
         core_s, core_backward_s = _unfused_attention_s(model, tokens, train, layout, device, c)
     elementwise_s = (
         tokens
-        * _elementwise_bytes_per_token(
-            model, moe, layout, act, train.drops_out(model), train.token_dispatcher == "allgather"
-        )
+        * _elementwise_bytes_per_token(model, moe, layout, act, train, job.flash_attention)
         / (device.achieved_memory_bytes_per_s)
     )
     cast_s = (0.0, 0.0)
@@ -583,7 +639,7 @@ def layer_bytes(
     flash = job.flash_attention
     weighted = train.framework.moe_weighted_activation
     activation_bytes = tokens * _activation_bytes_per_token(
-        model, moe, layout, act, linear_in, dropout, flash, weighted
+        model, moe, layout, act, linear_in, dropout, flash, train.framework
     )
     if moe and not weighted and train.token_dispatcher == "allgather" and seq_shard > 1:
         # The allgather dispatcher weights the experts' outputs before its TP reduce-scatter,

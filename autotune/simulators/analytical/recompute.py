@@ -12,11 +12,13 @@ module saved (``moe_act``, ``layernorm``, ``mla_up_proj``); the backward rebuild
 from __future__ import annotations
 
 from autotune.simulators.analytical.constants import AnalyticalConstants
+from autotune.simulators.analytical.layer import _activation_traffic_per_f
 from autotune.simulators.analytical.layer import _attention_gemms
 from autotune.simulators.analytical.layer import _expert_share
 from autotune.simulators.analytical.layer import _kv_local_width
 from autotune.simulators.analytical.layer import _linear_gemms
 from autotune.simulators.analytical.layer import _mlp_gemms
+from autotune.simulators.analytical.layer import _mlp_saved_per_f
 from autotune.simulators.analytical.layer import _Roofline
 from autotune.simulators.analytical.layer import _tp_transfers
 from autotune.simulators.analytical.layer import dtype_bytes
@@ -24,6 +26,8 @@ from autotune.simulators.analytical.layer import host_ops
 from autotune.simulators.analytical.layer import layer_bytes
 from autotune.simulators.analytical.layer import layer_times_s
 from autotune.simulators.collectives import all_reduce_time_s
+from autotune.simulators.frameworks import ROPE_KERNELS
+from autotune.simulators.frameworks import FrameworkSpec
 from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
 from autotune.simulators.recompute_modules import DEFAULT_MODULES
@@ -149,7 +153,7 @@ def _forward_s(name: str, job: Job, moe: bool, layout: Layout) -> float:
     device = cluster.device
     act = dtype_bytes(train.compute_dtype)
     tokens = layout.micro_batch * train.seq_len / layout.cp
-    gemms, traffic = _module_work(name, model, moe, layout, act, train.framework.fused_norm_linear)
+    gemms, traffic = _module_work(name, model, moe, layout, act, train.framework)
     linear = _Roofline.of(device, "fp8" if train.fp8 else train.compute_dtype)
     seconds = sum(count * linear.gemm_s(m, k, n) for m, k, n, count in _at(gemms, tokens))
     bandwidth = device.achieved_memory_bytes_per_s
@@ -168,14 +172,15 @@ def _at(gemms: list[Gemm], tokens: float) -> list[Gemm]:
 
 
 def _module_work(
-    name: str, model: ModelSpec, moe: bool, layout: Layout, act: int, fused: bool
+    name: str, model: ModelSpec, moe: bool, layout: Layout, act: int, framework: FrameworkSpec
 ) -> tuple[list[Gemm], float]:
     """The linear GEMMs of a module per token of rows, and its memory-bound bytes per token
     (the terms of :func:`.layer._elementwise_bytes_per_token` inside it)."""
     tp, h = layout.tp, model.hidden_size
     seq_shard = tp if layout.sequence_parallel else 1
+    fused = framework.fused_norm_linear
     norm = 2 * act * h / seq_shard  # one norm reads and writes h
-    per_f = act * (3 if model.activation == "swiglu" else 2)
+    per_f = _activation_traffic_per_f(model, act, framework)
     shared = model.shared_expert_ffn_hidden_size
     routed_act = model.moe_top_k * per_f * model.expert_ffn_hidden_size / tp
     if name == "mlp":  # fused: the pre-MLP norm runs inside linear_fc1
@@ -197,7 +202,8 @@ def _module_work(
     heads = model.num_attention_heads / tp
     kv_up = (1.0, model.kv_lora_rank, heads * (model.qk_nope_head_dim + model.v_head_dim), 1.0)
     q_up = (1.0, model.q_lora_rank or h, model.q_width / tp, 1.0)
-    rope = 2 * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
+    passes = ROPE_KERNELS[framework.rope_kernel]
+    rope = passes * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
     return [kv_up, q_up], rope
 
 
@@ -228,7 +234,7 @@ def _freed_per_token(
     tp, h = layout.tp, model.hidden_size
     seq_shard = tp if layout.sequence_parallel else 1
     linear_in = 1 if train.fp8_kept else act
-    per_f = act * (2 if model.activation == "swiglu" else 1) + linear_in
+    per_f = _mlp_saved_per_f(model, act, linear_in, train.framework)
     shared, k = model.shared_expert_ffn_hidden_size, model.moe_top_k
     fused = train.framework.fused_norm_linear
     if name == "mlp":  # fc1 and activation outputs; with a fused norm, the norm output too

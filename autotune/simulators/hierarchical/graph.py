@@ -90,8 +90,12 @@ class LayerShape:
     PyTorch's fp32 softmax with ``softmax_in_fp32``, where the fused kernel does not take the
     scores);
     ``flash_output_copy``: the output projection reads a rearranged copy of the kernel's output
-    (Megatron-DeepSpeed); ``fp8`` runs the linear layers' GEMMs in FP8, and ``fp8_kept`` saves
-    their inputs quantized (Transformer Engine; else the high-precision input, as torchao).
+    (Megatron-DeepSpeed), ``flash_input_copy``: the kernel reads copies of Q, K and V;
+    ``gqa_repeats_kv``: K and V are copied out to the query heads before attention;
+    ``rope_kernel`` and ``swiglu_keeps_silu``: how RoPE and SwiGLU run
+    (:class:`autotune.simulators.frameworks.FrameworkSpec`); ``fp8`` runs the linear layers'
+    GEMMs in FP8, and ``fp8_kept`` saves their inputs quantized (Transformer Engine; else the
+    high-precision input, as torchao).
     ``cp_comm`` is the CP exchange (``p2p`` ring or ``a2a`` Ulysses), ``cp_a2a_style`` how the
     framework builds the latter.
     ``recomputed``: the modules of this layer selective recompute checkpoints (core attention
@@ -122,6 +126,10 @@ class LayerShape:
     vocab: int = 0
     flash_attention: bool = True
     flash_output_copy: bool = False
+    flash_input_copy: bool = False
+    gqa_repeats_kv: bool = False
+    rope_kernel: str = "fused"
+    swiglu_keeps_silu: bool = False
     dropout: bool = False
     attention_dropout: bool = False
     softmax_in_fp32: bool = False
@@ -293,6 +301,10 @@ def layer_shapes(job: Job, layout: Layout) -> dict[str, LayerShape]:
         ffn=model.ffn_hidden_size // tp,
         flash_attention=flash,
         flash_output_copy=flash and train.framework.flash_output_copy,
+        flash_input_copy=flash and train.framework.flash_input_copy,
+        gqa_repeats_kv=train.framework.gqa_repeats_kv,
+        rope_kernel=train.framework.rope_kernel,
+        swiglu_keeps_silu=train.framework.swiglu_keeps_silu,
         dropout=dropout,
         attention_dropout=dropout and not flash,
         softmax_in_fp32=not flash and train.softmax_in_fp32(model, layout.micro_batch, tp),

@@ -172,9 +172,27 @@ def _core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: LayerShape) -> t
     return unfused_attention(q, k, v, s.cp, s.attention_dropout, s.softmax_in_fp32)
 
 
-def _rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding as its elementwise ops (x*cos + rotate(x)*sin)."""
+def _rope(x: torch.Tensor, table: torch.Tensor, kernel: str = "fused") -> torch.Tensor:
+    """Rotary embedding as the stack runs it (``FrameworkSpec.rope_kernel``):
+    ``x * cos + cat(-x2, x1) * sin`` as five operators (``halves``); ``x`` cast to fp32,
+    multiplied as complex pairs and cast back (``complex``, stood in for by real operators of
+    the same traffic); for the fused kernel, the stand-in ``x * cos + x * sin`` (three
+    operators where the kernel is one: docs/decisions/0067 says why it stays)."""
+    if kernel == "halves":
+        first, second = x.chunk(2, dim=-1)
+        return x * table + torch.cat([-second, first], dim=-1) * table
+    if kernel == "complex":
+        return (x.float() * table).to(x.dtype)  # the product is fp32 by type promotion
     return x * table + x * table
+
+
+def _repeat_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """``x`` [b, n, kv heads, d] copied out to ``heads`` heads (Megatron-DeepSpeed's
+    ``repeat_kv``: expand, then a reshape that copies)."""
+    b, n, groups, d = x.shape
+    if groups == heads:
+        return x
+    return x[:, :, :, None, :].expand(b, n, groups, heads // groups, d).reshape(b, n, heads, d)
 
 
 class Attention(nn.Module):
@@ -200,10 +218,14 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split([s.heads * d, s.kv_heads * d, s.kv_heads * d], dim=-1)
         q = q.view(b, n, s.heads, d)
         k = k.view(b, n, s.kv_heads, d)
+        v = v.view(b, n, s.kv_heads, d)
         if not s.gpt:
-            q, k = _rope(q, self.table), _rope(k, self.table)
-        v = v.view(b, n, s.kv_heads, d).transpose(1, 2)
-        context = _core(q, k.transpose(1, 2), v, s)
+            q, k = _rope(q, self.table, s.rope_kernel), _rope(k, self.table, s.rope_kernel)
+        if s.gqa_repeats_kv:
+            k, v = _repeat_kv(k, s.heads), _repeat_kv(v, s.heads)
+        if s.flash_input_copy:  # rearranged with .contiguous() for the kernel
+            q, k, v = q.clone(), k.clone(), v.clone()
+        context = _core(q, k.transpose(1, 2), v.transpose(1, 2), s)
         if s.flash_output_copy:  # rearranged with .contiguous() for the projection
             context = context.clone()
         return self.out(context)
@@ -278,6 +300,7 @@ class MLP(nn.Module):
 
     def __init__(self, shape: LayerShape, width: int) -> None:
         super().__init__()
+        self.shape = shape
         self.swiglu = shape.model.activation == "swiglu"
         bias = not self.swiglu
         self.fc1 = Linear(
@@ -286,7 +309,7 @@ class MLP(nn.Module):
         self.fc2 = Linear(shape, width, shape.model.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(_activate(self.fc1(x), self.swiglu))
+        return self.fc2(_activate(self.fc1(x), self.swiglu, self.shape.swiglu_keeps_silu))
 
 
 class _SwiGLU(torch.autograd.Function):
@@ -332,8 +355,15 @@ class _WeightedSwiGLU(torch.autograd.Function):
         return torch.cat([d_gate, d_up], dim=-1), d_weights
 
 
-def _activate(x: torch.Tensor, swiglu: bool, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """The MLP activation; with ``weights``, times each routed copy's router probability."""
+def _activate(
+    x: torch.Tensor, swiglu: bool, unfused: bool = False, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The MLP activation; with ``weights``, times each routed copy's router probability.
+    ``unfused``: SwiGLU as PyTorch operators, whose product keeps SiLU's output."""
+    if swiglu and unfused:
+        gate, up = x.chunk(2, dim=-1)
+        out = F.silu(gate) * up
+        return out if weights is None else out * weights
     if swiglu:
         with _recorder().fused():
             if weights is not None:
@@ -384,7 +414,7 @@ class Experts(nn.Module):
         fc1 = _grouped(s, x, self.w1, self.b1)
         inputs = (fc1,) if weights is None else (fc1, weights)
         with _recorder().checkpointed("moe_act", "moe_act" in s.recomputed, *inputs) as out:
-            hidden = _activate(fc1, self.swiglu, weights)
+            hidden = _activate(fc1, self.swiglu, s.swiglu_keeps_silu, weights)
             out.append(hidden)  # linear_fc2's input, discarded (experts.py)
         return _grouped(s, hidden, self.w2, self.b2)
 

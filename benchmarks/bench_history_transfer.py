@@ -13,7 +13,11 @@ within-job residuals of it; the first table says how alike they are (Pearson cor
 the layouts both measured), for models with the same layer (hidden size, heads, FFN width:
 only the depth differs) and for models with another.
 
-The second table scores, per model with a twin of the same layer in its history, regret@1 of
+The second gives, per history, the slope a model of how far a layout's residual carries to a
+model of another layer would use (regressing one job's within-job residuals on another's, jobs
+of one shape and two layers; docs/calibration.md 8).
+
+The third table scores, per model with a twin of the same layer in its history, regret@1 of
 the pick (mean over its scenarios) when the layouts are ranked by:
 - ``zero-shot``: the simulator's prediction;
 - ``own fit``: the simulator calibrated on every row of this model (``calibrate.fit``, in
@@ -29,6 +33,8 @@ the pick (mean over its scenarios) when the layouts are ranked by:
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -72,8 +78,11 @@ def _rows(simulator: Simulator) -> _Rows:
                 f"{train.framework.name}",
                 "layer": f"h{model.hidden_size} a{model.num_attention_heads} "
                 f"ffn{model.ffn_hidden_size}",
+                "shape": f"gpus{job.cluster.num_devices} gbs{train.global_batch_size} "
+                f"seq{train.seq_len}",
                 "signature": f"gpus{job.cluster.num_devices} gbs{train.global_batch_size} "
                 f"seq{train.seq_len} {layout.describe()}",
+                "degrees": re.sub(r" split=\S+", "", layout.describe()),
                 "predicted": simulator.simulate(job, layout).step_time_s,
             }
         )
@@ -113,6 +122,38 @@ def _agreement(rows: pd.DataFrame) -> list[str]:
             f"| {history} | {wide.shape[1]} | {len(same)} / {len(other)} "
             f"| {min(shared)}-{max(shared)} | {_spread(same)} | {_spread(other)} |"
         )
+    return lines
+
+
+def _carry(rows: pd.DataFrame) -> list[str]:
+    """Per history: the slope that would carry a layout's within-job residual to a model of
+    another layer, the regression through the origin of one job's residuals on another's over
+    every pair of jobs of one shape (devices, batch, sequence) and two layers that measured two
+    layouts or more alike (the same degrees and micro-batch; a layer split follows the depth),
+    each job centred on the layouts they share; symmetric in the two jobs."""
+    lines = [
+        "| history | job pairs | layouts | slope |",
+        "|---|---|---|---|",
+    ]
+    for history, group in rows.groupby("history", sort=True):
+        jobs = [job for _, job in group.groupby("job") if job["degrees"].nunique() > 1]
+        products = squares = 0.0
+        pairs = layouts = 0
+        for a, b in itertools.combinations(jobs, 2):
+            first, second = a.iloc[0], b.iloc[0]
+            if first["shape"] != second["shape"] or first["layer"] == second["layer"]:
+                continue
+            x = a.groupby("degrees")["within"].mean()
+            y = b.groupby("degrees")["within"].mean()
+            shared = x.index.intersection(y.index)
+            if len(shared) < 2:
+                continue
+            x, y = x[shared] - x[shared].mean(), y[shared] - y[shared].mean()
+            products += float((x * y).sum())
+            squares += float((x**2 + y**2).sum()) / 2
+            pairs, layouts = pairs + 1, layouts + len(shared)
+        if pairs:
+            lines.append(f"| {history} | {pairs} | {layouts} | {products / squares:.2f} |")
     return lines
 
 
@@ -181,6 +222,11 @@ def _table(simulator_name: str) -> str:
             "Within-job residuals of the same layout, measured on two models of one history:",
             "",
             *_agreement(rows.table),
+            "",
+            "What a layout's residual would carry to another layer at the same job shape "
+            "(docs/calibration.md 8):",
+            "",
+            *_carry(rows.table),
             "",
             "Regret@1 of each model with a same-layer twin in its history, by ranking:",
             "",

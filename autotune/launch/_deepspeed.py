@@ -100,7 +100,8 @@ def model_flags(launch: Launch) -> tuple[Flag, ...]:
 
 def card_notes(launch: Launch) -> list[str]:
     """The model-card facts Megatron-DeepSpeed has no option for (megatron/arguments.py:
-    RoPE's base and share only), one sentence each for the header."""
+    RoPE's base and share only), and grouped KV heads, which its master splits wrongly, one
+    sentence each for the header."""
     model, notes = launch.job.model, []
     if model.positions == "alibi":
         notes.append(
@@ -117,6 +118,13 @@ def card_notes(launch: Launch) -> list[str]:
         for what, present in unsaid.items()
         if present
     ]
+    if model.num_kv_heads < model.num_attention_heads:
+        notes.append(
+            f"Megatron-DeepSpeed's master cuts the QKV output into three equal widths (since "
+            f"0d6e3793, 2024-09-04), which fits multi-head attention only: {model.name}'s "
+            f"{model.num_kv_heads} KV heads need the grouped split of an earlier commit "
+            "(docs/reference.md 3.3)."
+        )
     return notes
 
 

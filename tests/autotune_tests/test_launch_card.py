@@ -371,6 +371,16 @@ def test_deepspeed_flags_are_the_published_card_or_say_why_not(name: str, tmp_pa
     assert launched_card == expected
 
 
+@pytest.mark.parametrize(("name", "grouped"), [("llama3_8b", True), ("llama2_7b", False)])
+def test_deepspeed_header_warns_of_its_master_s_qkv_split(
+    name: str, grouped: bool, tmp_path: Path
+) -> None:
+    """Megatron-DeepSpeed's master splits the QKV output in three equal widths
+    (docs/reference.md 3.3): the header says so for grouped KV heads only."""
+    _, _, header = _launch(name, "vtrain_a100", "megatron_deepspeed", tmp_path / "out")
+    assert ("three equal widths" in header) is grouped
+
+
 def _nemo_card(model: Mapping[str, Any]) -> Card:
     """The facts the override sets on NeMo's model config (the recipe's class's fields)."""
     mla = "rope_type" in model

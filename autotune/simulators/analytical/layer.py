@@ -230,14 +230,14 @@ def _elementwise_bytes_per_token(
     norms_residuals = act * (2 * 2 * h + 2 * 3 * h) / seq_shard
     if train.drops_out(model):
         norms_residuals += 2 * h / seq_shard
-    rope = 0.0
-    if not model.is_gpt_family:
-        passes = ROPE_KERNELS[framework.rope_kernel]
-        rope = passes * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
-    attention = norms_residuals + rope + _attention_copies_per_token(model, tp, act, train, flash)
+    outside_mlp = (
+        norms_residuals
+        + _rope_bytes_per_token(model, tp, act, framework)
+        + _attention_copies_per_token(model, tp, act, train, flash)
+    )
     per_f = _activation_traffic_per_f(model, act, framework)
     if not moe:
-        return attention + per_f * model.ffn_hidden_size / tp
+        return outside_mlp + per_f * model.ffn_hidden_size / tp
     k = model.moe_top_k
     mlp = k * per_f * model.expert_ffn_hidden_size / tp + per_f * (
         model.shared_expert_ffn_hidden_size / tp
@@ -245,7 +245,16 @@ def _elementwise_bytes_per_token(
     permute = 2 * 2 * k * act * h
     if train.token_dispatcher == "allgather":
         permute += layout.ep * act * h
-    return attention + mlp + permute * _expert_share(layout)
+    return outside_mlp + mlp + permute * _expert_share(layout)
+
+
+def _rope_bytes_per_token(model: ModelSpec, tp: int, act: int, framework: FrameworkSpec) -> float:
+    """Forward HBM bytes per token of rotating Q and K on one TP rank: ``rope_kernel``'s
+    passes of each (none for the GPT family's learned positions)."""
+    if model.is_gpt_family:
+        return 0.0
+    passes = ROPE_KERNELS[framework.rope_kernel]
+    return passes * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
 
 
 def _activation_traffic_per_f(model: ModelSpec, act: int, framework: FrameworkSpec) -> float:

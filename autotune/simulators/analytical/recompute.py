@@ -20,13 +20,13 @@ from autotune.simulators.analytical.layer import _linear_gemms
 from autotune.simulators.analytical.layer import _mlp_gemms
 from autotune.simulators.analytical.layer import _mlp_saved_per_f
 from autotune.simulators.analytical.layer import _Roofline
+from autotune.simulators.analytical.layer import _rope_bytes_per_token
 from autotune.simulators.analytical.layer import _tp_transfers
 from autotune.simulators.analytical.layer import dtype_bytes
 from autotune.simulators.analytical.layer import host_ops
 from autotune.simulators.analytical.layer import layer_bytes
 from autotune.simulators.analytical.layer import layer_times_s
 from autotune.simulators.collectives import all_reduce_time_s
-from autotune.simulators.frameworks import ROPE_KERNELS
 from autotune.simulators.frameworks import FrameworkSpec
 from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
@@ -202,9 +202,7 @@ def _module_work(
     heads = model.num_attention_heads / tp
     kv_up = (1.0, model.kv_lora_rank, heads * (model.qk_nope_head_dim + model.v_head_dim), 1.0)
     q_up = (1.0, model.q_lora_rank or h, model.q_width / tp, 1.0)
-    passes = ROPE_KERNELS[framework.rope_kernel]
-    rope = passes * act * (model.q_width / tp + _kv_local_width(model, tp) / 2)
-    return [kv_up, q_up], rope
+    return [kv_up, q_up], _rope_bytes_per_token(model, tp, act, framework)
 
 
 def freed_bytes(job: Job, moe: bool, layout: Layout) -> float:

@@ -222,11 +222,13 @@ def _job_problems(job: Job, row: Job) -> list[str]:
 
 
 def _model_differences(model: ModelSpec, wanted: ModelSpec) -> str:
-    """The fields but the name in which ``model`` differs from ``wanted`` ("": none)."""
+    """The fields the simulators price in which ``model`` differs from ``wanted`` ("": none):
+    not the name, nor the model card's facts, which a measurement file does not hold (a row
+    takes their defaults) and no simulator prices."""
     return ", ".join(
-        f"{field.name} {getattr(model, field.name)!r} (not {getattr(wanted, field.name)!r})"
-        for field in dataclasses.fields(model)
-        if field.name != "name" and getattr(model, field.name) != getattr(wanted, field.name)
+        f"{name} {getattr(model, name)!r} (not {getattr(wanted, name)!r})"
+        for name in MODEL_FIELDS
+        if getattr(model, name) != getattr(wanted, name)
     )
 
 

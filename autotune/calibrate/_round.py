@@ -118,8 +118,7 @@ def probe_round(
     margin = round_.memory.margin
     expected = [  # as the round believes it: the expected step time, the margin after it
         dataclasses.replace(
-            p,
-            step_time_s=float(t),
+            p.retimed(float(t)),
             memory_capacity_gib=p.device_memory_gib / (1 + margin),
             detail=ChainMap({"memory_margin": margin}, p.detail),  # type: ignore[arg-type]
         )

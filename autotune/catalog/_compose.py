@@ -18,6 +18,7 @@ from hydra.errors import OverrideParseException
 from omegaconf import DictConfig
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ValidationError
 
 from autotune.catalog._user_yaml import check_config_folders
 from autotune.simulators import UserError
@@ -86,7 +87,8 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
     except OverrideParseException as exc:
         raise UserError(parse_failure(exc)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise UserError(_unknown_key(exc) or _with_allowed_type(_first_lines(exc))) from None
+        said = _through_a_value(exc, overrides) or _unknown_key(exc)
+        raise UserError(said or _with_allowed_type(_first_lines(exc))) from None
     unknown = _undeclared_keys(cfg)
     if unknown:
         listed = "; ".join(f"{key} (allowed: {allowed})" for key, allowed in unknown)
@@ -225,6 +227,25 @@ def _with_allowed_type(message: str) -> str:
     kind = match["kind"] or match["number"]
     said = f"{match['value']!r} is not {_ALLOWED_VALUES[kind]}"
     return message[: match.start()] + said
+
+
+def _through_a_value(exc: BaseException, overrides: Sequence[str]) -> str | None:
+    """An override that names a key under a key holding one value (``train.seq_len.x=1``,
+    ``train.framework.rope_kernel=...``), said as such (OmegaConf tries to merge ``{}`` into
+    the value and names its type)."""
+    current: BaseException | None = exc
+    while current is not None:
+        full = getattr(current, "full_key", None)
+        if full and isinstance(current, ValidationError):
+            for override in overrides:
+                key = override.partition("=")[0].lstrip("+~").partition("@")[0]
+                if key.startswith(f"{full}."):
+                    return (
+                        f"{full} holds one value and no keys, so {key!r} names nothing; "
+                        f"write {full}=VALUE"
+                    )
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _unknown_key(exc: BaseException) -> str | None:

@@ -20,6 +20,7 @@ from autotune.simulators.calibration import calibrate_cluster
 from autotune.simulators.errors import UserError
 from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
+from autotune.simulators.model_spec import CARD_FIELDS
 from autotune.simulators.prediction import Prediction
 from autotune.simulators.specs import ClusterSpec
 
@@ -52,12 +53,14 @@ def job_key(job: Job) -> str:
     the cluster, framework and precision, the model's layer (the model but its depth and name,
     the whole of it and of the job in the digest), the devices, global batch and sequence
     length. Two jobs share their key when they differ only in the model's depth and name: the
-    layouts of one then run alike beyond the simulator (docs/decisions/0065)."""
+    layouts of one then run alike beyond the simulator (docs/decisions/0065). The model card's
+    facts are not part of it: no simulator prices them, and a measurement file, which the
+    history is fitted on, does not hold them."""
     model, train = job.model, job.train
     layer = {
         f.name: getattr(model, f.name)
         for f in dataclasses.fields(model)
-        if f.name not in ("name", "num_layers")
+        if f.name not in ("name", "num_layers") and f.name not in CARD_FIELDS
     }
     digest = hashlib.sha1(repr((layer, train, job.cluster)).encode()).hexdigest()[:10]
     return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -104,6 +105,18 @@ class Prediction:
             raise ValueError(f"unknown memory measure {measure!r}; known: {MEMORY_MEASURES}")
         outside = sum(self.memory_breakdown_gib.get(k, 0.0) for k in OUTSIDE_ALLOCATOR_KEYS)
         return self.memory_gib - outside
+
+    def retimed(self, step_time_s: float) -> Prediction:
+        """This prediction at another step time (what measurements of the job lead to
+        expect): every term of the breakdown scaled alike, tokens per second and MFU with it."""
+        scale = step_time_s / self.step_time_s
+        return dataclasses.replace(
+            self,
+            step_time_s=step_time_s,
+            breakdown={key: value * scale for key, value in self.breakdown.items()},
+            tokens_per_s_per_device=self.tokens_per_s_per_device / scale,
+            mfu=self.mfu / scale,
+        )
 
     def peaks_gib(self) -> dict[str, float]:
         """The predicted peak as each of :data:`MEMORY_MEASURES` counts it."""

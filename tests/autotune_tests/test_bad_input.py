@@ -45,6 +45,15 @@ HYDRA = [
     ("simulate", ["+model.layerz=3"], "unknown key(s) model.layerz (allowed: "),
     ("simulate", ["++model.layerz=3"], "unknown key(s) model.layerz"),
     ("simulate", ["cluster.device.hbm=3"], "; allowed there: bf16_tflops, fp16_tflops"),
+    # a key under a key that holds one value (OmegaConf would say "Cannot convert 'dict'")
+    (
+        "simulate",
+        ["train.framework.rope_kernel=halves"],
+        "train.framework holds one value and no keys, so 'train.framework.rope_kernel' names "
+        "nothing; write train.framework=VALUE",
+    ),
+    ("simulate", ["+model.num_layers.x=1"], "model.num_layers holds one value and no keys"),
+    ("search", ["search.n_trials.x=3"], "search.n_trials holds one value and no keys"),
     (
         "simulate",
         ["parallel.tpp=2"],

@@ -112,6 +112,28 @@ def test_every_probe_out_of_memory_tightens_the_memory_model(probed: tuple[Path,
     assert "no probe ran: the best layout predicted to fit" in proc.stdout
 
 
+def test_model_card_facts_do_not_make_measured_rows_another_job(
+    probed: tuple[Path, dict], filled: Path
+) -> None:
+    """A measurement file holds no model-card facts (RoPE's base, the norm's epsilon, ...):
+    its rows take the defaults, and a model whose card differs (Llama 3's base of 500,000)
+    still takes its own probes back. The re-ranked layouts' throughput and MFU follow their
+    expected step time."""
+    folder, _ = probed
+    proc = run(
+        "autotune", *SMALL, OFF, "model.rotary_base=500000", "measured=filled.csv", cwd=folder
+    )
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("re-ranked by expected step time")[1].split("Pick:")[0]
+    lines = table.splitlines()
+    header = next(line.split() for line in lines if "tok/s/dev" in line)
+    step, tokens = header.index("step"), header.index("tok/s/dev") - 1  # "step s": two words
+    rows = [line.split() for line in lines if line.split()[:1] and line.split()[0].isdigit()]
+    tokens_per_step = [float(row[step]) * float(row[tokens]) for row in rows]
+    assert len(rows) > 1  # one job: each layout's tokens per step and device are the same
+    assert tokens_per_step == pytest.approx([tokens_per_step[0]] * len(rows), rel=2e-3)
+
+
 @pytest.mark.slow  # more search processes: the loop itself is checked above
 def test_measured_rows_of_another_job_are_refused(probed: tuple[Path, dict], filled: Path) -> None:
     folder, _ = probed

@@ -176,6 +176,8 @@ def test_a_remembered_layout_scales_its_step_alone() -> None:
     ("override", "shared"),
     [
         ("model.num_layers=40", True),  # depth alone: the same layer, the same job shape
+        # a model-card fact: no simulator prices it, and a history file does not hold it
+        ("model.rotary_base=10000", True),
         ("model.hidden_size=4096", False),
         ("train.global_batch_size=1024", False),
         ("train.seq_len=4096", False),

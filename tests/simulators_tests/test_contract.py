@@ -195,6 +195,11 @@ def test_prediction_is_consistent(simulator: Simulator, layout: Layout) -> None:
     assert prediction.tokens_per_s_per_device == pytest.approx(tokens)
     assert 0 < prediction.mfu < 1
     assert simulator.simulate(JOB, layout) == prediction  # deterministic
+    slower = prediction.retimed(1.5 * prediction.step_time_s)  # as the probe loop expects it
+    assert sum(slower.breakdown.values()) == pytest.approx(slower.step_time_s)
+    assert slower.tokens_per_s_per_device == pytest.approx(tokens / 1.5)
+    assert slower.mfu == pytest.approx(prediction.mfu / 1.5)
+    assert slower.memory_breakdown_gib == prediction.memory_breakdown_gib
 
 
 @pytest.mark.parametrize("degree", ["tp", "pp"])

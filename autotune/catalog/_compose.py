@@ -240,9 +240,15 @@ def _through_a_value(exc: BaseException, overrides: Sequence[str]) -> str | None
             for override in overrides:
                 key = override.partition("=")[0].lstrip("+~").partition("@")[0]
                 if key.startswith(f"{full}."):
+                    group = full.rpartition(".")[2]  # train.framework names a conf/framework/
+                    named = (
+                        f" (one of {', '.join(options(group))})"
+                        if (conf_dir() / group).is_dir()
+                        else ""
+                    )
                     return (
                         f"{full} holds one value and no keys, so {key!r} names nothing; "
-                        f"write {full}=VALUE"
+                        f"write {full}=VALUE{named}"
                     )
         current = current.__cause__ or current.__context__
     return None

@@ -50,7 +50,7 @@ HYDRA = [
         "simulate",
         ["train.framework.rope_kernel=halves"],
         "train.framework holds one value and no keys, so 'train.framework.rope_kernel' names "
-        "nothing; write train.framework=VALUE",
+        "nothing; write train.framework=VALUE (one of megatron_core, megatron_deepspeed,",
     ),
     ("simulate", ["+model.num_layers.x=1"], "model.num_layers holds one value and no keys"),
     ("search", ["search.n_trials.x=3"], "search.n_trials holds one value and no keys"),

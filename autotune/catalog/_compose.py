@@ -141,7 +141,7 @@ def _refuse_keyless(overrides: Sequence[str]) -> None:
     """An override must name a key: ``+=``, ``=1`` or ``~@pkg`` name none (Hydra asserts on
     some of them, or says "Config group override must be a string")."""
     for override in overrides:
-        key = override.partition("=")[0].lstrip("+~").partition("@")[0]
+        key = _override_key(override)
         if not key.strip():
             raise UserError(
                 f"cannot parse the override {override!r}: it names no key; write key=value "
@@ -182,7 +182,7 @@ def _refuse_hydra_keys(overrides: Sequence[str]) -> None:
     runs no Hydra job, so ``hydra.run.dir``, ``hydra.sweep.dir``, ``hydra.job.*``,
     ``hydra/launcher=...`` would be taken and ignored."""
     for override in overrides:
-        key = override.partition("=")[0].lstrip("+~").partition("@")[0]
+        key = _override_key(override)
         if key.split(".")[0].split("/")[0] == "hydra" and key not in HYDRA_KEYS:
             raise UserError(
                 f"{key} is not supported: these commands compose their config with Hydra's "
@@ -229,6 +229,11 @@ def _with_allowed_type(message: str) -> str:
     return message[: match.start()] + said
 
 
+def _override_key(override: str) -> str:
+    """The dotted key an override sets: ``+model.x@pkg=1`` -> ``model.x``."""
+    return override.partition("=")[0].lstrip("+~").partition("@")[0]
+
+
 def _through_a_value(exc: BaseException, overrides: Sequence[str]) -> str | None:
     """An override that names a key under a key holding one value (``train.seq_len.x=1``,
     ``train.framework.rope_kernel=...``), said as such (OmegaConf tries to merge ``{}`` into
@@ -238,7 +243,7 @@ def _through_a_value(exc: BaseException, overrides: Sequence[str]) -> str | None
         full = getattr(current, "full_key", None)
         if full and isinstance(current, ValidationError):
             for override in overrides:
-                key = override.partition("=")[0].lstrip("+~").partition("@")[0]
+                key = _override_key(override)
                 if key.startswith(f"{full}."):
                     group = full.rpartition(".")[2]  # train.framework names a conf/framework/
                     named = (

@@ -7,10 +7,11 @@ device: the evidence of docs/decisions/0056-a-margin-is-a-share-of-the-device.md
 Over the shipped runs with a measured peak or an out-of-memory outcome (the runs the memory
 margins come from, :func:`autotune.calibrate.memory_runs`), per source: the predicted peaks
 of the runs with a measured one, the slope of a line through their misses in GiB against the
-prediction (near 0 or below: the miss does not grow with the prediction), and the 95th
-percentile of the misses as ``measured / predicted - 1`` and as ``(measured - predicted) /
-device memory`` (out-of-memory runs counted with the device's memory as their measurement).
-Then the margins the search applies per stack.
+prediction (near 0 or below: the miss does not grow with the prediction), the mean miss and
+the 95th percentile of the misses as ``(measured - predicted) / device memory`` (how far the
+sources lie apart: docs/decisions/0068) and the 95th percentile as ``measured / predicted -
+1`` (out-of-memory runs counted with the device's memory as their measurement). Then the
+margins the search applies per stack.
 """
 
 from __future__ import annotations
@@ -47,19 +48,20 @@ def _table(simulator_name: str) -> str:
         f"# What the memory model misses ({simulator_name} simulator)",
         "",
         "| source (measure) | runs | predicted, GiB | slope of the miss (GiB per GiB) "
-        "| 95th pct, of the prediction | 95th pct, of the device |",
-        "|---|---|---|---|---|---|",
+        "| 95th pct, of the prediction | mean, of the device | 95th pct, of the device |",
+        "|---|---|---|---|---|---|---|",
     ]
     for source in sorted(found):
         predicted, measured, capacity, peak = np.array(found[source]).T
         peak = peak.astype(bool)
         slope = np.polyfit(predicted[peak], measured[peak] - predicted[peak], 1)[0]
         ratio = np.percentile(measured / predicted - 1, 95)
-        share = np.percentile((measured - predicted) / capacity, 95)
+        shares = (measured - predicted) / capacity
         lines.append(
             f"| {source} ({', '.join(sorted(measures[source]))}) | {len(predicted)} "
             f"| {predicted[peak].min():.1f}-{predicted[peak].max():.1f} | {slope:+.2f} "
-            f"| {100 * ratio:.1f}% | {100 * share:.1f}% |"
+            f"| {100 * ratio:.1f}% | {100 * shares.mean():+.1f}% "
+            f"| {100 * np.percentile(shares, 95):.1f}% |"
         )
     lines += ["", "| stack | margin | evidence |", "|---|---|---|"]
     for stack, margin in shipped_margins(simulator).items():

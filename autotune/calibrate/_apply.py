@@ -74,10 +74,12 @@ def shipped_margins(simulator: Simulator) -> dict[str, Margin]:
     """The margin of ``simulator`` for jobs of each framework of ``conf/framework/``, from the
     shipped runs of that stack with a measured peak or an out-of-memory outcome
     (docs/calibration.md 3): from the 95th percentile of the memory it missed, or, with too
-    few runs, every stack's runs pooled."""
+    few runs or runs of one source, every stack's runs pooled."""
     runs, sources = memory_runs()
     margins = stack_margins(simulator, runs, sources)
-    chosen = {name: margin_for(name, margins) for name in catalog.options("framework")}
+    chosen = {
+        name: margin_for(name, margins, elsewhere=True) for name in catalog.options("framework")
+    }
     return {name: Margin(m.value, m.text()) for name, m in chosen.items()}
 
 

@@ -7,7 +7,9 @@ misses measured on runs of the same stack (framework) in shares of the device's 
 ``(measured - predicted) / capacity``, a run that ran out of memory at least ``(capacity -
 predicted) / capacity``. A stack with too few such runs for a 95th percentile gets the margin
 of every stack's runs pooled: what the memory model misses across stacks, not the margin of
-the best-measured one.
+the best-measured one. So does a stack whose runs all come from one source, for a job on
+another cluster: they show how the memory model misses on that cluster, not how much that
+moves from one cluster to the next (docs/decisions/0068).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from autotune.simulators import Simulator
 
 __all__ = [
     "MIN_EVIDENCE",
+    "MIN_SOURCES",
     "POOLED",
     "StackMargin",
     "evidence",
@@ -36,6 +39,8 @@ __all__ = [
 
 
 POOLED = "every stack"  # the margin over every stack's runs together
+# Sources a stack's runs must come from for its own margin on a cluster they did not measure
+MIN_SOURCES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +66,10 @@ class StackMargin:
         if not self.pooled_runs:
             where = f": {', '.join(self.sources)}" if self.sources else ""
             return f"{free}: 95th percentile, {self.runs} {self.framework} runs{where}"
+        where = f" ({', '.join(self.sources)})" if self.sources else ""
         return (
-            f"{free}: {self.runs} {self.framework} runs with a known peak; every stack's "
-            f"{self.pooled_runs} runs pooled"
+            f"{free}: {self.runs} {self.framework} runs with a known peak{where}; every "
+            f"stack's {self.pooled_runs} runs pooled"
         )
 
 
@@ -128,12 +134,19 @@ def margins_from(
     return found
 
 
-def margin_for(framework: str, margins: dict[str, StackMargin]) -> StackMargin:
+def margin_for(
+    framework: str, margins: dict[str, StackMargin], elsewhere: bool = False
+) -> StackMargin:
     """``framework``'s own margin if enough runs back it, else every stack's pooled (the
     stack's own run count kept, to be said); :attr:`StackMargin.supported` says whether even
-    the pooled runs are enough."""
+    the pooled runs are enough.
+
+    ``elsewhere``: the job runs on a cluster that none of the runs measured (the shipped runs
+    for a search, the other sources' for the benchmark); the stack's own margin then also
+    needs runs of :data:`MIN_SOURCES` sources.
+    """
     mine = margins.get(framework, StackMargin(framework, 0.0, 0, ()))
-    if mine.runs >= MIN_EVIDENCE:
+    if mine.runs >= MIN_EVIDENCE and (not elsewhere or len(mine.sources) >= MIN_SOURCES):
         return mine
     pooled = margins.get(POOLED, StackMargin(POOLED, 0.0, 0, ()))
     return StackMargin(framework, pooled.value, mine.runs, mine.sources, pooled.runs)

@@ -122,10 +122,15 @@ def margins_elsewhere(
     for source in sorted(set(sources)):
         other = has & (sources != source)
         stacks = margins_from(
-            predicted[other], truth[other], capacity[other], list(frameworks[other]), ()
+            predicted[other],
+            truth[other],
+            capacity[other],
+            list(frameworks[other]),
+            list(sources[other]),
         )
         for framework in set(frameworks[sources == source]) - {""}:
-            margins[source, str(framework)] = margin_for(str(framework), stacks).value
+            stack = margin_for(str(framework), stacks, elsewhere=True)
+            margins[source, str(framework)] = stack.value
     return margins
 
 
@@ -186,11 +191,12 @@ def _predict_calibrated(
     into ``arrays``; the calibration fitted.
 
     A layout fits with its stack's margin on ``train`` as calibrated
-    (:func:`autotune.calibrate.stack_margins`; too few runs of the stack: every stack's
-    pooled), or ``no_evidence`` when even every stack's runs of ``train`` with a measured peak
-    or out of memory are too few for a 95th percentile (:data:`MIN_EVIDENCE`). ``layouts``:
-    the calibration also remembers what ``train``'s layouts measured beyond it (a cluster's
-    history, :func:`autotune.calibrate._layouts.measured_layouts`).
+    (:func:`autotune.calibrate.stack_margins`; too few runs of the stack, or, with ``sources``
+    named, runs of one source: every stack's pooled), or ``no_evidence`` when even every
+    stack's runs of ``train`` with a measured peak or out of memory are too few for a 95th
+    percentile (:data:`MIN_EVIDENCE`). ``layouts``: the calibration also remembers what
+    ``train``'s layouts measured beyond it (a cluster's history,
+    :func:`autotune.calibrate._layouts.measured_layouts`).
     """
     result = fit(simulator, train, settings.fit, layouts=layouts)
     calibrated = CalibratedSimulator(simulator, result.calibration, 0.0)
@@ -200,7 +206,8 @@ def _predict_calibrated(
         if run is None:
             continue
         p = calibrated.simulate(*run.specs)
-        stack = margin_for(run.specs[0].train.framework.name, stacks)
+        # sources named: other clusters' runs (leave-one-source-out); none: the job's own
+        stack = margin_for(run.specs[0].train.framework.name, stacks, elsewhere=bool(sources))
         margin = stack.value if stack.supported else no_evidence
         arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
         arrays["memory_gib"][i] = p.memory_gib

@@ -149,3 +149,21 @@ def test_the_margin_lets_a_layout_at_the_limit_keep_the_share_missed_free() -> N
     assert margin is not None and 0.95 * 80 * (1 + margin) == pytest.approx(80)
     assert memory_margin(predicted, predicted - 1.0, capacity) == 0.0  # over-predicted: none
     assert memory_margin(predicted, np.full(40, np.nan), capacity) is None
+
+
+def test_a_stack_measured_on_one_cluster_lends_no_margin_of_its_own_to_another() -> None:
+    # 20 runs of one source that miss 0, and 20 of another stack that miss 25%: for a job on
+    # a cluster neither measured, the first stack's runs say nothing of how the misses move
+    # between clusters, so it gets every stack's pooled margin; a job of its own cluster (a
+    # cluster's history) keeps its own, as does a stack whose runs come from two sources.
+    runs = [_run("megatron_core", peak=48.0)] * MIN_EVIDENCE
+    runs += [_run("megatron_deepspeed", peak=68.0)] * MIN_EVIDENCE  # 20 GiB: 25%
+    margins = stack_margins(FixedMemory(), runs, ["alpha"] * 20 + ["beta"] * 20)
+    pooled = _margin_of_share(np.percentile([0.0] * 20 + [0.25] * 20, 95))
+    assert margin_for("megatron_core", margins).value == 0.0
+    elsewhere = margin_for("megatron_core", margins, elsewhere=True)
+    assert elsewhere.value == pytest.approx(pooled) and elsewhere.pooled_runs == 40
+    assert "20 megatron_core runs with a known peak (alpha)" in elsewhere.text()
+    two = stack_margins(FixedMemory(), runs[:20], ["alpha"] * 10 + ["gamma"] * 10)
+    assert margin_for("megatron_core", two, elsewhere=True).value == 0.0
+    assert margin_for("megatron_core", two, elsewhere=True).pooled_runs == 0

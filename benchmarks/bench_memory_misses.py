@@ -36,7 +36,7 @@ def _table(simulator_name: str) -> str:
         prediction = simulator.simulate(*run.specs)
         capacity = run.specs[0].cluster.device.memory_gib
         predicted, measured = evidence(
-            prediction.peak_gib(run.peak_memory_measure),
+            prediction.peak_gib(run.peak_memory_measure, run.peak_memory_rank),
             prediction.memory_gib,
             run.peak_memory_gib,
             capacity,

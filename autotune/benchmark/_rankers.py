@@ -44,15 +44,15 @@ class Ranking:
     seconds_per_layout: float = float("nan")
     protocol: str = "zero_shot"  # how it saw the data (autotune/calibrate/_protocols.py)
     probes: int = 0  # measured layouts per scenario it was given (probe protocols)
-    # the predicted peak as each measure counts it (MEMORY_MEASURES; None or NaN: memory_gib)
+    # the predicted peak of each reading (MEMORY_READINGS; None or NaN: memory_gib)
     peaks_gib: Mapping[str, np.ndarray] | None = None
     unscored: tuple[tuple[str, str], ...] = ()  # (source, why some of its rows are not ranked)
     probes_used: np.ndarray | None = None  # per row: the probes its scenario measured
 
-    def peak_gib(self, measures: np.ndarray) -> np.ndarray:
-        """The predicted peak of each row as its measurement counts it (``measures``: each
-        row's ``peak_memory_measure``)."""
-        return peak_as_measured(measures, self.memory_gib, self.peaks_gib)
+    def peak_gib(self, readings: np.ndarray) -> np.ndarray:
+        """The predicted peak of each row as its measurement counts it (``readings``: each
+        row's :func:`autotune.dataset.peak_readings`)."""
+        return peak_as_measured(readings, self.memory_gib, self.peaks_gib)
 
 
 def simulate(
@@ -87,8 +87,8 @@ def simulate(
             prediction.memory_gib,
             prediction.memory_gib * (1 + margin) <= prediction.memory_capacity_gib,
         )
-        for measure, peak in prediction.peaks_gib().items():
-            peaks[measure][i] = peak
+        for key, peak in prediction.readings_gib().items():
+            peaks[key][i] = peak
     return Ranking(
         name=simulator.name,
         kind="simulator",

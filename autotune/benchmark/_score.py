@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autotune import dataset
 from autotune.benchmark._gains import RANDOM_PROBES
 from autotune.benchmark._gains import probe_gains
 from autotune.benchmark._metrics import ape
@@ -202,7 +203,7 @@ class _Columns:
 
     step_time_s: np.ndarray
     memory_gib: np.ndarray
-    measure: np.ndarray  # what each measured peak counts (MEMORY_MEASURES)
+    measure: np.ndarray  # what each measured peak counts, on which rank (MEMORY_READINGS)
     ok: np.ndarray  # the layout ran (status ok)
     measured: np.ndarray  # ok or oom: the layout was tried (status error is not scored)
     model: np.ndarray
@@ -215,7 +216,7 @@ class _Columns:
         return cls(
             step_time_s=table["step_time_s"].to_numpy(dtype=float, na_value=np.nan),
             memory_gib=table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan),
-            measure=table["peak_memory_measure"].to_numpy(dtype=str),
+            measure=dataset.peak_readings(table),
             ok=status == "ok",
             measured=np.isin(status, ("ok", "oom")),
             model=table["model"].to_numpy(dtype=object),
@@ -342,11 +343,10 @@ def _row_frame(
                 rows
             ],
             "peak_memory_measure": table["peak_memory_measure"].to_numpy(dtype=str)[rows],
+            "peak_memory_rank": table["peak_memory_rank"].to_numpy(dtype=str)[rows],
             "predicted_memory_gib": ranking.memory_gib,
-            # the prediction as the measured peak counts it (MEMORY_MEASURES)
-            "predicted_peak_gib": ranking.peak_gib(
-                table["peak_memory_measure"].to_numpy(dtype=str)[rows]
-            ),
+            # the prediction as the measured peak counts it (MEMORY_READINGS)
+            "predicted_peak_gib": ranking.peak_gib(dataset.peak_readings(table)[rows]),
             "predicted_fits": ranking.fits,
             "in_fit": in_fit[rows],
             "score": ranking.score,

@@ -74,8 +74,9 @@ class Run:
     """One measured layout: its specs, status (``ok`` or ``oom``) and measurements.
 
     ``step_time_s`` is NaN unless the layout ran; ``peak_memory_gib`` is NaN when not
-    measured, and ``peak_memory_measure`` says what it counts
-    (:data:`autotune.simulators.prediction.MEMORY_MEASURES`). ``group`` names its scenario (rows
+    measured, ``peak_memory_measure`` says what it counts
+    (:data:`autotune.simulators.prediction.MEMORY_MEASURES`) and ``peak_memory_rank`` whose peak
+    it is (:data:`autotune.simulators.prediction.PEAK_RANKS`). ``group`` names its scenario (rows
     are subsampled evenly over groups); ``label`` identifies the row in messages and in the
     calibration file.
     """
@@ -85,6 +86,7 @@ class Run:
     step_time_s: float = math.nan
     peak_memory_gib: float = math.nan
     peak_memory_measure: str = "allocated"
+    peak_memory_rank: str = "fullest"
     group: str = ""
     label: str = ""
 
@@ -431,12 +433,13 @@ def _memory_data(simulator: Simulator, center: Calibration, runs: Sequence[Run])
     variable, reserved, cached, kept, capacity = [], [], [], [], []
     for run in runs:
         p = sim.simulate(*run.specs)
-        reserved.append(p.memory_breakdown_gib.get("reserved", 0.0))
-        cached.append(p.cached_gib)
-        variable.append(p.memory_gib - reserved[-1])
-        measure = run.peak_memory_measure
+        held = p.rank_memory(run.peak_memory_rank)  # the rank whose peak was measured
+        reserved.append(held.breakdown_gib.get("reserved", 0.0))
+        cached.append(held.cached_gib)
+        variable.append(held.memory_gib - reserved[-1])
+        measure, rank = run.peak_memory_measure, run.peak_memory_rank
         whole = measure == "device"
-        kept.append(1.0 if whole or not variable[-1] else p.peak_gib(measure) / variable[-1])
+        kept.append(1.0 if whole or not variable[-1] else p.peak_gib(measure, rank) / variable[-1])
         capacity.append(p.memory_capacity_gib)
     device = np.array([run.peak_memory_measure == "device" for run in runs], dtype=bool)
     return _MemoryData(

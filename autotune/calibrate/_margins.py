@@ -87,7 +87,7 @@ def stack_margins(
             continue
         prediction = simulator.simulate(*run.specs)
         pair = evidence(
-            prediction.peak_gib(run.peak_memory_measure),
+            prediction.peak_gib(run.peak_memory_measure, run.peak_memory_rank),
             prediction.memory_gib,
             run.peak_memory_gib,
             run.specs[0].cluster.device.memory_gib,

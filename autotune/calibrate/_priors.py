@@ -183,14 +183,13 @@ def _shipped(simulator: Simulator) -> _Shipped:
 
     priceable = dataset.priceable_rows(dataset.load_public())
     runs = row_runs(priceable.table, priceable.specs)
-    measures = priceable.table["peak_memory_measure"].astype(str).to_numpy()
     predicted = np.full(len(runs), np.nan)
     peaks = np.full(len(runs), np.nan)
     for i, run in enumerate(runs):
         if run is not None and (run.ran or np.isfinite(run.peak_memory_gib)):
             prediction = simulator.simulate(*run.specs)
             predicted[i] = prediction.step_time_s
-            peaks[i] = prediction.peak_gib(measures[i])
+            peaks[i] = prediction.peak_gib(run.peak_memory_measure, run.peak_memory_rank)
     priced = [i for i, run in enumerate(runs) if run is not None and run.ran]  # the residuals
     shares = np.zeros((len(runs), len(SHARE_FACTORS)))
     shares[priced] = step_shares(

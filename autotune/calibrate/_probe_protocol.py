@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from autotune import dataset
 from autotune.calibrate._fit import Run
 from autotune.calibrate._memory import Observation
 from autotune.calibrate._memory import memory_belief
@@ -53,7 +54,7 @@ from autotune.calibrate._shares import SHARE_FACTORS
 from autotune.calibrate._shares import step_shares
 from autotune.order import order_key
 from autotune.simulators import Simulator
-from autotune.simulators.prediction import MEMORY_MEASURES
+from autotune.simulators.prediction import MEMORY_READINGS
 
 __all__ = ["probe_scores"]
 
@@ -180,8 +181,8 @@ def _write_step(
         else:
             arrays["predicted_s"][i] = arrays["score"][i] = step.view.expected_s[j]
             arrays["memory_gib"][i] = step.candidates.memory_gib[j] * factor
-            for measure in MEMORY_MEASURES:
-                arrays[peak_key(measure)][i] = peaks.get(measure, zero.memory_gib)[i] * factor
+            for key in MEMORY_READINGS:
+                arrays[peak_key(key)][i] = peaks.get(key, zero.memory_gib)[i] * factor
             arrays["fits"][i] = fits[j]
 
 
@@ -211,7 +212,7 @@ def probe_scores(
     """The probe protocol and its top-K baseline, for every K of ``settings.probes``."""
     margins = margins_elsewhere(table, runs, zero)
     scenarios = _scenarios(table, runs, zero, margins)
-    as_measured = zero.peak_gib(table["peak_memory_measure"].to_numpy(dtype=str))
+    as_measured = zero.peak_gib(dataset.peak_readings(table))
     given = given_widths(settings.fit.prior)
     priors = {
         source: shipped_priors(simulator, given, leave_out=source)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from autotune import dataset
 from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import fit
@@ -36,7 +37,7 @@ from autotune.calibrate._probe import ProbeSettings
 from autotune.simulators import Simulator
 from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibration import Calibration
-from autotune.simulators.prediction import MEMORY_MEASURES
+from autotune.simulators.prediction import MEMORY_READINGS
 from autotune.simulators.prediction import peak_as_measured
 
 __all__ = [
@@ -70,13 +71,13 @@ class ZeroShot:
 
     predicted_s: np.ndarray
     memory_gib: np.ndarray  # the device's peak (what must fit)
-    # the peak as each measure counts it (MEMORY_MEASURES); None: memory_gib for every measure
+    # the peak of each reading (MEMORY_READINGS); None: memory_gib for every reading
     peaks_gib: Mapping[str, np.ndarray] | None = None
 
-    def peak_gib(self, measures: np.ndarray) -> np.ndarray:
-        """Each row's predicted peak as its measurement counts it (``measures``: each row's
-        ``peak_memory_measure``)."""
-        return peak_as_measured(measures, self.memory_gib, self.peaks_gib)
+    def peak_gib(self, readings: np.ndarray) -> np.ndarray:
+        """Each row's predicted peak as its measurement counts it (``readings``: each row's
+        :func:`autotune.dataset.peak_readings`)."""
+        return peak_as_measured(readings, self.memory_gib, self.peaks_gib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,7 @@ class ProtocolScores:
     score: np.ndarray
     predicted_s: np.ndarray
     memory_gib: np.ndarray
-    peaks_gib: Mapping[str, np.ndarray]  # the peak as each of MEMORY_MEASURES counts it
+    peaks_gib: Mapping[str, np.ndarray]  # the peak of each of MEMORY_READINGS
     fits: np.ndarray
     probes: int = 0
     unscored: tuple[tuple[str, str], ...] = ()  # (source, why some of its rows are not)
@@ -110,7 +111,7 @@ def margins_elsewhere(
     capacity = np.array(
         [run.specs[0].cluster.device.memory_gib if run else np.nan for run in runs]
     )
-    as_measured = zero.peak_gib(table["peak_memory_measure"].to_numpy(dtype=str))
+    as_measured = zero.peak_gib(dataset.peak_readings(table))
     has = (np.isfinite(measured) | oom) & (frameworks != "")
     pairs = [
         evidence(as_measured[i], zero.memory_gib[i], measured[i], capacity[i])
@@ -139,14 +140,15 @@ def empty_arrays(n: int) -> dict[str, np.ndarray]:
         "score": np.full(n, np.nan),
         "predicted_s": np.full(n, np.nan),
         "memory_gib": np.full(n, np.nan),
-        **{peak_key(measure): np.full(n, np.nan) for measure in MEMORY_MEASURES},
+        **{peak_key(key): np.full(n, np.nan) for key in MEMORY_READINGS},
         "fits": np.zeros(n, dtype=bool),
     }
 
 
-def peak_key(measure: str) -> str:
-    """The key of the predicted peak as ``measure`` counts it in :func:`empty_arrays`."""
-    return f"{measure}_gib"
+def peak_key(reading: str) -> str:
+    """The key of the predicted peak of ``reading`` (:data:`MEMORY_READINGS`) in
+    :func:`empty_arrays`."""
+    return f"{reading}_gib"
 
 
 def scores_of(
@@ -168,7 +170,7 @@ def scores_of(
         score=arrays["score"][rows],
         predicted_s=arrays["predicted_s"][rows],
         memory_gib=arrays["memory_gib"][rows],
-        peaks_gib={measure: arrays[peak_key(measure)][rows] for measure in MEMORY_MEASURES},
+        peaks_gib={key: arrays[peak_key(key)][rows] for key in MEMORY_READINGS},
         fits=arrays["fits"][rows],
         probes=k,
         unscored=unscored,
@@ -211,8 +213,8 @@ def _predict_calibrated(
         margin = stack.value if stack.supported else no_evidence
         arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
         arrays["memory_gib"][i] = p.memory_gib
-        for measure, peak in p.peaks_gib().items():
-            arrays[peak_key(measure)][i] = peak
+        for key, peak in p.readings_gib().items():
+            arrays[peak_key(key)][i] = peak
         arrays["fits"][i] = p.memory_gib * (1 + margin) <= p.memory_capacity_gib
     return result.calibration
 

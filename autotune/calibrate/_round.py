@@ -91,7 +91,7 @@ def probe_round(
         observe(
             run,
             predictions[lay].memory_gib,
-            predictions[lay].peak_gib(run.peak_memory_measure),
+            predictions[lay].peak_gib(run.peak_memory_measure, run.peak_memory_rank),
             predictions[lay].device_memory_gib,
         )
         for lay, run in round_.measured

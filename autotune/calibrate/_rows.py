@@ -83,6 +83,7 @@ def row_runs(
     times = table["step_time_s"].to_numpy(dtype=float, na_value=np.nan)
     memory = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
     measures = table["peak_memory_measure"].astype(str).tolist()
+    ranks = table["peak_memory_rank"].astype(str).tolist()
     groups = (
         table["source"].fillna("").astype(str) + "/" + table["scenario"].astype(str)
     ).tolist()
@@ -98,6 +99,7 @@ def row_runs(
                 step_time_s=float(times[i]) if status[i] == "ok" else math.nan,
                 peak_memory_gib=float(memory[i]),
                 peak_memory_measure=measures[i],
+                peak_memory_rank=ranks[i],
                 group=groups[i],
                 label=labels[i] if labels else "",
             )

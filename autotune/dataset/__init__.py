@@ -18,6 +18,7 @@ from autotune.dataset._public import load_public
 from autotune.dataset._public import public_sources
 from autotune.dataset._rows import PriceableRows
 from autotune.dataset._rows import SkippedRow
+from autotune.dataset._rows import peak_readings
 from autotune.dataset._rows import priceable_rows
 from autotune.dataset._rows import take_rows
 from autotune.dataset._schema import COLUMNS
@@ -40,6 +41,7 @@ __all__ = [
     "load_measurements",
     "load_data",
     "load_public",
+    "peak_readings",
     "priceable_rows",
     "public_sources",
     "records",

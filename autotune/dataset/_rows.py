@@ -22,6 +22,7 @@ import pandas as pd
 from autotune.dataset._specs import table_specs
 from autotune.simulators import Job
 from autotune.simulators import Layout
+from autotune.simulators.prediction import reading
 
 __all__ = ["PriceableRows", "SkippedRow", "priceable_rows", "take_rows"]
 
@@ -117,6 +118,15 @@ def priceable_rows(table: pd.DataFrame) -> PriceableRows:
     if full.any():  # the allocator took the whole device: the reading bounds the need only
         priceable["peak_memory_gib"] = priceable["peak_memory_gib"].mask(pd.Series(full))
     return PriceableRows(priceable, [specs[i] for i in kept], tuple(skipped))
+
+
+def peak_readings(table: pd.DataFrame) -> np.ndarray:
+    """Each row's reading of its peak: its ``peak_memory_measure`` on its ``peak_memory_rank``
+    (:data:`autotune.simulators.prediction.MEMORY_READINGS`)."""
+    measures = table["peak_memory_measure"].astype(str)
+    ranks = table["peak_memory_rank"].astype(str)
+    pairs = zip(measures, ranks, strict=True)
+    return np.array([reading(measure, rank) for measure, rank in pairs], dtype=object)
 
 
 def at_device_ceiling(table: pd.DataFrame, jobs: Sequence[Job]) -> np.ndarray:

@@ -23,6 +23,7 @@ from autotune.simulators.layout import ZERO_STAGES
 from autotune.simulators.layout import Layout
 from autotune.simulators.layout import field_info
 from autotune.simulators.prediction import MEMORY_MEASURES
+from autotune.simulators.prediction import PEAK_RANKS
 from autotune.simulators.recompute_modules import RECOMPUTE_MODULES
 from autotune.simulators.specs import ACTIVATIONS
 from autotune.simulators.specs import ATTENTIONS
@@ -281,6 +282,9 @@ _MEASUREMENT = (
     # What peak_memory_gib measured: the framework's tensors (torch.cuda.max_memory_allocated,
     # Megatron's "max allocated") or all the device holds (nvidia-smi, npu-smi).
     Column("peak_memory_measure", _choice(MEMORY_MEASURES), default="allocated"),
+    # Whose peak it is: the fullest rank's (a maximum over the ranks), or the first pipeline
+    # rank's (rank 0, the first node's GPUs) where the reading was taken there alone.
+    Column("peak_memory_rank", _choice(PEAK_RANKS), default="fullest"),
     Column("predictor", _text),
     Column("predicted_step_time_s", _STEP_S),
 )

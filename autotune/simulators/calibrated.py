@@ -9,6 +9,7 @@ from collections import ChainMap
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from typing import NoReturn
@@ -21,7 +22,10 @@ from autotune.simulators.errors import UserError
 from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
 from autotune.simulators.model_spec import CARD_FIELDS
+from autotune.simulators.prediction import FIRST_RANK_MEMORY
+from autotune.simulators.prediction import LazyDetail
 from autotune.simulators.prediction import Prediction
+from autotune.simulators.prediction import RankMemory
 from autotune.simulators.specs import ClusterSpec
 
 __all__ = ["CalibratedSimulator", "calibrated", "constant_overrides", "job_key"]
@@ -91,10 +95,7 @@ def _adjusted(
         breakdown = {key: value * history for key, value in breakdown.items()}
     step_s = sum(breakdown.values())
     scale = calibration.factor("memory_factor")
-    memory = {
-        key: value if key == "reserved" else value * scale
-        for key, value in prediction.memory_breakdown_gib.items()
-    }
+    memory = _scaled(prediction.memory_breakdown_gib, scale)
     speedup = prediction.step_time_s / step_s if step_s > 0 else 1.0
     added: dict[str, object] = {"memory_margin": memory_margin}
     if measured:
@@ -111,8 +112,29 @@ def _adjusted(
         mfu=prediction.mfu * speedup,
         # A view, not a copy: the wrapped simulator's detail may be computed when first read
         # (a ChainMap writes only into its first map, so a read-only one is fine after it).
-        detail=ChainMap(added, prediction.detail),  # type: ignore[arg-type]
+        detail=ChainMap(
+            added,
+            LazyDetail(partial(_first_rank_scaled, prediction, scale)),  # type: ignore[arg-type]
+            prediction.detail,  # type: ignore[arg-type]
+        ),
     )
+
+
+def _scaled(memory: Mapping[str, float], scale: float) -> dict[str, float]:
+    """A rank's memory terms with the memory factor applied (the runtime's part kept)."""
+    return {key: value if key == "reserved" else value * scale for key, value in memory.items()}
+
+
+def _first_rank_scaled(prediction: Prediction, scale: float) -> dict[str, object]:
+    """The wrapped prediction's first pipeline rank's memory, scaled as its fullest rank's."""
+    first = prediction.detail.get(FIRST_RANK_MEMORY)
+    if not isinstance(first, RankMemory):
+        return {}
+    return {
+        FIRST_RANK_MEMORY: RankMemory(
+            _scaled(first.breakdown_gib, scale), first.cached_gib * scale
+        )
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -11,11 +13,17 @@ import numpy as np
 
 __all__ = [
     "BREAKDOWN_KEYS",
+    "FIRST_RANK_MEMORY",
+    "LazyDetail",
     "MEMORY_MEASURES",
+    "MEMORY_READINGS",
     "OUTSIDE_ALLOCATOR_KEYS",
+    "PEAK_RANKS",
     "Prediction",
+    "RankMemory",
     "peak_arrays",
     "peak_as_measured",
+    "reading",
 ]
 
 # Time categories of a step, in seconds; they add up to the step time.
@@ -41,6 +49,36 @@ OUTSIDE_ALLOCATOR_KEYS = ("fragmentation", "reserved")
 # communicators' buffers, which are outside it; ``device``, everything the process holds on the
 # device (nvidia-smi, npu-smi), what must fit in the device's memory.
 MEMORY_MEASURES = ("allocated", "reserved", "device")
+# Whose peak a reading is: ``fullest``, the rank that holds the most (what must fit; a maximum
+# over the ranks, or the rank a framework reports as such); ``first``, the first rank of the
+# first pipeline stage (global rank 0, and the first node's GPUs where the pipeline is the
+# outermost axis of the rank numbering, as in DeepSpeed's pipeline engine).
+PEAK_RANKS = ("fullest", "first")
+# A prediction's ``detail`` key of the first pipeline rank's memory (:class:`RankMemory`);
+# absent, the first rank is taken to be the fullest (one stage, or a simulator that does not
+# tell its ranks apart).
+FIRST_RANK_MEMORY = "first_rank_memory"
+
+
+def reading(measure: str, rank: str = "fullest") -> str:
+    """The key of a peak as ``measure`` counts it on ``rank`` (:data:`MEMORY_READINGS`)."""
+    return measure if rank == "fullest" else f"{measure}@{rank}"
+
+
+MEMORY_READINGS = tuple(reading(m, r) for r in PEAK_RANKS for m in MEMORY_MEASURES)
+
+
+@dataclass(frozen=True, slots=True)
+class RankMemory:
+    """One rank's predicted peak: its terms (GiB, as ``Prediction.memory_breakdown_gib``) and
+    what the caching allocator keeps cached beyond them (``Prediction.cached_gib``)."""
+
+    breakdown_gib: Mapping[str, float]
+    cached_gib: float = 0.0
+
+    @property
+    def memory_gib(self) -> float:
+        return sum(self.breakdown_gib.values())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,20 +129,31 @@ class Prediction:
         """The predicted peak with the margin added: what must fit in the device's memory."""
         return self.memory_gib * (1 + self.memory_margin)
 
-    def peak_gib(self, measure: str) -> float:
-        """The predicted peak as ``measure`` (:data:`MEMORY_MEASURES`) counts it: the whole
-        device's, what the allocator keeps cached included; the allocator's, without the
-        runtime's and the communicators' part (``reserved``); or the framework's tensors only
-        (without fragmentation and reserved)."""
+    def peak_gib(self, measure: str, rank: str = "fullest") -> float:
+        """The predicted peak of ``rank`` (:data:`PEAK_RANKS`) as ``measure``
+        (:data:`MEMORY_MEASURES`) counts it: the whole device's, what the allocator keeps
+        cached included; the allocator's, without the runtime's and the communicators' part
+        (``reserved``); or the framework's tensors only (without fragmentation and
+        reserved)."""
+        held = self.rank_memory(rank)
+        memory, breakdown, cached = held.memory_gib, held.breakdown_gib, held.cached_gib
         if measure == "device":
-            return self.memory_gib + self.cached_gib
+            return memory + cached
         if measure == "reserved":
-            runtime = self.memory_breakdown_gib.get("reserved", 0.0)
-            return self.memory_gib - runtime + self.cached_gib
+            return memory - breakdown.get("reserved", 0.0) + cached
         if measure != "allocated":
             raise ValueError(f"unknown memory measure {measure!r}; known: {MEMORY_MEASURES}")
-        outside = sum(self.memory_breakdown_gib.get(k, 0.0) for k in OUTSIDE_ALLOCATOR_KEYS)
-        return self.memory_gib - outside
+        return memory - sum(breakdown.get(k, 0.0) for k in OUTSIDE_ALLOCATOR_KEYS)
+
+    def rank_memory(self, rank: str = "fullest") -> RankMemory:
+        """The terms of ``rank``'s predicted peak (:data:`PEAK_RANKS`); the first rank's are the
+        fullest's where the simulator does not tell them apart (:data:`FIRST_RANK_MEMORY`)."""
+        if rank not in PEAK_RANKS:
+            raise ValueError(f"unknown rank {rank!r} of a memory reading; known: {PEAK_RANKS}")
+        first = self.detail.get(FIRST_RANK_MEMORY) if rank == "first" else None
+        if isinstance(first, RankMemory):
+            return first
+        return RankMemory(self.memory_breakdown_gib, self.cached_gib)
 
     def retimed(self, step_time_s: float) -> Prediction:
         """This prediction at another step time (what measurements of the job lead to
@@ -119,8 +168,12 @@ class Prediction:
         )
 
     def peaks_gib(self) -> dict[str, float]:
-        """The predicted peak as each of :data:`MEMORY_MEASURES` counts it."""
+        """The fullest rank's predicted peak as each of :data:`MEMORY_MEASURES` counts it."""
         return {measure: self.peak_gib(measure) for measure in MEMORY_MEASURES}
+
+    def readings_gib(self) -> dict[str, float]:
+        """The predicted peak of each of :data:`MEMORY_READINGS` (a measure on a rank)."""
+        return {reading(m, r): self.peak_gib(m, r) for r in PEAK_RANKS for m in MEMORY_MEASURES}
 
     def as_dict(self) -> dict[str, object]:
         """Plain JSON-ready form (no detail)."""
@@ -139,20 +192,50 @@ class Prediction:
 
 
 def peak_as_measured(
-    measures: np.ndarray,
+    readings: np.ndarray,
     memory_gib: np.ndarray,
     peaks_gib: Mapping[str, np.ndarray] | None,
 ) -> np.ndarray:
     """:meth:`Prediction.peak_gib` over arrays of predictions: per row, the predicted peak
-    ``peaks_gib[measure]`` of the measure (:data:`MEMORY_MEASURES`) its peak was measured as;
-    where that is missing or NaN, ``memory_gib`` (the peak that must fit) stands in."""
+    ``peaks_gib[key]`` of the reading (:data:`MEMORY_READINGS`: a measure on a rank) its peak
+    was measured as; where that is missing or NaN, ``memory_gib`` (the peak that must fit)
+    stands in."""
     result = np.array(memory_gib, dtype=float)
-    for measure, peaks in (peaks_gib or {}).items():
-        rows = (np.asarray(measures) == measure) & ~np.isnan(peaks)
+    for key, peaks in (peaks_gib or {}).items():
+        rows = (np.asarray(readings) == key) & ~np.isnan(peaks)
         result[rows] = peaks[rows]
     return result
 
 
 def peak_arrays(n: int) -> dict[str, np.ndarray]:
-    """Empty (NaN) predicted peaks of ``n`` rows, one per measure (:func:`peak_as_measured`)."""
-    return {measure: np.full(n, np.nan) for measure in MEMORY_MEASURES}
+    """Empty (NaN) predicted peaks of ``n`` rows, one per reading (:func:`peak_as_measured`)."""
+    return {key: np.full(n, np.nan) for key in MEMORY_READINGS}
+
+
+class LazyDetail(Mapping[str, object]):
+    """A prediction's ``detail`` computed when first read: a search prices many layouts and
+    reads the per-rank views of few. It pickles as a plain dict."""
+
+    def __init__(self, compute: Callable[[], dict[str, object]]) -> None:
+        self._compute: Callable[[], dict[str, object]] | None = compute
+        self._values: dict[str, object] = {}
+
+    def _computed(self) -> dict[str, object]:
+        if self._compute is not None:
+            self._values, self._compute = self._compute(), None
+        return self._values
+
+    def __getitem__(self, key: str) -> object:
+        return self._computed()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._computed())
+
+    def __len__(self) -> int:
+        return len(self._computed())
+
+    def __repr__(self) -> str:
+        return repr(self._computed())
+
+    def __reduce__(self) -> tuple[type[dict[str, object]], tuple[dict[str, object]]]:
+        return dict, (self._computed(),)

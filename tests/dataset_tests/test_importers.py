@@ -350,6 +350,8 @@ def test_bigscience_tr3m_values_checked_by_hand(built: tuple[Path, dict[str, int
     oom = rows["bigscience_tr3m_v100_16g_full_tp1_pp8_dp1_mbs8"]
     assert oom["status"] == "oom" and pd.isna(oom["step_time_s"])
     assert oom["device_memory_gib"] == 16
+    # the readings are the first node's, which holds the first pipeline stage (0069)
+    assert {row["peak_memory_rank"] for row in rows.values()} == {"first"}
     by_scenario = Counter((str(r["scenario"]), str(r["status"])) for r in rows.values())
     assert by_scenario == {
         ("bigscience_tr3m|1B3|V100-32GB|gpus8|gbs512|seq2048", "ok"): 15,

@@ -474,3 +474,21 @@ def test_a_device_level_peak_at_the_devices_ceiling_is_read_as_no_peak(tmp_path:
     peaks = dict(zip(priced.table["scenario"], priced.table["peak_memory_gib"], strict=True))
     assert pd.isna(peaks["full"]) and (peaks["under"], peaks["tensors"]) == (70.0, 79.5)
     assert table["peak_memory_gib"].notna().all()  # the loaded table keeps what was read
+
+
+def test_a_peak_says_whose_rank_it_is_the_fullest_unless_told(tmp_path: Path) -> None:
+    rows = [
+        {"scenario": "max", "peak_memory_gib": 50.0, "peak_memory_measure": "device"},
+        {
+            "scenario": "rank0",
+            "peak_memory_gib": 40.0,
+            "peak_memory_measure": "allocated",
+            "peak_memory_rank": "first",
+        },
+    ]
+    table = dataset.load_measurements(write(tmp_path / "ranks.csv", *rows))
+    assert table["peak_memory_rank"].tolist() == ["fullest", "first"]
+    assert dataset.peak_readings(table).tolist() == ["device", "allocated@first"]
+    bad = write(tmp_path / "bad.csv", {"peak_memory_gib": 40.0, "peak_memory_rank": "last"})
+    with pytest.raises(DataFileError, match="column peak_memory_rank: expected one of fullest"):
+        dataset.load_measurements(bad)

@@ -69,3 +69,60 @@ def test_rows_take_the_peak_of_their_own_measure() -> None:
     measures = np.array(["allocated", "reserved", "reserved", "device"])
     assert peak_as_measured(measures, memory, peaks).tolist() == [40.0, 44.0, 50.0, 53.0]
     assert peak_as_measured(measures, memory, None).tolist() == memory.tolist()
+
+
+# BigScience tr3m-1B3 on 8 V100s, dp 4 x pp 2, micro-batch 8, full recompute: the first stage
+# holds two micro-batches' checkpointed inputs, the last DeepSpeed's fp32 logits (14 B each).
+TR3M = Job(
+    model=model(
+        "gpt3_175b",
+        num_layers=24,
+        hidden_size=2048,
+        ffn_hidden_size=8192,
+        num_attention_heads=16,
+        num_kv_heads=16,
+        vocab_size=50304,
+    ),
+    cluster=catalog.load_cluster("v100", ["cluster.num_nodes=2", "cluster.devices_per_node=4"]),
+    train=make_train("megatron_deepspeed", seq_len=2048, global_batch_size=512, precision="fp16"),
+)
+PIPELINED = Layout.resolve(8, pp=2, micro_batch=8, recompute="full")
+
+
+@pytest.mark.parametrize("name", ["analytical", "hierarchical"])
+def test_the_first_rank_reads_the_first_stage_of_the_pipeline(name: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prediction = catalog.load_simulator(name).simulate(TR3M, PIPELINED)
+    per_rank = prediction.detail.get("stage_memory_gib") or prediction.detail["rank_memory_gib"]
+    first, last = per_rank  # type: ignore[misc]
+    assert first < last == pytest.approx(prediction.memory_gib)  # the logits' stage is fullest
+    held = prediction.rank_memory("first")
+    assert held.memory_gib == pytest.approx(first)
+    assert prediction.peak_gib("device", "first") == pytest.approx(first + held.cached_gib)
+    outside = held.breakdown_gib["fragmentation"] + held.breakdown_gib["reserved"]
+    assert prediction.peak_gib("allocated", "first") == pytest.approx(first - outside)
+    readings = prediction.readings_gib()
+    assert readings["device"] == prediction.peak_gib("device")
+    assert readings["device@first"] == prediction.peak_gib("device", "first")
+
+
+def test_one_stage_is_its_own_first_rank() -> None:
+    prediction = _prediction("analytical")  # tp 8, no pipeline
+    for measure in MEMORY_MEASURES:
+        assert prediction.peak_gib(measure, "first") == pytest.approx(prediction.peak_gib(measure))
+    with pytest.raises(ValueError, match="fullest.*first"):
+        prediction.peak_gib("device", "rank 3")
+
+
+def test_a_calibration_scales_the_first_rank_as_the_fullest() -> None:
+    from autotune.simulators.calibrated import CalibratedSimulator
+    from autotune.simulators.calibration import Calibration
+
+    plain = catalog.load_simulator("analytical")
+    calibration = Calibration(simulator="analytical", factors={"memory_factor": 1.2})
+    scaled = CalibratedSimulator(plain, calibration, 0.0).simulate(TR3M, PIPELINED)
+    first = plain.simulate(TR3M, PIPELINED).rank_memory("first")
+    reserved = first.breakdown_gib["reserved"]
+    expected = (first.memory_gib - reserved) * 1.2 + reserved
+    assert scaled.rank_memory("first").memory_gib == pytest.approx(expected)

@@ -75,6 +75,9 @@ def _record(config: Config) -> dict[str, object]:
         "step_time_s": metric(config, "iteration_time", "s") if ran else None,
         "peak_memory_gib": metric(config, "gpu_memory_used", "GB") if ran else None,
         "peak_memory_measure": "device",  # the GPU's used memory, as the notes read it
+        # Of the first node's GPUs: DeepSpeed numbers ranks pipeline-outermost, so they hold
+        # stage 0; the layouts that read 15 and 13 GB ran out of 16 GB (docs/decisions/0069).
+        "peak_memory_rank": "first",
         **provenance(config, SOURCE),
         "notes": row["notes"],
     }

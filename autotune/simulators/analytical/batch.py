@@ -34,7 +34,6 @@ from autotune.simulators.analytical.stages import ARRAYS
 from autotune.simulators.analytical.stages import GIB
 from autotune.simulators.analytical.stages import LayerCost
 from autotune.simulators.analytical.stages import Stage
-from autotune.simulators.analytical.stages import StageDetail
 from autotune.simulators.analytical.stages import StageShape
 from autotune.simulators.analytical.stages import chunk_slowdown
 from autotune.simulators.analytical.stages import exposed_dp_s
@@ -51,6 +50,7 @@ from autotune.simulators.device_memory import fragmentation_bytes
 from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import Layout
+from autotune.simulators.prediction import LazyDetail
 from autotune.simulators.prediction import Prediction
 from autotune.simulators.states import step_excess_bytes
 
@@ -102,7 +102,7 @@ class BatchPrediction:
             },
             tokens_per_s_per_device=lists["tokens_per_s_per_device"][row],
             mfu=lists["mfu"][row],
-            detail=StageDetail(partial(self._detail.of, row)),
+            detail=LazyDetail(partial(self._detail.of, row)),
             cached_gib=lists["cached_gib"][row],
         )
 
@@ -121,7 +121,7 @@ class BatchPrediction:
 
 @dataclass(frozen=True, slots=True)
 class _Detail:
-    """What :class:`StageDetail` needs of each layout: its stage shape and, per kind, seconds
+    """What :func:`stage_detail` needs of each layout: its stage shape and, per kind, seconds
     per micro-batch, state, activation and working bytes, and the step's gradient copies."""
 
     shapes: list[StageShape]

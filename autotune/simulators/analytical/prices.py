@@ -30,7 +30,6 @@ from autotune.simulators.analytical.stages import LayerCost
 from autotune.simulators.analytical.stages import ModelParams
 from autotune.simulators.analytical.stages import RankTerms
 from autotune.simulators.analytical.stages import Stage
-from autotune.simulators.analytical.stages import StageDetail
 from autotune.simulators.analytical.stages import StageShape
 from autotune.simulators.analytical.stages import chunk_slowdown
 from autotune.simulators.analytical.stages import exposed_dp_s
@@ -58,6 +57,7 @@ from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.layout import ZERO_PARAMS
 from autotune.simulators.layout import Layout
+from autotune.simulators.prediction import LazyDetail
 from autotune.simulators.prediction import Prediction
 from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import TrainSpec
@@ -625,7 +625,7 @@ def simulate_layout(job: JobPrices, layout: Layout) -> Prediction:
         memory_breakdown_gib={k: v / GIB for k, v in memory.items()},
         tokens_per_s_per_device=tokens_per_s_per_device,
         mfu=mfu,
-        detail=StageDetail(
+        detail=LazyDetail(
             partial(_detail, job, layout, shape, stages, terms, (reserved, fragmentation), m)
         ),
         cached_gib=(device - kind_bytes[worst]) / GIB,

@@ -15,8 +15,6 @@ into kinds, so most formulas run once per kind instead of once per rank.
 from __future__ import annotations
 
 from collections.abc import Callable
-from collections.abc import Iterator
-from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +32,8 @@ from autotune.simulators.interleaving import held_chunks
 from autotune.simulators.interleaving import slowdown
 from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import Layout
+from autotune.simulators.prediction import FIRST_RANK_MEMORY
+from autotune.simulators.prediction import RankMemory
 from autotune.simulators.specs import ModelSpec
 from autotune.simulators.states import step_excess_bytes
 
@@ -47,7 +47,6 @@ __all__ = [
     "RankTerms",
     "Real",
     "Stage",
-    "StageDetail",
     "StageShape",
     "chunk_slowdown",
     "exposed_dp_s",
@@ -451,11 +450,12 @@ def stage_detail(
     vpp: int,
 ) -> dict[str, object]:
     """A prediction's per-rank views: ``stage_layers``, ``stage_time_s`` (seconds per
-    micro-batch) and ``stage_memory_gib`` of every pipeline rank, first to last, from each
-    kind's seconds per micro-batch and bytes (states, activations per micro-batch, working set,
-    autograd's gradients, the step's copies); ``outside``: (reserved bytes, fragmentation)."""
+    micro-batch) and ``stage_memory_gib`` of every pipeline rank, first to last, and the first
+    rank's terms (:data:`FIRST_RANK_MEMORY`), from each kind's seconds per micro-batch and
+    bytes (states, activations per micro-batch, working set, autograd's gradients, the step's
+    copies); ``outside``: (reserved bytes, fragmentation)."""
     reserved, fragmentation = outside
-    rank_bytes = []
+    rank_bytes, first = [], RankMemory({})
     for rank, kind in enumerate(shape.rank_kinds):
         held = kind_activations[kind] * rank_in_flight(shape.stage_layers, microbatches, vpp, rank)
         excess = step_excess_bytes(kind_step_grads[kind], held, kind_working[kind])
@@ -464,37 +464,20 @@ def stage_detail(
         rank_bytes.append(
             memory_bytes(kind_states[kind] + excess, held, kind_working[kind], reserved, lost)
         )
+        if rank == 0:
+            terms = {
+                "states": kind_states[kind],
+                "activations": held,
+                "working": kind_working[kind],
+                "step_grads": excess,
+                "fragmentation": lost,
+                "reserved": reserved,
+            }
+            cached = kind_step_grads[kind] - excess  # the copies' own blocks, kept cached
+            first = RankMemory({k: v / GIB for k, v in terms.items()}, cached / GIB)
     return {
         "stage_layers": list(shape.stage_layers),
         "stage_time_s": [kind_s[kind] for kind in shape.rank_kinds],
         "stage_memory_gib": [b / GIB for b in rank_bytes],
+        FIRST_RANK_MEMORY: first,
     }
-
-
-class StageDetail(Mapping[str, object]):
-    """A prediction's ``detail`` (:func:`stage_detail`), computed when first read: a search
-    prices many layouts and reads the per-rank views of few. It pickles as a plain dict."""
-
-    def __init__(self, compute: Callable[[], dict[str, object]]) -> None:
-        self._compute: Callable[[], dict[str, object]] | None = compute
-        self._values: dict[str, object] = {}
-
-    def _computed(self) -> dict[str, object]:
-        if self._compute is not None:
-            self._values, self._compute = self._compute(), None
-        return self._values
-
-    def __getitem__(self, key: str) -> object:
-        return self._computed()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._computed())
-
-    def __len__(self) -> int:
-        return len(self._computed())
-
-    def __repr__(self) -> str:
-        return repr(self._computed())
-
-    def __reduce__(self) -> tuple[type[dict[str, object]], tuple[dict[str, object]]]:
-        return dict, (self._computed(),)

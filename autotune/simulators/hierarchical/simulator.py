@@ -41,7 +41,9 @@ from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.layout import ZERO_PARAMS
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import BREAKDOWN_KEYS
+from autotune.simulators.prediction import FIRST_RANK_MEMORY
 from autotune.simulators.prediction import Prediction
+from autotune.simulators.prediction import RankMemory
 from autotune.simulators.schedule import PipelineRun
 from autotune.simulators.schedule import Timeline
 from autotune.simulators.schedule import grad_sync
@@ -65,8 +67,7 @@ from autotune.simulators.states import unsharded_bytes
 __all__ = ["HierarchicalSimulator"]
 
 _GIB = 2**30
-# One pipeline rank: step time (s), its breakdown (s), compute by op class (s), memory (GiB).
-# (step time, breakdown, op classes, memory GiB, GiB the allocator keeps cached beyond it)
+# A pipeline rank: step s, its breakdown s, op class s, memory GiB, GiB kept cached beyond it
 _Rank = tuple[float, dict[str, float], dict[str, float], dict[str, float], float]
 
 
@@ -371,10 +372,9 @@ class HierarchicalSimulator(Simulator):
 
 
 def _detail(ranks: list[_Rank], slowest: int, stage_layers: Sequence[int]) -> dict[str, object]:
-    """The per-rank views: step time, its breakdown, op classes and memory of every rank.
-
-    ``op_category_time_s`` is the slowest rank's compute time by operator class.
-    """
+    """The per-rank views: step time, its breakdown, op classes and memory of every rank, the
+    first rank's terms (:data:`FIRST_RANK_MEMORY`); ``op_category_time_s``: the slowest
+    rank's compute time by operator class."""
     return {
         "stage_layers": list(stage_layers),
         "slowest_rank": slowest,
@@ -384,6 +384,7 @@ def _detail(ranks: list[_Rank], slowest: int, stage_layers: Sequence[int]) -> di
         "rank_memory_breakdown_gib": [rank[3] for rank in ranks],
         "rank_op_category_time_s": [rank[2] for rank in ranks],
         "op_category_time_s": ranks[slowest][2],
+        FIRST_RANK_MEMORY: RankMemory(ranks[0][3], ranks[0][4]),
     }
 
 

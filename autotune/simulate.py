@@ -115,11 +115,16 @@ def _print_prediction(
         )
     memory = ", ".join(f"{k} {v:.2f}" for k, v in prediction.memory_breakdown_gib.items())
     print("\n" + textwrap.fill(f"Peak memory of the worst rank (GiB): {memory}", 100))
-    peaks = prediction.peaks_gib()
+    peaks = prediction.readings_gib()
     print(
         f"  as measured: {peaks['allocated']:.2f} allocated (tensors), {peaks['reserved']:.2f} "
         f"reserved (allocator), {peaks['device']:.2f} device (nvidia-smi)"
     )
+    if round(peaks["device@first"], 2) != round(peaks["device"], 2):  # rank 0's, 0069
+        print(
+            f"  the first pipeline rank's: {peaks['allocated@first']:.2f} allocated, "
+            f"{peaks['reserved@first']:.2f} reserved, {peaks['device@first']:.2f} device"
+        )
     if views is not None:
         _print_views(views, costs)
     print("\nLaunch flags:\n" + launch_text(job, layout))

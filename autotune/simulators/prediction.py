@@ -136,7 +136,8 @@ class Prediction:
         (``reserved``); or the framework's tensors only (without fragmentation and
         reserved)."""
         held = self.rank_memory(rank)
-        memory, breakdown, cached = held.memory_gib, held.breakdown_gib, held.cached_gib
+        breakdown, cached = held.breakdown_gib, held.cached_gib
+        memory = self.memory_gib if rank == "fullest" else held.memory_gib
         if measure == "device":
             return memory + cached
         if measure == "reserved":

@@ -209,3 +209,21 @@ def test_sharding_composes_through_hydra(capsys: pytest.CaptureFixture[str]) -> 
     assert simulate_cli.main([*h100, "parallel.zero_stage=0", "output=json"]) == 0
     stage0 = _strict(capsys.readouterr().out)["layout"]
     assert (stage0["zero_stage"], stage0["distributed_optimizer"]) == (None, False)
+
+
+def test_the_first_pipeline_ranks_peak_is_shown_where_it_is_not_the_fullest(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Megatron-DeepSpeed's last stage keeps fp32 logits buffers the first does not: a
+    reading taken on rank 0 alone shows the first stage's peak (docs/decisions/0069)."""
+    job = ["model=llama3_8b", "cluster=a100", "cluster.num_nodes=1", "train.seq_len=4096"]
+    job += ["train.global_batch_size=64", "train.framework=megatron_deepspeed"]
+    layout = ["parallel.pp=4", "parallel.recompute=full", "parallel.micro_batch=4"]
+    assert simulate_cli.main([*job, *layout]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    fullest = next(line for line in lines if "as measured:" in line)
+    first = next(line for line in lines if "the first pipeline rank's:" in line)
+    device = [float(line.split(" device")[0].split()[-1]) for line in (fullest, first)]
+    assert device[1] < device[0]
+    assert simulate_cli.main([*job, "parallel.tp=8"]) == 0  # one stage: one peak
+    assert "the first pipeline rank's" not in capsys.readouterr().out

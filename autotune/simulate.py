@@ -113,6 +113,15 @@ def _print_prediction(
             "prediction, against the other layouts of its job, on a model of the same layer "
             "at this job's shape (docs/decisions/0065)"
         )
+    _print_memory(prediction)
+    if views is not None:
+        _print_views(views, costs)
+    print("\nLaunch flags:\n" + launch_text(job, layout))
+
+
+def _print_memory(prediction: Prediction) -> None:
+    """The worst rank's peak by term, as each measure counts it, and the first pipeline
+    rank's where it is not the worst (what a reading on rank 0 alone shows, 0069)."""
     memory = ", ".join(f"{k} {v:.2f}" for k, v in prediction.memory_breakdown_gib.items())
     print("\n" + textwrap.fill(f"Peak memory of the worst rank (GiB): {memory}", 100))
     peaks = prediction.readings_gib()
@@ -120,14 +129,11 @@ def _print_prediction(
         f"  as measured: {peaks['allocated']:.2f} allocated (tensors), {peaks['reserved']:.2f} "
         f"reserved (allocator), {peaks['device']:.2f} device (nvidia-smi)"
     )
-    if round(peaks["device@first"], 2) != round(peaks["device"], 2):  # rank 0's, 0069
+    if round(peaks["device@first"], 2) != round(peaks["device"], 2):
         print(
             f"  the first pipeline rank's: {peaks['allocated@first']:.2f} allocated, "
             f"{peaks['reserved@first']:.2f} reserved, {peaks['device@first']:.2f} device"
         )
-    if views is not None:
-        _print_views(views, costs)
-    print("\nLaunch flags:\n" + launch_text(job, layout))
 
 
 def _print_views(views: dict[str, Any], costs: str) -> None:

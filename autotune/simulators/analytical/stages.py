@@ -455,29 +455,25 @@ def stage_detail(
     bytes (states, activations per micro-batch, working set, autograd's gradients, the step's
     copies); ``outside``: (reserved bytes, fragmentation)."""
     reserved, fragmentation = outside
-    rank_bytes, first = [], RankMemory({})
+    rank_terms = []
     for rank, kind in enumerate(shape.rank_kinds):
         held = kind_activations[kind] * rank_in_flight(shape.stage_layers, microbatches, vpp, rank)
         excess = step_excess_bytes(kind_step_grads[kind], held, kind_working[kind])
         churning = held + kind_working[kind] + excess + kind_churning_grads[kind]
-        lost = fragmentation_bytes(churning, fragmentation)
-        rank_bytes.append(
-            memory_bytes(kind_states[kind] + excess, held, kind_working[kind], reserved, lost)
-        )
-        if rank == 0:
-            terms = {
-                "states": kind_states[kind],
-                "activations": held,
-                "working": kind_working[kind],
-                "step_grads": excess,
-                "fragmentation": lost,
-                "reserved": reserved,
-            }
-            cached = kind_step_grads[kind] - excess  # the copies' own blocks, kept cached
-            first = RankMemory({k: v / GIB for k, v in terms.items()}, cached / GIB)
+        terms = {
+            "states": kind_states[kind],
+            "activations": held,
+            "working": kind_working[kind],
+            "step_grads": excess,
+            "fragmentation": fragmentation_bytes(churning, fragmentation),
+            "reserved": reserved,
+        }
+        rank_terms.append({key: value / GIB for key, value in terms.items()})
+    # what the first rank's allocator keeps cached: its step's copies' own blocks
+    cached = kind_step_grads[shape.rank_kinds[0]] / GIB - rank_terms[0]["step_grads"]
     return {
         "stage_layers": list(shape.stage_layers),
         "stage_time_s": [kind_s[kind] for kind in shape.rank_kinds],
-        "stage_memory_gib": [b / GIB for b in rank_bytes],
-        FIRST_RANK_MEMORY: first,
+        "stage_memory_gib": [sum(terms.values()) for terms in rank_terms],
+        FIRST_RANK_MEMORY: RankMemory(rank_terms[0], cached),
     }

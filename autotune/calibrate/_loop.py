@@ -314,6 +314,8 @@ def probe_frame(
                 **dict.fromkeys(_FILL, ""),
                 # what the filled-in peak counts: the figure the framework's log prints
                 "peak_memory_measure": job.train.framework.logged_peak_memory,
+                # whose: the largest of the ranks' figures (first: rank 0's alone, 0069)
+                "peak_memory_rank": "fullest",
                 "predictor": f"{priced.simulator.name} probe {rank}",
                 "predicted_step_time_s": round(prediction.step_time_s, 6),
             }

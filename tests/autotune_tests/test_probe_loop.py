@@ -229,3 +229,4 @@ def test_a_probe_file_reads_the_peak_as_the_frameworks_log_prints_it(
     assert not layout.violations(job)
     frame = probe_frame(priced, [(layout, priced.simulator.simulate(job, layout))], "job")
     assert frame["peak_memory_measure"].tolist() == [measure]
+    assert frame["peak_memory_rank"].tolist() == ["fullest"]  # the largest rank's (0069)

@@ -117,7 +117,7 @@ def score(
             scenario_rows.append(
                 {"simulator": ranking.name, **columns.job(source, scenario, positions), **record}
             )
-        row_frames.append(_row_frame(table, labels, ranking, fitted, columns.reading))
+        row_frames.append(_row_frame(table, labels, ranking, fitted))
     scenarios = pd.DataFrame(scenario_rows).rename(
         columns={"regret_at_k": f"regret_at_{settings.top_k}"}
     )
@@ -203,7 +203,7 @@ class _Columns:
 
     step_time_s: np.ndarray
     memory_gib: np.ndarray
-    reading: np.ndarray  # what each measured peak counts, on which rank (MEMORY_READINGS)
+    measure: np.ndarray  # what each measured peak counts, on which rank (MEMORY_READINGS)
     ok: np.ndarray  # the layout ran (status ok)
     measured: np.ndarray  # ok or oom: the layout was tried (status error is not scored)
     model: np.ndarray
@@ -216,7 +216,7 @@ class _Columns:
         return cls(
             step_time_s=table["step_time_s"].to_numpy(dtype=float, na_value=np.nan),
             memory_gib=table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan),
-            reading=dataset.peak_readings(table),
+            measure=dataset.peak_readings(table),
             ok=status == "ok",
             measured=np.isin(status, ("ok", "oom")),
             model=table["model"].to_numpy(dtype=object),
@@ -287,7 +287,7 @@ def _ranked_record(
     errors = errors[np.isfinite(errors)]
     peaks = ranking.peaks_gib
     as_measured = peak_as_measured(
-        columns.reading[rows],
+        columns.measure[rows],
         ranking.memory_gib[local],
         None if peaks is None else {measure: gib[local] for measure, gib in peaks.items()},
     )
@@ -324,14 +324,9 @@ def _empty_record(n_layouts: int, n_ok: int) -> dict[str, Any]:
 
 
 def _row_frame(
-    table: pd.DataFrame,
-    labels: Sequence[str],
-    ranking: Ranking,
-    in_fit: np.ndarray,
-    readings: np.ndarray,
+    table: pd.DataFrame, labels: Sequence[str], ranking: Ranking, in_fit: np.ndarray
 ) -> pd.DataFrame:
-    """One row per layout the ranking covers, each scenario's layouts in its pick order
-    (``readings``: each row's :func:`autotune.dataset.peak_readings`)."""
+    """One row per layout the ranking covers, each scenario's layouts in its pick order."""
     rows = ranking.rows
     frame = pd.DataFrame(
         {
@@ -351,7 +346,7 @@ def _row_frame(
             "peak_memory_rank": table["peak_memory_rank"].to_numpy(dtype=str)[rows],
             "predicted_memory_gib": ranking.memory_gib,
             # the prediction as the measured peak counts it (MEMORY_READINGS)
-            "predicted_peak_gib": ranking.peak_gib(readings[rows]),
+            "predicted_peak_gib": ranking.peak_gib(dataset.peak_readings(table)[rows]),
             "predicted_fits": ranking.fits,
             "in_fit": in_fit[rows],
             "score": ranking.score,

@@ -154,7 +154,7 @@ def _calibrated_rankings(
     zero_shot = calibrate.ZeroShot(zero.predicted_s, zero.memory_gib, zero.peaks_gib)
     if "leave_one_source_out" in protocols:
         start = time.perf_counter()
-        scores, _ = calibrate.leave_one_source_out(simulator, table, runs, settings)
+        scores, _ = calibrate.leave_one_source_out(simulator, table, runs, zero_shot, settings)
         rankings.append(_ranking(scores))
         log.info("%s, leave one source out: %.1f s", simulator.name, time.perf_counter() - start)
     if "leave_one_model_out" in protocols:

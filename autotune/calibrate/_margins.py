@@ -30,10 +30,12 @@ __all__ = [
     "MIN_EVIDENCE",
     "MIN_SOURCES",
     "POOLED",
+    "Evidence",
     "StackMargin",
     "evidence",
     "margin_for",
     "margins_from",
+    "run_evidence",
     "stack_margins",
 ]
 
@@ -81,6 +83,52 @@ def stack_margins(
 
     The keys are the frameworks of ``runs``; :func:`margin_for` answers any other.
     """
+    return run_evidence(simulator, runs, sources).margins()
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What runs say of the memory model, one entry per run with a measured peak or an
+    out-of-memory outcome (:func:`evidence`), with its device's memory, stack and source."""
+
+    predicted_gib: np.ndarray
+    measured_gib: np.ndarray
+    capacity_gib: np.ndarray
+    frameworks: list[str]
+    sources: list[str]
+
+    def take(self, keep: np.ndarray) -> Evidence:
+        """The entries where ``keep`` (a boolean mask) holds."""
+        return Evidence(
+            self.predicted_gib[keep],
+            self.measured_gib[keep],
+            self.capacity_gib[keep],
+            [f for f, k in zip(self.frameworks, keep, strict=True) if k],
+            [s for s, k in zip(self.sources, keep, strict=True) if k],
+        )
+
+    def joined(self, other: Evidence) -> Evidence:
+        """These entries, then ``other``'s."""
+        return Evidence(
+            np.concatenate([self.predicted_gib, other.predicted_gib]),
+            np.concatenate([self.measured_gib, other.measured_gib]),
+            np.concatenate([self.capacity_gib, other.capacity_gib]),
+            self.frameworks + other.frameworks,
+            self.sources + other.sources,
+        )
+
+    def margins(self) -> dict[str, StackMargin]:
+        """Each framework's margin from these entries (:func:`margins_from`)."""
+        return margins_from(
+            self.predicted_gib, self.measured_gib, self.capacity_gib, self.frameworks, self.sources
+        )
+
+
+def run_evidence(
+    simulator: Simulator, runs: Sequence[Run], sources: Sequence[str] = ()
+) -> Evidence:
+    """The :class:`Evidence` of those of ``runs`` (named by ``sources``, or ``()``) that have a
+    measured peak or ran out of memory, as ``simulator`` predicts them."""
     predicted, measured, capacity, frameworks, named = [], [], [], [], []
     for i, run in enumerate(runs):
         if not (math.isfinite(run.peak_memory_gib) or run.status == "oom"):
@@ -97,8 +145,12 @@ def stack_margins(
         capacity.append(run.specs[0].cluster.device.memory_gib)
         frameworks.append(run.specs[0].train.framework.name)
         named.append(sources[i] if sources else "")
-    return margins_from(
-        np.array(predicted), np.array(measured), np.array(capacity), frameworks, named
+    return Evidence(
+        np.array(predicted, dtype=float),
+        np.array(measured, dtype=float),
+        np.array(capacity, dtype=float),
+        frameworks,
+        named,
     )
 
 

@@ -210,7 +210,7 @@ def probe_scores(
     settings: ProtocolSettings,
 ) -> list[ProtocolScores]:
     """The probe protocol and its top-K baseline, for every K of ``settings.probes``."""
-    margins = margins_elsewhere(table, runs, zero)
+    margins = margins_elsewhere(simulator, table, runs, zero)
     scenarios = _scenarios(table, runs, zero, margins)
     as_measured = zero.peak_gib(dataset.peak_readings(table))
     given = given_widths(settings.fit.prior)

@@ -26,12 +26,14 @@ import numpy as np
 import pandas as pd
 
 from autotune import dataset
+from autotune.calibrate._apply import memory_runs
 from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import fit
+from autotune.calibrate._margins import Evidence
 from autotune.calibrate._margins import evidence
 from autotune.calibrate._margins import margin_for
-from autotune.calibrate._margins import margins_from
+from autotune.calibrate._margins import run_evidence
 from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._probe import ProbeSettings
 from autotune.simulators import Simulator
@@ -100,39 +102,58 @@ class ProtocolScores:
 
 
 def margins_elsewhere(
-    table: pd.DataFrame, runs: Sequence[Run | None], zero: ZeroShot
+    simulator: Simulator, table: pd.DataFrame, runs: Sequence[Run | None], zero: ZeroShot
 ) -> dict[tuple[str, str], float]:
-    """Per (source, framework), the uncalibrated memory margin that the runs of every other
-    source give that stack (:mod:`autotune.calibrate._margins`)."""
-    sources = table["source"].astype(str).to_numpy()
-    frameworks = np.array([run.specs[0].train.framework.name if run else "" for run in runs])
+    """Per (source, framework) of the table, the uncalibrated memory margin that the runs of
+    every other source give that stack (:mod:`autotune.calibrate._margins`): the table's other
+    sources and the shipped sources it does not hold, so a source scored alone (``data=`` one
+    source, or a file of one's own) gets the margin the others give it, as in the whole
+    table, not the margin of no evidence (docs/decisions/0070)."""
+    table_sources = table["source"].astype(str).to_numpy()
+    found = _table_evidence(table, runs, zero)
+    shipped_runs, shipped_sources = memory_runs()
+    held = set(table_sources)
+    extra = [i for i, source in enumerate(shipped_sources) if source not in held]
+    if extra:
+        found = found.joined(
+            run_evidence(
+                simulator, [shipped_runs[i] for i in extra], [shipped_sources[i] for i in extra]
+            )
+        )
+    frameworks = [run.specs[0].train.framework.name if run else "" for run in runs]
+    margins = {}
+    for source in sorted(set(table_sources)):
+        stacks = found.take(np.array(found.sources, dtype=object) != source).margins()
+        mine = {f for f, s in zip(frameworks, table_sources, strict=True) if s == source}
+        for framework in mine - {""}:
+            margins[source, framework] = margin_for(framework, stacks, elsewhere=True).value
+    return margins
+
+
+def _table_evidence(table: pd.DataFrame, runs: Sequence[Run | None], zero: ZeroShot) -> Evidence:
+    """The :class:`Evidence` of the table's rows with a measured peak or out of memory, as
+    the zero-shot predictions price them."""
     measured = table["peak_memory_gib"].to_numpy(dtype=float, na_value=np.nan)
     oom = table["status"].to_numpy(dtype=str) == "oom"
-    capacity = np.array(
-        [run.specs[0].cluster.device.memory_gib if run else np.nan for run in runs]
-    )
     as_measured = zero.peak_gib(dataset.peak_readings(table))
-    has = (np.isfinite(measured) | oom) & (frameworks != "")
-    pairs = [
-        evidence(as_measured[i], zero.memory_gib[i], measured[i], capacity[i])
-        for i in range(len(runs))
+    sources = table["source"].astype(str).tolist()
+    kept = [
+        (i, run)
+        for i, run in enumerate(runs)
+        if run is not None and (np.isfinite(measured[i]) or oom[i])
     ]
-    predicted = np.array([p for p, _ in pairs], dtype=float)
-    truth = np.array([t for _, t in pairs], dtype=float)
-    margins = {}
-    for source in sorted(set(sources)):
-        other = has & (sources != source)
-        stacks = margins_from(
-            predicted[other],
-            truth[other],
-            capacity[other],
-            list(frameworks[other]),
-            list(sources[other]),
-        )
-        for framework in set(frameworks[sources == source]) - {""}:
-            stack = margin_for(str(framework), stacks, elsewhere=True)
-            margins[source, str(framework)] = stack.value
-    return margins
+    capacity = [run.specs[0].cluster.device.memory_gib for _, run in kept]
+    pairs = [
+        evidence(as_measured[i], zero.memory_gib[i], measured[i], device)
+        for (i, _), device in zip(kept, capacity, strict=True)
+    ]
+    return Evidence(
+        np.array([p for p, _ in pairs], dtype=float),
+        np.array([t for _, t in pairs], dtype=float),
+        np.array(capacity, dtype=float),
+        [run.specs[0].train.framework.name for _, run in kept],
+        [sources[i] for i, _ in kept],
+    )
 
 
 def empty_arrays(n: int) -> dict[str, np.ndarray]:
@@ -186,7 +207,7 @@ def _predict_calibrated(
     runs: Sequence[Run | None],
     settings: ProtocolSettings,
     arrays: dict[str, np.ndarray],
-    no_evidence: float = 0.0,
+    no_evidence: Mapping[str, float],
     layouts: bool = False,
 ) -> Calibration:
     """Fit on ``train`` (named by ``sources``, or ``()``), predict ``rows`` (table positions)
@@ -194,7 +215,8 @@ def _predict_calibrated(
 
     A layout fits with its stack's margin on ``train`` as calibrated
     (:func:`autotune.calibrate.stack_margins`; too few runs of the stack, or, with ``sources``
-    named, runs of one source: every stack's pooled), or ``no_evidence`` when even every
+    named, runs of one source: every stack's pooled), or the stack's ``no_evidence`` (its
+    uncalibrated margin of every other source, :func:`margins_elsewhere`) when even every
     stack's runs of ``train`` with a measured peak or out of memory are too few for a 95th
     percentile (:data:`MIN_EVIDENCE`). ``layouts``: the calibration also remembers what
     ``train``'s layouts measured beyond it (a cluster's history,
@@ -209,8 +231,9 @@ def _predict_calibrated(
             continue
         p = calibrated.simulate(*run.specs)
         # sources named: other clusters' runs (leave-one-source-out); none: the job's own
-        stack = margin_for(run.specs[0].train.framework.name, stacks, elsewhere=bool(sources))
-        margin = stack.value if stack.supported else no_evidence
+        framework = run.specs[0].train.framework.name
+        stack = margin_for(framework, stacks, elsewhere=bool(sources))
+        margin = stack.value if stack.supported else no_evidence[framework]
         arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
         arrays["memory_gib"][i] = p.memory_gib
         for key, peak in p.readings_gib().items():
@@ -223,9 +246,16 @@ def leave_one_source_out(
     simulator: Simulator,
     table: pd.DataFrame,
     runs: Sequence[Run | None],
+    zero: ZeroShot,
     settings: ProtocolSettings,
 ) -> tuple[ProtocolScores, dict[str, Calibration]]:
-    """Each source's rows predicted by a calibration fitted on every other source's rows."""
+    """Each source's rows predicted by a calibration fitted on every other source's rows.
+
+    The margin is that calibration's (:func:`_predict_calibrated`); where the other sources'
+    rows hold too little memory evidence for a 95th percentile, the uncalibrated one of every
+    other source's runs of the stack, the shipped ones included (:func:`margins_elsewhere`).
+    """
+    elsewhere = margins_elsewhere(simulator, table, runs, zero)
     sources = table["source"].astype(str).to_numpy()
     arrays = empty_arrays(len(table))
     calibrations: dict[str, Calibration] = {}
@@ -234,9 +264,10 @@ def leave_one_source_out(
         if not others:
             continue
         train, named = [r for r, _ in others], [s for _, s in others]
-        # Each stack's margin from the other sources' runs of it (too few: the widest).
+        held = np.flatnonzero(sources == source)
+        fallback = {f: m for (s, f), m in elsewhere.items() if s == source}
         calibrations[source] = _predict_calibrated(
-            simulator, train, named, np.flatnonzero(sources == source), runs, settings, arrays
+            simulator, train, named, held, runs, settings, arrays, fallback
         )
     name = f"{simulator.name}, leave-one-source-out"
     return scores_of(name, "simulator", "leave_one_source_out", arrays), calibrations
@@ -276,12 +307,12 @@ def leave_one_model_out(
     a job of the same key, :func:`autotune.simulators.calibrated.job_key`, takes it).
 
     The margin is that calibration's (:func:`_predict_calibrated`); where those rows hold too
-    little memory evidence for a 95th percentile, the uncalibrated one of the other sources'
+    little memory evidence for a 95th percentile, the uncalibrated one of every other source's
     runs of the stack (what the probe protocol starts from): no row of the scored model
     decides its margin. A history of a single model is not scored:
     :attr:`ProtocolScores.unscored` says so per source.
     """
-    elsewhere = margins_elsewhere(table, runs, zero)
+    elsewhere = margins_elsewhere(simulator, table, runs, zero)
     models = table["model"].astype(str).to_numpy()
     arrays = empty_arrays(len(table))
     scored: list[np.ndarray] = []
@@ -296,9 +327,9 @@ def leave_one_model_out(
         for model in names:
             held = history.rows[models[history.rows] == model]
             train = [r for i in history.rows if models[i] != model and (r := runs[i])]
-            margin = elsewhere[history.source, history.framework]
+            fallback = {history.framework: elsewhere[history.source, history.framework]}
             _predict_calibrated(
-                simulator, train, (), held, runs, settings, arrays, margin, layouts=True
+                simulator, train, (), held, runs, settings, arrays, fallback, layouts=True
             )
             scored.append(held)
     rows = np.sort(np.concatenate(scored)) if scored else np.array([], dtype=int)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from autotune import catalog
@@ -20,12 +22,18 @@ from autotune.calibrate import Run
 from autotune.calibrate import ZeroShot
 from autotune.calibrate import _priors as priors
 from autotune.calibrate import _probe_protocol as probe_protocol
+from autotune.calibrate import memory_runs
 from autotune.calibrate import row_runs
+from autotune.calibrate import shipped_margins
 from autotune.calibrate._command import fit_settings
+from autotune.calibrate._protocols import margins_elsewhere
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
+from autotune.simulators import Simulator
 from autotune.simulators import UserError
-from autotune.simulators.prediction import MEMORY_MEASURES
+from autotune.simulators.job import Job
+from autotune.simulators.layout import Layout
+from autotune.simulators.prediction import MEMORY_READINGS
 from tests.dataset_tests._tables import write
 
 SMALL = ["data=public", "source=[korthikanti,dlperf]", "tracking.enabled=false"]
@@ -77,12 +85,7 @@ def test_probes_see_only_their_own_measurements_and_are_not_scored(
     specs = dataset.table_specs(table)
     runs = row_runs(table, specs)
     simulator = catalog.load_simulator("analytical")
-    predictions = [simulator.simulate(*s) for s in specs]
-    zero = ZeroShot(
-        np.array([p.step_time_s for p in predictions]),
-        np.array([p.memory_gib for p in predictions]),
-        {m: np.array([p.peak_gib(m) for p in predictions]) for m in MEMORY_MEASURES},
-    )
+    zero = _zero_shot(simulator, specs)
     config = _config()
     settings = ProtocolSettings(
         fit=fit_settings(config.calibrate),
@@ -101,6 +104,41 @@ def test_probes_see_only_their_own_measurements_and_are_not_scored(
     again = probe_protocol.probe_scores(simulator, table, changed, zero, settings)[0]
     np.testing.assert_array_equal(again.score, first.score)
     np.testing.assert_array_equal(again.fits, first.fits)
+
+
+def _zero_shot(simulator: Simulator, specs: Sequence[tuple[Job, Layout]]) -> ZeroShot:
+    predictions = [simulator.simulate(*s) for s in specs]
+    readings = [p.readings_gib() for p in predictions]
+    return ZeroShot(
+        np.array([p.step_time_s for p in predictions]),
+        np.array([p.memory_gib for p in predictions]),
+        {key: np.array([r[key] for r in readings]) for key in MEMORY_READINGS},
+    )
+
+
+def _margins_elsewhere(table: pd.DataFrame) -> dict[tuple[str, str], float]:
+    simulator = catalog.load_simulator("analytical")
+    table = dataset.priceable_rows(table).table
+    specs = dataset.table_specs(table)
+    zero = _zero_shot(simulator, specs)
+    return margins_elsewhere(simulator, table, row_runs(table, specs), zero)
+
+
+def test_a_source_scored_alone_gets_the_margin_the_other_sources_give_it(tmp_path: Path) -> None:
+    """A source with no other beside it in the benchmark's table (``data=`` one source, or a
+    file of one's own) takes its memory margin from the shipped sources, as in the whole table,
+    never the margin of no evidence (docs/decisions/0070)."""
+    _, memory_sources = memory_runs()
+    whole = _margins_elsewhere(dataset.load_public(sorted(set(memory_sources))))
+    alone = _margins_elsewhere(dataset.load_public(["bigscience_tr3m"]))
+    key = ("bigscience_tr3m", "megatron_deepspeed")
+    assert list(alone) == [key]
+    assert alone[key] == pytest.approx(whole[key]) and alone[key] > 0.05
+    # a source the shipped data do not hold gets the margin a search gets for its stack
+    mine = write(tmp_path / "runs.csv", {"source": "mine", "dp": 2, "tp": 4})
+    theirs = _margins_elsewhere(dataset.load_measurements(mine))
+    shipped = shipped_margins(catalog.load_simulator("analytical"))["megatron_core"]
+    assert theirs == {("mine", "megatron_core"): pytest.approx(shipped.value)}
 
 
 def test_the_regret_curve_has_every_protocol_and_k() -> None:

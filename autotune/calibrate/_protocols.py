@@ -36,6 +36,7 @@ from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import run_evidence
 from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._probe import ProbeSettings
+from autotune.calibrate._rows import shipped_runs_beyond
 from autotune.simulators import Simulator
 from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibration import Calibration
@@ -249,7 +250,9 @@ def leave_one_source_out(
     zero: ZeroShot,
     settings: ProtocolSettings,
 ) -> tuple[ProtocolScores, dict[str, Calibration]]:
-    """Each source's rows predicted by a calibration fitted on every other source's rows.
+    """Each source's rows predicted by a calibration fitted on every other source's rows: the
+    table's and those of the shipped sources it does not hold, so a source scored alone is
+    scored as in the whole table (docs/decisions/0070).
 
     The margin is that calibration's (:func:`_predict_calibrated`); where the other sources'
     rows hold too little memory evidence for a 95th percentile, the uncalibrated one of every
@@ -257,13 +260,12 @@ def leave_one_source_out(
     """
     elsewhere = margins_elsewhere(simulator, table, runs, zero)
     sources = table["source"].astype(str).to_numpy()
+    beyond = shipped_runs_beyond(set(sources))
     arrays = empty_arrays(len(table))
     calibrations: dict[str, Calibration] = {}
     for source in sorted(set(sources)):
         others = [(r, s) for r, s in zip(runs, sources, strict=True) if r and s != source]
-        if not others:
-            continue
-        train, named = [r for r, _ in others], [s for _, s in others]
+        train, named = [r for r, _ in others + beyond], [s for _, s in others + beyond]
         held = np.flatnonzero(sources == source)
         fallback = {f: m for (s, f), m in elsewhere.items() if s == source}
         calibrations[source] = _predict_calibrated(

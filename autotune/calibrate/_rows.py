@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections import Counter
+from collections.abc import Collection
 from collections.abc import Sequence
 
 import numpy as np
@@ -16,7 +18,15 @@ from autotune.simulators import Job
 from autotune.simulators import Layout
 from autotune.simulators import UserError
 
-__all__ = ["row_names", "row_runs", "runs_of", "single_value", "skipped_notes", "span_text"]
+__all__ = [
+    "row_names",
+    "row_runs",
+    "runs_of",
+    "shipped_runs_beyond",
+    "single_value",
+    "skipped_notes",
+    "span_text",
+]
 
 log = logging.getLogger("autotune.calibrate")
 _SHOWN = 8  # rows named in a message before "and N more"
@@ -105,6 +115,21 @@ def row_runs(
             )
         )
     return runs
+
+
+def shipped_runs_beyond(held: Collection[str]) -> list[tuple[Run, str]]:
+    """Every measured shipped row of the sources not in ``held``, as a run with its source:
+    the shipped runs a table of those sources does not hold."""
+    wanted = tuple(sorted(set(dataset.public_sources()) - set(held)))
+    return list(_shipped_runs(wanted)) if wanted else []
+
+
+@functools.cache
+def _shipped_runs(sources: tuple[str, ...]) -> tuple[tuple[Run, str], ...]:
+    priceable = dataset.priceable_rows(dataset.load_public(list(sources)))
+    runs = row_runs(priceable.table, priceable.specs)
+    names = priceable.table["source"].astype(str).tolist()
+    return tuple((run, name) for run, name in zip(runs, names, strict=True) if run is not None)
 
 
 def skipped_notes(skipped: Sequence[dataset.SkippedRow]) -> list[str]:

@@ -168,9 +168,10 @@ class Prediction:
             mfu=self.mfu / scale,
         )
 
-    def peaks_gib(self) -> dict[str, float]:
-        """The fullest rank's predicted peak as each of :data:`MEMORY_MEASURES` counts it."""
-        return {measure: self.peak_gib(measure) for measure in MEMORY_MEASURES}
+    def peaks_gib(self, rank: str = "fullest") -> dict[str, float]:
+        """``rank``'s predicted peak (:data:`PEAK_RANKS`) as each of :data:`MEMORY_MEASURES`
+        counts it."""
+        return {measure: self.peak_gib(measure, rank) for measure in MEMORY_MEASURES}
 
     def readings_gib(self) -> dict[str, float]:
         """The predicted peak of each of :data:`MEMORY_READINGS` (a measure on a rank)."""
@@ -186,6 +187,7 @@ class Prediction:
             "memory_capacity_gib": self.memory_capacity_gib,
             "cached_gib": self.cached_gib,
             "peaks_gib": self.peaks_gib(),
+            "first_rank_peaks_gib": self.peaks_gib("first"),
             "fits": self.fits,
             "breakdown": dict(self.breakdown),
             "memory_breakdown_gib": dict(self.memory_breakdown_gib),

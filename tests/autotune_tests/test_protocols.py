@@ -45,12 +45,32 @@ def _config(*overrides: str) -> BenchmarkConfig:
 
 def test_leave_one_source_out_never_fits_on_the_scored_source(fitted: list[list[Run]]) -> None:
     result = run_benchmark(_config("protocols=[leave_one_source_out]"))
-    assert len(fitted) == 2  # one calibration per source, on the other one
+    assert len(fitted) == 2  # one calibration per source, in order: dlperf, korthikanti
     sources = [{run.group.split("/")[0] for run in runs} for runs in fitted]
-    assert sorted(map(sorted, sources)) == [["dlperf"], ["korthikanti"]]
+    # on the other scored source and on the shipped sources the table does not hold
+    for scored, other, fit_sources in zip(
+        ("dlperf", "korthikanti"), ("korthikanti", "dlperf"), sources, strict=True
+    ):
+        assert scored not in fit_sources and {other, "vtrain", "bloom"} <= fit_sources
     summary = result.summaries["analytical, leave-one-source-out"]
     assert summary["protocol"] == "leave_one_source_out"
     assert summary["by_source"]["dlperf"]["n_scenarios"] == 4
+
+
+def test_a_source_scored_alone_is_calibrated_on_the_shipped_sources(
+    fitted: list[list[Run]],
+) -> None:
+    """With no other source in the table, leave one source out fits on the shipped ones and
+    predicts every row, as in the whole table (docs/decisions/0070)."""
+    config = load_config(
+        BenchmarkConfig,
+        ["data=bigscience_tr3m", "tracking.enabled=false", "protocols=[leave_one_source_out]"],
+    )
+    rows = run_benchmark(config).rows
+    (fit_sources,) = [{run.group.split("/")[0] for run in runs} for runs in fitted]
+    assert "bigscience_tr3m" not in fit_sources and {"vtrain", "bloom", "simumax"} <= fit_sources
+    loso = rows[rows["simulator"] == "analytical, leave-one-source-out"]
+    assert len(loso) == 27 and loso["predicted_step_time_s"].notna().all()
 
 
 def test_probes_see_only_their_own_measurements_and_are_not_scored(

@@ -225,5 +225,12 @@ def test_the_first_pipeline_ranks_peak_is_shown_where_it_is_not_the_fullest(
     first = next(line for line in lines if "the first pipeline rank's:" in line)
     device = [float(line.split(" device")[0].split()[-1]) for line in (fullest, first)]
     assert device[1] < device[0]
+    assert simulate_cli.main([*job, *layout, "output=json"]) == 0
+    prediction = _strict(capsys.readouterr().out)["prediction"]
+    assert prediction["first_rank_peaks_gib"]["device"] == pytest.approx(device[1], abs=0.01)
+    assert prediction["peaks_gib"]["device"] == pytest.approx(device[0], abs=0.01)
     assert simulate_cli.main([*job, "parallel.tp=8"]) == 0  # one stage: one peak
     assert "the first pipeline rank's" not in capsys.readouterr().out
+    assert simulate_cli.main([*job, "parallel.tp=8", "output=json"]) == 0
+    one = _strict(capsys.readouterr().out)["prediction"]
+    assert one["first_rank_peaks_gib"] == one["peaks_gib"]

@@ -178,11 +178,10 @@ def _shipped(simulator: Simulator) -> _Shipped:
     found = _SHIPPED.get(id(simulator))
     if found is not None and found[0] is simulator:
         return found[1]
-    from autotune import dataset
-    from autotune.calibrate._rows import row_runs
+    from autotune.calibrate._rows import shipped_rows
 
-    priceable = dataset.priceable_rows(dataset.load_public())
-    runs = row_runs(priceable.table, priceable.specs)
+    table, shipped_runs = shipped_rows()
+    runs = list(shipped_runs)
     predicted = np.full(len(runs), np.nan)
     peaks = np.full(len(runs), np.nan)
     for i, run in enumerate(runs):
@@ -197,7 +196,7 @@ def _shipped(simulator: Simulator) -> _Shipped:
         [runs[i].specs for i in priced],  # type: ignore[union-attr]
         predicted[priced],
     )
-    shipped = _Shipped(priceable.table, runs, predicted, peaks, shares)
+    shipped = _Shipped(table, runs, predicted, peaks, shares)
     if len(_SHIPPED) > 4:
         _SHIPPED.clear()
     _SHIPPED[id(simulator)] = (simulator, shipped)

@@ -22,6 +22,7 @@ __all__ = [
     "row_names",
     "row_runs",
     "runs_of",
+    "shipped_rows",
     "shipped_runs_beyond",
     "single_value",
     "skipped_notes",
@@ -117,19 +118,26 @@ def row_runs(
     return runs
 
 
+@functools.cache
+def shipped_rows() -> tuple[pd.DataFrame, tuple[Run | None, ...]]:
+    """Every shipped row whose layout keeps the rules, and each as a run (None: not measured),
+    loaded once; neither is to be changed."""
+    priceable = dataset.priceable_rows(dataset.load_public())
+    return priceable.table, tuple(row_runs(priceable.table, priceable.specs))
+
+
 def shipped_runs_beyond(held: Collection[str]) -> list[tuple[Run, str]]:
     """Every measured shipped row of the sources not in ``held``, as a run with its source:
     the shipped runs a table of those sources does not hold."""
-    wanted = tuple(sorted(set(dataset.public_sources()) - set(held)))
-    return list(_shipped_runs(wanted)) if wanted else []
-
-
-@functools.cache
-def _shipped_runs(sources: tuple[str, ...]) -> tuple[tuple[Run, str], ...]:
-    priceable = dataset.priceable_rows(dataset.load_public(list(sources)))
-    runs = row_runs(priceable.table, priceable.specs)
-    names = priceable.table["source"].astype(str).tolist()
-    return tuple((run, name) for run, name in zip(runs, names, strict=True) if run is not None)
+    if set(dataset.public_sources()) <= set(held):
+        return []
+    table, runs = shipped_rows()
+    sources = table["source"].astype(str).tolist()
+    return [
+        (run, source)
+        for run, source in zip(runs, sources, strict=True)
+        if run is not None and source not in held
+    ]
 
 
 def skipped_notes(skipped: Sequence[dataset.SkippedRow]) -> list[str]:

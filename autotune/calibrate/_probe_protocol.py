@@ -53,6 +53,7 @@ from autotune.calibrate._residuals import layout_features
 from autotune.calibrate._shares import SHARE_FACTORS
 from autotune.calibrate._shares import step_shares
 from autotune.order import order_key
+from autotune.progress import Progress
 from autotune.simulators import Simulator
 from autotune.simulators.prediction import MEMORY_READINGS
 
@@ -228,7 +229,8 @@ def probe_scores(
     }
     for arrays in families.values():
         arrays["probes_used"] = np.full(len(table), np.nan)
-    for scenario in scenarios:
+    progress = Progress(f"{simulator.name}, probes", len(scenarios), unit="scenarios")
+    for done, scenario in enumerate(scenarios, start=1):
         steps = _probe_steps(
             scenario, runs, as_measured, shares[scenario.rows], priors[scenario.source], settings
         )
@@ -243,6 +245,7 @@ def probe_scores(
         for k in ks:
             _write_step(steps[k], scenario, zero, families[PROBE, k])
             _top_probes(scenario, runs, order[:k], families[TOP_PROBES, k])
+        progress.update(done)
     covered = (
         np.sort(np.concatenate([s.rows for s in scenarios])) if scenarios else np.array([], int)
     )

@@ -37,6 +37,7 @@ from autotune.calibrate._margins import run_evidence
 from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._probe import ProbeSettings
 from autotune.calibrate._rows import shipped_runs_beyond
+from autotune.progress import Progress
 from autotune.simulators import Simulator
 from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibration import Calibration
@@ -263,7 +264,9 @@ def leave_one_source_out(
     beyond = shipped_runs_beyond(set(sources))
     arrays = empty_arrays(len(table))
     calibrations: dict[str, Calibration] = {}
-    for source in sorted(set(sources)):
+    scored = sorted(set(sources))
+    progress = Progress(f"{simulator.name}, leave one source out", len(scored), unit="fits")
+    for done, source in enumerate(scored, start=1):
         others = [(r, s) for r, s in zip(runs, sources, strict=True) if r and s != source]
         train, named = [r for r, _ in others + beyond], [s for _, s in others + beyond]
         held = np.flatnonzero(sources == source)
@@ -271,6 +274,7 @@ def leave_one_source_out(
         calibrations[source] = _predict_calibrated(
             simulator, train, named, held, runs, settings, arrays, fallback
         )
+        progress.update(done)
     name = f"{simulator.name}, leave-one-source-out"
     return scores_of(name, "simulator", "leave_one_source_out", arrays), calibrations
 
@@ -317,7 +321,7 @@ def leave_one_model_out(
     elsewhere = margins_elsewhere(simulator, table, runs, zero)
     models = table["model"].astype(str).to_numpy()
     arrays = empty_arrays(len(table))
-    scored: list[np.ndarray] = []
+    fits: list[tuple[_History, str]] = []
     unscored: dict[str, list[str]] = {}
     for history in _histories(table, runs):
         names = sorted(set(models[history.rows]))
@@ -326,14 +330,18 @@ def leave_one_model_out(
                 f"{history.cluster}, {history.framework}: one model ({names[0]})"
             )
             continue
-        for model in names:
-            held = history.rows[models[history.rows] == model]
-            train = [r for i in history.rows if models[i] != model and (r := runs[i])]
-            fallback = {history.framework: elsewhere[history.source, history.framework]}
-            _predict_calibrated(
-                simulator, train, (), held, runs, settings, arrays, fallback, layouts=True
-            )
-            scored.append(held)
+        fits.extend((history, model) for model in names)
+    progress = Progress(f"{simulator.name}, leave one model out", len(fits), unit="fits")
+    scored: list[np.ndarray] = []
+    for done, (history, model) in enumerate(fits, start=1):
+        held = history.rows[models[history.rows] == model]
+        train = [r for i in history.rows if models[i] != model and (r := runs[i])]
+        fallback = {history.framework: elsewhere[history.source, history.framework]}
+        _predict_calibrated(
+            simulator, train, (), held, runs, settings, arrays, fallback, layouts=True
+        )
+        scored.append(held)
+        progress.update(done)
     rows = np.sort(np.concatenate(scored)) if scored else np.array([], dtype=int)
     why = tuple((source, "; ".join(texts)) for source, texts in sorted(unscored.items()))
     name = f"{simulator.name}, leave-one-model-out"

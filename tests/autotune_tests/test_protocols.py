@@ -22,6 +22,7 @@ from autotune.calibrate import Run
 from autotune.calibrate import ZeroShot
 from autotune.calibrate import _priors as priors
 from autotune.calibrate import _probe_protocol as probe_protocol
+from autotune.calibrate import _protocols as protocols
 from autotune.calibrate import memory_runs
 from autotune.calibrate import row_runs
 from autotune.calibrate import shipped_margins
@@ -29,6 +30,7 @@ from autotune.calibrate._command import fit_settings
 from autotune.calibrate._protocols import margins_elsewhere
 from autotune.config import BenchmarkConfig
 from autotune.config import load_config
+from autotune.progress import Progress
 from autotune.simulators import Simulator
 from autotune.simulators import UserError
 from autotune.simulators.job import Job
@@ -159,6 +161,26 @@ def test_a_source_scored_alone_gets_the_margin_the_other_sources_give_it(tmp_pat
     theirs = _margins_elsewhere(dataset.load_measurements(mine))
     shipped = shipped_margins(catalog.load_simulator("analytical"))["megatron_core"]
     assert theirs == {("mine", "megatron_core"): pytest.approx(shipped.value)}
+
+
+def test_the_calibrating_protocols_report_their_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fit of leave one source out and leave one model out, and each probed scenario, is
+    a step of a progress line on stderr (a hierarchical run of them takes minutes)."""
+    steps: dict[str, list[int]] = {}
+
+    class Recorder(Progress):
+        def update(self, done: int, left_s: float | None = None) -> None:
+            steps.setdefault(self.label, []).append(done)
+            super().update(done, left_s)
+
+    monkeypatch.setattr(protocols, "Progress", Recorder)
+    monkeypatch.setattr(probe_protocol, "Progress", Recorder)
+    protocols_asked = "protocols=[leave_one_source_out,leave_one_model_out,probe]"
+    run_benchmark(_config(protocols_asked, "probes=[1]", "source=[korthikanti]"))
+    assert steps["analytical, leave one source out"] == [1]
+    fits = steps["analytical, leave one model out"]
+    assert len(fits) >= 2 and fits == list(range(1, len(fits) + 1))
+    assert steps["analytical, probes"] == [1, 2, 3, 4]  # korthikanti's four scenarios
 
 
 def test_the_regret_curve_has_every_protocol_and_k() -> None:

@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 
 from autotune import dataset
-from autotune.calibrate._apply import memory_runs
 from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import Run
 from autotune.calibrate._fit import fit
@@ -113,15 +112,10 @@ def margins_elsewhere(
     table, not the margin of no evidence (docs/decisions/0070)."""
     table_sources = table["source"].astype(str).to_numpy()
     found = _table_evidence(table, runs, zero)
-    shipped_runs, shipped_sources = memory_runs()
-    held = set(table_sources)
-    extra = [i for i, source in enumerate(shipped_sources) if source not in held]
-    if extra:
-        found = found.joined(
-            run_evidence(
-                simulator, [shipped_runs[i] for i in extra], [shipped_sources[i] for i in extra]
-            )
-        )
+    beyond = shipped_runs_beyond(set(table_sources))
+    if beyond:  # run_evidence keeps those with a measured peak or out of memory
+        runs_beyond, sources_beyond = zip(*beyond, strict=True)
+        found = found.joined(run_evidence(simulator, runs_beyond, sources_beyond))
     frameworks = [run.specs[0].train.framework.name if run else "" for run in runs]
     margins = {}
     for source in sorted(set(table_sources)):
@@ -267,8 +261,8 @@ def leave_one_source_out(
     scored = sorted(set(sources))
     progress = Progress(f"{simulator.name}, leave one source out", len(scored), unit="fits")
     for done, source in enumerate(scored, start=1):
-        others = [(r, s) for r, s in zip(runs, sources, strict=True) if r and s != source]
-        train, named = [r for r, _ in others + beyond], [s for _, s in others + beyond]
+        pairs = [(r, s) for r, s in zip(runs, sources, strict=True) if r and s != source] + beyond
+        train, named = [r for r, _ in pairs], [s for _, s in pairs]
         held = np.flatnonzero(sources == source)
         fallback = {f: m for (s, f), m in elsewhere.items() if s == source}
         calibrations[source] = _predict_calibrated(

@@ -8,6 +8,10 @@
    the search space: a cold pass (compiles each new layer shape on the meta device) and a
    warm pass (graphs cached), median / 95th percentile / max per layout. Target: warm <= 50 ms.
 2. Sanity: hierarchical next to analytical for a few llama70b layouts on 64 NPUs.
+3. A calibration's fit: the fit `python -m autotune.calibrate data=bloom simulator=hierarchical`
+   runs (its 131 BLOOM rows, default settings with the bootstrap), median over 3 repeats
+   (1 with --quick); its simulations are most of what leave one model out and leave one source
+   out cost with this simulator.
 Prints a Markdown table and writes it to benchmark_results/hierarchical.md (``--out DIR``
 elsewhere; ``--refresh`` overwrites the committed benchmarks/results/hierarchical.md).
 """
@@ -21,8 +25,12 @@ import time
 from _results import add_output_options
 from _results import write_result
 
+from autotune import calibrate
+from autotune import dataset
+from autotune.catalog import load_simulator
 from autotune.catalog import priced_job_from_config
 from autotune.config import AutotuneConfig
+from autotune.config import CalibrateConfig
 from autotune.config import load_config
 from autotune.search import build_space
 from autotune.simulators import Layout
@@ -67,6 +75,23 @@ def sanity() -> list[tuple[Layout, Prediction, Prediction]]:
     return rows
 
 
+def fit_seconds(repeats: int) -> tuple[int, list[float]]:
+    """Rows of BLOOM fitted, and seconds of the hierarchical simulator's fit on them, repeated
+    with a fresh simulator each time (no layer graph cached from the previous fit)."""
+    priceable = dataset.priceable_rows(dataset.load_public(["bloom"]))
+    runs = [run for run in calibrate.row_runs(priceable.table, priceable.specs) if run]
+    settings = calibrate.fit_settings(
+        load_config(CalibrateConfig, ["data=bloom", "name=bench"]).calibrate
+    )
+    seconds = []
+    for _ in range(repeats):
+        simulator = load_simulator("hierarchical")
+        started = time.perf_counter()
+        calibrate.fit(simulator, runs, settings, plausible=True)
+        seconds.append(time.perf_counter() - started)
+    return len(runs), seconds
+
+
 def _ms(values: list[float]) -> str:
     ordered = sorted(values)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -103,6 +128,15 @@ def main() -> None:
             f"| {layout.describe()} | {ana.step_time_s:.1f} | {hier.step_time_s:.1f} "
             f"| {ana.memory_gib:.1f} | {hier.memory_gib:.1f} | {_top(hier)} |"
         )
+    rows, seconds = fit_seconds(1 if args.quick else 3)
+    lines += [
+        "",
+        "## A calibration's fit: BLOOM, hierarchical simulator (median of repeats, s)",
+        "",
+        "| rows | repeats | fit |",
+        "|---|---|---|",
+        f"| {rows} | {len(seconds)} | {statistics.median(seconds):.1f} |",
+    ]
     write_result(args, "hierarchical.md", "\n".join(lines))
 
 

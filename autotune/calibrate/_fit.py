@@ -44,6 +44,7 @@ from autotune.simulators.calibration import Calibration
 from autotune.simulators.job import Job
 from autotune.simulators.layout import Layout
 from autotune.simulators.limits import MAX_MEASURED_OVER_PREDICTED
+from autotune.simulators.prediction import Prediction
 
 __all__ = [
     "MIN_EVIDENCE",
@@ -167,6 +168,24 @@ def _gaussian(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return p * root, root + p**2 / (4 * root)
 
 
+def _key(simulated: np.ndarray) -> tuple[float, ...]:
+    return tuple(np.round(simulated, 12))
+
+
+def _row_terms(prediction: Prediction) -> tuple[float, float, float]:
+    """Step time, TP time scaled by the bubble's share, DP time (no overlap)."""
+    b = prediction.breakdown
+    pipelined = sum(
+        b.get(k, 0.0) for k in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm")
+    )
+    bubble_share = b.get("bubble", 0.0) / pipelined if pipelined > 0 else 0.0
+    return (
+        prediction.step_time_s,
+        b.get("tp_comm", 0.0) * (1 + bubble_share),
+        b.get("dp_comm", 0.0),
+    )
+
+
 class _TimeModel:
     """Step times of the fitted rows as a function of the step-time factors ``x``."""
 
@@ -178,30 +197,28 @@ class _TimeModel:
 
     def _terms(self, simulated: np.ndarray) -> np.ndarray:
         """Per row: step time, TP time scaled by the bubble's share, DP time (no overlap)."""
-        key = tuple(np.round(simulated, 12))
-        terms = self._cache.get(key)
-        if terms is None:
-            factors = _factors_of(simulated, SIMULATED_FACTORS)
+        self._evaluate([simulated])
+        return self._cache[_key(simulated)]
+
+    def _evaluate(self, points: Sequence[np.ndarray]) -> None:
+        """The terms at each point not cached yet, simulated row by row: the points of one
+        row share its layout, so the simulator's per-layout caches serve them all (the
+        hierarchical simulator's pipeline plans keep the two latest layouts)."""
+        todo = {_key(point): point for point in points if _key(point) not in self._cache}
+        if not todo:
+            return
+        sims = []
+        for point in todo.values():
+            factors = _factors_of(point, SIMULATED_FACTORS)
             factors.update(tp_overlap=0.0, dp_overlap=0.0)
-            sim = calibrated(self.simulator, self.center.with_factors(factors))
-            terms = np.empty((len(self.runs), 3))
-            for i, run in enumerate(self.runs):
-                p = sim.simulate(*run.specs)
-                b = p.breakdown
-                pipelined = sum(
-                    b.get(k, 0.0)
-                    for k in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm")
-                )
-                bubble_share = b.get("bubble", 0.0) / pipelined if pipelined > 0 else 0.0
-                terms[i] = (
-                    p.step_time_s,
-                    b.get("tp_comm", 0.0) * (1 + bubble_share),
-                    b.get("dp_comm", 0.0),
-                )
-            if len(self._cache) > 64:
-                self._cache.clear()
-            self._cache[key] = terms
-        return terms
+            sims.append(calibrated(self.simulator, self.center.with_factors(factors)))
+        terms = np.empty((len(todo), len(self.runs), 3))
+        for i, run in enumerate(self.runs):
+            for j, sim in enumerate(sims):
+                terms[j, i] = _row_terms(sim.simulate(*run.specs))
+        if len(self._cache) + len(todo) > 64:
+            self._cache.clear()
+        self._cache.update(zip(todo, terms, strict=True))
 
     def step_s(self, x: np.ndarray) -> np.ndarray:
         terms = self._terms(x[: len(SIMULATED_FACTORS)])
@@ -211,13 +228,15 @@ class _TimeModel:
     def log_jacobian(self, x: np.ndarray, upper: np.ndarray) -> np.ndarray:
         """d log(step) / dx per row (finite differences for the simulated factors)."""
         n_sim = len(SIMULATED_FACTORS)
+        steps = [_STEP if x[j] + _STEP <= upper[j] else -_STEP for j in range(n_sim)]
+        moved = [x.copy() for _ in range(n_sim)]
+        for j, step in enumerate(steps):
+            moved[j][j] += step
+        self._evaluate([point[:n_sim] for point in [x, *moved]])
         base = self.step_s(x)
         jac = np.empty((len(self.runs), len(TIME_FACTORS)))
-        for j in range(n_sim):
-            step = _STEP if x[j] + _STEP <= upper[j] else -_STEP
-            moved = x.copy()
-            moved[j] += step
-            jac[:, j] = (np.log(self.step_s(moved)) - np.log(base)) / step
+        for j, step in enumerate(steps):
+            jac[:, j] = (np.log(self.step_s(moved[j])) - np.log(base)) / step
         terms = self._terms(x[:n_sim])
         jac[:, n_sim] = -terms[:, 1] / base
         jac[:, n_sim + 1] = -terms[:, 2] / base

@@ -233,11 +233,14 @@ def run_pipeline(
                     duration = forward_s[vs]
                     end = start + duration
                     rank_held += activation_bytes[vs]
-                    rank_peak = max(rank_peak, rank_held)
+                    if rank_held > rank_peak:
+                        rank_peak = rank_held
                 else:
                     duration = backward_s[vs]
                     end = start + duration
-                    rank_peak = max(rank_peak, rank_held + transient_bytes[vs])
+                    during = rank_held + transient_bytes[vs]
+                    if during > rank_peak:
+                        rank_peak = during
                     rank_held -= activation_bytes[vs]
                     if final:
                         last[r][chunk] = (start, end)

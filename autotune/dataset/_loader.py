@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 from typing import Any
 
@@ -306,5 +307,47 @@ def _where(path: Path, line: Any, column: str) -> str:
 
 
 def _message(path: Path, problems: list[str]) -> str:
+    problems = _grouped(problems)
     head = f"{path}: {len(problems)} problem(s); the file was not loaded:"
     return "\n  - ".join([head, *problems])
+
+
+_CELL_PROBLEM = re.compile(
+    r"(?P<file>.+?), line (?P<line>\d+), column (?P<column>[^:]+): (?P<what>.*)", re.S
+)
+_SPANS_SHOWN = 8  # runs of lines named in one problem before "and N more"
+
+
+def _grouped(problems: list[str]) -> list[str]:
+    """The problems, those that differ only in their line told once with every line (a column
+    filled with the same wrong value says so once, not once per row), in the order met."""
+    lines: dict[str | tuple[str, str, str], list[int]] = {}
+    for problem in problems:
+        found = _CELL_PROBLEM.fullmatch(problem)
+        if found is None:
+            lines.setdefault(problem, [])
+        else:
+            key = (found["file"], found["column"], found["what"])
+            lines.setdefault(key, []).append(int(found["line"]))
+    grouped = []
+    for key, numbers in lines.items():
+        if isinstance(key, str):
+            grouped.append(key)
+        else:
+            file, column, what = key
+            where = f"line {numbers[0]}" if len(numbers) == 1 else f"lines {_spans(numbers)}"
+            grouped.append(f"{file}, {where}, column {column}: {what}")
+    return grouped
+
+
+def _spans(numbers: list[int]) -> str:
+    """Line numbers as runs (``2-28, 31, 40-41``), the first few, then how many more."""
+    runs: list[list[int]] = []
+    for number in sorted(set(numbers)):
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    text = [f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs]
+    more = len(text) - _SPANS_SHOWN
+    return ", ".join(text[:_SPANS_SHOWN]) + (f" and {more} more runs" if more > 0 else "")

@@ -492,3 +492,21 @@ def test_a_peak_says_whose_rank_it_is_the_fullest_unless_told(tmp_path: Path) ->
     bad = write(tmp_path / "bad.csv", {"peak_memory_gib": 40.0, "peak_memory_rank": "last"})
     with pytest.raises(DataFileError, match="column peak_memory_rank: expected one of fullest"):
         dataset.load_measurements(bad)
+
+
+def test_a_wrong_value_down_a_column_is_one_problem_naming_its_lines(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "runs.csv",
+        *[{"framework": "nanotron"}] * 3,  # lines 2-4
+        {"tp": "eight"},  # line 5
+        {"framework": "nanotron"},  # line 6
+        {"framework": "other"},  # line 7: another value, another problem
+    )
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    message = str(caught.value)
+    assert "3 problem(s)" in message
+    assert "runs.csv, lines 2-4, 6, column framework: expected one of " in message
+    assert message.count("got 'nanotron'") == 1
+    assert "runs.csv, line 5, column tp: expected an integer" in message
+    assert "runs.csv, line 7, column framework:" in message and "got 'other'" in message

@@ -327,8 +327,8 @@ def _grouped(problems: list[str]) -> list[str]:
         if found is None:
             lines.setdefault(problem, [])
         else:
-            key = (found["file"], found["column"], found["what"])
-            lines.setdefault(key, []).append(int(found["line"]))
+            cell = (found["file"], found["column"], found["what"])
+            lines.setdefault(cell, []).append(int(found["line"]))
     grouped = []
     for key, numbers in lines.items():
         if isinstance(key, str):

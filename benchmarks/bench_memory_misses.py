@@ -11,7 +11,12 @@ prediction (near 0 or below: the miss does not grow with the prediction), the me
 the 95th percentile of the misses as ``(measured - predicted) / device memory`` (how far the
 sources lie apart: docs/decisions/0068) and the 95th percentile as ``measured / predicted -
 1`` (out-of-memory runs counted with the device's memory as their measurement). Then the
-margins the search applies per stack.
+margins the search applies per stack. Last, whether a layout's miss follows the misses of its
+job's layouts that share a field with it (the evidence for a memory belief with per-field parts
+in the probe loop, docs/calibration.md 8): over the jobs with three or more measured peaks, the
+RMS of a layout's ``log(measured / predicted)`` less the mean of its job's other layouts, and
+less the mean of those of the same TP degree (pipeline depth, micro-batch, recompute), each
+over the layouts that share the field with another.
 """
 
 from __future__ import annotations
@@ -25,12 +30,14 @@ from autotune import catalog
 from autotune.calibrate import evidence
 from autotune.calibrate import memory_runs
 from autotune.calibrate import shipped_margins
+from autotune.simulators import Layout
 
 
 def _table(simulator_name: str) -> str:
     simulator = catalog.load_simulator(simulator_name)
     runs, sources = memory_runs()
     found: dict[str, list[tuple[float, float, float, bool]]] = defaultdict(list)
+    misses: list[tuple[str, Layout, float]] = []  # scenario, layout, log measured / predicted
     measures: dict[str, set[str]] = defaultdict(set)
     for run, source in zip(runs, sources, strict=True):
         prediction = simulator.simulate(*run.specs)
@@ -44,6 +51,7 @@ def _table(simulator_name: str) -> str:
         found[source].append((predicted, measured, capacity, np.isfinite(run.peak_memory_gib)))
         if np.isfinite(run.peak_memory_gib):  # an out-of-memory run's measure says nothing
             measures[source].add(run.peak_memory_measure)
+            misses.append((run.group, run.specs[1], float(np.log(measured / predicted))))
     lines = [
         f"# What the memory model misses ({simulator_name} simulator)",
         "",
@@ -66,7 +74,38 @@ def _table(simulator_name: str) -> str:
     lines += ["", "| stack | margin | evidence |", "|---|---|---|"]
     for stack, margin in shipped_margins(simulator).items():
         lines.append(f"| {stack} | {100 * margin.value:.1f}% | {margin.source} |")
-    return "\n".join(lines)
+    return "\n".join(lines + _shared_fields(misses))
+
+
+FIELDS = ("tp", "pp", "micro_batch", "recompute")
+
+
+def _shared_fields(misses: list[tuple[str, Layout, float]]) -> list[str]:
+    """The table of the docstring's last sentence."""
+    jobs: dict[str, list[tuple[Layout, float]]] = defaultdict(list)
+    for scenario, layout, miss in misses:
+        jobs[scenario].append((layout, miss))
+    lines = [
+        "",
+        "| field | layouts | RMS less the job's other layouts | less those of the same field |",
+        "|---|---|---|---|",
+    ]
+    for field in FIELDS:
+        by_job, by_field = [], []
+        for members in (m for m in jobs.values() if len(m) >= 3):
+            for i, (layout, miss) in enumerate(members):
+                others = [m for j, (_, m) in enumerate(members) if j != i]
+                alike = [
+                    m
+                    for j, (other, m) in enumerate(members)
+                    if j != i and getattr(other, field) == getattr(layout, field)
+                ]
+                if alike:
+                    by_job.append(miss - np.mean(others))
+                    by_field.append(miss - np.mean(alike))
+        rms = [float(np.sqrt(np.mean(np.square(e)))) for e in (by_job, by_field)]
+        lines.append(f"| {field} | {len(by_job)} | {rms[0]:.3f} | {rms[1]:.3f} |")
+    return lines
 
 
 def main() -> None:

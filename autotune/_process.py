@@ -17,7 +17,14 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["ORPHAN_GRACE_S", "PARENT_POLL_S", "dead_here", "die_with_parent", "this_process"]
+__all__ = [
+    "ORPHAN_GRACE_S",
+    "PARENT_POLL_S",
+    "dead_here",
+    "die_with_parent",
+    "pool_worker",
+    "this_process",
+]
 
 PARENT_POLL_S = 0.5  # seconds between two looks at a worker's parent
 # Seconds an orphaned worker has to finish its trial in flight (a trial of the slowest
@@ -68,3 +75,11 @@ def die_with_parent(parent: int, on_parent_gone: Callable[[], None]) -> None:
         os._exit(1)  # nobody is left to report to; the next command fails its trial
 
     threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
+
+
+def pool_worker(parent: int) -> None:
+    """The start of a ``multiprocessing.Pool`` worker: Ctrl-C reaches the parent, which ends
+    the pool (SIGTERM, default: the process ends quietly); it ends with its parent too."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(parent, lambda: os.kill(os.getpid(), signal.SIGTERM))

@@ -440,6 +440,7 @@ class BenchmarkConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     protocols: Any = MISSING  # a protocol name or a list (autotune/calibrate/_protocols.py)
     probes: list[int] = MISSING  # the K of the probe protocol
+    workers: int = MISSING  # processes fitting the calibrations of two protocols at once
     calibration: str | None = MISSING  # also score this calibration (name or path)
     memory_margin: float | None = MISSING  # zero-shot fits; None: each simulator's shipped one
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
@@ -462,6 +463,7 @@ class BenchmarkConfig:
             )
         _check_given("data", self.data, "public, a shipped source or a file path")
         _at_least("top_k", self.top_k, 1)
+        _at_least("workers", self.workers, 1)
         _between("bootstrap_samples", self.bootstrap_samples, 1, MAX_BOOTSTRAP, " resamples")
         _between(
             "oom_penalty_regret",

@@ -34,6 +34,7 @@ COMMAND = Command(
         ("source", "keep only these sources"),
         ("protocols", "zero_shot, leave_one_source_out, leave_one_model_out, probe"),
         ("probes", "the K of the probe protocol (measured layouts per scenario)"),
+        ("workers", "processes fitting leave one source out's and model out's calibrations"),
         ("calibration", "also score this calibration: NAME or ./PATH.yaml"),
         ("top_k", "the k of regret@k"),
         ("memory_margin", "fits: predicted peak x (1 + margin) <= memory (null: the search's)"),

@@ -149,6 +149,7 @@ def _calibrated_rankings(
             stop_probability=config.calibrate.stop_probability,
         ),
         probes=tuple(config.probes),
+        workers=config.workers,
     )
     runs = calibrate.row_runs(table, specs)
     zero_shot = calibrate.ZeroShot(zero.predicted_s, zero.memory_gib, zero.peaks_gib)

@@ -31,6 +31,8 @@ import pandas as pd
 
 from autotune import dataset
 from autotune.calibrate._fit import Run
+from autotune.calibrate._fits import empty_arrays
+from autotune.calibrate._fits import peak_key
 from autotune.calibrate._memory import Observation
 from autotune.calibrate._memory import memory_belief
 from autotune.calibrate._memory import observe
@@ -45,9 +47,7 @@ from autotune.calibrate._probe import outlook
 from autotune.calibrate._protocols import ProtocolScores
 from autotune.calibrate._protocols import ProtocolSettings
 from autotune.calibrate._protocols import ZeroShot
-from autotune.calibrate._protocols import empty_arrays
 from autotune.calibrate._protocols import margins_elsewhere
-from autotune.calibrate._protocols import peak_key
 from autotune.calibrate._protocols import scores_of
 from autotune.calibrate._residuals import layout_features
 from autotune.calibrate._shares import SHARE_FACTORS

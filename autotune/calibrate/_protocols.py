@@ -28,17 +28,18 @@ import pandas as pd
 from autotune import dataset
 from autotune.calibrate._fit import FitSettings
 from autotune.calibrate._fit import Run
-from autotune.calibrate._fit import fit
+from autotune.calibrate._fits import ProtocolFit
+from autotune.calibrate._fits import empty_arrays
+from autotune.calibrate._fits import peak_key
+from autotune.calibrate._fits import run_fits
 from autotune.calibrate._margins import Evidence
 from autotune.calibrate._margins import evidence
 from autotune.calibrate._margins import margin_for
 from autotune.calibrate._margins import run_evidence
-from autotune.calibrate._margins import stack_margins
 from autotune.calibrate._probe import ProbeSettings
 from autotune.calibrate._rows import shipped_runs_beyond
 from autotune.progress import Progress
 from autotune.simulators import Simulator
-from autotune.simulators.calibrated import CalibratedSimulator
 from autotune.simulators.calibration import Calibration
 from autotune.simulators.prediction import MEMORY_READINGS
 from autotune.simulators.prediction import peak_as_measured
@@ -66,6 +67,7 @@ class ProtocolSettings:
     fit: FitSettings
     probe: ProbeSettings
     probes: tuple[int, ...]
+    workers: int = 1  # processes that fit leave one source out's and leave one model out's
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,22 +154,6 @@ def _table_evidence(table: pd.DataFrame, runs: Sequence[Run | None], zero: ZeroS
     )
 
 
-def empty_arrays(n: int) -> dict[str, np.ndarray]:
-    return {
-        "score": np.full(n, np.nan),
-        "predicted_s": np.full(n, np.nan),
-        "memory_gib": np.full(n, np.nan),
-        **{peak_key(key): np.full(n, np.nan) for key in MEMORY_READINGS},
-        "fits": np.zeros(n, dtype=bool),
-    }
-
-
-def peak_key(reading: str) -> str:
-    """The key of the predicted peak of ``reading`` (:data:`MEMORY_READINGS`) in
-    :func:`empty_arrays`."""
-    return f"{reading}_gib"
-
-
 def scores_of(
     name: str,
     kind: str,
@@ -195,49 +181,6 @@ def scores_of(
     )
 
 
-def _predict_calibrated(
-    simulator: Simulator,
-    train: Sequence[Run],
-    sources: Sequence[str],
-    rows: np.ndarray,
-    runs: Sequence[Run | None],
-    settings: ProtocolSettings,
-    arrays: dict[str, np.ndarray],
-    no_evidence: Mapping[str, float],
-    layouts: bool = False,
-) -> Calibration:
-    """Fit on ``train`` (named by ``sources``, or ``()``), predict ``rows`` (table positions)
-    into ``arrays``; the calibration fitted.
-
-    A layout fits with its stack's margin on ``train`` as calibrated
-    (:func:`autotune.calibrate.stack_margins`; too few runs of the stack, or, with ``sources``
-    named, runs of one source: every stack's pooled), or the stack's ``no_evidence`` (its
-    uncalibrated margin of every other source, :func:`margins_elsewhere`) when even every
-    stack's runs of ``train`` with a measured peak or out of memory are too few for a 95th
-    percentile (:data:`MIN_EVIDENCE`). ``layouts``: the calibration also remembers what
-    ``train``'s layouts measured beyond it (a cluster's history,
-    :func:`autotune.calibrate._layouts.measured_layouts`).
-    """
-    result = fit(simulator, train, settings.fit, layouts=layouts)
-    calibrated = CalibratedSimulator(simulator, result.calibration, 0.0)
-    stacks = stack_margins(calibrated, train, sources)
-    for i in rows:
-        run = runs[int(i)]
-        if run is None:
-            continue
-        p = calibrated.simulate(*run.specs)
-        # sources named: other clusters' runs (leave-one-source-out); none: the job's own
-        framework = run.specs[0].train.framework.name
-        stack = margin_for(framework, stacks, elsewhere=bool(sources))
-        margin = stack.value if stack.supported else no_evidence[framework]
-        arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
-        arrays["memory_gib"][i] = p.memory_gib
-        for key, peak in p.readings_gib().items():
-            arrays[peak_key(key)][i] = peak
-        arrays["fits"][i] = p.memory_gib * (1 + margin) <= p.memory_capacity_gib
-    return result.calibration
-
-
 def leave_one_source_out(
     simulator: Simulator,
     table: pd.DataFrame,
@@ -249,26 +192,30 @@ def leave_one_source_out(
     table's and those of the shipped sources it does not hold, so a source scored alone is
     scored as in the whole table (docs/decisions/0070).
 
-    The margin is that calibration's (:func:`_predict_calibrated`); where the other sources'
-    rows hold too little memory evidence for a 95th percentile, the uncalibrated one of every
-    other source's runs of the stack, the shipped ones included (:func:`margins_elsewhere`).
+    The margin is that calibration's (:func:`autotune.calibrate._fits.predict_calibrated`);
+    where the other sources' rows hold too little memory evidence for a 95th percentile, the
+    uncalibrated one of every other source's runs of the stack, the shipped ones included
+    (:func:`margins_elsewhere`). ``settings.workers`` processes fit at once.
     """
     elsewhere = margins_elsewhere(simulator, table, runs, zero)
     sources = table["source"].astype(str).to_numpy()
     beyond = shipped_runs_beyond(set(sources))
-    arrays = empty_arrays(len(table))
-    calibrations: dict[str, Calibration] = {}
     scored = sorted(set(sources))
-    progress = Progress(f"{simulator.name}, leave one source out", len(scored), unit="fits")
-    for done, source in enumerate(scored, start=1):
+    jobs = []
+    for source in scored:
         pairs = [(r, s) for r, s in zip(runs, sources, strict=True) if r and s != source] + beyond
-        train, named = [r for r, _ in pairs], [s for _, s in pairs]
-        held = np.flatnonzero(sources == source)
-        fallback = {f: m for (s, f), m in elsewhere.items() if s == source}
-        calibrations[source] = _predict_calibrated(
-            simulator, train, named, held, runs, settings, arrays, fallback
+        jobs.append(
+            ProtocolFit(
+                train=[r for r, _ in pairs],
+                sources=[s for _, s in pairs],
+                rows=np.flatnonzero(sources == source),
+                no_evidence={f: m for (s, f), m in elsewhere.items() if s == source},
+            )
         )
-        progress.update(done)
+    arrays = empty_arrays(len(table))
+    progress = Progress(f"{simulator.name}, leave one source out", len(jobs), unit="fits")
+    found = run_fits(simulator, jobs, runs, settings.fit, arrays, progress, settings.workers)
+    calibrations = dict(zip(scored, found, strict=True))
     name = f"{simulator.name}, leave-one-source-out"
     return scores_of(name, "simulator", "leave_one_source_out", arrays), calibrations
 
@@ -306,16 +253,17 @@ def leave_one_model_out(
     its source, cluster and framework, with what their layouts measured beyond it (a layout of
     a job of the same key, :func:`autotune.simulators.calibrated.job_key`, takes it).
 
-    The margin is that calibration's (:func:`_predict_calibrated`); where those rows hold too
-    little memory evidence for a 95th percentile, the uncalibrated one of every other source's
-    runs of the stack (what the probe protocol starts from): no row of the scored model
-    decides its margin. A history of a single model is not scored:
-    :attr:`ProtocolScores.unscored` says so per source.
+    The margin is that calibration's (:func:`autotune.calibrate._fits.predict_calibrated`);
+    where those rows hold too little memory evidence for a 95th percentile, the uncalibrated
+    one of every other source's runs of the stack (what the probe protocol starts from): no row
+    of the scored model decides its margin. A history of a single model is not scored:
+    :attr:`ProtocolScores.unscored` says so per source. ``settings.workers`` processes fit at
+    once.
     """
     elsewhere = margins_elsewhere(simulator, table, runs, zero)
     models = table["model"].astype(str).to_numpy()
     arrays = empty_arrays(len(table))
-    fits: list[tuple[_History, str]] = []
+    jobs = []
     unscored: dict[str, list[str]] = {}
     for history in _histories(table, runs):
         names = sorted(set(models[history.rows]))
@@ -324,18 +272,14 @@ def leave_one_model_out(
                 f"{history.cluster}, {history.framework}: one model ({names[0]})"
             )
             continue
-        fits.extend((history, model) for model in names)
-    progress = Progress(f"{simulator.name}, leave one model out", len(fits), unit="fits")
-    scored: list[np.ndarray] = []
-    for done, (history, model) in enumerate(fits, start=1):
-        held = history.rows[models[history.rows] == model]
-        train = [r for i in history.rows if models[i] != model and (r := runs[i])]
-        fallback = {history.framework: elsewhere[history.source, history.framework]}
-        _predict_calibrated(
-            simulator, train, (), held, runs, settings, arrays, fallback, layouts=True
-        )
-        scored.append(held)
-        progress.update(done)
+        no_evidence = {history.framework: elsewhere[history.source, history.framework]}
+        for model in names:
+            train = [r for i in history.rows if models[i] != model and (r := runs[i])]
+            held = history.rows[models[history.rows] == model]
+            jobs.append(ProtocolFit(train, (), held, no_evidence, layouts=True))
+    progress = Progress(f"{simulator.name}, leave one model out", len(jobs), unit="fits")
+    run_fits(simulator, jobs, runs, settings.fit, arrays, progress, settings.workers)
+    scored = [job.rows for job in jobs]
     rows = np.sort(np.concatenate(scored)) if scored else np.array([], dtype=int)
     why = tuple((source, "; ".join(texts)) for source, texts in sorted(unscored.items()))
     name = f"{simulator.name}, leave-one-model-out"

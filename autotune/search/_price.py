@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
 
-from autotune._process import die_with_parent
+from autotune._process import pool_worker
 from autotune.catalog import PricedJob
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
@@ -108,14 +107,6 @@ def _price_chunk(priced: PricedJob, layouts: Sequence[Layout]) -> list[Predictio
     return [priced.simulator.simulate(priced.job, lay) for lay in layouts]
 
 
-def _pool_worker(parent: int) -> None:
-    """A pricing process: Ctrl-C reaches the parent, which ends the pool (SIGTERM, default:
-    the process ends quietly); it ends with its parent too."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    die_with_parent(parent, lambda: os.kill(os.getpid(), signal.SIGTERM))
-
-
 def price_in_processes(
     priced: PricedJob,
     layouts: Sequence[Layout],
@@ -140,7 +131,7 @@ def price_in_processes(
                 return None
             results[i] = _price_chunk(priced, [layouts[i]])[0]
     else:  # leaving the pool ends its processes, whether they are done or not
-        with multiprocessing.Pool(len(chunks), _pool_worker, (os.getpid(),)) as pool:
+        with multiprocessing.Pool(len(chunks), pool_worker, (os.getpid(),)) as pool:
             pending = [
                 (chunk, pool.apply_async(_price_chunk, (priced, [layouts[i] for i in chunk])))
                 for chunk in chunks

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-import autotune.calibrate._protocols as protocols
+import autotune.calibrate._fits as fits
 from autotune.calibrate import Run
 from autotune.config import AutotuneConfig
 from autotune.config import load_config
@@ -24,11 +24,11 @@ def make_cfg() -> Callable[..., AutotuneConfig]:
 def fitted(monkeypatch: pytest.MonkeyPatch) -> list[list[Run]]:
     """Every set of rows the calibration protocols fit a calibration on."""
     calls: list[list[Run]] = []
-    real = protocols.fit
+    real = fits.fit
 
     def spy(simulator, runs, settings, center=None, layouts=False):  # noqa: ANN001, ANN202
         calls.append(list(runs))
         return real(simulator, runs, settings, center, layouts=layouts)
 
-    monkeypatch.setattr(protocols, "fit", spy)
+    monkeypatch.setattr(fits, "fit", spy)
     return calls

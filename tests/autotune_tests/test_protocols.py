@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -181,6 +182,19 @@ def test_the_calibrating_protocols_report_their_progress(monkeypatch: pytest.Mon
     fits = steps["analytical, leave one model out"]
     assert len(fits) >= 2 and fits == list(range(1, len(fits) + 1))
     assert steps["analytical, probes"] == [1, 2, 3, 4]  # korthikanti's four scenarios
+
+
+@pytest.mark.slow  # two benchmarks that fit calibrations, one in processes
+def test_fits_in_processes_score_what_fits_in_one_process_score() -> None:
+    """``workers=2`` fits leave one source out's and leave one model out's calibrations in two
+    processes: the same predictions, fits and summaries, to the bit, as one process."""
+    asked = ("protocols=[leave_one_source_out,leave_one_model_out]", "source=[korthikanti]")
+    alone, shared = (run_benchmark(_config(*asked, f"workers={n}")) for n in (1, 2))
+    pd.testing.assert_frame_equal(alone.rows, shared.rows)
+    as_text = [json.dumps(r.summaries, sort_keys=True, default=str) for r in (alone, shared)]
+    assert as_text[0] == as_text[1]  # NaN included
+    calibrated = shared.rows[shared.rows["simulator"].str.contains("leave-one")]
+    assert len(calibrated) == 16 and calibrated["predicted_step_time_s"].notna().all()
 
 
 def test_the_regret_curve_has_every_protocol_and_k() -> None:

@@ -110,7 +110,8 @@ def run_fits(
 ) -> list[Calibration]:
     """Each job's calibration, in order, its rows' predictions written into ``arrays``;
     ``progress`` counts the fits done. With ``workers`` above 1, that many processes fit at
-    once (a ``multiprocessing.Pool``; Ctrl-C ends them with the command)."""
+    once (a ``multiprocessing.Pool``; Ctrl-C ends them with the command). They are spawned,
+    not forked: a fork copies whatever locks the parent's threads (torch's, MLflow's) hold."""
     count = min(workers, len(jobs))
     if count <= 1:
         found = []
@@ -120,7 +121,8 @@ def run_fits(
         return found
     calibrations: dict[int, Calibration] = {}
     shared = _Shared(simulator, runs, settings, len(arrays["score"]))
-    with multiprocessing.Pool(count, _start_worker, (os.getpid(), shared)) as pool:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(count, _start_worker, (os.getpid(), shared)) as pool:
         results = pool.imap_unordered(_fit_in_worker, enumerate(jobs))
         for finished, (index, calibration, predicted) in enumerate(results, start=1):
             rows = jobs[index].rows

@@ -193,7 +193,7 @@ def test_the_next_probes_never_replace_the_measurements(filled: Path, tmp_path: 
 @pytest.mark.parametrize(
     ("times", "refusal"),
     [
-        ("nanoseconds", "line 2, column step_time_s: expected a number from 0.001 to 86,400"),
+        ("nanoseconds", "lines 2-4, column step_time_s: expected a number from 0.001 to 86,400"),
         ("milliseconds", "more than 30 times from the analytical simulator's prediction"),
     ],
 )

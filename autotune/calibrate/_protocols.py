@@ -67,7 +67,7 @@ class ProtocolSettings:
     fit: FitSettings
     probe: ProbeSettings
     probes: tuple[int, ...]
-    workers: int = 1  # processes that fit leave one source out's and leave one model out's
+    workers: int = 1  # processes fitting leave one source out's and model out's calibrations
 
 
 @dataclass(frozen=True, slots=True)

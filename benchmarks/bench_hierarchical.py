@@ -8,8 +8,9 @@
    the search space: a cold pass (compiles each new layer shape on the meta device) and a
    warm pass (graphs cached), median / 95th percentile / max per layout. Target: warm <= 50 ms.
 2. Sanity: hierarchical next to analytical for a few llama70b layouts on 64 NPUs.
-3. A calibration's fit: the fit `python -m autotune.calibrate data=bloom simulator=hierarchical`
-   runs (its 131 BLOOM rows, default settings with the bootstrap), median over 3 repeats
+3. A calibration's fit: the factors and memory model `python -m autotune.calibrate data=bloom
+   simulator=hierarchical` fits (its 131 BLOOM rows, default settings with the bootstrap; not
+   the layouts the command also remembers, ``layouts=True``), median over 3 repeats
    (1 with --quick); its simulations are most of what leave one model out and leave one source
    out cost with this simulator.
 Prints a Markdown table and writes it to benchmark_results/hierarchical.md (``--out DIR``

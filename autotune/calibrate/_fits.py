@@ -62,12 +62,12 @@ def peak_key(reading: str) -> str:
 
 def predict_calibrated(
     simulator: Simulator,
-    job: ProtocolFit,
+    one: ProtocolFit,
     runs: Sequence[Run | None],
     settings: FitSettings,
     arrays: dict[str, np.ndarray],
 ) -> Calibration:
-    """Fit on ``job.train``, predict ``job.rows`` into ``arrays``; the calibration fitted.
+    """Fit on ``one.train``, predict ``one.rows`` into ``arrays``; the calibration fitted.
 
     A layout fits with its stack's margin on ``train`` as calibrated
     (:func:`autotune.calibrate.stack_margins`; too few runs of the stack, or, with ``sources``
@@ -79,18 +79,18 @@ def predict_calibrated(
     what ``train``'s layouts measured beyond it (a cluster's history,
     :func:`autotune.calibrate._layouts.measured_layouts`).
     """
-    result = fit(simulator, job.train, settings, layouts=job.layouts)
+    result = fit(simulator, one.train, settings, layouts=one.layouts)
     calibrated = CalibratedSimulator(simulator, result.calibration, 0.0)
-    stacks = stack_margins(calibrated, job.train, job.sources)
-    for i in job.rows:
+    stacks = stack_margins(calibrated, one.train, one.sources)
+    for i in one.rows:
         run = runs[int(i)]
         if run is None:
             continue
         p = calibrated.simulate(*run.specs)
         # sources named: other clusters' runs (leave-one-source-out); none: the job's own
         framework = run.specs[0].train.framework.name
-        stack = margin_for(framework, stacks, elsewhere=bool(job.sources))
-        margin = stack.value if stack.supported else job.no_evidence[framework]
+        stack = margin_for(framework, stacks, elsewhere=bool(one.sources))
+        margin = stack.value if stack.supported else one.no_evidence[framework]
         arrays["score"][i] = arrays["predicted_s"][i] = p.step_time_s
         arrays["memory_gib"][i] = p.memory_gib
         for key, peak in p.readings_gib().items():
@@ -101,36 +101,36 @@ def predict_calibrated(
 
 def run_fits(
     simulator: Simulator,
-    jobs: Sequence[ProtocolFit],
+    planned: Sequence[ProtocolFit],
     runs: Sequence[Run | None],
     settings: FitSettings,
     arrays: dict[str, np.ndarray],
     progress: Progress,
     workers: int = 1,
 ) -> list[Calibration]:
-    """Each job's calibration, in order, its rows' predictions written into ``arrays``;
+    """Each planned fit's calibration, in order, its rows' predictions written into ``arrays``;
     ``progress`` counts the fits done. With ``workers`` above 1, that many processes fit at
     once (a ``multiprocessing.Pool``; Ctrl-C ends them with the command). They are spawned,
     not forked: a fork copies whatever locks the parent's threads (torch's, MLflow's) hold."""
-    count = min(workers, len(jobs))
+    count = min(workers, len(planned))
     if count <= 1:
         found = []
-        for done, job in enumerate(jobs, start=1):
-            found.append(predict_calibrated(simulator, job, runs, settings, arrays))
+        for done, one in enumerate(planned, start=1):
+            found.append(predict_calibrated(simulator, one, runs, settings, arrays))
             progress.update(done)
         return found
     calibrations: dict[int, Calibration] = {}
     shared = _Shared(simulator, runs, settings, len(arrays["score"]))
     context = multiprocessing.get_context("spawn")
     with context.Pool(count, _start_worker, (os.getpid(), shared)) as pool:
-        results = pool.imap_unordered(_fit_in_worker, enumerate(jobs))
+        results = pool.imap_unordered(_fit_in_worker, enumerate(planned))
         for finished, (index, calibration, predicted) in enumerate(results, start=1):
-            rows = jobs[index].rows
+            rows = planned[index].rows
             for key, values in predicted.items():
                 arrays[key][rows] = values
             calibrations[index] = calibration
             progress.update(finished)
-    return [calibrations[i] for i in range(len(jobs))]
+    return [calibrations[i] for i in range(len(planned))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +154,9 @@ def _start_worker(parent: int, shared: _Shared) -> None:
 def _fit_in_worker(
     indexed: tuple[int, ProtocolFit],
 ) -> tuple[int, Calibration, dict[str, np.ndarray]]:
-    """One job in a worker process: its index, calibration and its rows' predictions."""
-    index, job = indexed
+    """One fit in a worker process: its index, calibration and its rows' predictions."""
+    index, one = indexed
     shared = _shared[0]
     arrays = empty_arrays(shared.n_rows)
-    calibration = predict_calibrated(shared.simulator, job, shared.runs, shared.settings, arrays)
-    return index, calibration, {key: values[job.rows] for key, values in arrays.items()}
+    calibration = predict_calibrated(shared.simulator, one, shared.runs, shared.settings, arrays)
+    return index, calibration, {key: values[one.rows] for key, values in arrays.items()}

@@ -201,10 +201,10 @@ def leave_one_source_out(
     sources = table["source"].astype(str).to_numpy()
     beyond = shipped_runs_beyond(set(sources))
     scored = sorted(set(sources))
-    jobs = []
+    planned = []
     for source in scored:
         pairs = [(r, s) for r, s in zip(runs, sources, strict=True) if r and s != source] + beyond
-        jobs.append(
+        planned.append(
             ProtocolFit(
                 train=[r for r, _ in pairs],
                 sources=[s for _, s in pairs],
@@ -213,8 +213,8 @@ def leave_one_source_out(
             )
         )
     arrays = empty_arrays(len(table))
-    progress = Progress(f"{simulator.name}, leave one source out", len(jobs), unit="fits")
-    found = run_fits(simulator, jobs, runs, settings.fit, arrays, progress, settings.workers)
+    progress = Progress(f"{simulator.name}, leave one source out", len(planned), unit="fits")
+    found = run_fits(simulator, planned, runs, settings.fit, arrays, progress, settings.workers)
     calibrations = dict(zip(scored, found, strict=True))
     name = f"{simulator.name}, leave-one-source-out"
     return scores_of(name, "simulator", "leave_one_source_out", arrays), calibrations
@@ -263,7 +263,7 @@ def leave_one_model_out(
     elsewhere = margins_elsewhere(simulator, table, runs, zero)
     models = table["model"].astype(str).to_numpy()
     arrays = empty_arrays(len(table))
-    jobs = []
+    planned = []
     unscored: dict[str, list[str]] = {}
     for history in _histories(table, runs):
         names = sorted(set(models[history.rows]))
@@ -276,10 +276,10 @@ def leave_one_model_out(
         for model in names:
             train = [r for i in history.rows if models[i] != model and (r := runs[i])]
             held = history.rows[models[history.rows] == model]
-            jobs.append(ProtocolFit(train, (), held, no_evidence, layouts=True))
-    progress = Progress(f"{simulator.name}, leave one model out", len(jobs), unit="fits")
-    run_fits(simulator, jobs, runs, settings.fit, arrays, progress, settings.workers)
-    scored = [job.rows for job in jobs]
+            planned.append(ProtocolFit(train, (), held, no_evidence, layouts=True))
+    progress = Progress(f"{simulator.name}, leave one model out", len(planned), unit="fits")
+    run_fits(simulator, planned, runs, settings.fit, arrays, progress, settings.workers)
+    scored = [one.rows for one in planned]
     rows = np.sort(np.concatenate(scored)) if scored else np.array([], dtype=int)
     why = tuple((source, "; ".join(texts)) for source, texts in sorted(unscored.items()))
     name = f"{simulator.name}, leave-one-model-out"

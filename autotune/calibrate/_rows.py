@@ -35,11 +35,11 @@ _SHOWN = 8  # rows named in a message before "and N more"
 
 def row_names(table: pd.DataFrame) -> list[str]:
     """How each row is named in messages: ``<source> line <n>`` (its line in the CSV file)."""
-    lines = table.attrs.get("lines")
-    if not lines or len(lines) != len(table):
+    places = dataset.row_places(table)
+    if places is None:
         lines = [f"row {i + 1}" for i in range(len(table))]
     else:
-        lines = [f"line {n}" for n in lines]
+        lines = [f"line {n}" for n in places.lines]
     sources = table["source"].fillna("").astype(str).tolist()
     return [f"{s} {line}".strip() for s, line in zip(sources, lines, strict=True)]
 

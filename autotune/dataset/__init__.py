@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from autotune.dataset._clusters import cluster_names
 from autotune.dataset._loader import load_measurements
+from autotune.dataset._places import RowPlaces
+from autotune.dataset._places import row_places
 from autotune.dataset._public import DATA_DIR
 from autotune.dataset._public import load_data
 from autotune.dataset._public import load_public
@@ -36,6 +38,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "STATUSES",
     "PriceableRows",
+    "RowPlaces",
     "SkippedRow",
     "cluster_names",
     "load_measurements",
@@ -45,6 +48,7 @@ __all__ = [
     "priceable_rows",
     "public_sources",
     "records",
+    "row_places",
     "row_to_specs",
     "table_specs",
     "take_rows",

@@ -10,6 +10,8 @@ from typing import Any
 import pandas as pd
 
 from autotune.dataset._clusters import cluster_names
+from autotune.dataset._places import RowPlaces
+from autotune.dataset._places import set_places
 from autotune.dataset._schema import COLUMNS
 from autotune.dataset._schema import Column
 from autotune.dataset._specs import records
@@ -104,7 +106,7 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
 
     Returns the table with every schema column present, parsed (ints, floats, bools) and with
     defaults filled; extra columns are kept as text. Rows are numbered as lines of the CSV
-    file (the header is line 1; ``attrs["lines"]`` and ``attrs["files"]``); blank lines and
+    file (the header is line 1; :func:`autotune.dataset.row_places`); blank lines and
     rows of empty cells are skipped. A well-formed row whose layout breaks a rule loads:
     :func:`dataset.priceable_rows` sets it apart.
 
@@ -153,10 +155,9 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
         problems.extend(_conflict_problems(path, checked))
     if problems:
         raise DataFileError(_message(path, problems))
-    lines = [int(line) for line in table.index]
+    lines = tuple(int(line) for line in table.index)
     table = table.reset_index(drop=True)
-    table.attrs["lines"] = lines  # the CSV line of each row, for messages that name rows
-    table.attrs["files"] = [path.name] * len(lines)  # and its file
+    set_places(table, RowPlaces((path.name,) * len(lines), lines))
     return table
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from autotune.dataset._loader import load_measurements
+from autotune.dataset._places import joined_places
+from autotune.dataset._places import set_places
 from autotune.simulators.errors import UserError
 
 __all__ = ["DATA_DIR", "load_data", "load_public", "public_sources"]
@@ -37,8 +39,7 @@ def load_public(sources: Sequence[str] | None = None, data_dir: Path = DATA_DIR)
         )
     tables = [load_measurements(data_dir / f"{name}.csv") for name in chosen]
     table = pd.concat(tables, ignore_index=True)
-    for key in ("lines", "files"):
-        table.attrs[key] = [value for t in tables for value in t.attrs[key]]
+    set_places(table, joined_places(tables))
     return table
 
 

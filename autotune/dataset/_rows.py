@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autotune.dataset._places import row_places
+from autotune.dataset._places import set_places
 from autotune.dataset._specs import table_specs
 from autotune.simulators import Job
 from autotune.simulators import Layout
@@ -27,7 +29,6 @@ from autotune.simulators.prediction import reading
 __all__ = ["PriceableRows", "SkippedRow", "priceable_rows", "take_rows"]
 
 _FIRST_LINE = 2  # the first data row of a CSV file (line 1 is the header)
-_PLACES = ("lines", "files")  # the attrs that say where each row of a loaded table comes from
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,23 +76,19 @@ class PriceableRows:
 def _places(table: pd.DataFrame) -> list[tuple[str, int]]:
     """The file and the line of each row of a loaded table (``("", n)``, as if a CSV file's,
     for a table built otherwise)."""
-    lines, files = (table.attrs.get(key) for key in _PLACES)
-    if lines is not None and files is not None and len(lines) == len(files) == len(table):
-        return list(zip(files, lines, strict=True))
+    places = row_places(table)
+    if places is not None:
+        return list(zip(places.files, places.lines, strict=True))
     return [("", position + _FIRST_LINE) for position in range(len(table))]
 
 
 def take_rows(table: pd.DataFrame, positions: Iterable[int]) -> pd.DataFrame:
     """The rows at ``positions``, renumbered from 0, each keeping the file and line it came
-    from (``attrs["lines"]``, ``attrs["files"]``)."""
+    from (:func:`autotune.dataset.row_places`)."""
     chosen = [int(position) for position in positions]
     taken = table.iloc[chosen].reset_index(drop=True)
-    for key in _PLACES:
-        values = table.attrs.get(key)
-        if values is not None and len(values) == len(table):
-            taken.attrs[key] = [values[i] for i in chosen]
-        else:
-            taken.attrs.pop(key, None)
+    places = row_places(table)
+    set_places(taken, None if places is None else places.take(chosen))
     return taken
 
 

@@ -510,3 +510,20 @@ def test_a_wrong_value_down_a_column_is_one_problem_naming_its_lines(tmp_path: P
     assert message.count("got 'nanotron'") == 1
     assert "runs.csv, line 5, column tp: expected an integer" in message
     assert "runs.csv, line 7, column framework:" in message and "got 'other'" in message
+
+
+def test_each_row_keeps_its_file_and_line_through_concatenation_and_selection() -> None:
+    table = dataset.load_public(["korthikanti", "dlperf"])
+    places = dataset.row_places(table)
+    assert places is not None and len(places) == len(table)
+    assert (places.files[0], places.lines[0]) == ("korthikanti.csv", 2)
+    last = len(table) - 1
+    assert places.files[last] == "dlperf.csv"
+    taken = dataset.take_rows(table, [last, 0])
+    assert dataset.row_places(taken) == dataset.RowPlaces(
+        ("dlperf.csv", "korthikanti.csv"), (places.lines[last], 2)
+    )
+    # pandas deep-copies a frame's attrs into every frame and column taken from it: the
+    # places are shared, not copied per row each time
+    assert dataset.row_places(table[["source"]]) is places
+    assert dataset.row_places(table.assign(source="x")) is places

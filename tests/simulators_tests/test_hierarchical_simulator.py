@@ -101,8 +101,15 @@ def test_breakdown_sums_to_step_time(layout: dict[str, Any]) -> None:
     assert 0 < prediction.mfu < 1
 
 
-def test_deterministic() -> None:
-    assert simulate(tp=2, pp=2).as_dict() == simulate(tp=2, pp=2).as_dict()
+def test_deterministic_and_remembered_by_its_constants_job_and_layout() -> None:
+    first = simulate(tp=2, pp=2)
+    assert simulate(tp=2, pp=2) is first
+    HierarchicalSimulator.forget_predictions()
+    again = simulate(tp=2, pp=2)
+    assert again is not first and again.as_dict() == first.as_dict()
+    assert simulate(HierarchicalSimulator.from_config(constants()), tp=2, pp=2) is again
+    slower = HierarchicalSimulator.from_config(constants(host_op_overhead_us=1000.0))
+    assert simulate(slower, tp=2, pp=2).step_time_s > again.step_time_s
 
 
 def test_more_tp_never_raises_weight_memory() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -124,8 +125,20 @@ class HierarchicalSimulator(Simulator):
         )
 
     def simulate(self, job: Job, layout: Layout) -> Prediction:
-        """Predict one layout; ``detail`` holds every view but the event timeline."""
-        return self._predict(job, layout, record=False)
+        """Predict one layout; ``detail`` holds every view but the event timeline.
+
+        A prediction is a function of the constants, the job and the layout alone, and the
+        latest few thousand are remembered: the commands price the same rows more than once
+        (a benchmark's zero-shot pass, then the probe loop's priors, step shares and margins
+        over the same shipped rows). :meth:`forget_predictions` empties the memory.
+        """
+        return _remembered(self.constants, job, layout)
+
+    @staticmethod
+    def forget_predictions() -> None:
+        """Forget the predictions :meth:`simulate` remembers (for timing the pricing itself:
+        the layer graphs stay compiled)."""
+        _remembered.cache_clear()
 
     def simulate_timeline(self, job: Job, layout: Layout) -> Prediction:
         """:meth:`simulate`, plus the event timeline in ``detail["timeline"]``.
@@ -412,6 +425,12 @@ def _coverage(
         "profiled": profiled,
         "roofline": len(ops) - profiled,
     }
+
+
+# 4,096 hold every row of the shipped table, at a few KiB each.
+@functools.lru_cache(maxsize=4096)
+def _remembered(constants: HierarchicalConstants, job: Job, layout: Layout) -> Prediction:
+    return HierarchicalSimulator(constants)._predict(job, layout, record=False)
 
 
 def _plans(

@@ -79,8 +79,17 @@ def run_command(command: Command, argv: Sequence[str] | None = None) -> int:
         try:
             status = _run(command, argv)
         except BrokenPipeError:  # the reader left (``--help | head``): nothing more to say
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _silence_stdout()
             return BROKEN_PIPE
+        except OSError as exc:
+            if _stdout_writes():
+                raise
+            _silence_stdout()  # what it still buffers would fail again at exit
+            print(
+                f"error: the standard output cannot be written: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            return USER_ERROR
         except _signals.Interrupted as exc:
             print(_signals.summary(exc.number), file=sys.stderr)
             return _signals.exit_status(exc.number)
@@ -89,6 +98,20 @@ def run_command(command: Command, argv: Sequence[str] | None = None) -> int:
             print(_signals.summary(number), file=sys.stderr)
             return _signals.exit_status(number)
         return status
+
+
+def _stdout_writes() -> bool:
+    """Whether the standard output takes a line (after an ``OSError``: was it the output that
+    failed, on a full disk or a device that takes nothing, or something else)."""
+    try:
+        print(file=sys.stdout, flush=True)
+    except OSError:
+        return False
+    return True
+
+
+def _silence_stdout() -> None:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _run(command: Command, argv: Sequence[str] | None) -> int:

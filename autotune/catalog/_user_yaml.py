@@ -1,4 +1,5 @@
-"""YAML files are checked before they are loaded: bounded in size, and without aliases.
+"""YAML files are checked before they are loaded: bounded in size, without aliases, and
+without a key given twice in one mapping (OmegaConf refuses that with a parser's traceback).
 
 YAML's anchors and aliases (``&a``, ``*a``) let a file of a few hundred bytes stand for a
 tree of billions of nodes ("billion laughs"): the YAML parser shares them, but OmegaConf
@@ -17,6 +18,8 @@ import importlib.util
 import os
 from collections.abc import Iterator
 from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 
 import yaml
@@ -65,20 +68,51 @@ _CLEAN: set[bytes] = set()  # digests of the texts found clean: each text is sca
 
 
 def _check_events(shown: str, text: bytes) -> None:
-    """Scan the text's YAML events (no object is built) for an anchor or an alias."""
+    """Scan the text's YAML events (no object is built) for an anchor or an alias, and for a
+    key given twice in one mapping (which would otherwise end in a parser's traceback)."""
+    mappings: list[_Mapping | None] = []  # per open collection: a mapping's keys, or None
     try:
         for event in yaml.parse(text, Loader=_Parser):
+            line = event.start_mark.line + 1
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                line = event.start_mark.line + 1
                 raise UserError(
                     f"{shown}, line {line}: YAML anchors and aliases (&name, *name) are not "
                     "allowed; write the values out (an alias can stand for billions of nodes)"
                 )
+            if isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent) and mappings:
+                _next_node(shown, mappings[-1], event, line)
+            if isinstance(event, yaml.CollectionStartEvent):
+                mappings.append(_Mapping() if isinstance(event, yaml.MappingStartEvent) else None)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                mappings.pop()
     except yaml.YAMLError as exc:
         reason = " ".join(str(getattr(exc, "problem", None) or exc).split())
         mark = getattr(exc, "problem_mark", None)
         where = f", line {mark.line + 1}" if mark is not None else ""
         raise UserError(f"{shown}{where}: not valid YAML: {one_line(reason)}") from None
+
+
+@dataclass(slots=True)
+class _Mapping:
+    """An open mapping of the scan: the line of each key seen, and whether a key comes next."""
+
+    keys: dict[str, int] = field(default_factory=dict)
+    at_key: bool = True
+
+
+def _next_node(shown: str, mapping: _Mapping | None, event: yaml.Event, line: int) -> None:
+    """A node of the open collection: in a mapping, keys and values alternate."""
+    if mapping is None:
+        return
+    if mapping.at_key and isinstance(event, yaml.ScalarEvent):
+        first = mapping.keys.get(event.value)
+        if first is not None:
+            raise UserError(
+                f"{shown}, line {line}: key {one_line(event.value)!r} is given twice in one "
+                f"mapping (first on line {first}); keep one"
+            )
+        mapping.keys[event.value] = line
+    mapping.at_key = not mapping.at_key
 
 
 def check_config_folders(conf_dir: Path, overrides: Sequence[str]) -> None:

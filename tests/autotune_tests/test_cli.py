@@ -284,3 +284,27 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path: Path) -> 
         os.close(write)
     assert proc.returncode == 128 + 13
     assert proc.stderr == ""
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full (a device always full)")
+@pytest.mark.parametrize(
+    "args", [("--help",), ("model=llama2_7b", "cluster=a100", "parallel.tp=2")]
+)
+def test_an_output_that_takes_nothing_is_one_error_line(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """Standard output on a full disk: the command says so in one line, no traceback."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "autotune.simulate", *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == (
+        "error: the standard output cannot be written: No space left on device"
+    )
+    assert "Traceback" not in proc.stderr

@@ -125,6 +125,40 @@ def test_an_anchor_an_alias_or_broken_yaml_is_named_by_its_line(
         check_yaml_file(path)
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "key", "first"),
+    [
+        ("a: 1\nb: 2\na: 3\n", 3, "a", 1),
+        ("a:\n  b: 1\n  c: {d: 1, d: 2}\n", 3, "d", 3),
+        ("a:\n  b: [1, 2]\nc: 2\na: {}\n", 4, "a", 1),
+    ],
+)
+def test_a_key_given_twice_in_one_mapping_is_named_by_both_lines(
+    tmp_path: Path, text: str, line: int, key: str, first: int
+) -> None:
+    path = tmp_path / "cal.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as refused:
+        check_yaml_file(path)
+    assert str(refused.value) == (
+        f"{path}, line {line}: key {key!r} is given twice in one mapping (first on line "
+        f"{first}); keep one"
+    )
+
+
+def test_a_key_may_repeat_across_mappings_and_a_value_anywhere(tmp_path: Path) -> None:
+    path = tmp_path / "cal.yaml"
+    path.write_text("a: {x: 1}\nb: {x: 1}\nc: [x, x, {x: x}]\nd:\n  - x: 1\n  - x: 2\n")
+    check_yaml_file(path)
+
+
+def test_a_model_file_with_a_key_twice_is_one_error_line(tmp_path: Path) -> None:
+    catalog.register()
+    overrides = _own_model(tmp_path, "num_layers: 40\n")
+    with pytest.raises(UserError, match="key 'num_layers' is given twice in one mapping"):
+        catalog.compose("job", overrides)
+
+
 def test_a_file_too_large_or_not_a_file_is_refused(tmp_path: Path) -> None:
     large = tmp_path / "large.yaml"
     with large.open("wb") as file:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from autotune.cli import Command
+from autotune.cli import job_inputs
 from autotune.config import AutotuneConfig
 from autotune.search import run_search_job
 from autotune.search import search_outputs
@@ -68,6 +69,7 @@ COMMAND = Command(
     ),
     run=run_search_job,
     outputs=search_outputs,
+    inputs=job_inputs,
 )
 
 main = COMMAND.main

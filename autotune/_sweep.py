@@ -26,10 +26,20 @@ from omegaconf import DictConfig
 from omegaconf import OmegaConf
 
 from autotune import catalog
+from autotune.config import AutotuneConfig
 from autotune.config import typed
 from autotune.simulators import UserError
 
-__all__ = ["SweepJob", "Output", "no_outputs", "plan_jobs"]
+__all__ = [
+    "Input",
+    "Output",
+    "SweepJob",
+    "check_inputs_kept",
+    "job_inputs",
+    "no_inputs",
+    "no_outputs",
+    "plan_jobs",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +49,13 @@ class Output:
     key: str  # launch_dir, report_dir, out, ...
     path: str  # as the config gives it
     folder: bool = False
+    files: tuple[str, ...] = ()  # of a folder: the files the command replaces in it
+
+    def replaced(self) -> tuple[str, ...]:
+        """The files the command replaces: the file, or those of :attr:`files` in the folder."""
+        if self.folder:
+            return tuple(os.path.join(self.path, name) for name in self.files)
+        return (self.path,)
 
     def numbered(self, number: int) -> str:
         """The path in the subfolder of job ``number``: ``launch/2``, ``runs/2/cal.yaml``."""
@@ -48,9 +65,56 @@ class Output:
         return os.path.join(head, str(number), name)
 
 
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A file a command reads, and the config key that names it (None: not given)."""
+
+    key: str  # data, calibration, measured, simulator.op_costs, ...
+    path: str | None
+
+
 def no_outputs(config: Any) -> tuple[Output, ...]:
     """A command that writes no file of its own."""
     return ()
+
+
+def no_inputs(config: Any) -> tuple[Input, ...]:
+    """A command that reads no file named on its command line."""
+    return ()
+
+
+def job_inputs(config: AutotuneConfig) -> tuple[Input, ...]:
+    """The files a search or ``autotune.simulate`` reads: the calibration, the measured
+    probes, the simulator's cost table."""
+    calibration = config.calibration
+    if calibration is not None and not catalog.is_calibration_path(calibration):
+        calibration = str(catalog.calibration_file(calibration))
+    return (
+        Input("calibration", calibration),
+        Input("measured", config.measured),
+        Input("simulator.op_costs", config.simulator.get("op_costs")),
+    )
+
+
+def check_inputs_kept(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
+    """Refuse an output that would replace a file the same command reads (``out=`` naming
+    the data file, a trace over the cost table, a report over the data), before any work.
+
+    Raises:
+        UserError: naming both settings.
+    """
+    for given in inputs:
+        if given.path is None or not os.path.isfile(given.path):
+            continue  # a source or calibration name, or a file still to be created
+        for output in outputs:
+            if any(
+                os.path.exists(path) and os.path.samefile(path, given.path)
+                for path in output.replaced()
+            ):
+                raise UserError(
+                    f"{output.key}={output.path!r} would replace {given.key}={given.path!r}, "
+                    "which this command reads; write it elsewhere"
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,20 +140,32 @@ def plan_jobs(
     overrides: Sequence[str],
     multirun: bool,
     outputs: Callable[[Any], tuple[Output, ...]],
+    inputs: Callable[[Any], tuple[Input, ...]] = no_inputs,
 ) -> list[SweepJob]:
-    """The jobs to run, in order, each config composed and checked.
+    """The jobs to run, in order, each config composed and checked, none writing over a file
+    it reads (:func:`check_inputs_kept`).
 
     Raises:
         UserError: a bad override or value; in a sweep, the message names the job.
     """
     if not multirun:
-        return [_job(config_name, schema, tuple(overrides), 1, 1, "", sweep=False)]
-    runs = catalog.sweep_jobs(config_name, overrides)
-    jobs = [
-        _job(config_name, schema, run, number, len(runs), label, sweep=True)
-        for number, (run, label) in enumerate(zip(runs, _labels(runs), strict=True), start=1)
-    ]
-    return _apart(jobs, schema, outputs)
+        jobs = [_job(config_name, schema, tuple(overrides), 1, 1, "", sweep=False)]
+    else:
+        runs = catalog.sweep_jobs(config_name, overrides)
+        jobs = _apart(
+            [
+                _job(config_name, schema, run, number, len(runs), label, sweep=True)
+                for number, (run, label) in enumerate(
+                    zip(runs, _labels(runs), strict=True), start=1
+                )
+            ],
+            schema,
+            outputs,
+        )
+    for job in jobs:
+        with _naming(job.header if multirun else None):
+            check_inputs_kept(outputs(job.config), inputs(job.config))
+    return jobs
 
 
 def _header(number: int, total: int, label: str) -> str:

@@ -2,13 +2,14 @@
 
 A command is a :class:`Command`: its name, the root config it composes, the schema it is typed
 into, a summary, its main options and examples (for ``--help``), the function that runs it,
-and the outputs it writes. :func:`run_command` takes Hydra's flags (``-m``, ``--cfg``,
-``--info``: :mod:`autotune._command_line`) and ``key=value`` overrides the way Hydra does,
-composes and types each job's config once (:mod:`autotune._sweep`), and turns every user error
-(a bad override, an unknown model, an impossible layout) into one ``error: ...`` line on
-stderr with exit status 2; ``AUTOTUNE_DEBUG=1`` shows the traceback instead. SIGINT and SIGTERM
-are honoured throughout (:mod:`autotune._signals`): the command stops within seconds, says
-what was recorded, and exits 130 or 143; a sweep stops after the job in flight.
+the outputs it writes and the files it reads (never written over). :func:`run_command` takes
+Hydra's flags (``-m``, ``--cfg``, ``--info``: :mod:`autotune._command_line`) and
+``key=value`` overrides the way Hydra does, composes and types each job's config once
+(:mod:`autotune._sweep`), and turns every user error (a bad override, an unknown model, an
+impossible layout) into one ``error: ...`` line on stderr with exit status 2;
+``AUTOTUNE_DEBUG=1`` shows the traceback instead. SIGINT and SIGTERM are honoured throughout
+(:mod:`autotune._signals`): the command stops within seconds, says what was recorded, and
+exits 130 or 143; a sweep stops after the job in flight.
 """
 
 from __future__ import annotations
@@ -30,15 +31,18 @@ from autotune._command_line import FLAGS
 from autotune._command_line import CommandLine
 from autotune._command_line import parse_command_line
 from autotune._info import info_text
+from autotune._sweep import Input
 from autotune._sweep import Output
 from autotune._sweep import SweepJob
+from autotune._sweep import job_inputs
+from autotune._sweep import no_inputs
 from autotune._sweep import no_outputs
 from autotune._sweep import plan_jobs
 from autotune.config import register_schemas
 from autotune.simulators import UserError
 from autotune.simulators.registry import SIMULATOR_NAMES
 
-__all__ = ["Command", "Output", "emit_json", "run_command"]
+__all__ = ["Command", "Input", "Output", "emit_json", "job_inputs", "run_command"]
 
 log = logging.getLogger("autotune")
 USER_ERROR = 2
@@ -62,6 +66,7 @@ class Command:
     examples: tuple[str, ...]
     run: Callable[[Any], None]
     outputs: Callable[[Any], tuple[Output, ...]] = no_outputs  # what a job writes (-m)
+    inputs: Callable[[Any], tuple[Input, ...]] = no_inputs  # files it reads: never written
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         """Run with ``argv`` (default: the process's arguments); the exit status."""
@@ -126,7 +131,12 @@ def _run(command: Command, argv: Sequence[str] | None) -> int:
         if line.cfg == "hydra":
             raise UserError(NO_HYDRA_CONFIG)
         jobs = plan_jobs(
-            command.config_name, command.schema, line.overrides, line.multirun, command.outputs
+            command.config_name,
+            command.schema,
+            line.overrides,
+            line.multirun,
+            command.outputs,
+            command.inputs,
         )
         if line.cfg is not None or line.info is not None:
             _show(command, line, jobs)

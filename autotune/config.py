@@ -380,6 +380,11 @@ class CalibrateConfig:
         self.calibrate.check()
         if self.out is not None:
             check_output_path("out", self.out)
+            if not self.out.endswith((".yaml", ".yml")):
+                raise UserError(
+                    f"out={self.out!r}: a calibration is a .yaml or .yml file (what "
+                    "calibration= reads as a path); give such a name"
+                )
         else:
             check_output_path("name", self.output_path(), given=self.name)
 

@@ -19,6 +19,7 @@ from autotune.catalog import priced_job_from_config
 from autotune.cli import Command
 from autotune.cli import Output
 from autotune.cli import emit_json
+from autotune.cli import job_inputs
 from autotune.config import AutotuneConfig
 from autotune.config import fixed_layout_values
 from autotune.report import breakdown_table
@@ -191,6 +192,7 @@ COMMAND = Command(
     ),
     run=simulate_layout,
     outputs=simulate_outputs,
+    inputs=job_inputs,
 )
 
 main = COMMAND.main

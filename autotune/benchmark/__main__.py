@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import sys
 
+from autotune import catalog
+from autotune.benchmark._report_files import REPORT_FILES
 from autotune.benchmark._run import run
 from autotune.cli import Command
+from autotune.cli import Input
 from autotune.cli import Output
 from autotune.config import BenchmarkConfig
 
 
 def benchmark_outputs(config: BenchmarkConfig) -> tuple[Output, ...]:
     """What the benchmark writes: its report folder."""
-    return (Output("report_dir", config.report_dir, folder=True),)
+    return (Output("report_dir", config.report_dir, folder=True, files=REPORT_FILES),)
+
+
+def benchmark_inputs(config: BenchmarkConfig) -> tuple[Input, ...]:
+    """What the benchmark reads: the data, and the calibration it also scores."""
+    calibration = config.calibration
+    if calibration is not None and not catalog.is_calibration_path(calibration):
+        calibration = str(catalog.calibration_file(calibration))
+    return (Input("data", config.data), Input("calibration", calibration))
 
 
 COMMAND = Command(
@@ -54,6 +65,7 @@ COMMAND = Command(
     ),
     run=run,
     outputs=benchmark_outputs,
+    inputs=benchmark_inputs,
 )
 
 main = COMMAND.main

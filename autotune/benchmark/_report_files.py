@@ -15,9 +15,10 @@ from autotune.csv_files import write_csv
 from autotune.simulators.files import check_output_path
 from autotune.simulators.files import write_atomically
 
-__all__ = ["TABLE_FILES", "check_report_files", "write_report"]
+__all__ = ["REPORT_FILES", "TABLE_FILES", "check_report_files", "write_report"]
 
 TABLE_FILES = ("benchmark.md", "scenarios.csv", "predictions.csv")  # besides the plots
+REPORT_FILES = (*TABLE_FILES, *PLOT_FILES)  # every file the report replaces
 
 
 def write_report(
@@ -52,5 +53,5 @@ def check_report_files(report_dir: str) -> None:
     Raises:
         UserError: naming ``report_dir`` and the file.
     """
-    for name in (*TABLE_FILES, *PLOT_FILES):
+    for name in REPORT_FILES:
         check_output_path("report_dir", Path(report_dir) / name, follow_symlinks=False)

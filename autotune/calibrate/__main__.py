@@ -6,6 +6,7 @@ import sys
 
 from autotune.calibrate._command import run_calibrate
 from autotune.cli import Command
+from autotune.cli import Input
 from autotune.cli import Output
 from autotune.config import CalibrateConfig
 
@@ -13,6 +14,13 @@ from autotune.config import CalibrateConfig
 def calibrate_outputs(config: CalibrateConfig) -> tuple[Output, ...]:
     """What calibrate writes: the calibration (``out``, else by its name)."""
     return (Output("out", str(config.output_path())),)
+
+
+def calibrate_inputs(config: CalibrateConfig) -> tuple[Input, ...]:
+    """What calibrate reads and must not write over: the data and the simulator's cost table
+    (the calibration it starts from it may replace: a refit in place)."""
+    op_costs = config.simulator.get("op_costs")
+    return (Input("data", config.data), Input("simulator.op_costs", op_costs))
 
 
 COMMAND = Command(
@@ -51,6 +59,7 @@ COMMAND = Command(
     ),
     run=run_calibrate,
     outputs=calibrate_outputs,
+    inputs=calibrate_inputs,
 )
 
 main = COMMAND.main

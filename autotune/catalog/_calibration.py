@@ -136,8 +136,21 @@ def _name(where: str, values: Mapping[Any, Any], key: str) -> str | None:
     return str(value)
 
 
+# What a calibration file holds: the keys read, and those the calibrate command writes as a
+# record of the fit (what the factors set on the cluster, the intervals, the rows), not read.
+_READ_KEYS = ("simulator", "name", "cluster", "framework", "factors", "memory_margin", "layouts")
+_RECORD_KEYS = ("intervals", "overrides", "fit", "rows")
+
+
 def _calibration(where: str, path: Path, values: Mapping[Any, Any]) -> Calibration:
     """The calibration of a file's ``values``; its name is the file's own when it has none."""
+    unknown = [str(key) for key in values if key not in (*_READ_KEYS, *_RECORD_KEYS)]
+    if unknown:
+        raise UserError(
+            f"{where}: unknown key(s) {', '.join(map(repr, map(one_line, unknown)))}; a "
+            f"calibration holds {', '.join(_READ_KEYS)}, and the record of its fit "
+            f"({', '.join(_RECORD_KEYS)}: written by python -m autotune.calibrate, not read)"
+        )
     simulator = _name(where, values, "simulator")
     if simulator is None:
         raise UserError(f"{where}: simulator is missing; give the simulator it calibrates")

@@ -83,7 +83,11 @@ _SAMPLE = 24  # layouts priced to measure the simulator's cost per layout
 
 def search_outputs(config: AutotuneConfig) -> tuple[Output, ...]:
     """What a search writes that another job of a sweep could write too (``-m``)."""
-    launch = () if config.launch_dir is None else (Output("launch_dir", config.launch_dir, True),)
+    launch = (
+        ()
+        if config.launch_dir is None
+        else (Output("launch_dir", config.launch_dir, True, files=("config.yaml",)),)
+    )
     probes = (Output("probes_out", config.probes_out),) if config.probes > 0 else ()
     return launch + probes
 

@@ -127,6 +127,8 @@ def check_output_path(
         raise UserError(f"{shown} is empty; give a {wanted} path")
     if "\0" in text:
         raise UserError(f"{shown} is not a path (it holds a NUL byte)")
+    if not folder and text.endswith(("/", os.sep)):
+        raise UserError(f"{shown} ends in a slash, a folder's name; give a file path")
     if folder and os.path.islink(text) and not os.path.exists(text):  # no folder to write in
         raise UserError(
             f"{shown} is a symbolic link to {os.readlink(text)}, which does not exist; create "

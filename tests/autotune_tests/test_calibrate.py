@@ -289,6 +289,12 @@ def test_a_calibration_for_another_simulator_or_cluster_is_one_error_line(tmp_pa
     out.write_text("simulator: analytical\nfactors: {speed: 2}\n")
     with pytest.raises(UserError, match="unknown factor"):
         catalog.load_calibration(str(out))
+    # a misspelt key would leave the factors out of the calibration; the record of a fit stays
+    out.write_text("simulator: analytical\nfactorz: {host_overhead: 1.2}\n")
+    with pytest.raises(UserError, match="unknown key\\(s\\) 'factorz'; a calibration holds"):
+        catalog.load_calibration(str(out))
+    out.write_text("simulator: analytical\nfactors: {}\noverrides: {x: 1}\nfit: {rows: 3}\n")
+    assert catalog.load_calibration(str(out)).factors == {}
     # what a history remembered must be a mapping of jobs to layouts to log factors in range
     for layouts, said in [
         ("[1, 2]", "layouts must map job keys to mappings of layouts"),

@@ -6,9 +6,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from collections.abc import Iterable
 from collections.abc import Mapping
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,6 @@ from autotune.simulators.hierarchical.cost import CommCost
 from autotune.simulators.hierarchical.cost import ProfiledCost
 from autotune.simulators.hierarchical.cost import RooflineCost
 from autotune.simulators.hierarchical.cost import load_cost_table
-from autotune.simulators.hierarchical.graph import COMM_CATEGORY
 from autotune.simulators.hierarchical.graph import COMPUTE_CATEGORIES
 from autotune.simulators.hierarchical.graph import LayerGraph
 from autotune.simulators.hierarchical.graph import layer_shapes
@@ -37,14 +34,15 @@ from autotune.simulators.hierarchical.sharding import grad_buckets
 from autotune.simulators.hierarchical.sharding import shard_comm_s
 from autotune.simulators.hierarchical.sharding import with_sharding
 from autotune.simulators.hierarchical.trace import write_chrome_trace
+from autotune.simulators.hierarchical.views import Rank
+from autotune.simulators.hierarchical.views import rank_detail
+from autotune.simulators.hierarchical.views import table_coverage
 from autotune.simulators.job import Job
 from autotune.simulators.layout import ZERO_GRADS
 from autotune.simulators.layout import ZERO_PARAMS
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import BREAKDOWN_KEYS
-from autotune.simulators.prediction import FIRST_RANK_MEMORY
 from autotune.simulators.prediction import Prediction
-from autotune.simulators.prediction import RankMemory
 from autotune.simulators.schedule import PipelineRun
 from autotune.simulators.schedule import Timeline
 from autotune.simulators.schedule import grad_sync
@@ -68,8 +66,6 @@ from autotune.simulators.states import unsharded_bytes
 __all__ = ["HierarchicalSimulator"]
 
 _GIB = 2**30
-# A pipeline rank: step s, its breakdown s, op class s, memory GiB, GiB kept cached beyond it
-_Rank = tuple[float, dict[str, float], dict[str, float], dict[str, float], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,12 +254,12 @@ class HierarchicalSimulator(Simulator):
         device = max(sum(rank[3].values()) + rank[4] for rank in ranks)
         world = layout.world_size
         tokens = train.tokens_per_step
-        detail = _detail(ranks, slowest, layout.stage_layers(model, train))
+        detail = rank_detail(ranks, slowest, layout.stage_layers(model, train))
         detail["schedule"] = "interleaved" if v > 1 else consts.schedule
         if record:
             detail["timeline"] = Timeline(tuple(run.timeline), chunked=v > 1)
         if isinstance(cost, ProfiledCost):
-            coverage = _coverage(cost, graphs.values(), cluster)
+            coverage = table_coverage(cost, graphs.values(), cluster)
             detail["op_costs"] = coverage
             detail["profiled_op_fraction"] = coverage["profiled"] / max(1, coverage["operators"])
         return Prediction(
@@ -296,7 +292,7 @@ class HierarchicalSimulator(Simulator):
         comm: CommCost,
         tied: bool,
         tied_sync_s: float,
-    ) -> _Rank:
+    ) -> Rank:
         """Step time, breakdown, op classes and memory (GiB) of one rank; DP spans to the run."""
         consts, framework = self.constants, train.framework
         states = state_bytes_of(train, layout)
@@ -382,49 +378,6 @@ class HierarchicalSimulator(Simulator):
         }
 
         return step_s, breakdown, categories, memory, (step_grads - excess) / _GIB
-
-
-def _detail(ranks: list[_Rank], slowest: int, stage_layers: Sequence[int]) -> dict[str, object]:
-    """The per-rank views: step time, its breakdown, op classes and memory of every rank, the
-    first rank's terms (:data:`FIRST_RANK_MEMORY`); ``op_category_time_s``: the slowest
-    rank's compute time by operator class."""
-    return {
-        "stage_layers": list(stage_layers),
-        "slowest_rank": slowest,
-        "rank_time_s": [rank[0] for rank in ranks],
-        "rank_breakdown_s": [rank[1] for rank in ranks],
-        "rank_memory_gib": [sum(rank[3].values()) for rank in ranks],
-        "rank_memory_breakdown_gib": [rank[3] for rank in ranks],
-        "rank_op_category_time_s": [rank[2] for rank in ranks],
-        "op_category_time_s": ranks[slowest][2],
-        FIRST_RANK_MEMORY: RankMemory(ranks[0][3], ranks[0][4]),
-    }
-
-
-def _coverage(
-    cost: ProfiledCost, graphs: Iterable[LayerGraph], cluster: ClusterSpec
-) -> dict[str, Any]:
-    """How many of the layout's distinct compute operators the profiled table prices.
-
-    An operator is (name, shapes and arguments, dtype), as the profiler times it; the others
-    fall back to the roofline. ``same_device``: the table was timed on the cluster's device.
-    """
-    ops = {
-        (op.name, op.signature, op.dtype): op
-        for graph in graphs
-        for op in graph.forward + graph.backward
-        if op.category != COMM_CATEGORY
-    }
-    profiled = sum(map(cost.covers, ops.values()))
-    return {
-        "table": cost.table.path,
-        "table_device": cost.table.device,
-        "cluster_device": cluster.device.name,
-        "same_device": cost.table.profiled_on(cluster.device),
-        "operators": len(ops),
-        "profiled": profiled,
-        "roofline": len(ops) - profiled,
-    }
 
 
 # 4,096 hold every row of the shipped table, at a few KiB each.

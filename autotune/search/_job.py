@@ -123,7 +123,12 @@ def run_search_job(config: AutotuneConfig) -> None:
     written, problem = write_top_launch_files(
         config.launch_dir, priced.job, outcome, config.search.top_k
     )
-    config_file, unwritten = write_search_config(config.launch_dir, config_yaml(config))
+    # the config says what the launch files were made for: not written beside those of another
+    config_file, unwritten = (
+        write_search_config(config.launch_dir, config_yaml(config))
+        if problem is None
+        else (None, None)
+    )
     problems = [
         p for p in (problem, unwritten, rounds.problem if rounds else None) if p is not None
     ]

@@ -4,7 +4,8 @@
 (:func:`autotune.launch.write_launch_files`), ``rank-2/`` the next, up to ``search.top_k``;
 the MLflow run keeps exactly those files as artifacts, nothing else of ``launch_dir``.
 ``launch_dir/config.yaml`` holds the config the search ran with (:data:`CONFIG`), so that
-the folder says what it was made for even when nothing is recorded in MLflow.
+the folder says what it was made for even when nothing is recorded in MLflow; it is written
+only once every launch file of the search was.
 
 autotune writes only into the ``rank-N`` folders and ``config.yaml``, and marks each folder it
 writes into with a manifest (:data:`MANIFEST`, the names of the files it wrote there). A later
@@ -121,7 +122,8 @@ def write_top_launch_files(
     except UserError as exc:  # a folder, FIFO or device where a launch file goes
         return written, str(exc)
     except OSError as exc:
-        return written, f"launch files not written into {launch_dir}: {exc.strerror or exc}"
+        where = Path(exc.filename).parent if exc.filename else launch_dir  # the folder refused
+        return written, f"launch files not written into {where}: {exc.strerror or exc}"
     return written, None
 
 

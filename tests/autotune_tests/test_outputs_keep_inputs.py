@@ -118,3 +118,22 @@ def test_a_calibration_is_written_only_where_calibration_can_read_it(
         capsys,
         words + ("a path); give such a name"),
     )
+
+
+def test_a_launch_folder_keeps_the_config_of_the_launch_files_it_holds(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Launch files that cannot be written leave config.yaml as it was: it describes the
+    files the folders hold, not a search whose files are not there."""
+    from autotune.__main__ import COMMAND as SEARCH
+
+    args = ["cluster=a100", "search.n_trials=20", "tracking.enabled=false"]
+    assert SEARCH.main(["model=llama2_7b", *args]) == 0
+    config = (here / "launch" / "config.yaml").read_text()
+    script = here / "launch" / "rank-1" / "launch_megatron.sh"
+    script.unlink()
+    script.mkdir()  # a folder where the next search writes its script
+    capsys.readouterr()
+    assert SEARCH.main(["model=qwen2_5_7b", *args]) == 2
+    assert "error: 'launch/rank-1/launch_megatron.sh' is a folder" in capsys.readouterr().err
+    assert (here / "launch" / "config.yaml").read_text() == config

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -310,35 +311,59 @@ def _where(path: Path, line: Any, column: str) -> str:
 def _message(path: Path, problems: list[str]) -> str:
     problems = _grouped(problems)
     head = f"{path}: {len(problems)} problem(s); the file was not loaded:"
-    return "\n  - ".join([head, *problems])
+    shown = problems[:_PROBLEMS_SHOWN]
+    if len(problems) > len(shown):
+        shown.append(f"and {len(problems) - len(shown)} more problem(s)")
+    return "\n  - ".join([head, *shown])
 
 
 _CELL_PROBLEM = re.compile(
     r"(?P<file>.+?), line (?P<line>\d+), column (?P<column>[^:]+): (?P<what>.*)", re.S
 )
+_GOT = ", got "  # what a cell problem ends with: the value found
 _SPANS_SHOWN = 8  # runs of lines named in one problem before "and N more"
+_VALUES_SHOWN = 3  # wrong values named in one problem before "and N more"
+_PROBLEMS_SHOWN = 40  # problems listed in one message before "and N more"
 
 
 def _grouped(problems: list[str]) -> list[str]:
-    """The problems, those that differ only in their line told once with every line (a column
-    filled with the same wrong value says so once, not once per row), in the order met."""
-    lines: dict[str | tuple[str, str, str], list[int]] = {}
+    """The problems, in the order met, those that differ only in their line told once with
+    every line (a column filled with the same wrong value says so once, not once per row),
+    and a column with more than a few different wrong values of one kind told once with its
+    lines and its first values."""
+    cells: dict[str | tuple[str, ...], list[int]] = {}  # (file, column, expected, value)
     for problem in problems:
         found = _CELL_PROBLEM.fullmatch(problem)
         if found is None:
-            lines.setdefault(problem, [])
-        else:
-            cell = (found["file"], found["column"], found["what"])
-            lines.setdefault(cell, []).append(int(found["line"]))
-    grouped = []
-    for key, numbers in lines.items():
+            cells.setdefault(problem, [])
+            continue
+        expected, got, value = found["what"].rpartition(_GOT)
+        if not got:  # no value named: the whole text is the problem
+            expected, value = found["what"], ""
+        cell = (found["file"], found["column"], expected, value)
+        cells.setdefault(cell, []).append(int(found["line"]))
+    kinds = Counter(key[:3] for key in cells if not isinstance(key, str))
+    grouped: dict[str | tuple[str, ...], tuple[list[int], list[str]]] = {}
+    for key, lines in cells.items():
         if isinstance(key, str):
-            grouped.append(key)
-        else:
-            file, column, what = key
-            where = f"line {numbers[0]}" if len(numbers) == 1 else f"lines {_spans(numbers)}"
-            grouped.append(f"{file}, {where}, column {column}: {what}")
-    return grouped
+            grouped[key] = (lines, [])
+            continue
+        file, column, expected, value = key
+        merged = (file, column, expected) if kinds[key[:3]] > _VALUES_SHOWN else key
+        found_lines, values = grouped.setdefault(merged, ([], []))
+        found_lines.extend(lines)
+        values += [value] if value else []
+    return [_told(key, lines, values) for key, (lines, values) in grouped.items()]
+
+
+def _told(key: str | tuple[str, ...], lines: list[int], values: list[str]) -> str:
+    if isinstance(key, str):
+        return key
+    file, column, expected = key[:3]
+    where = f"line {lines[0]}" if len(lines) == 1 else f"lines {_spans(lines)}"
+    more = len(values) - _VALUES_SHOWN
+    found = ", ".join(values[:_VALUES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    return f"{file}, {where}, column {column}: {expected}{_GOT + found if values else ''}"
 
 
 def _spans(numbers: list[int]) -> str:

@@ -527,3 +527,24 @@ def test_each_row_keeps_its_file_and_line_through_concatenation_and_selection() 
     # places are shared, not copied per row each time
     assert dataset.row_places(table[["source"]]) is places
     assert dataset.row_places(table.assign(source="x")) is places
+
+
+def test_many_wrong_values_down_a_column_and_many_problems_stay_a_short_message(
+    tmp_path: Path,
+) -> None:
+    """A few different wrong values of a column are told one by one; more are one problem
+    naming the lines and the first values; past 40 problems the rest are counted."""
+    path = write(tmp_path / "runs.csv", *[{"step_time_s": -i} for i in range(1, 601)])
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    assert str(caught.value).splitlines()[1:] == [
+        "  - runs.csv, lines 2-601, column step_time_s: expected a number from 0.001 to "
+        "86,400, got '-1', '-2', '-3' and 597 more"
+    ]
+    rows = [{"step_time_s": 1.0 + i, "tp": 1, "dp": 8, "micro_batch": i} for i in range(1, 61)]
+    path = write(tmp_path / "dup.csv", *[row for row in rows for _ in (0, 1)])  # each twice
+    with pytest.raises(DataFileError) as caught:
+        dataset.load_measurements(path)
+    lines = str(caught.value).splitlines()
+    assert "60 problem(s)" in lines[0] and len(lines) == 1 + 40 + 1
+    assert lines[-1] == "  - and 20 more problem(s)"

@@ -66,6 +66,8 @@ OUTPUTS = ("table", "json")
 # A study of this many trials runs for hours; more is a typo (1e11), not a search.
 MAX_TRIALS = 100_000
 MAX_REPEATS = 1_000  # profile: timed runs per operator (the median of 1,000 is settled)
+# profile: seconds of timing; a layout's few hundred distinct operators take minutes on a CPU
+MAX_BUDGET_S = 86_400.0
 MAX_BOOTSTRAP = 1_000_000  # benchmark: resamples (2,000 give a 95% interval to ~1%)
 MAX_PROBES = 1_000  # layouts to measure: a job's measured sweeps hold a few dozen
 MAX_RELINEARIZE = 100  # calibrate: Gauss-Newton steps (3 settle; each costs a robust fit)
@@ -415,6 +417,11 @@ class ProfileConfig(JobConfig):
         _between("repeats", self.repeats, 1, MAX_REPEATS, " timed runs per operator")
         if self.limit is not None:
             _at_least("limit", self.limit, 1)
+        if self.budget_s is not None and not 0 < self.budget_s <= MAX_BUDGET_S:
+            raise UserError(
+                f"budget_s={self.budget_s!r} must be above 0 and at most {MAX_BUDGET_S:,.0f} "
+                "(a day of timing), or null to time every operator"
+            )
         check_output_path("out", self.out)
 
 
@@ -458,6 +465,11 @@ class BenchmarkConfig:
         self.calibrate.check()
         for key in ("simulators", "baselines"):  # none: score only the others
             _check_names(key, getattr(self, key), empty_allowed=True)
+        if not self.simulators and not self.baselines:
+            raise UserError(
+                "simulators=[] and baselines=[]: nothing to score; give a simulator "
+                "(simulators=[analytical]) or a baseline (baselines=[random])"
+            )
         for key in ("hardware", "source", "protocols"):
             _check_names(key, getattr(self, key))
         _once_each("probes", self.probes)

@@ -36,12 +36,6 @@ log = logging.getLogger("autotune")
 
 def profile_layout(config: ProfileConfig) -> None:
     """Profile the operators of ``config``'s layout and write the table to ``config.out``."""
-    if config.repeats < 1:
-        raise UserError(f"repeats={config.repeats} must be >= 1")
-    if config.limit is not None and config.limit < 1:
-        raise UserError(f"limit={config.limit} must be >= 1 (or null for all operators)")
-    if config.budget_s is not None and not config.budget_s > 0:
-        raise UserError(f"budget_s={config.budget_s} must be > 0 (or null for no budget)")
     job = job_from_config(config)
     layout = Layout.resolve(job.cluster.num_devices, **fixed_layout_values(config.parallel))
     layout.check(job)
@@ -63,13 +57,10 @@ def profile_layout(config: ProfileConfig) -> None:
         budget_s=config.budget_s,
         progress=report,
     )
-    path, problem = Path(config.out), None
-    try:
-        write_table(result.rows, path)
-    except (OSError, UserError) as exc:  # the summary is printed all the same, then this
-        problem = write_failure(path, exc)
+    path = Path(config.out)
+    problem = _write(result, path)  # the summary is printed all the same, then this
     timed_on = CostTable(path=str(path), device=result.device, seconds={})
-    if not timed_on.profiled_on(job.cluster.device):
+    if problem is None and not timed_on.profiled_on(job.cluster.device):
         log.warning(
             f"warning: timed on {result.device}, not on the cluster's {job.cluster.device.name}: "
             "the table holds this device's times"
@@ -91,6 +82,20 @@ def profile_layout(config: ProfileConfig) -> None:
         print("\n".join(_summary(result, None if problem else str(path), config.budget_s)))
     if problem is not None:
         raise UserError(problem)
+
+
+def _write(result: ProfileResult, path: Path) -> str | None:
+    """Write the table of ``result`` to ``path``; None, or why it was not written."""
+    if not result.rows:  # a table without rows is no table: simulator.op_costs refuses one
+        return (
+            f"timed none of the layout's {result.operators} operators, so {path} was not "
+            "written; give a larger budget_s (or null), or a device with kernels for them"
+        )
+    try:
+        write_table(result.rows, path)
+    except (OSError, UserError) as exc:
+        return write_failure(path, exc)
+    return None
 
 
 def _summary(result: ProfileResult, path: str | None, budget_s: float | None) -> list[str]:

@@ -37,6 +37,7 @@ import pandas as pd
 from autotune import _signals
 from autotune._database import SERVER_SCHEMES
 from autotune._database import check_database
+from autotune._database import check_sqlite_store
 from autotune._process import dead_here
 from autotune._process import this_process
 from autotune.config import TrackingConfig
@@ -79,7 +80,8 @@ def rounded(value: float) -> float:
 
 def check_tracking(config: TrackingConfig) -> None:
     """Refuse an unusable tracking URI before any work (nothing is created when it is off):
-    an SQLite file that cannot be written, a server or database that does not answer.
+    an SQLite file that cannot be written or holds something other than MLflow's database
+    (read, never written), a server or database that does not answer.
 
     Raises:
         UserError: naming the URI and what is allowed.
@@ -103,16 +105,20 @@ def check_tracking(config: TrackingConfig) -> None:
 
 
 def _check_sqlite(path: str, uri: str) -> None:
-    """A database file that can be written (its folder is made only when the run is
-    recorded, so a refused command creates nothing)."""
+    """A database file that can be written, and if it holds something, MLflow's (its folder
+    is made only when the run is recorded, so a refused command creates nothing)."""
     target = check_output_path("tracking.uri", path, given=uri)
-    if target.exists() and target.stat().st_size and not _is_sqlite(target):
-        raise UserError(f"tracking.uri={uri!r}: {path} is not an SQLite database")
+    _check_mlflow_file(target, uri)
 
 
-def _is_sqlite(path: Path) -> bool:
-    with path.open("rb") as handle:
-        return handle.read(16) == b"SQLite format 3\x00"
+def _check_mlflow_file(path: Path, uri: str) -> None:
+    """Refuse the existing, non-empty ``path`` unless it is an MLflow database (read only).
+
+    Raises:
+        UserError: what :func:`autotune._database.check_sqlite_store` refuses.
+    """
+    if path.is_file() and path.stat().st_size:
+        check_sqlite_store("tracking.uri", uri, path, "MLflow", "an MLflow database")
 
 
 def _check_server(uri: str) -> None:
@@ -318,6 +324,12 @@ def _creating_store(uri: str) -> Iterator[None]:
     each find it empty, each create and migrate it, and all but one fail ("table runs already
     exists", "duplicate column name"), so their runs were lost. ``flock`` on the folder
     creates no file, and is released when the process dies.
+
+    An existing database is checked again before MLflow opens it (a study's database made
+    there since :func:`check_tracking`, as when ``search.storage`` names the same new file).
+
+    Raises:
+        UserError: the file is not an MLflow database (:func:`_check_mlflow_file`).
     """
     if not uri.startswith(_SQLITE):
         yield
@@ -329,6 +341,8 @@ def _creating_store(uri: str) -> Iterator[None]:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         if not path.exists() or path.stat().st_size == 0:
             _create_sqlite(path)
+        else:  # checked before the work, and again now: MLflow writes into what it opens
+            _check_mlflow_file(path.resolve(), uri)
         yield
     finally:
         os.close(descriptor)  # and with it the lock

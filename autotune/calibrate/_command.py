@@ -186,6 +186,9 @@ def run_calibrate(config: CalibrateConfig) -> None:
     cluster_spec = catalog.load_cluster(cluster) if cluster else None
     command = "python -m autotune.calibrate " + " ".join(map(shlex.quote, sys.argv[1:]))
     record = calibration_record(result, simulator, cluster_spec, runs, config.data, command)
+    interval = config.calibrate.interval if config.calibrate.bootstrap_samples else None
+    if interval is None:  # nothing resampled: no interval to tell
+        record["intervals"] = {}
     path = config.output_path()
     for note in result.notes:
         log.info(f"note: {note}")
@@ -197,7 +200,7 @@ def run_calibrate(config: CalibrateConfig) -> None:
     if config.output == "json":
         emit_json({**record, "path": None if problem else str(path)})
     else:
-        print(_table(result, simulator.name, cluster, framework, config.calibrate.interval))
+        print(_table(result, simulator.name, cluster, framework, interval))
         if problem is None:
             use = config.name if config.out is None else path
             print(f"\nwritten: {path} (use it with calibration={use})")
@@ -206,8 +209,14 @@ def run_calibrate(config: CalibrateConfig) -> None:
 
 
 def _table(
-    result: FitResult, simulator: str, cluster: str | None, framework: str | None, interval: float
+    result: FitResult,
+    simulator: str,
+    cluster: str | None,
+    framework: str | None,
+    interval: float | None,
 ) -> str:
+    """The fit as a table; ``interval``: the probability of the bootstrap intervals (None:
+    none was resampled, ``calibrate.bootstrap_samples=0``)."""
     c = result.calibration
     head = (
         f"Calibration of the {simulator} simulator on {cluster or 'several clusters'} "
@@ -215,14 +224,16 @@ def _table(
         f"({len(result.used)} fitted), {result.n_oom} ran out of memory, "
         f"{result.memory_rows} with measured peak memory; {result.seconds:.1f} s"
     )
-    rows = [f"  {'factor':<24}{'value':>8}   {interval:.0%} interval"]
+    told = "no interval (bootstrap_samples=0)" if interval is None else f"{interval:.0%} interval"
+    rows = [f"  {'factor':<24}{'value':>8}   {told}"]
     for name in FACTORS:
         if name not in c.factors:  # the reserved memory left derived per layout
             rows.append(f"  {name:<24}{'derived per layout':>27}")
             continue
         low, high = result.intervals[name]
         unit = "x" if name in SCALE_FACTORS else ("GiB" if name.endswith("_gib") else "")
-        rows.append(f"  {name:<24}{c.factors[name]:>8.3f}{unit:<3}[{low:.3f}, {high:.3f}]")
+        bounds = "" if interval is None else f"[{low:.3f}, {high:.3f}]"
+        rows.append(f"  {name:<24}{c.factors[name]:>8.3f}{unit:<3}{bounds}")
     fit_line = (
         f"log step-time error (RMS) on the fitted rows: {result.rms_before:.3f} -> "
         f"{result.rms_after:.3f}"

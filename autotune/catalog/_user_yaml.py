@@ -140,21 +140,36 @@ def _search_folders(overrides: Sequence[str]) -> list[Path]:
             continue
         value = override.value()
         entries = value if isinstance(value, list) else [value]
-        folders += [f for f in map(_folder, map(str, entries)) if f is not None]
+        folders += [_folder(str(entry)) for entry in entries]
     return folders
 
 
-def _folder(entry: str) -> Path | None:
-    """The folder of one search path entry (None: a package that is not installed)."""
+def _folder(entry: str) -> Path:
+    """The folder of one search path entry.
+
+    Raises:
+        UserError: no such folder, or a package that is not installed (Hydra would only warn
+            and compose without it).
+    """
     scheme, _, rest = entry.rpartition("://")
     if scheme != "pkg":
+        if not Path(rest).is_dir():
+            raise UserError(
+                f"hydra.searchpath: {one_line(entry)} is not a folder; give folders that hold "
+                "config groups (model/, cluster/, ...), as file:///path or /path"
+            )
         return Path(rest)
     try:
         spec = importlib.util.find_spec(rest)
     except (ImportError, ValueError):
-        return None
+        spec = None
     locations = list(spec.submodule_search_locations or []) if spec else []
-    return Path(locations[0]) if locations else None
+    if not locations:
+        raise UserError(
+            f"hydra.searchpath: {one_line(entry)} names no installed package; give an "
+            "installed package (pkg://name) or a folder (file:///path)"
+        )
+    return Path(locations[0])
 
 
 def _yaml_files(folder: Path) -> Iterator[Path]:

@@ -22,6 +22,8 @@ from autotune.simulators.errors import SpecError
 from autotune.simulators.limits import MEMORY_SLACK
 from autotune.simulators.limits import REPEAT_TOLERANCE
 from autotune.simulators.limits import THROUGHPUT_TOLERANCE
+from autotune.simulators.told import capped
+from autotune.simulators.told import lines_text
 
 __all__ = ["load_measurements"]
 
@@ -321,7 +323,6 @@ _CELL_PROBLEM = re.compile(
     r"(?P<file>.+?), line (?P<line>\d+), column (?P<column>[^:]+): (?P<what>.*)", re.S
 )
 _GOT = ", got "  # what a cell problem ends with: the value found
-_SPANS_SHOWN = 8  # runs of lines named in one problem before "and N more"
 _VALUES_SHOWN = 3  # wrong values named in one problem before "and N more"
 _PROBLEMS_SHOWN = 40  # problems listed in one message before "and N more"
 
@@ -360,20 +361,5 @@ def _told(key: str | tuple[str, ...], lines: list[int], values: list[str]) -> st
     if isinstance(key, str):
         return key
     file, column, expected = key[:3]
-    where = f"line {lines[0]}" if len(lines) == 1 else f"lines {_spans(lines)}"
-    more = len(values) - _VALUES_SHOWN
-    found = ", ".join(values[:_VALUES_SHOWN]) + (f" and {more} more" if more > 0 else "")
-    return f"{file}, {where}, column {column}: {expected}{_GOT + found if values else ''}"
-
-
-def _spans(numbers: list[int]) -> str:
-    """Line numbers as runs (``2-28, 31, 40-41``), the first few, then how many more."""
-    runs: list[list[int]] = []
-    for number in sorted(set(numbers)):
-        if runs and number == runs[-1][-1] + 1:
-            runs[-1].append(number)
-        else:
-            runs.append([number])
-    text = [f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs]
-    more = len(text) - _SPANS_SHOWN
-    return ", ".join(text[:_SPANS_SHOWN]) + (f" and {more} more runs" if more > 0 else "")
+    got = _GOT + capped(values, "more", _VALUES_SHOWN) if values else ""
+    return f"{file}, {lines_text(lines)}, column {column}: {expected}{got}"

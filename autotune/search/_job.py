@@ -53,12 +53,12 @@ from autotune.search._price import price_in_processes
 from autotune.search._record import record_search
 from autotune.search._space import SearchSpace
 from autotune.search._space import build_space
+from autotune.search._storage import check_storage
+from autotune.search._storage import open_storage
 from autotune.search._study import POLISHED
 from autotune.search._study import SAMPLERS
 from autotune.search._study import StopFlag
 from autotune.search._study import add_priced_trials
-from autotune.search._study import check_storage
-from autotune.search._study import open_storage
 from autotune.search._study import open_study
 from autotune.search._study import optimize
 from autotune.search._study import sample
@@ -100,7 +100,7 @@ def run_search_job(config: AutotuneConfig) -> None:
     # nothing (the study's storage is created by search_job once the space is built).
     _check(config.search)
     check_tracking(config.tracking)
-    check_storage(config.search.storage)
+    check_storage(config.search.storage, config.tracking)
     check_launch_dir(config.launch_dir, config.search.top_k)
     priced, margin = calibrated_job(
         priced_job_from_config(config), config.calibration, config.search.memory_margin

@@ -40,10 +40,12 @@ def emit_outcome(
     probe loop's round (autotune/calibrate/_loop.py), shown last."""
     if not outcome.best.fits:
         log.warning("warning: no evaluated layout fits in memory; the table shows the closest")
+    run_id = None if recorded.problem else recorded.run_id  # a run that failed is no record
     if recorded.problem:
-        log.warning(f"warning: the search was not recorded in MLflow: {recorded.problem}")
+        part = f" (run {recorded.run_id} holds only part of it)" if recorded.run_id else ""
+        log.warning(f"warning: the search was not recorded in MLflow: {recorded.problem}{part}")
     if config.output == "json":
-        payload = json_payload(config, priced, outcome, timings, recorded.run_id)
+        payload = json_payload(config, priced, outcome, timings, run_id)
         if rounds is not None:
             payload["probe_round"] = rounds.payload()
         emit_json(payload)
@@ -74,10 +76,8 @@ def emit_outcome(
         print(f"  {', '.join(best)}: set the data paths at the top, run on every node")
     if outcome.config_file is not None:
         print(f"\nConfig of this search: {outcome.config_file}")
-    if recorded.run_id is not None:
-        print(
-            f"\nMLflow run {recorded.run_id}: mlflow ui --backend-store-uri {config.tracking.uri}"
-        )
+    if run_id is not None:
+        print(f"\nMLflow run {run_id}: mlflow ui --backend-store-uri {config.tracking.uri}")
     if rounds is not None:
         print(rounds.text)
 

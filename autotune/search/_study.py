@@ -1,4 +1,4 @@
-"""The Optuna study: its storage, samplers, a simulator as the objective, resume and sharing.
+"""The Optuna study: its samplers, a simulator as the objective, resume and sharing.
 
 A study is bound to one job and one sampler (both written into it): reusing it for another is
 refused. ``n_trials`` counts the study's complete trials, so a resumed or shared study runs up
@@ -19,14 +19,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import sqlite3
 import threading
-import time
 import warnings
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -34,21 +31,18 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
-from autotune._database import SERVER_SCHEMES
-from autotune._database import check_database
 from autotune._process import dead_here
 from autotune._process import this_process
-from autotune.config import hide_passwords
 from autotune.search._best import BestFeasibleRecord
 from autotune.search._price import Evaluator
 from autotune.search._snap import SnappingSampler
 from autotune.search._snap import snapping
 from autotune.search._space import FIELDS
 from autotune.search._space import SearchSpace
+from autotune.search._storage import open_storage
 from autotune.simulators import Layout
 from autotune.simulators import Prediction
 from autotune.simulators import UserError
-from autotune.simulators.files import check_output_path
 
 __all__ = [
     "SAMPLERS",
@@ -56,10 +50,8 @@ __all__ = [
     "StopFlag",
     "StudyResult",
     "add_priced_trials",
-    "check_storage",
     "evaluated_trials",
     "name_metrics",
-    "open_storage",
     "open_study",
     "optimize",
     "sample",
@@ -92,22 +84,7 @@ SNAPPED = ("tpe", "random")
 POLISH_INCUMBENTS = 3  # the polish looks around this many of the best layouts
 # Layouts the polish adds at once: processes sharing a study overshoot n_trials by at most this
 POLISH_ROUND = 4
-# Heartbeat of RDB studies: a trial whose process stopped beating this long is failed.
-HEARTBEAT_S = 10
-GRACE_S = 30
 _PROCESS_KEY = "autotune.process:"  # a study attribute per process that opened it
-# What processes creating one fresh database at once run into (sqlite, PostgreSQL, MySQL):
-# the loser retries and finds the tables made.
-_SQLITE_WAIT_S = 60  # how long an SQLite statement waits for another worker's lock
-_WAL_ATTEMPTS = 5  # a connection's tries to put a fresh SQLite file in WAL mode (_write_ahead)
-_WAL_WAIT_MS = 100  # and how long each waits for the file's exclusive lock
-_CREATION_RACES = ("locked", "already exists", "UNIQUE constraint", "duplicate key", "Duplicate")
-# The storages in a local file: their URL prefix, what they are, how such a file starts (a
-# file that starts otherwise is someone else's: refused, never opened as a store).
-_FILE_STORES = (
-    ("sqlite:///", "an SQLite database", b"SQLite format 3\x00"),
-    ("journal:", "an Optuna journal file", b"{"),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,122 +109,6 @@ class StopFlag:
 
     def __bool__(self) -> bool:
         return self._event.is_set()
-
-
-def check_storage(url: str | None) -> None:
-    """Refuse an unusable ``search.storage`` before any work, creating nothing.
-
-    ``sqlite:///PATH``, ``postgresql://...`` or ``mysql://...`` (Optuna's RDB storage, with
-    heartbeats), or ``journal:PATH`` (Optuna's journal file, safe for several local workers).
-    A server's database is connected to once (:func:`autotune._database.check_database`).
-
-    Raises:
-        UserError: a malformed URL, a path that cannot be written, a file there that is not
-            such a store (someone else's file is never opened as one), or a database that
-            cannot be reached.
-    """
-    if url is None:
-        return
-    allowed = "sqlite:///PATH, postgresql://USER:PASSWORD@HOST/DB, mysql://..., journal:PATH"
-    for scheme, kind, start in _FILE_STORES:
-        if url.startswith(scheme):
-            path = check_output_path("search.storage", url.removeprefix(scheme), given=url)
-            if path.is_file() and path.stat().st_size:
-                with path.open("rb") as handle:
-                    if handle.read(len(start)) != start:
-                        raise UserError(f"search.storage={url!r}: {path} is not {kind}")
-            return
-    if not url.startswith(SERVER_SCHEMES):
-        raise UserError(f"search.storage={url!r} is not a storage URL; allowed: {allowed}")
-    check_database("search.storage", url)
-
-
-def open_storage(url: str | None) -> BaseStorage | None:
-    """The storage of ``search.storage`` (None: in memory), created if need be: once every
-    other check has passed, so that a refused search creates no database.
-
-    Raises:
-        UserError: what :func:`check_storage` refuses, a missing driver, an unreachable
-            server or a file that is not a database.
-    """
-    check_storage(url)
-    if url is None:
-        return None
-    if url.startswith(("journal:", "sqlite:///")):
-        path = Path(url.removeprefix("journal:").removeprefix("sqlite:///"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-    if url.startswith("journal:"):
-        from optuna.storages.journal import JournalFileBackend
-
-        return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
-    engine = (
-        {"connect_args": {"timeout": _SQLITE_WAIT_S}}
-        if url.startswith("sqlite")
-        else {"pool_pre_ping": True}
-    )
-    for attempt in range(5):  # several workers creating one fresh database race on its tables
-        try:
-            with warnings.catch_warnings():  # heartbeats are experimental in Optuna 5: known
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                storage = optuna.storages.RDBStorage(
-                    url,
-                    engine_kwargs=engine,
-                    heartbeat_interval=HEARTBEAT_S,
-                    grace_period=GRACE_S,
-                )
-            if url.startswith("sqlite"):
-                _write_ahead(storage)
-            return storage
-        except ImportError as exc:
-            raise UserError(
-                f"search.storage={hide_passwords(url)!r} needs a database driver: {exc}"
-            ) from None
-        except Exception as exc:  # sqlalchemy's errors: locked, unreachable, not a database
-            if attempt == 4 or not any(race in str(exc) for race in _CREATION_RACES):
-                first = str(exc).strip().splitlines()[0]
-                raise UserError(
-                    f"cannot open search.storage={hide_passwords(url)!r}: {first}"
-                ) from None
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
-def _write_ahead(storage: optuna.storages.RDBStorage) -> None:
-    """SQLite in write-ahead-log mode, synced at checkpoints rather than at every commit.
-
-    Optuna commits each suggested value: with SQLite's defaults every commit waits for the
-    disk (14 ms each here, 0.4 s per trial). In WAL mode with ``synchronous=NORMAL`` a commit
-    survives a crash of the process (not a power cut) and readers do not block the writer,
-    which is what several workers on one file need (sqlite.org/wal.html).
-
-    The mode is a property of the file: a connection sets it only when the file is not in it
-    yet. Setting it takes the file's exclusive lock, which waits while another worker reads or
-    writes, as when several workers open one fresh file together: the connection waits for it
-    a short while (:data:`_WAL_WAIT_MS`, a few times), not the minute a write waits, and goes on
-    without it if still refused (a slower file, as correct; another connection sets it).
-    """
-    import sqlalchemy
-
-    def on_connect(connection: Any, _: Any) -> None:
-        cursor = connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {_WAL_WAIT_MS}")
-            for _ in range(_WAL_ATTEMPTS):
-                (mode,) = cursor.execute("PRAGMA journal_mode").fetchone()
-                if str(mode).lower() == "wal":
-                    break
-                try:
-                    cursor.execute("PRAGMA journal_mode=WAL")
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc):
-                        raise
-            cursor.execute("PRAGMA synchronous=NORMAL")
-        finally:
-            cursor.execute(f"PRAGMA busy_timeout = {1000 * _SQLITE_WAIT_S}")
-            cursor.close()
-
-    sqlalchemy.event.listen(storage.engine, "connect", on_connect)
-    storage.engine.dispose()  # the pooled connections opened before the listener
 
 
 def open_study(

@@ -37,6 +37,7 @@ __all__ = [
     "MIN_GBPS",
     "MIN_MEMORY_GBPS",
     "MIN_MEMORY_GIB",
+    "MIN_OP_S",
     "MIN_STEP_S",
     "MIN_TFLOPS",
     "REPEAT_TOLERANCE",
@@ -65,6 +66,12 @@ MAX_SCALE_FACTOR = 10_000.0
 # (the shipped rows: 0.058 to 329 s). A day for one step is weeks for a hundred: no run does.
 MIN_STEP_S = 1e-3
 MAX_STEP_S = 86_400.0
+# Seconds per call of one operator in a profiled cost table (autotune.profile): a call through
+# PyTorch's dispatcher takes a microsecond or more, and the profiler writes microseconds with
+# three decimals, so it writes no less than a nanosecond (a clock cycle or two of any device);
+# zero, a negative time or 1e-300 is no measurement. At most, a call is part of one step
+# (MAX_STEP_S).
+MIN_OP_S = 1e-9
 MAX_MEMORY_GIB = 1e5  # GiB per device: the largest device memory today is 288 GB of HBM
 # A device with less memory trains no LLM (a T4 has 16 GB): 0.08 is a size in TiB or a typo.
 MIN_MEMORY_GIB = 1.0

@@ -682,6 +682,13 @@ BENCHMARK = [
     ("benchmark", ["output=xml"], "unknown output 'xml'"),
     # A name twice would score every row twice.
     ("benchmark", ["simulators=[analytical,analytical]"], "names analytical more than once"),
+    ("benchmark", ["simulators=[]", "baselines=[]"], "simulators=[] and baselines=[]: nothing"),
+    (
+        "simulate",
+        ["hydra.searchpath=[file:///nonexistent/conf]"],
+        "hydra.searchpath: file:///nonexistent/conf is not a folder; give folders that hold",
+    ),
+    ("search", ["hydra.searchpath=[pkg://nopkg.conf]"], "pkg://nopkg.conf names no installed"),
     ("benchmark", ["baselines=[random,heuristic,random]"], "names random more than once"),
     ("benchmark", ["protocols=[zero_shot,zero_shot]"], "names zero_shot more than once"),
     ("benchmark", ["probes=[1,2,1]"], "probes=[1,2,1] names 1 more than once"),
@@ -948,9 +955,12 @@ def test_an_implausible_calibration_is_one_error_line_even_with_json_output(
 # A cost table (simulator.op_costs=PATH): its bytes, and the words of the error.
 BAD_COST_TABLES = [
     ("utf16", "op,shapes,dtype,device,time_us\n".encode("utf-16"), "not a UTF-8 CSV table"),
-    ("inf", b"op,shapes,dtype,device,time_us\nmm,1x2,bf16,cpu,inf\n", "'inf' is not a finite"),
-    ("short", b"op,shapes,dtype,device,time_us\nmm,1x2\n", "row 2: more or fewer cells"),
-    ("long", b"op,shapes,dtype,device,time_us\nmm,1x2,bf16,cpu,3,4\n", "row 2: more or fewer"),
+    ("inf", b"op,shapes,dtype,device,time_us\nmm,1x2,bf16,cpu,inf\n", "a day), got 'inf'"),
+    ("short", b"op,shapes,dtype,device,time_us\nmm,1x2\n", "line 2: more or fewer cells"),
+    ("long", b"op,shapes,dtype,device,time_us\nmm,1x2,bf16,cpu,3,4\n", "line 2: more or fewer"),
+    ("huge", b"op,shapes,dtype,device,time_us\na.mm.default,1x2,,cpu,1e300\n", "got '1e300'"),
+    ("header", b"op,shapes,dtype,device,time_us\n", "no rows, only the header"),
+    ("twice", b"op,shapes,dtype,device,time_us\na.b.c,,,cpu,1\na.b.c,,,cpu,2\n", "lines 2 and 3"),
 ]
 
 

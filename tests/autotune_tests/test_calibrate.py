@@ -166,6 +166,20 @@ def _layouts() -> list[dict[str, object]]:
     ]
 
 
+def test_without_a_bootstrap_no_interval_is_told(tmp_path: Path) -> None:
+    """``calibrate.bootstrap_samples=0`` resamples nothing: no zero-width interval is shown
+    or written as if it were one."""
+    data = _csv(tmp_path, *_layouts())
+    out = tmp_path / "cal.yaml"
+    args = [f"data={data}", "name=toy", f"out={out}", "calibrate.bootstrap_samples=0"]
+    proc = run("autotune.calibrate", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.splitlines()
+    assert table[1].endswith("value   no interval (bootstrap_samples=0)")
+    assert not any("[" in line for line in table[2:9])
+    assert "intervals: {}" in out.read_text()
+
+
 def test_calibrate_writes_a_file_that_loads_and_applies(tmp_path: Path) -> None:
     data = _csv(tmp_path, *_layouts())
     out = tmp_path / "cal.yaml"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,6 +20,7 @@ from autotune.catalog import PricedJob
 from autotune.catalog import job_from_config
 from autotune.catalog import priced_job_from_config
 from autotune.config import AutotuneConfig
+from autotune.config import TrackingConfig
 from autotune.config import fixed_layout_values
 from autotune.order import order_key
 from autotune.search import SAMPLERS
@@ -32,8 +36,11 @@ from autotune.search._plots import memory_window
 from autotune.search._plots import search_page
 from autotune.search._record import layouts_frame
 from autotune.search._space import build_space
+from autotune.search._storage import check_storage
+from autotune.search._storage import open_storage
 from autotune.simulators import LayoutError
 from autotune.simulators import UserError
+from autotune.tracking import _create_sqlite
 
 SMALL = ("model=llama2_7b", "cluster=ascend", "cluster.num_nodes=1", "tracking.enabled=false")
 
@@ -344,6 +351,61 @@ def test_storage_urls_are_checked_before_any_work(tmp_path: Path) -> None:
             open_study(url, "t", "tpe", 0, {})
     journal = open_study(f"journal:{tmp_path / 'study.log'}", "j", "tpe", 0, {"job": "x"})
     assert json.loads(journal.user_attrs["autotune.job"])["sampler"] == "tpe"
+
+
+def test_storage_refuses_a_file_that_is_not_a_study_database(tmp_path: Path) -> None:
+    """Read only: MLflow's database, someone else's or a broken one is left byte for byte,
+    and nothing is created beside it; an empty file, a new path or a study's database do."""
+    folder = tmp_path / "files"
+    folder.mkdir()
+    mlflow_db = folder / "mlflow.db"
+    _create_sqlite(mlflow_db)
+    with contextlib.closing(sqlite3.connect(folder / "other.db")) as connection:
+        connection.execute("CREATE TABLE orders (id)")
+        connection.execute("CREATE TABLE users (id)")
+    whole = mlflow_db.read_bytes()
+    (folder / "truncated.db").write_bytes(whole[:50000])
+    files = {path.name: path.read_bytes() for path in folder.iterdir()}
+    allowed = "; give an Optuna study database, an empty file or a new path"
+    for name, said in (
+        ("mlflow.db", "holds MLflow's tables (a tracking.uri database), not Optuna's"),
+        ("other.db", "holds tables of neither MLflow nor Optuna (orders, users)"),
+        ("truncated.db", f"is a truncated SQLite database (50000 of its {len(whole)} bytes)"),
+    ):
+        url = f"sqlite:///{folder / name}"
+        for check in (check_storage, open_storage):  # before the work, and when opened
+            with pytest.raises(UserError) as refused:
+                check(url)
+            assert str(refused.value) == f"search.storage={url!r}: {folder / name} {said}{allowed}"
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == files
+    (folder / "empty.db").touch()
+    for name in ("empty.db", "new.db", "empty.db"):  # created, then resumed
+        study = open_study(f"sqlite:///{folder / name}", "s", "tpe", 0, {"job": "x"})
+        assert json.loads(study.user_attrs["autotune.job"])["sampler"] == "tpe"
+
+
+def test_storage_and_tracking_on_one_file_are_refused(tmp_path: Path) -> None:
+    """Whatever the file holds, or if it is not there yet; under any of its names."""
+    path = tmp_path / "one.db"
+    (tmp_path / "sub").mkdir()
+    for storage in (f"sqlite:///{path}", f"sqlite:///{tmp_path}/sub/../one.db", f"journal:{path}"):
+        tracking = TrackingConfig(enabled=True, uri=f"sqlite:///{path}", experiment="x")
+        with pytest.raises(UserError) as refused:
+            check_storage(storage, tracking)
+        assert str(refused.value) == (
+            f"search.storage={storage!r} and tracking.uri={tracking.uri!r} name one file, "
+            f"{path}: Optuna's study and MLflow's runs need a database each; give two paths"
+        )
+        check_storage(storage, dataclasses.replace(tracking, enabled=False))  # no MLflow record
+    path.touch()
+    os.link(path, tmp_path / "link.db")
+    tracking = TrackingConfig(
+        enabled=True, uri=f"sqlite:///{tmp_path / 'link.db'}", experiment="x"
+    )
+    with pytest.raises(UserError, match="name one file"):
+        check_storage(f"sqlite:///{path}", tracking)
+    check_storage(f"sqlite:///{tmp_path / 'study.db'}", tracking)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.db", "one.db", "sub"]
 
 
 @pytest.mark.slow

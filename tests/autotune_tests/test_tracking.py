@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
 import re
+import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import mlflow
+import optuna
 import pandas as pd
 import pytest
 
 from autotune.__main__ import COMMAND as SEARCH
 from autotune.cli import run_command
 from autotune.config import TrackingConfig
+from autotune.search import open_study
 from autotune.search._record import UI_ROWS
+from autotune.search._study import open_storage
 from autotune.simulators import Layout
+from autotune.simulators import UserError
 from autotune.tracking import TrackedRun
+from autotune.tracking import _create_sqlite
+from autotune.tracking import check_tracking
 from autotune.tracking import record
 from autotune.tracking import rounded
 
@@ -178,3 +187,86 @@ def test_the_summary_prints_the_sampler_gap_in_one_line(
         r"optimum [\d.]+ s of the same simulator\)",
         lines[0],
     )
+
+
+def _tables(path: Path) -> set[str]:
+    connection = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)  # creates nothing
+    try:
+        return {
+            n for (n,) in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+    finally:
+        connection.close()
+
+
+def _optuna_db(path: Path) -> Path:
+    """A real study's database (in write-ahead-log mode, its connections closed)."""
+    storage = open_storage(f"sqlite:///{path}")
+    assert isinstance(storage, optuna.storages.RDBStorage)
+    open_study(storage, "s", "tpe", 0, {"job": "x"})
+    storage.engine.dispose()
+    return path
+
+
+def test_tracking_refuses_a_file_that_is_not_an_mlflow_database(tmp_path: Path) -> None:
+    """Read only: each file is left byte for byte, and nothing is created beside it."""
+    folder = tmp_path / "files"
+    folder.mkdir()
+    mlflow_db = folder / "mlflow.db"
+    _create_sqlite(mlflow_db)
+    other = folder / "other.db"
+    with contextlib.closing(sqlite3.connect(other)) as connection:
+        connection.execute("CREATE TABLE users (id)")
+    truncated = folder / "truncated.db"
+    truncated.write_bytes(mlflow_db.read_bytes()[:50000])
+    damaged = folder / "damaged.db"  # a whole header whose page count says nothing
+    data = bytearray(mlflow_db.read_bytes())
+    data[24:28], data[4096:] = b"\0\0\0\1", b"U" * (len(data) - 4096)
+    damaged.write_bytes(data)
+    (folder / "text.db").write_text("not a database\n")
+    both = folder / "both.db"  # what tracking.uri and search.storage on one file left
+    shutil.copy(_optuna_db(folder / "optuna.db"), both)
+    with contextlib.closing(sqlite3.connect(both)) as connection:
+        connection.execute("CREATE TABLE experiments (id)")
+        connection.execute("CREATE TABLE runs (id)")
+    files = {path.name: path.read_bytes() for path in folder.iterdir()}
+    allowed = "; give an MLflow database, an empty file or a new path"
+    for name, said in (
+        ("optuna.db", "holds Optuna's tables (a search.storage database), not MLflow's"),
+        ("both.db", "holds both MLflow's and Optuna's tables"),
+        ("other.db", "holds tables of neither MLflow nor Optuna (users)"),
+        ("truncated.db", f"is a truncated SQLite database (50000 of its {len(data)} bytes)"),
+        ("damaged.db", "is not a readable SQLite database (database disk image is malformed)"),
+        ("text.db", "is not an SQLite database"),
+    ):
+        uri = f"sqlite:///{folder / name}"
+        with pytest.raises(UserError) as refused:
+            check_tracking(TrackingConfig(enabled=True, uri=uri, experiment="x"))
+        assert str(refused.value).startswith(f"tracking.uri={uri!r}: {folder / name} {said}")
+        assert str(refused.value).endswith(allowed)
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == files
+    (folder / "empty.db").touch()
+    for name in ("mlflow.db", "empty.db", "new.db"):  # an MLflow database, or one to create
+        check_tracking(
+            TrackingConfig(enabled=True, uri=f"sqlite:///{folder / name}", experiment="x")
+        )
+
+
+def test_a_record_never_writes_into_a_study_database_made_since_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As when search.storage names the new file tracking.uri names: the study creates it
+    during the search, and MLflow must not add its tables to it afterwards."""
+    monkeypatch.chdir(tmp_path)
+    config = _config(tmp_path)
+    check_tracking(config)  # no file yet
+    path = _optuna_db(tmp_path / "mlflow.db")
+    before, tables = path.read_bytes(), _tables(path)
+    recorded = record(config, "run", lambda run: run.params({"a": 1}), tags={})
+    assert recorded.run_id is None
+    assert recorded.problem == (
+        f"tracking.uri={config.uri!r}: {path} holds Optuna's tables (a search.storage "
+        "database), not MLflow's; give an MLflow database, an empty file or a new path"
+    )
+    assert path.read_bytes() == before and _tables(path) == tables
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]

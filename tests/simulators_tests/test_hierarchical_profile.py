@@ -138,15 +138,146 @@ def test_profile_cli_json_help_and_bad_budget(
     assert profile_cli.main(["--help"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("usage: python -m autotune.profile ") and "budget_s" in text
-    assert profile_cli.main([*args, "budget_s=0"]) == 2
-    assert "budget_s=0.0 must be > 0" in capsys.readouterr().err
+    for budget in ("0", "-1", "inf", "1e300", "nan"):  # no budget is null, not infinity
+        assert profile_cli.main([*args, f"budget_s={budget}"]) == 2
+        said = capsys.readouterr().err
+        assert "must be above 0 and at most 86,400 (a day of timing), or null to time" in said
 
 
 def test_bad_device_and_bad_table_are_user_errors(tmp_path: Path) -> None:
     assert profile_cli.main(["model=llama70b", "cluster=ascend", "device=tpu"]) == 2
     bad = tmp_path / "bad.csv"
     bad.write_text("op,shapes,dtype,device,time_us\naten.mm.default,x,bf16,cpu,fast\n")
-    with pytest.raises(DataFileError, match="row 2, column time_us"):
+    with pytest.raises(DataFileError, match="bad.csv, line 2, column time_us: expected micro"):
         load_cost_table(str(bad))
     with pytest.raises(DataFileError, match="no such file"):
         load_cost_table(str(tmp_path / "none.csv"))
+
+
+HEADER = "op,shapes,dtype,device,time_us"
+MM = 'aten.mm.default,"[8,16]float32;[16,4]float32",float32'
+ADD = 'aten.add.Tensor,"[8,4]float32;[8,4]float32",float32'
+
+
+def _table(tmp_path: Path, *lines: str, name: str = "ops.csv") -> str:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+# A table and the words of its one error: every impossible or absurd cell, and the tables
+# that hold no operator or two times for one.
+REFUSED_TABLES = [
+    ("huge", [HEADER, f"{MM},cpu,1e300"], "line 2, column time_us: expected microseconds from "),
+    ("max", [HEADER, f"{MM},cpu,1.7e308"], "(a day), got '1.7e308'"),
+    ("day", [HEADER, f"{MM},cpu,8.65e10"], "got '8.65e10'"),
+    ("zero", [HEADER, f"{MM},cpu,0"], "0.001 (a nanosecond) to 8.64e+10 (a day), got '0'"),
+    ("negative", [HEADER, f"{MM},cpu,-5"], "got '-5'"),
+    ("tiny", [HEADER, f"{MM},cpu,1e-9"], "got '1e-9'"),
+    ("nan", [HEADER, f"{MM},cpu,nan"], "got 'nan'"),
+    ("inf", [HEADER, f"{MM},cpu,-inf"], "got '-inf'"),
+    ("text", [HEADER, f"{MM},cpu,fast"], "got 'fast'"),
+    ("empty time", [HEADER, f"{MM},cpu,"], "column time_us: expected microseconds"),
+    ("op", [HEADER, 'mm,"[8,16]float32",float32,cpu,5'], "column op: expected an operator as "),
+    ("no op", [HEADER, ',"[8,16]float32",float32,cpu,5'], "namespace.name.overload"),
+    ("dtype", [HEADER, 'aten.mm.default,"[8,16]float32",bf16,cpu,5'], "got 'bf16'"),
+    ("no device", [HEADER, f"{MM},,5"], "line 2, column device: expected the name of the dev"),
+    ("short row", [HEADER, f"{MM},cpu,5", "aten.mm.default"], "line 3: more or fewer cells"),
+    ("long row", [HEADER, f"{MM},cpu,5,6"], "line 2: more or fewer cells than the header's 5"),
+    ("spans lines", [HEADER, 'aten.mm.default,"[8,16]', 'float32",float32,cpu,5'], "spans lines"),
+    ("header only", [HEADER], "no rows, only the header"),
+    ("blank rows", [HEADER, "", ",,,,"], "no rows, only the header"),
+    ("empty file", [""], "an empty file; autotune.profile writes a header (op, shapes, dtype"),
+    ("no column", ["op,shapes,dtype,device", f"{MM},cpu"], "line 1: missing column(s) time_us"),
+    ("twice", [f"{HEADER},op", f"{MM},cpu,5,x"], "line 1: column(s) op named twice"),
+    (
+        "two devices",
+        [HEADER, f"{MM},cpu,5", f"{ADD},cpu,5", f"{ADD},cuda,5"],
+        "column device: one device per table (where autotune.profile timed it), got 'cpu' on "
+        "lines 2-3, 'cuda' on line 4",
+    ),
+    (
+        "timed twice",
+        [HEADER, f"{MM},cpu,4.897", f"{ADD},cpu,5", f"{MM},cpu,999"],
+        "ops.csv, lines 2 and 4: the same operator (op, shapes, dtype, device) timed 4.897 us "
+        "and 999 us; keep one row per operator",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "lines", "words"), REFUSED_TABLES, ids=[case[0] for case in REFUSED_TABLES]
+)
+def test_an_impossible_cost_table_is_refused_whole(
+    tmp_path: Path, name: str, lines: list[str], words: str
+) -> None:
+    with pytest.raises(DataFileError) as refused:
+        load_cost_table(_table(tmp_path, *lines))
+    message = str(refused.value)
+    assert message.startswith(f"op cost table {tmp_path / 'ops.csv'}") and words in message
+
+
+def test_many_bad_rows_are_one_line_per_column_and_problem(tmp_path: Path) -> None:
+    """3,400 wrong times are one line, not 3,400; scattered lines and values are capped."""
+    rows = [f'aten.mm.default,"[{n},16]float32",float32,cpu,nan' for n in range(3400)]
+    with pytest.raises(DataFileError) as refused:
+        load_cost_table(_table(tmp_path, HEADER, *rows))
+    assert str(refused.value).splitlines()[1:] == [
+        "  - ops.csv, lines 2-3401, column time_us: expected microseconds from 0.001 (a "
+        "nanosecond) to 8.64e+10 (a day), got 'nan'"
+    ]
+    good = 'aten.mm.default,"[{n},16]float32",float32,cpu,5'
+    rows = [
+        (good if n % 2 else 'x,"[{n},16]float32",bf16,cpu,-{n}').format(n=n) for n in range(60)
+    ]
+    with pytest.raises(DataFileError) as refused:
+        load_cost_table(_table(tmp_path, HEADER, *rows, name="scattered.csv"))
+    lines = str(refused.value).splitlines()
+    assert lines[0].endswith("3 problem(s); the table was not loaded:") and len(lines) == 4
+    assert lines[1] == (
+        "  - scattered.csv, lines 2, 4, 6, 8, 10, 12, 14, 16 and 22 more runs, column op: "
+        "expected an operator as torch names it, namespace.name.overload (e.g. aten.mm.default)"
+        ", got 'x'"
+    )
+    assert lines[3].endswith("got '-0', '-2', '-4' and 27 other values")
+    twice = [f'aten.mm.default,"[{n % 10},16]float32",float32,cpu,{n + 1}' for n in range(40)]
+    with pytest.raises(DataFileError) as refused:
+        load_cost_table(_table(tmp_path, HEADER, *twice, name="twice.csv"))
+    lines = str(refused.value).splitlines()
+    assert len(lines) == 7 and lines[1].startswith("  - twice.csv, lines 2 and 12: the same ")
+    assert (
+        lines[6]
+        == "  - twice.csv, lines 17-41: 25 more operators timed twice with different times"
+    )
+
+
+def test_a_cost_table_at_the_bounds_loads(tmp_path: Path) -> None:
+    """The extreme times, an exact duplicate row, an op without tensor inputs (no dtype) and
+    padded cells load; the device is free text (the name torch gives it)."""
+    table = load_cost_table(
+        _table(
+            tmp_path,
+            HEADER,
+            f"{MM},TPU v5e,0.001",
+            f"{MM},TPU v5e,0.001",
+            f"{ADD},TPU v5e,8.64e10",
+            " aten.arange.default , 8 ,, TPU v5e , 3 ",
+        )
+    )
+    assert table.device == "TPU v5e" and len(table) == 3
+    assert table.seconds[("aten.arange.default", "8", "")] == pytest.approx(3e-6)
+    assert table.seconds[("aten.add.Tensor", "[8,4]float32;[8,4]float32", "float32")] == 86_400
+
+
+def test_a_profile_that_times_nothing_writes_no_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "none.csv"
+    args = ["model=llama70b", "cluster=ascend", "parallel.tp=4", *TINY, "device=cpu"]
+    assert profile_cli.main([*args, f"out={out}", "budget_s=1e-9"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        f"error: timed none of the layout's {captured.out.split()[5]} operators, so {out} was "
+        "not written; give a larger budget_s (or null), or a device with kernels for them"
+    ]
+    assert "-> not written" in captured.out and not out.exists()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,8 +28,12 @@ from autotune.simulators.errors import DataFileError
 from autotune.simulators.gemm_table import shape_efficiency
 from autotune.simulators.hierarchical.graph import Op
 from autotune.simulators.layout import Layout
+from autotune.simulators.limits import MAX_STEP_S
+from autotune.simulators.limits import MIN_OP_S
 from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import DeviceSpec
+from autotune.simulators.told import capped
+from autotune.simulators.told import lines_text
 
 __all__ = [
     "COST_TABLE_COLUMNS",
@@ -86,7 +89,7 @@ class CostTable:
     """A profiled op-cost table: seconds by ``(op, shapes, dtype)``, and where it was timed.
 
     ``device`` is the table's ``device`` column (``cpu``, or the name torch gives a CUDA or
-    Ascend device, e.g. ``NVIDIA H100 80GB HBM3``, ``Ascend910B2``; empty for no rows).
+    Ascend device, e.g. ``NVIDIA H100 80GB HBM3``, ``Ascend910B2``).
     """
 
     path: str
@@ -128,65 +131,238 @@ class ProfiledCost:
 
 @functools.lru_cache(maxsize=8)
 def load_cost_table(path: str) -> CostTable:
-    """Read a profiled table (CSV with :data:`COST_TABLE_COLUMNS`, UTF-8).
+    """Read a profiled table (CSV with :data:`COST_TABLE_COLUMNS`, UTF-8) and either return
+    it whole or refuse it whole.
+
+    Each row is one operator: ``op`` as torch names it (``aten.mm.default``), ``shapes`` the
+    recorder's text of its arguments (any text: the key it is looked up by), ``dtype`` a torch
+    dtype name (empty for an operator without tensor inputs), ``device`` where it was timed
+    (one per table) and ``time_us`` its microseconds, within :func:`_time_us`'s bounds. The
+    same operator twice with two times is refused; so is a table without rows.
 
     Raises:
-        DataFileError: the file is missing or not a UTF-8 CSV table, lacks a column or a cell,
-            mixes devices or has a bad time.
+        DataFileError: listing every problem at once, rows with the same problem in one column
+            told once with their lines (file, lines, column: expected ..., got ...).
     """
     file = Path(path)
+    if file.is_dir():
+        raise DataFileError(
+            f"op cost table {path}: a folder, not a file; give the CSV table "
+            "autotune.profile wrote"
+        )
     if not file.is_file():
         raise DataFileError(f"op cost table {path}: no such file")
-    rows = _cost_rows(file, path)
-    problems, table = [], {}
-    for number, row in enumerate(rows, start=2):
-        if None in row.values() or None in row:
-            problems.append(f"row {number}: more or fewer cells than the header has columns")
-            continue
-        time_us = _time_us(row["time_us"])
-        if time_us is None:
-            problems.append(
-                f"row {number}, column time_us: {row['time_us']!r} is not a finite time >= 0"
+    header, rows = _cost_rows(file, path)
+    if not rows:
+        raise DataFileError(
+            f"op cost table {path}: no rows, only the header; a table holds one row per "
+            "operator autotune.profile timed"
+        )
+    problems = _Problems(file.name)
+    table: dict[tuple[str, str, str], float] = {}
+    devices: dict[str, list[int]] = {}
+    first: dict[tuple[str, str, str, str], tuple[int, float]] = {}
+    conflicts: list[tuple[int, int, float, float]] = []
+    for line, cells in rows:
+        if len(cells) != len(header):
+            problems.add(
+                line, None, f"more or fewer cells than the header's {len(header)} columns"
             )
             continue
-        table[(row["op"], row["shapes"], row["dtype"])] = time_us * 1e-6
-    devices = sorted({str(row["device"]) for row in rows})
+        row = {name: cells[header.index(name)].strip() for name in COST_TABLE_COLUMNS}
+        time_us = _row_time_us(line, row, problems)
+        if time_us is None:
+            continue
+        key = (row["op"], row["shapes"], row["dtype"], row["device"])
+        devices.setdefault(row["device"], []).append(line)
+        if key not in first:
+            first[key] = (line, time_us)
+            table[key[:3]] = time_us * 1e-6
+        elif first[key][1] != time_us:
+            conflicts.append((first[key][0], line, first[key][1], time_us))
+    _note_across_rows(problems, devices, conflicts)
+    problems.raise_any(f"op cost table {path}")
+    return CostTable(path=path, device=next(iter(devices)), seconds=table)
+
+
+def _note_across_rows(
+    problems: _Problems,
+    devices: dict[str, list[int]],
+    conflicts: list[tuple[int, int, float, float]],
+) -> None:
+    """Add the problems across rows: two devices (with their lines), and operators timed
+    twice with different times (``(earlier line, later line, its time, the other)``)."""
     if len(devices) > 1:
-        problems.append(f"column device: one device per table, found {', '.join(devices)}")
-    if problems:
-        raise DataFileError(f"op cost table {path}:\n  - " + "\n  - ".join(problems))
-    return CostTable(path=path, device=devices[0] if devices else "", seconds=table)
+        found = [f"{device!r} on {lines_text(lines)}" for device, lines in devices.items()]
+        problems.note(
+            f"column device: one device per table (where autotune.profile timed it), got "
+            f"{capped(found, 'more devices')}"
+        )
+    for earlier, later, seconds, again in conflicts[:_CONFLICTS_SHOWN]:
+        problems.note(
+            f"lines {earlier} and {later}: the same operator (op, shapes, dtype, device) timed "
+            f"{seconds:g} us and {again:g} us; keep one row per operator"
+        )
+    if len(conflicts) > _CONFLICTS_SHOWN:
+        more = [later for _, later, _, _ in conflicts[_CONFLICTS_SHOWN:]]
+        problems.note(
+            f"{lines_text(more)}: {len(more)} more operators timed twice with different times"
+        )
 
 
-def _cost_rows(file: Path, path: str) -> list[dict[str, str]]:
-    """The rows of a cost table, each a column -> cell mapping.
+# An operator as torch names an overload (str(OpOverload)), which the recorder writes:
+# namespace.name.overload, e.g. aten.mm.default, aten.add.Tensor.
+_OP_NAME = re.compile(r"[A-Za-z_]\w*\.\w+\.\w+")
+_CONFLICTS_SHOWN = 5  # operators timed twice, each named with its two lines, before the rest
+_VALUES_SHOWN = 3  # distinct wrong cells of one column quoted before "and N other values"
+_CELL_SHOWN = 40  # characters of a wrong cell quoted
 
-    Raises:
-        DataFileError: the file is not UTF-8 CSV text, or lacks a column.
-    """
-    try:
-        with file.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in COST_TABLE_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise DataFileError(
-                    f"op cost table {path}: missing column(s) {', '.join(missing)}; "
-                    f"expected {', '.join(COST_TABLE_COLUMNS)}"
-                )
-            return list(reader)
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise DataFileError(
-            f"op cost table {path}: not a UTF-8 CSV table ({exc}); autotune.profile writes one"
-        ) from None
+
+def _row_time_us(line: int, row: dict[str, str], problems: _Problems) -> float | None:
+    """The row's microseconds, or None when a cell of the row is wrong (added to ``problems``)."""
+    before = len(problems)
+    for column, cell in row.items():
+        if "\r" in cell or "\n" in cell:
+            problems.add(
+                line,
+                column,
+                "a cell spans lines (an unclosed quote joins the rows after it into one cell); "
+                "keep each row on one line",
+            )
+    if not _OP_NAME.fullmatch(row["op"]):
+        problems.add(
+            line,
+            "op",
+            "expected an operator as torch names it, namespace.name.overload "
+            "(e.g. aten.mm.default)",
+            row["op"],
+        )
+    if row["dtype"] and row["dtype"] not in _torch_dtypes():
+        problems.add(
+            line,
+            "dtype",
+            "expected a torch dtype as torch prints it (bfloat16, float16, float32, int64, bool, "
+            f"... {len(_torch_dtypes())} in all), or empty for an operator without tensor inputs",
+            row["dtype"],
+        )
+    if not row["device"]:
+        problems.add(
+            line,
+            "device",
+            "expected the name of the device it was timed on (cpu, or the "
+            "name torch gives a CUDA or Ascend device, e.g. NVIDIA H100 80GB HBM3)",
+            "",
+        )
+    time_us = _time_us(row["time_us"])
+    if time_us is None:
+        problems.add(
+            line,
+            "time_us",
+            f"expected microseconds from {MIN_OP_S * 1e6:g} (a nanosecond) to "
+            f"{MAX_STEP_S * 1e6:g} (a day)",
+            row["time_us"],
+        )
+    return time_us if len(problems) == before else None
 
 
 def _time_us(cell: str) -> float | None:
-    """A cell of ``time_us`` as microseconds (None: not a finite time >= 0)."""
+    """A cell of ``time_us`` as microseconds; None: not a number, or not a time one operator
+    call can take. A call is part of one training step, which takes at most a day
+    (``MAX_STEP_S``: 1e300 us is an overflow or a typo), and lasts at least a nanosecond
+    (``MIN_OP_S``: zero or a negative time is no measurement)."""
     try:
         value = float(cell)
     except ValueError:
         return None
-    return value if math.isfinite(value) and value >= 0 else None
+    return value if MIN_OP_S * 1e6 <= value <= MAX_STEP_S * 1e6 else None  # False for NaN
+
+
+@functools.cache
+def _torch_dtypes() -> frozenset[str]:
+    """The dtypes the recorder can write (``str(tensor.dtype)`` less ``torch.``)."""
+    import torch
+
+    return frozenset(
+        str(value).removeprefix("torch.")
+        for value in vars(torch).values()
+        if isinstance(value, torch.dtype)
+    )
+
+
+class _Problems:
+    """A file's problems, those of one column and one kind told once with all their lines
+    (a column of 3,000 wrong cells is one problem), in the order met."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.cells: dict[tuple[str | None, str], tuple[list[int], list[str]]] = {}
+        self.notes: list[str] = []
+
+    def __len__(self) -> int:
+        return sum(len(lines) for lines, _ in self.cells.values()) + len(self.notes)
+
+    def add(self, line: int, column: str | None, what: str, got: str | None = None) -> None:
+        """Line ``line`` (column ``column``, None: the whole row) has problem ``what``; ``got``
+        is the wrong cell, quoted after what was expected (None: no cell to quote)."""
+        lines, values = self.cells.setdefault((column, what), ([], []))
+        lines.append(line)
+        if got is not None and got not in values:
+            values.append(got)
+
+    def note(self, problem: str) -> None:
+        """A problem across rows, told as ``problem`` after the file's name."""
+        self.notes.append(problem)
+
+    def raise_any(self, head: str) -> None:
+        told = []
+        for (column, what), (lines, values) in self.cells.items():
+            where = lines_text(lines) + ("" if column is None else f", column {column}")
+            quoted = [
+                repr(v if len(v) <= _CELL_SHOWN else v[: _CELL_SHOWN - 3] + "...") for v in values
+            ]
+            got = f", got {capped(quoted, 'other values', _VALUES_SHOWN)}" if values else ""
+            told.append(f"{self.name}, {where}: {what}{got}")
+        told += [f"{self.name}, {note}" for note in self.notes]
+        if told:
+            raise DataFileError(
+                "\n  - ".join(
+                    [f"{head}: {len(told)} problem(s); the table was not loaded:", *told]
+                )
+            )
+
+
+def _cost_rows(file: Path, path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The header (names stripped) and the rows that are not blank, each with its line.
+
+    Raises:
+        DataFileError: the file is empty, not UTF-8 CSV text, or lacks or repeats a column.
+    """
+    try:
+        with file.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle, strict=True)
+            header = [name.strip() for name in next(reader, [])]
+            rows = [(reader.line_num, row) for row in reader if any(c.strip() for c in row)]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise DataFileError(
+            f"op cost table {path}: not a UTF-8 CSV table ({exc}); autotune.profile writes one"
+        ) from None
+    if not any(header):
+        raise DataFileError(
+            f"op cost table {path}: an empty file; autotune.profile writes a header "
+            f"({', '.join(COST_TABLE_COLUMNS)}) and a row per operator it timed"
+        )
+    missing = [c for c in COST_TABLE_COLUMNS if c not in header]
+    twice = [c for c in COST_TABLE_COLUMNS if header.count(c) > 1]
+    if missing or twice:
+        what = (
+            f"missing column(s) {', '.join(missing)}"
+            if missing
+            else (f"column(s) {', '.join(twice)} named twice")
+        )
+        raise DataFileError(
+            f"op cost table {path}, line 1: {what}; expected {', '.join(COST_TABLE_COLUMNS)}"
+        )
+    return header, rows
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

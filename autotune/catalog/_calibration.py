@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from autotune.catalog._user_yaml import check_yaml_file
 from autotune.simulators import UserError
 from autotune.simulators.calibration import Calibration
+from autotune.simulators.files import not_a_file
 from autotune.simulators.names import check_name
 from autotune.simulators.names import one_line
 from autotune.simulators.registry import SIMULATOR_NAMES
@@ -94,8 +95,9 @@ def calibration_path(name_or_path: str, key: str = "calibration") -> Path:
     check_calibration(key, name_or_path)
     if is_calibration_path(name_or_path):
         given = Path(name_or_path)
-        if not given.is_file():
-            raise UserError(f"{key}={name_or_path!r}: no such file")
+        why = not_a_file(given)
+        if why is not None:
+            raise UserError(f"{key}={name_or_path!r}: {why}; give a calibration's .yaml file")
         return given
     path = calibration_file(name_or_path)
     if not path.is_file():

@@ -88,7 +88,7 @@ def compose(config_name: str | None, overrides: Sequence[str] = ()) -> DictConfi
         raise UserError(parse_failure(exc)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         said = _through_a_value(exc, overrides) or _unknown_key(exc)
-        raise UserError(said or _with_allowed_type(_first_lines(exc))) from None
+        raise UserError(said or _with_allowed_type(_keyed(exc, _first_lines(exc)))) from None
     unknown = _undeclared_keys(cfg)
     if unknown:
         listed = "; ".join(f"{key} (allowed: {allowed})" for key, allowed in unknown)
@@ -266,13 +266,34 @@ def _unknown_key(exc: BaseException) -> str | None:
     while current is not None:
         kind = getattr(current, "object_type", None)
         key = getattr(current, "key", None)
+        parent = getattr(current, "parent_node", None)
+        declared = None
         if isinstance(kind, type) and dataclasses.is_dataclass(kind) and key is not None:
             declared = sorted(f.name for f in dataclasses.fields(kind))
-            if str(key) not in declared:
-                full = getattr(current, "full_key", None) or key
-                return f"unknown key {str(full)!r}; allowed there: {', '.join(declared)}"
+        elif isinstance(parent, DictConfig) and key is not None:  # a group's keys (simulator)
+            declared = sorted(map(str, parent.keys()))
+        if declared is not None and str(key) not in declared:
+            full = getattr(current, "full_key", None) or key
+            return f"unknown key {str(full)!r}; allowed there: {', '.join(declared)}"
         current = current.__cause__ or current.__context__
     return None
+
+
+_IN_FILE = re.compile(r"In '(?P<file>[^']+)': \w+ raised while composing config::? ")
+
+
+def _keyed(exc: BaseException, message: str) -> str:
+    """A wrong value in a config file (``In 'model/mine': ValidationError raised while
+    composing config: ...``) said with the file and the key that holds it, which Hydra's line
+    leaves out (the config's own key: ``model/mine.yaml, model.hidden_size: ...``)."""
+    match = _IN_FILE.match(message)
+    current: BaseException | None = exc
+    while match is not None and current is not None:
+        full = getattr(current, "full_key", None)
+        if full:
+            return f"{match['file']}.yaml, {full}: {message[match.end():]}"
+        current = current.__cause__ or current.__context__
+    return message
 
 
 def _first_lines(exc: BaseException) -> str:

@@ -19,6 +19,7 @@ from autotune.dataset._specs import records
 from autotune.dataset._specs import row_to_specs
 from autotune.simulators.errors import DataFileError
 from autotune.simulators.errors import SpecError
+from autotune.simulators.files import not_a_file
 from autotune.simulators.limits import MEMORY_SLACK
 from autotune.simulators.limits import REPEAT_TOLERANCE
 from autotune.simulators.limits import THROUGHPUT_TOLERANCE
@@ -28,6 +29,7 @@ from autotune.simulators.told import lines_text
 __all__ = ["load_measurements"]
 
 _FIRST_LINE = 2  # data rows start on line 2 of a CSV file (line 1 is the header)
+_PARQUET_START = b"PAR1"  # the magic bytes a Parquet file starts (and ends) with
 # What pandas and pyarrow raise on a file that is not a readable table.
 _READ_ERRORS = (ValueError, OSError, NotImplementedError, pd.errors.ParserError)
 
@@ -117,13 +119,19 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
         DataFileError: listing every problem at once (file, line, column, what was expected).
     """
     path = Path(path)
-    if path.is_dir():
+    why = not_a_file(path)
+    if why == "a folder":
         raise DataFileError(f"{path}: a folder, not a file; give a .csv or .parquet file")
-    if not path.is_file():
-        raise DataFileError(f"{path}: no such file")
+    if why is not None:
+        raise DataFileError(f"{path}: {why}; give a .csv or .parquet file")
     try:
         raw = _read_text_cells(path)
     except UnicodeDecodeError as exc:
+        with path.open("rb") as handle:
+            if handle.read(len(_PARQUET_START)) == _PARQUET_START:
+                raise DataFileError(
+                    f"{path}: a Parquet file named {path.suffix}; give it the suffix .parquet"
+                ) from None
         raise DataFileError(
             f"{path}: cannot be read: not UTF-8 text ({exc.reason} at byte {exc.start}); "
             "save it as UTF-8"

@@ -32,7 +32,7 @@ from typing import Any
 
 from autotune.simulators.errors import UserError
 
-__all__ = ["atomic_writer", "check_output_path", "write_atomically", "write_failure"]
+__all__ = ["atomic_writer", "check_output_path", "not_a_file", "write_atomically", "write_failure"]
 
 _EXECUTABLE = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
@@ -50,6 +50,24 @@ def _kind(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def not_a_file(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be read as a file (``no such file``, ``a folder``, ``a FIFO (named
+    pipe)``, ``a device``, ...); None for a regular file, through symbolic links. A pipe or a
+    device could be read forever, so an input is read only from a regular file.
+
+    Example:
+        >>> not_a_file("/dev/zero")
+        'a device'
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "no such file"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None if stat.S_ISREG(mode) else _kind(mode)
 
 
 def _target(path: str | os.PathLike[str], follow_symlinks: bool) -> Path:

@@ -788,6 +788,18 @@ PATHS = [
     ("search", [f"search.storage=journal:{DATA}"], "runs.csv is not an Optuna journal file"),
     ("search", ["tracking.uri=sqlite:////dev/null"], "'sqlite:////dev/null' is a device"),
     ("search", ["measured=/nonexistent.csv"], "/nonexistent.csv: no such file"),
+    ("search", ["measured=/dev/zero"], "/dev/zero: a device; give a .csv or .parquet file"),
+    ("simulate", ["calibration=/dev/zero"], "calibration='/dev/zero': a device; give a calibrat"),
+    (
+        "simulate",
+        ["simulator=hierarchical", "simulator.op_costs=/dev/zero"],
+        "op cost table /dev/zero: a device; give the CSV table autotune.profile wrote",
+    ),
+    (
+        "simulate",
+        ["simulator.op_costs=ops.csv"],  # the hierarchical simulator's key, not the analytical's
+        "unknown key 'simulator.op_costs'; allowed there: allocator_fragmentation, ",
+    ),
     ("search", ["measured="], "measured='' is empty; give the filled-in probes CSV, or leave"),
     (
         "calibrate",

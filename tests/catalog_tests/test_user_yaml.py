@@ -159,6 +159,16 @@ def test_a_model_file_with_a_key_twice_is_one_error_line(tmp_path: Path) -> None
         catalog.compose("job", overrides)
 
 
+def test_a_wrong_value_in_a_model_file_names_the_file_and_its_key(tmp_path: Path) -> None:
+    catalog.register()
+    overrides = _own_model(tmp_path, "")
+    path = tmp_path / "model" / "mine.yaml"
+    path.write_text(path.read_text().replace("hidden_size: 4096", "hidden_size: big"))
+    with pytest.raises(UserError) as refused:
+        catalog.compose("job", overrides)
+    assert str(refused.value) == "model/mine.yaml, model.hidden_size: 'big' is not an integer"
+
+
 def test_a_file_too_large_or_not_a_file_is_refused(tmp_path: Path) -> None:
     large = tmp_path / "large.yaml"
     with large.open("wb") as file:

@@ -548,3 +548,11 @@ def test_many_wrong_values_down_a_column_and_many_problems_stay_a_short_message(
     lines = str(caught.value).splitlines()
     assert "60 problem(s)" in lines[0] and len(lines) == 1 + 40 + 1
     assert lines[-1] == "  - and 20 more problem(s)"
+
+
+def test_a_parquet_file_named_csv_is_told_its_suffix(tmp_path: Path) -> None:
+    pd.read_csv(write(tmp_path / "runs.csv", {})).to_parquet(tmp_path / "runs.parquet")
+    misnamed = tmp_path / "misnamed.csv"
+    misnamed.write_bytes((tmp_path / "runs.parquet").read_bytes())
+    with pytest.raises(DataFileError, match=r"misnamed\.csv: a Parquet file named \.csv; give"):
+        dataset.load_measurements(misnamed)

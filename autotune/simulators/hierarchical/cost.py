@@ -25,6 +25,7 @@ from autotune.simulators.collectives import p2p_time_s
 from autotune.simulators.collectives import reduce_scatter_time_s
 from autotune.simulators.collectives import ring_exchange_time_s
 from autotune.simulators.errors import DataFileError
+from autotune.simulators.files import not_a_file
 from autotune.simulators.gemm_table import shape_efficiency
 from autotune.simulators.hierarchical.graph import Op
 from autotune.simulators.layout import Layout
@@ -145,13 +146,11 @@ def load_cost_table(path: str) -> CostTable:
             told once with their lines (file, lines, column: expected ..., got ...).
     """
     file = Path(path)
-    if file.is_dir():
+    why = not_a_file(file)
+    if why is not None:
         raise DataFileError(
-            f"op cost table {path}: a folder, not a file; give the CSV table "
-            "autotune.profile wrote"
+            f"op cost table {path}: {why}; give the CSV table autotune.profile wrote"
         )
-    if not file.is_file():
-        raise DataFileError(f"op cost table {path}: no such file")
     header, rows = _cost_rows(file, path)
     if not rows:
         raise DataFileError(

@@ -291,7 +291,7 @@ def _keyed(exc: BaseException, message: str) -> str:
     while match is not None and current is not None:
         full = getattr(current, "full_key", None)
         if full:
-            return f"{match['file']}.yaml, {full}: {message[match.end():]}"
+            return f"{match['file']}.yaml, {full}: {message[match.end() :]}"
         current = current.__cause__ or current.__context__
     return message
 

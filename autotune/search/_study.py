@@ -164,8 +164,36 @@ def _bind(study: optuna.Study, fingerprint: Mapping[str, Any]) -> None:
     elif held != expected:
         raise UserError(
             f"study {study.study_name!r} in this storage was made for another job or sampler "
-            f"({held}); resume it with the same settings, or choose another search.study_name"
+            f"({_differences(json.loads(held), json.loads(expected))}); resume it with the same "
+            "settings, or choose another search.study_name"
         )
+
+
+_SHOWN_DIFFERENCES = 4  # settings named where a study and a search differ, before "and N more"
+
+
+def _differences(held: Any, wanted: Any, key: str = "") -> str:
+    """Where the study's settings and the search's differ, the first few: ``model.name:
+    'Llama-2-7B' in the study, 'Qwen2.5-7B' here``."""
+    found = _differing(held, wanted, key)
+    more = len(found) - _SHOWN_DIFFERENCES
+    shown = "; ".join(
+        f"{where}: {was!r} in the study, {now!r} here"
+        for where, was, now in found[:_SHOWN_DIFFERENCES]
+    )
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _differing(held: Any, wanted: Any, key: str) -> list[tuple[str, Any, Any]]:
+    if isinstance(held, dict) and isinstance(wanted, dict):
+        return [
+            found
+            for name in sorted(set(held) | set(wanted))
+            for found in _differing(
+                held.get(name), wanted.get(name), f"{key}.{name}" if key else name
+            )
+        ]
+    return [] if held == wanted else [(key or "the settings", held, wanted)]
 
 
 def _fail_dead(study: optuna.Study) -> None:

@@ -263,9 +263,9 @@ def test_n_trials_counts_the_whole_resumed_study(
 def test_a_study_is_bound_to_its_job_and_sampler(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     open_study(storage, "s", "tpe", 0, {"model": "a"})
-    with pytest.raises(UserError, match="made for another job or sampler"):
+    with pytest.raises(UserError, match=r"\(model: 'a' in the study, 'b' here\)"):
         open_study(storage, "s", "tpe", 0, {"model": "b"})
-    with pytest.raises(UserError, match="made for another job or sampler"):
+    with pytest.raises(UserError, match="made for another job or sampler \\(sampler: 'tpe'"):
         open_study(storage, "s", "random", 0, {"model": "a"})
 
 
@@ -571,4 +571,5 @@ def test_a_stored_study_is_bound_to_its_framework_release(
     capsys.readouterr()
     assert run_command(SEARCH, [*job, "framework.release=core_v0.19.0"]) == 2
     err = capsys.readouterr().err
-    assert "made for another job or sampler" in err and '"release": "core_v0.17.1"' in err
+    assert "made for another job or sampler" in err
+    assert "release: 'core_v0.17.1' in the study, 'core_v0.19.0' here" in err

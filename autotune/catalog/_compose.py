@@ -104,10 +104,17 @@ def parse_failure(exc: OverrideParseException) -> str:
     reason = next((line for line in said if not line.startswith(frame)), _first_lines(exc))
     if reason.startswith(_LEXER):
         reason = _bad_character(said, exc.override) or reason
+    elif reason.startswith(_NO_ALTERNATIVE) or _UNKNOWN_FUNCTION in reason:
+        reason += (
+            "; quote a value that holds spaces, commas, parentheses or '=' "
+            "(key='a value', or in a list key=['a, b','c'])"
+        )
     return f"cannot parse the override {exc.override!r}: {reason}"
 
 
 _LEXER = "LexerNoViableAltException: "  # Hydra's lexer met a character it has no token for
+_NO_ALTERNATIVE = "no viable alternative at input"  # its parser met a token out of place
+_UNKNOWN_FUNCTION = "Unknown function"  # a value with parentheses read as a sweep's function
 
 
 def _bad_character(said: list[str], override: str) -> str | None:

@@ -789,6 +789,16 @@ PATHS = [
     ("search", ["tracking.uri=sqlite:////dev/null"], "'sqlite:////dev/null' is a device"),
     ("search", ["measured=/nonexistent.csv"], "/nonexistent.csv: no such file"),
     ("search", ["measured=/dev/zero"], "/dev/zero: a device; give a .csv or .parquet file"),
+    (
+        "calibrate",
+        ["data=korthikanti", "name=x", "rows.exclude_model=[GPT-3 (h=1),b]"],
+        "Unknown function 'GPT-3'; quote a value that holds spaces, commas, parentheses",
+    ),
+    (
+        "calibrate",
+        ["data=korthikanti", "name=x", "rows.exclude_model=[a (h=6, L=4),b c (h=1)]"],
+        "no viable alternative at input '[a (h=6, L=4),b c ('; quote a value that holds",
+    ),
     ("simulate", ["calibration=/dev/zero"], "calibration='/dev/zero': a device; give a calibrat"),
     (
         "simulate",

@@ -6,7 +6,8 @@ output (the search's ``launch_dir``, the benchmark's ``report_dir``, calibrate's
 command names its outputs) each write theirs into a subfolder named by the job's number, as
 Hydra's multirun gives each job a numbered folder of its sweep folder: ``launch/2/`` for
 ``launch_dir=launch``, ``2/ops.csv`` for ``out=ops.csv``; an output the jobs already set
-apart (``out=a.yaml,b.yaml``, or calibrate's ``name=a,b``) is left as it is.
+apart (``out=a.yaml,b.yaml``, or calibrate's ``name=a,b``) is left as it is. Before any job
+runs, none may write over a file it reads (:func:`check_inputs_kept`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "Input",
     "Output",
     "SweepJob",
+    "calibration_input",
     "check_inputs_kept",
     "job_inputs",
     "no_inputs",
@@ -83,14 +85,18 @@ def no_inputs(config: Any) -> tuple[Input, ...]:
     return ()
 
 
+def calibration_input(calibration: str | None) -> Input:
+    """The file ``calibration=`` reads: the path given, or the name's in ``calibrations/``."""
+    if calibration is not None and not catalog.is_calibration_path(calibration):
+        calibration = str(catalog.calibration_file(calibration))
+    return Input("calibration", calibration)
+
+
 def job_inputs(config: AutotuneConfig) -> tuple[Input, ...]:
     """The files a search or ``autotune.simulate`` reads: the calibration, the measured
     probes, the simulator's cost table."""
-    calibration = config.calibration
-    if calibration is not None and not catalog.is_calibration_path(calibration):
-        calibration = str(catalog.calibration_file(calibration))
     return (
-        Input("calibration", calibration),
+        calibration_input(config.calibration),
         Input("measured", config.measured),
         Input("simulator.op_costs", config.simulator.get("op_costs")),
     )

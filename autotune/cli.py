@@ -34,6 +34,7 @@ from autotune._info import info_text
 from autotune._sweep import Input
 from autotune._sweep import Output
 from autotune._sweep import SweepJob
+from autotune._sweep import calibration_input
 from autotune._sweep import job_inputs
 from autotune._sweep import no_inputs
 from autotune._sweep import no_outputs
@@ -42,7 +43,15 @@ from autotune.config import register_schemas
 from autotune.simulators import UserError
 from autotune.simulators.registry import SIMULATOR_NAMES
 
-__all__ = ["Command", "Input", "Output", "emit_json", "job_inputs", "run_command"]
+__all__ = [
+    "Command",
+    "Input",
+    "Output",
+    "calibration_input",
+    "emit_json",
+    "job_inputs",
+    "run_command",
+]
 
 log = logging.getLogger("autotune")
 USER_ERROR = 2

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from autotune import catalog
 from autotune.benchmark._report_files import REPORT_FILES
 from autotune.benchmark._run import run
 from autotune.cli import Command
 from autotune.cli import Input
 from autotune.cli import Output
+from autotune.cli import calibration_input
 from autotune.config import BenchmarkConfig
 
 
@@ -20,10 +20,7 @@ def benchmark_outputs(config: BenchmarkConfig) -> tuple[Output, ...]:
 
 def benchmark_inputs(config: BenchmarkConfig) -> tuple[Input, ...]:
     """What the benchmark reads: the data, and the calibration it also scores."""
-    calibration = config.calibration
-    if calibration is not None and not catalog.is_calibration_path(calibration):
-        calibration = str(catalog.calibration_file(calibration))
-    return (Input("data", config.data), Input("calibration", calibration))
+    return (Input("data", config.data), calibration_input(config.calibration))
 
 
 COMMAND = Command(

@@ -106,26 +106,19 @@ def _header_problems(path: Path, raw: pd.DataFrame) -> list[str]:
     return problems
 
 
-def load_measurements(path: str | Path) -> pd.DataFrame:
-    """Load and validate a measurement table in schema v1 (CSV or Parquet).
-
-    Returns the table with every schema column present, parsed (ints, floats, bools) and with
-    defaults filled; extra columns are kept as text. Rows are numbered as lines of the CSV
-    file (the header is line 1; :func:`autotune.dataset.row_places`); blank lines and
-    rows of empty cells are skipped. A well-formed row whose layout breaks a rule loads:
-    :func:`dataset.priceable_rows` sets it apart.
+def _read_cells(path: Path) -> pd.DataFrame:
+    """The file's cells as text, or a refusal saying why it is no table.
 
     Raises:
-        DataFileError: listing every problem at once (file, line, column, what was expected).
+        DataFileError: not a regular file, not UTF-8 (a Parquet file named .csv said so), or
+            not a table.
     """
-    path = Path(path)
     why = not_a_file(path)
-    if why == "a folder":
-        raise DataFileError(f"{path}: a folder, not a file; give a .csv or .parquet file")
     if why is not None:
-        raise DataFileError(f"{path}: {why}; give a .csv or .parquet file")
+        said = "a folder, not a file" if why == "a folder" else why
+        raise DataFileError(f"{path}: {said}; give a .csv or .parquet file")
     try:
-        raw = _read_text_cells(path)
+        return _read_text_cells(path)
     except UnicodeDecodeError as exc:
         with path.open("rb") as handle:
             if handle.read(len(_PARQUET_START)) == _PARQUET_START:
@@ -139,6 +132,22 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     except _READ_ERRORS as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise DataFileError(f"{path}: cannot be read: {reason}") from None
+
+
+def load_measurements(path: str | Path) -> pd.DataFrame:
+    """Load and validate a measurement table in schema v1 (CSV or Parquet).
+
+    Returns the table with every schema column present, parsed (ints, floats, bools) and with
+    defaults filled; extra columns are kept as text. Rows are numbered as lines of the CSV
+    file (the header is line 1; :func:`autotune.dataset.row_places`); blank lines and
+    rows of empty cells are skipped. A well-formed row whose layout breaks a rule loads:
+    :func:`dataset.priceable_rows` sets it apart.
+
+    Raises:
+        DataFileError: listing every problem at once (file, line, column, what was expected).
+    """
+    path = Path(path)
+    raw = _read_cells(path)
     if raw.empty:
         raise DataFileError(f"{path}: no data rows")
     problems = _header_problems(path, raw)

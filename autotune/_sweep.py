@@ -93,11 +93,11 @@ def calibration_input(calibration: str | None) -> Input:
 
 
 def job_inputs(config: AutotuneConfig) -> tuple[Input, ...]:
-    """The files a search or ``autotune.simulate`` reads: the calibration, the measured
-    probes, the simulator's cost table."""
+    """The files a search or ``autotune.simulate`` reads: the calibration and the simulator's
+    cost table (the measured probes the search never writes over: it writes the next ones
+    beside them, ``autotune.calibrate.plan_probes``)."""
     return (
         calibration_input(config.calibration),
-        Input("measured", config.measured),
         Input("simulator.op_costs", config.simulator.get("op_costs")),
     )
 

@@ -234,13 +234,13 @@ def op_costs_text(views: Mapping[str, Any]) -> tuple[str, str | None]:
     costs = views["op_costs"]
     line = (
         f"Op costs: {costs['profiled']} of the layout's {costs['operators']} operators from "
-        f"{costs['table']} (timed on {costs['table_device'] or 'no device: empty table'}), "
+        f"{costs['table']} (timed on {costs['table_device']}), "
         f"{costs['roofline']} by roofline"
     )
     warning = None
     if not costs["same_device"]:
         warning = (
-            f"warning: {costs['table']} was profiled on {costs['table_device'] or 'no device'}, "
+            f"warning: {costs['table']} was profiled on {costs['table_device']}, "
             f"not on the cluster's {costs['cluster_device']}: its times are that device's"
         )
     return line, warning

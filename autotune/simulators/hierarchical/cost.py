@@ -162,13 +162,14 @@ def load_cost_table(path: str) -> CostTable:
     devices: dict[str, list[int]] = {}
     first: dict[tuple[str, str, str, str], tuple[int, float]] = {}
     conflicts: list[tuple[int, int, float, float]] = []
+    at = {name: header.index(name) for name in COST_TABLE_COLUMNS}  # each column's cell
     for line, cells in rows:
         if len(cells) != len(header):
             problems.add(
                 line, None, f"more or fewer cells than the header's {len(header)} columns"
             )
             continue
-        row = {name: cells[header.index(name)].strip() for name in COST_TABLE_COLUMNS}
+        row = {name: cells[index].strip() for name, index in at.items()}
         time_us = _row_time_us(line, row, problems)
         if time_us is None:
             continue

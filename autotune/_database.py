@@ -73,7 +73,8 @@ def _connect(url: str) -> str | None:
 
 def check_sqlite_store(key: str, url: str, path: Path, program: str, store: str) -> None:
     """Refuse the existing, non-empty file ``path`` unless it is ``program``'s SQLite database
-    (an empty one, with no tables, too); read-only, creating nothing beside it.
+    (an empty one, with no tables, too); read-only, creating nothing beside it. No file there,
+    or an empty one, is where the program creates its database: nothing to refuse.
 
     Args:
         key: the setting (``tracking.uri``, ``search.storage``); url: its value.
@@ -83,6 +84,8 @@ def check_sqlite_store(key: str, url: str, path: Path, program: str, store: str)
     Raises:
         UserError: naming ``key``, the URL, the file, what it holds instead and what is allowed.
     """
+    if not path.is_file() or not path.stat().st_size:
+        return
     shown = f"{key}={url!r}: {path}"
     allowed = f"give {store}, an empty file or a new path"
     try:

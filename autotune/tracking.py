@@ -117,8 +117,7 @@ def _check_mlflow_file(path: Path, uri: str) -> None:
     Raises:
         UserError: what :func:`autotune._database.check_sqlite_store` refuses.
     """
-    if path.is_file() and path.stat().st_size:
-        check_sqlite_store("tracking.uri", uri, path, "MLflow", "an MLflow database")
+    check_sqlite_store("tracking.uri", uri, path, "MLflow", "an MLflow database")
 
 
 def _check_server(uri: str) -> None:

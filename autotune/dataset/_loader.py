@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import re
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +21,7 @@ from autotune.simulators.files import not_a_file
 from autotune.simulators.limits import MEMORY_SLACK
 from autotune.simulators.limits import REPEAT_TOLERANCE
 from autotune.simulators.limits import THROUGHPUT_TOLERANCE
-from autotune.simulators.told import capped
-from autotune.simulators.told import lines_text
+from autotune.simulators.told import Problems
 
 __all__ = ["load_measurements"]
 
@@ -82,28 +79,25 @@ def _read_text_cells(path: Path) -> pd.DataFrame:
     raise DataFileError(f"{path}: expected a .csv or .parquet file, got {suffix or 'no suffix'!r}")
 
 
-def _header_problems(path: Path, raw: pd.DataFrame) -> list[str]:
+def _header_problems(raw: pd.DataFrame, problems: Problems) -> None:
     """Columns named twice, columns with cells but no name, and cells that span lines."""
     names = list(raw.columns)
-    problems = [
-        f"{path.name}, line 1: column {name!r} appears {names.count(name)} times"
-        for name in dict.fromkeys(names)
-        if name and names.count(name) > 1
-    ]
-    problems.extend(
-        f"{path.name}, line {line}: {count} cells, the header has {len(names)} columns"
-        for line, count in raw.attrs.get("ragged", {}).items()
-    )
+    for name in dict.fromkeys(names):
+        if name and names.count(name) > 1:
+            problems.add(1, None, f"column {name!r} appears {names.count(name)} times")
+    for line, count in raw.attrs.get("ragged", {}).items():
+        problems.add(line, None, f"{count} cells, the header has {len(names)} columns")
     for position, name in enumerate(names, start=1):
         cells = raw.iloc[:, position - 1]
         if not name and (cells.str.strip() != "").any():
-            problems.append(f"{path.name}, line 1: column {position} has cells but no name")
+            problems.add(1, None, f"column {position} has cells but no name")
         for line in cells.index[cells.str.contains("[\r\n]", regex=True)]:
-            problems.append(
-                f"{path.name}, line {line}, column {name or position}: a cell spans lines (an "
-                "unclosed quote joins the rows after it into one cell); keep each row on one line"
+            problems.add(
+                int(line),
+                name or str(position),
+                "a cell spans lines (an unclosed quote joins the rows after it into one cell); "
+                "keep each row on one line",
             )
-    return problems
 
 
 def _read_cells(path: Path) -> pd.DataFrame:
@@ -150,17 +144,18 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     raw = _read_cells(path)
     if raw.empty:
         raise DataFileError(f"{path}: no data rows")
-    problems = _header_problems(path, raw)
+    problems = Problems(path.name)
+    _header_problems(raw, problems)
     if problems:
-        raise DataFileError(_message(path, problems))
+        raise DataFileError(problems.message(str(path), "file"))
     raw = raw.drop(columns=[""], errors="ignore")  # unnamed and empty, as after a trailing comma
     missing = [c.name for c in COLUMNS if c.required and c.name not in raw.columns]
     if missing:
-        problems.append(f"{path}: missing required column(s): {', '.join(missing)}")
+        problems.note(f"{path}: missing required column(s): {', '.join(missing)}")
     bad_rows: set[Any] = set()
     parsed = {
         c.name: pd.Series(
-            _parse_column(path, raw, c, problems, bad_rows), index=raw.index, dtype=c.dtype
+            _parse_column(raw, c, problems, bad_rows), index=raw.index, dtype=c.dtype
         )
         for c in COLUMNS
     }
@@ -170,11 +165,11 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     table["sequence_parallel"] = table["sequence_parallel"].fillna(table["tp"] > 1)
     if not missing:  # the rules across rows and columns, on every row whose cells all parsed
         checked = table.drop(index=list(bad_rows))
-        problems.extend(_row_problems(path, checked))
-        problems.extend(_duplicate_problems(path, checked))
-        problems.extend(_conflict_problems(path, checked))
+        _row_problems(checked, problems)
+        _duplicate_problems(checked, problems)
+        _conflict_problems(checked, problems)
     if problems:
-        raise DataFileError(_message(path, problems))
+        raise DataFileError(problems.message(str(path), "file"))
     lines = tuple(int(line) for line in table.index)
     table = table.reset_index(drop=True)
     set_places(table, RowPlaces((path.name,) * len(lines), lines))
@@ -182,7 +177,7 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
 
 
 def _parse_column(
-    path: Path, raw: pd.DataFrame, column: Column, problems: list[str], bad_rows: set[Any]
+    raw: pd.DataFrame, column: Column, problems: Problems, bad_rows: set[Any]
 ) -> list[Any]:
     """Parse one column; each cell that fails adds a problem and marks its row bad.
 
@@ -196,7 +191,7 @@ def _parse_column(
     if failed:
         for line, cell in zip(raw.index, cells, strict=True):
             if cell in failed:
-                problems.append(f"{_where(path, line, column.name)}: {outcomes[cell][1]}")
+                problems.add(line, column.name, outcomes[cell][1], cell or None)
                 bad_rows.add(line)
     return [outcomes[cell][0] for cell in cells]
 
@@ -208,76 +203,72 @@ def _parse_cell(column: Column, cell: str) -> tuple[Any, str]:
     try:
         return column.parse(cell), ""
     except ValueError as exc:
-        return column.default, f"expected {exc}, got {cell!r}"
+        return column.default, f"expected {exc}"
 
 
-def _row_problems(path: Path, table: pd.DataFrame) -> list[str]:
+def _row_problems(table: pd.DataFrame, problems: Problems) -> None:
     """Rules across columns: a known cluster, specs that can be built, a time for ok rows,
     figures that agree. A layout that breaks a rule of ``Layout.violations`` is no problem of
     the file: the commands skip its row, naming the rule (:func:`dataset.priceable_rows`)."""
-    problems: list[str] = []
     known = set(cluster_names())
     for line, row in zip(table.index, records(table), strict=True):
         if row["status"] == "ok" and row["step_time_s"] is None:
-            problems.append(
-                f"{_where(path, line, 'step_time_s')}: required when status is ok, found empty"
-            )
+            problems.add(line, "step_time_s", "required when status is ok, found empty")
         if row["cluster"] not in known:
-            problems.append(
-                f"{_where(path, line, 'cluster')}: expected one of {', '.join(sorted(known))} "
-                f"(conf/cluster/*.yaml), got {row['cluster']!r}"
-            )
+            expected = f"expected one of {', '.join(sorted(known))} (conf/cluster/*.yaml)"
+            problems.add(line, "cluster", expected, row["cluster"])
             continue
         try:
             job, _ = row_to_specs(row)
         except SpecError as exc:
-            problems.append(f"{_where(path, line, 'model/layout')}: {exc}")
+            problems.add(line, "model/layout", str(exc))
             continue
-        problems.extend(_figure_problems(path, line, row, job.cluster.device.memory_gib))
-    return problems
+        _figure_problems(line, row, job.cluster.device.memory_gib, problems)
 
 
-def _figure_problems(path: Path, line: Any, row: dict[str, Any], capacity_gib: float) -> list[str]:
+def _figure_problems(
+    line: int, row: dict[str, Any], capacity_gib: float, problems: Problems
+) -> None:
     """A row's measured figures against each other and its device: a peak above the device
     memory in a run that fit, a throughput that is not the step time's
     (autotune/simulators/limits.py gives each tolerance)."""
-    problems = []
     peak = row["peak_memory_gib"]
     if row["status"] == "ok" and peak is not None and peak > capacity_gib * (1 + MEMORY_SLACK):
-        problems.append(
-            f"{_where(path, line, 'peak_memory_gib')}: {peak:g} GiB is more than the device's "
-            f"{capacity_gib:g} GiB, in a run that fit (its device memory, or a peak in other "
-            "units?)"
+        problems.add(
+            line,
+            "peak_memory_gib",
+            f"{peak:g} GiB is more than the device's {capacity_gib:g} GiB, in a run that fit "
+            "(its device memory, or a peak in other units?)",
         )
     step_s, tokens = row["step_time_s"], row["tokens_per_s_per_device"]
     if step_s is not None and tokens is not None:
         implied = row["global_batch_size"] * row["seq_len"] / (step_s * row["num_devices"])
         if not 1 / (1 + THROUGHPUT_TOLERANCE) <= tokens / implied <= 1 + THROUGHPUT_TOLERANCE:
-            problems.append(
-                f"{_where(path, line, 'tokens_per_s_per_device')}: {tokens:g}, but "
-                f"global_batch_size x seq_len / (step_time_s x num_devices) = {implied:.4g}; "
-                "one of the two is in other units (a time in ms, tokens/s of all devices?)"
+            problems.add(
+                line,
+                "tokens_per_s_per_device",
+                f"{tokens:g}, but global_batch_size x seq_len / (step_time_s x num_devices) = "
+                f"{implied:.4g}; one of the two is in other units (a time in ms, tokens/s of all "
+                "devices?)",
             )
-    return problems
 
 
-def _duplicate_problems(path: Path, table: pd.DataFrame) -> list[str]:
+def _duplicate_problems(table: pd.DataFrame, problems: Problems) -> None:
     """Rows equal to an earlier row in every column, each named with the line it repeats."""
     repeated = table[table.duplicated(keep=False)]
     if repeated.empty:
-        return []
+        return
     groups = repeated.groupby(list(repeated.columns), dropna=False, sort=False).ngroup()
     first: dict[int, Any] = {}
-    problems = []
     for line, group in groups.items():
         if group in first:
-            problems.append(
-                f"{path.name}, line {line}: the same value in every column as line "
-                f"{first[group]} (an exact duplicate)"
+            problems.add(
+                int(line),
+                None,
+                f"the same value in every column as line {first[group]} (an exact duplicate)",
             )
         else:
             first[group] = line
-    return problems
 
 
 # What a repeat of a measurement may differ in: the figures measured, the peer's prediction,
@@ -296,87 +287,26 @@ _NOT_THE_RUN = (
 )
 
 
-def _conflict_problems(path: Path, table: pd.DataFrame) -> list[str]:
+def _conflict_problems(table: pd.DataFrame, problems: Problems) -> None:
     """Rows of the same scenario, job and layout (every column but :data:`_NOT_THE_RUN`
     equal) that disagree: one ran and one ran out of memory, or their step times are more than
     ``REPEAT_TOLERANCE`` apart. Each names both lines and what they measured."""
     key = [c.name for c in COLUMNS if c.name not in _NOT_THE_RUN]
     groups = table.groupby(key, dropna=False, sort=False).ngroup()
     repeated = table[groups.duplicated(keep=False)]
-    problems = []
     for _, rows in repeated.groupby(groups[repeated.index], sort=False):
         lines = rows.index.tolist()
         statuses = dict(zip(rows["status"], lines, strict=True))
         if "ok" in statuses and "oom" in statuses:
-            problems.append(
-                f"{path.name}, lines {statuses['ok']} and {statuses['oom']}: the same job and "
+            problems.note(
+                f"{problems.name}, lines {statuses['ok']} and {statuses['oom']}: the same job and "
                 "layout ran (status ok) and ran out of memory (status oom)"
             )
         times = rows["step_time_s"].dropna()
         if len(times) > 1 and times.max() > times.min() * (1 + REPEAT_TOLERANCE):
             fast, slow = times.idxmin(), times.idxmax()
-            problems.append(
-                f"{path.name}, lines {fast} and {slow}: the same job and layout measured "
+            problems.note(
+                f"{problems.name}, lines {fast} and {slow}: the same job and layout measured "
                 f"{times[fast]:g} s and {times[slow]:g} s per step, more than "
                 f"{REPEAT_TOLERANCE:.0%} apart (repeated runs differ by a few percent)"
             )
-    return problems
-
-
-def _where(path: Path, line: Any, column: str) -> str:
-    return f"{path.name}, line {line}, column {column}"
-
-
-def _message(path: Path, problems: list[str]) -> str:
-    problems = _grouped(problems)
-    head = f"{path}: {len(problems)} problem(s); the file was not loaded:"
-    shown = problems[:_PROBLEMS_SHOWN]
-    if len(problems) > len(shown):
-        shown.append(f"and {len(problems) - len(shown)} more problem(s)")
-    return "\n  - ".join([head, *shown])
-
-
-_CELL_PROBLEM = re.compile(
-    r"(?P<file>.+?), line (?P<line>\d+), column (?P<column>[^:]+): (?P<what>.*)", re.S
-)
-_GOT = ", got "  # what a cell problem ends with: the value found
-_VALUES_SHOWN = 3  # wrong values named in one problem before "and N more"
-_PROBLEMS_SHOWN = 40  # problems listed in one message before "and N more"
-
-
-def _grouped(problems: list[str]) -> list[str]:
-    """The problems, in the order met, those that differ only in their line told once with
-    every line (a column filled with the same wrong value says so once, not once per row),
-    and a column with more than a few different wrong values of one kind told once with its
-    lines and its first values."""
-    cells: dict[str | tuple[str, ...], list[int]] = {}  # (file, column, expected, value)
-    for problem in problems:
-        found = _CELL_PROBLEM.fullmatch(problem)
-        if found is None:
-            cells.setdefault(problem, [])
-            continue
-        expected, got, value = found["what"].rpartition(_GOT)
-        if not got:  # no value named: the whole text is the problem
-            expected, value = found["what"], ""
-        cell = (found["file"], found["column"], expected, value)
-        cells.setdefault(cell, []).append(int(found["line"]))
-    kinds = Counter(key[:3] for key in cells if not isinstance(key, str))
-    grouped: dict[str | tuple[str, ...], tuple[list[int], list[str]]] = {}
-    for key, lines in cells.items():
-        if isinstance(key, str):
-            grouped[key] = (lines, [])
-            continue
-        file, column, expected, value = key
-        merged = (file, column, expected) if kinds[key[:3]] > _VALUES_SHOWN else key
-        found_lines, values = grouped.setdefault(merged, ([], []))
-        found_lines.extend(lines)
-        values += [value] if value else []
-    return [_told(key, lines, values) for key, (lines, values) in grouped.items()]
-
-
-def _told(key: str | tuple[str, ...], lines: list[int], values: list[str]) -> str:
-    if isinstance(key, str):
-        return key
-    file, column, expected = key[:3]
-    got = _GOT + capped(values, "more", _VALUES_SHOWN) if values else ""
-    return f"{file}, {lines_text(lines)}, column {column}: {expected}{got}"

@@ -33,6 +33,7 @@ from autotune.simulators.limits import MAX_STEP_S
 from autotune.simulators.limits import MIN_OP_S
 from autotune.simulators.specs import ClusterSpec
 from autotune.simulators.specs import DeviceSpec
+from autotune.simulators.told import Problems
 from autotune.simulators.told import capped
 from autotune.simulators.told import lines_text
 
@@ -157,7 +158,7 @@ def load_cost_table(path: str) -> CostTable:
             f"op cost table {path}: no rows, only the header; a table holds one row per "
             "operator autotune.profile timed"
         )
-    problems = _Problems(file.name)
+    problems = Problems(file.name)
     table: dict[tuple[str, str, str], float] = {}
     devices: dict[str, list[int]] = {}
     first: dict[tuple[str, str, str, str], tuple[int, float]] = {}
@@ -181,12 +182,13 @@ def load_cost_table(path: str) -> CostTable:
         elif first[key][1] != time_us:
             conflicts.append((first[key][0], line, first[key][1], time_us))
     _note_across_rows(problems, devices, conflicts)
-    problems.raise_any(f"op cost table {path}")
+    if problems:
+        raise DataFileError(problems.message(f"op cost table {path}", "table"))
     return CostTable(path=path, device=next(iter(devices)), seconds=table)
 
 
 def _note_across_rows(
-    problems: _Problems,
+    problems: Problems,
     devices: dict[str, list[int]],
     conflicts: list[tuple[int, int, float, float]],
 ) -> None:
@@ -195,18 +197,19 @@ def _note_across_rows(
     if len(devices) > 1:
         found = [f"{device!r} on {lines_text(lines)}" for device, lines in devices.items()]
         problems.note(
-            f"column device: one device per table (where autotune.profile timed it), got "
-            f"{capped(found, 'more devices')}"
+            f"{problems.name}, column device: one device per table (where autotune.profile "
+            f"timed it), got {capped(found, 'more devices')}"
         )
     for earlier, later, seconds, again in conflicts[:_CONFLICTS_SHOWN]:
         problems.note(
-            f"lines {earlier} and {later}: the same operator (op, shapes, dtype, device) timed "
-            f"{seconds:g} us and {again:g} us; keep one row per operator"
+            f"{problems.name}, lines {earlier} and {later}: the same operator (op, shapes, "
+            f"dtype, device) timed {seconds:g} us and {again:g} us; keep one row per operator"
         )
     if len(conflicts) > _CONFLICTS_SHOWN:
         more = [later for _, later, _, _ in conflicts[_CONFLICTS_SHOWN:]]
         problems.note(
-            f"{lines_text(more)}: {len(more)} more operators timed twice with different times"
+            f"{problems.name}, {lines_text(more)}: {len(more)} more operators timed twice "
+            "with different times"
         )
 
 
@@ -214,11 +217,9 @@ def _note_across_rows(
 # namespace.name.overload, e.g. aten.mm.default, aten.add.Tensor.
 _OP_NAME = re.compile(r"[A-Za-z_]\w*\.\w+\.\w+")
 _CONFLICTS_SHOWN = 5  # operators timed twice, each named with its two lines, before the rest
-_VALUES_SHOWN = 3  # distinct wrong cells of one column quoted before "and N other values"
-_CELL_SHOWN = 40  # characters of a wrong cell quoted
 
 
-def _row_time_us(line: int, row: dict[str, str], problems: _Problems) -> float | None:
+def _row_time_us(line: int, row: dict[str, str], problems: Problems) -> float | None:
     """The row's microseconds, or None when a cell of the row is wrong (added to ``problems``)."""
     before = len(problems)
     for column, cell in row.items():
@@ -287,48 +288,6 @@ def _torch_dtypes() -> frozenset[str]:
         for value in vars(torch).values()
         if isinstance(value, torch.dtype)
     )
-
-
-class _Problems:
-    """A file's problems, those of one column and one kind told once with all their lines
-    (a column of 3,000 wrong cells is one problem), in the order met."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.cells: dict[tuple[str | None, str], tuple[list[int], list[str]]] = {}
-        self.notes: list[str] = []
-
-    def __len__(self) -> int:
-        return sum(len(lines) for lines, _ in self.cells.values()) + len(self.notes)
-
-    def add(self, line: int, column: str | None, what: str, got: str | None = None) -> None:
-        """Line ``line`` (column ``column``, None: the whole row) has problem ``what``; ``got``
-        is the wrong cell, quoted after what was expected (None: no cell to quote)."""
-        lines, values = self.cells.setdefault((column, what), ([], []))
-        lines.append(line)
-        if got is not None and got not in values:
-            values.append(got)
-
-    def note(self, problem: str) -> None:
-        """A problem across rows, told as ``problem`` after the file's name."""
-        self.notes.append(problem)
-
-    def raise_any(self, head: str) -> None:
-        told = []
-        for (column, what), (lines, values) in self.cells.items():
-            where = lines_text(lines) + ("" if column is None else f", column {column}")
-            quoted = [
-                repr(v if len(v) <= _CELL_SHOWN else v[: _CELL_SHOWN - 3] + "...") for v in values
-            ]
-            got = f", got {capped(quoted, 'other values', _VALUES_SHOWN)}" if values else ""
-            told.append(f"{self.name}, {where}: {what}{got}")
-        told += [f"{self.name}, {note}" for note in self.notes]
-        if told:
-            raise DataFileError(
-                "\n  - ".join(
-                    [f"{head}: {len(told)} problem(s); the table was not loaded:", *told]
-                )
-            )
 
 
 def _cost_rows(file: Path, path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:

@@ -110,7 +110,9 @@ class JobPrices:
     )
     P2P_FIELDS = _fields_but(*_NOT_SENDS)
     LOGITS_FIELDS = _fields_but(*_NOT_SENDS, "dp", "pp", "sequence_parallel")
-    EMBEDDING_FIELDS = ("dp", "tp", "pp", "cp")  # the tied embedding's gradient all-reduce
+    # the tied embedding's gradient all-reduce: its group, and its dtype, which the optimizer's
+    # sharding decides (states.tied_embedding_grad_bytes)
+    EMBEDDING_FIELDS = ("dp", "tp", "pp", "cp", "distributed_optimizer", "zero_stage")
     # the communicators a rank uses
     RESERVED_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "dp_replicate")
     # a micro-batch's gradient accumulation: the optimizer's buffers, the micro-batches

@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 FP8_BYTES = 1  # an FP8 element (E4M3 or E5M2)
+_FP32_BYTES = 4.0
 Real: TypeAlias = Any  # a float for one layout, a numpy array for many
 
 
@@ -49,7 +50,11 @@ def state_bytes_of(train: TrainSpec, layout: Layout) -> StateBytes:
     """What a rank keeps per parameter for this step's framework, precision and optimizer.
 
     The framework's table holds its default gradient buffer; a step that reduces gradients in
-    another dtype (``TrainSpec.grad_reduce_in_fp32``) keeps that buffer in that dtype.
+    another dtype (``TrainSpec.grad_reduce_in_fp32``) keeps that buffer in that dtype. On the
+    stacks with Megatron's ``main_grad`` buffer the optimizer's step then copies it to fp32
+    where it is 16-bit and reads it in place where it is fp32 (``main_grad.float()``, the
+    distributed optimizer's ``shard_model_grad.float()``; docs/decisions/0053): the step's
+    copy (whole, or the shard's with the distributed optimizer) follows the buffer.
     """
     sizes = train.framework.state_bytes(train.compute_dtype, layout.sharding)
     buffer_change = train.grad_reduce_bytes - train.framework.grad_reduce_bytes(train.precision)
@@ -57,7 +62,16 @@ def state_bytes_of(train: TrainSpec, layout: Layout) -> StateBytes:
         return sizes
     if sizes.sharded_grad:  # ZeRO-2 and -3 keep the buffer sharded
         return replace(sizes, sharded_grad=sizes.sharded_grad + buffer_change)
-    return replace(sizes, grad=sizes.grad + buffer_change)
+    buffer = sizes.grad + buffer_change
+    if train.framework.grad_accumulation == "autograd" or layout.sharding > 1:
+        return replace(sizes, grad=buffer)
+    copy = 0.0 if buffer >= _FP32_BYTES else _FP32_BYTES
+    return replace(
+        sizes,
+        grad=buffer,
+        step_grad=0.0 if layout.sharding else copy,
+        sharded_step_grad=copy if layout.sharding else 0.0,
+    )
 
 
 def grad_accumulation_bytes(train: TrainSpec, layout: Layout, expert: bool = False) -> float:

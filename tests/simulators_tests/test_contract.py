@@ -286,7 +286,9 @@ def test_gradient_dtype_sets_the_buffer_and_the_reduction(
     other = simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=flipped), layout)
     params = base.memory_breakdown_gib["weights"] / 2  # bf16 weights
     change = other.memory_breakdown_gib["gradients"] - base.memory_breakdown_gib["gradients"]
-    assert change == pytest.approx((-2 if in_fp32 else 2) * params, rel=1e-6)
+    # (the fullest rank may be the other stage, a few thousand parameters apart, once the
+    # step's fp32 copy of a 16-bit buffer counts)
+    assert change == pytest.approx((-2 if in_fp32 else 2) * params, rel=1e-4)
     if framework == "megatron_lm":
         ratio = other.breakdown["dp_comm"] / base.breakdown["dp_comm"]
         assert ratio == pytest.approx(0.5 if in_fp32 else 2.0, rel=0.05)

@@ -77,6 +77,30 @@ def test_bf16_with_an_fp32_gradient_buffer_copies_nothing() -> None:
     assert prediction.cached_gib == 0.0
 
 
+@pytest.mark.parametrize("distributed", [False, True])
+def test_the_copy_follows_the_gradient_buffer_not_the_precision(distributed: bool) -> None:
+    """A 16-bit buffer is copied to fp32 for the step, an fp32 one is read in place, in fp16
+    and bf16 alike (``grad_reduce_in_fp32``): the copy is 4 B per parameter, or its shard's."""
+    lay = Layout.resolve(8, tp=2, recompute="full", distributed_optimizer=distributed)
+    p = _rank_params(tp=2) / (4 if distributed else 1)
+    for precision in ("fp16", "bf16"):
+        for fp32_buffer in (False, True):
+            train = make_train(
+                "megatron_core",
+                seq_len=4096,
+                global_batch_size=64,
+                precision=precision,
+                grad_reduce_in_fp32=fp32_buffer,
+            )
+            prediction = analytical().simulate(Job(model=LLAMA, cluster=H100, train=train), lay)
+            memory = prediction.memory_breakdown_gib
+            copied = (memory["step_grads"] + prediction.cached_gib) * GIB
+            assert copied == pytest.approx(0.0 if fp32_buffer else 4 * p), (precision, fp32_buffer)
+            assert memory["gradients"] * GIB == pytest.approx(
+                (4 if fp32_buffer else 2) * p * (4 if distributed else 1)
+            )
+
+
 def test_deepspeeds_bf16_optimizer_casts_its_whole_fp32_buffer_for_the_all_reduce() -> None:
     # BF16_Optimizer (bf16 without ZeRO, decision 0066): after the last backward the pipeline
     # engine all-reduces the flat fp32 gradient buffer as one tensor cast to bf16, 2 B for every

@@ -587,8 +587,10 @@ def layer_times_s(
         cp_group = layout.group("cp", cluster.devices_per_node)
         kv_bytes = tokens * _kv_local_width(model, layout.tp) * act
         ring_s = ring_exchange_time_s((layout.cp - 1) * kv_bytes, cp_group, cluster)
+        # each pass hides the ring under its own attention kernels (the unfused backward is
+        # not the flash kernel's multiple of its forward)
         hidden_fwd = core_s if c.cp_comm_overlap else 0.0
-        hidden_bwd = c.attention_backward_factor * core_s if c.cp_comm_overlap else 0.0
+        hidden_bwd = core_backward_s if c.cp_comm_overlap else 0.0
         cp_pre = (max(0.0, ring_s - hidden_fwd), max(0.0, 2 * ring_s - hidden_bwd))
     cp_forward = _hide(cp_pre[0], idle_fwd)[0]
     cp_backward = _hide(cp_pre[1], idle_bwd)[0]

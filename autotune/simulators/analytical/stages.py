@@ -275,14 +275,21 @@ def stage(
     # Each backward adds its weight gradients to the buffer the step reduces.
     backward += accumulate_s[0] * dense_params + accumulate_s[1] * expert_params
     head = last * ops.maximum(params.has_output, pp > 1)
-    dp_s = sharded_dp_s(shard, (n_dense, n_moe, first, head), forward, backward, ops)
+    tp_s = tp_forward + tp_backward + share * tp_forward + tp_modules
+    # Selective recompute reruns core attention, the CP exchange inside it included.
+    cp_s = cp_forward + cp_backward + (share + selective) * cp_forward
+    ep_s = ep_forward + ep_backward + share * ep_forward + ep_modules
+    # ZeRO-2/-3 traffic runs beside each pass as the device runs it: its kernels, the
+    # collectives it waits for, and in the backward the recomputed forward with its own.
+    forward_pass = forward + tp_forward + cp_forward + ep_forward
+    backward_pass = backward + recompute_s + tp_s + cp_s + ep_s - forward_pass + forward
+    dp_s = sharded_dp_s(shard, (n_dense, n_moe, first, head), forward_pass, backward_pass, ops)
     return Stage(
         compute_s=forward + backward + last * logits_s,
         recompute_s=recompute_s,
-        tp_s=tp_forward + tp_backward + share * tp_forward + tp_modules,
-        # Selective recompute reruns core attention, the CP exchange inside it included.
-        cp_s=cp_forward + cp_backward + (share + selective) * cp_forward,
-        ep_s=ep_forward + ep_backward + share * ep_forward + ep_modules,
+        tp_s=tp_s,
+        cp_s=cp_s,
+        ep_s=ep_s,
         pp_s=pipeline_sends_s(
             sends, vpp, forward / vpp, (backward + recompute_s) / vpp, overlap_p2p, ops
         ),

@@ -192,7 +192,8 @@ def _attention_kernel(
     """
     b, sq, heads, d = q.shape
     groups = k.shape[1]
-    with _recorder().paused():
+    recorder = _recorder()
+    with recorder.paused():
         folded = q.reshape(b, sq, groups, heads // groups, d).permute(0, 2, 3, 1, 4)
         # Its own copy even where the fold is a view (one query head per group): a view would
         # keep the whole fused QKV output, which the kernel's contiguous Q does not.
@@ -200,7 +201,9 @@ def _attention_kernel(
         # The kernel takes contiguous K and V (TE's flash path: `.contiguous()` of the
         # sbhd inputs; MindSpeed's npu_fusion_attention: [s, b, h] reshapes), so it keeps
         # V's own copy, not the fused QKV projection output V is a view of.
-        k, v = k.contiguous(), v.contiguous()
+        copies = (folded, k.contiguous(), v.contiguous())
+    recorder.same_storage((q, k, v), copies)  # freed with what it was given (mla_up_proj)
+    folded, k, v = copies
     out, lse, seed, offset = _aten._scaled_dot_product_efficient_attention(
         folded, k, v, None, True, 0.0, True
     )
@@ -268,7 +271,9 @@ class _RingAttention(torch.autograd.Function):
         recorder = _recorder()
         recorder.host_call()  # the function's .apply
         with recorder.paused():  # the local chunks the ring sends and the function keeps
-            k, v = k.contiguous(), v.contiguous()
+            chunks = k.contiguous(), v.contiguous()
+        recorder.same_storage((k, v), chunks)
+        k, v = chunks
         for x in (k, v):
             recorder.comm("ring_send_recv", "cp", _nbytes(x) * (size - 1), overlap=True)
         out, saved = _attention_kernel(q, _whole_sequence(k, size), _whole_sequence(v, size))
@@ -372,16 +377,31 @@ def core_attention(
             return _RingAttention.apply(q, k, v, cp)  # type: ignore[no-any-return]
         if a2a_style == "te":
             return _FusedUlysses.apply(q, k, v, cp)  # type: ignore[no-any-return]
-        heads, groups = q.shape[2], k.shape[1]
-        if groups < heads:
-            k = k.repeat_interleave(heads // groups, dim=1)
-            v = v.repeat_interleave(heads // groups, dim=1)
-        out = _CoreAttention.apply(
-            _ulysses(q, cp, split=2, join=1),
-            _ulysses(k, cp, split=1, join=2),
-            _ulysses(v, cp, split=1, join=2),
-        )
-        return _ulysses(out, cp, split=1, join=2)
+        return _heads_exchanged(_CoreAttention.apply, q, k, v, cp, repeat_kv=True)
+
+
+def _heads_exchanged(
+    attend: Callable[..., torch.Tensor],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cp: int,
+    repeat_kv: bool,
+) -> torch.Tensor:
+    """``attend`` between all-to-alls (an autograd function each, DeepSpeed-Ulysses'
+    structure): Q, K and V trade the CP share of their heads for the whole sequence, and the
+    output trades back. ``repeat_kv``: the KV heads are repeated up to the query heads first
+    (DeepSpeed's style); else split over CP as they are."""
+    heads, groups = q.shape[2], k.shape[1]
+    if repeat_kv and groups < heads:
+        k = k.repeat_interleave(heads // groups, dim=1)
+        v = v.repeat_interleave(heads // groups, dim=1)
+    out = attend(
+        _ulysses(q, cp, split=2, join=1),
+        _ulysses(k, cp, split=1, join=2),
+        _ulysses(v, cp, split=1, join=2),
+    )
+    return _ulysses(out, cp, split=1, join=2)
 
 
 class _UnfusedAttention(torch.autograd.Function):
@@ -403,7 +423,7 @@ class _UnfusedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: bool, fp32: bool
+        ctx: Any, dropout: bool, fp32: bool, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
         b, sq, heads, d = q.shape
         groups, skv, dv = k.shape[1], k.shape[2], v.shape[-1]
@@ -412,6 +432,7 @@ class _UnfusedAttention(torch.autograd.Function):
             q3 = q.new_empty(b * heads, sq, d).requires_grad_()
             k3 = k.new_empty(b * groups, skv, d).requires_grad_()
             v3 = v.new_empty(b * groups, skv, dv).requires_grad_()
+        recorder.same_storage((q, k, v), (q3, k3, v3))  # views of them in Megatron
         with torch.enable_grad(), recorder.scaled_model_flops(0.5):
             keys, values = k3, v3
             if heads != groups:
@@ -441,18 +462,31 @@ class _UnfusedAttention(torch.autograd.Function):
         with torch.enable_grad(), _recorder().scaled_model_flops(0.5):
             torch.autograd.backward(context, grad3)
         ctx.graph = None
-        return _new(grad, q_shape), _new(grad, k_shape), _new(grad, v_shape), None, None
+        return None, None, _new(grad, q_shape), _new(grad, k_shape), _new(grad, v_shape)
 
 
 def unfused_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: int, dropout: bool, fp32: bool = False
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cp: int,
+    dropout: bool,
+    fp32: bool = False,
+    exchange: str = "p2p",
+    a2a_style: str | None = None,
 ) -> torch.Tensor:
-    """Unfused causal attention (Megatron without flash): same shapes as :func:`core_attention`;
-    ``fp32``: PyTorch's fp32 softmax where the fused kernel does not take the scores."""
+    """Unfused causal attention (Megatron without flash): same shapes and CP exchanges as
+    :func:`core_attention` (the ``p2p`` ring brings the whole-sequence K and V; ``a2a``
+    trades heads for sequence around the attention, the KV heads repeated first in the
+    ``deepspeed`` style); ``fp32``: PyTorch's fp32 softmax where the fused kernel does not
+    take the scores."""
     recorder = _recorder()
     recorder.keep_core_inputs(q, k, v)
+    attend = functools.partial(_UnfusedAttention.apply, dropout, fp32)
     with recorder.tagged("core"):
-        return _UnfusedAttention.apply(q, cp_ring(k, cp), cp_ring(v, cp), dropout, fp32)  # type: ignore[no-any-return]
+        if cp > 1 and exchange == "a2a":
+            return _heads_exchanged(attend, q, k, v, cp, repeat_kv=a2a_style != "te")
+        return attend(q, cp_ring(k, cp), cp_ring(v, cp))
 
 
 def _causal_mask(scores: torch.Tensor) -> torch.Tensor:

@@ -169,7 +169,9 @@ def _core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: LayerShape) -> t
     """Core attention: one fused (flash) kernel, or Megatron's unfused path."""
     if s.flash_attention:
         return core_attention(q, k, v, s.cp, s.cp_comm, s.cp_a2a_style)
-    return unfused_attention(q, k, v, s.cp, s.attention_dropout, s.softmax_in_fp32)
+    return unfused_attention(
+        q, k, v, s.cp, s.attention_dropout, s.softmax_in_fp32, s.cp_comm, s.cp_a2a_style
+    )
 
 
 def _rope(x: torch.Tensor, table: torch.Tensor, kernel: str = "fused") -> torch.Tensor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterable
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -102,6 +103,9 @@ class Recorder(TorchDispatchMode):
         self.module_inputs: dict[int, float] = {}
         self.discarded: set[int] = set()
         self.shard_of: dict[int, int] = {}
+        # A kernel stand-in's own copy of a tensor the kernel itself would save as it is
+        # (flash attention's contiguous Q, K and V): the copy's storage -> the tensor's.
+        self.copy_of: dict[int, int] = {}
         self.host_module_calls = 0
         self.checkpoints = 0
 
@@ -236,6 +240,18 @@ class Recorder(TorchDispatchMode):
             if _storage(source) in self.shard_of:
                 self.shard_of[_storage(copy)] = self.shard_of[_storage(source)]
 
+    def same_storage(
+        self, sources: Iterable[torch.Tensor], copies: Iterable[torch.Tensor]
+    ) -> None:
+        """Each of ``copies`` stands for its source itself (a copy a kernel stand-in makes
+        where the kernel saves the very tensor it is given): an output-discarding checkpoint
+        that frees the source frees the copy as well (``mla_up_proj`` discards the Q, K and V
+        that core attention saved)."""
+        with self.paused():
+            for source, copy in zip(sources, copies, strict=True):
+                key = _storage(source)
+                self.copy_of[_storage(copy)] = self.copy_of.get(key, key)
+
     def saved_bytes(self, selective: bool, modules: bool = False) -> float:
         """Unique saved bytes; with ``selective``, without what only core attention keeps;
         with ``modules``, without what the other recomputed modules save inside or discard,
@@ -278,14 +294,20 @@ class Recorder(TorchDispatchMode):
         return all(self.saved_scopes[key]) and self.shard_of.get(key) not in self.module_inputs
 
     def _discarded(self) -> set[int]:
-        """Storages an output-discarding checkpoint frees: its outputs and the gathered
-        copies a linear layer keeps as their local shard, where the shard is one of them
-        and is not saved on its own as well (the layer then saved the shard itself)."""
-        return self.discarded | {
-            gathered
-            for gathered, shard in self.shard_of.items()
-            if shard in self.discarded and shard not in self.saved
-        }
+        """Storages an output-discarding checkpoint frees: its outputs, the kernels' own
+        copies of them (:meth:`same_storage`) and the gathered copies a linear layer keeps as
+        their local shard, where the shard is one of them and is not saved on its own as well
+        (the layer then saved the shard itself)."""
+        copies = {copy for copy, source in self.copy_of.items() if source in self.discarded}
+        return (
+            self.discarded
+            | copies
+            | {
+                gathered
+                for gathered, shard in self.shard_of.items()
+                if shard in self.discarded and shard not in self.saved
+            }
+        )
 
     def comm(self, name: str, group: str, nbytes: float, overlap: bool = False) -> None:
         self.host_call()  # the torch.distributed call

@@ -323,9 +323,8 @@ def recompute_flags(launch: Launch, per_stage_option: str = "") -> list[Flag]:
     (``--recompute-modules``: every known release of Megatron-LM and MindSpeed-LLM's Megatron
     core_v0.12.1 takes it; the layout's rules keep to the modules each framework can run).
 
-    With virtual stages the block count applies per model chunk; ``per_stage_option`` is the
-    framework's switch that makes it count per stage (MindSpeed), else it is divided over
-    the chunks.
+    The block count is :func:`recompute_num_layers`; ``per_stage_option``, the switch that
+    counts it per rank with virtual stages, goes where the framework runs it so (MindSpeed).
     """
     layout = launch.layout
     if layout.recompute == "selective":
@@ -338,17 +337,24 @@ def recompute_flags(launch: Launch, per_stage_option: str = "") -> list[Flag]:
     full = flag("--recompute-granularity", "full")
     if layout.recompute_layers is None:
         return [full, flag("--recompute-method", "uniform"), flag("--recompute-num-layers", 1)]
-    count, extra = layout.recompute_layers, []
-    if layout.vpp > 1 and per_stage_option:
-        extra = [flag(per_stage_option)]
-    elif layout.vpp > 1:
-        count = -(-count // layout.vpp)
+    per_rank = layout.vpp > 1 and launch.job.train.framework.recompute_layers_spread == "per_rank"
     return [
         full,
         flag("--recompute-method", "block"),
-        flag("--recompute-num-layers", count),
-        *extra,
+        flag("--recompute-num-layers", recompute_num_layers(launch, layout.recompute_layers)),
+        *([flag(per_stage_option)] if per_rank else []),
     ]
+
+
+def recompute_num_layers(launch: Launch, count: int) -> int:
+    """``--recompute-num-layers`` for ``count`` layers per stage as priced
+    (``Layout.recomputed_chunks``): ``count`` where the framework counts per rank, else the
+    most a chunk recomputes, Megatron's count per chunk (docs/reference.md 4.1)."""
+    job = launch.job
+    if job.train.framework.recompute_layers_spread == "per_rank":
+        return count
+    stages = launch.layout.stage_layers(job.model, job.train)
+    return max(max(launch.layout.recomputed_chunks(layers, job.train)) for layers in stages)
 
 
 def moe_layout_flags(launch: Launch) -> list[Flag]:

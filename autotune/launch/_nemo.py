@@ -28,6 +28,7 @@ from autotune.launch._data_parallel import FSDP_STRATEGIES
 from autotune.launch._megatron import moe_dispatcher_name
 from autotune.launch._megatron import pipeline_flags
 from autotune.launch._megatron import pre_softmax
+from autotune.launch._megatron import recompute_num_layers
 from autotune.launch._megatron import router_notes
 from autotune.launch._script import Launch
 from autotune.launch._script import LaunchFile
@@ -105,8 +106,8 @@ def _model_fields(launch: Launch) -> list[tuple[str, object]]:
     if layout.recompute == "full":
         method = "uniform" if layout.recompute_layers is None else "block"
         count = layout.recompute_layers or 1
-        if layout.recompute_layers and layout.vpp > 1:  # counted per model chunk
-            count = -(-layout.recompute_layers // layout.vpp)
+        if layout.recompute_layers:  # counted per model chunk, as priced
+            count = recompute_num_layers(launch, layout.recompute_layers)
     granularity = None if layout.recompute == "none" else layout.recompute
     fields += [
         ("recompute_granularity", granularity),

@@ -10,8 +10,10 @@ reduction is timed and sized, what a pipeline send carries, and whether FP8 GEMM
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -32,6 +34,7 @@ __all__ = [
     "MOE_DISPATCHERS",
     "OPTIMIZER_MODES",
     "P2P_EXCHANGES",
+    "RECOMPUTE_LAYERS_SPREADS",
     "ROPE_KERNELS",
     "FrameworkSpec",
     "StateBytes",
@@ -174,6 +177,17 @@ LAYER_SPLITS = ("even", "any", "deepspeed")
 # activation and its gradient at once (Megatron's send_forward_recv_backward), or one after
 # the other, each a blocking send and receive (DeepSpeed's TrainSchedule).
 P2P_EXCHANGES = ("batched", "sequential")
+# How full recompute of k layers per pipeline stage (Layout.recompute_layers) runs over the
+# model chunks of an interleaved rank (docs/reference.md 4.1, 4.2); one chunk takes min(k, its
+# layers) every way:
+#   per_chunk  the count is per model chunk (Megatron-Core's --recompute-num-layers with
+#              --recompute-method block: the first that many layers of each chunk); the launch
+#              files pass ceil(k / vpp), so a rank recomputes up to vpp - 1 layers more than k
+#   per_rank   k per rank (MindSpeed's --enable-recompute-layers-per-pp-rank, which the launch
+#              files pass): layer l of chunk c is recomputed when l * vpp + c < k
+#   every_nth  k per rank, every (S / k)-th of its S blocks whole, counted over its chunks in
+#              order (torchtitan's selective_ac_option N, a module-level counter)
+RECOMPUTE_LAYERS_SPREADS = ("per_chunk", "per_rank", "every_nth")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,7 +218,10 @@ class FrameworkSpec:
     (:mod:`autotune.simulators.fused_softmax`); other shapes run PyTorch's fp32 softmax.
     ``logits_bytes_per_element``: what the last stage's logits and loss hold per element of
     the logits at their peak; ``vocab_parallel_logits_bytes_per_element`` the same when TP
-    splits the vocabulary (:meth:`logits_bytes`).
+    splits the vocabulary (:meth:`logits_bytes`); ``logits_16bit_bytes_per_element``: of
+    both, the bytes of the 16-bit logits (or of their gradient) at the peak, which an fp32 run
+    lacks: its output layer writes fp32 logits and the loss's ``.float()`` returns them as
+    they are.
     ``can_overlap_grad_reduce``: the data-parallel gradient reduction can run in buckets during
     the last micro-batch's backward (Megatron-Core's DDP); ``overlap_grad_reduce``: it does as
     the framework is usually run (else after the whole pipeline). ``overlap_param_gather``: the
@@ -244,6 +261,9 @@ class FrameworkSpec:
     ``recompute_modules``: the submodules selective recompute can checkpoint on this stack
     (Megatron-Core's ``--recompute-modules``; :mod:`autotune.simulators.recompute_modules`),
     core attention first (empty: no selective recompute the simulators price);
+    ``recompute_layers_spread``: how full recompute of ``Layout.recompute_layers`` per stage
+    runs over an interleaved rank's chunks (:data:`RECOMPUTE_LAYERS_SPREADS`,
+    :meth:`recomputed_chunk_layers`);
     ``fused_norm_linear``: a norm before a plain linear layer runs
     inside it (Transformer Engine's ``LayerNormLinear``), so only the norms of their own
     (MLA's input norm, the MoE router's) are left for ``layernorm`` to recompute.
@@ -291,6 +311,7 @@ class FrameworkSpec:
     fused_softmax_rule: str
     logits_bytes_per_element: float
     vocab_parallel_logits_bytes_per_element: float
+    logits_16bit_bytes_per_element: float
     grad_accumulation: str
     expert_grad_accumulation: str
     can_overlap_grad_reduce: bool
@@ -314,6 +335,7 @@ class FrameworkSpec:
     cp_a2a_gqa: bool
     cp_excludes_sequence_parallel: bool
     recompute_modules: tuple[str, ...]
+    recompute_layers_spread: str
     fused_norm_linear: bool
     zero_stages: tuple[int, ...]
     pipeline_zero_stages: tuple[int, ...]
@@ -357,6 +379,21 @@ class FrameworkSpec:
         require_choice(owner, "logged_peak_memory", self.logged_peak_memory, MEMORY_MEASURES)
         require_choice(owner, "fused_softmax_rule", self.fused_softmax_rule, FUSED_SOFTMAX_RULES)
         require_choice(owner, "rope_kernel", self.rope_kernel, tuple(ROPE_KERNELS))
+        require_choice(
+            owner,
+            "recompute_layers_spread",
+            self.recompute_layers_spread,
+            RECOMPUTE_LAYERS_SPREADS,
+        )
+        require_non_negative(
+            owner, logits_16bit_bytes_per_element=self.logits_16bit_bytes_per_element
+        )
+        logits = min(self.logits_bytes_per_element, self.vocab_parallel_logits_bytes_per_element)
+        if self.logits_16bit_bytes_per_element > logits:
+            raise SpecError(
+                f"{owner}: logits_16bit_bytes_per_element={self.logits_16bit_bytes_per_element} "
+                f"exceeds the {logits} bytes the loss holds per logit"
+            )
         for name in ("grad_accumulation", "expert_grad_accumulation"):
             require_choice(owner, name, getattr(self, name), GRAD_ACCUMULATIONS)
         require_non_negative(
@@ -419,13 +456,40 @@ class FrameworkSpec:
         since = self.unequal_chunks_since
         return since is None or self.releases.index(self.release) >= self.releases.index(since)
 
-    def logits_bytes(self, tp: int) -> float:
+    def logits_bytes(self, tp: int, compute_dtype: str) -> float:
         """Bytes per element of the last stage's logits at their peak: the loss's own way
         (``logits_bytes_per_element``), or its vocabulary-parallel way when TP splits the
-        logits (``vocab_parallel_logits_bytes_per_element``)."""
-        if tp > 1:
-            return self.vocab_parallel_logits_bytes_per_element
-        return self.logits_bytes_per_element
+        logits (``vocab_parallel_logits_bytes_per_element``); without the 16-bit logits'
+        share (``logits_16bit_bytes_per_element``) where the activations' dtype
+        (``TrainSpec.compute_dtype``) is fp32."""
+        nbytes = (
+            self.vocab_parallel_logits_bytes_per_element
+            if tp > 1
+            else self.logits_bytes_per_element
+        )
+        if compute_dtype == "fp32":
+            return nbytes - self.logits_16bit_bytes_per_element
+        return nbytes
+
+    def recomputed_chunk_layers(self, count: int, chunks: Sequence[int]) -> tuple[int, ...]:
+        """Layers of each model chunk of a pipeline rank that full recompute checkpoints, as
+        this stack runs ``count`` layers per stage (``Layout.recompute_layers``;
+        :data:`RECOMPUTE_LAYERS_SPREADS`): ``chunks`` holds the layers of the rank's chunks,
+        its first chunk first. The launch files give Megatron the largest of them."""
+        vpp, total = len(chunks), sum(chunks)
+        if self.recompute_layers_spread == "per_chunk":  # --recompute-num-layers per chunk
+            each = -(-count // vpp)
+            return tuple(min(each, layers) for layers in chunks)
+        if self.recompute_layers_spread == "per_rank":  # layer l of chunk c: l * vpp + c < k
+            return tuple(
+                min(layers, max(0, -(-(count - chunk) // vpp)))
+                for chunk, layers in enumerate(chunks)
+            )
+        if total == 0:
+            return tuple(chunks)
+        kept = min(count, total)  # blocks checkpointed up to each chunk's end: floor(end / N)
+        marks = [end * kept // total for end in itertools.accumulate(chunks, initial=0)]
+        return tuple(b - a for a, b in itertools.pairwise(marks))
 
     def boundary_s(self, transfer_s: float, gather_s: float) -> float:
         """What one pipeline boundary costs a middle rank per micro-batch (1F1B): ``transfer_s``

@@ -216,7 +216,8 @@ class Layout:
     ("MoE parallel folding": attention runs over TP x CP x DP x PP). ``vpp`` is the
     number of model chunks per pipeline rank (1: plain 1F1B). ``recompute_layers`` counts
     the layers per pipeline stage that full recompute checkpoints (Megatron's block method);
-    ``None`` means all of them.
+    ``None`` means all of them. With virtual stages the framework decides how they fall on
+    the chunks (:meth:`recomputed_chunks`).
 
     Example:
         >>> lay = Layout.resolve(64, tp=8, pp=2)
@@ -521,13 +522,24 @@ class Layout:
         """Layers of every virtual stage, indexed ``chunk * pp + rank`` (:func:`deal_chunks`)."""
         return deal_chunks(self.stage_layers(model, train), self.vpp)
 
-    def recomputed_layers(self, stage_layers: int) -> int:
-        """Layers of a stage of ``stage_layers`` whose activations are recomputed in full."""
+    def recomputed_chunks(self, stage_layers: int, train: TrainSpec) -> tuple[int, ...]:
+        """Of a pipeline stage of ``stage_layers``, dealt over its ``vpp`` chunks
+        (:func:`deal_chunks`, its first chunk first), the layers of each chunk whose
+        activations are recomputed in full, as the framework runs ``recompute_layers``
+        (:meth:`simulators.FrameworkSpec.recomputed_chunk_layers`: Megatron-Core counts them
+        per chunk, MindSpeed-LLM per rank)."""
+        chunks = deal_chunks((stage_layers,), self.vpp)
         if self.recompute != "full":
-            return 0
+            return (0,) * self.vpp
         if self.recompute_layers is None:
-            return stage_layers
-        return min(self.recompute_layers, stage_layers)
+            return chunks
+        return train.framework.recomputed_chunk_layers(self.recompute_layers, chunks)
+
+    def recomputed_layers(self, stage_layers: int, train: TrainSpec) -> int:
+        """Layers of a stage of ``stage_layers`` whose activations are recomputed in full: the
+        sum of :meth:`recomputed_chunks` (an interleaved Megatron-Core rank recomputes more
+        than ``recompute_layers`` where ``vpp`` does not divide it)."""
+        return sum(self.recomputed_chunks(stage_layers, train))
 
     @property
     def recomputed_modules(self) -> tuple[str, ...]:
@@ -803,13 +815,21 @@ def _context(lay: Layout, job: Job) -> list[str]:
     are (DeepSpeed-style Ulysses repeats them to the query heads first, or, on
     Megatron-DeepSpeed, takes multi-head attention only); Transformer Engine has no MLA
     all-to-all; and Megatron-DeepSpeed's sequence parallelism excludes Megatron's
-    (docs/reference.md 3.5)."""
+    (docs/reference.md 3.5). Transformer Engine's context parallelism runs in its fused
+    attention alone: Megatron-Core's own ``DotProductAttention`` asserts a CP of 1, and TE
+    drops its unfused backend under CP."""
     model, train = job.model, job.train
     if lay.cp == 1:
         return []
     framework = train.framework
     if not framework.cp_comm_types:
         return [f"cp={lay.cp}: {framework.name} has no context parallelism (use cp=1)"]
+    if framework.cp_a2a_style == "te" and not job.flash_attention:
+        return [
+            f"cp={lay.cp} needs fused attention: {framework.name} runs context parallelism "
+            "only in Transformer Engine's fused attention, which this run does not use "
+            "(train.flash_attention=false, or a device without it)"
+        ]
     found = []
     if train.seq_len % (2 * lay.cp):
         found.append(f"cp={lay.cp} needs seq_len={train.seq_len} divisible by 2*cp={2 * lay.cp}")

@@ -256,7 +256,11 @@ def test_memory_includes_the_reserve_and_the_logits_working_set() -> None:
     lay = Layout.resolve(CLUSTER.num_devices, tp=8, pp=1)
     layer = compile_mod.compile_layer(layer_shapes(JOB, lay)["dense"]).saved_bytes
     per_logit = TRAIN.seq_len * MODEL.vocab_size / 8
-    assert per_logit * TRAIN.framework.logits_bytes(lay.tp) < layer < per_logit * 100
+    assert (
+        per_logit * TRAIN.framework.logits_bytes(lay.tp, TRAIN.compute_dtype)
+        < layer
+        < per_logit * 100
+    )
     wide = dataclasses.replace(TRAIN.framework, vocab_parallel_logits_bytes_per_element=100)
     big = dataclasses.replace(TRAIN, framework=wide)
     extra = (

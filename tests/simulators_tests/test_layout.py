@@ -124,6 +124,28 @@ def test_cp_needs_a_framework_with_context_parallelism() -> None:
     assert found == ["cp=2: megatron_lm has no context parallelism (use cp=1)"]
 
 
+def test_transformer_engine_runs_context_parallelism_in_its_fused_attention_alone() -> None:
+    """Megatron-Core's own attention asserts CP 1 and TE drops its unfused backend under CP;
+    Megatron-DeepSpeed's Ulysses runs around its unfused attention."""
+    lay = Layout(dp=1, tp=8, pp=2, cp=2, sequence_parallel=True)
+    unfused = make_train(seq_len=4096, global_batch_size=1024, flash_attention=False)
+    assert _violations(lay, train=unfused) == [
+        "cp=2 needs fused attention: megatron_core runs context parallelism only in Transformer "
+        "Engine's fused attention, which this run does not use (train.flash_attention=false, "
+        "or a device without it)"
+    ]
+    deepspeed = make_train(
+        "megatron_deepspeed", seq_len=4096, global_batch_size=1024, flash_attention=False
+    )
+    llama2_13b = model("llama2_13b")  # as many KV heads as heads
+    assert (
+        _violations(
+            dataclasses.replace(lay, tp=4, pp=4, sequence_parallel=False), llama2_13b, deepspeed
+        )
+        == []
+    )
+
+
 def test_deepspeed_ulysses_takes_multi_head_attention_without_megatron_sp() -> None:
     """Megatron-DeepSpeed's context parallelism is DeepSpeed-Ulysses: its attention asserts as
     many KV heads as query heads, and it refuses Megatron's sequence parallelism."""
@@ -274,8 +296,8 @@ def test_recompute_layers_at_most_a_stage() -> None:
     lay = Layout(dp=1, tp=8, pp=4, recompute="full", recompute_layers=30, sequence_parallel=True)
     assert _violations(lay) == ["recompute_layers=30 exceeds the 20 layers per pipeline stage"]
     assert _violations(dataclasses.replace(lay, recompute_layers=20)) == []
-    assert dataclasses.replace(lay, recompute_layers=5).recomputed_layers(20) == 5
-    assert dataclasses.replace(lay, recompute_layers=None).recomputed_layers(20) == 20
+    assert dataclasses.replace(lay, recompute_layers=5).recomputed_layers(20, TRAIN) == 5
+    assert dataclasses.replace(lay, recompute_layers=None).recomputed_layers(20, TRAIN) == 20
 
 
 def test_several_violations_at_once() -> None:

@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from autotune.simulators.analytical.chunk_states import release_chunk_states
+from autotune.simulators.analytical.chunk_states import unequal_chunk_effects
 from autotune.simulators.analytical.prices import JobPrices
 from autotune.simulators.analytical.sharding import ShardComm
 from autotune.simulators.analytical.stages import ARRAYS
@@ -35,19 +36,15 @@ from autotune.simulators.analytical.stages import GIB
 from autotune.simulators.analytical.stages import LayerCost
 from autotune.simulators.analytical.stages import Stage
 from autotune.simulators.analytical.stages import StageShape
-from autotune.simulators.analytical.stages import chunk_slowdown
 from autotune.simulators.analytical.stages import exposed_dp_s
-from autotune.simulators.analytical.stages import in_flight
 from autotune.simulators.analytical.stages import interleaved_bubble_s
 from autotune.simulators.analytical.stages import memory_bytes
-from autotune.simulators.analytical.stages import rank_in_flight
 from autotune.simulators.analytical.stages import stage
 from autotune.simulators.analytical.stages import stage_detail
 from autotune.simulators.analytical.stages import step_breakdown
 from autotune.simulators.analytical.stages import throughput
 from autotune.simulators.device_memory import churning_grad_share
 from autotune.simulators.device_memory import fragmentation_bytes
-from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import LAYOUT_FIELDS
 from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import LazyDetail
@@ -279,45 +276,6 @@ def _pick(array: Array, index: Array) -> Array:
     return np.take_along_axis(array, index[:, None], axis=1)[:, 0]
 
 
-class _Unequal(NamedTuple):
-    """What unequal chunks change per layout: the slowdown of the schedule (1 where the
-    chunks are equal) and the micro-batches each kind's first rank holds."""
-
-    slowdown: Array
-    in_flight: Array
-
-
-def _unequal_chunks(
-    layouts: Sequence[Layout],
-    shapes: list[StageShape],
-    shape_of: Array,
-    pp: Array,
-    vpp: Array,
-    first_rank: Array,
-    microbatches: Array,
-    kind_s: Array,
-    logits_s: Array,
-) -> _Unequal:
-    """:func:`autotune.simulators.analytical.stages.chunk_slowdown` and
-    :func:`autotune.simulators.analytical.stages.rank_in_flight` of every layout whose chunks are
-    unequal (few: told apart per shape and vpp before any is priced); :func:`in_flight` and 1
-    elsewhere. ``pp``, ``vpp`` and ``microbatches`` are columns (layouts x 1)."""
-    flight = in_flight(microbatches, pp, vpp, first_rank, ARRAYS)
-    slowdowns = np.ones(len(layouts))
-    pairs, pair_of = np.unique(
-        np.stack([shape_of, vpp[:, 0].astype(np.int64)], axis=1), axis=0, return_inverse=True
-    )
-    unequal = np.array([unequal_chunks(shapes[g].stage_layers, int(v)) for g, v in pairs])
-    for i in np.flatnonzero(unequal[pair_of.reshape(-1)]).tolist():
-        layout, shape, m = layouts[i], shapes[shape_of[i]], int(microbatches[i, 0])
-        last_s = float(kind_s[i, shape.rank_kinds[-1]])
-        slowdowns[i] = chunk_slowdown(layout, shape, m, last_s, float(logits_s[i]))
-        flight[i] = [
-            rank_in_flight(shape.stage_layers, m, layout.vpp, int(rank)) for rank in first_rank[i]
-        ]
-    return _Unequal(slowdowns, flight)
-
-
 # size: the vectorized twin of prices.simulate_layout, kept line for line beside it
 def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction:
     """Price ``layouts`` with the formulas of
@@ -371,12 +329,13 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
         ("micro_batch", "dp"), lambda lay: lay.num_microbatches(job.train)
     )
     m = np.asarray(microbatches, dtype=np.float64)[m_group][:, None]
-    unequal = _unequal_chunks(
-        layouts, shapes, shape_of, pp, vpp, kinds["first_rank"], m, kind_s, logits_s[:, 0]
+    first_rank = kinds["first_rank"]
+    unequal = unequal_chunk_effects(
+        layouts, job.train, shapes, shape_of, pp, vpp, first_rank, m, kind_s, logits_s[:, 0]
     )
     bubble_s = interleaved_bubble_s(m[:, 0], slowest.per_microbatch_s, bubble_s, unequal.slowdown)
     terms = _rank_terms(job, columns, kinds, stages)
-    release = (layouts, shapes, shape_of, kinds["first_rank"], stages.activation_bytes, m[:, 0])
+    release = (layouts, shapes, shape_of, first_rank, stages.activation_bytes, m[:, 0])
     release_chunk_states(job.train, *release, terms.states, terms.state_bytes)
     dp_s = exposed_dp_s(
         terms.reduce_s,

@@ -1,15 +1,22 @@
-"""What a rank's whole weights and gradients add at its peak when its interleaved chunks free
-them one after the other (torchtitan's ZeRO-3 under PyTorch's interleaved pipelining,
-docs/decisions/0060): the scalar path's :class:`RankTerms` and the batch path's arrays."""
+"""Interleaved chunks in the analytical simulator: what a rank's whole weights and gradients
+add at its peak when its chunks free them one after the other (torchtitan's ZeRO-3 under
+PyTorch's interleaved pipelining, docs/decisions/0060: the scalar path's :class:`RankTerms`
+and the batch path's arrays), and what unequal chunks change in a batch of layouts."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
+from autotune.simulators.analytical.stages import ARRAYS
 from autotune.simulators.analytical.stages import RankTerms
 from autotune.simulators.analytical.stages import StageShape
+from autotune.simulators.analytical.stages import chunk_slowdown
+from autotune.simulators.analytical.stages import in_flight
+from autotune.simulators.analytical.stages import rank_in_flight
+from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import Layout
 from autotune.simulators.layout import deal_chunks
 from autotune.simulators.specs import TrainSpec
@@ -18,7 +25,12 @@ from autotune.simulators.states import released_unsharded_bytes
 from autotune.simulators.states import releases_chunk_states
 from autotune.simulators.states import state_bytes_of
 
-__all__ = ["release_chunk_states", "released_rank_terms"]
+__all__ = [
+    "UnequalChunks",
+    "release_chunk_states",
+    "released_rank_terms",
+    "unequal_chunk_effects",
+]
 
 
 def released_rank_terms(
@@ -99,3 +111,43 @@ def release_chunk_states(
             )
             state_bytes[i, k] += released - unsharded[i, k]
             unsharded[i, k] = released
+
+
+class UnequalChunks(NamedTuple):
+    """What unequal chunks change per layout: the slowdown of the schedule (1 where the
+    chunks are equal) and the micro-batches each kind's first rank holds."""
+
+    slowdown: np.ndarray
+    in_flight: np.ndarray
+
+
+def unequal_chunk_effects(
+    layouts: Sequence[Layout],
+    train: TrainSpec,
+    shapes: list[StageShape],
+    shape_of: np.ndarray,
+    pp: np.ndarray,
+    vpp: np.ndarray,
+    first_rank: np.ndarray,
+    microbatches: np.ndarray,
+    kind_s: np.ndarray,
+    logits_s: np.ndarray,
+) -> UnequalChunks:
+    """:func:`autotune.simulators.analytical.stages.chunk_slowdown` and
+    :func:`autotune.simulators.analytical.stages.rank_in_flight` of every layout whose chunks are
+    unequal (few: told apart per shape and vpp before any is priced); :func:`in_flight` and 1
+    elsewhere. ``pp``, ``vpp`` and ``microbatches`` are columns (layouts x 1)."""
+    flight = in_flight(microbatches, pp, vpp, first_rank, ARRAYS)
+    slowdowns = np.ones(len(layouts))
+    pairs, pair_of = np.unique(
+        np.stack([shape_of, vpp[:, 0].astype(np.int64)], axis=1), axis=0, return_inverse=True
+    )
+    unequal = np.array([unequal_chunks(shapes[g].stage_layers, int(v)) for g, v in pairs])
+    for i in np.flatnonzero(unequal[pair_of.reshape(-1)]).tolist():
+        layout, shape, m = layouts[i], shapes[shape_of[i]], int(microbatches[i, 0])
+        last_s = float(kind_s[i, shape.rank_kinds[-1]])
+        slowdowns[i] = chunk_slowdown(layout, train, shape, m, last_s, float(logits_s[i]))
+        flight[i] = [
+            rank_in_flight(shape.stage_layers, m, layout.vpp, int(rank)) for rank in first_rank[i]
+        ]
+    return UnequalChunks(slowdowns, flight)

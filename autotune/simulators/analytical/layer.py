@@ -671,11 +671,13 @@ def layer_bytes(
             activation_bytes += core_bytes
     ulysses = layout.cp > 1 and train.context_exchange == "a2a"
     if ulysses and train.framework.cp_a2a_style == "deepspeed" and kept:
-        # DeepSpeed-style Ulysses: the kernel keeps its own output (before the exchange back)
-        # and K and V repeated to the query heads (docs/reference.md 3.5); selective recompute
+        # DeepSpeed-style Ulysses: K and V repeated to the query heads, and a flash kernel's
+        # own output (before the exchange back; the unfused path's backward reads its
+        # probabilities and V, not its output) (docs/reference.md 3.5); selective recompute
         # keeps neither.
         repeated_kv = (model.q_width + model.attn_out_width) / layout.tp
-        extra = repeated_kv - _kv_local_width(model, layout.tp) + model.attn_out_width / layout.tp
+        extra = repeated_kv - _kv_local_width(model, layout.tp)
+        extra += model.attn_out_width / layout.tp if flash else 0.0
         activation_bytes += tokens * extra * act
     elif flash and kept and (train.framework.flash_output_copy or train.fp8_kept):
         # The kernel's output, kept for its backward beside the projection's rearranged copy

@@ -94,7 +94,8 @@ class JobPrices:
 
     LAYER_FIELDS = LAYER_COST_FIELDS  # what one layer costs (Layout.layer_key)
     LAYER_TIMES_FIELDS = tuple(name for name in LAYER_FIELDS if name != "recompute")
-    SHAPE_FIELDS = ("pp", "layer_split", "recompute", "recompute_layers")  # kinds and shares
+    # kinds and shares (vpp: how the framework spreads recompute_layers over a rank's chunks)
+    SHAPE_FIELDS = ("pp", "layer_split", "vpp", "recompute", "recompute_layers")
     # what neither a micro-batch's pipeline sends nor the output layer depend on
     _NOT_SENDS = (
         "ep",
@@ -195,8 +196,10 @@ class JobPrices:
         return shape
 
     def shares(self, layout: Layout, shape: StageShape) -> list[float]:
-        """Per kind of rank, the share of its layers that full recompute checkpoints."""
-        return [layout.recomputed_layers(d + m) / (d + m) for d, m, _, _ in shape.kinds]
+        """Per kind of rank, the share of its layers that full recompute checkpoints, over its
+        chunks as the framework runs ``recompute_layers`` (``Layout.recomputed_chunks``)."""
+        train = self.train
+        return [layout.recomputed_layers(d + m, train) / (d + m) for d, m, _, _ in shape.kinds]
 
     def p2p_s(self, layout: Layout) -> tuple[float, float]:
         """A micro-batch's transfer over each of a rank's two pipeline boundaries, the slower
@@ -279,6 +282,7 @@ class JobPrices:
             return 1.0
         return chunk_slowdown(
             layout,
+            self.train,
             shape,
             layout.num_microbatches(self.train),
             stages[shape.rank_kinds[-1]].per_microbatch_s,
@@ -555,7 +559,7 @@ def _logits(
     seconds = sum(
         gemm_pass_s(tokens, model.hidden_size, vocab, cluster.device, train.compute_dtype)
     )
-    nbytes = tokens * vocab * train.framework.logits_bytes(layout.tp)
+    nbytes = tokens * vocab * train.framework.logits_bytes(layout.tp, train.compute_dtype)
     return seconds + 2 * nbytes / cluster.device.achieved_memory_bytes_per_s, nbytes
 
 

@@ -35,6 +35,7 @@ from autotune.simulators.layout import Layout
 from autotune.simulators.prediction import FIRST_RANK_MEMORY
 from autotune.simulators.prediction import RankMemory
 from autotune.simulators.specs import ModelSpec
+from autotune.simulators.specs import TrainSpec
 from autotune.simulators.states import step_excess_bytes
 
 __all__ = [
@@ -387,7 +388,12 @@ def memory_bytes(
 
 
 def chunk_slowdown(
-    layout: Layout, shape: StageShape, microbatches: int, last_stage_s: float, output_s: float
+    layout: Layout,
+    train: TrainSpec,
+    shape: StageShape,
+    microbatches: int,
+    last_stage_s: float,
+    output_s: float,
 ) -> float:
     """:func:`autotune.simulators.interleaving.slowdown` of a layout whose chunks are unequal: a
     backward is twice a forward plus the recomputed share of one; the output layer and loss
@@ -396,7 +402,7 @@ def chunk_slowdown(
     split = shape.stage_layers
     slowest = max(split)
     per_layer_s = (last_stage_s - output_s) / split[-1]
-    ratio = 2.0 + layout.recomputed_layers(slowest) / slowest
+    ratio = 2.0 + layout.recomputed_layers(slowest, train) / slowest
     return slowdown(split, layout.vpp, microbatches, ratio, output_s / per_layer_s)
 
 

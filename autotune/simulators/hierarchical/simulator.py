@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -177,7 +176,7 @@ class HierarchicalSimulator(Simulator):
             ),
         )
         head = shapes["head"]
-        per_logit = train.framework.logits_bytes(layout.tp)
+        per_logit = train.framework.logits_bytes(layout.tp, train.compute_dtype)
         logits = head.micro_batch * head.seq_q * head.vocab * per_logit
         plans = _plans(model, train, layout, graphs, logits)
         tied = model.tied_embeddings
@@ -397,16 +396,17 @@ def _plans(
 
     Virtual stages hold consecutive layers in index order (``Layout.chunk_layers``: the
     framework's split of the layers over stages, each stage's dealt over its chunks); full
-    recompute of ``recompute_layers`` per stage takes the first layers of each chunk.
+    recompute takes the first layers of each chunk, as many as the framework recomputes there
+    (``Layout.recomputed_chunks``).
     ``logits_bytes``: the head's logits working set (last virtual stage).
     """
     counts = layout.chunk_layers(model, train)
-    stage_layers = layout.stage_layers(model, train)
+    full = [layout.recomputed_chunks(n, train) for n in layout.stage_layers(model, train)]
     plans = []
     first = 0
     for vs, count in enumerate(counts):
-        rank = vs % layout.pp
-        recomputed = math.ceil(layout.recomputed_layers(stage_layers[rank]) / layout.vpp)
+        chunk, rank = divmod(vs, layout.pp)
+        recomputed = full[rank][chunk]
         layers = tuple(
             graphs["dense" if i < model.num_dense_layers else "moe"]
             for i in range(first, first + count)

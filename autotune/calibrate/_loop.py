@@ -100,7 +100,11 @@ class ProbeRound:
                 "memory_margin_before": self.margin,
             }
             out["measured"] = [
-                {"layout": lay.as_dict(), "status": run.status, "step_time_s": run.step_time_s}
+                {
+                    "layout": lay.as_dict(),
+                    "status": run.status,
+                    "step_time_s": run.step_time_s if run.ran else None,
+                }
                 for lay, run in self.measured
             ]
         if self.final is not None and self.final_pick is not None:
@@ -253,7 +257,7 @@ def _measured(priced: PricedJob, path: str) -> Measured:
     if wrong:
         parts = "; ".join(f"{problem}: {span_text(rows)}" for problem, rows in wrong.items())
         raise UserError(f"{path}: rows of another job than this search's: {parts}")
-    priceable = dataset.priceable_rows(table)
+    priceable = dataset.priceable_rows(table, job)
     names = row_names(priceable.table.assign(source=Path(path).stem))
     notes = skipped_notes(priceable.skipped)
     measured = []

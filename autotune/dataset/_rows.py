@@ -92,17 +92,19 @@ def take_rows(table: pd.DataFrame, positions: Iterable[int]) -> pd.DataFrame:
     return taken
 
 
-def priceable_rows(table: pd.DataFrame) -> PriceableRows:
+def priceable_rows(table: pd.DataFrame, job: Job | None = None) -> PriceableRows:
     """Split a loaded table (:func:`dataset.load_measurements`) into the rows a simulator can
-    price and those whose layout breaks a rule (:meth:`simulators.Layout.broken_rules`)."""
+    price and those whose layout breaks a rule (:meth:`simulators.Layout.broken_rules`): of
+    its own job, or of ``job``, whose rows these are (a search's probes: its settings that no
+    column holds, the framework's release among them, decide which layouts run)."""
     specs = table_specs(table)
     sources = table["source"].fillna("").astype(str).tolist()
     kept: list[int] = []
     skipped: list[SkippedRow] = []
-    for position, ((job, layout), (file, line), source) in enumerate(
+    for position, ((own, layout), (file, line), source) in enumerate(
         zip(specs, _places(table), sources, strict=True)
     ):
-        broken = layout.broken_rules(job)
+        broken = layout.broken_rules(job or own)
         if not broken:
             kept.append(position)
             continue

@@ -100,7 +100,8 @@ def _candidates(
 
 
 # Layout fields that no rule of Layout.violations reads (recompute: unless recompute_layers or
-# recompute_modules is pinned or the run overlaps the EP all-to-all), so layouts that differ
+# recompute_modules is pinned, the run overlaps the EP all-to-all or the framework has no
+# selective recompute to run), so layouts that differ
 # only in them are valid or invalid together and the rules run once for them all
 # (tests/autotune_tests/test_space.py holds the rules to this).
 _RULE_FREE = ("distributed_optimizer", "recompute")
@@ -132,7 +133,8 @@ def build_space(
             candidates[name] = [value]
     extra = {k: v for k, v in fixed.items() if k not in candidates}
     pinned = "recompute_layers" in extra or "recompute_modules" in extra
-    ruled = pinned or (train.moe_a2a_overlap and model.is_moe)
+    selective_runs = bool(train.framework.recompute_modules)
+    ruled = pinned or (train.moe_a2a_overlap and model.is_moe) or not selective_runs
     # ZeRO-2 and -3 and hybrid sharding need the distributed optimizer: it is ruled with them
     sharded = candidates["zero_stage"] != [None] or candidates["dp_replicate"] != [1]
     free = [

@@ -166,7 +166,8 @@ class CalibratedSimulator(Simulator):
     factors to its prediction. The memory margin lowers ``memory_capacity_gib`` to
     ``capacity / (1 + margin)``, so ``fits`` means "fits with the margin to spare";
     ``detail["memory_margin"]`` records it. ``name`` and ``batch_size`` are the wrapped
-    simulator's.
+    simulator's. A calibrated simulator given as ``base`` stands for the simulator it wraps:
+    a calibration replaces another, as :meth:`calibrated` does, never stacks on it.
 
     Example:
         >>> from autotune import catalog
@@ -176,6 +177,7 @@ class CalibratedSimulator(Simulator):
         ('analytical', 0.05)
     """
 
+    base: Simulator
     calibration: Calibration
 
     def __init__(
@@ -188,6 +190,8 @@ class CalibratedSimulator(Simulator):
             )
         if not memory_margin >= 0:
             raise UserError(f"memory margin {memory_margin!r} must be >= 0")
+        if isinstance(base, CalibratedSimulator):
+            base = base.base
         self.name = base.name
         self.batch_size = base.batch_size
         self.base = base

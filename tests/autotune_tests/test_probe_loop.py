@@ -230,3 +230,37 @@ def test_a_probe_file_reads_the_peak_as_the_frameworks_log_prints_it(
     frame = probe_frame(priced, [(layout, priced.simulator.simulate(job, layout))], "job")
     assert frame["peak_memory_measure"].tolist() == [measure]
     assert frame["peak_memory_rank"].tolist() == ["fullest"]  # the largest rank's (0069)
+
+
+def test_a_probe_out_of_memory_is_told_in_json_without_a_time(probed: tuple[Path, dict]) -> None:
+    folder, _ = probed
+    table = pd.read_csv(folder / "probes.csv")
+    table["status"] = ["oom", "ok", "ok"]
+    table["step_time_s"] = [None, *(table["predicted_step_time_s"][1:] * 1.1)]
+    table.to_csv(folder / "one_oom.csv", index=False)
+    measured = _probe(folder, "measured=one_oom.csv")["probe_round"]["measured"]
+    assert [m["status"] for m in measured] == ["oom", "ok", "ok"]
+    assert measured[0]["step_time_s"] is None and measured[1]["step_time_s"] > 0
+
+
+def test_probes_are_checked_against_the_searchs_release(tmp_path: Path) -> None:
+    """MindSpeed-LLM 26.1.0 runs unequal virtual stages that 26.0.0, the framework's default
+    release, refuses; no column of the probe file holds the release, so its rows are checked
+    as the search that wrote them runs them."""
+    job = [
+        *SMALL,
+        OFF,
+        "framework.release=26.1.0",
+        "parallel.pp=8",
+        "parallel.vpp=2",
+        "parallel.layer_split=[3,4,4,5,5,4,4,3]",
+        "search.sampler=grid",
+    ]
+    assert run("autotune", *job, "probes=2", cwd=tmp_path).returncode == 0
+    table = pd.read_csv(tmp_path / "probes.csv")
+    table["status"] = "ok"
+    table["step_time_s"] = table["predicted_step_time_s"]
+    table.to_csv(tmp_path / "measured.csv", index=False)
+    proc = run("autotune", *job, "measured=measured.csv", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "left out" not in proc.stdout

@@ -183,6 +183,17 @@ def test_rules_ignore_the_fields_the_space_checks_once() -> None:
     assert checked > 100
 
 
+def test_a_framework_without_selective_recompute_searches_none_of_it() -> None:
+    """torchtitan has no selective recompute of modules (a rule reads the recompute mode
+    there): no layout the space holds recomputes selectively."""
+    overrides = ("model=llama3_8b", "cluster=a100_40g", "train.framework=torchtitan")
+    cfg = load_config(AutotuneConfig, [*overrides, "tracking.enabled=false"])
+    job = job_from_config(cfg)
+    space = build_space(job, cfg.search, fixed_layout_values(cfg.parallel))
+    assert {layout.recompute for layout in space.layouts} == {"none", "full"}
+    assert all(not layout.violations(job) for layout in space.layouts)
+
+
 def test_a_space_is_a_value() -> None:
     cfg = load_config(AutotuneConfig, [*JOBS["default"], "tracking.enabled=false"])
     job = job_from_config(cfg)

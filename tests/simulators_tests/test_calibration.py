@@ -109,6 +109,21 @@ def test_bad_factors_are_refused(factors: dict[str, float]) -> None:
         Calibration(simulator="analytical", factors=factors)
 
 
+def test_a_calibration_replaces_another_never_stacks_on_it() -> None:
+    """A calibrated simulator wrapped again stands for the simulator it wraps, as its
+    ``calibrated`` method does: the second calibration alone applies, once."""
+    first = Calibration(
+        simulator="analytical", factors={"matmul_efficiency": 0.8, "memory_factor": 1.1}
+    )
+    second = Calibration(
+        simulator="analytical", factors={"intra_node_efficiency": 0.7, "memory_factor": 0.9}
+    )
+    nested = CalibratedSimulator(CalibratedSimulator(SIMULATOR, first), second, 0.05)
+    alone = CalibratedSimulator(SIMULATOR, second, 0.05)
+    assert nested.simulate(JOB, LAYOUT).as_dict() == alone.simulate(JOB, LAYOUT).as_dict()
+    assert nested.base is SIMULATOR
+
+
 def test_a_calibration_of_another_simulator_is_refused() -> None:
     with pytest.raises(UserError, match="hierarchical simulator, not analytical"):
         CalibratedSimulator(SIMULATOR, Calibration(simulator="hierarchical"))

@@ -3,6 +3,8 @@ context parallelism exchanges them, by hand and against the analytical simulator
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotune import catalog
@@ -164,3 +166,96 @@ def test_megatron_deepspeed_unfused_ulysses_layer_matches_the_analytical_one() -
         selective = layout.recompute == "selective"
         saved = graph.selective_saved_bytes if selective else graph.saved_bytes
         assert saved == pytest.approx(kept, rel=0.01)
+
+
+# ---- Bug C: the shared experts' input is the router's, one tensor at TP > 1 ------------------
+
+
+def _saved_once(sp: bool) -> float:
+    """Saved bytes of a ``[1, 64, 32]`` bf16 norm output that one linear layer saves as it is
+    (the router) and another after entering the TP region of 2 ranks (a shared expert's fc1:
+    copy-to-region without SP, the sequence all-gather with it)."""
+    recorder = record.Recorder()
+    weight = torch.empty(8, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with recorder, recorder.saving(exclude=[weight]):
+        x = torch.empty(1, 64, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+        normed = x * 1.0
+        torch.nn.functional.linear(normed, weight)
+        entered = (
+            kernels.gather(normed, "tp", 2) if sp else kernels.copy_to_region(normed, "tp", 2)
+        )
+        torch.nn.functional.linear(entered, weight)
+    return recorder.saved_bytes(selective=False)
+
+
+@pytest.mark.parametrize("sp", [False, True], ids=["tp", "tp-sp"])
+def test_a_tensor_saved_as_it_is_and_in_the_tp_region_is_saved_once(sp: bool) -> None:
+    """Megatron's copy to the TP region is the identity in forward and its sequence-parallel
+    linear layer keeps the local shard it gathers from: either way the layer in the region
+    saves the very tensor the other one saved (the norm output, 64 x 32 bf16), not a copy."""
+    assert _saved_once(sp) == 64 * 32 * 2
+
+
+def _deepseek_moe(sp: bool, shared: bool) -> float:
+    """Saved bytes of a DeepSeek-V2-Lite MoE layer at TP 2, with its shared experts or not."""
+    train = make_train(seq_len=1024, global_batch_size=8)
+    cluster = catalog.load_cluster("h100", ["cluster.num_nodes=1"])
+    job = Job(model=catalog.load_model("deepseek_v2_lite"), cluster=cluster, train=train)
+    layout = Layout(tp=2, dp=4, sequence_parallel=sp, recompute="none")
+    shape = layer_shapes(job, layout)["moe"]
+    if not shared:
+        shape = dataclasses.replace(shape, shared_ffn=0)
+    return float(compile_mod.compile_layer(shape).saved_bytes)
+
+
+@pytest.mark.parametrize("sp", [False, True], ids=["tp2", "tp2-sp"])
+def test_deepseek_shared_experts_keep_the_routers_input_by_hand(sp: bool) -> None:
+    """The shared experts (2816 wide, 1408 per TP rank) add to the MoE layer what their fc1
+    output (SwiGLU's input, 2 x 1408 wide) and fc2 input (1408 wide) hold over the whole
+    sequence (gathered with SP), bf16: their fc1 input is the pre-MLP norm output the router
+    saved already (one norm output more before: 1024 x 2048 x 2 bytes, or its SP half)."""
+    tokens, width = 1024, 2816 // 2
+    added = _deepseek_moe(sp, shared=True) - _deepseek_moe(sp, shared=False)
+    assert added == tokens * 3 * width * 2
+
+
+@pytest.mark.parametrize("sp", [False, True], ids=["tp2", "tp2-sp"])
+def test_dense_layer_keeps_its_norm_output_once_as_the_analytical_one(sp: bool) -> None:
+    """The dense layer's norm output feeds QKV and the MLP through the TP region, saved once
+    there already: a Llama layer keeps what the analytical simulator prices (within its
+    small extras, 0.02%), at TP 2 with and without SP."""
+    train = make_train(seq_len=1024, global_batch_size=8)
+    cluster = catalog.load_cluster("h100", ["cluster.num_nodes=1"])
+    job = Job(model=catalog.load_model("llama3_8b"), cluster=cluster, train=train)
+    layout = Layout(tp=2, dp=4, sequence_parallel=sp, recompute="none")
+    assert not layout.violations(job)
+    saved = compile_mod.compile_layer(layer_shapes(job, layout)["dense"]).saved_bytes
+    kept = layer_bytes_with_modules(job, False, layout, analytical().constants)[0]
+    assert saved == pytest.approx(kept, rel=0.001)
+
+
+# ---- Bug D: the CP ring sends K and V as one buffer ------------------------------------------
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["flash", "unfused"])
+def test_cp_ring_sends_keys_and_values_together_once_a_pass(fused: bool) -> None:
+    """Transformer Engine concatenates K and V into one buffer per ring step (MLA's wider K
+    too): one send-receive a pass of (cp - 1) x (K + V) bytes, twice that in backward (K and
+    V with their gradients), so a pass pays one ring's link latencies, not two."""
+    cp, s, heads = 4, 128, 8
+    recorder = record.Recorder()
+
+    def empty(*shape: int) -> torch.Tensor:
+        return torch.empty(*shape, dtype=torch.bfloat16, device="meta", requires_grad=True)
+
+    with recorder, recorder.saving(exclude=[]):
+        q, k, v = empty(1, s, heads, 48), empty(1, heads, s, 48), empty(1, heads, s, 32)
+        attend = kernels.core_attention if fused else kernels.unfused_attention
+        out = attend(q, k, v, cp) if fused else attend(q, k, v, cp, False)
+        forward = [(op.name, op.bytes) for op in recorder.ops if op.group == "cp"]
+        recorder.ops.clear()
+        out.backward(torch.empty_like(out))
+    backward = [(op.name, op.bytes) for op in recorder.ops if op.group == "cp"]
+    kv = s * heads * (48 + 32) * 2 * (cp - 1)
+    assert forward == [("ring_send_recv", kv)]
+    assert backward == [("ring_send_recv", 2 * kv)]

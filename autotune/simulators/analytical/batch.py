@@ -336,7 +336,7 @@ def simulate_batch(job: JobPrices, layouts: Sequence[Layout]) -> BatchPrediction
     bubble_s = interleaved_bubble_s(m[:, 0], slowest.per_microbatch_s, bubble_s, unequal.slowdown)
     terms = _rank_terms(job, columns, kinds, stages)
     release = (layouts, shapes, shape_of, first_rank, stages.activation_bytes, m[:, 0])
-    release_chunk_states(job.train, *release, terms.states, terms.state_bytes)
+    release_chunk_states(job.model, job.train, *release, terms.states, terms.state_bytes)
     dp_s = exposed_dp_s(
         terms.reduce_s,
         terms.gather_s,

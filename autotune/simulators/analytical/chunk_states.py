@@ -11,6 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from autotune.simulators.analytical.stages import ARRAYS
+from autotune.simulators.analytical.stages import ModelParams
 from autotune.simulators.analytical.stages import RankTerms
 from autotune.simulators.analytical.stages import StageShape
 from autotune.simulators.analytical.stages import chunk_slowdown
@@ -19,6 +20,7 @@ from autotune.simulators.analytical.stages import rank_in_flight
 from autotune.simulators.interleaving import unequal_chunks
 from autotune.simulators.layout import Layout
 from autotune.simulators.layout import deal_chunks
+from autotune.simulators.specs import ModelSpec
 from autotune.simulators.specs import TrainSpec
 from autotune.simulators.states import StateBytes
 from autotune.simulators.states import released_unsharded_bytes
@@ -27,6 +29,7 @@ from autotune.simulators.states import state_bytes_of
 
 __all__ = [
     "UnequalChunks",
+    "chunk_params",
     "release_chunk_states",
     "released_rank_terms",
     "unequal_chunk_effects",
@@ -35,6 +38,7 @@ __all__ = [
 
 def released_rank_terms(
     terms: RankTerms,
+    model: ModelSpec,
     shape: StageShape,
     rank: int,
     layout: Layout,
@@ -45,14 +49,49 @@ def released_rank_terms(
     """``terms`` with the rank's whole weights and gradients counted as its interleaved chunks
     free them (:func:`_released`)."""
     unsharded = _released(
-        terms.states["unsharded"], shape, rank, layout, microbatches, activation_bytes, sizes
+        terms.states["unsharded"],
+        model,
+        shape,
+        rank,
+        layout,
+        microbatches,
+        activation_bytes,
+        sizes,
     )
     states = {**terms.states, "unsharded": unsharded}
     return terms._replace(states=states, state_bytes=sum(states.values()))
 
 
+def chunk_params(
+    model: ModelSpec, layout: Layout, stage_layers: tuple[int, ...], rank: int
+) -> list[float]:
+    """Parameters of each chunk of pipeline ``rank``, counted as
+    :func:`autotune.simulators.analytical.stages.stage` counts a rank's: its dense and MoE
+    layers (virtual stage ``chunk * pp + rank`` holds the consecutive layers
+    :func:`deal_chunks` gives it, an MoE model's ``first_dense_layers`` first), the embedding
+    on the first virtual stage, the final norm and the output layer (its own, or a tied one
+    copied there under pipelining) on the last."""
+    params = ModelParams.of(model)
+    counts = deal_chunks(stage_layers, layout.vpp)
+    head = (params.has_output or layout.pp > 1) * params.head / layout.tp
+    experts = params.expert_per_layer / (layout.ep * layout.expert_tp)
+    chunks = []
+    for virtual in range(rank, len(counts), layout.pp):
+        first, count = sum(counts[:virtual]), counts[virtual]
+        n_dense = count
+        if model.is_moe:
+            n_dense = min(max(model.first_dense_layers - first, 0), count)
+        n_moe = count - n_dense
+        linear = (n_dense * params.dense_layer + n_moe * params.moe_layer_non_expert) / layout.tp
+        ends = (virtual == 0) * params.embedding / layout.tp
+        ends += (virtual == len(counts) - 1) * (params.hidden + head)
+        chunks.append(linear + n_moe * experts + ends)
+    return chunks
+
+
 def _released(
     unsharded: float,
+    model: ModelSpec,
     shape: StageShape,
     rank: int,
     layout: Layout,
@@ -61,23 +100,26 @@ def _released(
     sizes: StateBytes,
 ) -> float:
     """:func:`autotune.simulators.states.released_unsharded_bytes` of a rank whose chunks each
-    hold the share of its layers, of the rank's ``activation_bytes`` per micro-batch and of its
-    parameters (the embedding and the output layer counted as the layers' average)."""
+    hold the share of its layers of the rank's ``activation_bytes`` per micro-batch, and the
+    share of its parameters (:func:`chunk_params`: the embedding and the output layer in their
+    chunks) of the rank's whole weights and gradients."""
     chunks = deal_chunks(shape.stage_layers, layout.vpp)[rank :: layout.pp]
-    shares = [layers / shape.stage_layers[rank] for layers in chunks]
+    params = chunk_params(model, layout, shape.stage_layers, rank)
+    total = sum(params)
     return released_unsharded_bytes(
         unsharded,
         sizes,
         rank,
         layout,
         microbatches,
-        [activation_bytes * share for share in shares],
-        [0.0] * len(shares),  # the working set is added beside the peak (memory_bytes)
-        shares,
+        [activation_bytes * layers / shape.stage_layers[rank] for layers in chunks],
+        [0.0] * len(chunks),  # the working set is added beside the peak (memory_bytes)
+        [chunk / total for chunk in params],
     )
 
 
 def release_chunk_states(
+    model: ModelSpec,
     train: TrainSpec,
     layouts: Sequence[Layout],
     shapes: list[StageShape],
@@ -102,6 +144,7 @@ def release_chunk_states(
         for k in range(first_rank.shape[1]):
             released = _released(
                 float(unsharded[i, k]),
+                model,
                 shapes[shape_of[i]],
                 int(first_rank[i, k]),
                 layout,

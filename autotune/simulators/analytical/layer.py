@@ -396,10 +396,12 @@ def _activation_bytes_per_token(
     kernel_keeps_lse = flash and "core_attn" not in layout.recomputed_modules
     lse = 4 * model.num_attention_heads / tp if kernel_keeps_lse else 0.0
     if model.attention == "mla":
-        attention += act * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
-        if linear_in != act:  # FP8: each projection keeps its own 1-byte copy of its input
-            latents = model.q_lora_rank + model.kv_lora_rank  # the up-projections'
-            attention += linear_in * (h / seq_shard + latents)  # a second down-projection
+        # the down-projections' outputs (the latents, with K's rope part) for the latent norms,
+        # and the normed latents the up-projections read (their own 1-byte copies in FP8)
+        latents = model.q_lora_rank + model.kv_lora_rank
+        attention += act * (latents + model.qk_rope_head_dim) + linear_in * latents
+        if linear_in != act:  # FP8: the second down-projection keeps its own copy of its input
+            attention += linear_in * h / seq_shard
     per_f = _mlp_saved_per_f(model, act, linear_in, framework)
     weighted = framework.moe_weighted_activation
     if not moe:

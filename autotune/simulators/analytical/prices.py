@@ -578,7 +578,9 @@ def simulate_layout(job: JobPrices, layout: Layout) -> Prediction:
         t = job.rank_terms(s.dense_params, s.expert_params, s.linear_params, layout)
         if releases_chunk_states(job.train.framework.pipeline_keeps_gathered, layout):
             sizes = state_bytes_of(job.train, layout)
-            t = released_rank_terms(t, shape, first_rank, layout, m, s.activation_bytes, sizes)
+            t = released_rank_terms(
+                t, job.model, shape, first_rank, layout, m, s.activation_bytes, sizes
+            )
         terms.append(t)
         dp_s = exposed_dp_s(
             t.reduce_s,

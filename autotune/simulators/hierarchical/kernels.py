@@ -48,12 +48,13 @@ class _Collective(torch.autograd.Function):
         ctx.names, ctx.group, ctx.shape = names, group, tuple(x.shape)
         _recorder().host_call()  # Megatron's autograd.Function .apply
         shape = (x.shape[0], int(x.shape[1] * factor), *x.shape[2:])
-        out = _new(x, shape)
+        with _recorder().paused():  # the identity (copy to the TP region) returns its input
+            out = x.view_as(x) if names[0] == "none" else x.new_empty(shape)
         ctx.nbytes = max(_nbytes(x), _nbytes(out))
         if names[0] == "all_gather" and regather:
-            # Megatron keeps the local shard and gathers again in backward (SP memory).
+            # Megatron keeps the local shard itself and gathers again in backward (SP memory).
             _recorder().regathered[_storage(out)] = _nbytes(x)
-            _recorder().shard_of[_storage(out)] = _storage(x)
+            _recorder().gathered[_storage(out)] = _storage(x)
         if names[0] != "none":
             _recorder().comm(names[0], group, ctx.nbytes)
         return out
@@ -92,7 +93,7 @@ def reduce(x: torch.Tensor, group: str, size: int) -> torch.Tensor:
 
 
 def copy_to_region(x: torch.Tensor, group: str, size: int) -> torch.Tensor:
-    """Identity in forward, all-reduce of the input gradient in backward (TP without SP)."""
+    """Identity in forward (``x`` itself, as a view), all-reduce of its gradient in backward."""
     if size == 1:
         return x
     return _Collective.apply(x, ("none", "all_reduce"), group, 1)  # type: ignore[no-any-return]
@@ -125,28 +126,29 @@ def _whole_sequence(chunk: torch.Tensor, size: int) -> torch.Tensor:
 
 
 class _Ring(torch.autograd.Function):
-    """CP ring exchange of a K or V chunk: c-1 steps overlapping attention (reference.md 3.5)."""
+    """K and V round the CP ring as one buffer: c-1 steps beside attention (reference.md 3.5)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, size: int) -> torch.Tensor:  # type: ignore[override]
-        ctx.shape, ctx.nbytes = tuple(x.shape), _nbytes(x) * (size - 1)
+    def forward(ctx: Any, k: torch.Tensor, v: torch.Tensor, size: int) -> tuple[Any, ...]:  # type: ignore[override]
+        ctx.shapes = tuple(k.shape), tuple(v.shape)
+        ctx.nbytes = (_nbytes(k) + _nbytes(v)) * (size - 1)
         _recorder().host_call()
         _recorder().comm("ring_send_recv", "cp", ctx.nbytes, overlap=True)
-        return _whole_sequence(x, size)
+        return _whole_sequence(k, size), _whole_sequence(v, size)
 
     @staticmethod
     @_in_core
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad_k: torch.Tensor, grad_v: torch.Tensor) -> tuple[Any, ...]:
         # KV and dKV circulate in backward: about twice the forward volume (docs/reference.md 3.5).
         _recorder().comm("ring_send_recv", "cp", 2 * ctx.nbytes, overlap=True)
-        return _new(grad, ctx.shape), None
+        return _new(grad_k, ctx.shapes[0]), _new(grad_v, ctx.shapes[1]), None
 
 
-def cp_ring(x: torch.Tensor, size: int) -> torch.Tensor:
-    """Bring the full-sequence K or V (``[b, g, s/c, d]`` -> ``[b, g, s, d]``) by CP ring."""
+def cp_ring(k: torch.Tensor, v: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bring the full-sequence K and V (``[b, g, s/c, d]`` -> ``[b, g, s, d]``) by CP ring."""
     if size == 1:
-        return x
-    return _Ring.apply(x, size)  # type: ignore[no-any-return]
+        return k, v
+    return _Ring.apply(k, v, size)  # type: ignore[no-any-return]
 
 
 class _Ulysses(torch.autograd.Function):
@@ -273,9 +275,9 @@ class _RingAttention(torch.autograd.Function):
         with recorder.paused():  # the local chunks the ring sends and the function keeps
             chunks = k.contiguous(), v.contiguous()
         recorder.same_storage((k, v), chunks)
-        k, v = chunks
-        for x in (k, v):
-            recorder.comm("ring_send_recv", "cp", _nbytes(x) * (size - 1), overlap=True)
+        k, v = chunks  # round the ring as one buffer a step (TE concatenates them; MLA too)
+        ctx.kv = (_nbytes(k) + _nbytes(v)) * (size - 1)
+        recorder.comm("ring_send_recv", "cp", ctx.kv, overlap=True)
         out, saved = _attention_kernel(q, _whole_sequence(k, size), _whole_sequence(v, size))
         folded, _, _, kernel_out, lse, seed, offset = saved
         ctx.save_for_backward(folded, k, v, kernel_out, lse, seed, offset)
@@ -288,8 +290,7 @@ class _RingAttention(torch.autograd.Function):
         recorder = _recorder()
         folded, k, v, kernel_out, lse, seed, offset = ctx.saved_tensors
         size = ctx.size
-        for x in (k, v):  # K, V and their gradients circulate: twice the forward volume
-            recorder.comm("ring_send_recv", "cp", 2 * _nbytes(x) * (size - 1), overlap=True)
+        recorder.comm("ring_send_recv", "cp", 2 * ctx.kv, overlap=True)  # and dK, dV: twice
         saved = (
             folded,
             _whole_sequence(k, size),
@@ -486,7 +487,7 @@ def unfused_attention(
     with recorder.tagged("core"):
         if cp > 1 and exchange == "a2a":
             return _heads_exchanged(attend, q, k, v, cp, repeat_kv=a2a_style != "te")
-        return attend(q, cp_ring(k, cp), cp_ring(v, cp))
+        return attend(q, *cp_ring(k, v, cp))
 
 
 def _causal_mask(scores: torch.Tensor) -> torch.Tensor:

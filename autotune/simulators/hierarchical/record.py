@@ -96,13 +96,16 @@ class Recorder(TorchDispatchMode):
         self.fp8_depth = 0
         # Other recomputed modules (recompute_modules): the ones the code runs inside, the
         # scopes each saved storage was saved under, what each checkpoint keeps (its inputs)
-        # and discards (an output-discarding checkpoint's outputs), and which gathered copy
-        # a sequence-parallel linear layer keeps as which local shard.
+        # and discards (an output-discarding checkpoint's outputs), and which FP8 copy of a
+        # gathered input a sequence-parallel linear layer keeps as which local shard.
         self.scope: tuple[str, ...] = ()
         self.saved_scopes: dict[int, list[tuple[str, ...]]] = {}
         self.module_inputs: dict[int, float] = {}
         self.discarded: set[int] = set()
         self.shard_of: dict[int, int] = {}
+        # A sequence-parallel gather's output -> its local shard: the linear layer reading it
+        # keeps the shard itself, one tensor with whatever else saves the shard (the router).
+        self.gathered: dict[int, int] = {}
         # A kernel stand-in's own copy of a tensor the kernel itself would save as it is
         # (flash attention's contiguous Q, K and V): the copy's storage -> the tensor's.
         self.copy_of: dict[int, int] = {}
@@ -148,8 +151,10 @@ class Recorder(TorchDispatchMode):
             yield outputs
             return
         with self.paused():
-            for tensor in inputs:
-                self.module_inputs[_storage(tensor)] = _nbytes(tensor)
+            for tensor in inputs:  # a gathered input is kept as its local shard
+                key = _storage(tensor)
+                size = self.regathered.get(key, _nbytes(tensor))
+                self.module_inputs[self.gathered.get(key, key)] = size
         self.checkpoints += once
         previous, self.scope = self.scope, (*self.scope, name)
         try:
@@ -211,7 +216,9 @@ class Recorder(TorchDispatchMode):
             key = _storage(tensor)
             if key not in self.excluded:
                 size = self.regathered.get(key, float(tensor.untyped_storage().nbytes()))
-                size, regions = self.saved.setdefault(key, (size, set()))
+                key = self.gathered.get(key, key)
+                held, regions = self.saved.get(key, (size, set()))
+                self.saved[key] = (max(held, size), regions)
                 regions.add(self.region)
                 self.saved_scopes.setdefault(key, []).append(self.scope)
             return tensor
@@ -237,8 +244,8 @@ class Recorder(TorchDispatchMode):
         shard = self.regathered.get(_storage(source))
         if shard is not None:
             self.regathered[_storage(copy)] = shard * copy.element_size() / source.element_size()
-            if _storage(source) in self.shard_of:
-                self.shard_of[_storage(copy)] = self.shard_of[_storage(source)]
+            if _storage(source) in self.gathered:
+                self.shard_of[_storage(copy)] = self.gathered[_storage(source)]
 
     def same_storage(
         self, sources: Iterable[torch.Tensor], copies: Iterable[torch.Tensor]
@@ -283,21 +290,21 @@ class Recorder(TorchDispatchMode):
         return total
 
     def _regathered_only(self, storage: int, kept: dict[int, float]) -> bool:
-        """Whether a checkpoint's input is held only as the local shard of a kept gathered
-        copy (a sequence-parallel linear layer's input), counted there already."""
+        """Whether a checkpoint's input is held only as the local shard of a kept FP8 copy
+        of its gather (a sequence-parallel FP8 linear layer's input), counted there already."""
         held = any(self.shard_of.get(key) == storage for key in kept)
         return held and storage not in self.saved
 
     def _inside(self, key: int) -> bool:
-        """Whether only recomputed modules saved storage ``key`` (a gathered copy whose
-        local shard a checkpoint keeps as its input is that input: kept)."""
+        """Whether only recomputed modules saved storage ``key`` (an FP8 copy of a gather
+        whose local shard a checkpoint keeps as its input is that input: kept)."""
         return all(self.saved_scopes[key]) and self.shard_of.get(key) not in self.module_inputs
 
     def _discarded(self) -> set[int]:
         """Storages an output-discarding checkpoint frees: its outputs, the kernels' own
-        copies of them (:meth:`same_storage`) and the gathered copies a linear layer keeps as
-        their local shard, where the shard is one of them and is not saved on its own as well
-        (the layer then saved the shard itself)."""
+        copies of them (:meth:`same_storage`) and the FP8 copies of gathers a linear layer
+        keeps as their local shard, where the shard is one of them and is not saved on its own
+        as well (the layer then saved the shard itself)."""
         copies = {copy for copy, source in self.copy_of.items() if source in self.discarded}
         return (
             self.discarded

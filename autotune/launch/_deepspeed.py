@@ -59,6 +59,20 @@ def refusals(launch: Launch) -> list[str]:
             f"recompute_layers={launch.layout.recompute_layers}: DeepSpeed's pipeline recomputes "
             "uniformly only (no block method)"
         )
+    if job.dtype == "fp16" and job.train.reduces_grads_in_fp32 and zero_stage(launch) == 0:
+        found.append(
+            "fp16 with fp32 gradients and no ZeRO: DeepSpeed's engine refuses the mix of model "
+            "dtype and gradient accumulation type (its optimizer sanity check; use "
+            "distributed_optimizer=true or train.grad_reduce_in_fp32=false)"
+        )
+    split = launch.layout.stage_layers(job.model, job.train)
+    today = job.train.framework.default_split(job.model.num_layers, launch.layout.pp)
+    if split != today:  # the splits of DeepSpeed before 0.12.5 and of BigScience's fork
+        found.append(
+            f"layers per stage {'/'.join(map(str, split))}: today's DeepSpeed splits "
+            f"'type:transformer' as {'/'.join(map(str, today))}; the other splits ran on "
+            "DeepSpeed before 0.12.5 or BigScience's fork (docs/reference.md 7.1)"
+        )
     return found
 
 

@@ -230,7 +230,9 @@ class FrameworkSpec:
     ``grad_accumulation``: how each micro-batch's weight gradients reach the gradient buffer
     (:data:`GRAD_ACCUMULATIONS`); ``expert_grad_accumulation``: the same for the routed
     experts' grouped GEMMs. ``grad_reduce_in_fp32``: bf16 gradients are reduced in fp32
-    (Megatron's fp32 main grads), else in the model's dtype. Buckets hold
+    (Megatron's fp32 main grads), else in the model's dtype; ``grad_reduce_fixed_for``: the
+    precisions whose gradient dtype the stack fixes, whatever a run asks (torchtitan's FSDP2
+    reduces in fp32 only; Megatron-LM of 2022 forces fp32 for bf16). Buckets hold
     ``max(grad_bucket_params_min, grad_bucket_params_per_dp * dp)`` gradients;
     ``reduce_scatter_grads``: a distributed optimizer reduce-scatters the gradients (else
     every rank all-reduces them).
@@ -318,6 +320,7 @@ class FrameworkSpec:
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     grad_reduce_in_fp32: bool
+    grad_reduce_fixed_for: tuple[str, ...]
     grad_bucket_params_min: int
     grad_bucket_params_per_dp: int
     reduce_scatter_grads: bool
@@ -364,6 +367,7 @@ class FrameworkSpec:
                 "cp_comm_types": tuple,
                 "moe_dispatchers": tuple,
                 "recompute_modules": tuple,
+                "grad_reduce_fixed_for": tuple,
                 "zero_stages": tuple,
                 "pipeline_zero_stages": tuple,
                 "shard_overlap_stages": tuple,

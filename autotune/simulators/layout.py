@@ -1031,7 +1031,8 @@ def _sharding(lay: Layout, job: Job) -> list[str]:
     instances``), sharded states to replicate, and replicas that divide the data-parallel
     ranks and the expert-DP ranks (``parallel_state.py`` asserts both) (docs/reference.md 7.9).
     torchtitan (docs/torchtitan.md 2): DDP refuses TP, PP and CP (``parallelize.py``: "DDP has
-    not supported > 1D parallelism"), and ``dp_replicate`` divides DP (``parallel_dims.py``:
+    not supported > 1D parallelism"), without FSDP (a shard group of one rank) TP and PP run
+    in fp32 (``maybe_enable_amp``), and ``dp_replicate`` divides DP (``parallel_dims.py``:
     ``dp_replicate x dp_shard x cp x tp x pp`` is the world)."""
     model, train = job.model, job.train
     framework, stage, replicas = train.framework, lay.sharding, lay.dp_replicate
@@ -1049,6 +1050,13 @@ def _sharding(lay: Layout, job: Job) -> list[str]:
         found.append(
             f"zero_stage=0 with dp={lay.dp}: {framework.name}'s replicated data parallelism "
             "(DDP) runs without tp, pp and cp only (use zero_stage=3)"
+        )
+    elif framework.ddp_alone and lay.tp * lay.pp > 1 and (stage == 0 or lay.dp_shard == 1):
+        found.append(
+            f"tp={lay.tp} pp={lay.pp} without FSDP over more than one rank (zero_stage={stage}, "
+            f"dp*cp/dp_replicate={lay.dp_shard}): {framework.name} runs TP and PP in mixed "
+            "precision only under FSDP, else the step trains in fp32 or, replicated, does not "
+            "start (use zero_stage=3 with dp*cp/dp_replicate > 1)"
         )
     if replicas == 1:
         return found

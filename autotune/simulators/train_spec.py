@@ -154,6 +154,7 @@ class TrainSpec:
                 "train: moe_a2a_overlap needs the alltoall or deepep dispatcher (Megatron "
                 "asserts); moe_dispatcher is allgather"
             )
+        self._check_grad_reduce()
         if self.fp8 and not self.framework.fp8:
             raise SpecError(
                 f"train: precision fp8 needs Transformer Engine FP8; framework "
@@ -213,6 +214,20 @@ class TrainSpec:
             raise SpecError(
                 f"train: cp_comm_type {self.cp_comm_type} is not run by framework "
                 f"{self.framework.name!r} ({allowed})"
+            )
+
+    def _check_grad_reduce(self) -> None:
+        """Refuse a gradient dtype the framework does not let a run choose
+        (``FrameworkSpec.grad_reduce_fixed_for``): the run would reduce in the other."""
+        framework = self.framework
+        if self.compute_dtype not in framework.grad_reduce_fixed_for:
+            return
+        if self.reduces_grads_in_fp32 != framework.grad_reduce_in_fp32:
+            own = "fp32" if framework.grad_reduce_in_fp32 else self.compute_dtype
+            raise SpecError(
+                f"train: grad_reduce_in_fp32={str(self.grad_reduce_in_fp32).lower()}: framework "
+                f"{framework.name!r} reduces {self.compute_dtype} gradients in {own} only (use "
+                f"{str(framework.grad_reduce_in_fp32).lower()} or leave it empty)"
             )
 
     def _check_dp_overlap(self) -> None:
@@ -321,7 +336,9 @@ class TrainSpec:
         return 4.0 if self.reduces_grads_in_fp32 else 2.0
 
     def check_on(self, cluster: ClusterSpec) -> None:
-        """Refuse a step the cluster cannot run (FP8 on a device without FP8 tensor cores).
+        """Refuse a step the cluster cannot run: FP8 on a device without FP8 tensor cores, or
+        a bf16 step on a device without bf16 (which runs it in fp16) on a framework that has
+        no fp16 training (torchtitan's mixed precision is bf16 or fp32).
 
         Raises:
             SpecError: naming the device and what is allowed.
@@ -330,6 +347,15 @@ class TrainSpec:
             raise SpecError(
                 f"train: precision fp8 on {cluster.device.name}, which has no FP8 tensor cores; "
                 f"allowed: {', '.join(p for p in PRECISIONS if p != 'fp8')}"
+            )
+        runs = cluster.device.runs_as(self.compute_dtype)
+        trains = self.framework.state_bytes_per_param
+        if runs not in trains:
+            here = [p for p in trains if cluster.device.runs_as(p) == p]
+            raise SpecError(
+                f"train: {cluster.device.name} has no bf16, so a {self.precision} step runs in "
+                f"{runs}, which framework {self.framework.name!r} does not train in; allowed: "
+                f"train.precision={' or '.join(here)}, or a framework that trains in {runs}"
             )
 
     @property

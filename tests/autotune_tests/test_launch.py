@@ -843,6 +843,32 @@ def test_deepspeed_refuses_what_it_cannotrun_script(
     assert any(refusal in line for line in layout_flags(job, lay).refused)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "layout", "refusal"),
+    [
+        # a split of DeepSpeed before 0.12.5 (BigScience's runs), priced but not today's
+        ((), dict(pp=4, layer_split=(8, 9, 8, 7)), "today's DeepSpeed splits"),
+        (
+            ("train.precision=fp16", "train.grad_reduce_in_fp32=true"),
+            dict(tp=2, pp=4, distributed_optimizer=False),
+            "DeepSpeed's engine refuses the mix",
+        ),
+    ],
+)
+def test_deepspeed_refuses_a_valid_layout_today_s_deepspeed_runs_otherwise(
+    overrides: tuple[str, ...], layout: dict[str, Any], refusal: str, tmp_path: Path
+) -> None:
+    job = _job(
+        "llama2_7b",
+        "a100",
+        ("cluster.num_nodes=4", "train.framework=megatron_deepspeed", *overrides),
+    )
+    lay = Layout.resolve(32, **layout)
+    assert not lay.violations(job)
+    with pytest.raises(LayoutError, match=refusal):
+        write_launch_files(job, lay, tmp_path)
+
+
 NEMO_CASES = [
     c
     for c in MEGATRON_CASES

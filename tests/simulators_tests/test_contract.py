@@ -273,18 +273,22 @@ def test_gradient_dtype_sets_the_buffer_and_the_reduction(
     """``train.grad_reduce_in_fp32`` flips the framework's default: the gradient buffer keeps
     2 bytes per parameter more or less, and the data-parallel reduction moves that many more
     or fewer bytes (Megatron-LM of 2021-22 all-reduces after the backward, so all of it is
-    exposed; without the distributed optimizer no parameter all-gather shares the DP time)."""
+    exposed; without the distributed optimizer no parameter all-gather shares the DP time).
+    Megatron-LM of 2022 forces fp32 for bf16: its fp16 step is flipped."""
     layout = Layout.resolve(16, tp=2, pp=2, distributed_optimizer=False)  # dp 4
-    default = make_train(framework, seq_len=2048, global_batch_size=32)
-    in_fp32 = default.reduces_grads_in_fp32
-    same = make_train(framework, seq_len=2048, global_batch_size=32, grad_reduce_in_fp32=in_fp32)
-    flipped = make_train(
-        framework, seq_len=2048, global_batch_size=32, grad_reduce_in_fp32=not in_fp32
+    step = dict(
+        seq_len=2048,
+        global_batch_size=32,
+        precision="fp16" if framework == "megatron_lm" else "bf16",
     )
+    default = make_train(framework, **step)
+    in_fp32 = default.reduces_grads_in_fp32
+    same = make_train(framework, **step, grad_reduce_in_fp32=in_fp32)
+    flipped = make_train(framework, **step, grad_reduce_in_fp32=not in_fp32)
     base = simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=default), layout)
     assert simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=same), layout) == base
     other = simulator.simulate(Job(model=MODEL, cluster=CLUSTER, train=flipped), layout)
-    params = base.memory_breakdown_gib["weights"] / 2  # bf16 weights
+    params = base.memory_breakdown_gib["weights"] / 2  # 16-bit weights
     change = other.memory_breakdown_gib["gradients"] - base.memory_breakdown_gib["gradients"]
     # (the fullest rank may be the other stage, a few thousand parameters apart, once the
     # step's fp32 copy of a 16-bit buffer counts)

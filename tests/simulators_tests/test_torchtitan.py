@@ -11,6 +11,7 @@ import pytest
 from autotune import catalog
 from autotune.simulators import Job
 from autotune.simulators import Layout
+from autotune.simulators import SpecError
 from autotune.simulators.hierarchical import HierarchicalSimulator
 from autotune.simulators.schedule import chunk_states_peak
 from autotune.simulators.schedule import schedule_order
@@ -54,12 +55,35 @@ def test_the_facts_name_fsdp2_and_the_v0_2_2_release() -> None:
         (dict(tp=8, cp=2, zero_stage=3, dp_replicate=2), "sharding", "does not divide dp=1"),
         (dict(tp=2, zero_stage=3, sequence_parallel=False), "sequence parallel", "only"),
         (dict(tp=2, zero_stage=3, recompute="selective"), "recompute", "no selective"),
+        # no FSDP over more than one rank: TP and PP run in fp32, or replicated not at all
+        (dict(tp=8, pp=2, zero_stage=3), "sharding", "in mixed precision only under FSDP"),
+        (dict(tp=4, pp=2, zero_stage=3, dp_replicate=2), "sharding", "only under FSDP"),
     ],
 )
 def test_its_code_refuses(values: dict, rule: str, words: str) -> None:
     broken = _rules(**values)
     assert rule in broken, broken
     assert any(words in sentence for sentence in broken[rule]), broken[rule]
+
+
+def test_it_trains_in_bf16_or_fp32_and_reduces_in_fp32_only() -> None:
+    """FSDP2's mixed precision is bf16 or fp32 (no fp16: a device without bf16 cannot run a
+    bf16 step) and its reduce dtype fp32 (docs/torchtitan.md 3)."""
+    v100 = catalog.load_cluster("v100", [])
+    with pytest.raises(SpecError, match="has no bf16, so a bf16 step runs in fp16"):
+        TITAN.check_on(v100)
+    make_train("torchtitan", seq_len=4096, global_batch_size=64, precision="fp32").check_on(v100)
+    with pytest.raises(SpecError, match="reduces bf16 gradients in fp32 only"):
+        make_train("torchtitan", seq_len=4096, global_batch_size=64, grad_reduce_in_fp32=False)
+    with pytest.raises(SpecError, match="reduces bf16 gradients in fp32 only"):
+        make_train("megatron_lm", seq_len=4096, global_batch_size=64, grad_reduce_in_fp32=False)
+    make_train(
+        "megatron_lm",
+        seq_len=4096,
+        global_batch_size=64,
+        precision="fp16",
+        grad_reduce_in_fp32=True,
+    )
 
 
 def test_the_sequence_divisor_is_tp_times_two_cp() -> None:

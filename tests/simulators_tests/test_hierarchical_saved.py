@@ -23,22 +23,8 @@ compile_mod = pytest.importorskip("autotune.simulators.hierarchical.compile")
 kernels = pytest.importorskip("autotune.simulators.hierarchical.kernels")
 record = pytest.importorskip("autotune.simulators.hierarchical.record")
 
-TINY_MLA = ModelSpec(
-    name="tiny-mla",
-    num_layers=2,
-    hidden_size=256,
-    ffn_hidden_size=512,
-    num_attention_heads=8,
-    num_kv_heads=8,
-    head_dim=48,
-    vocab_size=1024,
-    attention="mla",
-    q_lora_rank=96,
-    kv_lora_rank=64,
-    qk_nope_head_dim=32,
-    qk_rope_head_dim=16,
-    v_head_dim=32,
-)
+from tests.simulators_tests.test_hierarchical_compile import TINY_MLA  # noqa: E402
+
 TINY_MHA = ModelSpec(
     name="tiny-mha",
     num_layers=2,
